@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The block layer: a BlockBackend is an open image (raw file or block
+ * device, or the null driver) plus the asynchronous request API that devices
+ * use.
+ *
+ * Threads: blk_open()/blk_close() run in the main thread.  Requests are
+ * submitted from a thread that runs an AioContext (an iothread); they are
+ * queued on that context's engine instance (one io_uring ring / one libaio
+ * context / one thread-pool client per AioContext, created on first use) and
+ * their callbacks run later in the same context.  A callback is never called
+ * from inside the blk_aio_*() call that submitted it.
+ *
+ * Batching: inside a defer_call section the engine only queues; the batch is
+ * submitted with one syscall when the outermost section ends, or earlier when
+ * the engine's ring is full.  With BlockOptions.batch = false every request
+ * is submitted at once.
+ *
+ * No allocation per request: the caller provides the BlockAIOCB, which must
+ * stay valid until its callback has run.  The iovec array must stay valid
+ * until then too.
+ */
+#ifndef BLOCK_BLOCK_H
+#define BLOCK_BLOCK_H
+
+#include "qemu/osdep.h"
+#include "qemu/aio.h"
+
+typedef struct BlockBackend BlockBackend;
+typedef void BlockCompletionFunc(void *opaque, int ret);
+
+typedef enum BlockAioMode {
+    BLOCK_AIO_IO_URING,
+    BLOCK_AIO_NATIVE,           /* linux-aio */
+    BLOCK_AIO_THREADS,
+} BlockAioMode;
+
+typedef struct BlockOptions {
+    const char *driver;         /* "file" (default) or "null" */
+    const char *filename;       /* file: image file or block device */
+    bool cache_direct;          /* cache=none: O_DIRECT (default true) */
+    BlockAioMode aio;           /* default BLOCK_AIO_IO_URING */
+    bool readonly;
+    uint64_t size;              /* null: size in bytes (required) */
+    bool null_read_zeroes;      /* null: reads fill buffers with zeroes */
+    bool batch;                 /* default true; false = submit each at once */
+} BlockOptions;
+
+/* Fill @opts with the defaults. */
+void blk_options_init(BlockOptions *opts);
+
+/* Request flags */
+#define BDRV_REQ_MAY_UNMAP 0x1  /* write-zeroes may deallocate */
+#define BDRV_REQ_FUA       0x2  /* write: data durable on completion */
+
+/*
+ * Per-request control block, owned by the caller.  The fields are private
+ * to the block layer; the storage lets engines queue the request without
+ * allocating.
+ */
+typedef struct BlockAIOCB {
+    BlockCompletionFunc *cb;
+    void *opaque;
+    BlockBackend *blk;
+    int type;
+    int flags;
+    int64_t offset;
+    uint64_t bytes;
+    struct iovec *iov;
+    int niov;
+    size_t done;                /* bytes already transferred (short I/O) */
+    void *bounce;               /* aligned bounce buffer, if any */
+    struct iovec bounce_iov;
+    struct BlockAIOCB *next;    /* engine queues */
+    int ret;
+    uint64_t engine_priv[10];   /* engine-private (e.g. struct iocb) */
+} BlockAIOCB;
+
+BlockBackend *blk_open(const BlockOptions *opts, GError **errp);
+void blk_close(BlockBackend *blk);
+
+uint64_t blk_getlength(BlockBackend *blk);
+bool blk_is_read_only(BlockBackend *blk);
+bool blk_is_block_device(BlockBackend *blk);
+/* Logical block size of the device (512 for files); O_DIRECT alignment. */
+uint32_t blk_get_logical_block_size(BlockBackend *blk);
+uint32_t blk_get_physical_block_size(BlockBackend *blk);
+bool blk_can_discard(BlockBackend *blk);
+bool blk_can_write_zeroes(BlockBackend *blk);
+BlockAioMode blk_get_aio_mode(BlockBackend *blk);   /* after fallback */
+const char *blk_aio_mode_name(BlockAioMode mode);
+bool blk_aio_mode_parse(const char *s, BlockAioMode *mode);
+
+/* Requests: offset and length in bytes.  ret = 0 or -errno. */
+void blk_aio_preadv(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
+                    struct iovec *iov, int niov,
+                    BlockCompletionFunc *cb, void *opaque);
+void blk_aio_pwritev(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
+                     struct iovec *iov, int niov, int flags,
+                     BlockCompletionFunc *cb, void *opaque);
+void blk_aio_flush(BlockBackend *blk, BlockAIOCB *acb,
+                   BlockCompletionFunc *cb, void *opaque);
+void blk_aio_pdiscard(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
+                      uint64_t bytes, BlockCompletionFunc *cb, void *opaque);
+void blk_aio_pwrite_zeroes(BlockBackend *blk, BlockAIOCB *acb,
+                           int64_t offset, uint64_t bytes, int flags,
+                           BlockCompletionFunc *cb, void *opaque);
+
+/* Counters of one engine instance (the one of @ctx), for tests and
+ * benchmarks. */
+typedef struct BlockEngineStats {
+    uint64_t requests;          /* requests queued to the engine */
+    uint64_t submit_syscalls;   /* io_uring_submit / io_submit calls */
+    uint64_t completions;
+    uint64_t completions_direct; /* handled in the fd/poll handler */
+    uint64_t completions_bh;     /* handled in the completion BH */
+    uint64_t bh_scheduled;
+    uint64_t retries;            /* EAGAIN/short transfer resubmissions */
+    uint64_t bounced;            /* requests bounced for O_DIRECT alignment */
+} BlockEngineStats;
+/* Returns false if @ctx has no instance of that engine. Owner thread. */
+bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
+                          BlockEngineStats *stats);
+
+#endif

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Transport-neutral virtio-blk request processing (VIRTIO 1.2 section 5.2).
+ *
+ * A request arrives as the iovecs of one descriptor chain (device-readable
+ * "out" part with the header and any write data, device-writable "in" part
+ * with any read data and the status byte last); it leaves through the
+ * block layer, and its completion callback gets the status and the number
+ * of bytes written into the "in" iovecs.  Nothing here knows about rings or
+ * vhost-user, so a fuzzer or another transport can drive it directly.
+ *
+ * Threads: virtio_blk_process_req() runs in the iothread that owns the
+ * queue; the done callback runs in that same iothread.  Requests that need
+ * no I/O (GET_ID, malformed ones) complete before virtio_blk_process_req()
+ * returns; the others complete later from the event loop.  No allocation
+ * per request: the caller embeds a VirtioBlkReq in its own per-descriptor
+ * pool.
+ */
+#ifndef HW_BLOCK_VIRTIO_BLK_H
+#define HW_BLOCK_VIRTIO_BLK_H
+
+#include "qemu/osdep.h"
+#include "block/block.h"
+#include <linux/virtio_blk.h>
+
+#define VIRTIO_BLK_SECTOR_BITS 9
+#define VIRTIO_BLK_SECTOR_SIZE 512
+#define VIRTIO_BLK_ID_BYTES 20
+#define VIRTIO_BLK_MAX_DISCARD_SECTORS (UINT32_MAX >> 9)
+
+/* Export configuration, fixed while queues run (except writeback). */
+typedef struct VirtioBlkConf {
+    uint32_t logical_block_size;    /* 512 or 4096 */
+    uint16_t num_queues;
+    uint16_t queue_size;
+    uint32_t seg_max;               /* data segments per request */
+    bool readonly;
+    bool discard;                   /* offer DISCARD (needs backing support) */
+    bool write_zeroes;              /* offer WRITE_ZEROES */
+    char serial[VIRTIO_BLK_ID_BYTES + 1];
+} VirtioBlkConf;
+
+typedef struct VirtioBlkDev {
+    BlockBackend *blk;
+    VirtioBlkConf conf;
+    uint64_t capacity;              /* in 512-byte sectors */
+    _Atomic bool writeback;         /* CONFIG_WCE; SET_CONFIG may change it */
+} VirtioBlkDev;
+
+typedef struct VirtioBlkReq VirtioBlkReq;
+/* @status: VIRTIO_BLK_S_*; @in_len: bytes written to the in iovecs,
+ * status byte included. */
+typedef void VirtioBlkReqDone(VirtioBlkReq *req, uint8_t status,
+                              uint32_t in_len, void *opaque);
+
+struct VirtioBlkReq {
+    BlockAIOCB acb;
+    VirtioBlkDev *dev;
+    VirtioBlkReqDone *done;
+    void *opaque;
+    uint32_t type;
+    uint32_t in_len;
+    uint8_t *status;                /* where the status byte goes */
+    struct iovec *data_iov;         /* payload iovecs (trimmed) */
+    int data_niov;
+    bool sync_after_write;          /* writethrough: flush after write */
+    /* Copy of the trimmed payload iovecs, so the caller's element stays
+     * untouched. */
+    struct iovec iov_storage[258];
+};
+
+/* Fill @dev from @blk and @conf (capacity from the image). */
+bool virtio_blk_dev_init(VirtioBlkDev *dev, BlockBackend *blk,
+                         const VirtioBlkConf *conf, GError **errp);
+/* Feature bits the device offers (virtio-blk and ring features, VERSION_1). */
+uint64_t virtio_blk_get_features(const VirtioBlkDev *dev);
+/* Fill the config space in little-endian. */
+void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg);
+/* A driver write to the config space; only "writeback" is writable.
+ * Returns false for writes outside it. */
+bool virtio_blk_set_config(VirtioBlkDev *dev, const uint8_t *data,
+                           uint32_t offset, uint32_t size);
+
+/*
+ * Start one request.  @out/@in are the chain's iovecs (guest memory,
+ * already bounds-checked by the virtqueue).  Malformed requests (header too
+ * short, no writable status byte, sector past the end, write to a read-only
+ * export, unsupported type) complete with IOERR or UNSUPP through @done
+ * like any other request.
+ */
+void virtio_blk_process_req(VirtioBlkDev *dev, VirtioBlkReq *req,
+                            struct iovec *out, unsigned int out_num,
+                            struct iovec *in, unsigned int in_num,
+                            VirtioBlkReqDone *done, void *opaque);
+
+#endif

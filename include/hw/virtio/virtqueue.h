@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Split virtqueue, device side (VIRTIO 1.2 section 2.7), as used by a
+ * vhost-user back-end: the rings live in guest memory, the kick and call
+ * eventfds come from the VMM.
+ *
+ * Threads: a running VirtQueue is owned by one iothread; every function
+ * below except the setup ones is called only from that thread.  Setup
+ * (virtqueue_init/set_*, virtqueue_start) happens while the queue is
+ * stopped.
+ *
+ * No allocation per request: virtqueue_start() allocates one element per
+ * descriptor head (queue size), each with its own iovec array; popping
+ * hands out the element of the chain's head, and pushing gives it back.
+ *
+ * Bad guest input (index jumps, loops, chains longer than the queue,
+ * descriptors outside guest memory, nested indirect tables, ...) marks the
+ * queue broken: virtqueue_pop() returns NULL, virtqueue_is_broken() is true
+ * and a log line says what was wrong.  The owner then drops the session.
+ */
+#ifndef HW_VIRTIO_VIRTQUEUE_H
+#define HW_VIRTIO_VIRTQUEUE_H
+
+#include "qemu/osdep.h"
+#include "qemu/event_notifier.h"
+#include "hw/virtio/guest-memory.h"
+#include "hw/virtio/vhost-user-proto.h"
+
+#define VIRTQUEUE_MAX_SIZE 1024
+/* iovecs per element (in + out), after splitting at region boundaries */
+#define VIRTQUEUE_MAX_SG   256
+
+typedef struct VirtQueueElement {
+    uint16_t head;              /* descriptor head: stable index, 0..size-1 */
+    unsigned int out_num;       /* device-readable iovecs */
+    unsigned int in_num;        /* device-writable iovecs */
+    struct iovec *out_sg;       /* = sg */
+    struct iovec *in_sg;        /* = sg + out_num */
+    struct iovec sg[VIRTQUEUE_MAX_SG];
+} VirtQueueElement;
+
+typedef struct VirtQueue VirtQueue;
+
+typedef struct VirtQueueStats {
+    uint64_t popped;
+    uint64_t pushed;
+    uint64_t notifies;          /* call eventfd writes */
+    uint64_t notifies_suppressed; /* push batches that needed no interrupt */
+    uint64_t resubmitted;       /* requests replayed from the inflight region */
+} VirtQueueStats;
+
+VirtQueue *virtqueue_new(unsigned int index);
+void virtqueue_free(VirtQueue *vq);
+unsigned int virtqueue_get_index(VirtQueue *vq);
+
+/* Setup (queue stopped).  Each returns false with @errp set on bad input. */
+bool virtqueue_set_num(VirtQueue *vq, unsigned int num, GError **errp);
+/* Ring addresses are VMM virtual addresses (SET_VRING_ADDR) */
+bool virtqueue_set_addr(VirtQueue *vq, const VhostUserVringAddr *addr,
+                        GError **errp);
+void virtqueue_set_base(VirtQueue *vq, uint16_t last_avail_idx);
+/* The next avail index the device would read (GET_VRING_BASE). */
+uint16_t virtqueue_get_base(VirtQueue *vq);
+/* Takes ownership of the fds (-1 = none). */
+void virtqueue_set_kick_fd(VirtQueue *vq, int fd);
+void virtqueue_set_call_fd(VirtQueue *vq, int fd);
+int virtqueue_get_kick_fd(VirtQueue *vq);
+void virtqueue_set_event_idx(VirtQueue *vq, bool on);   /* negotiated */
+void virtqueue_set_enabled(VirtQueue *vq, bool on);
+bool virtqueue_is_enabled(VirtQueue *vq);
+/* Per-queue inflight region (NULL = none).  Laid out as in
+ * vhost-user-proto.h; zeroed by the VMM on first use. */
+void virtqueue_set_inflight(VirtQueue *vq, VhostUserQueueRegionSplit *region);
+/* Whether num, addr and kick are all set so the queue can start. */
+bool virtqueue_is_ready(VirtQueue *vq);
+
+/* Translate the ring addresses through @mem and allocate the element
+ * pool.  If an inflight region is set and holds requests from a previous
+ * back-end instance, they are queued for resubmission: the next pops return
+ * them first, in their original order.  false + @errp if the rings are not
+ * in guest memory or the inflight region is inconsistent. */
+bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp);
+/* Forget the ring pointers (the element pool is kept). */
+void virtqueue_stop(VirtQueue *vq);
+bool virtqueue_is_started(VirtQueue *vq);
+
+/* Pop the next available chain, or NULL (empty, or broken). */
+VirtQueueElement *virtqueue_pop(VirtQueue *vq);
+/* Return a popped element to the used ring with @len bytes written to its
+ * in_sg.  Does not notify. */
+void virtqueue_push(VirtQueue *vq, VirtQueueElement *elem, uint32_t len);
+/* Give back a popped element without using it (it will be popped again). */
+void virtqueue_unpop(VirtQueue *vq, VirtQueueElement *elem);
+/* Interrupt the driver if it wants one for what was pushed since the last
+ * notify (event-idx or VRING_AVAIL_F_NO_INTERRUPT). One eventfd write at
+ * most. */
+void virtqueue_notify(VirtQueue *vq);
+/* Driver notifications: on = ask for kicks; off = suppress (while
+ * polling). With event-idx this writes avail_event. */
+void virtqueue_set_notification(VirtQueue *vq, bool on);
+/* Cheap check, no syscalls: is there an available chain not yet popped? */
+bool virtqueue_has_avail(VirtQueue *vq);
+unsigned int virtqueue_inflight_count(VirtQueue *vq);
+
+bool virtqueue_is_broken(VirtQueue *vq);
+/* Mark broken with a reason (logged once). */
+void virtqueue_set_broken(VirtQueue *vq, const char *fmt, ...)
+    G_GNUC_PRINTF(2, 3);
+void virtqueue_get_stats(VirtQueue *vq, VirtQueueStats *stats);
+
+#endif

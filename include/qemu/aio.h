@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * AioContext: the event loop every iothread (and the main thread) runs.
+ *
+ * One AioContext belongs to exactly one thread: only that thread calls
+ * aio_poll() and aio_set_fd_handler() on it.  Other threads interact with a
+ * context only through aio_notify(), qemu_bh_schedule() and
+ * aio_bh_schedule_oneshot(), which are thread-safe.
+ *
+ * aio_poll() runs, in this order: scheduled bottom halves, then (if polling
+ * is enabled) a busy-poll window in which each handler's io_poll() is called
+ * without any syscall, then epoll_wait() and the ready fd handlers.  The poll
+ * window adapts between 0 and poll-max-ns: it grows when polling found work
+ * and shrinks when the loop had to block anyway.
+ *
+ * Nested event loops are forbidden: a callback must never call aio_poll().
+ */
+#ifndef QEMU_AIO_H
+#define QEMU_AIO_H
+
+#include "qemu/osdep.h"
+
+typedef struct AioContext AioContext;
+typedef struct QEMUBH QEMUBH;
+
+typedef void IOHandler(void *opaque);
+/* Busy-poll check: returns true when the handler has work; must not block
+ * and should not make syscalls. */
+typedef bool AioPollFn(void *opaque);
+typedef void QEMUBHFunc(void *opaque);
+
+/* Create a context; the calling thread does not become its owner until it
+ * calls aio_poll() (or aio_context_acquire_thread()). */
+AioContext *aio_context_new(GError **errp);
+/* Destroy a context (owner thread, loop not running).  Bottom halves still
+ * alive are reported by name on stderr and freed; fd handlers still
+ * registered are reported too. */
+void aio_context_free(AioContext *ctx);
+
+/* Mark the calling thread as the owner of @ctx: afterwards
+ * qemu_get_current_aio_context() returns @ctx in this thread. */
+void aio_context_acquire_thread(AioContext *ctx);
+/* The context the calling thread runs (NULL if none). */
+AioContext *qemu_get_current_aio_context(void);
+
+/*
+ * Register (or with all handlers NULL, remove) the handlers of @fd.  Owner
+ * thread only.  @io_poll, if given, is called during the busy-poll window;
+ * when it returns true, @io_poll_ready is called (or @io_read if
+ * @io_poll_ready is NULL).
+ */
+void aio_set_fd_handler(AioContext *ctx, int fd,
+                        IOHandler *io_read, IOHandler *io_write,
+                        AioPollFn *io_poll, IOHandler *io_poll_ready,
+                        void *opaque);
+
+/* Run one iteration.  With @blocking, wait until something happens.
+ * Returns true if any handler or bottom half made progress. */
+bool aio_poll(AioContext *ctx, bool blocking);
+
+/* Wake the context's loop if it may be sleeping in epoll_wait(); a no-op
+ * (no syscall) while the owner is running handlers. Thread-safe. */
+void aio_notify(AioContext *ctx);
+
+/* Adaptive polling: 0 disables.  grow/shrink factors: 0 = defaults (2). */
+void aio_context_set_poll_params(AioContext *ctx, int64_t max_ns,
+                                 int64_t grow, int64_t shrink);
+
+/* Statistics, for tests and benchmarks. */
+typedef struct AioContextStats {
+    uint64_t iterations;        /* aio_poll() calls */
+    uint64_t epoll_waits;       /* epoll_wait() syscalls */
+    uint64_t poll_hits;         /* io_poll() returned true in the window */
+    uint64_t notify_writes;     /* eventfd writes done by aio_notify() */
+    uint64_t bh_runs;           /* bottom half callbacks run */
+    int64_t  poll_ns;           /* current poll window */
+} AioContextStats;
+void aio_context_get_stats(AioContext *ctx, AioContextStats *stats);
+
+/*
+ * Bottom halves.  A BH is a callback run by the context's loop at the start
+ * of the next aio_poll().  Scheduling is idempotent (a BH scheduled twice
+ * before it runs, runs once) and safe from any thread.  @name is used in
+ * reports (for example a BH still alive when its context is freed).
+ */
+QEMUBH *aio_bh_new(AioContext *ctx, QEMUBHFunc *cb, void *opaque,
+                   const char *name);
+void qemu_bh_schedule(QEMUBH *bh);
+/* Unschedule; owner thread.  A no-op if not scheduled. */
+void qemu_bh_cancel(QEMUBH *bh);
+/* Cancel and free (the memory is released by the loop, so deleting from
+ * inside the BH's own callback is fine).  Owner thread. */
+void qemu_bh_delete(QEMUBH *bh);
+bool qemu_bh_is_scheduled(QEMUBH *bh);
+/* Schedule @cb once in @ctx; thread-safe; freed after it runs. */
+void aio_bh_schedule_oneshot(AioContext *ctx, QEMUBHFunc *cb, void *opaque,
+                             const char *name);
+
+/* Per-context slots for block engines (one engine instance per context).
+ * Owner thread only.  @cleanup runs from aio_context_free(). */
+enum {
+    AIO_ENGINE_IO_URING,
+    AIO_ENGINE_LINUX_AIO,
+    AIO_ENGINE_THREADS,
+    AIO_ENGINE_NULL,
+    AIO_ENGINE_MAX,
+};
+void *aio_get_engine(AioContext *ctx, int engine);
+void aio_set_engine(AioContext *ctx, int engine, void *state,
+                    void (*cleanup)(void *state));
+
+#endif

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Install every Debian package that vhost-blk's build, tests and benchmarks
+# need.  Idempotent: when everything is present it prints nothing and
+# exits 0.  Must run as root (or with sudo available) on Debian 12.
+set -euo pipefail
+
+PKGS=(
+    # build
+    gcc pkg-config meson ninja-build libglib2.0-dev liburing-dev libaio-dev
+    libjson-glib-dev
+    # tests and the guest harness
+    qemu-system-x86 qemu-utils qemu-system-data seabios fio busybox-static
+    cpio zstd xz-utils kmod dpkg-dev util-linux e2fsprogs strace
+    libvirt-clients libvirt-daemon
+    # sanitizer and fuzz builds
+    clang libclang-rt-14-dev
+    # benchmarks
+    valgrind gnuplot-nox procps
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' \
+        || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
+    SUDO=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# An old or absent package list makes apt-get install fail: refresh it once.
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
