@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The io_uring engine (liburing): one ring per AioContext.
+ *
+ * Theory of operation: a request becomes an SQE at once if the submission
+ * queue has room, otherwise it waits on a pending list (linked through
+ * acb->next).  Inside a defer_call section the engine registers
+ * luring_submit_cb() once and the whole batch goes to the kernel with one
+ * io_uring_submit() when the section ends; a full SQ is submitted early.
+ * Completions are reaped from the ring's eventfd handler and from the busy
+ * poll handler (io_uring_cq_ready(), no syscall), inside one defer_call
+ * section so that callbacks that submit I/O or notify the guest are batched
+ * too.  -EAGAIN/-EBUSY results are resubmitted, short transfers are
+ * resubmitted for the remainder, and what io_uring cannot do (discard and
+ * write-zeroes fallbacks) is forwarded to the thread pool.
+ *
+ * Every function runs in the owner thread of the ring's AioContext.
+ */
+#include "qemu/osdep.h"
+#include <linux/falloc.h>
+#include <liburing.h>
+#include "qemu/defer-call.h"
+#include "qemu/event_notifier.h"
+#include "block/block_int.h"
+
+#define LURING_ENTRIES 256
+
+typedef struct LuringState {
+    BlockEngine common;
+    struct io_uring ring;
+    EventNotifier notifier;
+    BlockAIOCB *pending_head;   /* waiting for room in the SQ */
+    BlockAIOCB **pending_tailp;
+    QEMUBH *retry_bh;           /* io_uring_submit() failed: try again */
+} LuringState;
+
+static void luring_flush(LuringState *s);
+
+/* Turn @acb into an SQE; false if the SQ is full. */
+static bool luring_prep(LuringState *s, BlockAIOCB *acb)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+    int fd = acb->blk->fd;
+    struct iovec *iov;
+    int niov, mode;
+    void *base;
+    size_t len;
+
+    if (!sqe) {
+        return false;
+    }
+    switch (acb->type) {
+    case BLK_REQ_READ:
+    case BLK_REQ_WRITE:
+        if (likely(acb->done == 0)) {
+            iov = blk_acb_iov(acb, &niov);
+            if (acb->type == BLK_REQ_READ) {
+                io_uring_prep_readv(sqe, fd, iov, niov, acb->offset);
+            } else {
+                io_uring_prep_writev(sqe, fd, iov, niov, acb->offset);
+            }
+        } else {
+            /* Remainder of a short transfer: one segment (see caller). */
+            if (!blk_acb_remainder(acb, &base, &len)) {
+                abort();        /* internal invariant */
+            }
+            if (acb->type == BLK_REQ_READ) {
+                io_uring_prep_read(sqe, fd, base, len, acb->offset + acb->done);
+            } else {
+                io_uring_prep_write(sqe, fd, base, len, acb->offset + acb->done);
+            }
+        }
+        if (acb->type == BLK_REQ_WRITE && (acb->flags & BDRV_REQ_FUA)) {
+            sqe->rw_flags = RWF_DSYNC;
+        }
+        break;
+    case BLK_REQ_FLUSH:
+        io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
+        break;
+    case BLK_REQ_DISCARD:
+        io_uring_prep_fallocate(sqe, fd,
+                                FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                acb->offset, acb->bytes);
+        break;
+    case BLK_REQ_WRITE_ZEROES:
+        mode = (acb->flags & BDRV_REQ_MAY_UNMAP) ? FALLOC_FL_PUNCH_HOLE
+                                                 : FALLOC_FL_ZERO_RANGE;
+        io_uring_prep_fallocate(sqe, fd, mode | FALLOC_FL_KEEP_SIZE,
+                                acb->offset, acb->bytes);
+        break;
+    }
+    io_uring_sqe_set_data(sqe, acb);
+    return true;
+}
+
+/* Queue @acb: an SQE if possible, else the pending list. */
+static void luring_queue(LuringState *s, BlockAIOCB *acb)
+{
+    if (likely(!s->pending_head)) {
+        if (luring_prep(s, acb)) {
+            return;
+        }
+        /* SQ full: submit early to make room. */
+        luring_flush(s);
+        if (!s->pending_head && luring_prep(s, acb)) {
+            return;
+        }
+    }
+    acb->next = NULL;
+    *s->pending_tailp = acb;
+    s->pending_tailp = &acb->next;
+}
+
+/* Submit every queued SQE and as many pending requests as fit. */
+static void luring_flush(LuringState *s)
+{
+    for (;;) {
+        int ret;
+
+        while (s->pending_head && luring_prep(s, s->pending_head)) {
+            s->pending_head = s->pending_head->next;
+            if (!s->pending_head) {
+                s->pending_tailp = &s->pending_head;
+            }
+        }
+        if (io_uring_sq_ready(&s->ring) == 0) {
+            return;
+        }
+        ret = io_uring_submit(&s->ring);
+        s->common.stats.submit_syscalls++;
+        if (ret == -EINTR) {
+            continue;
+        }
+        if (ret <= 0) {
+            /*
+             * -EAGAIN/-EBUSY (or out of memory): the SQEs stay in the ring;
+             * try again after the next completions or from a BH.
+             */
+            s->common.stats.retries++;
+            qemu_bh_schedule(s->retry_bh);
+            return;
+        }
+        if (!s->pending_head) {
+            return;
+        }
+    }
+}
+
+static void luring_submit_cb(void *opaque)
+{
+    luring_flush(opaque);
+}
+
+static void luring_retry_bh(void *opaque)
+{
+    luring_flush(opaque);
+}
+
+static bool luring_unsupported(int res)
+{
+    return res == -EOPNOTSUPP || res == -EINVAL || res == -ENOSYS;
+}
+
+static void luring_complete_one(LuringState *s, BlockAIOCB *acb, int res)
+{
+    int ret = res;
+
+    if (unlikely(res == -EAGAIN || res == -EBUSY || res == -EINTR)) {
+        s->common.stats.retries++;
+        luring_queue(s, acb);
+        defer_call(luring_submit_cb, s);
+        return;
+    }
+    switch (acb->type) {
+    case BLK_REQ_READ:
+    case BLK_REQ_WRITE:
+        switch (blk_acb_transferred(acb, res, &ret)) {
+        case BLK_XFER_COMPLETE:
+            break;
+        case BLK_XFER_RESUBMIT:
+            s->common.stats.retries++;
+            luring_queue(s, acb);
+            defer_call(luring_submit_cb, s);
+            return;
+        case BLK_XFER_FORWARD:
+            s->common.stats.retries++;
+            thread_pool_forward(acb);
+            return;
+        }
+        break;
+    case BLK_REQ_WRITE_ZEROES:
+        if (unlikely(luring_unsupported(res))) {
+            /* No fallocate mode for it: the pool falls back to writes. */
+            thread_pool_forward(acb);
+            return;
+        }
+        break;
+    default:
+        break;
+    }
+    s->common.stats.completions++;
+    s->common.stats.completions_direct++;
+    blk_acb_complete(acb, ret);
+}
+
+static void luring_process_completions(LuringState *s)
+{
+    struct io_uring_cqe *cqe;
+
+    defer_call_begin();
+    while (io_uring_peek_cqe(&s->ring, &cqe) == 0 && cqe) {
+        BlockAIOCB *acb = io_uring_cqe_get_data(cqe);
+        int res = cqe->res;
+
+        io_uring_cqe_seen(&s->ring, cqe);
+        luring_complete_one(s, acb, res);
+    }
+    if (s->pending_head || qemu_bh_is_scheduled(s->retry_bh)) {
+        qemu_bh_cancel(s->retry_bh);
+        defer_call(luring_submit_cb, s);
+    }
+    defer_call_end();
+}
+
+static void luring_completion_cb(void *opaque)
+{
+    LuringState *s = opaque;
+
+    event_notifier_test_and_clear(&s->notifier);
+    luring_process_completions(s);
+}
+
+static bool luring_poll_cb(void *opaque)
+{
+    LuringState *s = opaque;
+
+    return io_uring_cq_ready(&s->ring) > 0;
+}
+
+static void luring_poll_ready(void *opaque)
+{
+    luring_process_completions(opaque);
+}
+
+static BlockEngine *luring_create(AioContext *ctx, GError **errp)
+{
+    LuringState *s = g_new0(LuringState, 1);
+    int ret;
+
+    ret = io_uring_queue_init(LURING_ENTRIES, &s->ring, 0);
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot create an io_uring: %s",
+                    g_strerror(-ret));
+        g_free(s);
+        return NULL;
+    }
+    ret = event_notifier_init(&s->notifier, false);
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot create an eventfd: %s",
+                    g_strerror(-ret));
+        goto fail_ring;
+    }
+    ret = io_uring_register_eventfd(&s->ring,
+                                    event_notifier_get_fd(&s->notifier));
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "cannot register an eventfd with io_uring: %s",
+                    g_strerror(-ret));
+        goto fail_notifier;
+    }
+    s->pending_tailp = &s->pending_head;
+    s->common.ctx = ctx;
+    s->retry_bh = aio_bh_new(ctx, luring_retry_bh, s, "io_uring-retry");
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&s->notifier),
+                       luring_completion_cb, NULL, luring_poll_cb,
+                       luring_poll_ready, s);
+    return &s->common;
+
+fail_notifier:
+    event_notifier_cleanup(&s->notifier);
+fail_ring:
+    io_uring_queue_exit(&s->ring);
+    g_free(s);
+    return NULL;
+}
+
+static void luring_cleanup(void *opaque)
+{
+    LuringState *s = opaque;
+
+    aio_set_fd_handler(s->common.ctx, event_notifier_get_fd(&s->notifier),
+                       NULL, NULL, NULL, NULL, NULL);
+    qemu_bh_delete(s->retry_bh);
+    io_uring_queue_exit(&s->ring);
+    event_notifier_cleanup(&s->notifier);
+    g_free(s);
+}
+
+static void luring_submit(BlockEngine *e, BlockAIOCB *acb)
+{
+    LuringState *s = container_of(e, LuringState, common);
+
+    luring_queue(s, acb);
+    if (acb->blk->batch) {
+        defer_call(luring_submit_cb, s);   /* at once outside a section */
+    } else {
+        luring_flush(s);
+    }
+}
+
+/* Main thread (blk_open()): can this kernel create a ring at all? */
+bool luring_probe(GError **errp)
+{
+    struct io_uring ring;
+    int ret = io_uring_queue_init(2, &ring, 0);
+
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "io_uring_queue_init: %s",
+                    g_strerror(-ret));
+        return false;
+    }
+    io_uring_queue_exit(&ring);
+    return true;
+}
+
+const BlockEngineOps luring_engine_ops = {
+    .name = "io_uring",
+    .slot = AIO_ENGINE_IO_URING,
+    .create = luring_create,
+    .cleanup = luring_cleanup,
+    .submit = luring_submit,
+};

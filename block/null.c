@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The null engine: completes requests without touching storage (reads
+ * zero-filled on request), from one bottom half per AioContext, to measure
+ * the overhead of everything else.  It also completes requests that the
+ * block layer rejected before they reached an engine.
+ *
+ * Owner thread only: submission queues the request on a singly linked list
+ * (no allocation) and schedules the BH; the BH completes the whole list
+ * inside one defer_call section.
+ */
+#include "qemu/osdep.h"
+#include "qemu/defer-call.h"
+#include "block/block_int.h"
+
+typedef struct NullEngine {
+    BlockEngine common;
+    QEMUBH *bh;
+    BlockAIOCB *head;
+    BlockAIOCB **tailp;
+} NullEngine;
+
+static void null_bh(void *opaque)
+{
+    NullEngine *s = opaque;
+    BlockAIOCB *acb = s->head;
+
+    s->head = NULL;
+    s->tailp = &s->head;
+    defer_call_begin();
+    while (acb) {
+        BlockAIOCB *next = acb->next;
+
+        s->common.stats.completions++;
+        s->common.stats.completions_bh++;
+        blk_acb_complete(acb, acb->ret);
+        acb = next;
+    }
+    defer_call_end();
+}
+
+static BlockEngine *null_create(AioContext *ctx, GError **errp)
+{
+    NullEngine *s = g_new0(NullEngine, 1);
+
+    s->bh = aio_bh_new(ctx, null_bh, s, "null-completion");
+    s->tailp = &s->head;
+    return &s->common;
+}
+
+static void null_cleanup(void *opaque)
+{
+    NullEngine *s = opaque;
+
+    qemu_bh_delete(s->bh);
+    g_free(s);
+}
+
+static void null_enqueue(NullEngine *s, BlockAIOCB *acb, int ret)
+{
+    acb->ret = ret;
+    acb->next = NULL;
+    *s->tailp = acb;
+    s->tailp = &acb->next;
+    if (!qemu_bh_is_scheduled(s->bh)) {
+        s->common.stats.bh_scheduled++;
+        qemu_bh_schedule(s->bh);
+    }
+}
+
+static void null_submit(BlockEngine *e, BlockAIOCB *acb)
+{
+    NullEngine *s = container_of(e, NullEngine, common);
+
+    if (acb->type == BLK_REQ_READ && acb->blk->null_read_zeroes) {
+        for (int i = 0; i < acb->niov; i++) {
+            memset(acb->iov[i].iov_base, 0, acb->iov[i].iov_len);
+        }
+    }
+    null_enqueue(s, acb, 0);
+}
+
+/* Owner thread of @ctx. */
+void null_complete_later(AioContext *ctx, BlockAIOCB *acb, int ret)
+{
+    BlockEngine *e = blk_engine_get(ctx, &null_engine_ops, NULL);
+
+    null_enqueue(container_of(e, NullEngine, common), acb, ret);
+}
+
+/* Owner thread of @ctx. */
+bool null_engine_get_stats(AioContext *ctx, BlockEngineStats *stats)
+{
+    BlockEngine *e = aio_get_engine(ctx, AIO_ENGINE_NULL);
+
+    if (!e) {
+        return false;
+    }
+    *stats = e->stats;
+    return true;
+}
+
+const BlockEngineOps null_engine_ops = {
+    .name = "null",
+    .slot = AIO_ENGINE_NULL,
+    .create = null_create,
+    .cleanup = null_cleanup,
+    .submit = null_submit,
+};

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The thread pool engine: the slow, always available path.  Workers of one
+ * process-wide GThreadPool run raw_do_request(); each AioContext has a
+ * client whose lock-protected completion list is drained by an EventNotifier
+ * handler in that context.
+ *
+ * Threads: submission and completion in the owner thread of the client's
+ * context; raw_do_request() and the list append in worker threads.  Locking
+ * and the allocation inside g_thread_pool_push() are accepted here: the
+ * fast engines are io_uring and linux-aio.
+ */
+#include "qemu/osdep.h"
+#include "qemu/defer-call.h"
+#include "qemu/event_notifier.h"
+#include "block/block_int.h"
+
+#define THREAD_POOL_MAX_WORKERS 16
+
+typedef struct ThreadPoolClient {
+    BlockEngine common;
+    EventNotifier notifier;
+    GMutex lock;
+    BlockAIOCB *done_head;      /* protected by lock */
+    BlockAIOCB **done_tailp;    /* protected by lock */
+} ThreadPoolClient;
+
+static GThreadPool *thread_pool_workers;
+
+static void thread_pool_worker(gpointer data, gpointer unused)
+{
+    BlockAIOCB *acb = data;
+    ThreadPoolClient *c = (ThreadPoolClient *)(uintptr_t)acb->engine_priv[0];
+
+    acb->ret = raw_do_request(acb);
+    acb->next = NULL;
+    g_mutex_lock(&c->lock);
+    *c->done_tailp = acb;
+    c->done_tailp = &acb->next;
+    g_mutex_unlock(&c->lock);
+    event_notifier_set(&c->notifier);
+}
+
+static gpointer thread_pool_workers_new(gpointer unused)
+{
+    thread_pool_workers = g_thread_pool_new(thread_pool_worker, NULL,
+                                            THREAD_POOL_MAX_WORKERS, FALSE,
+                                            NULL);
+    return thread_pool_workers;
+}
+
+/* Owner thread: complete everything the workers finished. */
+static void thread_pool_completion_cb(void *opaque)
+{
+    ThreadPoolClient *c = opaque;
+    BlockAIOCB *acb;
+
+    event_notifier_test_and_clear(&c->notifier);
+    g_mutex_lock(&c->lock);
+    acb = c->done_head;
+    c->done_head = NULL;
+    c->done_tailp = &c->done_head;
+    g_mutex_unlock(&c->lock);
+
+    defer_call_begin();
+    while (acb) {
+        BlockAIOCB *next = acb->next;
+
+        c->common.stats.completions++;
+        c->common.stats.completions_direct++;
+        blk_acb_complete(acb, acb->ret);
+        acb = next;
+    }
+    defer_call_end();
+}
+
+static BlockEngine *thread_pool_create(AioContext *ctx, GError **errp)
+{
+    static GOnce once = G_ONCE_INIT;
+    ThreadPoolClient *c;
+    int ret;
+
+    if (!g_once(&once, thread_pool_workers_new, NULL)) {
+        g_set_error(errp, VB_ERROR, 0, "cannot create the I/O thread pool");
+        return NULL;
+    }
+    c = g_new0(ThreadPoolClient, 1);
+    ret = event_notifier_init(&c->notifier, false);
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "cannot create an eventfd for the thread pool: %s",
+                    g_strerror(-ret));
+        g_free(c);
+        return NULL;
+    }
+    g_mutex_init(&c->lock);
+    c->done_tailp = &c->done_head;
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&c->notifier),
+                       thread_pool_completion_cb, NULL, NULL, NULL, c);
+    return &c->common;
+}
+
+static void thread_pool_cleanup(void *opaque)
+{
+    ThreadPoolClient *c = opaque;
+
+    aio_set_fd_handler(c->common.ctx, event_notifier_get_fd(&c->notifier),
+                       NULL, NULL, NULL, NULL, NULL);
+    event_notifier_cleanup(&c->notifier);
+    g_mutex_clear(&c->lock);
+    g_free(c);
+}
+
+static void thread_pool_submit(BlockEngine *e, BlockAIOCB *acb)
+{
+    ThreadPoolClient *c = container_of(e, ThreadPoolClient, common);
+
+    acb->engine_priv[0] = (uintptr_t)c;
+    c->common.stats.submit_syscalls++;  /* one worker wake-up per request */
+    g_thread_pool_push(thread_pool_workers, acb, NULL);
+}
+
+/* Owner thread of the current context. */
+void thread_pool_forward(BlockAIOCB *acb)
+{
+    AioContext *ctx = qemu_get_current_aio_context();
+    BlockEngine *e = blk_engine_get(ctx, &thread_pool_engine_ops, NULL);
+
+    if (!e) {
+        null_complete_later(ctx, acb, -EIO);
+        return;
+    }
+    e->stats.requests++;
+    thread_pool_submit(e, acb);
+}
+
+const BlockEngineOps thread_pool_engine_ops = {
+    .name = "threads",
+    .slot = AIO_ENGINE_THREADS,
+    .create = thread_pool_create,
+    .cleanup = thread_pool_cleanup,
+    .submit = thread_pool_submit,
+};

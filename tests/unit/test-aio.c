@@ -1,0 +1,639 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* Unit tests for AioContext: bottom halves, fd handlers, polling, notify. */
+#include "qemu/osdep.h"
+#include "qemu/aio.h"
+#include "qemu/event_notifier.h"
+#include "qemu/error-report.h"
+
+static AioContext *ctx;
+
+static void ctx_setup(void)
+{
+    GError *err = NULL;
+
+    ctx = aio_context_new(&err);
+    g_assert_no_error(err);
+    g_assert_nonnull(ctx);
+    aio_context_acquire_thread(ctx);
+}
+
+static void ctx_teardown(void)
+{
+    aio_context_free(ctx);
+    ctx = NULL;
+}
+
+/* Run non-blocking iterations until nothing happens any more. */
+static void drain(void)
+{
+    int i;
+
+    for (i = 0; i < 100 && aio_poll(ctx, false); i++) {
+    }
+}
+
+static AioContextStats get_stats(void)
+{
+    AioContextStats st;
+
+    aio_context_get_stats(ctx, &st);
+    return st;
+}
+
+/* ---- bottom halves ---- */
+
+typedef struct BHData {
+    QEMUBH *bh;
+    int runs;
+    bool delete_self;
+    int reschedule;     /* times the callback schedules itself again */
+} BHData;
+
+static void bh_cb(void *opaque)
+{
+    BHData *d = opaque;
+
+    d->runs++;
+    if (d->reschedule > 0) {
+        d->reschedule--;
+        qemu_bh_schedule(d->bh);
+    }
+    if (d->delete_self) {
+        qemu_bh_delete(d->bh);
+        d->bh = NULL;
+    }
+}
+
+static void test_bh_schedule(void)
+{
+    BHData d = { 0 };
+
+    ctx_setup();
+    d.bh = aio_bh_new(ctx, bh_cb, &d, "test-bh");
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(d.runs, ==, 0);
+
+    qemu_bh_schedule(d.bh);
+    g_assert_true(qemu_bh_is_scheduled(d.bh));
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_cmpint(d.runs, ==, 1);
+    g_assert_false(qemu_bh_is_scheduled(d.bh));
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(d.runs, ==, 1);
+    g_assert_cmpuint(get_stats().bh_runs, ==, 1);
+
+    /* A callback may schedule its own BH again. */
+    d.reschedule = 2;
+    qemu_bh_schedule(d.bh);
+    drain();
+    g_assert_cmpint(d.runs, ==, 4);
+
+    qemu_bh_delete(d.bh);
+    ctx_teardown();
+}
+
+static void test_bh_schedule_twice(void)
+{
+    BHData d = { 0 };
+
+    ctx_setup();
+    d.bh = aio_bh_new(ctx, bh_cb, &d, "test-bh");
+    qemu_bh_schedule(d.bh);
+    qemu_bh_schedule(d.bh);
+    qemu_bh_schedule(d.bh);
+    drain();
+    g_assert_cmpint(d.runs, ==, 1);
+    qemu_bh_delete(d.bh);
+    ctx_teardown();
+}
+
+static void test_bh_cancel(void)
+{
+    BHData d = { 0 };
+
+    ctx_setup();
+    d.bh = aio_bh_new(ctx, bh_cb, &d, "test-bh");
+    qemu_bh_cancel(d.bh);               /* not scheduled: no-op */
+    qemu_bh_schedule(d.bh);
+    qemu_bh_cancel(d.bh);
+    g_assert_false(qemu_bh_is_scheduled(d.bh));
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(d.runs, ==, 0);
+
+    /* Scheduling again after a cancel works. */
+    qemu_bh_schedule(d.bh);
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_cmpint(d.runs, ==, 1);
+    qemu_bh_delete(d.bh);
+    ctx_teardown();
+}
+
+static void test_bh_delete(void)
+{
+    BHData d = { 0 };
+
+    ctx_setup();
+    d.bh = aio_bh_new(ctx, bh_cb, &d, "test-bh");
+    qemu_bh_schedule(d.bh);
+    qemu_bh_delete(d.bh);
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(d.runs, ==, 0);
+    g_assert_cmpuint(get_stats().bh_runs, ==, 0);
+
+    /* Deleted but not yet reaped at free time: freed silently. */
+    d.bh = aio_bh_new(ctx, bh_cb, &d, "test-bh-2");
+    qemu_bh_delete(d.bh);
+    ctx_teardown();
+}
+
+static void test_bh_delete_from_callback(void)
+{
+    BHData d = { .delete_self = true };
+
+    ctx_setup();
+    d.bh = aio_bh_new(ctx, bh_cb, &d, "test-bh");
+    qemu_bh_schedule(d.bh);
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_cmpint(d.runs, ==, 1);
+    g_assert_null(d.bh);
+    drain();
+    g_assert_cmpint(d.runs, ==, 1);
+    ctx_teardown();                     /* valgrind/ASan: nothing leaked */
+}
+
+static void oneshot_cb(void *opaque)
+{
+    int *runs = opaque;
+
+    (*runs)++;
+}
+
+static void test_bh_oneshot(void)
+{
+    int runs = 0;
+
+    ctx_setup();
+    aio_bh_schedule_oneshot(ctx, oneshot_cb, &runs, "test-oneshot");
+    aio_bh_schedule_oneshot(ctx, oneshot_cb, &runs, "test-oneshot");
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_cmpint(runs, ==, 2);
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(runs, ==, 2);
+    ctx_teardown();
+}
+
+typedef struct ThreadBH {
+    QEMUBH *bh;
+    atomic_int runs;
+    int times;
+} ThreadBH;
+
+static void thread_bh_cb(void *opaque)
+{
+    ThreadBH *t = opaque;
+
+    atomic_fetch_add(&t->runs, 1);
+}
+
+static gpointer schedule_thread(gpointer opaque)
+{
+    ThreadBH *t = opaque;
+    int i;
+
+    for (i = 0; i < t->times; i++) {
+        /* Wait for the previous run so each schedule is observable. */
+        while (atomic_load(&t->runs) < i) {
+            g_thread_yield();
+        }
+        qemu_bh_schedule(t->bh);
+    }
+    return NULL;
+}
+
+static void test_bh_schedule_from_thread(void)
+{
+    ThreadBH t = { .times = 200 };
+    GThread *thread;
+
+    ctx_setup();
+    t.bh = aio_bh_new(ctx, thread_bh_cb, &t, "test-thread-bh");
+    thread = g_thread_new("sched", schedule_thread, &t);
+    /* Blocking polls: each schedule must wake us (or be seen before we
+     * sleep); a lost wakeup hangs here and the test times out. */
+    while (atomic_load(&t.runs) < t.times) {
+        aio_poll(ctx, true);
+    }
+    g_thread_join(thread);
+    drain();
+    g_assert_cmpint(atomic_load(&t.runs), ==, t.times);
+    qemu_bh_delete(t.bh);
+    ctx_teardown();
+}
+
+static void test_bh_leak_reported(void)
+{
+    if (g_test_subprocess()) {
+        BHData d = { 0 };
+
+        log_set_program_name("test-aio");
+        ctx_setup();
+        d.bh = aio_bh_new(ctx, bh_cb, &d, "leaky-completion-bh");
+        qemu_bh_schedule(d.bh);
+        aio_bh_new(ctx, bh_cb, &d, "idle-leaky-bh");
+        ctx_teardown();
+        g_assert_cmpint(d.runs, ==, 0);
+        return;
+    }
+    g_test_trap_subprocess(NULL, 0, 0);
+    g_test_trap_assert_passed();
+    g_test_trap_assert_stderr("*warning*bottom half 'leaky-completion-bh'*");
+    g_test_trap_assert_stderr("*bottom half 'idle-leaky-bh'*");
+}
+
+/* ---- fd handlers ---- */
+
+typedef struct FdData {
+    EventNotifier e;
+    int reads;
+    int writes;
+    bool remove_self;
+    struct FdData *remove_other;
+} FdData;
+
+static void fd_read_cb(void *opaque)
+{
+    FdData *d = opaque;
+
+    d->reads++;
+    event_notifier_test_and_clear(&d->e);
+    if (d->remove_other) {
+        aio_set_fd_handler(ctx, event_notifier_get_fd(&d->remove_other->e),
+                           NULL, NULL, NULL, NULL, NULL);
+    }
+    if (d->remove_self) {
+        aio_set_fd_handler(ctx, event_notifier_get_fd(&d->e),
+                           NULL, NULL, NULL, NULL, NULL);
+    }
+}
+
+static void fd_write_cb(void *opaque)
+{
+    FdData *d = opaque;
+
+    d->writes++;
+    if (d->remove_self) {
+        aio_set_fd_handler(ctx, event_notifier_get_fd(&d->e),
+                           NULL, NULL, NULL, NULL, NULL);
+    }
+}
+
+static void test_fd_read(void)
+{
+    FdData d = { 0 };
+    int fd;
+
+    ctx_setup();
+    g_assert_cmpint(event_notifier_init(&d.e, false), ==, 0);
+    fd = event_notifier_get_fd(&d.e);
+    aio_set_fd_handler(ctx, fd, fd_read_cb, NULL, NULL, NULL, &d);
+
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(d.reads, ==, 0);
+
+    g_assert_cmpint(event_notifier_set(&d.e), ==, 0);
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_cmpint(d.reads, ==, 1);
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(d.reads, ==, 1);
+
+    /* Blocking poll returns because the fd is ready. */
+    event_notifier_set(&d.e);
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(d.reads, ==, 2);
+
+    /* Removed: no more calls. */
+    aio_set_fd_handler(ctx, fd, NULL, NULL, NULL, NULL, NULL);
+    event_notifier_set(&d.e);
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(d.reads, ==, 2);
+
+    event_notifier_cleanup(&d.e);
+    ctx_teardown();
+}
+
+static void test_fd_write(void)
+{
+    FdData d = { 0 };
+
+    ctx_setup();
+    /* An eventfd with a small counter is always writable. */
+    g_assert_cmpint(event_notifier_init(&d.e, false), ==, 0);
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), NULL, fd_write_cb,
+                       NULL, NULL, &d);
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_cmpint(d.writes, ==, 1);
+    g_assert_cmpint(d.reads, ==, 0);
+
+    d.remove_self = true;
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_cmpint(d.writes, ==, 2);
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(d.writes, ==, 2);
+
+    event_notifier_cleanup(&d.e);
+    ctx_teardown();
+}
+
+static void test_fd_remove_in_handler(void)
+{
+    FdData a = { 0 }, b = { 0 };
+
+    ctx_setup();
+    g_assert_cmpint(event_notifier_init(&a.e, true), ==, 0);
+    g_assert_cmpint(event_notifier_init(&b.e, true), ==, 0);
+    /* Each removes itself and the other; both fds are ready in the same
+     * epoll_wait(), so the second must be skipped, not used after free. */
+    a.remove_self = b.remove_self = true;
+    a.remove_other = &b;
+    b.remove_other = &a;
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&a.e), fd_read_cb, NULL,
+                       NULL, NULL, &a);
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&b.e), fd_read_cb, NULL,
+                       NULL, NULL, &b);
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_cmpint(a.reads + b.reads, ==, 1);
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(a.reads + b.reads, ==, 1);
+
+    /* Re-registering an fd removed earlier works. */
+    event_notifier_set(&a.e);
+    a.remove_self = false;
+    a.remove_other = NULL;
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&a.e), fd_read_cb, NULL,
+                       NULL, NULL, &a);
+    g_assert_true(aio_poll(ctx, false));
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&a.e), NULL, NULL, NULL,
+                       NULL, NULL);
+
+    event_notifier_cleanup(&a.e);
+    event_notifier_cleanup(&b.e);
+    ctx_teardown();
+}
+
+/* ---- polling ---- */
+
+typedef struct PollData {
+    EventNotifier e;
+    int polls;
+    int ready;
+    int reads;
+    bool has_work;
+} PollData;
+
+static bool poll_fn(void *opaque)
+{
+    PollData *d = opaque;
+
+    d->polls++;
+    return d->has_work;
+}
+
+static void poll_ready_cb(void *opaque)
+{
+    PollData *d = opaque;
+
+    d->ready++;
+}
+
+static void poll_read_cb(void *opaque)
+{
+    PollData *d = opaque;
+
+    d->reads++;
+    event_notifier_test_and_clear(&d->e);
+}
+
+static void test_poll_without_epoll(void)
+{
+    PollData d = { .has_work = true };
+    AioContextStats before, after;
+
+    ctx_setup();
+    g_assert_cmpint(event_notifier_init(&d.e, false), ==, 0);
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), poll_read_cb, NULL,
+                       poll_fn, poll_ready_cb, &d);
+    aio_context_set_poll_params(ctx, 1000000, 0, 0);
+
+    before = get_stats();
+    g_assert_true(aio_poll(ctx, false));
+    g_assert_true(aio_poll(ctx, true));
+    after = get_stats();
+    g_assert_cmpuint(after.poll_hits, ==, before.poll_hits + 2);
+    g_assert_cmpint(d.ready, ==, 2);
+    g_assert_cmpint(d.reads, ==, 0);
+    /* Every handler is pollable and polling found work: no syscall. */
+    g_assert_cmpuint(after.epoll_waits, ==, before.epoll_waits);
+
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), NULL, NULL, NULL,
+                       NULL, NULL);
+    event_notifier_cleanup(&d.e);
+    ctx_teardown();
+}
+
+static void test_poll_disabled(void)
+{
+    PollData d = { .has_work = true };
+
+    ctx_setup();
+    g_assert_cmpint(event_notifier_init(&d.e, false), ==, 0);
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), poll_read_cb, NULL,
+                       poll_fn, poll_ready_cb, &d);
+    aio_context_set_poll_params(ctx, 0, 0, 0);
+
+    g_assert_false(aio_poll(ctx, false));
+    event_notifier_set(&d.e);
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(d.reads, ==, 1);
+    g_assert_cmpint(d.polls, ==, 0);
+    g_assert_cmpint(d.ready, ==, 0);
+    g_assert_cmpuint(get_stats().poll_hits, ==, 0);
+    g_assert_cmpuint(get_stats().epoll_waits, ==, 2);
+
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), NULL, NULL, NULL,
+                       NULL, NULL);
+    event_notifier_cleanup(&d.e);
+    ctx_teardown();
+}
+
+/* The window grows from 4us, doubling, up to poll-max-ns, while events
+ * arrive right after it (here: the fd is ready when epoll_wait() runs). */
+static void test_poll_window_grows(void)
+{
+    PollData d = { .has_work = false };
+    int64_t expect[] = { 4000, 8000, 16000, 32000, 64000 };
+    unsigned i;
+
+    ctx_setup();
+    g_assert_cmpint(event_notifier_init(&d.e, false), ==, 0);
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), poll_read_cb, NULL,
+                       poll_fn, poll_ready_cb, &d);
+    /* Far above any window reached here (1 s), so each short wait grows
+     * it even on a loaded machine or under valgrind. */
+    aio_context_set_poll_params(ctx, 1000 * 1000 * 1000, 0, 0);
+    g_assert_cmpint(get_stats().poll_ns, ==, 0);
+
+    for (i = 0; i < ARRAY_SIZE(expect); i++) {
+        event_notifier_set(&d.e);
+        g_assert_true(aio_poll(ctx, true));
+        g_assert_cmpint(get_stats().poll_ns, ==, expect[i]);
+    }
+    g_assert_cmpint(d.reads, ==, (int)ARRAY_SIZE(expect));
+    g_assert_cmpint(d.ready, ==, 0);
+    g_assert_cmpint(d.polls, >=, (int)ARRAY_SIZE(expect));
+
+    /* Lowering the limit clamps the window. */
+    aio_context_set_poll_params(ctx, 5000, 0, 0);
+    g_assert_cmpint(get_stats().poll_ns, ==, 5000);
+
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), NULL, NULL, NULL,
+                       NULL, NULL);
+    event_notifier_cleanup(&d.e);
+    ctx_teardown();
+}
+
+static gpointer late_set_thread(gpointer opaque)
+{
+    PollData *d = opaque;
+
+    g_usleep(50 * 1000);
+    event_notifier_set(&d->e);
+    return NULL;
+}
+
+/* A loop that sleeps far longer than poll-max-ns shrinks the window. */
+static void test_poll_window_shrinks(void)
+{
+    PollData d = { .has_work = false };
+    GThread *thread;
+    int64_t before;
+    int i;
+
+    ctx_setup();
+    g_assert_cmpint(event_notifier_init(&d.e, false), ==, 0);
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), poll_read_cb, NULL,
+                       poll_fn, poll_ready_cb, &d);
+    /* 10 ms: the 50 ms sleep below is always longer. */
+    aio_context_set_poll_params(ctx, 10 * 1000 * 1000, 0, 0);
+    for (i = 0; i < 10000 && get_stats().poll_ns < 32000; i++) {
+        event_notifier_set(&d.e);
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpint(get_stats().poll_ns, >=, 32000);
+    before = get_stats().poll_ns;
+
+    d.reads = 0;
+    thread = g_thread_new("late", late_set_thread, &d);
+    while (d.reads == 0) {
+        aio_poll(ctx, true);
+    }
+    g_thread_join(thread);
+    g_assert_cmpint(get_stats().poll_ns, <, before);
+
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), NULL, NULL, NULL,
+                       NULL, NULL);
+    event_notifier_cleanup(&d.e);
+    ctx_teardown();
+}
+
+/* ---- notify ---- */
+
+static void notify_from_bh(void *opaque)
+{
+    aio_notify(opaque);
+}
+
+static void test_notify_skips_write(void)
+{
+    ctx_setup();
+    /* The owner is running (not in epoll_wait): no eventfd write. */
+    aio_notify(ctx);
+    aio_notify(ctx);
+    g_assert_cmpuint(get_stats().notify_writes, ==, 0);
+    /* A pending notification makes the next poll return at once. */
+    g_assert_false(aio_poll(ctx, true));
+
+    /* Scheduling from the owner thread does not write either. */
+    aio_bh_schedule_oneshot(ctx, notify_from_bh, ctx, "test-notify");
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpuint(get_stats().notify_writes, ==, 0);
+    ctx_teardown();
+}
+
+/* ---- context ---- */
+
+static int engine_cleanups;
+
+static void engine_cleanup(void *state)
+{
+    g_assert_cmpint(GPOINTER_TO_INT(state), ==, 42);
+    engine_cleanups++;
+}
+
+static void test_context_engine(void)
+{
+    ctx_setup();
+    g_assert_true(qemu_get_current_aio_context() == ctx);
+    g_assert_null(aio_get_engine(ctx, AIO_ENGINE_NULL));
+    aio_set_engine(ctx, AIO_ENGINE_NULL, GINT_TO_POINTER(42), engine_cleanup);
+    g_assert_true(aio_get_engine(ctx, AIO_ENGINE_NULL) == GINT_TO_POINTER(42));
+    ctx_teardown();
+    g_assert_cmpint(engine_cleanups, ==, 1);
+    g_assert_null(qemu_get_current_aio_context());
+}
+
+static void nested_poll_bh(void *opaque)
+{
+    aio_poll(opaque, false);
+}
+
+static void test_poll_nested_asserts(void)
+{
+    if (g_test_subprocess()) {
+        ctx_setup();
+        aio_bh_schedule_oneshot(ctx, nested_poll_bh, ctx, "nested");
+        aio_poll(ctx, false);
+        return;
+    }
+    g_test_trap_subprocess(NULL, 0, 0);
+    g_test_trap_assert_failed();
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/aio/bh/schedule", test_bh_schedule);
+    g_test_add_func("/aio/bh/schedule-twice-runs-once", test_bh_schedule_twice);
+    g_test_add_func("/aio/bh/cancel", test_bh_cancel);
+    g_test_add_func("/aio/bh/delete", test_bh_delete);
+    g_test_add_func("/aio/bh/delete-from-callback",
+                    test_bh_delete_from_callback);
+    g_test_add_func("/aio/bh/oneshot", test_bh_oneshot);
+    g_test_add_func("/aio/bh/schedule-from-thread",
+                    test_bh_schedule_from_thread);
+    g_test_add_func("/aio/bh/leak-reported", test_bh_leak_reported);
+    g_test_add_func("/aio/fd/read", test_fd_read);
+    g_test_add_func("/aio/fd/write", test_fd_write);
+    g_test_add_func("/aio/fd/remove-in-handler", test_fd_remove_in_handler);
+    g_test_add_func("/aio/poll/handler-called-without-epoll",
+                    test_poll_without_epoll);
+    g_test_add_func("/aio/poll/disabled", test_poll_disabled);
+    g_test_add_func("/aio/poll/window-grows", test_poll_window_grows);
+    g_test_add_func("/aio/poll/window-shrinks", test_poll_window_shrinks);
+    g_test_add_func("/aio/notify/skips-write-when-running",
+                    test_notify_skips_write);
+    g_test_add_func("/aio/context/engine-cleanup", test_context_engine);
+#ifndef NDEBUG
+    g_test_add_func("/aio/poll/nested-asserts", test_poll_nested_asserts);
+#endif
+    return g_test_run();
+}

@@ -1,0 +1,430 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The epoll side of AioContext: fd handlers, adaptive busy polling and
+ * aio_poll().
+ *
+ * Theory of operation.  One iteration of aio_poll() is:
+ *   1. run scheduled bottom halves;
+ *   2. if polling is enabled (poll_max_ns > 0), call every handler's
+ *      io_poll() at least once and, when blocking, keep calling them until
+ *      one has work or the current window (poll_ns) is over; no syscalls;
+ *   3. unless polling found work and every handler can be polled, announce
+ *      that we may sleep (notify_me), re-check for news and epoll_wait();
+ *   4. run the ready fd handlers, then the bottom halves they (or other
+ *      threads) scheduled;
+ *   5. adapt the window: keep it if polling caught the event, grow it
+ *      (x grow, from POLL_NS_START) if the event came shortly after the
+ *      window, shrink it (/ shrink) if the loop slept longer than
+ *      poll_max_ns anyway.
+ * Handlers removed while the list is walked are only marked deleted and
+ * freed once nobody walks it, so a handler may remove itself or others.
+ * The context's own eventfd is an internal handler whose io_poll() looks at
+ * ctx->notified, so aio_notify() also ends a poll window without a syscall.
+ */
+#include "qemu/osdep.h"
+#include <sys/epoll.h>
+#include <time.h>
+#include "qemu/aio.h"
+#include "qemu/error-report.h"
+#include "aio-internal.h"
+
+#define POLL_NS_START 4000
+#define AIO_MAX_EVENTS 64
+
+static int64_t aio_clock_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static uint32_t aio_handler_events(const AioHandler *h)
+{
+    return (h->io_read ? EPOLLIN : 0) | (h->io_write ? EPOLLOUT : 0);
+}
+
+static AioHandler *aio_find_handler(AioContext *ctx, int fd)
+{
+    AioHandler *h;
+
+    QLIST_FOREACH(h, &ctx->handlers, node) {
+        if (h->fd == fd && !h->deleted) {
+            return h;
+        }
+    }
+    return NULL;
+}
+
+static void aio_handler_count(AioContext *ctx, const AioHandler *h, int sign)
+{
+    if (h->io_poll) {
+        ctx->poll_handler_cnt += sign;
+    } else {
+        ctx->poll_disable_cnt += sign;
+    }
+}
+
+static void aio_remove_handler(AioContext *ctx, AioHandler *h)
+{
+    if (epoll_ctl(ctx->epollfd, EPOLL_CTL_DEL, h->fd, NULL) < 0 &&
+        errno != EBADF && errno != ENOENT) {
+        warn_report("epoll_ctl(DEL, fd %d): %s", h->fd, g_strerror(errno));
+    }
+    aio_handler_count(ctx, h, -1);
+    if (ctx->walking) {
+        /* Someone iterates the list (or holds @h from epoll): defer. */
+        h->deleted = true;
+        ctx->has_deleted = true;
+    } else {
+        QLIST_REMOVE(h, node);
+        g_free(h);
+    }
+}
+
+static void aio_purge_deleted(AioContext *ctx)
+{
+    AioHandler *h, *next;
+
+    if (ctx->walking || !ctx->has_deleted) {
+        return;
+    }
+    QLIST_FOREACH_SAFE(h, &ctx->handlers, node, next) {
+        if (h->deleted) {
+            QLIST_REMOVE(h, node);
+            g_free(h);
+        }
+    }
+    ctx->has_deleted = false;
+}
+
+static AioHandler *aio_set_fd_handler_internal(AioContext *ctx, int fd,
+                                               IOHandler *io_read,
+                                               IOHandler *io_write,
+                                               AioPollFn *io_poll,
+                                               IOHandler *io_poll_ready,
+                                               void *opaque)
+{
+    AioHandler *h = aio_find_handler(ctx, fd);
+    struct epoll_event ev;
+    bool is_new = false;
+
+    if (!io_read && !io_write && !io_poll) {
+        if (h) {
+            aio_remove_handler(ctx, h);
+        }
+        return NULL;
+    }
+
+    if (!h) {
+        h = g_new0(AioHandler, 1);
+        h->fd = fd;
+        is_new = true;
+    } else {
+        aio_handler_count(ctx, h, -1);
+    }
+    h->io_read = io_read;
+    h->io_write = io_write;
+    h->io_poll = io_poll;
+    h->io_poll_ready = io_poll_ready;
+    h->opaque = opaque;
+
+    ev.events = aio_handler_events(h);
+    ev.data.ptr = h;
+    if (is_new || ev.events != h->events) {
+        if (epoll_ctl(ctx->epollfd, is_new ? EPOLL_CTL_ADD : EPOLL_CTL_MOD,
+                      fd, &ev) < 0) {
+            error_report("cannot watch fd %d: epoll_ctl: %s", fd,
+                         g_strerror(errno));
+            if (is_new) {
+                g_free(h);
+            } else {
+                aio_handler_count(ctx, h, +1);
+                aio_remove_handler(ctx, h);
+            }
+            return NULL;
+        }
+        h->events = ev.events;
+    }
+    aio_handler_count(ctx, h, +1);
+    if (is_new) {
+        QLIST_INSERT_HEAD(&ctx->handlers, h, node);
+    }
+    return h;
+}
+
+/* Owner thread. */
+void aio_set_fd_handler(AioContext *ctx, int fd,
+                        IOHandler *io_read, IOHandler *io_write,
+                        AioPollFn *io_poll, IOHandler *io_poll_ready,
+                        void *opaque)
+{
+    aio_set_fd_handler_internal(ctx, fd, io_read, io_write, io_poll,
+                                io_poll_ready, opaque);
+}
+
+static void aio_notifier_read(void *opaque)
+{
+    AioContext *ctx = opaque;
+
+    event_notifier_test_and_clear(&ctx->notifier);
+}
+
+static bool aio_notifier_poll(void *opaque)
+{
+    AioContext *ctx = opaque;
+
+    return atomic_load_explicit(&ctx->notified, memory_order_relaxed);
+}
+
+static void aio_notifier_poll_ready(void *opaque)
+{
+    /* Nothing: the bottom halves run after the poll window. */
+}
+
+bool aio_context_setup(AioContext *ctx, GError **errp)
+{
+    int ret;
+
+    ctx->epollfd = epoll_create1(EPOLL_CLOEXEC);
+    if (ctx->epollfd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot create event loop: "
+                    "epoll_create1: %s", g_strerror(errno));
+        return false;
+    }
+    ret = event_notifier_init(&ctx->notifier, false);
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot create event loop: "
+                    "eventfd: %s", g_strerror(-ret));
+        close(ctx->epollfd);
+        ctx->epollfd = -1;
+        return false;
+    }
+    ctx->notifier_handler =
+        aio_set_fd_handler_internal(ctx, event_notifier_get_fd(&ctx->notifier),
+                                    aio_notifier_read, NULL,
+                                    aio_notifier_poll,
+                                    aio_notifier_poll_ready, ctx);
+    if (!ctx->notifier_handler) {
+        g_set_error(errp, VB_ERROR, 0, "cannot create event loop: "
+                    "cannot watch its eventfd");
+        event_notifier_cleanup(&ctx->notifier);
+        close(ctx->epollfd);
+        ctx->epollfd = -1;
+        return false;
+    }
+    ctx->notifier_handler->internal = true;
+    ctx->poll_grow = 2;
+    ctx->poll_shrink = 2;
+    return true;
+}
+
+void aio_context_teardown(AioContext *ctx)
+{
+    AioHandler *h, *next;
+
+    assert(!ctx->walking);
+    QLIST_FOREACH_SAFE(h, &ctx->handlers, node, next) {
+        if (!h->deleted && !h->internal) {
+            warn_report("AioContext freed with a handler still registered "
+                        "for fd %d", h->fd);
+        }
+        QLIST_REMOVE(h, node);
+        g_free(h);
+    }
+    event_notifier_cleanup(&ctx->notifier);
+    close(ctx->epollfd);
+}
+
+/* Owner thread. */
+void aio_context_set_poll_params(AioContext *ctx, int64_t max_ns,
+                                 int64_t grow, int64_t shrink)
+{
+    ctx->poll_max_ns = max_ns > 0 ? max_ns : 0;
+    ctx->poll_grow = grow > 1 ? grow : 2;
+    ctx->poll_shrink = shrink > 1 ? shrink : 2;
+    if (aio_get_poll_ns(ctx) > ctx->poll_max_ns) {
+        aio_set_poll_ns(ctx, ctx->poll_max_ns);
+    }
+}
+
+/* One pass over the io_poll() callbacks.  Returns true if a user handler
+ * had work (and ran); *notified is set if the context was notified. */
+static bool aio_run_poll_handlers_once(AioContext *ctx, bool *notified)
+{
+    AioHandler *h;
+    bool progress = false;
+
+    QLIST_FOREACH(h, &ctx->handlers, node) {
+        if (h->deleted || !h->io_poll || !h->io_poll(h->opaque)) {
+            continue;
+        }
+        if (h->internal) {
+            *notified = true;
+            continue;
+        }
+        aio_stat_inc(&ctx->poll_hits);
+        progress = true;
+        if (h->io_poll_ready) {
+            h->io_poll_ready(h->opaque);
+        } else if (h->io_read) {
+            h->io_read(h->opaque);
+        }
+    }
+    return progress;
+}
+
+/* The busy-poll window.  With @blocking, keep going until work shows up or
+ * ctx->poll_ns elapsed; otherwise one pass.  Returns true on user work. */
+static bool aio_try_poll(AioContext *ctx, bool blocking, int64_t start,
+                         bool *notified)
+{
+    int64_t deadline = start + aio_get_poll_ns(ctx);
+    bool progress;
+
+    ctx->walking++;
+    do {
+        progress = aio_run_poll_handlers_once(ctx, notified);
+    } while (!progress && !*notified && blocking &&
+             aio_clock_ns() < deadline);
+    ctx->walking--;
+    aio_purge_deleted(ctx);
+    return progress;
+}
+
+static void aio_adjust_poll_window(AioContext *ctx, int64_t block_ns)
+{
+    int64_t ns = aio_get_poll_ns(ctx);
+
+    if (block_ns <= ns) {
+        /* Polling caught the event inside the window: keep it. */
+        return;
+    }
+    if (block_ns > ctx->poll_max_ns) {
+        /* Slept longer than we would ever poll: polling wasted CPU. */
+        ns /= ctx->poll_shrink;
+        if (ns < POLL_NS_START) {
+            ns = 0;
+        }
+    } else if (ns < ctx->poll_max_ns) {
+        /* The event came soon after the window: a longer one catches it. */
+        ns = ns ? ns * ctx->poll_grow : POLL_NS_START;
+        if (ns > ctx->poll_max_ns) {
+            ns = ctx->poll_max_ns;
+        }
+    }
+    aio_set_poll_ns(ctx, ns);
+}
+
+static bool aio_dispatch_events(AioContext *ctx, struct epoll_event *events,
+                                int n)
+{
+    bool progress = false;
+    int i;
+
+    ctx->walking++;
+    for (i = 0; i < n; i++) {
+        AioHandler *h = events[i].data.ptr;
+        uint32_t revents = events[i].events;
+
+        if (!h->deleted && h->io_read &&
+            (revents & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
+            h->io_read(h->opaque);
+            progress |= !h->internal;
+        }
+        /* A hang-up goes to io_read if there is one, else to io_write, so
+         * a level-triggered HUP cannot spin the loop unseen. */
+        if (!h->deleted && h->io_write &&
+            (revents & (EPOLLOUT | EPOLLERR |
+                        (h->io_read ? 0 : EPOLLHUP)))) {
+            h->io_write(h->opaque);
+            progress |= !h->internal;
+        }
+    }
+    ctx->walking--;
+    aio_purge_deleted(ctx);
+    return progress;
+}
+
+/* Owner thread; never from a callback of the same context. */
+bool aio_poll(AioContext *ctx, bool blocking)
+{
+    struct epoll_event events[AIO_MAX_EVENTS];
+    bool progress, polled = false, notified = false;
+    bool poll_window = false;
+    int64_t start = 0;
+    bool may_sleep = false;
+    int timeout, n;
+
+    /* Nested event loops are forbidden (see aio.h). */
+    assert(!ctx->in_poll);
+    ctx->in_poll = true;
+    aio_context_set_current(ctx);
+    aio_stat_inc(&ctx->iterations);
+
+    progress = aio_bh_poll(ctx);
+    timeout = (blocking && !progress && !aio_bh_pending(ctx)) ? -1 : 0;
+
+    if (ctx->poll_max_ns && ctx->poll_handler_cnt > 1) {
+        /* > 1: the notifier alone is not worth polling. */
+        poll_window = timeout != 0;
+        start = aio_clock_ns();
+        polled = aio_try_poll(ctx, timeout != 0, start, &notified);
+        if (polled || notified) {
+            timeout = 0;
+        }
+        progress |= polled;
+    }
+
+    if (!(polled && ctx->poll_disable_cnt == 0)) {
+        if (timeout) {
+            /*
+             * We may sleep: say so, then look for news once more.  The
+             * seq_cst store and fence pair with the fence in aio_notify():
+             * either it sees notify_me and writes the eventfd, or we see
+             * its BH / notified flag here and do not sleep.
+             */
+            may_sleep = true;
+            atomic_store(&ctx->notify_me, true);
+            atomic_thread_fence(memory_order_seq_cst);
+            if (aio_bh_pending(ctx) || atomic_load(&ctx->notified)) {
+                timeout = 0;
+            }
+        }
+        aio_stat_inc(&ctx->epoll_waits);
+        n = epoll_wait(ctx->epollfd, events, AIO_MAX_EVENTS, timeout);
+        if (may_sleep) {
+            atomic_store_explicit(&ctx->notify_me, false,
+                                  memory_order_release);
+        }
+        if (n < 0) {
+            if (errno != EINTR) {
+                warn_report("epoll_wait: %s", g_strerror(errno));
+            }
+            n = 0;
+        }
+    } else {
+        n = 0;
+    }
+
+    /*
+     * Accept the notification before looking at the BHs: pairs with the
+     * store in aio_notify() that follows the BH push, so a BH whose
+     * notification we clear here is seen by aio_bh_poll() below.
+     */
+    if (atomic_load_explicit(&ctx->notified, memory_order_relaxed)) {
+        atomic_exchange(&ctx->notified, false);
+    }
+
+    if (n > 0) {
+        progress |= aio_dispatch_events(ctx, events, n);
+    }
+    progress |= aio_bh_poll(ctx);
+
+    if (poll_window) {
+        aio_adjust_poll_window(ctx, aio_clock_ns() - start);
+    }
+
+    ctx->in_poll = false;
+    return progress;
+}
