@@ -87,6 +87,12 @@ bool virtio_blk_set_config(VirtioBlkDev *dev, const uint8_t *data,
  * short, no writable status byte, sector past the end, write to a read-only
  * export, unsupported type) complete with IOERR or UNSUPP through @done
  * like any other request.
+ *
+ * A chain without any writable byte cannot carry a status: @done then gets
+ * VIRTIO_BLK_S_IOERR with in_len 0 and nothing is written to guest memory;
+ * the caller pushes the element with length 0 (a well-behaved driver never
+ * sends such a chain).  @done may run before this function returns (no-I/O
+ * and malformed requests), so the caller must be ready for that.
  */
 void virtio_blk_process_req(VirtioBlkDev *dev, VirtioBlkReq *req,
                             struct iovec *out, unsigned int out_num,

@@ -23,8 +23,8 @@ typedef struct GuestMemRegion {
     uint64_t uva;               /* VMM virtual start */
     uint64_t mmap_offset;
     void *mmap_addr;            /* what mmap() returned */
-    size_t mmap_size;           /* size + mmap_offset */
-    uint8_t *host;              /* mmap_addr + mmap_offset = gpa's pointer */
+    size_t mmap_size;           /* size + (mmap_offset - mapped offset) */
+    uint8_t *host;              /* gpa's pointer in this process */
 } GuestMemRegion;
 
 typedef struct GuestMemory {
@@ -35,7 +35,9 @@ typedef struct GuestMemory {
 void guest_mem_init(GuestMemory *mem);
 /* mmap @fd (MAP_SHARED, read-write) and add the region.  Rejects a zero
  * size, overflowing ranges, a region overlapping another (in guest-physical
- * space), a full table.  Takes no ownership of @fd (the caller closes it). */
+ * space), a full table, a regular file shorter than mmap_offset + size.
+ * The mapping starts at the page holding mmap_offset (any offset works).
+ * Takes no ownership of @fd (the caller closes it). */
 bool guest_mem_add_region(GuestMemory *mem, const VhostUserMemoryRegion *r,
                           int fd, GError **errp);
 /* Remove the region matching gpa/size/uva exactly; false if none. */

@@ -89,7 +89,8 @@ VirtQueueElement *virtqueue_pop(VirtQueue *vq);
 /* Return a popped element to the used ring with @len bytes written to its
  * in_sg.  Does not notify. */
 void virtqueue_push(VirtQueue *vq, VirtQueueElement *elem, uint32_t len);
-/* Give back a popped element without using it (it will be popped again). */
+/* Give back a popped element without using it (it will be popped again).
+ * Several elements must be given back in reverse pop order. */
 void virtqueue_unpop(VirtQueue *vq, VirtQueueElement *elem);
 /* Interrupt the driver if it wants one for what was pushed since the last
  * notify (event-idx or VRING_AVAIL_F_NO_INTERRUPT). One eventfd write at

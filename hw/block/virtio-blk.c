@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Transport-neutral virtio-blk request processing (VIRTIO 1.2 section 5.2):
+ * parse a request from the iovecs of one chain, check it, hand it to the
+ * block layer and report its status.
+ *
+ * Everything in the chain is guest-controlled: the header may be split
+ * across iovecs or be short, the status byte may be missing, the sector
+ * and lengths may point anywhere.  Each request is checked against the
+ * export (capacity, logical block size, read-only) before any I/O; a bad
+ * one completes at once with VIRTIO_BLK_S_IOERR or VIRTIO_BLK_S_UNSUPP.
+ * Nothing here allocates: all per-request state lives in VirtioBlkReq.
+ *
+ * Writethrough (the driver cleared "writeback" in the config space) is
+ * emulated by following each write with a flush of the image, reusing the
+ * request's control block from the write's completion callback.
+ */
+#include "qemu/osdep.h"
+#include "hw/block/virtio-blk.h"
+#include "qemu/iov.h"
+
+#include <linux/virtio_config.h>
+#include <linux/virtio_ring.h>
+
+/* Data segments per request we can describe: iov_storage minus room for a
+ * header and a status byte sharing descriptors with data. */
+#define VIRTIO_BLK_SEG_MAX_LIMIT (ARRAY_SIZE(((VirtioBlkReq *)0)->iov_storage) - 4)
+
+#ifndef VIRTIO_BLK_T_GET_LIFETIME
+#define VIRTIO_BLK_T_GET_LIFETIME 10
+#endif
+
+/* Called from: the main thread. */
+bool virtio_blk_dev_init(VirtioBlkDev *dev, BlockBackend *blk,
+                         const VirtioBlkConf *conf, GError **errp)
+{
+    uint32_t lbs = conf->logical_block_size ? conf->logical_block_size : 512;
+    uint64_t len;
+
+    if (lbs < VIRTIO_BLK_SECTOR_SIZE || lbs > 65536 || (lbs & (lbs - 1))) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "logical block size %u is invalid (use 512 or 4096)", lbs);
+        return false;
+    }
+    if (lbs < blk_get_logical_block_size(blk)) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "logical block size %u is smaller than the backing "
+                    "device's %u", lbs, blk_get_logical_block_size(blk));
+        return false;
+    }
+    if (conf->seg_max > VIRTIO_BLK_SEG_MAX_LIMIT) {
+        g_set_error(errp, VB_ERROR, 0, "seg-max %u is too large (at most %zu)",
+                    conf->seg_max, (size_t)VIRTIO_BLK_SEG_MAX_LIMIT);
+        return false;
+    }
+    if (conf->num_queues == 0) {
+        g_set_error(errp, VB_ERROR, 0, "num-queues must be at least 1");
+        return false;
+    }
+    len = blk_getlength(blk);
+    if (len < lbs) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "the image (%" PRIu64 " bytes) is smaller than one block "
+                    "of %u bytes", len, lbs);
+        return false;
+    }
+
+    memset(dev, 0, sizeof(*dev));
+    dev->blk = blk;
+    dev->conf = *conf;
+    dev->conf.logical_block_size = lbs;
+    dev->conf.serial[VIRTIO_BLK_ID_BYTES] = '\0';
+    if (dev->conf.seg_max == 0) {
+        uint32_t qs = conf->queue_size ? conf->queue_size : 128;
+
+        dev->conf.seg_max = MIN(MAX(qs, 3) - 2, VIRTIO_BLK_SEG_MAX_LIMIT);
+    }
+    dev->conf.readonly = conf->readonly || blk_is_read_only(blk);
+    dev->conf.discard = conf->discard && blk_can_discard(blk);
+    /* A partial last block is not visible to the guest. */
+    dev->capacity = QEMU_ALIGN_DOWN(len, lbs) >> VIRTIO_BLK_SECTOR_BITS;
+    atomic_store(&dev->writeback, true);
+    return true;
+}
+
+/* Called from: any thread. */
+uint64_t virtio_blk_get_features(const VirtioBlkDev *dev)
+{
+    uint64_t f = 0;
+
+    f |= 1ull << VIRTIO_F_VERSION_1;
+    f |= 1ull << VIRTIO_RING_F_INDIRECT_DESC;
+    f |= 1ull << VIRTIO_RING_F_EVENT_IDX;
+    f |= 1ull << VIRTIO_BLK_F_SEG_MAX;
+    f |= 1ull << VIRTIO_BLK_F_BLK_SIZE;
+    f |= 1ull << VIRTIO_BLK_F_TOPOLOGY;
+    f |= 1ull << VIRTIO_BLK_F_FLUSH;
+    f |= 1ull << VIRTIO_BLK_F_CONFIG_WCE;
+    f |= 1ull << VIRTIO_BLK_F_MQ;
+    if (dev->conf.discard) {
+        f |= 1ull << VIRTIO_BLK_F_DISCARD;
+    }
+    if (dev->conf.write_zeroes) {
+        f |= 1ull << VIRTIO_BLK_F_WRITE_ZEROES;
+    }
+    if (dev->conf.readonly) {
+        f |= 1ull << VIRTIO_BLK_F_RO;
+    }
+    return f;
+}
+
+static uint32_t virtio_blk_max_sectors(const VirtioBlkDev *dev)
+{
+    uint32_t align = dev->conf.logical_block_size >> VIRTIO_BLK_SECTOR_BITS;
+
+    return QEMU_ALIGN_DOWN(VIRTIO_BLK_MAX_DISCARD_SECTORS, align);
+}
+
+/* Called from: any thread (reads the atomic writeback flag). */
+void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg)
+{
+    uint32_t lbs = dev->conf.logical_block_size;
+    uint32_t pbs = MAX(blk_get_physical_block_size(dev->blk), lbs);
+    uint8_t exp = 0;
+
+    while ((lbs << (exp + 1)) <= pbs && exp < 15) {
+        exp++;
+    }
+
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->capacity = GUINT64_TO_LE(dev->capacity);
+    cfg->size_max = 0;                      /* SIZE_MAX not offered */
+    cfg->seg_max = GUINT32_TO_LE(dev->conf.seg_max);
+    cfg->blk_size = GUINT32_TO_LE(lbs);
+    cfg->physical_block_exp = exp;
+    cfg->alignment_offset = 0;
+    /* in logical blocks: one physical block */
+    cfg->min_io_size = GUINT16_TO_LE(1u << exp);
+    cfg->opt_io_size = 0;
+    cfg->wce = atomic_load(&dev->writeback) ? 1 : 0;
+    cfg->num_queues = GUINT16_TO_LE(dev->conf.num_queues);
+    cfg->max_discard_sectors = GUINT32_TO_LE(virtio_blk_max_sectors(dev));
+    cfg->max_discard_seg = GUINT32_TO_LE(1);
+    cfg->discard_sector_alignment =
+        GUINT32_TO_LE(lbs >> VIRTIO_BLK_SECTOR_BITS);
+    cfg->max_write_zeroes_sectors = GUINT32_TO_LE(virtio_blk_max_sectors(dev));
+    cfg->max_write_zeroes_seg = GUINT32_TO_LE(1);
+    cfg->write_zeroes_may_unmap = 1;
+}
+
+/* Called from: the main thread (SET_CONFIG). */
+bool virtio_blk_set_config(VirtioBlkDev *dev, const uint8_t *data,
+                           uint32_t offset, uint32_t size)
+{
+    if (offset != offsetof(struct virtio_blk_config, wce) || size != 1) {
+        return false;
+    }
+    atomic_store(&dev->writeback, data[0] != 0);
+    return true;
+}
+
+/* Complete @req now or from its I/O callback.  Owner thread. */
+static void virtio_blk_req_complete(VirtioBlkReq *req, uint8_t status)
+{
+    uint32_t in_len;
+
+    if (req->status) {
+        *req->status = status;
+        in_len = req->in_len + 1;
+    } else {
+        /* No writable byte: the request cannot carry a status. */
+        status = VIRTIO_BLK_S_IOERR;
+        in_len = 0;
+    }
+    req->done(req, status, in_len, req->opaque);
+}
+
+static void virtio_blk_io_cb(void *opaque, int ret)
+{
+    VirtioBlkReq *req = opaque;
+    uint8_t status;
+
+    if (ret == 0 && req->sync_after_write) {
+        /* Writethrough: the write is done, now make it durable.  The
+         * block layer no longer uses the control block. */
+        req->sync_after_write = false;
+        blk_aio_flush(req->dev->blk, &req->acb, virtio_blk_io_cb, req);
+        return;
+    }
+    if (ret == 0) {
+        status = VIRTIO_BLK_S_OK;
+    } else if (ret == -ENOTSUP && req->type == VIRTIO_BLK_T_DISCARD) {
+        status = VIRTIO_BLK_S_UNSUPP;
+    } else {
+        status = VIRTIO_BLK_S_IOERR;
+    }
+    virtio_blk_req_complete(req, status);
+}
+
+/* Whether [sector, sector + nsectors) is aligned and inside the disk. */
+static bool virtio_blk_range_ok(VirtioBlkDev *dev, uint64_t sector,
+                                uint64_t nsectors)
+{
+    uint64_t align = dev->conf.logical_block_size >> VIRTIO_BLK_SECTOR_BITS;
+
+    return sector % align == 0 && nsectors % align == 0 &&
+           sector <= dev->capacity && nsectors <= dev->capacity - sector;
+}
+
+/* Read or write: data in req->data_iov, checked against the disk. */
+static uint8_t virtio_blk_start_rw(VirtioBlkDev *dev, VirtioBlkReq *req,
+                                   uint64_t sector, bool is_write)
+{
+    size_t len = iov_size(req->data_iov, req->data_niov);
+
+    if (len % VIRTIO_BLK_SECTOR_SIZE != 0 ||
+        !virtio_blk_range_ok(dev, sector, len >> VIRTIO_BLK_SECTOR_BITS)) {
+        return VIRTIO_BLK_S_IOERR;
+    }
+    if (len == 0) {
+        return VIRTIO_BLK_S_OK;
+    }
+    if (is_write) {
+        req->sync_after_write = !atomic_load(&dev->writeback);
+        blk_aio_pwritev(dev->blk, &req->acb,
+                        (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
+                        req->data_iov, req->data_niov, 0,
+                        virtio_blk_io_cb, req);
+    } else {
+        blk_aio_preadv(dev->blk, &req->acb,
+                       (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
+                       req->data_iov, req->data_niov, virtio_blk_io_cb, req);
+    }
+    return 0xff;                /* in flight */
+}
+
+/* DISCARD / WRITE_ZEROES: one segment in the payload after the header. */
+static uint8_t virtio_blk_start_dwz(VirtioBlkDev *dev, VirtioBlkReq *req,
+                                    struct iovec *out, unsigned int out_num)
+{
+    bool is_wz = req->type == VIRTIO_BLK_T_WRITE_ZEROES;
+    struct virtio_blk_discard_write_zeroes seg;
+    size_t payload = iov_size(out, out_num) - sizeof(struct virtio_blk_outhdr);
+    uint64_t sector;
+    uint32_t nsectors, flags;
+
+    if (dev->conf.readonly) {
+        return VIRTIO_BLK_S_IOERR;
+    }
+    if (is_wz ? !dev->conf.write_zeroes : !dev->conf.discard) {
+        return VIRTIO_BLK_S_UNSUPP;     /* feature not offered */
+    }
+    if (payload == 0 || payload % sizeof(seg) != 0) {
+        return VIRTIO_BLK_S_IOERR;
+    }
+    if (payload / sizeof(seg) > 1) {
+        return VIRTIO_BLK_S_UNSUPP;     /* max_*_seg is 1 */
+    }
+    iov_to_buf(out, out_num, sizeof(struct virtio_blk_outhdr), &seg,
+               sizeof(seg));
+    sector = GUINT64_FROM_LE(seg.sector);
+    nsectors = GUINT32_FROM_LE(seg.num_sectors);
+    flags = GUINT32_FROM_LE(seg.flags);
+
+    if (is_wz ? (flags & ~VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP) : flags) {
+        return VIRTIO_BLK_S_UNSUPP;
+    }
+    if (nsectors > virtio_blk_max_sectors(dev) ||
+        !virtio_blk_range_ok(dev, sector, nsectors)) {
+        return VIRTIO_BLK_S_IOERR;
+    }
+    if (nsectors == 0) {
+        return VIRTIO_BLK_S_OK;
+    }
+    if (is_wz) {
+        req->sync_after_write = !atomic_load(&dev->writeback);
+        blk_aio_pwrite_zeroes(dev->blk, &req->acb,
+                              (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
+                              (uint64_t)nsectors << VIRTIO_BLK_SECTOR_BITS,
+                              (flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP) ?
+                              BDRV_REQ_MAY_UNMAP : 0, virtio_blk_io_cb, req);
+    } else {
+        blk_aio_pdiscard(dev->blk, &req->acb,
+                         (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
+                         (uint64_t)nsectors << VIRTIO_BLK_SECTOR_BITS,
+                         virtio_blk_io_cb, req);
+    }
+    return 0xff;
+}
+
+/* The last writable byte of the chain, or NULL. */
+static uint8_t *virtio_blk_find_status(struct iovec *in, unsigned int in_num)
+{
+    unsigned int i = in_num;
+
+    while (i > 0) {
+        i--;
+        if (in[i].iov_len > 0) {
+            return (uint8_t *)in[i].iov_base + in[i].iov_len - 1;
+        }
+    }
+    return NULL;
+}
+
+/* Called from: the queue's owner iothread.  Hot path: no allocation. */
+void virtio_blk_process_req(VirtioBlkDev *dev, VirtioBlkReq *req,
+                            struct iovec *out, unsigned int out_num,
+                            struct iovec *in, unsigned int in_num,
+                            VirtioBlkReqDone *done, void *opaque)
+{
+    struct virtio_blk_outhdr hdr;
+    size_t in_size = iov_size(in, in_num);
+    uint8_t status;
+    uint64_t sector;
+    int n;
+
+    req->dev = dev;
+    req->done = done;
+    req->opaque = opaque;
+    req->type = UINT32_MAX;
+    req->in_len = 0;
+    req->data_iov = req->iov_storage;
+    req->data_niov = 0;
+    req->sync_after_write = false;
+    req->status = virtio_blk_find_status(in, in_num);
+
+    if (!req->status) {
+        virtio_blk_req_complete(req, VIRTIO_BLK_S_IOERR);
+        return;
+    }
+    if (iov_to_buf(out, out_num, 0, &hdr, sizeof(hdr)) != sizeof(hdr)) {
+        virtio_blk_req_complete(req, VIRTIO_BLK_S_IOERR);
+        return;
+    }
+    req->type = GUINT32_FROM_LE(hdr.type);
+    sector = GUINT64_FROM_LE(hdr.sector);
+
+    switch (req->type) {
+    case VIRTIO_BLK_T_IN:
+        /* data: every writable byte but the status */
+        n = iov_copy(req->iov_storage, ARRAY_SIZE(req->iov_storage),
+                     in, in_num, 0, in_size - 1);
+        if (n < 0) {
+            status = VIRTIO_BLK_S_IOERR;
+            break;
+        }
+        req->data_niov = n;
+        /* the whole buffer may have been written, even on error */
+        req->in_len = in_size - 1;
+        status = virtio_blk_start_rw(dev, req, sector, false);
+        break;
+    case VIRTIO_BLK_T_OUT:
+        if (dev->conf.readonly) {
+            status = VIRTIO_BLK_S_IOERR;
+            break;
+        }
+        n = iov_copy(req->iov_storage, ARRAY_SIZE(req->iov_storage),
+                     out, out_num, sizeof(hdr), SIZE_MAX);
+        if (n < 0) {
+            status = VIRTIO_BLK_S_IOERR;
+            break;
+        }
+        req->data_niov = n;
+        status = virtio_blk_start_rw(dev, req, sector, true);
+        break;
+    case VIRTIO_BLK_T_FLUSH:
+        if (dev->conf.readonly) {
+            status = VIRTIO_BLK_S_OK;   /* nothing can be dirty */
+            break;
+        }
+        blk_aio_flush(dev->blk, &req->acb, virtio_blk_io_cb, req);
+        status = 0xff;
+        break;
+    case VIRTIO_BLK_T_GET_ID: {
+        char id[VIRTIO_BLK_ID_BYTES] = { 0 };
+        size_t len = MIN(in_size - 1, sizeof(id));
+
+        /* zero padded; not NUL-terminated when 20 bytes long */
+        memcpy(id, dev->conf.serial, strnlen(dev->conf.serial, sizeof(id)));
+        req->in_len = iov_from_buf(in, in_num, 0, id, len);
+        status = VIRTIO_BLK_S_OK;
+        break;
+    }
+    case VIRTIO_BLK_T_DISCARD:
+    case VIRTIO_BLK_T_WRITE_ZEROES:
+        status = virtio_blk_start_dwz(dev, req, out, out_num);
+        break;
+    case VIRTIO_BLK_T_GET_LIFETIME:     /* not offered: no health data */
+    case VIRTIO_BLK_T_SECURE_ERASE:     /* not offered */
+    default:
+        status = VIRTIO_BLK_S_UNSUPP;
+        break;
+    }
+
+    if (status != 0xff) {
+        virtio_blk_req_complete(req, status);
+    }
+}

@@ -1,0 +1,844 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Split virtqueue, device side (VIRTIO 1.2 section 2.7), with event-idx,
+ * indirect descriptors and vhost-user inflight tracking.
+ *
+ * Theory of operation
+ *
+ * The driver (guest) owns the descriptor table and the available ring; the
+ * device (this code) owns the used ring.  Everything the driver wrote is
+ * untrusted and may change under our feet, so each descriptor is copied
+ * with single loads into a local before it is checked and used, and the
+ * avail index is read once per refill.  Any inconsistency marks the queue
+ * broken; nothing here aborts on guest data.
+ *
+ * Elements come from a pool indexed by descriptor head: a head is "in
+ * flight" from pop until push (or unpop).  The driver may not reuse a head
+ * before the device returned it, so a head that is popped twice is a
+ * driver bug and breaks the queue.
+ *
+ * Inflight region (vhost-user INFLIGHT_SHMFD): a shared memory area that
+ * survives a crash of this process.  Pop marks desc[head].inflight = 1 with
+ * an increasing counter; push records last_batch_head, writes the used
+ * ring, clears the inflight flag and finally copies the used index into
+ * region->used_idx.  On the next start, a region whose used_idx differs
+ * from the ring's tells us the crash hit between those steps, and the
+ * heads still marked are replayed in counter order before any new chain.
+ *
+ * Memory ordering (C11 atomics; the driver uses the Linux virtio barriers):
+ *  - avail->idx is loaded with acquire: pairs with the driver's write
+ *    barrier between filling avail->ring[] / descriptors and bumping idx.
+ *  - used->idx is stored with release: pairs with the driver's read barrier
+ *    after it loads used->idx and before it reads used->ring[].
+ *  - a full fence between publishing used->idx and reading used_event /
+ *    avail->flags: pairs with the driver's full barrier between writing
+ *    used_event (or clearing its no-interrupt flag) and re-reading used->idx.
+ *  - a full fence after enabling notifications (avail_event or used->flags)
+ *    and before re-checking avail->idx: pairs with the driver's full
+ *    barrier between bumping avail->idx and reading avail_event / flags.
+ */
+#include "qemu/osdep.h"
+#include "hw/virtio/virtqueue.h"
+#include "qemu/error-report.h"
+
+#include <linux/virtio_ring.h>
+
+/* Single, untorn loads and stores of guest-shared fields */
+#define VQ_LOAD(p)        __atomic_load_n((p), __ATOMIC_RELAXED)
+#define VQ_STORE(p, v)    __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+
+/* elem_state[] values */
+enum {
+    VQ_ELEM_FREE = 0,
+    VQ_ELEM_POPPED = 1,
+    VQ_ELEM_POPPED_RESUBMIT = 2,    /* popped from the resubmit list */
+};
+
+#define VQ_INFLIGHT_VERSION 1
+
+struct VirtQueue {
+    unsigned int index;
+    unsigned int num;
+    bool addr_set;
+    VhostUserVringAddr addr;
+    EventNotifier kick;
+    EventNotifier call;
+    bool event_idx;
+    bool enabled;
+    bool started;
+    bool broken;
+    bool notification;          /* driver kicks wanted */
+
+    /* Rings, valid while started */
+    struct vring_desc *desc;
+    struct vring_avail *avail;
+    struct vring_used *used;
+    const GuestMemory *mem;
+
+    uint16_t last_avail_idx;    /* next avail entry to pop */
+    uint16_t shadow_avail_idx;  /* last avail->idx we read */
+    uint16_t used_idx;          /* our copy of used->idx */
+    uint16_t used_flags;        /* our copy of used->flags */
+    uint16_t signalled_used;    /* used_idx at the last notify decision */
+    bool signalled_used_valid;
+    unsigned int pushed_since_notify;
+
+    /* Element pool, one per head (allocated for pool_num heads) */
+    unsigned int pool_num;
+    VirtQueueElement *elems;
+    uint8_t *elem_state;
+    unsigned int inflight_count;
+
+    /* Inflight tracking and replay */
+    VhostUserQueueRegionSplit *inflight;
+    uint64_t inflight_counter;
+    uint16_t *resubmit;         /* heads to replay, in order */
+    unsigned int resubmit_num;
+    unsigned int resubmit_pos;
+
+    VirtQueueStats stats;
+};
+
+/* Called from: the main thread. */
+VirtQueue *virtqueue_new(unsigned int index)
+{
+    VirtQueue *vq = g_new0(VirtQueue, 1);
+
+    vq->index = index;
+    vq->kick.fd = -1;
+    vq->call.fd = -1;
+    vq->notification = true;
+    return vq;
+}
+
+static void virtqueue_free_pool(VirtQueue *vq)
+{
+    g_free(vq->elems);
+    g_free(vq->elem_state);
+    g_free(vq->resubmit);
+    vq->elems = NULL;
+    vq->elem_state = NULL;
+    vq->resubmit = NULL;
+    vq->pool_num = 0;
+    vq->resubmit_num = vq->resubmit_pos = 0;
+}
+
+/* Called from: the main thread, queue stopped. */
+void virtqueue_free(VirtQueue *vq)
+{
+    if (!vq) {
+        return;
+    }
+    if (vq->kick.fd >= 0) {
+        event_notifier_cleanup(&vq->kick);
+    }
+    if (vq->call.fd >= 0) {
+        event_notifier_cleanup(&vq->call);
+    }
+    virtqueue_free_pool(vq);
+    g_free(vq);
+}
+
+/* Called from: any thread. */
+unsigned int virtqueue_get_index(VirtQueue *vq)
+{
+    return vq->index;
+}
+
+/* Called from: the main thread, queue stopped. */
+bool virtqueue_set_num(VirtQueue *vq, unsigned int num, GError **errp)
+{
+    if (num == 0 || num > VIRTQUEUE_MAX_SIZE || (num & (num - 1)) != 0) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: invalid size %u (must be a power of 2 "
+                    "between 1 and %u)", vq->index, num, VIRTQUEUE_MAX_SIZE);
+        return false;
+    }
+    vq->num = num;
+    return true;
+}
+
+/* Called from: the main thread, queue stopped. */
+bool virtqueue_set_addr(VirtQueue *vq, const VhostUserVringAddr *addr,
+                        GError **errp)
+{
+    /* VIRTIO 1.2 2.7: alignment 16 / 2 / 4 for desc / avail / used */
+    if (addr->desc_user_addr % 16 || addr->avail_user_addr % 2 ||
+        addr->used_user_addr % 4) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: misaligned ring addresses (desc 0x%" PRIx64
+                    ", avail 0x%" PRIx64 ", used 0x%" PRIx64 ")", vq->index,
+                    addr->desc_user_addr, addr->avail_user_addr,
+                    addr->used_user_addr);
+        return false;
+    }
+    vq->addr = *addr;
+    vq->addr_set = true;
+    return true;
+}
+
+/* Called from: the main thread, queue stopped. */
+void virtqueue_set_base(VirtQueue *vq, uint16_t last_avail_idx)
+{
+    vq->last_avail_idx = last_avail_idx;
+    vq->shadow_avail_idx = last_avail_idx;
+}
+
+/* Called from: the main thread, queue stopped (or the owner thread). */
+uint16_t virtqueue_get_base(VirtQueue *vq)
+{
+    return vq->last_avail_idx;
+}
+
+/* Called from: the main thread, queue stopped. */
+void virtqueue_set_kick_fd(VirtQueue *vq, int fd)
+{
+    if (vq->kick.fd >= 0) {
+        event_notifier_cleanup(&vq->kick);
+    }
+    vq->kick.fd = -1;
+    if (fd >= 0) {
+        event_notifier_init_fd(&vq->kick, fd);
+    }
+}
+
+/* Called from: the main thread, queue stopped. */
+void virtqueue_set_call_fd(VirtQueue *vq, int fd)
+{
+    if (vq->call.fd >= 0) {
+        event_notifier_cleanup(&vq->call);
+    }
+    vq->call.fd = -1;
+    if (fd >= 0) {
+        event_notifier_init_fd(&vq->call, fd);
+    }
+}
+
+/* Called from: any thread. */
+int virtqueue_get_kick_fd(VirtQueue *vq)
+{
+    return vq->kick.fd;
+}
+
+/* Called from: the main thread, queue stopped. */
+void virtqueue_set_event_idx(VirtQueue *vq, bool on)
+{
+    vq->event_idx = on;
+}
+
+/* Called from: the main thread. */
+void virtqueue_set_enabled(VirtQueue *vq, bool on)
+{
+    vq->enabled = on;
+}
+
+/* Called from: any thread. */
+bool virtqueue_is_enabled(VirtQueue *vq)
+{
+    return vq->enabled;
+}
+
+/* Called from: the main thread, queue stopped. */
+void virtqueue_set_inflight(VirtQueue *vq, VhostUserQueueRegionSplit *region)
+{
+    vq->inflight = region;
+}
+
+/* Called from: the main thread. */
+bool virtqueue_is_ready(VirtQueue *vq)
+{
+    return vq->num != 0 && vq->addr_set && vq->kick.fd >= 0;
+}
+
+/* Called from: the owner thread (or setup). */
+void virtqueue_set_broken(VirtQueue *vq, const char *fmt, ...)
+{
+    va_list ap;
+    g_autofree char *msg = NULL;
+
+    if (vq->broken) {
+        return;
+    }
+    vq->broken = true;
+    va_start(ap, fmt);
+    msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    error_report("virtqueue %u: broken: %s", vq->index, msg);
+}
+
+/* Called from: any thread. */
+bool virtqueue_is_broken(VirtQueue *vq)
+{
+    return vq->broken;
+}
+
+/* Called from: the owner thread. */
+void virtqueue_get_stats(VirtQueue *vq, VirtQueueStats *stats)
+{
+    *stats = vq->stats;
+}
+
+/* Called from: the owner thread. */
+unsigned int virtqueue_inflight_count(VirtQueue *vq)
+{
+    return vq->inflight_count;
+}
+
+/* Called from: any thread. */
+bool virtqueue_is_started(VirtQueue *vq)
+{
+    return vq->started;
+}
+
+static uint16_t *virtqueue_used_event(VirtQueue *vq)
+{
+    /* used_event follows avail->ring[num] */
+    return &vq->avail->ring[vq->num];
+}
+
+static uint16_t *virtqueue_avail_event(VirtQueue *vq)
+{
+    /* avail_event follows used->ring[num] */
+    return (uint16_t *)&vq->used->ring[vq->num];
+}
+
+/*
+ * Copy descriptor @i of @table with single loads: the guest may rewrite it
+ * concurrently, and every later check must see the same values as the
+ * use (no TOCTOU).
+ */
+static void virtqueue_read_desc(const struct vring_desc *table, unsigned int i,
+                                struct vring_desc *d)
+{
+    d->addr = VQ_LOAD(&table[i].addr);
+    d->len = VQ_LOAD(&table[i].len);
+    d->flags = VQ_LOAD(&table[i].flags);
+    d->next = VQ_LOAD(&table[i].next);
+}
+
+/*
+ * Walk the chain starting at @head into @elem.  Returns false (queue
+ * broken) on any inconsistency.  Hot path: no allocation, no syscall.
+ */
+static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
+                                VirtQueueElement *elem)
+{
+    const struct vring_desc *table = vq->desc;
+    unsigned int max = vq->num;
+    unsigned int i = head;
+    unsigned int count = 0;
+    unsigned int nsg = 0;
+    unsigned int out_num = 0, in_num = 0;
+    uint64_t total = 0;
+    bool in_indirect = false;
+    struct vring_desc d;
+
+    for (;;) {
+        if (++count > max) {
+            virtqueue_set_broken(vq, "descriptor chain of head %u is longer "
+                                 "than %u (loop?)", head, max);
+            return false;
+        }
+        virtqueue_read_desc(table, i, &d);
+
+        if (d.flags & VRING_DESC_F_INDIRECT) {
+            uint64_t ntable = d.len / sizeof(struct vring_desc);
+
+            if (in_indirect) {
+                virtqueue_set_broken(vq, "nested indirect descriptor in "
+                                     "chain of head %u", head);
+                return false;
+            }
+            if (d.flags & VRING_DESC_F_NEXT) {
+                virtqueue_set_broken(vq, "descriptor %u has both INDIRECT "
+                                     "and NEXT set", i);
+                return false;
+            }
+            if (d.len == 0 || d.len % sizeof(struct vring_desc) != 0 ||
+                ntable > VIRTQUEUE_MAX_SIZE) {
+                virtqueue_set_broken(vq, "invalid indirect table size %u "
+                                     "in chain of head %u", d.len, head);
+                return false;
+            }
+            /* The table must be contiguous in our address space. */
+            table = guest_mem_gpa_to_host(vq->mem, d.addr, d.len);
+            if (!table) {
+                virtqueue_set_broken(vq, "indirect table 0x%" PRIx64
+                                     "+0x%x outside guest memory (or "
+                                     "across regions)", (uint64_t)d.addr,
+                                     d.len);
+                return false;
+            }
+            in_indirect = true;
+            max = ntable;
+            i = 0;
+            count = 0;
+            continue;
+        }
+
+        if (d.flags & VRING_DESC_F_WRITE) {
+            /* device-writable */
+        } else if (in_num > 0) {
+            virtqueue_set_broken(vq, "device-readable descriptor after a "
+                                 "device-writable one in chain of head %u",
+                                 head);
+            return false;
+        }
+        total += d.len;
+        if (total > UINT32_MAX) {
+            virtqueue_set_broken(vq, "chain of head %u is longer than 4 GiB",
+                                 head);
+            return false;
+        }
+        if (d.len > 0) {
+            int n = guest_mem_gpa_to_iovec(vq->mem, d.addr, d.len,
+                                           &elem->sg[nsg],
+                                           VIRTQUEUE_MAX_SG - nsg);
+            if (n == -ENOBUFS) {
+                virtqueue_set_broken(vq, "chain of head %u needs more than "
+                                     "%u iovecs", head, VIRTQUEUE_MAX_SG);
+                return false;
+            }
+            if (n < 0) {
+                virtqueue_set_broken(vq, "descriptor 0x%" PRIx64 "+0x%x in "
+                                     "chain of head %u is outside guest "
+                                     "memory", (uint64_t)d.addr, d.len, head);
+                return false;
+            }
+            nsg += n;
+            if (d.flags & VRING_DESC_F_WRITE) {
+                in_num += n;
+            } else {
+                out_num += n;
+            }
+        }
+
+        if (!(d.flags & VRING_DESC_F_NEXT)) {
+            break;
+        }
+        i = d.next;
+        if (i >= max) {
+            virtqueue_set_broken(vq, "next index %u out of range (%u) in "
+                                 "chain of head %u", i, max, head);
+            return false;
+        }
+    }
+
+    elem->head = head;
+    elem->out_num = out_num;
+    elem->in_num = in_num;
+    elem->out_sg = elem->sg;
+    elem->in_sg = elem->sg + out_num;
+    return true;
+}
+
+static void virtqueue_inflight_mark(VirtQueue *vq, uint16_t head)
+{
+    VhostUserQueueRegionSplit *r = vq->inflight;
+
+    if (!r) {
+        return;
+    }
+    /* Plain stores in program order are enough: the region is read back
+     * only by a later instance of this process after a crash. */
+    VQ_STORE(&r->desc[head].counter, ++vq->inflight_counter);
+    atomic_signal_fence(memory_order_release);
+    VQ_STORE(&r->desc[head].inflight, 1);
+}
+
+static VirtQueueElement *virtqueue_pop_resubmit(VirtQueue *vq)
+{
+    uint16_t head = vq->resubmit[vq->resubmit_pos];
+    VirtQueueElement *elem = &vq->elems[head];
+
+    if (!virtqueue_map_chain(vq, head, elem)) {
+        return NULL;
+    }
+    vq->resubmit_pos++;
+    vq->elem_state[head] = VQ_ELEM_POPPED_RESUBMIT;
+    vq->inflight_count++;
+    vq->stats.popped++;
+    vq->stats.resubmitted++;
+    return elem;
+}
+
+/* Called from: the owner thread.  Hot path. */
+VirtQueueElement *virtqueue_pop(VirtQueue *vq)
+{
+    VirtQueueElement *elem;
+    uint16_t head;
+
+    if (unlikely(!vq->started || vq->broken)) {
+        return NULL;
+    }
+    if (unlikely(vq->resubmit_pos < vq->resubmit_num)) {
+        return virtqueue_pop_resubmit(vq);
+    }
+
+    if (vq->last_avail_idx == vq->shadow_avail_idx) {
+        uint16_t avail_idx;
+
+        /* Acquire: pairs with the driver's write barrier between filling
+         * the ring entry (and descriptors) and publishing avail->idx. */
+        avail_idx = __atomic_load_n(&vq->avail->idx, __ATOMIC_ACQUIRE);
+        if (unlikely((uint16_t)(avail_idx - vq->last_avail_idx) > vq->num)) {
+            virtqueue_set_broken(vq, "avail index jumped from %u to %u, "
+                                 "queue size %u", vq->last_avail_idx,
+                                 avail_idx, vq->num);
+            return NULL;
+        }
+        vq->shadow_avail_idx = avail_idx;
+        if (avail_idx == vq->last_avail_idx) {
+            return NULL;
+        }
+    }
+
+    head = VQ_LOAD(&vq->avail->ring[vq->last_avail_idx & (vq->num - 1)]);
+    if (unlikely(head >= vq->num)) {
+        virtqueue_set_broken(vq, "avail ring entry %u holds head %u, queue "
+                             "size %u", vq->last_avail_idx, head, vq->num);
+        return NULL;
+    }
+    if (unlikely(vq->elem_state[head] != VQ_ELEM_FREE)) {
+        virtqueue_set_broken(vq, "head %u made available again while in "
+                             "flight", head);
+        return NULL;
+    }
+    elem = &vq->elems[head];
+    if (unlikely(!virtqueue_map_chain(vq, head, elem))) {
+        return NULL;
+    }
+
+    vq->last_avail_idx++;
+    if (vq->event_idx && vq->notification) {
+        /* Kick me when you make the entry after this one available. */
+        VQ_STORE(virtqueue_avail_event(vq), vq->last_avail_idx);
+    }
+    vq->elem_state[head] = VQ_ELEM_POPPED;
+    vq->inflight_count++;
+    vq->stats.popped++;
+    virtqueue_inflight_mark(vq, head);
+    return elem;
+}
+
+/* Called from: the owner thread. */
+void virtqueue_unpop(VirtQueue *vq, VirtQueueElement *elem)
+{
+    uint16_t head = elem->head;
+
+    assert(head < vq->pool_num && vq->elem_state[head] != VQ_ELEM_FREE);
+    if (vq->elem_state[head] == VQ_ELEM_POPPED_RESUBMIT) {
+        /* Still pending in the inflight region: replay it again. */
+        assert(vq->resubmit_pos > 0);
+        vq->resubmit[--vq->resubmit_pos] = head;
+        vq->stats.resubmitted--;
+    } else {
+        /* Must be undone in reverse pop order, like libvhost-user. */
+        vq->last_avail_idx--;
+        if (vq->inflight) {
+            VQ_STORE(&vq->inflight->desc[head].inflight, 0);
+        }
+    }
+    vq->elem_state[head] = VQ_ELEM_FREE;
+    vq->inflight_count--;
+    vq->stats.popped--;
+}
+
+/* Called from: the owner thread.  Hot path. */
+void virtqueue_push(VirtQueue *vq, VirtQueueElement *elem, uint32_t len)
+{
+    VhostUserQueueRegionSplit *r = vq->inflight;
+    uint16_t head = elem->head;
+    struct vring_used_elem *ue;
+
+    assert(head < vq->pool_num && vq->elem_state[head] != VQ_ELEM_FREE);
+    vq->elem_state[head] = VQ_ELEM_FREE;
+    vq->inflight_count--;
+    if (unlikely(!vq->started)) {
+        /* Rings are gone: the request is dropped (the VMM reset us). */
+        return;
+    }
+
+    if (r) {
+        VQ_STORE(&r->last_batch_head, head);
+    }
+    ue = &vq->used->ring[vq->used_idx & (vq->num - 1)];
+    VQ_STORE(&ue->id, (uint32_t)head);
+    VQ_STORE(&ue->len, len);
+    vq->used_idx++;
+    /* Release: the used element is visible before the index that covers
+     * it; pairs with the driver's read barrier after loading used->idx. */
+    __atomic_store_n(&vq->used->idx, vq->used_idx, __ATOMIC_RELEASE);
+    if (r) {
+        /* Crash consistency only (a later instance reads this), so a
+         * compiler barrier keeps the steps in order. */
+        VQ_STORE(&r->desc[head].inflight, 0);
+        atomic_signal_fence(memory_order_release);
+        VQ_STORE(&r->used_idx, vq->used_idx);
+    }
+    vq->stats.pushed++;
+    vq->pushed_since_notify++;
+}
+
+/* Called from: the owner thread.  Once per batch. */
+void virtqueue_notify(VirtQueue *vq)
+{
+    bool need;
+
+    if (!vq->started || vq->pushed_since_notify == 0) {
+        return;
+    }
+    vq->pushed_since_notify = 0;
+
+    /* Full barrier: our used->idx store must be visible before we read
+     * the driver's used_event / flags.  Pairs with the driver's full
+     * barrier between writing used_event (or the flags) and re-reading
+     * used->idx before it sleeps. */
+    atomic_thread_fence(memory_order_seq_cst);
+
+    if (vq->event_idx) {
+        uint16_t old = vq->signalled_used;
+        uint16_t new = vq->used_idx;
+        bool valid = vq->signalled_used_valid;
+
+        vq->signalled_used = new;
+        vq->signalled_used_valid = true;
+        need = !valid ||
+               vring_need_event(VQ_LOAD(virtqueue_used_event(vq)), new, old);
+    } else {
+        need = !(VQ_LOAD(&vq->avail->flags) & VRING_AVAIL_F_NO_INTERRUPT);
+    }
+
+    if (!need) {
+        vq->stats.notifies_suppressed++;
+        return;
+    }
+    if (vq->call.fd >= 0) {
+        event_notifier_set(&vq->call);
+        vq->stats.notifies++;
+    }
+}
+
+/* Called from: the owner thread. */
+void virtqueue_set_notification(VirtQueue *vq, bool on)
+{
+    vq->notification = on;
+    if (!vq->started) {
+        return;
+    }
+    if (vq->event_idx) {
+        if (on) {
+            /* Kick me for anything after what is available now. */
+            VQ_STORE(virtqueue_avail_event(vq),
+                     __atomic_load_n(&vq->avail->idx, __ATOMIC_RELAXED));
+        }
+        /* off: leave avail_event behind; at most one more kick comes. */
+    } else {
+        if (on) {
+            vq->used_flags &= ~VRING_USED_F_NO_NOTIFY;
+        } else {
+            vq->used_flags |= VRING_USED_F_NO_NOTIFY;
+        }
+        VQ_STORE(&vq->used->flags, vq->used_flags);
+    }
+    if (on) {
+        /* Full barrier: publish "kick me" before the caller re-checks
+         * virtqueue_has_avail(); pairs with the driver's full barrier
+         * between bumping avail->idx and reading avail_event / flags.
+         * Without it both sides could miss each other's update. */
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+}
+
+/* Called from: the owner thread.  No syscalls (used in busy polling). */
+bool virtqueue_has_avail(VirtQueue *vq)
+{
+    if (!vq->started || vq->broken) {
+        return false;
+    }
+    if (vq->resubmit_pos < vq->resubmit_num) {
+        return true;
+    }
+    if (vq->last_avail_idx != vq->shadow_avail_idx) {
+        return true;
+    }
+    return VQ_LOAD(&vq->avail->idx) != vq->last_avail_idx;
+}
+
+typedef struct VirtQueueReplay {
+    uint64_t counter;
+    uint16_t head;
+} VirtQueueReplay;
+
+static int virtqueue_replay_cmp(const void *a, const void *b)
+{
+    const VirtQueueReplay *x = a, *y = b;
+
+    if (x->counter != y->counter) {
+        return x->counter < y->counter ? -1 : 1;
+    }
+    return x->head - y->head;
+}
+
+/*
+ * Initialise or check the inflight region and queue the requests a
+ * previous instance left in flight.  Runs while the queue is stopped.
+ */
+static bool virtqueue_inflight_restore(VirtQueue *vq, GError **errp)
+{
+    VhostUserQueueRegionSplit *r = vq->inflight;
+    g_autofree VirtQueueReplay *replay = NULL;
+    uint16_t ring_used_idx = VQ_LOAD(&vq->used->idx);
+    uint64_t max_counter = 0;
+    unsigned int i, n = 0;
+
+    vq->resubmit_num = vq->resubmit_pos = 0;
+    vq->inflight_counter = 0;
+    if (!r) {
+        return true;
+    }
+
+    if (VQ_LOAD(&r->version) == 0) {
+        /* Fresh (zeroed) region: take it over. */
+        memset(r->desc, 0, sizeof(r->desc[0]) * vq->num);
+        r->desc_num = vq->num;
+        r->last_batch_head = 0;
+        r->used_idx = ring_used_idx;
+        atomic_signal_fence(memory_order_release);
+        r->version = VQ_INFLIGHT_VERSION;
+        return true;
+    }
+    if (r->version != VQ_INFLIGHT_VERSION || r->desc_num != vq->num) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: inflight region (version %u, %u descriptors) "
+                    "does not match the queue (version %u, size %u)",
+                    vq->index, r->version, r->desc_num, VQ_INFLIGHT_VERSION,
+                    vq->num);
+        return false;
+    }
+
+    if (r->used_idx != ring_used_idx) {
+        /* The last push reached the used ring but its inflight flag was
+         * not cleared yet: it is done. */
+        if (r->last_batch_head < vq->num) {
+            r->desc[r->last_batch_head].inflight = 0;
+        }
+        atomic_signal_fence(memory_order_release);
+        r->used_idx = ring_used_idx;
+    }
+
+    replay = g_new(VirtQueueReplay, vq->num);
+    for (i = 0; i < vq->num; i++) {
+        if (r->desc[i].inflight == 1) {
+            replay[n].counter = r->desc[i].counter;
+            replay[n].head = i;
+            n++;
+        } else if (r->desc[i].inflight != 0) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "queue %u: inflight region entry %u has invalid "
+                        "state %u", vq->index, i, r->desc[i].inflight);
+            return false;
+        }
+        max_counter = MAX(max_counter, r->desc[i].counter);
+    }
+    qsort(replay, n, sizeof(replay[0]), virtqueue_replay_cmp);
+    for (i = 0; i < n; i++) {
+        vq->resubmit[i] = replay[i].head;
+    }
+    vq->resubmit_num = n;
+    vq->inflight_counter = max_counter;
+    if (n > 0) {
+        /* The VMM could not fetch our base and sent the used index from
+         * guest memory: everything between it and the replayed requests
+         * was popped by the previous instance. */
+        vq->last_avail_idx = ring_used_idx + n;
+        vq->shadow_avail_idx = vq->last_avail_idx;
+        info_report("virtqueue %u: resubmitting %u in-flight request(s)",
+                    vq->index, n);
+    }
+    return true;
+}
+
+/* Called from: the main thread (or the owner thread), queue stopped. */
+bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
+{
+    unsigned int num = vq->num;
+
+    if (num == 0 || !vq->addr_set) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: cannot start without size and ring addresses",
+                    vq->index);
+        return false;
+    }
+    if (vq->inflight_count > 0 && num != vq->pool_num) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: cannot resize with %u requests in flight",
+                    vq->index, vq->inflight_count);
+        return false;
+    }
+
+    vq->desc = guest_mem_uva_to_host(mem, vq->addr.desc_user_addr,
+                                     sizeof(struct vring_desc) * num);
+    vq->avail = guest_mem_uva_to_host(mem, vq->addr.avail_user_addr,
+                                      6 + 2 * (uint64_t)num);
+    vq->used = guest_mem_uva_to_host(mem, vq->addr.used_user_addr,
+                                     6 + sizeof(struct vring_used_elem) *
+                                     (uint64_t)num);
+    if (!vq->desc || !vq->avail || !vq->used) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: ring addresses (desc 0x%" PRIx64 ", avail 0x%"
+                    PRIx64 ", used 0x%" PRIx64 ", size %u) are not in guest "
+                    "memory", vq->index, vq->addr.desc_user_addr,
+                    vq->addr.avail_user_addr, vq->addr.used_user_addr, num);
+        vq->desc = NULL;
+        vq->avail = NULL;
+        vq->used = NULL;
+        return false;
+    }
+    vq->mem = mem;
+
+    if (vq->pool_num != num) {
+        virtqueue_free_pool(vq);
+        vq->elems = g_new0(VirtQueueElement, num);
+        vq->elem_state = g_new0(uint8_t, num);
+        vq->resubmit = g_new0(uint16_t, num);
+        vq->pool_num = num;
+    }
+
+    vq->used_idx = VQ_LOAD(&vq->used->idx);
+    vq->shadow_avail_idx = vq->last_avail_idx;
+    vq->signalled_used_valid = false;
+    vq->pushed_since_notify = 0;
+    vq->broken = false;
+
+    if (!virtqueue_inflight_restore(vq, errp)) {
+        vq->desc = NULL;
+        vq->avail = NULL;
+        vq->used = NULL;
+        return false;
+    }
+
+    /* Start with notifications on (a previous instance may have left
+     * them off). */
+    vq->used_flags = 0;
+    if (vq->event_idx) {
+        VQ_STORE(virtqueue_avail_event(vq), vq->last_avail_idx);
+    } else {
+        VQ_STORE(&vq->used->flags, vq->used_flags);
+    }
+    vq->notification = true;
+    vq->started = true;
+    atomic_thread_fence(memory_order_seq_cst);
+    return true;
+}
+
+/* Called from: the main thread (or the owner thread). */
+void virtqueue_stop(VirtQueue *vq)
+{
+    vq->started = false;
+    vq->desc = NULL;
+    vq->avail = NULL;
+    vq->used = NULL;
+    vq->mem = NULL;
+    vq->resubmit_num = vq->resubmit_pos = 0;
+}

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/* Unit tests for the guest memory map: region checks and strict translation. */
+#include "qemu/osdep.h"
+#include "hw/virtio/guest-memory.h"
+
+#include <sys/mman.h>
+
+static int test_memfd(uint64_t size)
+{
+    int fd = memfd_create("test-guest-memory", MFD_CLOEXEC);
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, size), ==, 0);
+    return fd;
+}
+
+static void test_add(GuestMemory *mem, int fd, uint64_t gpa, uint64_t size,
+                     uint64_t uva, uint64_t offset)
+{
+    VhostUserMemoryRegion r = {
+        .guest_phys_addr = gpa,
+        .memory_size = size,
+        .userspace_addr = uva,
+        .mmap_offset = offset,
+    };
+    GError *err = NULL;
+
+    g_assert_true(guest_mem_add_region(mem, &r, fd, &err));
+    g_assert_no_error(err);
+}
+
+static bool test_try_add(GuestMemory *mem, int fd, uint64_t gpa, uint64_t size,
+                         uint64_t uva, uint64_t offset)
+{
+    VhostUserMemoryRegion r = {
+        .guest_phys_addr = gpa,
+        .memory_size = size,
+        .userspace_addr = uva,
+        .mmap_offset = offset,
+    };
+    GError *err = NULL;
+    bool ok = guest_mem_add_region(mem, &r, fd, &err);
+
+    g_assert_true(ok == (err == NULL));
+    if (err) {
+        g_test_message("rejected: %s", err->message);
+        g_error_free(err);
+    }
+    return ok;
+}
+
+static void test_edges(void)
+{
+    GuestMemory mem;
+    int fd = test_memfd(0x10000);
+    uint8_t *p;
+    char buf[4];
+
+    guest_mem_init(&mem);
+    test_add(&mem, fd, 0x10000, 0x10000, 0x7f0000000000ull, 0);
+
+    p = guest_mem_gpa_to_host(&mem, 0x10000, 0x10000);
+    g_assert_nonnull(p);
+    g_assert_true(p == mem.regions[0].host);
+    g_assert_true(guest_mem_gpa_to_host(&mem, 0x1ffff, 1) == p + 0xffff);
+    g_assert_true(guest_mem_gpa_to_host(&mem, 0x1ffff, 0) == p + 0xffff);
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0x10000, 0x10001));
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0x1ffff, 2));
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0x20000, 0));
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0x20000, 1));
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0xffff, 1));
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0xffff, 0));
+
+    /* uva translation has the same edges */
+    g_assert_true(guest_mem_uva_to_host(&mem, 0x7f0000000000ull, 0x10000) == p);
+    g_assert_null(guest_mem_uva_to_host(&mem, 0x7f0000000001ull, 0x10000));
+    g_assert_null(guest_mem_uva_to_host(&mem, 0x7effffffffffull, 1));
+
+    /* The mapping is the file */
+    memcpy(p + 0xfffc, "abcd", 4);
+    g_assert_cmpint(pread(fd, buf, 4, 0xfffc), ==, 4);
+    g_assert_cmpmem(buf, 4, "abcd", 4);
+
+    guest_mem_clear(&mem);
+    g_assert_cmpuint(mem.nregions, ==, 0);
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0x10000, 1));
+    close(fd);
+}
+
+static void test_wrap(void)
+{
+    GuestMemory mem;
+    int fd = test_memfd(0x10000);
+    struct iovec iov[4];
+
+    guest_mem_init(&mem);
+    /* A region ending exactly at 2^64 would wrap: rejected */
+    g_assert_false(test_try_add(&mem, fd, 0xffffffffffff0000ull, 0x10000,
+                                0x1000000, 0));
+    g_assert_false(test_try_add(&mem, fd, 0x1000, 0x8000,
+                                0xfffffffffffff000ull, 0));
+    g_assert_false(test_try_add(&mem, fd, 0x1000, 0x8000, 0x1000000,
+                                0xfffffffffffff000ull));
+    /* Just below is fine */
+    test_add(&mem, fd, 0xfffffffffffe0000ull, 0x10000, 0x1000000, 0);
+
+    g_assert_nonnull(guest_mem_gpa_to_host(&mem, 0xfffffffffffe8000ull,
+                                           0x8000));
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0xfffffffffffe8000ull,
+                                        UINT64_MAX));
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0xfffffffffffe8000ull,
+                                        UINT64_MAX - 0x7fff));
+    g_assert_null(guest_mem_uva_to_host(&mem, 0x1008000, UINT64_MAX));
+    g_assert_cmpint(guest_mem_gpa_to_iovec(&mem, 0xfffffffffffe8000ull,
+                                           UINT64_MAX, iov, 4), ==, -EFAULT);
+    g_assert_cmpint(guest_mem_gpa_to_iovec(&mem, 0xfffffffffffe8000ull,
+                                           0x18000, iov, 4), ==, -EFAULT);
+    g_assert_cmpint(guest_mem_gpa_to_iovec(&mem, 0xfffffffffffe8000ull,
+                                           0x8000, iov, 4), ==, 1);
+    g_assert_cmpuint(iov[0].iov_len, ==, 0x8000);
+    guest_mem_clear(&mem);
+    close(fd);
+}
+
+static void test_overlap(void)
+{
+    GuestMemory mem;
+    int fd = test_memfd(0x40000);
+    unsigned i;
+
+    guest_mem_init(&mem);
+    test_add(&mem, fd, 0x100000, 0x10000, 0x10000000, 0);
+    /* overlapping at either end, inside, around */
+    g_assert_false(test_try_add(&mem, fd, 0x0f8000, 0x10000, 0x20000000, 0));
+    g_assert_false(test_try_add(&mem, fd, 0x10ffff, 0x10, 0x20000000, 0));
+    g_assert_false(test_try_add(&mem, fd, 0x104000, 0x1000, 0x20000000, 0));
+    g_assert_false(test_try_add(&mem, fd, 0x0f0000, 0x30000, 0x20000000, 0));
+    /* zero size, no fd, file too short */
+    g_assert_false(test_try_add(&mem, fd, 0x200000, 0, 0x20000000, 0));
+    g_assert_false(test_try_add(&mem, -1, 0x200000, 0x1000, 0x20000000, 0));
+    g_assert_false(test_try_add(&mem, fd, 0x200000, 0x40000, 0x20000000,
+                                0x1000));
+    g_assert_cmpuint(mem.nregions, ==, 1);
+    /* adjacent on both sides is fine */
+    test_add(&mem, fd, 0x0f0000, 0x10000, 0x20000000, 0x10000);
+    test_add(&mem, fd, 0x110000, 0x10000, 0x30000000, 0x20000);
+    g_assert_cmpuint(mem.nregions, ==, 3);
+
+    /* a full table is rejected */
+    for (i = mem.nregions; i < VHOST_USER_MAX_MEM_SLOTS; i++) {
+        test_add(&mem, fd, 0x1000000 + i * 0x10000ull, 0x1000,
+                 0x40000000 + i * 0x10000ull, 0);
+    }
+    g_assert_false(test_try_add(&mem, fd, 0x9000000, 0x1000, 0x50000000, 0));
+    guest_mem_clear(&mem);
+    close(fd);
+}
+
+static void test_iovec_split(void)
+{
+    GuestMemory mem;
+    int fd1 = test_memfd(0x10000), fd2 = test_memfd(0x10000);
+    struct iovec iov[4];
+    uint8_t *a, *b;
+
+    guest_mem_init(&mem);
+    test_add(&mem, fd1, 0x0, 0x10000, 0x10000000, 0);
+    test_add(&mem, fd2, 0x10000, 0x10000, 0x30000000, 0);
+    a = guest_mem_gpa_to_host(&mem, 0, 1);
+    b = guest_mem_gpa_to_host(&mem, 0x10000, 1);
+
+    /* Strict lookup refuses the crossing range */
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0xff00, 0x200));
+
+    g_assert_cmpint(guest_mem_gpa_to_iovec(&mem, 0xff00, 0x200, iov, 4),
+                    ==, 2);
+    g_assert_true(iov[0].iov_base == a + 0xff00);
+    g_assert_cmpuint(iov[0].iov_len, ==, 0x100);
+    g_assert_true(iov[1].iov_base == b);
+    g_assert_cmpuint(iov[1].iov_len, ==, 0x100);
+
+    g_assert_cmpint(guest_mem_gpa_to_iovec(&mem, 0xff00, 0x200, iov, 1),
+                    ==, -ENOBUFS);
+    /* one byte past the end of the last region */
+    g_assert_cmpint(guest_mem_gpa_to_iovec(&mem, 0x1ff00, 0x101, iov, 4),
+                    ==, -EFAULT);
+    g_assert_cmpint(guest_mem_gpa_to_iovec(&mem, 0x1ff00, 0x100, iov, 4),
+                    ==, 1);
+    g_assert_cmpint(guest_mem_gpa_to_iovec(&mem, 0x20000, 1, iov, 4),
+                    ==, -EFAULT);
+    g_assert_cmpint(guest_mem_gpa_to_iovec(&mem, 0x20000, 0, iov, 4), ==, 0);
+    /* whole memory */
+    g_assert_cmpint(guest_mem_gpa_to_iovec(&mem, 0, 0x20000, iov, 4), ==, 2);
+    guest_mem_clear(&mem);
+    close(fd1);
+    close(fd2);
+}
+
+static void test_remove(void)
+{
+    GuestMemory mem;
+    int fd = test_memfd(0x30000);
+    VhostUserMemoryRegion r = {
+        .guest_phys_addr = 0x10000,
+        .memory_size = 0x10000,
+        .userspace_addr = 0x20000000,
+    };
+    GError *err = NULL;
+
+    guest_mem_init(&mem);
+    test_add(&mem, fd, 0x00000, 0x10000, 0x10000000, 0);
+    test_add(&mem, fd, 0x10000, 0x10000, 0x20000000, 0x10000);
+    test_add(&mem, fd, 0x20000, 0x10000, 0x30000000, 0x20000);
+
+    /* wrong size: no match */
+    r.memory_size = 0x8000;
+    g_assert_false(guest_mem_remove_region(&mem, &r, &err));
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+    r.memory_size = 0x10000;
+    g_assert_true(guest_mem_remove_region(&mem, &r, &err));
+    g_assert_no_error(err);
+    g_assert_cmpuint(mem.nregions, ==, 2);
+    g_assert_null(guest_mem_gpa_to_host(&mem, 0x18000, 1));
+    g_assert_nonnull(guest_mem_gpa_to_host(&mem, 0x8000, 1));
+    g_assert_nonnull(guest_mem_gpa_to_host(&mem, 0x28000, 1));
+    g_assert_false(guest_mem_remove_region(&mem, &r, &err));
+    g_clear_error(&err);
+    /* The hole can be filled again */
+    test_add(&mem, fd, 0x10000, 0x10000, 0x20000000, 0x10000);
+    g_assert_nonnull(guest_mem_gpa_to_host(&mem, 0x18000, 1));
+    guest_mem_clear(&mem);
+    close(fd);
+}
+
+static void test_mmap_offset(void)
+{
+    GuestMemory mem;
+    long page = sysconf(_SC_PAGESIZE);
+    int fd = test_memfd(4 * page);
+    uint64_t offsets[] = { 100, page + 100, page, 3 * page - 1 };
+    unsigned i;
+
+    guest_mem_init(&mem);
+    for (i = 0; i < ARRAY_SIZE(offsets); i++) {
+        uint64_t off = offsets[i];
+        uint64_t size = 4 * page - off;
+        char pat[16], got[16];
+        uint8_t *p;
+
+        snprintf(pat, sizeof(pat), "region-%u", i);
+        g_assert_cmpint(pwrite(fd, pat, sizeof(pat), off), ==, sizeof(pat));
+        g_assert_cmpint(pwrite(fd, pat, 1, off + size - 1), ==, 1);
+        test_add(&mem, fd, 0x100000 * (i + 1), size, 0x10000000 * (i + 1),
+                 off);
+        p = guest_mem_gpa_to_host(&mem, 0x100000 * (i + 1), size);
+        g_assert_nonnull(p);
+        g_assert_cmpmem(p, sizeof(pat), pat, sizeof(pat));
+        g_assert_cmpint(p[size - 1], ==, pat[0]);
+        /* and writes go to the right file offset */
+        p[1] = 'X';
+        g_assert_cmpint(pread(fd, got, sizeof(got), off), ==, sizeof(got));
+        g_assert_cmpint(got[1], ==, 'X');
+    }
+    /* offset + size beyond the file */
+    g_assert_false(test_try_add(&mem, fd, 0x9000000, 4 * page - 99,
+                                0x90000000, 100));
+    guest_mem_clear(&mem);
+    close(fd);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/guest-memory/translate/edges", test_edges);
+    g_test_add_func("/guest-memory/translate/wrap", test_wrap);
+    g_test_add_func("/guest-memory/add/overlap", test_overlap);
+    g_test_add_func("/guest-memory/iovec/split", test_iovec_split);
+    g_test_add_func("/guest-memory/remove", test_remove);
+    g_test_add_func("/guest-memory/mmap-offset", test_mmap_offset);
+    return g_test_run();
+}
