@@ -1,0 +1,421 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vhost-user-blk export: the per-queue dataplane loop between a vhost-user
+ * server's virtqueues and virtio_blk_process_req().
+ *
+ * Data flow, all in the queue's iothread: the kick eventfd (or the busy-poll
+ * check, which looks at the avail index without a syscall) runs
+ * vu_blk_queue_run(), which opens a defer_call section, pops up to a budget
+ * of chains and hands each to virtio_blk_process_req() with the request
+ * slot of its descriptor head (a pool of queue-size slots allocated when the
+ * queue starts: nothing is allocated per request).  Closing the section
+ * submits the whole batch to the block engine with one syscall.  When the
+ * budget stops the loop before the ring is empty, a bottom half continues
+ * it on the next loop iteration so other queues of the thread get their
+ * turn.  Completions push the element to the used ring and register one
+ * deferred notify per section, so the call eventfd is written at most once
+ * per batch, and only when event-idx says the driver wants it.
+ *
+ * Busy polling: the util event loop offers no "polling started/stopped"
+ * hook, so guest notifications stay enabled while the loop polls; a kick
+ * that arrives for a chain the poller already took finds nothing to do.
+ */
+#include "qemu/osdep.h"
+#include "hw/block/vhost-user-blk-export.h"
+#include "hw/virtio/vhost-user-server.h"
+#include "qemu/defer-call.h"
+#include "qemu/error-report.h"
+#include "qemu/event_notifier.h"
+
+typedef struct VuBlkQueue VuBlkQueue;
+
+typedef struct VuBlkReq {
+    VirtioBlkReq req;
+    VirtQueueElement *elem;
+} VuBlkReq;
+
+typedef struct VuBlkQueueCounters {
+    uint64_t requests;
+    uint64_t completed;
+    uint64_t batches;
+    uint64_t kicks;
+    uint64_t poll_hits;
+    uint64_t budget_yields;
+} VuBlkQueueCounters;
+
+struct VuBlkQueue {
+    VuBlkExport *exp;
+    unsigned int index;
+    AioContext *ctx;
+
+    /* Owned by the iothread while the queue runs. */
+    VirtQueue *vq;
+    int kick_fd;
+    QEMUBH *bh;
+    VuBlkReq *reqs;             /* indexed by descriptor head */
+    unsigned int pool_size;
+    unsigned int inflight;
+    bool broken_reported;
+    VuBlkQueueCounters c;
+    VirtQueueStats vq_base;     /* virtqueue stats already folded in */
+    VirtQueueStats vq_total;
+};
+
+struct VuBlkExport {
+    VirtioBlkDev dev;
+    BlockBackend *blk;
+    VuServer *server;
+    VuBlkQueue *queues;
+    unsigned int num_queues;
+    unsigned int budget;
+};
+
+/* ---- dataplane (queue's iothread) ------------------------------------ */
+
+static void vu_blk_notify_cb(void *opaque)
+{
+    VuBlkQueue *q = opaque;
+
+    virtqueue_notify(q->vq);
+}
+
+static void vu_blk_req_done(VirtioBlkReq *req, uint8_t status,
+                            uint32_t in_len, void *opaque)
+{
+    VuBlkQueue *q = opaque;
+    VuBlkReq *r = container_of(req, VuBlkReq, req);
+
+    virtqueue_push(q->vq, r->elem, in_len);
+    r->elem = NULL;
+    q->inflight--;
+    q->c.completed++;
+    defer_call(vu_blk_notify_cb, q);
+}
+
+static void vu_blk_queue_run(VuBlkQueue *q)
+{
+    VuBlkExport *exp = q->exp;
+    unsigned int n = 0;
+
+    defer_call_begin();
+    while (n < exp->budget) {
+        VirtQueueElement *elem = virtqueue_pop(q->vq);
+        VuBlkReq *r;
+
+        if (!elem) {
+            break;
+        }
+        if (unlikely(elem->head >= q->pool_size)) {
+            virtqueue_set_broken(q->vq, "descriptor head %u outside a queue "
+                                 "of %u", elem->head, q->pool_size);
+            break;
+        }
+        r = &q->reqs[elem->head];
+        r->elem = elem;
+        q->inflight++;
+        n++;
+        virtio_blk_process_req(&exp->dev, &r->req, elem->out_sg,
+                               elem->out_num, elem->in_sg, elem->in_num,
+                               vu_blk_req_done, q);
+    }
+    defer_call_end();
+
+    if (n) {
+        q->c.batches++;
+        q->c.requests += n;
+    }
+    if (unlikely(virtqueue_is_broken(q->vq))) {
+        if (!q->broken_reported) {
+            q->broken_reported = true;
+            vu_server_report_broken(exp->server);
+        }
+        return;
+    }
+    if (n == exp->budget) {
+        q->c.budget_yields++;
+        qemu_bh_schedule(q->bh);
+    }
+}
+
+static void vu_blk_kick_cb(void *opaque)
+{
+    VuBlkQueue *q = opaque;
+    EventNotifier kick = { .fd = q->kick_fd };
+
+    event_notifier_test_and_clear(&kick);
+    q->c.kicks++;
+    vu_blk_queue_run(q);
+}
+
+static bool vu_blk_poll_cb(void *opaque)
+{
+    VuBlkQueue *q = opaque;
+
+    return virtqueue_has_avail(q->vq);
+}
+
+static void vu_blk_poll_ready_cb(void *opaque)
+{
+    VuBlkQueue *q = opaque;
+
+    q->c.poll_hits++;
+    vu_blk_queue_run(q);
+}
+
+static void vu_blk_queue_bh(void *opaque)
+{
+    vu_blk_queue_run(opaque);
+}
+
+/* ---- queue control (queue's iothread, called by the server) ---------- */
+
+static void vu_blk_fold_vq_stats(VuBlkQueue *q)
+{
+    VirtQueueStats now;
+
+    virtqueue_get_stats(q->vq, &now);
+    q->vq_total.popped += now.popped - q->vq_base.popped;
+    q->vq_total.pushed += now.pushed - q->vq_base.pushed;
+    q->vq_total.notifies += now.notifies - q->vq_base.notifies;
+    q->vq_total.notifies_suppressed +=
+        now.notifies_suppressed - q->vq_base.notifies_suppressed;
+    q->vq_total.resubmitted += now.resubmitted - q->vq_base.resubmitted;
+    q->vq_base = now;
+}
+
+static void vu_blk_queue_start(void *opaque, unsigned int index,
+                               VirtQueue *vq, unsigned int num)
+{
+    VuBlkExport *exp = opaque;
+    VuBlkQueue *q = &exp->queues[index];
+
+    if (q->pool_size != num) {
+        /* Only when the queue size changed; the queue is drained. */
+        g_free(q->reqs);
+        q->reqs = g_new0(VuBlkReq, num);
+        q->pool_size = num;
+    }
+    q->vq = vq;
+    q->kick_fd = virtqueue_get_kick_fd(vq);
+    q->broken_reported = false;
+    virtqueue_get_stats(vq, &q->vq_base);
+    q->bh = aio_bh_new(q->ctx, vu_blk_queue_bh, q, "vu-blk-queue");
+    aio_set_fd_handler(q->ctx, q->kick_fd, vu_blk_kick_cb, NULL,
+                       vu_blk_poll_cb, vu_blk_poll_ready_cb, q);
+    /* Chains may be waiting already: resubmitted ones after a reconnect,
+     * or kicks sent before the queue started. */
+    qemu_bh_schedule(q->bh);
+}
+
+static void vu_blk_queue_stop(void *opaque, unsigned int index,
+                              VirtQueue *vq)
+{
+    VuBlkExport *exp = opaque;
+    VuBlkQueue *q = &exp->queues[index];
+
+    aio_set_fd_handler(q->ctx, q->kick_fd, NULL, NULL, NULL, NULL, NULL);
+    qemu_bh_delete(q->bh);
+    q->bh = NULL;
+    q->kick_fd = -1;
+}
+
+static unsigned int vu_blk_queue_inflight(void *opaque, unsigned int index)
+{
+    VuBlkExport *exp = opaque;
+    VuBlkQueue *q = &exp->queues[index];
+
+    if (q->inflight == 0 && q->vq) {
+        /* Drained: the server forgets the rings next. */
+        vu_blk_fold_vq_stats(q);
+        q->vq = NULL;
+    }
+    return q->inflight;
+}
+
+/* ---- device ops (main thread) ---------------------------------------- */
+
+static uint64_t vu_blk_get_features(void *opaque)
+{
+    VuBlkExport *exp = opaque;
+
+    return virtio_blk_get_features(&exp->dev);
+}
+
+static bool vu_blk_get_config(void *opaque, uint8_t *buf, uint32_t offset,
+                              uint32_t size)
+{
+    VuBlkExport *exp = opaque;
+    struct virtio_blk_config cfg;
+
+    if (offset > VHOST_USER_MAX_CONFIG_SIZE ||
+        size > VHOST_USER_MAX_CONFIG_SIZE - offset) {
+        return false;
+    }
+    virtio_blk_get_config(&exp->dev, &cfg);
+    /* Fields past our struct (newer front-ends ask for more) read 0. */
+    memset(buf, 0, size);
+    if (offset < sizeof(cfg)) {
+        memcpy(buf, (uint8_t *)&cfg + offset, MIN(size, sizeof(cfg) - offset));
+    }
+    return true;
+}
+
+static bool vu_blk_set_config(void *opaque, const uint8_t *data,
+                              uint32_t offset, uint32_t size)
+{
+    VuBlkExport *exp = opaque;
+
+    return virtio_blk_set_config(&exp->dev, data, offset, size);
+}
+
+static const VuDeviceOps vu_blk_ops = {
+    .get_features = vu_blk_get_features,
+    .get_config = vu_blk_get_config,
+    .set_config = vu_blk_set_config,
+    .queue_start = vu_blk_queue_start,
+    .queue_stop = vu_blk_queue_stop,
+    .queue_inflight = vu_blk_queue_inflight,
+};
+
+/* ---- public API (main thread) ---------------------------------------- */
+
+VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
+                               GError **errp)
+{
+    VirtioBlkConf conf = opts->conf;
+    VuServerConfig scfg;
+    VuBlkExport *exp;
+
+    if (conf.num_queues == 0 || conf.num_queues > 64) {
+        g_set_error(errp, VB_ERROR, 0, "num-queues=%u: use 1 to 64",
+                    conf.num_queues);
+        return NULL;
+    }
+    if (conf.queue_size < 2 || conf.queue_size > VIRTQUEUE_MAX_SIZE ||
+        (conf.queue_size & (conf.queue_size - 1))) {
+        g_set_error(errp, VB_ERROR, 0, "queue-size=%u: use a power of 2 "
+                    "from 2 to %u", conf.queue_size, VIRTQUEUE_MAX_SIZE);
+        return NULL;
+    }
+    if (!conf.seg_max) {
+        conf.seg_max = MIN(conf.queue_size, VIRTQUEUE_MAX_SG) - 2;
+        if (!conf.seg_max) {
+            conf.seg_max = 1;
+        }
+    }
+
+    exp = g_new0(VuBlkExport, 1);
+    exp->num_queues = conf.num_queues;
+    exp->budget = opts->budget ? opts->budget : VU_BLK_DEFAULT_BUDGET;
+    exp->queues = g_new0(VuBlkQueue, conf.num_queues);
+    for (unsigned int i = 0; i < conf.num_queues; i++) {
+        exp->queues[i].exp = exp;
+        exp->queues[i].index = i;
+        exp->queues[i].ctx = opts->queue_ctx[i];
+        exp->queues[i].kick_fd = -1;
+    }
+
+    exp->blk = blk_open(&opts->blk, errp);
+    if (!exp->blk) {
+        goto fail;
+    }
+    if (!virtio_blk_dev_init(&exp->dev, exp->blk, &conf, errp)) {
+        goto fail;
+    }
+
+    scfg = (VuServerConfig) {
+        .socket_path = opts->socket_path,
+        .socket_mode = opts->socket_mode,
+        .num_queues = conf.num_queues,
+        .max_queue_size = VIRTQUEUE_MAX_SIZE,
+        .main_ctx = opts->main_ctx,
+        .queue_ctx = opts->queue_ctx,
+        .ops = &vu_blk_ops,
+        .opaque = exp,
+    };
+    exp->server = vu_server_new(&scfg, errp);
+    if (!exp->server) {
+        goto fail;
+    }
+    return exp;
+
+fail:
+    vu_blk_export_free(exp);
+    return NULL;
+}
+
+void vu_blk_export_free(VuBlkExport *exp)
+{
+    if (!exp) {
+        return;
+    }
+    /* Stops and drains every queue before anything below goes away. */
+    vu_server_free(exp->server);
+    if (exp->blk) {
+        blk_close(exp->blk);
+    }
+    for (unsigned int i = 0; i < exp->num_queues; i++) {
+        g_free(exp->queues[i].reqs);
+    }
+    g_free(exp->queues);
+    g_free(exp);
+}
+
+void vu_blk_export_stop_listening(VuBlkExport *exp)
+{
+    vu_server_stop_listening(exp->server);
+}
+
+const char *vu_blk_export_get_socket_path(VuBlkExport *exp)
+{
+    return vu_server_get_socket_path(exp->server);
+}
+
+bool vu_blk_export_is_connected(VuBlkExport *exp)
+{
+    return vu_server_is_connected(exp->server);
+}
+
+typedef struct VuBlkStatsSnap {
+    VuBlkQueue *q;
+    VuBlkQueueCounters c;
+    VirtQueueStats vq;
+} VuBlkStatsSnap;
+
+static void vu_blk_snap_fn(VirtQueue *vq, void *opaque)
+{
+    VuBlkStatsSnap *snap = opaque;
+
+    if (snap->q->vq == vq) {
+        vu_blk_fold_vq_stats(snap->q);
+    }
+    snap->c = snap->q->c;
+    snap->vq = snap->q->vq_total;
+}
+
+void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats)
+{
+    VuServerStats ss;
+
+    memset(stats, 0, sizeof(*stats));
+    for (unsigned int i = 0; i < exp->num_queues; i++) {
+        VuBlkStatsSnap snap = { .q = &exp->queues[i] };
+
+        if (!vu_server_run_in_queue(exp->server, i, vu_blk_snap_fn, &snap)) {
+            /* Not running: nothing else touches the counters now. */
+            snap.c = exp->queues[i].c;
+            snap.vq = exp->queues[i].vq_total;
+        }
+        stats->requests += snap.c.requests;
+        stats->completed += snap.c.completed;
+        stats->batches += snap.c.batches;
+        stats->kicks += snap.c.kicks;
+        stats->poll_hits += snap.c.poll_hits;
+        stats->budget_yields += snap.c.budget_yields;
+        stats->notifies += snap.vq.notifies;
+        stats->notifies_suppressed += snap.vq.notifies_suppressed;
+        stats->resubmitted += snap.vq.resubmitted;
+    }
+    vu_server_get_stats(exp->server, &ss);
+    stats->sessions = ss.sessions;
+}

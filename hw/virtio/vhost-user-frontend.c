@@ -1,0 +1,1531 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vhost-user front-end library: shared "guest" memory, driver-side split
+ * virtqueues and the vhost-user control protocol, as a VMM would do them.
+ * See include/hw/virtio/vhost-user-frontend.h for the theory of operation.
+ */
+#include "qemu/osdep.h"
+#include "hw/virtio/vhost-user-frontend.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#define FE_REPLY_TIMEOUT_MS 10000
+#define FE_SLOT_SIZE 32         /* virtio_blk_outhdr (16) + status byte */
+
+typedef struct FrontendRegion {
+    int fd;
+    uint8_t *host;
+    uint64_t size;
+    uint64_t gpa;
+    uint64_t used;              /* bump allocator offset */
+} FrontendRegion;
+
+typedef struct FrontendQueue {
+    unsigned int size;
+    struct vring_desc *desc;
+    struct vring_avail *avail;
+    struct vring_used *used;
+    uint16_t *used_event;       /* driver -> device, after avail->ring */
+    uint16_t *avail_event;      /* device -> driver, after used->ring */
+    uint8_t *slots;             /* FE_SLOT_SIZE per descriptor */
+    uint64_t slots_gpa;
+    int kick_fd;
+    int call_fd;
+    uint16_t avail_shadow;      /* next avail index we will publish */
+    uint16_t avail_published;   /* value stored in avail->idx */
+    uint16_t last_used;
+    uint16_t free_head;
+    unsigned int num_free;
+    unsigned int outstanding;
+    uint16_t *next_free;        /* driver-private chain links */
+    uint16_t *chain_len;        /* 0 = head not in use */
+    void **opaque;
+    uint64_t kicks;
+    uint64_t kicks_suppressed;
+    bool started;
+} FrontendQueue;
+
+struct VhostUserFrontend {
+    VhostUserFrontendOptions opts;
+    char *socket_path;
+    int sock;
+    uint64_t wanted_features;
+    uint64_t wanted_protocol;
+    uint64_t backend_features;
+    uint64_t features;
+    uint64_t protocol_features;
+    bool negotiated;
+    bool event_idx;
+    unsigned int nregions;
+    FrontendRegion regions[VHOST_USER_MEM_REGIONS_MAX];
+    unsigned int num_queues;
+    FrontendQueue *queues;
+    int inflight_fd;
+    uint64_t inflight_size;
+    uint64_t inflight_offset;
+};
+
+static uint64_t fe_default_features(void)
+{
+    return (1ULL << VIRTIO_F_VERSION_1) |
+           (1ULL << VIRTIO_RING_F_INDIRECT_DESC) |
+           (1ULL << VIRTIO_RING_F_EVENT_IDX) |
+           (1ULL << VHOST_USER_F_PROTOCOL_FEATURES) |
+           (1ULL << VIRTIO_BLK_F_SEG_MAX) |
+           (1ULL << VIRTIO_BLK_F_RO) |
+           (1ULL << VIRTIO_BLK_F_BLK_SIZE) |
+           (1ULL << VIRTIO_BLK_F_FLUSH) |
+           (1ULL << VIRTIO_BLK_F_TOPOLOGY) |
+           (1ULL << VIRTIO_BLK_F_CONFIG_WCE) |
+           (1ULL << VIRTIO_BLK_F_MQ) |
+           (1ULL << VIRTIO_BLK_F_DISCARD) |
+           (1ULL << VIRTIO_BLK_F_WRITE_ZEROES);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Socket I/O                                                             */
+
+static int fe_wait_readable(int fd, int timeout_ms)
+{
+    struct pollfd pfd = { .fd = fd, .events = POLLIN };
+    int r;
+
+    do {
+        r = poll(&pfd, 1, timeout_ms);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        return -errno;
+    }
+    return r == 0 ? -ETIMEDOUT : 0;
+}
+
+static int fe_sendmsg(int sock, const void *buf, size_t len,
+                      const int *fds, int nfds)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * VHOST_USER_MAX_FDS)];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+    ssize_t r;
+
+    if (sock < 0) {
+        return -ENOTCONN;
+    }
+    if (nfds < 0 || nfds > VHOST_USER_MAX_FDS) {
+        return -EINVAL;
+    }
+    if (nfds > 0) {
+        struct cmsghdr *cmsg;
+
+        memset(&control, 0, sizeof(control));
+        msg.msg_control = control.buf;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+        cmsg = CMSG_FIRSTHDR(&msg);
+        cmsg->cmsg_level = SOL_SOCKET;
+        cmsg->cmsg_type = SCM_RIGHTS;
+        cmsg->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+        memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * nfds);
+    }
+    do {
+        r = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        return -errno;
+    }
+    if ((size_t)r != len) {
+        /* stream socket: finish the bytes, the fds already went */
+        size_t done = r;
+        while (done < len) {
+            r = send(sock, (const char *)buf + done, len - done, MSG_NOSIGNAL);
+            if (r < 0 && errno == EINTR) {
+                continue;
+            }
+            if (r <= 0) {
+                return r < 0 ? -errno : -EIO;
+            }
+            done += r;
+        }
+    }
+    return 0;
+}
+
+/* Read exactly @len bytes; collect fds into @fds/@nfds if given. */
+static int fe_recv_exact(int sock, void *buf, size_t len, int *fds, int *nfds,
+                         int max_fds, int timeout_ms)
+{
+    size_t done = 0;
+
+    while (done < len) {
+        union {
+            char buf[CMSG_SPACE(sizeof(int) * VHOST_USER_MAX_FDS)];
+            struct cmsghdr align;
+        } control;
+        struct iovec iov = { .iov_base = (char *)buf + done,
+                             .iov_len = len - done };
+        struct msghdr msg = {
+            .msg_iov = &iov, .msg_iovlen = 1,
+            .msg_control = control.buf, .msg_controllen = sizeof(control.buf),
+        };
+        struct cmsghdr *cmsg;
+        ssize_t r;
+        int ret;
+
+        ret = fe_wait_readable(sock, timeout_ms);
+        if (ret < 0) {
+            return ret;
+        }
+        r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+        if (r < 0) {
+            if (errno == EINTR || errno == EAGAIN) {
+                continue;
+            }
+            return errno == ECONNRESET ? -ECONNRESET : -errno;
+        }
+        for (cmsg = CMSG_FIRSTHDR(&msg); cmsg; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+            if (cmsg->cmsg_level == SOL_SOCKET &&
+                cmsg->cmsg_type == SCM_RIGHTS) {
+                int n = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                int *in = (int *)CMSG_DATA(cmsg);
+                for (int i = 0; i < n; i++) {
+                    if (fds && nfds && *nfds < max_fds) {
+                        fds[(*nfds)++] = in[i];
+                    } else {
+                        close(in[i]);
+                    }
+                }
+            }
+        }
+        if (r == 0) {
+            return -ECONNRESET;
+        }
+        done += r;
+    }
+    return 0;
+}
+
+static int fe_recv_msg(VhostUserFrontend *fe, VhostUserMsg *msg, int *fds,
+                       int *nfds, int timeout_ms)
+{
+    int ret;
+
+    if (nfds) {
+        *nfds = 0;
+    }
+    if (fe->sock < 0) {
+        return -ENOTCONN;
+    }
+    ret = fe_recv_exact(fe->sock, &msg->hdr, VHOST_USER_HDR_SIZE, fds, nfds,
+                        VHOST_USER_MAX_FDS, timeout_ms);
+    if (ret < 0) {
+        return ret;
+    }
+    if (msg->hdr.size > sizeof(msg->payload)) {
+        return -EPROTO;
+    }
+    if (msg->hdr.size) {
+        ret = fe_recv_exact(fe->sock, &msg->payload, msg->hdr.size, fds, nfds,
+                            VHOST_USER_MAX_FDS, timeout_ms);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    return msg->hdr.size;
+}
+
+static bool fe_reply_ack_on(VhostUserFrontend *fe)
+{
+    return !fe->opts.no_reply_ack &&
+           (fe->protocol_features & (1ULL << VHOST_USER_PROTOCOL_F_REPLY_ACK));
+}
+
+/*
+ * Send @request with @payload; if @reply is non-NULL the request has a
+ * reply of its own, read into @reply (up to @reply_size bytes, the actual
+ * payload size in *@reply_len) with any fd in *@reply_fd.  Otherwise, with
+ * REPLY_ACK negotiated, wait for the ack.
+ */
+static bool fe_call(VhostUserFrontend *fe, uint32_t request,
+                    const void *payload, uint32_t size,
+                    const int *fds, int nfds,
+                    void *reply, uint32_t reply_size, uint32_t *reply_len,
+                    int *reply_fd, GError **errp)
+{
+    VhostUserMsg msg;
+    bool want_ack = !reply && fe_reply_ack_on(fe);
+    int rfds[VHOST_USER_MAX_FDS];
+    int rnfds = 0;
+    int ret;
+
+    if (reply_fd) {
+        *reply_fd = -1;
+    }
+    if (fe->sock < 0) {
+        g_set_error(errp, VB_ERROR, 0, "vhost-user %s: not connected",
+                    vhost_user_request_name(request));
+        return false;
+    }
+    g_assert(size <= sizeof(msg.payload));
+    memset(&msg.hdr, 0, sizeof(msg.hdr));
+    msg.hdr.request = request;
+    msg.hdr.flags = VHOST_USER_VERSION | (want_ack ? VHOST_USER_NEED_REPLY : 0);
+    msg.hdr.size = size;
+    if (size) {
+        memcpy(&msg.payload, payload, size);
+    }
+    ret = fe_sendmsg(fe->sock, &msg, VHOST_USER_HDR_SIZE + size, fds, nfds);
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "vhost-user %s: send to %s failed: %s",
+                    vhost_user_request_name(request), fe->socket_path,
+                    g_strerror(-ret));
+        return false;
+    }
+    if (!reply && !want_ack) {
+        return true;
+    }
+
+    ret = fe_recv_msg(fe, &msg, rfds, &rnfds, FE_REPLY_TIMEOUT_MS);
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "vhost-user %s: no reply from back-end %s: %s",
+                    vhost_user_request_name(request), fe->socket_path,
+                    ret == -ECONNRESET ? "connection closed" :
+                    ret == -EPROTO ? "oversized reply" : g_strerror(-ret));
+        goto fail;
+    }
+    if (msg.hdr.request != request ||
+        !(msg.hdr.flags & VHOST_USER_REPLY_MASK) ||
+        (msg.hdr.flags & VHOST_USER_VERSION_MASK) != VHOST_USER_VERSION) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "vhost-user %s: bad reply (request %u, flags 0x%x)",
+                    vhost_user_request_name(request), msg.hdr.request,
+                    msg.hdr.flags);
+        goto fail;
+    }
+    if (want_ack) {
+        if (msg.hdr.size != sizeof(uint64_t)) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "vhost-user %s: ack has %u bytes, expected 8",
+                        vhost_user_request_name(request), msg.hdr.size);
+            goto fail;
+        }
+        if (msg.payload.u64 != 0) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "vhost-user %s: back-end %s refused it (ack %" PRIu64 ")",
+                        vhost_user_request_name(request), fe->socket_path,
+                        msg.payload.u64);
+            goto fail;
+        }
+    } else {
+        if (msg.hdr.size > reply_size) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "vhost-user %s: reply has %u bytes, expected at most %u",
+                        vhost_user_request_name(request), msg.hdr.size,
+                        reply_size);
+            goto fail;
+        }
+        memcpy(reply, &msg.payload, msg.hdr.size);
+        if (reply_len) {
+            *reply_len = msg.hdr.size;
+        } else if (msg.hdr.size != reply_size) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "vhost-user %s: reply has %u bytes, expected %u",
+                        vhost_user_request_name(request), msg.hdr.size,
+                        reply_size);
+            goto fail;
+        }
+        if (reply_fd && rnfds > 0) {
+            *reply_fd = rfds[0];
+            rfds[0] = -1;
+        }
+    }
+    for (int i = 0; i < rnfds; i++) {
+        if (rfds[i] >= 0) {
+            close(rfds[i]);
+        }
+    }
+    return true;
+
+fail:
+    for (int i = 0; i < rnfds; i++) {
+        if (rfds[i] >= 0) {
+            close(rfds[i]);
+        }
+    }
+    return false;
+}
+
+static bool fe_call_u64(VhostUserFrontend *fe, uint32_t request, uint64_t v,
+                        GError **errp)
+{
+    return fe_call(fe, request, &v, sizeof(v), NULL, 0, NULL, 0, NULL, NULL,
+                   errp);
+}
+
+static bool fe_get_u64(VhostUserFrontend *fe, uint32_t request, uint64_t *v,
+                       GError **errp)
+{
+    return fe_call(fe, request, NULL, 0, NULL, 0, v, sizeof(*v), NULL, NULL,
+                   errp);
+}
+
+static bool fe_call_state(VhostUserFrontend *fe, uint32_t request,
+                          unsigned int index, unsigned int num, GError **errp)
+{
+    VhostUserVringState s = { .index = index, .num = num };
+
+    return fe_call(fe, request, &s, sizeof(s), NULL, 0, NULL, 0, NULL, NULL,
+                   errp);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Connection and negotiation                                             */
+
+static bool fe_connect(VhostUserFrontend *fe, unsigned int timeout_ms,
+                       GError **errp)
+{
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+    int err;
+
+    if (strlen(fe->socket_path) >= sizeof(addr.sun_path)) {
+        g_set_error(errp, VB_ERROR, 0, "socket path too long: %s",
+                    fe->socket_path);
+        return false;
+    }
+    strcpy(addr.sun_path, fe->socket_path);
+    for (;;) {
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        if (s < 0) {
+            g_set_error(errp, VB_ERROR, 0, "socket(): %s", g_strerror(errno));
+            return false;
+        }
+        if (connect(s, (struct sockaddr *)&addr, sizeof(addr)) == 0) {
+            fe->sock = s;
+            return true;
+        }
+        err = errno;
+        close(s);
+        if ((err != ENOENT && err != ECONNREFUSED && err != EAGAIN &&
+             err != EINTR) || g_get_monotonic_time() >= deadline) {
+            break;
+        }
+        g_usleep(10 * 1000);
+    }
+    g_set_error(errp, VB_ERROR, 0,
+                "cannot connect to vhost-user socket %s within %u ms: %s",
+                fe->socket_path, timeout_ms, g_strerror(err));
+    return false;
+}
+
+static bool fe_negotiate(VhostUserFrontend *fe, GError **errp)
+{
+    uint64_t backend, features, proto = 0, qnum;
+    uint64_t old_proto = fe->protocol_features;
+
+    fe->protocol_features = 0;  /* no REPLY_ACK until negotiated */
+    if (!fe_get_u64(fe, VHOST_USER_GET_FEATURES, &backend, errp)) {
+        return false;
+    }
+    features = fe->wanted_features & backend;
+    if (!(features & (1ULL << VIRTIO_F_VERSION_1))) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "back-end %s does not offer VIRTIO_F_VERSION_1 "
+                    "(features 0x%" PRIx64 ")", fe->socket_path, backend);
+        return false;
+    }
+    if (features & (1ULL << VHOST_USER_F_PROTOCOL_FEATURES)) {
+        uint64_t offered;
+
+        if (!fe_get_u64(fe, VHOST_USER_GET_PROTOCOL_FEATURES, &offered, errp)) {
+            return false;
+        }
+        proto = fe->wanted_protocol & offered;
+        if (!fe_call_u64(fe, VHOST_USER_SET_PROTOCOL_FEATURES, proto, errp)) {
+            return false;
+        }
+    }
+    if (fe->negotiated && (features != fe->features || proto != old_proto)) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "back-end %s now negotiates features 0x%" PRIx64
+                    " / protocol 0x%" PRIx64 ", was 0x%" PRIx64 " / 0x%" PRIx64,
+                    fe->socket_path, features, proto, fe->features, old_proto);
+        return false;
+    }
+    fe->protocol_features = proto;
+    if (proto & (1ULL << VHOST_USER_PROTOCOL_F_MQ)) {
+        if (!fe_get_u64(fe, VHOST_USER_GET_QUEUE_NUM, &qnum, errp)) {
+            return false;
+        }
+        if (qnum < fe->num_queues) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "back-end %s has %" PRIu64 " queues, %u requested",
+                        fe->socket_path, qnum, fe->num_queues);
+            return false;
+        }
+    } else if (fe->num_queues > 1) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "back-end %s does not support multiqueue "
+                    "(no VHOST_USER_PROTOCOL_F_MQ), %u queues requested",
+                    fe->socket_path, fe->num_queues);
+        return false;
+    }
+    if (!fe_call(fe, VHOST_USER_SET_OWNER, NULL, 0, NULL, 0, NULL, 0, NULL,
+                 NULL, errp)) {
+        return false;
+    }
+    fe->backend_features = backend;
+    fe->features = features;
+    fe->event_idx = features & (1ULL << VIRTIO_RING_F_EVENT_IDX);
+    return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Guest memory                                                           */
+
+void *vhost_user_frontend_mem_alloc(VhostUserFrontend *fe, size_t size,
+                                    size_t align, GError **errp)
+{
+    if (align == 0) {
+        align = 64;
+    }
+    for (unsigned int i = 0; i < fe->nregions; i++) {
+        FrontendRegion *r = &fe->regions[i];
+        uint64_t start = QEMU_ALIGN_UP(r->used, align);
+
+        if (start <= r->size && size <= r->size - start) {
+            r->used = start + size;
+            return r->host + start;
+        }
+    }
+    g_set_error(errp, VB_ERROR, 0,
+                "guest memory exhausted (%zu bytes requested); "
+                "raise mem_size or mem_regions", size);
+    return NULL;
+}
+
+bool vhost_user_frontend_host_to_gpa(VhostUserFrontend *fe, const void *p,
+                                     size_t len, uint64_t *gpa)
+{
+    uintptr_t a = (uintptr_t)p;
+
+    for (unsigned int i = 0; i < fe->nregions; i++) {
+        const FrontendRegion *r = &fe->regions[i];
+        uintptr_t base = (uintptr_t)r->host;
+
+        if (a >= base && a - base <= r->size && len <= r->size - (a - base)) {
+            *gpa = r->gpa + (a - base);
+            return true;
+        }
+    }
+    return false;
+}
+
+void *vhost_user_frontend_gpa_to_host(VhostUserFrontend *fe, uint64_t gpa,
+                                      size_t len)
+{
+    for (unsigned int i = 0; i < fe->nregions; i++) {
+        const FrontendRegion *r = &fe->regions[i];
+
+        if (gpa >= r->gpa && gpa - r->gpa <= r->size &&
+            len <= r->size - (gpa - r->gpa)) {
+            return r->host + (gpa - r->gpa);
+        }
+    }
+    return NULL;
+}
+
+bool vhost_user_frontend_pool_init(VhostUserFrontend *fe,
+                                   VhostUserFrontendPool *pool,
+                                   unsigned int nbufs, size_t buf_size,
+                                   GError **errp)
+{
+    memset(pool, 0, sizeof(*pool));
+    if (nbufs == 0 || buf_size == 0 || buf_size > SIZE_MAX / nbufs) {
+        g_set_error(errp, VB_ERROR, 0, "bad buffer pool size %u x %zu",
+                    nbufs, buf_size);
+        return false;
+    }
+    buf_size = QEMU_ALIGN_UP(buf_size, 64);
+    /* 4096 alignment keeps O_DIRECT back-ends happy */
+    pool->base = vhost_user_frontend_mem_alloc(fe, buf_size * nbufs, 4096,
+                                               errp);
+    if (!pool->base) {
+        return false;
+    }
+    pool->buf_size = buf_size;
+    pool->nbufs = nbufs;
+    pool->free_stack = g_new(uint32_t, nbufs);
+    for (unsigned int i = 0; i < nbufs; i++) {
+        pool->free_stack[i] = nbufs - 1 - i;
+    }
+    pool->nfree = nbufs;
+    return true;
+}
+
+void vhost_user_frontend_pool_destroy(VhostUserFrontendPool *pool)
+{
+    g_free(pool->free_stack);
+    memset(pool, 0, sizeof(*pool));
+}
+
+static bool fe_create_regions(VhostUserFrontend *fe, GError **errp)
+{
+    for (unsigned int i = 0; i < fe->nregions; i++) {
+        FrontendRegion *r = &fe->regions[i];
+        void *p;
+
+        r->fd = memfd_create("vhost-user-frontend-mem", MFD_CLOEXEC);
+        if (r->fd < 0) {
+            g_set_error(errp, VB_ERROR, 0, "memfd_create: %s",
+                        g_strerror(errno));
+            return false;
+        }
+        if (ftruncate(r->fd, fe->opts.mem_size) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "ftruncate guest memory to %" PRIu64
+                        ": %s", fe->opts.mem_size, g_strerror(errno));
+            return false;
+        }
+        p = mmap(NULL, fe->opts.mem_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                 r->fd, 0);
+        if (p == MAP_FAILED) {
+            g_set_error(errp, VB_ERROR, 0, "mmap guest memory: %s",
+                        g_strerror(errno));
+            return false;
+        }
+        r->host = p;
+        r->size = fe->opts.mem_size;
+        r->gpa = i * VHOST_USER_FRONTEND_REGION_STRIDE;
+        r->used = 0;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Virtqueues (driver side)                                               */
+
+static void fe_queue_reset(FrontendQueue *vq)
+{
+    unsigned int n = vq->size;
+
+    memset(vq->desc, 0, sizeof(struct vring_desc) * n);
+    memset(vq->avail, 0, sizeof(struct vring_avail) + 2 * n + 2);
+    memset(vq->used, 0, sizeof(struct vring_used) +
+           sizeof(struct vring_used_elem) * n + 2);
+    for (unsigned int i = 0; i < n; i++) {
+        vq->next_free[i] = (i + 1) % n;
+        vq->chain_len[i] = 0;
+        vq->opaque[i] = NULL;
+    }
+    vq->free_head = 0;
+    vq->num_free = n;
+    vq->outstanding = 0;
+    vq->avail_shadow = vq->avail_published = vq->last_used = 0;
+}
+
+static bool fe_create_queue(VhostUserFrontend *fe, FrontendQueue *vq,
+                            GError **errp)
+{
+    unsigned int n = fe->opts.queue_size;
+
+    vq->size = n;
+    vq->kick_fd = vq->call_fd = -1;
+    vq->desc = vhost_user_frontend_mem_alloc(fe, sizeof(struct vring_desc) * n,
+                                             4096, NULL);
+    vq->avail = vhost_user_frontend_mem_alloc(fe, sizeof(struct vring_avail) +
+                                              2 * n + 2, 4096, NULL);
+    vq->used = vhost_user_frontend_mem_alloc(fe, sizeof(struct vring_used) +
+                                             sizeof(struct vring_used_elem) * n
+                                             + 2, 4096, NULL);
+    vq->slots = vhost_user_frontend_mem_alloc(fe, (size_t)FE_SLOT_SIZE * n,
+                                              4096, NULL);
+    if (!vq->desc || !vq->avail || !vq->used || !vq->slots) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "guest memory too small for %u queues of %u",
+                    fe->num_queues, n);
+        return false;
+    }
+    vhost_user_frontend_host_to_gpa(fe, vq->slots, (size_t)FE_SLOT_SIZE * n,
+                                    &vq->slots_gpa);
+    vq->used_event = &vq->avail->ring[n];
+    vq->avail_event = (uint16_t *)&vq->used->ring[n];
+    vq->next_free = g_new(uint16_t, n);
+    vq->chain_len = g_new(uint16_t, n);
+    vq->opaque = g_new(void *, n);
+    vq->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    vq->call_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (vq->kick_fd < 0 || vq->call_fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "eventfd: %s", g_strerror(errno));
+        return false;
+    }
+    fe_queue_reset(vq);
+    return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Life cycle                                                             */
+
+VhostUserFrontend *vhost_user_frontend_new(const VhostUserFrontendOptions *opts,
+                                           GError **errp)
+{
+    VhostUserFrontend *fe = g_new0(VhostUserFrontend, 1);
+
+    fe->opts = *opts;
+    fe->sock = -1;
+    fe->inflight_fd = -1;
+    for (unsigned int i = 0; i < VHOST_USER_MEM_REGIONS_MAX; i++) {
+        fe->regions[i].fd = -1;
+    }
+    if (!opts->socket_path) {
+        g_set_error(errp, VB_ERROR, 0, "no vhost-user socket path given");
+        goto fail;
+    }
+    fe->socket_path = g_strdup(opts->socket_path);
+    fe->opts.socket_path = fe->socket_path;
+    if (!fe->opts.connect_timeout_ms) {
+        fe->opts.connect_timeout_ms = 5000;
+    }
+    if (!fe->opts.num_queues) {
+        fe->opts.num_queues = 1;
+    }
+    if (!fe->opts.queue_size) {
+        fe->opts.queue_size = 128;
+    }
+    if (!fe->opts.mem_size) {
+        fe->opts.mem_size = 64 << 20;
+    }
+    if (!fe->opts.mem_regions) {
+        fe->opts.mem_regions = 1;
+    }
+    if (fe->opts.num_queues > VHOST_USER_FRONTEND_MAX_QUEUES ||
+        fe->opts.queue_size > 32768 ||
+        (fe->opts.queue_size & (fe->opts.queue_size - 1)) ||
+        fe->opts.mem_regions > VHOST_USER_MEM_REGIONS_MAX ||
+        fe->opts.mem_size > VHOST_USER_FRONTEND_REGION_STRIDE ||
+        (fe->opts.mem_size & 4095)) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "bad front-end options: %u queues of %u (power of two, "
+                    "at most 32768), %u regions of %" PRIu64 " bytes "
+                    "(multiple of 4096, at most 4 GiB)",
+                    fe->opts.num_queues, fe->opts.queue_size,
+                    fe->opts.mem_regions, fe->opts.mem_size);
+        goto fail;
+    }
+    fe->wanted_features = opts->features ? opts->features :
+                          fe_default_features();
+    fe->wanted_protocol = opts->protocol_features;
+    if (!fe->wanted_protocol) {
+        fe->wanted_protocol = (1ULL << VHOST_USER_PROTOCOL_F_MQ) |
+                              (1ULL << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
+                              (1ULL << VHOST_USER_PROTOCOL_F_CONFIG) |
+                              (1ULL << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD);
+        if (opts->use_add_mem_reg) {
+            fe->wanted_protocol |=
+                1ULL << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS;
+        }
+    }
+    fe->nregions = fe->opts.mem_regions;
+    fe->num_queues = fe->opts.num_queues;
+    if (!fe_create_regions(fe, errp)) {
+        goto fail;
+    }
+    fe->queues = g_new0(FrontendQueue, fe->num_queues);
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        fe->queues[q].kick_fd = fe->queues[q].call_fd = -1;
+    }
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        if (!fe_create_queue(fe, &fe->queues[q], errp)) {
+            goto fail;
+        }
+    }
+    if (!fe_connect(fe, fe->opts.connect_timeout_ms, errp) ||
+        !fe_negotiate(fe, errp)) {
+        goto fail;
+    }
+    fe->negotiated = true;
+    return fe;
+
+fail:
+    vhost_user_frontend_free(fe);
+    return NULL;
+}
+
+void vhost_user_frontend_free(VhostUserFrontend *fe)
+{
+    if (!fe) {
+        return;
+    }
+    vhost_user_frontend_disconnect(fe);
+    for (unsigned int q = 0; fe->queues && q < fe->num_queues; q++) {
+        FrontendQueue *vq = &fe->queues[q];
+
+        if (vq->kick_fd >= 0) {
+            close(vq->kick_fd);
+        }
+        if (vq->call_fd >= 0) {
+            close(vq->call_fd);
+        }
+        g_free(vq->next_free);
+        g_free(vq->chain_len);
+        g_free(vq->opaque);
+    }
+    g_free(fe->queues);
+    for (unsigned int i = 0; i < VHOST_USER_MEM_REGIONS_MAX; i++) {
+        FrontendRegion *r = &fe->regions[i];
+
+        if (r->host) {
+            munmap(r->host, r->size);
+        }
+        if (r->fd >= 0) {
+            close(r->fd);
+        }
+    }
+    if (fe->inflight_fd >= 0) {
+        close(fe->inflight_fd);
+    }
+    g_free(fe->socket_path);
+    g_free(fe);
+}
+
+void vhost_user_frontend_disconnect(VhostUserFrontend *fe)
+{
+    if (fe->sock >= 0) {
+        close(fe->sock);
+        fe->sock = -1;
+    }
+    for (unsigned int q = 0; fe->queues && q < fe->num_queues; q++) {
+        fe->queues[q].started = false;
+    }
+}
+
+uint64_t vhost_user_frontend_get_features(VhostUserFrontend *fe)
+{
+    return fe->features;
+}
+
+uint64_t vhost_user_frontend_get_backend_features(VhostUserFrontend *fe)
+{
+    return fe->backend_features;
+}
+
+uint64_t vhost_user_frontend_get_protocol_features(VhostUserFrontend *fe)
+{
+    return fe->protocol_features;
+}
+
+bool vhost_user_frontend_has_feature(VhostUserFrontend *fe, unsigned int bit)
+{
+    return bit < 64 && (fe->features & (1ULL << bit));
+}
+
+unsigned int vhost_user_frontend_num_queues(VhostUserFrontend *fe)
+{
+    return fe->num_queues;
+}
+
+unsigned int vhost_user_frontend_queue_size(VhostUserFrontend *fe)
+{
+    return fe->opts.queue_size;
+}
+
+int vhost_user_frontend_inflight_fd(VhostUserFrontend *fe, uint64_t *size)
+{
+    if (size) {
+        *size = fe->inflight_size;
+    }
+    return fe->inflight_fd;
+}
+
+int vhost_user_frontend_socket_fd(VhostUserFrontend *fe)
+{
+    return fe->sock;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Control messages                                                       */
+
+uint64_t vhost_user_frontend_get_queue_num(VhostUserFrontend *fe,
+                                           GError **errp)
+{
+    uint64_t n;
+
+    if (!(fe->protocol_features & (1ULL << VHOST_USER_PROTOCOL_F_MQ))) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "GET_QUEUE_NUM needs VHOST_USER_PROTOCOL_F_MQ");
+        return 0;
+    }
+    if (!fe_get_u64(fe, VHOST_USER_GET_QUEUE_NUM, &n, errp)) {
+        return 0;
+    }
+    return n;
+}
+
+bool vhost_user_frontend_get_config(VhostUserFrontend *fe, uint32_t offset,
+                                    void *buf, uint32_t size, GError **errp)
+{
+    VhostUserConfig cfg = { .offset = offset, .size = size, .flags = 0 };
+    VhostUserConfig reply;
+    uint32_t len = 0;
+
+    if (!(fe->protocol_features & (1ULL << VHOST_USER_PROTOCOL_F_CONFIG))) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "back-end %s does not support GET_CONFIG "
+                    "(no VHOST_USER_PROTOCOL_F_CONFIG)", fe->socket_path);
+        return false;
+    }
+    if (size > VHOST_USER_MAX_CONFIG_SIZE) {
+        g_set_error(errp, VB_ERROR, 0, "config size %u too large", size);
+        return false;
+    }
+    if (!fe_call(fe, VHOST_USER_GET_CONFIG, &cfg,
+                 VHOST_USER_CONFIG_HDR_SIZE + size, NULL, 0,
+                 &reply, sizeof(reply), &len, NULL, errp)) {
+        return false;
+    }
+    if (len != VHOST_USER_CONFIG_HDR_SIZE + size || reply.size != size) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "GET_CONFIG: back-end %s returned %u bytes (config size "
+                    "%u), expected %u", fe->socket_path, len,
+                    len >= VHOST_USER_CONFIG_HDR_SIZE ? reply.size : 0, size);
+        return false;
+    }
+    memcpy(buf, reply.region, size);
+    return true;
+}
+
+bool vhost_user_frontend_get_blk_config(VhostUserFrontend *fe,
+                                        struct virtio_blk_config *cfg,
+                                        GError **errp)
+{
+    /* As QEMU sizes it: the config space ends after the last field group
+     * a negotiated feature makes valid. */
+    uint32_t size = offsetof(struct virtio_blk_config, max_discard_sectors);
+
+    if (fe->features & (1ULL << VIRTIO_BLK_F_DISCARD)) {
+        size = offsetof(struct virtio_blk_config, max_write_zeroes_sectors);
+    }
+    if (fe->features & (1ULL << VIRTIO_BLK_F_WRITE_ZEROES)) {
+        size = offsetof(struct virtio_blk_config, unused1) +
+               sizeof(cfg->unused1);
+    }
+    memset(cfg, 0, sizeof(*cfg));
+    return vhost_user_frontend_get_config(fe, 0, cfg, size, errp);
+}
+
+bool vhost_user_frontend_set_config(VhostUserFrontend *fe, uint32_t offset,
+                                    const void *buf, uint32_t size,
+                                    GError **errp)
+{
+    VhostUserConfig cfg = { .offset = offset, .size = size, .flags = 0 };
+
+    if (!(fe->protocol_features & (1ULL << VHOST_USER_PROTOCOL_F_CONFIG))) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "back-end %s does not support SET_CONFIG", fe->socket_path);
+        return false;
+    }
+    if (size > VHOST_USER_MAX_CONFIG_SIZE) {
+        g_set_error(errp, VB_ERROR, 0, "config size %u too large", size);
+        return false;
+    }
+    memcpy(cfg.region, buf, size);
+    return fe_call(fe, VHOST_USER_SET_CONFIG, &cfg,
+                   VHOST_USER_CONFIG_HDR_SIZE + size, NULL, 0, NULL, 0, NULL,
+                   NULL, errp);
+}
+
+static bool fe_set_mem(VhostUserFrontend *fe, GError **errp)
+{
+    int fds[VHOST_USER_MEM_REGIONS_MAX];
+
+    if (fe->opts.use_add_mem_reg &&
+        (fe->protocol_features &
+         (1ULL << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS))) {
+        uint64_t slots;
+
+        if (!fe_get_u64(fe, VHOST_USER_GET_MAX_MEM_SLOTS, &slots, errp)) {
+            return false;
+        }
+        if (slots < fe->nregions) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "back-end %s takes %" PRIu64 " memory slots, %u needed",
+                        fe->socket_path, slots, fe->nregions);
+            return false;
+        }
+        for (unsigned int i = 0; i < fe->nregions; i++) {
+            VhostUserMemRegMsg m = {
+                .region = {
+                    .guest_phys_addr = fe->regions[i].gpa,
+                    .memory_size = fe->regions[i].size,
+                    .userspace_addr = (uintptr_t)fe->regions[i].host,
+                    .mmap_offset = 0,
+                },
+            };
+            if (!fe_call(fe, VHOST_USER_ADD_MEM_REG, &m, sizeof(m),
+                         &fe->regions[i].fd, 1, NULL, 0, NULL, NULL, errp)) {
+                return false;
+            }
+        }
+        return true;
+    } else {
+        VhostUserMemory mem = { .nregions = fe->nregions };
+
+        for (unsigned int i = 0; i < fe->nregions; i++) {
+            mem.regions[i].guest_phys_addr = fe->regions[i].gpa;
+            mem.regions[i].memory_size = fe->regions[i].size;
+            mem.regions[i].userspace_addr = (uintptr_t)fe->regions[i].host;
+            mem.regions[i].mmap_offset = 0;
+            fds[i] = fe->regions[i].fd;
+        }
+        return fe_call(fe, VHOST_USER_SET_MEM_TABLE, &mem,
+                       offsetof(VhostUserMemory, regions) +
+                       sizeof(VhostUserMemoryRegion) * fe->nregions,
+                       fds, fe->nregions, NULL, 0, NULL, NULL, errp);
+    }
+}
+
+static bool fe_inflight(VhostUserFrontend *fe, GError **errp)
+{
+    VhostUserInflight inf = {
+        .num_queues = fe->num_queues,
+        .queue_size = fe->opts.queue_size,
+    };
+
+    if (fe->opts.no_inflight ||
+        !(fe->protocol_features &
+          (1ULL << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD))) {
+        return true;
+    }
+    if (fe->inflight_fd < 0) {
+        VhostUserInflight reply;
+        int fd;
+
+        if (!fe_call(fe, VHOST_USER_GET_INFLIGHT_FD, &inf, sizeof(inf),
+                     NULL, 0, &reply, sizeof(reply), NULL, &fd, errp)) {
+            return false;
+        }
+        if (fd < 0) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "GET_INFLIGHT_FD: back-end %s sent no fd",
+                        fe->socket_path);
+            return false;
+        }
+        if (reply.mmap_size == 0) {
+            close(fd);
+            g_set_error(errp, VB_ERROR, 0,
+                        "GET_INFLIGHT_FD: back-end %s sent an empty region",
+                        fe->socket_path);
+            return false;
+        }
+        fe->inflight_fd = fd;
+        fe->inflight_size = reply.mmap_size;
+        fe->inflight_offset = reply.mmap_offset;
+    }
+    inf.mmap_size = fe->inflight_size;
+    inf.mmap_offset = fe->inflight_offset;
+    return fe_call(fe, VHOST_USER_SET_INFLIGHT_FD, &inf, sizeof(inf),
+                   &fe->inflight_fd, 1, NULL, 0, NULL, NULL, errp);
+}
+
+static bool fe_setup_queue(VhostUserFrontend *fe, unsigned int q,
+                           uint16_t base, GError **errp)
+{
+    FrontendQueue *vq = &fe->queues[q];
+    VhostUserVringAddr addr = {
+        .index = q,
+        .flags = 0,
+        .desc_user_addr = (uintptr_t)vq->desc,
+        .used_user_addr = (uintptr_t)vq->used,
+        .avail_user_addr = (uintptr_t)vq->avail,
+        .log_guest_addr = 0,
+    };
+    uint64_t idx = q;
+
+    return fe_call_state(fe, VHOST_USER_SET_VRING_NUM, q, vq->size, errp) &&
+           fe_call_state(fe, VHOST_USER_SET_VRING_BASE, q, base, errp) &&
+           fe_call(fe, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr), NULL, 0,
+                   NULL, 0, NULL, NULL, errp) &&
+           fe_call(fe, VHOST_USER_SET_VRING_KICK, &idx, sizeof(idx),
+                   &vq->kick_fd, 1, NULL, 0, NULL, NULL, errp) &&
+           fe_call(fe, VHOST_USER_SET_VRING_CALL, &idx, sizeof(idx),
+                   &vq->call_fd, 1, NULL, 0, NULL, NULL, errp);
+}
+
+/* Everything after negotiation; @reconnect: bases come from used->idx. */
+static bool fe_start_queues(VhostUserFrontend *fe, bool reconnect,
+                            GError **errp)
+{
+    if (!fe_call_u64(fe, VHOST_USER_SET_FEATURES, fe->features, errp) ||
+        !fe_inflight(fe, errp) ||
+        !fe_set_mem(fe, errp)) {
+        return false;
+    }
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        FrontendQueue *vq = &fe->queues[q];
+        uint16_t base = reconnect ?
+            atomic_load_explicit((_Atomic uint16_t *)&vq->used->idx,
+                                 memory_order_acquire) :
+            vq->avail_published;
+
+        if (!fe_setup_queue(fe, q, base, errp)) {
+            return false;
+        }
+    }
+    if (fe->features & (1ULL << VHOST_USER_F_PROTOCOL_FEATURES)) {
+        for (unsigned int q = 0; q < fe->num_queues; q++) {
+            if (!fe_call_state(fe, VHOST_USER_SET_VRING_ENABLE, q, 1, errp)) {
+                return false;
+            }
+        }
+    }
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        FrontendQueue *vq = &fe->queues[q];
+        uint64_t one = 1;
+
+        vq->started = true;
+        /* QEMU's host notifiers start signalled: the back-end looks at the
+         * avail ring once without waiting for the driver. */
+        if (write(vq->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+            g_set_error(errp, VB_ERROR, 0, "kick eventfd: %s",
+                        g_strerror(errno));
+            return false;
+        }
+    }
+    return true;
+}
+
+bool vhost_user_frontend_start(VhostUserFrontend *fe, GError **errp)
+{
+    return fe_start_queues(fe, false, errp);
+}
+
+bool vhost_user_frontend_get_vring_base(VhostUserFrontend *fe, unsigned int q,
+                                        uint16_t *base, GError **errp)
+{
+    VhostUserVringState s = { .index = q }, reply;
+
+    if (q >= fe->num_queues) {
+        g_set_error(errp, VB_ERROR, 0, "no queue %u", q);
+        return false;
+    }
+    if (!fe_call(fe, VHOST_USER_GET_VRING_BASE, &s, sizeof(s), NULL, 0,
+                 &reply, sizeof(reply), NULL, NULL, errp)) {
+        return false;
+    }
+    if (reply.index != q) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "GET_VRING_BASE: reply for queue %u, asked for %u",
+                    reply.index, q);
+        return false;
+    }
+    fe->queues[q].started = false;
+    if (base) {
+        *base = reply.num;
+    }
+    return true;
+}
+
+bool vhost_user_frontend_stop(VhostUserFrontend *fe, uint16_t *bases,
+                              GError **errp)
+{
+    if (fe->features & (1ULL << VHOST_USER_F_PROTOCOL_FEATURES)) {
+        for (unsigned int q = 0; q < fe->num_queues; q++) {
+            if (!fe_call_state(fe, VHOST_USER_SET_VRING_ENABLE, q, 0, errp)) {
+                return false;
+            }
+        }
+    }
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        if (!vhost_user_frontend_get_vring_base(fe, q, bases ? &bases[q] : NULL,
+                                                errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool vhost_user_frontend_reconnect(VhostUserFrontend *fe,
+                                   unsigned int timeout_ms, GError **errp)
+{
+    vhost_user_frontend_disconnect(fe);
+    if (!fe_connect(fe, timeout_ms, errp) || !fe_negotiate(fe, errp) ||
+        !fe_start_queues(fe, true, errp)) {
+        g_prefix_error(errp, "reconnect: ");
+        return false;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Request path                                                           */
+
+int vhost_user_frontend_blk_submit(VhostUserFrontend *fe, unsigned int q,
+                                   uint32_t type, uint64_t sector,
+                                   const struct iovec *iov, unsigned int niov,
+                                   bool data_in, void *opaque)
+{
+    FrontendQueue *vq;
+    struct virtio_blk_outhdr *hdr;
+    uint16_t head, d, last;
+    unsigned int n = niov + 2;
+
+    if (unlikely(q >= fe->num_queues)) {
+        return -EINVAL;
+    }
+    vq = &fe->queues[q];
+    if (unlikely(!vq->started)) {
+        return -ENOTCONN;
+    }
+    if (unlikely(n > vq->size)) {
+        return -EINVAL;
+    }
+    if (unlikely(n > vq->num_free)) {
+        return -ENOSPC;
+    }
+
+    head = vq->free_head;
+    /* header */
+    vq->desc[head].addr = vq->slots_gpa + (uint64_t)head * FE_SLOT_SIZE;
+    vq->desc[head].len = sizeof(struct virtio_blk_outhdr);
+    vq->desc[head].flags = VRING_DESC_F_NEXT;
+    vq->desc[head].next = vq->next_free[head];
+    d = vq->next_free[head];
+    /* data */
+    for (unsigned int i = 0; i < niov; i++) {
+        uint64_t gpa;
+
+        if (unlikely(!vhost_user_frontend_host_to_gpa(fe, iov[i].iov_base,
+                                                      iov[i].iov_len, &gpa) ||
+                     iov[i].iov_len > UINT32_MAX)) {
+            return -EFAULT;     /* nothing committed yet */
+        }
+        vq->desc[d].addr = gpa;
+        vq->desc[d].len = iov[i].iov_len;
+        vq->desc[d].flags = VRING_DESC_F_NEXT |
+                            (data_in ? VRING_DESC_F_WRITE : 0);
+        vq->desc[d].next = vq->next_free[d];
+        d = vq->next_free[d];
+    }
+    /* status */
+    last = d;
+    vq->desc[last].addr = vq->slots_gpa + (uint64_t)head * FE_SLOT_SIZE + 16;
+    vq->desc[last].len = 1;
+    vq->desc[last].flags = VRING_DESC_F_WRITE;
+    vq->desc[last].next = 0;
+
+    hdr = (struct virtio_blk_outhdr *)(vq->slots + (size_t)head * FE_SLOT_SIZE);
+    hdr->type = type;
+    hdr->ioprio = 0;
+    hdr->sector = sector;
+    vq->slots[(size_t)head * FE_SLOT_SIZE + 16] = 0xff;   /* not yet written */
+
+    vq->free_head = vq->next_free[last];
+    vq->num_free -= n;
+    vq->chain_len[head] = n;
+    vq->opaque[head] = opaque;
+    vq->outstanding++;
+    vq->avail->ring[vq->avail_shadow & (vq->size - 1)] = head;
+    vq->avail_shadow++;
+    return head;
+}
+
+static int fe_kick_fd(FrontendQueue *vq)
+{
+    uint64_t one = 1;
+
+    if (unlikely(write(vq->kick_fd, &one, sizeof(one)) < 0) &&
+        errno != EAGAIN) {
+        return -errno;
+    }
+    vq->kicks++;
+    return 1;
+}
+
+int vhost_user_frontend_kick(VhostUserFrontend *fe, unsigned int q)
+{
+    FrontendQueue *vq;
+    uint16_t old, new;
+    bool need;
+
+    if (unlikely(q >= fe->num_queues)) {
+        return -EINVAL;
+    }
+    vq = &fe->queues[q];
+    old = vq->avail_published;
+    new = vq->avail_shadow;
+    if (old == new) {
+        return 0;
+    }
+    /* Descriptors and ring entries before the index; pairs with the
+     * device's read barrier after it loads avail->idx. */
+    atomic_store_explicit((_Atomic uint16_t *)&vq->avail->idx, new,
+                          memory_order_release);
+    vq->avail_published = new;
+    /* The index store before reading the device's suppression state;
+     * pairs with the barrier the device puts between writing avail_event /
+     * clearing NO_NOTIFY and re-checking avail->idx. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (fe->event_idx) {
+        uint16_t ev = atomic_load_explicit((_Atomic uint16_t *)vq->avail_event,
+                                           memory_order_relaxed);
+        need = vring_need_event(ev, new, old);
+    } else {
+        need = !(atomic_load_explicit((_Atomic uint16_t *)&vq->used->flags,
+                                      memory_order_relaxed) &
+                 VRING_USED_F_NO_NOTIFY);
+    }
+    if (!need) {
+        vq->kicks_suppressed++;
+        return 0;
+    }
+    return fe_kick_fd(vq);
+}
+
+int vhost_user_frontend_reap(VhostUserFrontend *fe, unsigned int q,
+                             VhostUserFrontendCompletion *out, int max)
+{
+    FrontendQueue *vq;
+    uint16_t used_idx;
+    int n = 0;
+
+    if (unlikely(q >= fe->num_queues)) {
+        return -EINVAL;
+    }
+    vq = &fe->queues[q];
+    /* Pairs with the device's write barrier before it stores used->idx. */
+    used_idx = atomic_load_explicit((_Atomic uint16_t *)&vq->used->idx,
+                                    memory_order_acquire);
+    while (n < max && vq->last_used != used_idx) {
+        struct vring_used_elem *e = &vq->used->ring[vq->last_used &
+                                                    (vq->size - 1)];
+        uint32_t id = e->id;
+        uint16_t len, tail;
+
+        if (unlikely(id >= vq->size || vq->chain_len[id] == 0)) {
+            return -EPROTO;
+        }
+        out[n].opaque = vq->opaque[id];
+        out[n].head = id;
+        out[n].status = vq->slots[(size_t)id * FE_SLOT_SIZE + 16];
+        out[n].len = e->len;
+        n++;
+
+        len = vq->chain_len[id];
+        tail = id;
+        for (unsigned int i = 1; i < len; i++) {
+            tail = vq->next_free[tail];
+        }
+        vq->next_free[tail] = vq->free_head;
+        vq->free_head = id;
+        vq->num_free += len;
+        vq->chain_len[id] = 0;
+        vq->opaque[id] = NULL;
+        vq->outstanding--;
+        vq->last_used++;
+    }
+    if (fe->event_idx) {
+        /* Ask for an interrupt on the next completion. */
+        atomic_store_explicit((_Atomic uint16_t *)vq->used_event,
+                              vq->last_used, memory_order_relaxed);
+    }
+    return n;
+}
+
+int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
+                             int timeout_ms)
+{
+    FrontendQueue *vq;
+    struct pollfd pfd;
+    uint64_t v;
+    int r;
+
+    if (unlikely(q >= fe->num_queues)) {
+        return -EINVAL;
+    }
+    vq = &fe->queues[q];
+    if (fe->event_idx) {
+        atomic_store_explicit((_Atomic uint16_t *)vq->used_event,
+                              vq->last_used, memory_order_relaxed);
+    }
+    /* used_event store before re-reading used->idx; pairs with the
+     * device's barrier between writing used->idx and reading used_event. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit((_Atomic uint16_t *)&vq->used->idx,
+                             memory_order_acquire) != vq->last_used) {
+        return 1;
+    }
+    pfd.fd = vq->call_fd;
+    pfd.events = POLLIN;
+    do {
+        r = poll(&pfd, 1, timeout_ms);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        return -errno;
+    }
+    if (r == 0) {
+        return 0;
+    }
+    if (read(vq->call_fd, &v, sizeof(v)) < 0 && errno != EAGAIN) {
+        return -errno;
+    }
+    return 1;
+}
+
+unsigned int vhost_user_frontend_outstanding(VhostUserFrontend *fe,
+                                             unsigned int q)
+{
+    return q < fe->num_queues ? fe->queues[q].outstanding : 0;
+}
+
+void vhost_user_frontend_kick_stats(VhostUserFrontend *fe, unsigned int q,
+                                    uint64_t *kicks, uint64_t *suppressed)
+{
+    *kicks = fe->queues[q].kicks;
+    *suppressed = fe->queues[q].kicks_suppressed;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Hooks for hostile tests                                                */
+
+void vhost_user_frontend_rings(VhostUserFrontend *fe, unsigned int q,
+                               struct vring_desc **desc,
+                               struct vring_avail **avail,
+                               struct vring_used **used)
+{
+    g_assert(q < fe->num_queues);
+    *desc = fe->queues[q].desc;
+    *avail = fe->queues[q].avail;
+    *used = fe->queues[q].used;
+}
+
+void vhost_user_frontend_write_desc(VhostUserFrontend *fe, unsigned int q,
+                                    uint16_t i, uint64_t addr, uint32_t len,
+                                    uint16_t flags, uint16_t next)
+{
+    FrontendQueue *vq = &fe->queues[q];
+
+    g_assert(q < fe->num_queues && i < vq->size);
+    vq->desc[i].addr = addr;
+    vq->desc[i].len = len;
+    vq->desc[i].flags = flags;
+    vq->desc[i].next = next;
+}
+
+void vhost_user_frontend_push_avail_raw(VhostUserFrontend *fe, unsigned int q,
+                                        uint16_t head)
+{
+    FrontendQueue *vq = &fe->queues[q];
+
+    g_assert(q < fe->num_queues);
+    vq->avail->ring[vq->avail_shadow & (vq->size - 1)] = head;
+    vq->avail_shadow++;
+    atomic_store_explicit((_Atomic uint16_t *)&vq->avail->idx,
+                          vq->avail_shadow, memory_order_release);
+    vq->avail_published = vq->avail_shadow;
+}
+
+void vhost_user_frontend_set_avail_idx_raw(VhostUserFrontend *fe,
+                                           unsigned int q, uint16_t idx)
+{
+    FrontendQueue *vq = &fe->queues[q];
+
+    g_assert(q < fe->num_queues);
+    atomic_store_explicit((_Atomic uint16_t *)&vq->avail->idx, idx,
+                          memory_order_release);
+    vq->avail_shadow = vq->avail_published = idx;
+}
+
+int vhost_user_frontend_kick_raw(VhostUserFrontend *fe, unsigned int q)
+{
+    g_assert(q < fe->num_queues);
+    return fe_kick_fd(&fe->queues[q]);
+}
+
+bool vhost_user_frontend_reap_raw(VhostUserFrontend *fe, unsigned int q,
+                                  uint32_t *id, uint32_t *len)
+{
+    FrontendQueue *vq = &fe->queues[q];
+    struct vring_used_elem *e;
+
+    g_assert(q < fe->num_queues);
+    if (atomic_load_explicit((_Atomic uint16_t *)&vq->used->idx,
+                             memory_order_acquire) == vq->last_used) {
+        return false;
+    }
+    e = &vq->used->ring[vq->last_used & (vq->size - 1)];
+    *id = e->id;
+    *len = e->len;
+    vq->last_used++;
+    return true;
+}
+
+void *vhost_user_frontend_req_slot(VhostUserFrontend *fe, unsigned int q,
+                                   uint16_t head)
+{
+    g_assert(q < fe->num_queues && head < fe->queues[q].size);
+    return fe->queues[q].slots + (size_t)head * FE_SLOT_SIZE;
+}
+
+int vhost_user_frontend_send_raw(VhostUserFrontend *fe, const void *buf,
+                                 size_t len, const int *fds, int nfds)
+{
+    return fe_sendmsg(fe->sock, buf, len, fds, nfds);
+}
+
+int vhost_user_frontend_send_msg_raw(VhostUserFrontend *fe, uint32_t request,
+                                     uint32_t flags, uint32_t hdr_size,
+                                     const void *payload, size_t payload_len,
+                                     const int *fds, int nfds)
+{
+    g_autofree uint8_t *buf = g_malloc(VHOST_USER_HDR_SIZE + payload_len);
+    VhostUserHeader hdr = {
+        .request = request, .flags = flags, .size = hdr_size,
+    };
+
+    memcpy(buf, &hdr, VHOST_USER_HDR_SIZE);
+    if (payload_len) {
+        memcpy(buf + VHOST_USER_HDR_SIZE, payload, payload_len);
+    }
+    return fe_sendmsg(fe->sock, buf, VHOST_USER_HDR_SIZE + payload_len,
+                      fds, nfds);
+}
+
+int vhost_user_frontend_recv_raw(VhostUserFrontend *fe, VhostUserMsg *msg,
+                                 int *fds, int *nfds, int timeout_ms)
+{
+    if (!fds && nfds) {
+        *nfds = 0;
+    }
+    return fe_recv_msg(fe, msg, fds, fds ? nfds : NULL, timeout_ms);
+}
+
+bool vhost_user_frontend_peer_closed(VhostUserFrontend *fe, int timeout_ms)
+{
+    gint64 deadline = g_get_monotonic_time() + (gint64)timeout_ms * 1000;
+
+    if (fe->sock < 0) {
+        return true;
+    }
+    for (;;) {
+        char buf[4096];
+        gint64 left = (deadline - g_get_monotonic_time()) / 1000;
+        int r;
+
+        r = fe_wait_readable(fe->sock, left > 0 ? (int)left : 0);
+        if (r < 0) {
+            return false;
+        }
+        r = fe_recv_exact(fe->sock, buf, 1, NULL, NULL, 0, 0);
+        if (r == -ECONNRESET) {
+            return true;
+        }
+        if (r < 0 && r != -ETIMEDOUT) {
+            return true;        /* socket error: the peer is gone */
+        }
+    }
+}

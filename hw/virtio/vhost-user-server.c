@@ -1,0 +1,1370 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vhost-user back-end server: socket, session, control messages, queue
+ * start/stop.
+ *
+ * Theory of operation
+ *
+ * A VuServer listens on one unix socket and serves one front-end (the VMM)
+ * at a time; a second connection is accepted and closed at once, with a log
+ * line.  Everything in this file runs in the main thread, inside the main
+ * AioContext passed at creation: the listening socket and the session
+ * socket are fd handlers of that context (the daemon's main loop is a plain
+ * aio_poll() loop on it, not a GLib main loop: one loop implementation for
+ * every thread).
+ *
+ * Messages are read without blocking into a per-session buffer (header,
+ * then hdr.size bytes of payload), with SCM_RIGHTS fds collected on the
+ * way, so a front-end that sends half a message cannot stall the other
+ * exports of the process.  Each complete message is checked (version,
+ * payload size for its request, fd count) before a handler sees it; a
+ * malformed message drops the session with a log line.
+ *
+ * Queues.  Each queue has a fixed owner AioContext (an iothread's).  The
+ * server starts a queue once it has a size, ring addresses, a kick fd, is
+ * enabled (with VHOST_USER_F_PROTOCOL_FEATURES negotiated rings start
+ * disabled until SET_VRING_ENABLE; without it they are enabled by the kick
+ * fd) and guest memory is mapped: it maps the rings (virtqueue_start()) and
+ * then, through aio_run_sync(), lets the device install its kick handler in
+ * the owner thread.  Stopping is the reverse: the device removes its
+ * handler in the owner thread, then the main thread polls the device's
+ * in-flight count (again through aio_run_sync(), with a short sleep in
+ * between) until every submitted request completed, and only then forgets
+ * the ring pointers.  Any change to what a running queue reads (memory
+ * table, ring setup, features, inflight region) is done as stop, change,
+ * restart.  The one exception is SET_VRING_CALL, which is swapped inside
+ * the owner thread without a drain.
+ *
+ * A disconnect (EOF, error, malformed message, or a queue the guest broke)
+ * stops and drains every queue, unmaps guest memory and the inflight
+ * region, closes every fd and waits for the next front-end.
+ */
+#include "qemu/osdep.h"
+#include "hw/virtio/vhost-user-server.h"
+#include "qemu/error-report.h"
+#include "qemu/iothread.h"
+
+#include <linux/virtio_ring.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#define VU_PROTOCOL_FEATURES \
+    ((1ULL << VHOST_USER_PROTOCOL_F_MQ) | \
+     (1ULL << VHOST_USER_PROTOCOL_F_REPLY_ACK) | \
+     (1ULL << VHOST_USER_PROTOCOL_F_CONFIG) | \
+     (1ULL << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) | \
+     (1ULL << VHOST_USER_PROTOCOL_F_RESET_DEVICE) | \
+     (1ULL << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) | \
+     (1ULL << VHOST_USER_PROTOCOL_F_STATUS))
+
+/* Messages handled per wake-up before yielding to other handlers. */
+#define VU_MSGS_PER_TURN 32
+
+typedef struct VuQueue {
+    VuServer *server;
+    unsigned int index;
+    VirtQueue *vq;
+    AioContext *ctx;
+    unsigned int num;
+    bool running;
+} VuQueue;
+
+/* A received message: header and payload stored apart so the payload is
+ * naturally aligned (VhostUserMsg is packed). */
+typedef struct VuMsg {
+    VhostUserHeader hdr;
+    VhostUserPayload payload;
+} VuMsg;
+
+/* What a message handler asks the dispatcher to do next. */
+typedef enum VuMsgResult {
+    VU_MSG_OK,          /* done; ack 0 if the front-end asked for a reply */
+    VU_MSG_FAILED,      /* refused; ack nonzero if asked for a reply */
+    VU_MSG_REPLIED,     /* the handler sent the request's own reply */
+    VU_MSG_DROP,        /* malformed or fatal: drop the session */
+} VuMsgResult;
+
+struct VuServer {
+    VuServerConfig cfg;
+    char *path;
+    char *name;
+    AioContext **queue_ctx;
+
+    int listen_fd;
+    bool sock_created;
+    dev_t sock_dev;
+    ino_t sock_ino;
+
+    /* Session */
+    int conn_fd;
+    bool drop_pending;
+    VuMsg rx;
+    size_t rx_len;
+    int rx_fds[VHOST_USER_MAX_FDS];
+    unsigned int rx_nfds;
+    bool rx_fds_lost;
+
+    uint64_t features;
+    bool features_acked;
+    uint64_t protocol_features;
+    uint8_t status;
+    GuestMemory mem;
+    void *inflight_addr;
+    size_t inflight_size;
+    VuQueue *queues;
+
+    QEMUBH *broken_bh;
+    _Atomic bool broken;
+    uint64_t unknown_logged[4];     /* bitmap of request numbers < 256 */
+    VuServerStats stats;
+};
+
+static void vu_session_close(VuServer *s, const char *why);
+
+/* ---- queues ---------------------------------------------------------- */
+
+static void vu_queue_start_fn(void *opaque)
+{
+    VuQueue *q = opaque;
+    VuServer *s = q->server;
+
+    s->cfg.ops->queue_start(s->cfg.opaque, q->index, q->vq, q->num);
+}
+
+static void vu_queue_stop_fn(void *opaque)
+{
+    VuQueue *q = opaque;
+    VuServer *s = q->server;
+
+    s->cfg.ops->queue_stop(s->cfg.opaque, q->index, q->vq);
+}
+
+typedef struct VuQueueCount {
+    VuQueue *q;
+    unsigned int inflight;
+} VuQueueCount;
+
+static void vu_queue_count_fn(void *opaque)
+{
+    VuQueueCount *c = opaque;
+    VuServer *s = c->q->server;
+
+    c->inflight = s->cfg.ops->queue_inflight(s->cfg.opaque, c->q->index);
+    if (c->inflight == 0) {
+        /* Interrupt the driver for the last completions, if it wants one. */
+        virtqueue_notify(c->q->vq);
+    }
+}
+
+static bool vu_queue_can_run(VuServer *s, VuQueue *q)
+{
+    return s->conn_fd >= 0 && s->mem.nregions > 0 &&
+           virtqueue_is_ready(q->vq) && virtqueue_is_enabled(q->vq) &&
+           !virtqueue_is_broken(q->vq);
+}
+
+/* Start @q if everything it needs is there.  Returns false only when it
+ * should have started and could not. */
+static bool vu_queue_update(VuServer *s, VuQueue *q)
+{
+    GError *err = NULL;
+
+    if (q->running || !vu_queue_can_run(s, q)) {
+        return true;
+    }
+    virtqueue_set_event_idx(q->vq,
+                            s->features & (1ULL << VIRTIO_RING_F_EVENT_IDX));
+    if (!virtqueue_start(q->vq, &s->mem, &err)) {
+        warn_report("%s: queue %u cannot start: %s", s->name, q->index,
+                    err->message);
+        g_error_free(err);
+        return false;
+    }
+    aio_run_sync(q->ctx, vu_queue_start_fn, q);
+    q->running = true;
+    debug_report("%s: queue %u started (size %u)", s->name, q->index,
+                 q->num);
+    return true;
+}
+
+static bool vu_update_all(VuServer *s)
+{
+    bool ok = true;
+
+    for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
+        ok &= vu_queue_update(s, &s->queues[i]);
+    }
+    return ok;
+}
+
+/* Stop @q and wait until its in-flight requests completed. */
+static void vu_queue_stop(VuServer *s, VuQueue *q)
+{
+    VuQueueCount c = { .q = q };
+    gint64 start, next_warn;
+
+    if (!q->running) {
+        return;
+    }
+    aio_run_sync(q->ctx, vu_queue_stop_fn, q);
+    start = g_get_monotonic_time();
+    next_warn = start + 5 * G_USEC_PER_SEC;
+    for (;;) {
+        aio_run_sync(q->ctx, vu_queue_count_fn, &c);
+        if (c.inflight == 0) {
+            break;
+        }
+        if (g_get_monotonic_time() > next_warn) {
+            warn_report("%s: queue %u: still waiting for %u requests after "
+                        "%" PRId64 " s", s->name, q->index, c.inflight,
+                        (g_get_monotonic_time() - start) / G_USEC_PER_SEC);
+            next_warn += 5 * G_USEC_PER_SEC;
+        }
+        g_usleep(100);
+    }
+    virtqueue_stop(q->vq);
+    q->running = false;
+    debug_report("%s: queue %u stopped", s->name, q->index);
+}
+
+static void vu_stop_all(VuServer *s)
+{
+    for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
+        vu_queue_stop(s, &s->queues[i]);
+    }
+}
+
+/* Forget every queue's state (after vu_stop_all()). */
+static void vu_reset_queues(VuServer *s)
+{
+    for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
+        VuQueue *q = &s->queues[i];
+
+        assert(!q->running);
+        if (q->vq) {
+            virtqueue_free(q->vq);
+        }
+        q->vq = virtqueue_new(i);
+        q->num = 0;
+    }
+}
+
+static void vu_inflight_unmap(VuServer *s)
+{
+    for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
+        virtqueue_set_inflight(s->queues[i].vq, NULL);
+    }
+    if (s->inflight_addr) {
+        munmap(s->inflight_addr, s->inflight_size);
+        s->inflight_addr = NULL;
+        s->inflight_size = 0;
+    }
+}
+
+/* Queues stopped.  Point each queue at its part of the inflight region. */
+static void vu_inflight_install(VuServer *s, void *addr, size_t size,
+                                unsigned int nq, uint16_t queue_size)
+{
+    size_t per_queue = vhost_user_inflight_queue_size(queue_size);
+
+    vu_inflight_unmap(s);
+    s->inflight_addr = addr;
+    s->inflight_size = size;
+    for (unsigned int i = 0; i < nq && i < s->cfg.num_queues; i++) {
+        virtqueue_set_inflight(s->queues[i].vq,
+            (VhostUserQueueRegionSplit *)((uint8_t *)addr + i * per_queue));
+    }
+}
+
+/* ---- sending --------------------------------------------------------- */
+
+static bool vu_send(VuServer *s, const VuMsg *req, const void *payload,
+                    uint32_t size, int fd)
+{
+    VhostUserHeader hdr = {
+        .request = req->hdr.request,
+        .flags = VHOST_USER_VERSION | VHOST_USER_REPLY_MASK,
+        .size = size,
+    };
+    struct iovec iov[2] = {
+        { .iov_base = &hdr, .iov_len = sizeof(hdr) },
+        { .iov_base = (void *)payload, .iov_len = size },
+    };
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr mh = {
+        .msg_iov = iov,
+        .msg_iovlen = size ? 2 : 1,
+    };
+    ssize_t n;
+
+    if (fd >= 0) {
+        struct cmsghdr *cmsg;
+
+        memset(&control, 0, sizeof(control));
+        mh.msg_control = control.buf;
+        mh.msg_controllen = sizeof(control.buf);
+        cmsg = CMSG_FIRSTHDR(&mh);
+        cmsg->cmsg_level = SOL_SOCKET;
+        cmsg->cmsg_type = SCM_RIGHTS;
+        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+    }
+    do {
+        n = sendmsg(s->conn_fd, &mh, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)(sizeof(hdr) + size)) {
+        warn_report("%s: cannot send %s reply: %s", s->name,
+                    vhost_user_request_name(req->hdr.request),
+                    n < 0 ? g_strerror(errno) : "short write");
+        s->drop_pending = true;
+        return false;
+    }
+    return true;
+}
+
+static bool vu_reply_u64(VuServer *s, const VuMsg *req, uint64_t v)
+{
+    return vu_send(s, req, &v, sizeof(v), -1);
+}
+
+/* ---- message handlers ------------------------------------------------- */
+
+/* Take fd @i of the current message (the dispatcher closes the others). */
+static int vu_take_fd(VuServer *s, unsigned int i)
+{
+    int fd = s->rx_fds[i];
+
+    s->rx_fds[i] = -1;
+    return fd;
+}
+
+static VuQueue *vu_get_queue(VuServer *s, uint32_t index, const char *req)
+{
+    if (index >= s->cfg.num_queues) {
+        warn_report("%s: %s for queue %" PRIu32 ", but the export has %u",
+                    s->name, req, index, s->cfg.num_queues);
+        return NULL;
+    }
+    return &s->queues[index];
+}
+
+static uint64_t vu_offered_features(VuServer *s)
+{
+    return s->cfg.ops->get_features(s->cfg.opaque) |
+           (1ULL << VHOST_USER_F_PROTOCOL_FEATURES);
+}
+
+static VuMsgResult vu_set_features(VuServer *s, uint64_t features)
+{
+    uint64_t offered = vu_offered_features(s);
+
+    if (features & ~offered) {
+        warn_report("%s: front-end acked features 0x%" PRIx64
+                    " that were not offered", s->name, features & ~offered);
+        return VU_MSG_FAILED;
+    }
+    vu_stop_all(s);
+    s->features = features;
+    s->features_acked = true;
+    if (!(features & (1ULL << VHOST_USER_F_PROTOCOL_FEATURES))) {
+        /* Without the protocol feature, rings are enabled from the start. */
+        for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
+            virtqueue_set_enabled(s->queues[i].vq, true);
+        }
+    }
+    vu_update_all(s);
+    return VU_MSG_OK;
+}
+
+static VuMsgResult vu_reset_session_state(VuServer *s)
+{
+    vu_stop_all(s);
+    vu_inflight_unmap(s);
+    vu_reset_queues(s);
+    guest_mem_clear(&s->mem);
+    s->features = 0;
+    s->features_acked = false;
+    s->status = 0;
+    return VU_MSG_OK;
+}
+
+static VuMsgResult vu_set_mem_table(VuServer *s, VuMsg *msg)
+{
+    VhostUserMemory *m = &msg->payload.memory;
+    GError *err = NULL;
+    VuMsgResult ret = VU_MSG_OK;
+
+    if (msg->hdr.size < 8 || m->nregions > VHOST_USER_MEM_REGIONS_MAX ||
+        msg->hdr.size != 8 + m->nregions * sizeof(VhostUserMemoryRegion) ||
+        s->rx_nfds != m->nregions) {
+        warn_report("%s: malformed SET_MEM_TABLE (size %" PRIu32
+                    ", %" PRIu32 " regions, %u fds)", s->name, msg->hdr.size,
+                    m->nregions, s->rx_nfds);
+        return VU_MSG_DROP;
+    }
+    vu_stop_all(s);
+    guest_mem_clear(&s->mem);
+    for (uint32_t i = 0; i < m->nregions; i++) {
+        if (!guest_mem_add_region(&s->mem, &m->regions[i], s->rx_fds[i],
+                                  &err)) {
+            warn_report("%s: SET_MEM_TABLE region %" PRIu32 ": %s", s->name,
+                        i, err->message);
+            g_clear_error(&err);
+            guest_mem_clear(&s->mem);
+            ret = VU_MSG_FAILED;
+            break;
+        }
+    }
+    if (ret == VU_MSG_OK) {
+        debug_report("%s: memory table with %" PRIu32 " regions", s->name,
+                     m->nregions);
+    }
+    vu_update_all(s);
+    return ret;
+}
+
+static VuMsgResult vu_add_mem_reg(VuServer *s, VuMsg *msg)
+{
+    GError *err = NULL;
+    VuMsgResult ret = VU_MSG_OK;
+
+    if (s->rx_nfds != 1) {
+        warn_report("%s: ADD_MEM_REG with %u fds", s->name, s->rx_nfds);
+        return VU_MSG_DROP;
+    }
+    vu_stop_all(s);
+    if (!guest_mem_add_region(&s->mem, &msg->payload.memreg.region,
+                              s->rx_fds[0], &err)) {
+        warn_report("%s: ADD_MEM_REG: %s", s->name, err->message);
+        g_error_free(err);
+        ret = VU_MSG_FAILED;
+    }
+    vu_update_all(s);
+    return ret;
+}
+
+static VuMsgResult vu_rem_mem_reg(VuServer *s, VuMsg *msg)
+{
+    GError *err = NULL;
+    VuMsgResult ret = VU_MSG_OK;
+
+    vu_stop_all(s);
+    if (!guest_mem_remove_region(&s->mem, &msg->payload.memreg.region,
+                                 &err)) {
+        warn_report("%s: REM_MEM_REG: %s", s->name, err->message);
+        g_error_free(err);
+        ret = VU_MSG_FAILED;
+    }
+    vu_update_all(s);
+    return ret;
+}
+
+static VuMsgResult vu_set_vring_num(VuServer *s, VuMsg *msg)
+{
+    VhostUserVringState *st = &msg->payload.state;
+    VuQueue *q = vu_get_queue(s, st->index, "SET_VRING_NUM");
+    GError *err = NULL;
+
+    if (!q) {
+        return VU_MSG_FAILED;
+    }
+    if (st->num == 0 || st->num > s->cfg.max_queue_size) {
+        warn_report("%s: queue %u: size %" PRIu32 " (1..%u accepted)",
+                    s->name, q->index, st->num, s->cfg.max_queue_size);
+        return VU_MSG_FAILED;
+    }
+    vu_queue_stop(s, q);
+    if (!virtqueue_set_num(q->vq, st->num, &err)) {
+        warn_report("%s: queue %u: %s", s->name, q->index, err->message);
+        g_error_free(err);
+        return VU_MSG_FAILED;
+    }
+    q->num = st->num;
+    vu_queue_update(s, q);
+    return VU_MSG_OK;
+}
+
+static VuMsgResult vu_set_vring_addr(VuServer *s, VuMsg *msg)
+{
+    VuQueue *q = vu_get_queue(s, msg->payload.addr.index, "SET_VRING_ADDR");
+    GError *err = NULL;
+
+    if (!q) {
+        return VU_MSG_FAILED;
+    }
+    vu_queue_stop(s, q);
+    if (!virtqueue_set_addr(q->vq, &msg->payload.addr, &err)) {
+        warn_report("%s: queue %u: %s", s->name, q->index, err->message);
+        g_error_free(err);
+        return VU_MSG_FAILED;
+    }
+    return vu_queue_update(s, q) ? VU_MSG_OK : VU_MSG_FAILED;
+}
+
+static VuMsgResult vu_set_vring_base(VuServer *s, VuMsg *msg)
+{
+    VhostUserVringState *st = &msg->payload.state;
+    VuQueue *q = vu_get_queue(s, st->index, "SET_VRING_BASE");
+
+    if (!q) {
+        return VU_MSG_FAILED;
+    }
+    if (st->num > UINT16_MAX) {
+        warn_report("%s: queue %u: base %" PRIu32 " out of range", s->name,
+                    q->index, st->num);
+        return VU_MSG_FAILED;
+    }
+    vu_queue_stop(s, q);
+    virtqueue_set_base(q->vq, st->num);
+    vu_queue_update(s, q);
+    return VU_MSG_OK;
+}
+
+static VuMsgResult vu_get_vring_base(VuServer *s, VuMsg *msg)
+{
+    VhostUserVringState st = { .index = msg->payload.state.index };
+    VuQueue *q = vu_get_queue(s, st.index, "GET_VRING_BASE");
+
+    if (!q) {
+        /* The front-end waits for a reply we cannot give. */
+        return VU_MSG_DROP;
+    }
+    vu_queue_stop(s, q);
+    st.num = virtqueue_get_base(q->vq);
+    /* The ring is stopped until the front-end sends a new kick fd. */
+    virtqueue_set_kick_fd(q->vq, -1);
+    debug_report("%s: queue %u: GET_VRING_BASE -> %" PRIu32, s->name,
+                 q->index, st.num);
+    vu_send(s, msg, &st, sizeof(st), -1);
+    return VU_MSG_REPLIED;
+}
+
+typedef struct VuSetCall {
+    VuQueue *q;
+    int fd;
+} VuSetCall;
+
+static void vu_set_call_fn(void *opaque)
+{
+    VuSetCall *c = opaque;
+
+    virtqueue_set_call_fd(c->q->vq, c->fd);
+}
+
+static VuMsgResult vu_set_vring_fd(VuServer *s, VuMsg *msg)
+{
+    uint32_t req = msg->hdr.request;
+    uint64_t v = msg->payload.u64;
+    bool nofd = v & VHOST_USER_VRING_NOFD_MASK;
+    VuQueue *q;
+    int fd = -1;
+
+    if (!nofd && s->rx_nfds < 1) {
+        warn_report("%s: %s without an fd", s->name,
+                    vhost_user_request_name(req));
+        return VU_MSG_DROP;
+    }
+    q = vu_get_queue(s, v & VHOST_USER_VRING_IDX_MASK,
+                     vhost_user_request_name(req));
+    if (!q) {
+        return VU_MSG_FAILED;
+    }
+    if (!nofd) {
+        fd = vu_take_fd(s, 0);
+    }
+
+    switch (req) {
+    case VHOST_USER_SET_VRING_KICK:
+        vu_queue_stop(s, q);
+        virtqueue_set_kick_fd(q->vq, fd);
+        if (s->features_acked &&
+            !(s->features & (1ULL << VHOST_USER_F_PROTOCOL_FEATURES))) {
+            virtqueue_set_enabled(q->vq, true);
+        }
+        if (nofd) {
+            warn_report("%s: queue %u: polling mode (no kick fd) is not "
+                        "supported", s->name, q->index);
+        }
+        return vu_queue_update(s, q) ? VU_MSG_OK : VU_MSG_FAILED;
+    case VHOST_USER_SET_VRING_CALL:
+        if (q->running) {
+            VuSetCall c = { .q = q, .fd = fd };
+
+            aio_run_sync(q->ctx, vu_set_call_fn, &c);
+        } else {
+            virtqueue_set_call_fd(q->vq, fd);
+        }
+        return VU_MSG_OK;
+    default: /* SET_VRING_ERR: we never report errors through it */
+        if (fd >= 0) {
+            close(fd);
+        }
+        return VU_MSG_OK;
+    }
+}
+
+static VuMsgResult vu_set_vring_enable(VuServer *s, VuMsg *msg)
+{
+    VhostUserVringState *st = &msg->payload.state;
+    VuQueue *q = vu_get_queue(s, st->index, "SET_VRING_ENABLE");
+
+    if (!q) {
+        return VU_MSG_FAILED;
+    }
+    if (st->num > 1) {
+        warn_report("%s: queue %u: SET_VRING_ENABLE %" PRIu32, s->name,
+                    q->index, st->num);
+        return VU_MSG_FAILED;
+    }
+    if (!st->num) {
+        vu_queue_stop(s, q);
+    }
+    virtqueue_set_enabled(q->vq, st->num);
+    return vu_queue_update(s, q) ? VU_MSG_OK : VU_MSG_FAILED;
+}
+
+static VuMsgResult vu_get_config(VuServer *s, VuMsg *msg)
+{
+    VhostUserConfig *in = &msg->payload.config;
+    VhostUserConfig out = {
+        .offset = in->offset,
+        .size = in->size,
+        .flags = in->flags,
+    };
+
+    if (in->size > VHOST_USER_MAX_CONFIG_SIZE ||
+        in->offset > VHOST_USER_MAX_CONFIG_SIZE - in->size ||
+        !s->cfg.ops->get_config(s->cfg.opaque, out.region, in->offset,
+                                in->size)) {
+        warn_report("%s: GET_CONFIG of %" PRIu32 " bytes at %" PRIu32
+                    " refused", s->name, in->size, in->offset);
+        out.size = 0;
+    }
+    vu_send(s, msg, &out, VHOST_USER_CONFIG_HDR_SIZE + out.size, -1);
+    return VU_MSG_REPLIED;
+}
+
+static VuMsgResult vu_set_config(VuServer *s, VuMsg *msg)
+{
+    VhostUserConfig *in = &msg->payload.config;
+
+    if (msg->hdr.size != VHOST_USER_CONFIG_HDR_SIZE + in->size ||
+        in->size > VHOST_USER_MAX_CONFIG_SIZE ||
+        in->offset > VHOST_USER_MAX_CONFIG_SIZE - in->size) {
+        warn_report("%s: malformed SET_CONFIG", s->name);
+        return VU_MSG_DROP;
+    }
+    if (!s->cfg.ops->set_config ||
+        !s->cfg.ops->set_config(s->cfg.opaque, in->region, in->offset,
+                                in->size)) {
+        warn_report("%s: SET_CONFIG of %" PRIu32 " bytes at %" PRIu32
+                    " refused", s->name, in->size, in->offset);
+        return VU_MSG_FAILED;
+    }
+    return VU_MSG_OK;
+}
+
+static bool vu_inflight_geometry_ok(VuServer *s, const VhostUserInflight *in)
+{
+    if (in->num_queues == 0 || in->num_queues > s->cfg.num_queues ||
+        in->queue_size == 0 || in->queue_size > VIRTQUEUE_MAX_SIZE) {
+        warn_report("%s: inflight region for %u queues of %u entries "
+                    "refused (export: %u queues, at most %u entries)",
+                    s->name, in->num_queues, in->queue_size,
+                    s->cfg.num_queues, VIRTQUEUE_MAX_SIZE);
+        return false;
+    }
+    return true;
+}
+
+static VuMsgResult vu_get_inflight_fd(VuServer *s, VuMsg *msg)
+{
+    VhostUserInflight out = msg->payload.inflight;
+    size_t size;
+    void *addr;
+    int fd;
+
+    out.mmap_size = 0;
+    out.mmap_offset = 0;
+    if (!vu_inflight_geometry_ok(s, &msg->payload.inflight)) {
+        vu_send(s, msg, &out, sizeof(out), -1);
+        return VU_MSG_REPLIED;
+    }
+    size = out.num_queues * vhost_user_inflight_queue_size(out.queue_size);
+    fd = memfd_create("vhost-blk-inflight", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, size) < 0) {
+        warn_report("%s: cannot create the inflight region: %s", s->name,
+                    g_strerror(errno));
+        goto fail;
+    }
+    /* The front-end must not shrink it under us. */
+    fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+    addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED) {
+        warn_report("%s: cannot map the inflight region: %s", s->name,
+                    g_strerror(errno));
+        goto fail;
+    }
+    vu_stop_all(s);
+    vu_inflight_install(s, addr, size, out.num_queues, out.queue_size);
+    out.mmap_size = size;
+    vu_send(s, msg, &out, sizeof(out), fd);
+    close(fd);
+    vu_update_all(s);
+    return VU_MSG_REPLIED;
+
+fail:
+    if (fd >= 0) {
+        close(fd);
+    }
+    vu_send(s, msg, &out, sizeof(out), -1);
+    return VU_MSG_REPLIED;
+}
+
+static VuMsgResult vu_set_inflight_fd(VuServer *s, VuMsg *msg)
+{
+    VhostUserInflight *in = &msg->payload.inflight;
+    struct stat st;
+    size_t need;
+    void *addr;
+    int fd;
+
+    if (s->rx_nfds != 1) {
+        warn_report("%s: SET_INFLIGHT_FD with %u fds", s->name, s->rx_nfds);
+        return VU_MSG_DROP;
+    }
+    if (!vu_inflight_geometry_ok(s, in)) {
+        return VU_MSG_FAILED;
+    }
+    fd = s->rx_fds[0];
+    need = in->num_queues * vhost_user_inflight_queue_size(in->queue_size);
+    if (in->mmap_size < need || in->mmap_size > SIZE_MAX / 2 ||
+        in->mmap_offset % getpagesize() ||
+        in->mmap_offset > UINT64_MAX - in->mmap_size ||
+        fstat(fd, &st) < 0 ||
+        (uint64_t)st.st_size < in->mmap_offset + in->mmap_size) {
+        warn_report("%s: SET_INFLIGHT_FD: region of %" PRIu64 " bytes at "
+                    "offset %" PRIu64 " does not fit %u queues of %u entries "
+                    "or the file", s->name, in->mmap_size, in->mmap_offset,
+                    in->num_queues, in->queue_size);
+        return VU_MSG_FAILED;
+    }
+    addr = mmap(NULL, in->mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                in->mmap_offset);
+    if (addr == MAP_FAILED) {
+        warn_report("%s: SET_INFLIGHT_FD: mmap: %s", s->name,
+                    g_strerror(errno));
+        return VU_MSG_FAILED;
+    }
+    vu_stop_all(s);
+    vu_inflight_install(s, addr, in->mmap_size, in->num_queues,
+                        in->queue_size);
+    debug_report("%s: inflight region: %u queues of %u entries", s->name,
+                 in->num_queues, in->queue_size);
+    vu_update_all(s);
+    return VU_MSG_OK;
+}
+
+static void vu_log_unknown(VuServer *s, uint32_t request)
+{
+    if (request < 256) {
+        uint64_t bit = 1ULL << (request % 64);
+
+        if (s->unknown_logged[request / 64] & bit) {
+            return;
+        }
+        s->unknown_logged[request / 64] |= bit;
+    }
+    warn_report("%s: unsupported request %s (%" PRIu32 ")", s->name,
+                vhost_user_request_name(request), request);
+}
+
+/* Payload size bounds of each request: [min, max]. */
+static bool vu_payload_size_ok(uint32_t request, uint32_t size)
+{
+    uint32_t min = 0, max = sizeof(VhostUserPayload);
+
+    switch (request) {
+    case VHOST_USER_GET_FEATURES:
+    case VHOST_USER_GET_PROTOCOL_FEATURES:
+    case VHOST_USER_SET_OWNER:
+    case VHOST_USER_RESET_OWNER:
+    case VHOST_USER_RESET_DEVICE:
+    case VHOST_USER_GET_QUEUE_NUM:
+    case VHOST_USER_GET_MAX_MEM_SLOTS:
+    case VHOST_USER_GET_STATUS:
+        /* No payload; tolerate a u64 some front-ends send anyway. */
+        max = sizeof(uint64_t);
+        break;
+    case VHOST_USER_SET_FEATURES:
+    case VHOST_USER_SET_PROTOCOL_FEATURES:
+    case VHOST_USER_SET_STATUS:
+    case VHOST_USER_SET_VRING_KICK:
+    case VHOST_USER_SET_VRING_CALL:
+    case VHOST_USER_SET_VRING_ERR:
+        min = max = sizeof(uint64_t);
+        break;
+    case VHOST_USER_SET_VRING_NUM:
+    case VHOST_USER_SET_VRING_BASE:
+    case VHOST_USER_GET_VRING_BASE:
+    case VHOST_USER_SET_VRING_ENABLE:
+        min = max = sizeof(VhostUserVringState);
+        break;
+    case VHOST_USER_SET_VRING_ADDR:
+        min = max = sizeof(VhostUserVringAddr);
+        break;
+    case VHOST_USER_SET_MEM_TABLE:
+        min = 8;
+        max = sizeof(VhostUserMemory);
+        break;
+    case VHOST_USER_ADD_MEM_REG:
+    case VHOST_USER_REM_MEM_REG:
+        min = max = sizeof(VhostUserMemRegMsg);
+        break;
+    case VHOST_USER_GET_CONFIG:
+    case VHOST_USER_SET_CONFIG:
+        min = VHOST_USER_CONFIG_HDR_SIZE;
+        max = sizeof(VhostUserConfig);
+        break;
+    case VHOST_USER_GET_INFLIGHT_FD:
+    case VHOST_USER_SET_INFLIGHT_FD:
+        min = offsetof(VhostUserInflight, queue_size) + sizeof(uint16_t);
+        max = sizeof(VhostUserInflight);
+        break;
+    default:
+        break;
+    }
+    return size >= min && size <= max;
+}
+
+static VuMsgResult vu_dispatch(VuServer *s, VuMsg *msg)
+{
+    uint32_t req = msg->hdr.request;
+
+    if (!vu_payload_size_ok(req, msg->hdr.size)) {
+        warn_report("%s: %s with a payload of %" PRIu32 " bytes", s->name,
+                    vhost_user_request_name(req), msg->hdr.size);
+        return VU_MSG_DROP;
+    }
+
+    switch (req) {
+    case VHOST_USER_GET_FEATURES:
+        vu_reply_u64(s, msg, vu_offered_features(s));
+        return VU_MSG_REPLIED;
+    case VHOST_USER_SET_FEATURES:
+        return vu_set_features(s, msg->payload.u64);
+    case VHOST_USER_GET_PROTOCOL_FEATURES:
+        vu_reply_u64(s, msg, VU_PROTOCOL_FEATURES);
+        return VU_MSG_REPLIED;
+    case VHOST_USER_SET_PROTOCOL_FEATURES:
+        if (msg->payload.u64 & ~VU_PROTOCOL_FEATURES) {
+            warn_report("%s: front-end acked unknown protocol features "
+                        "0x%" PRIx64 "; ignored", s->name,
+                        (uint64_t)(msg->payload.u64 & ~VU_PROTOCOL_FEATURES));
+        }
+        s->protocol_features = msg->payload.u64 & VU_PROTOCOL_FEATURES;
+        return VU_MSG_OK;
+    case VHOST_USER_SET_OWNER:
+        return VU_MSG_OK;
+    case VHOST_USER_RESET_OWNER:
+    case VHOST_USER_RESET_DEVICE:
+        return vu_reset_session_state(s);
+    case VHOST_USER_SET_MEM_TABLE:
+        return vu_set_mem_table(s, msg);
+    case VHOST_USER_GET_MAX_MEM_SLOTS:
+        vu_reply_u64(s, msg, VHOST_USER_MAX_MEM_SLOTS);
+        return VU_MSG_REPLIED;
+    case VHOST_USER_ADD_MEM_REG:
+        return vu_add_mem_reg(s, msg);
+    case VHOST_USER_REM_MEM_REG:
+        return vu_rem_mem_reg(s, msg);
+    case VHOST_USER_SET_VRING_NUM:
+        return vu_set_vring_num(s, msg);
+    case VHOST_USER_SET_VRING_ADDR:
+        return vu_set_vring_addr(s, msg);
+    case VHOST_USER_SET_VRING_BASE:
+        return vu_set_vring_base(s, msg);
+    case VHOST_USER_GET_VRING_BASE:
+        return vu_get_vring_base(s, msg);
+    case VHOST_USER_SET_VRING_KICK:
+    case VHOST_USER_SET_VRING_CALL:
+    case VHOST_USER_SET_VRING_ERR:
+        return vu_set_vring_fd(s, msg);
+    case VHOST_USER_SET_VRING_ENABLE:
+        return vu_set_vring_enable(s, msg);
+    case VHOST_USER_GET_QUEUE_NUM:
+        vu_reply_u64(s, msg, s->cfg.num_queues);
+        return VU_MSG_REPLIED;
+    case VHOST_USER_GET_CONFIG:
+        return vu_get_config(s, msg);
+    case VHOST_USER_SET_CONFIG:
+        return vu_set_config(s, msg);
+    case VHOST_USER_GET_INFLIGHT_FD:
+        return vu_get_inflight_fd(s, msg);
+    case VHOST_USER_SET_INFLIGHT_FD:
+        return vu_set_inflight_fd(s, msg);
+    case VHOST_USER_SET_STATUS:
+        s->status = msg->payload.u64 & 0xff;
+        debug_report("%s: status 0x%x", s->name, s->status);
+        return VU_MSG_OK;
+    case VHOST_USER_GET_STATUS:
+        vu_reply_u64(s, msg, s->status);
+        return VU_MSG_REPLIED;
+    case VHOST_USER_SET_LOG_BASE:
+    case VHOST_USER_SET_LOG_FD:
+        warn_report("%s: %s: dirty logging is not supported", s->name,
+                    vhost_user_request_name(req));
+        return VU_MSG_FAILED;
+    default:
+        vu_log_unknown(s, req);
+        return VU_MSG_FAILED;
+    }
+}
+
+/* ---- receiving ------------------------------------------------------- */
+
+static void vu_rx_reset(VuServer *s)
+{
+    for (unsigned int i = 0; i < s->rx_nfds; i++) {
+        if (s->rx_fds[i] >= 0) {
+            close(s->rx_fds[i]);
+        }
+    }
+    s->rx_nfds = 0;
+    s->rx_len = 0;
+    s->rx_fds_lost = false;
+}
+
+static void vu_rx_collect_fds(VuServer *s, struct msghdr *mh)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+        size_t n;
+
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
+            continue;
+        }
+        n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int fd;
+
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (s->rx_nfds < VHOST_USER_MAX_FDS) {
+                s->rx_fds[s->rx_nfds++] = fd;
+            } else {
+                close(fd);
+                s->rx_fds_lost = true;
+            }
+        }
+    }
+    if (mh->msg_flags & MSG_CTRUNC) {
+        s->rx_fds_lost = true;
+    }
+}
+
+/* A whole message is in s->rx: check and run it. */
+static void vu_handle_msg(VuServer *s)
+{
+    VuMsg *msg = &s->rx;
+    uint32_t req = msg->hdr.request;
+    bool need_reply = msg->hdr.flags & VHOST_USER_NEED_REPLY;
+    VuMsgResult ret;
+
+    s->stats.messages++;
+    debug_report("%s: %s (%" PRIu32 "), %" PRIu32 " bytes, %u fds", s->name,
+                 vhost_user_request_name(req), req, msg->hdr.size,
+                 s->rx_nfds);
+    if (s->rx_fds_lost) {
+        warn_report("%s: %s came with more than %d fds", s->name,
+                    vhost_user_request_name(req), VHOST_USER_MAX_FDS);
+        ret = VU_MSG_DROP;
+    } else {
+        /* Zero the rest of the payload so short optional fields read 0. */
+        memset((uint8_t *)&s->rx.payload + msg->hdr.size, 0,
+               sizeof(s->rx.payload) - msg->hdr.size);
+        ret = vu_dispatch(s, msg);
+    }
+
+    switch (ret) {
+    case VU_MSG_OK:
+    case VU_MSG_FAILED:
+        if (need_reply) {
+            vu_reply_u64(s, msg, ret == VU_MSG_OK ? 0 : 1);
+        }
+        break;
+    case VU_MSG_REPLIED:
+        break;
+    case VU_MSG_DROP:
+        s->stats.bad_messages++;
+        s->drop_pending = true;
+        break;
+    }
+    vu_rx_reset(s);
+}
+
+static void vu_conn_read(void *opaque)
+{
+    VuServer *s = opaque;
+
+    for (int handled = 0; handled < VU_MSGS_PER_TURN;) {
+        union {
+            char buf[CMSG_SPACE(sizeof(int) * VHOST_USER_MAX_FDS)];
+            struct cmsghdr align;
+        } control;
+        size_t want;
+        struct iovec iov;
+        struct msghdr mh = {
+            .msg_iov = &iov,
+            .msg_iovlen = 1,
+            .msg_control = control.buf,
+            .msg_controllen = sizeof(control.buf),
+        };
+        ssize_t n;
+
+        if (s->rx_len < VHOST_USER_HDR_SIZE) {
+            want = VHOST_USER_HDR_SIZE - s->rx_len;
+            iov.iov_base = (uint8_t *)&s->rx.hdr + s->rx_len;
+        } else {
+            want = VHOST_USER_HDR_SIZE + s->rx.hdr.size - s->rx_len;
+            iov.iov_base = (uint8_t *)&s->rx.payload +
+                           (s->rx_len - VHOST_USER_HDR_SIZE);
+        }
+        iov.iov_len = want;
+        n = recvmsg(s->conn_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                return;
+            }
+            vu_session_close(s, g_strerror(errno));
+            return;
+        }
+        vu_rx_collect_fds(s, &mh);
+        if (n == 0) {
+            vu_session_close(s, s->rx_len ? "front-end closed the socket "
+                             "in the middle of a message" :
+                             "front-end disconnected");
+            return;
+        }
+        s->rx_len += n;
+        if (s->rx_len == VHOST_USER_HDR_SIZE) {
+            VhostUserHeader *h = &s->rx.hdr;
+
+            if ((h->flags & VHOST_USER_VERSION_MASK) != VHOST_USER_VERSION) {
+                warn_report("%s: message with protocol version %u (only %u "
+                            "is known)", s->name,
+                            h->flags & VHOST_USER_VERSION_MASK,
+                            VHOST_USER_VERSION);
+                s->stats.bad_messages++;
+                vu_session_close(s, "bad message");
+                return;
+            }
+            if (h->size > sizeof(VhostUserPayload)) {
+                warn_report("%s: %s with a payload of %" PRIu32 " bytes "
+                            "(at most %zu)", s->name,
+                            vhost_user_request_name(h->request), h->size,
+                            sizeof(VhostUserPayload));
+                s->stats.bad_messages++;
+                vu_session_close(s, "bad message");
+                return;
+            }
+        }
+        if (s->rx_len < VHOST_USER_HDR_SIZE ||
+            s->rx_len < VHOST_USER_HDR_SIZE + s->rx.hdr.size) {
+            continue;
+        }
+        vu_handle_msg(s);
+        handled++;
+        if (s->drop_pending) {
+            vu_session_close(s, "bad message");
+            return;
+        }
+    }
+    /* Budget used up: the fd is still readable, so the loop comes back. */
+}
+
+/* ---- session --------------------------------------------------------- */
+
+static void vu_session_close(VuServer *s, const char *why)
+{
+    if (s->conn_fd < 0) {
+        return;
+    }
+    info_report("%s: session closed: %s", s->name, why);
+    aio_set_fd_handler(s->cfg.main_ctx, s->conn_fd, NULL, NULL, NULL, NULL,
+                       NULL);
+    vu_stop_all(s);
+    close(s->conn_fd);
+    s->conn_fd = -1;
+    s->drop_pending = false;
+    vu_rx_reset(s);
+    vu_reset_session_state(s);
+    s->protocol_features = 0;
+    memset(s->unknown_logged, 0, sizeof(s->unknown_logged));
+}
+
+static void vu_broken_bh(void *opaque)
+{
+    VuServer *s = opaque;
+
+    if (atomic_exchange(&s->broken, false)) {
+        vu_session_close(s, "a virtqueue is broken");
+    }
+}
+
+static void vu_accept(void *opaque)
+{
+    VuServer *s = opaque;
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+    if (fd < 0) {
+        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+            warn_report("%s: accept: %s", s->name, g_strerror(errno));
+        }
+        return;
+    }
+    if (s->conn_fd >= 0) {
+        warn_report("%s: refusing a second front-end connection (one is "
+                    "already connected)", s->name);
+        s->stats.refused++;
+        close(fd);
+        return;
+    }
+    s->conn_fd = fd;
+    s->stats.sessions++;
+    atomic_store(&s->broken, false);
+    info_report("%s: front-end connected", s->name);
+    aio_set_fd_handler(s->cfg.main_ctx, fd, vu_conn_read, NULL, NULL, NULL,
+                       s);
+}
+
+/* ---- socket ---------------------------------------------------------- */
+
+static bool vu_socket_listen(VuServer *s, GError **errp)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    mode_t mode = s->cfg.socket_mode ? s->cfg.socket_mode : 0600;
+    struct stat st;
+    mode_t old_umask;
+    int fd, r;
+
+    if (strlen(s->path) >= sizeof(sa.sun_path)) {
+        g_set_error(errp, VB_ERROR, 0, "socket path '%s' is too long (at "
+                    "most %zu bytes)", s->path, sizeof(sa.sun_path) - 1);
+        return false;
+    }
+    strcpy(sa.sun_path, s->path);
+
+    if (lstat(s->path, &st) == 0) {
+        if (S_ISLNK(st.st_mode)) {
+            g_set_error(errp, VB_ERROR, 0, "socket path '%s' is a symbolic "
+                        "link; refusing to follow it", s->path);
+            return false;
+        }
+        if (!S_ISSOCK(st.st_mode)) {
+            g_set_error(errp, VB_ERROR, 0, "socket path '%s' exists and is "
+                        "not a socket; remove it or choose another path",
+                        s->path);
+            return false;
+        }
+        /* A socket: in use by a live server, or stale? */
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0) {
+            r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+            close(fd);
+            if (r == 0) {
+                g_set_error(errp, VB_ERROR, 0, "socket '%s' is in use by "
+                            "another process", s->path);
+                return false;
+            }
+        }
+        if (unlink(s->path) < 0 && errno != ENOENT) {
+            g_set_error(errp, VB_ERROR, 0, "cannot remove stale socket "
+                        "'%s': %s", s->path, g_strerror(errno));
+            return false;
+        }
+    }
+
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "socket: %s", g_strerror(errno));
+        return false;
+    }
+    /* Never let the socket exist with a wider mode than asked for. */
+    old_umask = umask(0777 & ~mode);
+    r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    umask(old_umask);
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot create socket '%s': %s",
+                    s->path, g_strerror(errno));
+        close(fd);
+        return false;
+    }
+    s->sock_created = true;
+    if (stat(s->path, &st) == 0) {
+        s->sock_dev = st.st_dev;
+        s->sock_ino = st.st_ino;
+    }
+    if (chmod(s->path, mode) < 0 || listen(fd, 1) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot set up socket '%s': %s",
+                    s->path, g_strerror(errno));
+        close(fd);
+        return false;
+    }
+    s->listen_fd = fd;
+    aio_set_fd_handler(s->cfg.main_ctx, fd, vu_accept, NULL, NULL, NULL, s);
+    return true;
+}
+
+static void vu_socket_unlink(VuServer *s)
+{
+    struct stat st;
+
+    /* Remove the file only if it is still the socket we created. */
+    if (s->sock_created && lstat(s->path, &st) == 0 &&
+        S_ISSOCK(st.st_mode) && st.st_dev == s->sock_dev &&
+        st.st_ino == s->sock_ino) {
+        unlink(s->path);
+    }
+    s->sock_created = false;
+}
+
+/* ---- public API ------------------------------------------------------ */
+
+VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
+{
+    VuServer *s;
+
+    if (!cfg->socket_path || !cfg->socket_path[0]) {
+        g_set_error(errp, VB_ERROR, 0, "no socket path given");
+        return NULL;
+    }
+    if (cfg->num_queues == 0 || cfg->num_queues > 64) {
+        g_set_error(errp, VB_ERROR, 0, "%u queues: use 1 to 64",
+                    cfg->num_queues);
+        return NULL;
+    }
+    s = g_new0(VuServer, 1);
+    s->cfg = *cfg;
+    s->path = g_strdup(cfg->socket_path);
+    s->name = g_strdup(cfg->name ? cfg->name : cfg->socket_path);
+    s->cfg.socket_path = s->path;
+    s->cfg.name = s->name;
+    if (!s->cfg.max_queue_size || s->cfg.max_queue_size > VIRTQUEUE_MAX_SIZE) {
+        s->cfg.max_queue_size = VIRTQUEUE_MAX_SIZE;
+    }
+    s->queue_ctx = g_memdup2(cfg->queue_ctx,
+                             sizeof(AioContext *) * cfg->num_queues);
+    s->cfg.queue_ctx = s->queue_ctx;
+    s->listen_fd = -1;
+    s->conn_fd = -1;
+    guest_mem_init(&s->mem);
+    s->queues = g_new0(VuQueue, cfg->num_queues);
+    for (unsigned int i = 0; i < cfg->num_queues; i++) {
+        s->queues[i].server = s;
+        s->queues[i].index = i;
+        s->queues[i].ctx = s->queue_ctx[i];
+    }
+    vu_reset_queues(s);
+    s->broken_bh = aio_bh_new(cfg->main_ctx, vu_broken_bh, s,
+                              "vu-server-broken");
+    if (!vu_socket_listen(s, errp)) {
+        vu_server_free(s);
+        return NULL;
+    }
+    info_report("%s: listening on %s (%u queues)", s->name, s->path,
+                cfg->num_queues);
+    return s;
+}
+
+void vu_server_stop_listening(VuServer *s)
+{
+    if (s->listen_fd >= 0) {
+        aio_set_fd_handler(s->cfg.main_ctx, s->listen_fd, NULL, NULL, NULL,
+                           NULL, NULL);
+        close(s->listen_fd);
+        s->listen_fd = -1;
+    }
+    vu_socket_unlink(s);
+}
+
+void vu_server_disconnect(VuServer *s)
+{
+    vu_session_close(s, "disconnect requested");
+}
+
+void vu_server_free(VuServer *s)
+{
+    if (!s) {
+        return;
+    }
+    vu_server_stop_listening(s);
+    vu_session_close(s, "server shutting down");
+    vu_inflight_unmap(s);
+    for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
+        if (s->queues[i].vq) {
+            virtqueue_free(s->queues[i].vq);
+        }
+    }
+    guest_mem_clear(&s->mem);
+    qemu_bh_delete(s->broken_bh);
+    g_free(s->queues);
+    g_free(s->queue_ctx);
+    g_free(s->name);
+    g_free(s->path);
+    g_free(s);
+}
+
+void vu_server_report_broken(VuServer *s)
+{
+    atomic_store(&s->broken, true);
+    qemu_bh_schedule(s->broken_bh);
+}
+
+bool vu_server_is_connected(VuServer *s)
+{
+    return s->conn_fd >= 0;
+}
+
+const char *vu_server_get_socket_path(VuServer *s)
+{
+    return s->path;
+}
+
+typedef struct VuRunInQueue {
+    VuQueue *q;
+    void (*fn)(VirtQueue *vq, void *opaque);
+    void *opaque;
+} VuRunInQueue;
+
+static void vu_run_in_queue_fn(void *opaque)
+{
+    VuRunInQueue *r = opaque;
+
+    r->fn(r->q->vq, r->opaque);
+}
+
+bool vu_server_run_in_queue(VuServer *s, unsigned int index,
+                            void (*fn)(VirtQueue *vq, void *opaque),
+                            void *opaque)
+{
+    VuRunInQueue r;
+
+    if (index >= s->cfg.num_queues || !s->queues[index].running) {
+        return false;
+    }
+    r = (VuRunInQueue) { .q = &s->queues[index], .fn = fn, .opaque = opaque };
+    aio_run_sync(s->queues[index].ctx, vu_run_in_queue_fn, &r);
+    return true;
+}
+
+void vu_server_get_stats(VuServer *s, VuServerStats *stats)
+{
+    *stats = s->stats;
+}

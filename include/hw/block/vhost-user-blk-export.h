@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vhost-user-blk export: one image served to one VMM over one vhost-user
+ * socket; the per-queue dataplane that connects virtqueues to
+ * virtio_blk_process_req().
+ *
+ * Threads: create, free and read statistics from the main thread (the one
+ * running @main_ctx).  Queue q runs in queue_ctx[q].
+ */
+#ifndef HW_BLOCK_VHOST_USER_BLK_EXPORT_H
+#define HW_BLOCK_VHOST_USER_BLK_EXPORT_H
+
+#include "qemu/osdep.h"
+#include "qemu/aio.h"
+#include "block/block.h"
+#include "hw/block/virtio-blk.h"
+
+typedef struct VuBlkExport VuBlkExport;
+
+/* Requests popped per queue per turn before yielding to other handlers. */
+#define VU_BLK_DEFAULT_BUDGET 128
+
+typedef struct VuBlkExportOptions {
+    const char *socket_path;
+    mode_t socket_mode;         /* 0 = 0600 */
+    BlockOptions blk;           /* what to open */
+    VirtioBlkConf conf;         /* num_queues, queue_size, ... */
+    AioContext *main_ctx;
+    AioContext **queue_ctx;     /* conf.num_queues entries */
+    unsigned int budget;        /* 0 = VU_BLK_DEFAULT_BUDGET */
+} VuBlkExportOptions;
+
+typedef struct VuBlkExportStats {
+    uint64_t requests;          /* requests started */
+    uint64_t completed;         /* requests pushed to the used ring */
+    uint64_t batches;           /* loop turns that popped >= 1 request */
+    uint64_t kicks;             /* kick eventfd handler runs */
+    uint64_t poll_hits;         /* turns started by busy polling */
+    uint64_t budget_yields;     /* turns that stopped at the budget */
+    uint64_t notifies;          /* call eventfd writes (virtqueue stats) */
+    uint64_t notifies_suppressed;
+    uint64_t resubmitted;       /* replayed from the inflight region */
+    uint64_t sessions;          /* front-ends accepted */
+} VuBlkExportStats;
+
+/* Main thread.  Open the image and start listening.  On failure nothing is
+ * left behind (no socket file). */
+VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
+                               GError **errp);
+/* Main thread.  Drop the session (draining in-flight I/O), remove the
+ * socket file, close the image. */
+void vu_blk_export_free(VuBlkExport *exp);
+/* Main thread.  Stop accepting front-ends (sessions go on). */
+void vu_blk_export_stop_listening(VuBlkExport *exp);
+const char *vu_blk_export_get_socket_path(VuBlkExport *exp);
+bool vu_blk_export_is_connected(VuBlkExport *exp);
+/* Main thread.  Sums over queues (collected in their iothreads). */
+void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats);
+
+#endif

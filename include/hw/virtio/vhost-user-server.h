@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vhost-user back-end server: one listening unix socket, one front-end
+ * (VMM) session at a time, the control protocol, and the start/stop of the
+ * virtqueues in their iothreads.  Device specifics (features, config space,
+ * what runs on a kick) come from a VuDeviceOps table.
+ *
+ * Threads: the server lives in the main thread; its socket handlers run in
+ * the main AioContext given at creation.  Each queue belongs to one
+ * AioContext (an iothread's), where the queue_* callbacks run.  The main
+ * thread only touches a VirtQueue while it is stopped, or through
+ * aio_run_sync() into the owner.
+ */
+#ifndef HW_VIRTIO_VHOST_USER_SERVER_H
+#define HW_VIRTIO_VHOST_USER_SERVER_H
+
+#include "qemu/osdep.h"
+#include "qemu/aio.h"
+#include "hw/virtio/virtqueue.h"
+
+typedef struct VuServer VuServer;
+
+typedef struct VuDeviceOps {
+    /* Main thread.  Virtio feature bits of the device (without
+     * VHOST_USER_F_PROTOCOL_FEATURES, which the server adds). */
+    uint64_t (*get_features)(void *opaque);
+    /* Main thread.  Fill up to @size bytes of config space from @offset;
+     * false if the range is not readable. */
+    bool (*get_config)(void *opaque, uint8_t *buf, uint32_t offset,
+                       uint32_t size);
+    /* Main thread.  A driver write to the config space. */
+    bool (*set_config)(void *opaque, const uint8_t *data, uint32_t offset,
+                       uint32_t size);
+    /* In the queue's iothread: the queue has started (rings mapped, kick fd
+     * set); install the kick handler.  @num is the queue size. */
+    void (*queue_start)(void *opaque, unsigned int index, VirtQueue *vq,
+                        unsigned int num);
+    /* In the queue's iothread: stop taking new requests (remove the kick
+     * handler, cancel scheduled work).  In-flight requests still complete. */
+    void (*queue_stop)(void *opaque, unsigned int index, VirtQueue *vq);
+    /* In the queue's iothread: requests submitted and not completed yet.
+     * The server waits for 0 after queue_stop before it unmaps anything. */
+    unsigned int (*queue_inflight)(void *opaque, unsigned int index);
+} VuDeviceOps;
+
+/* Copied by vu_server_new() (queue_ctx included). */
+typedef struct VuServerConfig {
+    const char *socket_path;
+    mode_t socket_mode;         /* 0 = 0600 */
+    const char *name;           /* for log lines (default: socket path) */
+    unsigned int num_queues;    /* 1..64 */
+    unsigned int max_queue_size; /* largest SET_VRING_NUM accepted */
+    AioContext *main_ctx;       /* control path */
+    AioContext **queue_ctx;     /* num_queues entries: owner of each queue */
+    const VuDeviceOps *ops;
+    void *opaque;
+} VuServerConfig;
+
+/*
+ * Main thread.  Create the listening socket (mode 0600 unless configured).
+ * A stale socket file at the path is replaced; a symlink, a non-socket file
+ * or a socket another process still listens on is an error.
+ */
+VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp);
+/* Main thread.  Drop the session (stopping and draining every queue),
+ * close the listening socket and remove the socket file. */
+void vu_server_free(VuServer *server);
+/* Main thread.  Stop accepting new front-ends (the current session goes on;
+ * vu_server_free() ends it). */
+void vu_server_stop_listening(VuServer *server);
+/* Main thread.  Drop the current session, if any, as on a disconnect. */
+void vu_server_disconnect(VuServer *server);
+/* Any thread (a queue's iothread typically): the device found the guest's
+ * rings broken; the session is dropped from the main thread soon after. */
+void vu_server_report_broken(VuServer *server);
+/* Main thread. */
+bool vu_server_is_connected(VuServer *server);
+const char *vu_server_get_socket_path(VuServer *server);
+/* Main thread: run @fn in the owner thread of queue @index (if the queue
+ * runs; returns false otherwise).  For statistics. */
+bool vu_server_run_in_queue(VuServer *server, unsigned int index,
+                            void (*fn)(VirtQueue *vq, void *opaque),
+                            void *opaque);
+
+typedef struct VuServerStats {
+    uint64_t sessions;          /* front-ends accepted */
+    uint64_t refused;           /* second connections refused */
+    uint64_t messages;          /* control messages handled */
+    uint64_t bad_messages;      /* messages that dropped the session */
+} VuServerStats;
+/* Main thread. */
+void vu_server_get_stats(VuServer *server, VuServerStats *stats);
+
+#endif

@@ -1,0 +1,731 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vhost-blkd: serve raw images and block devices to VMs as vhost-user-blk
+ * devices.
+ *
+ * The main thread parses the command line, creates the iothreads and the
+ * exports, then runs the main AioContext (vhost-user control sockets and a
+ * signalfd) until SIGTERM or SIGINT.  Queues run in the iothreads.
+ */
+#include "qemu/osdep.h"
+#include "qemu/aio.h"
+#include "qemu/error-report.h"
+#include "qemu/iothread.h"
+#include "hw/block/vhost-user-blk-export.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+
+#define VBD_MAX_QUEUES 64
+#define VBD_MAX_IOTHREADS 256
+
+typedef struct VbdExportSpec {
+    char *socket;
+    char *file;
+    char *driver;
+    uint64_t size;
+    unsigned int num_queues;
+    unsigned int queue_size;
+    BlockAioMode aio;
+    bool cache_direct;
+    bool readonly;
+    char *serial;
+    bool serial_set;
+    unsigned int logical_block_size;
+    bool discard;
+    bool write_zeroes;
+    bool batch;
+    int iothread;               /* -1: queue q -> iothread q mod N */
+} VbdExportSpec;
+
+typedef struct Vbd {
+    GPtrArray *specs;           /* VbdExportSpec */
+    unsigned int n_iothreads;
+    int64_t poll_max_ns;
+    char *pidfile;
+    bool pidfile_written;
+    bool daemonize;
+    int ready_fd;               /* daemonize: pipe to the waiting parent */
+
+    AioContext *main_ctx;
+    IOThread **iothreads;
+    GPtrArray *exports;         /* VuBlkExport */
+    int sig_fd;
+    bool quit;
+} Vbd;
+
+static void vbd_usage(FILE *f)
+{
+    fprintf(f,
+"Usage: vhost-blkd [options] --export socket=PATH,file=PATH[,...] ...\n"
+"\n"
+"Serve images to VMs as vhost-user-blk devices (QEMU: -device\n"
+"vhost-user-blk-pci,chardev=...).  One front-end at a time per socket.\n"
+"\n"
+"  --export KEY=VALUE,...  add an export (repeatable); keys:\n"
+"      socket=PATH         vhost-user socket to create (mode 0600)\n"
+"      file=PATH           image file or block device (driver=file)\n"
+"      driver=file|null    null: no I/O, for overhead measurements\n"
+"      size=N              null driver: size in bytes (k, M, G, T suffixes)\n"
+"      num-queues=N        virtqueues, 1..64 (default 1)\n"
+"      queue-size=N        largest ring, power of 2 up to 1024 (default 256)\n"
+"      aio=io_uring|native|threads   I/O engine (default io_uring)\n"
+"      cache=none|writeback          none: O_DIRECT (default)\n"
+"      readonly=on|off     reject writes (default off)\n"
+"      serial=STR          GET_ID string, up to 20 bytes (default: file name)\n"
+"      logical-block-size=512|4096\n"
+"      discard=on|off      offer DISCARD (default on, if the file supports it)\n"
+"      write-zeroes=on|off offer WRITE_ZEROES (default on)\n"
+"      batch=on|off        one submit syscall per batch (default on)\n"
+"      iothread=N          run every queue of this export in iothread N\n"
+"                          (default: queue q in iothread q mod --iothreads)\n"
+"  --iothreads N           I/O threads (default 1)\n"
+"  --poll-max-ns N         adaptive busy-poll limit, 0 disables (default 32768)\n"
+"  --pidfile PATH          write the process id to PATH\n"
+"  --daemonize             run in the background once every socket listens\n"
+"  --log-level LEVEL       error|warn|info|debug (default info)\n"
+"  -h, --help              this text\n"
+"  -V, --version           print the version\n"
+"\n"
+"Signals: SIGTERM/SIGINT stop (in-flight I/O drains, sockets and the\n"
+"pidfile are removed); SIGUSR1 logs per-export counters.\n");
+}
+
+static bool vbd_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    uint64_t v, mult = 1;
+
+    if (!s || !g_ascii_isdigit(*s)) {
+        return false;
+    }
+    errno = 0;
+    v = g_ascii_strtoull(s, &end, 0);
+    if (errno) {
+        return false;
+    }
+    switch (*end) {
+    case '\0':
+        break;
+    case 'k': case 'K':
+        mult = 1ULL << 10;
+        end++;
+        break;
+    case 'm': case 'M':
+        mult = 1ULL << 20;
+        end++;
+        break;
+    case 'g': case 'G':
+        mult = 1ULL << 30;
+        end++;
+        break;
+    case 't': case 'T':
+        mult = 1ULL << 40;
+        end++;
+        break;
+    default:
+        return false;
+    }
+    if (*end == 'i' || *end == 'B') {
+        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    }
+    if (*end || (v && mult > UINT64_MAX / v)) {
+        return false;
+    }
+    *out = v * mult;
+    return true;
+}
+
+static bool vbd_parse_uint(const char *s, unsigned int max, unsigned int *out)
+{
+    uint64_t v;
+
+    if (!vbd_parse_size(s, &v) || v > max) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool vbd_parse_bool(const char *s, bool *out)
+{
+    if (!strcmp(s, "on") || !strcmp(s, "yes") || !strcmp(s, "true") ||
+        !strcmp(s, "1")) {
+        *out = true;
+        return true;
+    }
+    if (!strcmp(s, "off") || !strcmp(s, "no") || !strcmp(s, "false") ||
+        !strcmp(s, "0")) {
+        *out = false;
+        return true;
+    }
+    return false;
+}
+
+static void vbd_spec_free(gpointer p)
+{
+    VbdExportSpec *e = p;
+
+    g_free(e->socket);
+    g_free(e->file);
+    g_free(e->driver);
+    g_free(e->serial);
+    g_free(e);
+}
+
+/* Parse one --export argument; false with @errp set. */
+static VbdExportSpec *vbd_parse_export(const char *arg, GError **errp)
+{
+    g_autoptr(GPtrArray) keep = g_ptr_array_new();
+    g_auto(GStrv) items = g_strsplit(arg, ",", -1);
+    VbdExportSpec *e = g_new0(VbdExportSpec, 1);
+
+    e->driver = g_strdup("file");
+    e->num_queues = 1;
+    e->queue_size = 256;
+    e->aio = BLOCK_AIO_IO_URING;
+    e->cache_direct = true;
+    e->logical_block_size = 512;
+    e->discard = true;
+    e->write_zeroes = true;
+    e->batch = true;
+    e->iothread = -1;
+
+    for (char **it = items; *it; it++) {
+        char *eq = strchr(*it, '=');
+        const char *key, *val;
+        bool ok = true;
+
+        if (!**it) {
+            continue;
+        }
+        if (!eq) {
+            g_set_error(errp, VB_ERROR, 0, "'%s' is not KEY=VALUE", *it);
+            goto fail;
+        }
+        *eq = '\0';
+        key = *it;
+        val = eq + 1;
+        if (!strcmp(key, "socket")) {
+            g_free(e->socket);
+            e->socket = g_strdup(val);
+            ok = *val;
+        } else if (!strcmp(key, "file")) {
+            g_free(e->file);
+            e->file = g_strdup(val);
+            ok = *val;
+        } else if (!strcmp(key, "driver")) {
+            ok = !strcmp(val, "file") || !strcmp(val, "null");
+            g_free(e->driver);
+            e->driver = g_strdup(val);
+        } else if (!strcmp(key, "size")) {
+            ok = vbd_parse_size(val, &e->size) && e->size > 0;
+        } else if (!strcmp(key, "num-queues")) {
+            ok = vbd_parse_uint(val, VBD_MAX_QUEUES, &e->num_queues) &&
+                 e->num_queues > 0;
+        } else if (!strcmp(key, "queue-size")) {
+            ok = vbd_parse_uint(val, 1024, &e->queue_size) &&
+                 e->queue_size >= 2 &&
+                 !(e->queue_size & (e->queue_size - 1));
+        } else if (!strcmp(key, "aio")) {
+            ok = blk_aio_mode_parse(val, &e->aio);
+        } else if (!strcmp(key, "cache")) {
+            if (!strcmp(val, "none")) {
+                e->cache_direct = true;
+            } else if (!strcmp(val, "writeback")) {
+                e->cache_direct = false;
+            } else {
+                ok = false;
+            }
+        } else if (!strcmp(key, "readonly")) {
+            ok = vbd_parse_bool(val, &e->readonly);
+        } else if (!strcmp(key, "serial")) {
+            ok = strlen(val) <= VIRTIO_BLK_ID_BYTES;
+            g_free(e->serial);
+            e->serial = g_strdup(val);
+            e->serial_set = true;
+        } else if (!strcmp(key, "logical-block-size")) {
+            ok = vbd_parse_uint(val, 4096, &e->logical_block_size) &&
+                 (e->logical_block_size == 512 ||
+                  e->logical_block_size == 4096);
+        } else if (!strcmp(key, "discard")) {
+            ok = vbd_parse_bool(val, &e->discard);
+        } else if (!strcmp(key, "write-zeroes")) {
+            ok = vbd_parse_bool(val, &e->write_zeroes);
+        } else if (!strcmp(key, "batch")) {
+            ok = vbd_parse_bool(val, &e->batch);
+        } else if (!strcmp(key, "iothread")) {
+            unsigned int n = 0;
+
+            ok = vbd_parse_uint(val, VBD_MAX_IOTHREADS - 1, &n);
+            e->iothread = n;
+        } else {
+            g_set_error(errp, VB_ERROR, 0, "unknown key '%s' (see "
+                        "vhost-blkd --help)", key);
+            goto fail;
+        }
+        if (!ok) {
+            static const struct {
+                const char *key, *hint;
+            } hints[] = {
+                { "socket", "give a path" },
+                { "file", "give a path" },
+                { "driver", "use file or null" },
+                { "size", "use a positive number with an optional k, M, G "
+                  "or T suffix" },
+                { "num-queues", "use 1 to 64" },
+                { "queue-size", "use a power of 2 from 2 to 1024" },
+                { "aio", "use io_uring, native or threads" },
+                { "cache", "use none or writeback" },
+                { "readonly", "use on or off" },
+                { "serial", "use at most 20 bytes" },
+                { "logical-block-size", "use 512 or 4096" },
+                { "discard", "use on or off" },
+                { "write-zeroes", "use on or off" },
+                { "batch", "use on or off" },
+                { "iothread", "use an iothread number" },
+            };
+            const char *hint = "";
+
+            for (size_t i = 0; i < ARRAY_SIZE(hints); i++) {
+                if (!strcmp(hints[i].key, key)) {
+                    hint = hints[i].hint;
+                }
+            }
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: %s", val,
+                        key, hint);
+            goto fail;
+        }
+    }
+
+    if (!e->socket) {
+        g_set_error(errp, VB_ERROR, 0, "socket=PATH is missing");
+        goto fail;
+    }
+    if (!strcmp(e->driver, "file")) {
+        struct stat st;
+
+        if (!e->file) {
+            g_set_error(errp, VB_ERROR, 0, "file=PATH is missing (or use "
+                        "driver=null,size=N)");
+            goto fail;
+        }
+        if (stat(e->file, &st) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", e->file,
+                        g_strerror(errno));
+            goto fail;
+        }
+    } else if (!e->size) {
+        g_set_error(errp, VB_ERROR, 0, "driver=null needs size=N");
+        goto fail;
+    }
+    if (!e->serial_set) {
+        g_autofree char *base = e->file ? g_path_get_basename(e->file) :
+                                          g_strdup("");
+
+        if (strlen(base) > VIRTIO_BLK_ID_BYTES) {
+            base[VIRTIO_BLK_ID_BYTES] = '\0';
+        }
+        e->serial = g_strdup(base);
+    }
+    return e;
+
+fail:
+    vbd_spec_free(e);
+    return NULL;
+}
+
+/* ---- main loop ------------------------------------------------------- */
+
+static void vbd_dump_stats(Vbd *d)
+{
+    for (guint i = 0; i < d->exports->len; i++) {
+        VuBlkExport *exp = g_ptr_array_index(d->exports, i);
+        VuBlkExportStats st;
+
+        vu_blk_export_get_stats(exp, &st);
+        log_msg(LOG_LEVEL_INFO, "%s: %s, sessions %" PRIu64 ", requests %"
+                PRIu64 ", completed %" PRIu64 ", batches %" PRIu64
+                ", kicks %" PRIu64 ", poll hits %" PRIu64 ", budget yields %"
+                PRIu64 ", notifies %" PRIu64 " (suppressed %" PRIu64
+                "), resubmitted %" PRIu64,
+                vu_blk_export_get_socket_path(exp),
+                vu_blk_export_is_connected(exp) ? "connected" : "idle",
+                st.sessions, st.requests, st.completed, st.batches, st.kicks,
+                st.poll_hits, st.budget_yields, st.notifies,
+                st.notifies_suppressed, st.resubmitted);
+    }
+}
+
+static void vbd_signal_cb(void *opaque)
+{
+    Vbd *d = opaque;
+    struct signalfd_siginfo si;
+
+    while (read(d->sig_fd, &si, sizeof(si)) == sizeof(si)) {
+        switch (si.ssi_signo) {
+        case SIGTERM:
+        case SIGINT:
+            info_report("signal %u: shutting down", si.ssi_signo);
+            d->quit = true;
+            break;
+        case SIGUSR1:
+            vbd_dump_stats(d);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+static bool vbd_write_pidfile(Vbd *d, GError **errp)
+{
+    g_autofree char *text = g_strdup_printf("%d\n", (int)getpid());
+    int fd = open(d->pidfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
+                  O_NOFOLLOW, 0644);
+
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+        g_set_error(errp, VB_ERROR, 0, "--pidfile %s: %s", d->pidfile,
+                    g_strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(d->pidfile);
+        }
+        return false;
+    }
+    close(fd);
+    d->pidfile_written = true;
+    return true;
+}
+
+static bool vbd_setup(Vbd *d, GError **errp)
+{
+    sigset_t mask;
+
+    /* Block the signals before any thread exists: they all inherit it. */
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    d->sig_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (d->sig_fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "signalfd: %s", g_strerror(errno));
+        return false;
+    }
+
+    d->main_ctx = aio_context_new(errp);
+    if (!d->main_ctx) {
+        return false;
+    }
+    aio_context_acquire_thread(d->main_ctx);
+    aio_set_fd_handler(d->main_ctx, d->sig_fd, vbd_signal_cb, NULL, NULL,
+                       NULL, d);
+
+    d->iothreads = g_new0(IOThread *, d->n_iothreads);
+    for (unsigned int i = 0; i < d->n_iothreads; i++) {
+        g_autofree char *name = g_strdup_printf("vb-iothread%u", i);
+
+        d->iothreads[i] = iothread_create(name, d->poll_max_ns, errp);
+        if (!d->iothreads[i]) {
+            return false;
+        }
+    }
+
+    d->exports = g_ptr_array_new();
+    for (guint i = 0; i < d->specs->len; i++) {
+        VbdExportSpec *e = g_ptr_array_index(d->specs, i);
+        g_autofree AioContext **ctx = g_new0(AioContext *, e->num_queues);
+        VuBlkExportOptions o = {
+            .socket_path = e->socket,
+            .main_ctx = d->main_ctx,
+            .queue_ctx = ctx,
+        };
+        VuBlkExport *exp;
+
+        for (unsigned int q = 0; q < e->num_queues; q++) {
+            unsigned int t = e->iothread >= 0 ? (unsigned int)e->iothread :
+                             q % d->n_iothreads;
+
+            ctx[q] = iothread_get_aio_context(d->iothreads[t]);
+        }
+        blk_options_init(&o.blk);
+        o.blk.driver = e->driver;
+        o.blk.filename = e->file;
+        o.blk.cache_direct = e->cache_direct;
+        o.blk.aio = e->aio;
+        o.blk.readonly = e->readonly;
+        o.blk.size = e->size;
+        o.blk.batch = e->batch;
+        o.conf.logical_block_size = e->logical_block_size;
+        o.conf.num_queues = e->num_queues;
+        o.conf.queue_size = e->queue_size;
+        o.conf.readonly = e->readonly;
+        o.conf.discard = e->discard;
+        o.conf.write_zeroes = e->write_zeroes;
+        g_strlcpy(o.conf.serial, e->serial, sizeof(o.conf.serial));
+
+        exp = vu_blk_export_new(&o, errp);
+        if (!exp) {
+            g_prefix_error(errp, "--export socket=%s: ", e->socket);
+            return false;
+        }
+        g_ptr_array_add(d->exports, exp);
+    }
+
+    if (d->pidfile && !vbd_write_pidfile(d, errp)) {
+        return false;
+    }
+    return true;
+}
+
+static void vbd_cleanup(Vbd *d)
+{
+    if (d->exports) {
+        /* Stop accepting everywhere first, then drain each export. */
+        for (guint i = 0; i < d->exports->len; i++) {
+            vu_blk_export_stop_listening(g_ptr_array_index(d->exports, i));
+        }
+        for (guint i = 0; i < d->exports->len; i++) {
+            vu_blk_export_free(g_ptr_array_index(d->exports, i));
+        }
+        g_ptr_array_free(d->exports, true);
+        d->exports = NULL;
+    }
+    if (d->iothreads) {
+        for (unsigned int i = 0; i < d->n_iothreads; i++) {
+            if (d->iothreads[i]) {
+                iothread_destroy(d->iothreads[i]);
+            }
+        }
+        g_free(d->iothreads);
+        d->iothreads = NULL;
+    }
+    if (d->main_ctx) {
+        if (d->sig_fd >= 0) {
+            aio_set_fd_handler(d->main_ctx, d->sig_fd, NULL, NULL, NULL,
+                               NULL, NULL);
+        }
+        /* Run what the shutdown left scheduled. */
+        while (aio_poll(d->main_ctx, false)) {
+        }
+        aio_context_free(d->main_ctx);
+        d->main_ctx = NULL;
+    }
+    if (d->sig_fd >= 0) {
+        close(d->sig_fd);
+        d->sig_fd = -1;
+    }
+    if (d->pidfile_written) {
+        unlink(d->pidfile);
+        d->pidfile_written = false;
+    }
+}
+
+/* Fork; the parent waits until the child reports that setup is done. */
+static void vbd_daemonize_start(Vbd *d)
+{
+    int fds[2];
+    pid_t pid;
+    char c;
+
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        fprintf(stderr, "vhost-blkd: pipe: %s\n", g_strerror(errno));
+        exit(1);
+    }
+    pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "vhost-blkd: fork: %s\n", g_strerror(errno));
+        exit(1);
+    }
+    if (pid > 0) {
+        ssize_t n;
+
+        close(fds[1]);
+        do {
+            n = read(fds[0], &c, 1);
+        } while (n < 0 && errno == EINTR);
+        /* The child printed its own error message. */
+        _exit(n == 1 && c == 0 ? 0 : 1);
+    }
+    close(fds[0]);
+    setsid();
+    d->ready_fd = fds[1];
+}
+
+static void vbd_daemonize_finish(Vbd *d)
+{
+    int null = open("/dev/null", O_RDWR);
+    char c = 0;
+
+    if (chdir("/") < 0) {
+        /* Not fatal: we only hold absolute paths... or relative ones that
+         * were already opened. */
+    }
+    if (null >= 0) {
+        dup2(null, STDIN_FILENO);
+        dup2(null, STDOUT_FILENO);
+        dup2(null, STDERR_FILENO);
+        if (null > STDERR_FILENO) {
+            close(null);
+        }
+    }
+    log_use_syslog(true);
+    if (write(d->ready_fd, &c, 1) != 1) {
+        /* The parent is gone; keep serving. */
+    }
+    close(d->ready_fd);
+    d->ready_fd = -1;
+}
+
+int main(int argc, char **argv)
+{
+    enum {
+        OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
+        OPT_DAEMONIZE, OPT_LOG_LEVEL,
+    };
+    static const struct option longopts[] = {
+        { "export", required_argument, NULL, OPT_EXPORT },
+        { "iothreads", required_argument, NULL, OPT_IOTHREADS },
+        { "poll-max-ns", required_argument, NULL, OPT_POLL_MAX_NS },
+        { "pidfile", required_argument, NULL, OPT_PIDFILE },
+        { "daemonize", no_argument, NULL, OPT_DAEMONIZE },
+        { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    Vbd d = {
+        .n_iothreads = 1,
+        .poll_max_ns = 32768,
+        .sig_fd = -1,
+        .ready_fd = -1,
+    };
+    GError *err = NULL;
+    int opt, ret = 0;
+
+    log_set_program_name("vhost-blkd");
+    d.specs = g_ptr_array_new_with_free_func(vbd_spec_free);
+
+    while ((opt = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_EXPORT: {
+            VbdExportSpec *e = vbd_parse_export(optarg, &err);
+
+            if (!e) {
+                fprintf(stderr, "vhost-blkd: --export %s: %s\n", optarg,
+                        err->message);
+                return 1;
+            }
+            for (guint i = 0; i < d.specs->len; i++) {
+                VbdExportSpec *o = g_ptr_array_index(d.specs, i);
+
+                if (!strcmp(o->socket, e->socket)) {
+                    fprintf(stderr, "vhost-blkd: --export %s: socket %s is "
+                            "already used by another --export; give each "
+                            "export its own socket\n", optarg, e->socket);
+                    return 1;
+                }
+            }
+            g_ptr_array_add(d.specs, e);
+            break;
+        }
+        case OPT_IOTHREADS: {
+            unsigned int n;
+
+            if (!vbd_parse_uint(optarg, VBD_MAX_IOTHREADS, &n) || n == 0) {
+                fprintf(stderr, "vhost-blkd: --iothreads %s: use 1 to %d\n",
+                        optarg, VBD_MAX_IOTHREADS);
+                return 1;
+            }
+            d.n_iothreads = n;
+            break;
+        }
+        case OPT_POLL_MAX_NS: {
+            uint64_t v;
+
+            if (!vbd_parse_size(optarg, &v) || v > INT64_MAX) {
+                fprintf(stderr, "vhost-blkd: --poll-max-ns %s: use a number "
+                        "of nanoseconds (0 disables polling)\n", optarg);
+                return 1;
+            }
+            d.poll_max_ns = v;
+            break;
+        }
+        case OPT_PIDFILE:
+            g_free(d.pidfile);
+            d.pidfile = g_strdup(optarg);
+            break;
+        case OPT_DAEMONIZE:
+            d.daemonize = true;
+            break;
+        case OPT_LOG_LEVEL: {
+            LogLevel level;
+
+            if (!log_level_parse(optarg, &level)) {
+                fprintf(stderr, "vhost-blkd: --log-level %s: use error, warn, "
+                        "info or debug\n", optarg);
+                return 1;
+            }
+            log_set_level(level);
+            break;
+        }
+        case 'h':
+            vbd_usage(stdout);
+            return 0;
+        case 'V':
+            printf("vhost-blkd %s\n", VHOST_BLK_VERSION);
+            return 0;
+        default:
+            fprintf(stderr, "Try 'vhost-blkd --help' for more information.\n");
+            return 1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "vhost-blkd: unexpected argument '%s' (options "
+                "start with --; see vhost-blkd --help)\n", argv[optind]);
+        return 1;
+    }
+    if (d.specs->len == 0) {
+        fprintf(stderr, "vhost-blkd: no --export given; add at least one "
+                "--export socket=PATH,file=PATH (see vhost-blkd --help)\n");
+        return 1;
+    }
+    for (guint i = 0; i < d.specs->len; i++) {
+        VbdExportSpec *e = g_ptr_array_index(d.specs, i);
+
+        if (e->iothread >= (int)d.n_iothreads) {
+            fprintf(stderr, "vhost-blkd: --export socket=%s: iothread=%d, but "
+                    "there are only %u iothreads; raise --iothreads\n",
+                    e->socket, e->iothread, d.n_iothreads);
+            return 1;
+        }
+    }
+
+    if (d.daemonize) {
+        vbd_daemonize_start(&d);
+    }
+    if (!vbd_setup(&d, &err)) {
+        error_report("%s", err->message);
+        g_clear_error(&err);
+        vbd_cleanup(&d);
+        return 1;
+    }
+    info_report("ready: %u export(s), %u iothread(s)", d.specs->len,
+                d.n_iothreads);
+    if (d.daemonize) {
+        vbd_daemonize_finish(&d);
+    }
+
+    while (!d.quit) {
+        aio_poll(d.main_ctx, true);
+    }
+
+    vbd_cleanup(&d);
+    g_ptr_array_free(d.specs, true);
+    g_free(d.pidfile);
+    return ret;
+}
