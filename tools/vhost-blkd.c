@@ -70,7 +70,9 @@ static void vbd_usage(FILE *f)
 "      driver=file|null    null: no I/O, for overhead measurements\n"
 "      size=N              null driver: size in bytes (k, M, G, T suffixes)\n"
 "      num-queues=N        virtqueues, 1..64 (default 1)\n"
-"      queue-size=N        largest ring, power of 2 up to 1024 (default 256)\n"
+"      queue-size=N        ring size, power of 2 up to 1024 (default 128, as\n"
+"                          QEMU's vhost-user-blk-pci); seg_max = N - 2, so keep\n"
+"                          it at most the VMM's queue-size\n"
 "      aio=io_uring|native|threads   I/O engine (default io_uring)\n"
 "      cache=none|writeback          none: O_DIRECT (default)\n"
 "      readonly=on|off     reject writes (default off)\n"
@@ -184,7 +186,7 @@ static VbdExportSpec *vbd_parse_export(const char *arg, GError **errp)
 
     e->driver = g_strdup("file");
     e->num_queues = 1;
-    e->queue_size = 256;
+    e->queue_size = 128;
     e->aio = BLOCK_AIO_IO_URING;
     e->cache_direct = true;
     e->logical_block_size = 512;

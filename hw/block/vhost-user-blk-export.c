@@ -189,6 +189,15 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
     VuBlkExport *exp = opaque;
     VuBlkQueue *q = &exp->queues[index];
 
+    if (num < exp->dev.conf.seg_max + 2) {
+        /* Setup path, once per queue start: not per request. */
+        warn_report("queue %u: the front-end's ring has %u entries but this "
+                    "export advertises seg_max=%u (queue-size=%u); requests "
+                    "with more than %u segments will break the session: set "
+                    "queue-size=%u on the export or a larger queue-size in "
+                    "the VMM", index, num, exp->dev.conf.seg_max,
+                    exp->dev.conf.queue_size, num - 2, num);
+    }
     if (q->pool_size != num) {
         /* Only when the queue size changed; the queue is drained. */
         g_free(q->reqs);

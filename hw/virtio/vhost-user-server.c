@@ -842,6 +842,26 @@ static bool vu_payload_size_ok(uint32_t request, uint32_t size)
     return size >= min && size <= max;
 }
 
+/* How many fds @request may carry (the exact count is checked by the
+ * handlers that take fds). */
+static unsigned int vu_max_fds(uint32_t request)
+{
+    switch (request) {
+    case VHOST_USER_SET_MEM_TABLE:
+        return VHOST_USER_MEM_REGIONS_MAX;
+    case VHOST_USER_ADD_MEM_REG:
+    case VHOST_USER_SET_VRING_KICK:
+    case VHOST_USER_SET_VRING_CALL:
+    case VHOST_USER_SET_VRING_ERR:
+    case VHOST_USER_SET_INFLIGHT_FD:
+    case VHOST_USER_SET_LOG_BASE:
+    case VHOST_USER_SET_LOG_FD:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static VuMsgResult vu_dispatch(VuServer *s, VuMsg *msg)
 {
     uint32_t req = msg->hdr.request;
@@ -849,6 +869,12 @@ static VuMsgResult vu_dispatch(VuServer *s, VuMsg *msg)
     if (!vu_payload_size_ok(req, msg->hdr.size)) {
         warn_report("%s: %s with a payload of %" PRIu32 " bytes", s->name,
                     vhost_user_request_name(req), msg->hdr.size);
+        return VU_MSG_DROP;
+    }
+    if (s->rx_nfds > vu_max_fds(req)) {
+        warn_report("%s: %s carries %u file descriptors, at most %u "
+                    "expected", s->name, vhost_user_request_name(req),
+                    s->rx_nfds, vu_max_fds(req));
         return VU_MSG_DROP;
     }
 

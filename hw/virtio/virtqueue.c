@@ -327,6 +327,7 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
     unsigned int max = vq->num;
     unsigned int i = head;
     unsigned int count = 0;
+    unsigned int ndesc = 0;     /* data descriptors, direct and indirect */
     unsigned int nsg = 0;
     unsigned int out_num = 0, in_num = 0;
     uint64_t total = 0;
@@ -374,6 +375,17 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
             i = 0;
             count = 0;
             continue;
+        }
+        /*
+         * VIRTIO 1.2 2.7.5.2: a chain, indirect entries included, is never
+         * longer than the queue.  The config space's seg_max is derived
+         * from the queue size so a conforming driver never gets here.
+         */
+        if (++ndesc > vq->num) {
+            virtqueue_set_broken(vq, "descriptor chain of head %u has more "
+                                 "than %u descriptors (the queue size)",
+                                 head, vq->num);
+            return false;
         }
 
         if (d.flags & VRING_DESC_F_WRITE) {
