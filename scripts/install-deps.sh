@@ -12,9 +12,13 @@ PKGS=(
     # tests and the guest harness
     qemu-system-x86 qemu-utils qemu-system-data seabios fio busybox-static
     cpio zstd xz-utils kmod dpkg-dev util-linux e2fsprogs strace
-    libvirt-clients libvirt-daemon
+    # guest assets (scripts/guest/build-assets.sh): kernel unpacking, static fio
+    lz4 gzip binutils make zlib1g-dev apt
+    libvirt-clients libvirt-daemon libxml2-utils
     # sanitizer and fuzz builds
     clang libclang-rt-14-dev
+    # the patched QEMU (scripts/build-qemu.sh)
+    ccache libpixman-1-dev libfdt-dev dpkg-dev
     # benchmarks
     valgrind gnuplot-nox procps
 )

@@ -1,0 +1,256 @@
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Shared helpers for tests/functional/test-*.sh: temp dirs, images, backend
+# daemons (qemu-storage-daemon or any socket server), guest runs and
+# TAP-style reporting.  Source it; do not run it.
+#
+#   . "$(dirname "$0")/lib.sh"
+#   vb_setup                       # temp dir, cleanup trap, guest assets
+#   img=$(vb_mkimg disk 64M)
+#   vb_qsd_start "$VB_TMP/s.sock" "$img" 2 || vb_bail "qsd did not start"
+#   vb_check "fio verify" vb_guest -s "$VB_TMP/s.sock" -q 2 -j fio-verify vbsize=32M
+#   vb_stop "$VB_LAST_PID"
+#   vb_done                        # prints "N passed, N failed", sets status
+#
+# Environment:
+#   VHOST_BLK_BUILD         build dir of this tree (default <tree>/build)
+#   VHOST_BLK_QEMU          QEMU binary used by run-guest.sh
+#   VHOST_BLK_GUEST_ASSETS  prebuilt guest assets (default: built/cached)
+#   VB_KEEP=1               keep $VB_TMP (logs, images) after the test
+
+VB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+VB_FUNC=$VB_ROOT/tests/functional
+VHOST_BLK_BUILD=${VHOST_BLK_BUILD:-$VB_ROOT/build}
+export VHOST_BLK_BUILD
+
+VB_PASSED=0
+VB_FAILED=0
+VB_SKIPPED=0
+VB_N=0
+VB_PIDS=()
+VB_LAST_PID=
+VB_GUEST_N=0
+VB_GUEST_INFO=
+VB_GUEST_PID=
+VB_TMP=
+
+# ---------------------------------------------------------------- setup
+
+# vb_setup: make $VB_TMP, install the cleanup trap, build (or find cached)
+# guest assets once and export them for every vb_guest call.
+vb_setup() {
+    VB_TMP=$(mktemp -d "${TMPDIR:-/tmp}/vbtest.XXXXXX")
+    trap vb_cleanup EXIT
+    trap 'exit 130' INT TERM
+    if [ -z "${VHOST_BLK_GUEST_ASSETS:-}" ]; then
+        VHOST_BLK_GUEST_ASSETS=$("$VB_ROOT/scripts/guest/build-assets.sh") ||
+            vb_bail "building the guest assets failed"
+        export VHOST_BLK_GUEST_ASSETS
+    fi
+    echo "# tmp: $VB_TMP"
+    echo "# guest assets: $VHOST_BLK_GUEST_ASSETS"
+}
+
+# vb_cleanup: stop every daemon started through this file, drop $VB_TMP.
+vb_cleanup() {
+    local p
+    for p in "${VB_PIDS[@]}"; do
+        vb_stop "$p"
+    done
+    if [ -n "$VB_TMP" ] && [ -d "$VB_TMP" ]; then
+        if [ "${VB_KEEP:-0}" = 1 ] || [ "$VB_FAILED" -gt 0 ]; then
+            echo "# logs kept in $VB_TMP"
+        else
+            rm -rf "$VB_TMP"
+        fi
+    fi
+}
+
+# vb_bail REASON: give up on the whole script (counts one failure).
+vb_bail() {
+    vb_not_ok "bail out: $*"
+    vb_done
+    exit 1
+}
+
+# vb_skip_all REASON: skip the whole script (e.g. a program is not built):
+# prints "1..0 # SKIP REASON" and "0 passed, 0 failed", exits 0.
+vb_skip_all() {
+    echo "1..0 # SKIP $*"
+    echo "0 passed, 0 failed"
+    exit 0
+}
+
+# vb_mkimg NAME SIZE: create a sparse raw image $VB_TMP/NAME.img, print it.
+vb_mkimg() {
+    local f=$VB_TMP/$1.img
+    rm -f "$f"
+    truncate -s "$2" "$f" && echo "$f"
+}
+
+# vb_bin NAME: print the path of program NAME built in $VHOST_BLK_BUILD
+# (searched at the top, in tools/ and contrib/, then anywhere); fails if it
+# is not built.
+vb_bin() {
+    local c
+    for c in "$VHOST_BLK_BUILD/$1" "$VHOST_BLK_BUILD/tools/$1" \
+             "$VHOST_BLK_BUILD/contrib/$1"; do
+        [ -x "$c" ] && [ -f "$c" ] && { echo "$c"; return 0; }
+    done
+    c=$(find "$VHOST_BLK_BUILD" -type f -name "$1" -perm -u+x 2>/dev/null | head -n1)
+    [ -n "$c" ] && { echo "$c"; return 0; }
+    return 1
+}
+
+# ---------------------------------------------------------------- daemons
+
+# vb_wait_socket PATH [SECONDS=10] [PID]: wait until PATH is a listening
+# socket; fails early if PID dies.
+vb_wait_socket() {
+    local path=$1 secs=${2:-10} pid=${3:-} n=0
+    while [ ! -S "$path" ]; do
+        [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && return 1
+        [ "$n" -ge $((secs * 20)) ] && return 1
+        sleep 0.05
+        n=$((n + 1))
+    done
+    return 0
+}
+
+# vb_daemon_start NAME SOCK CMD [ARGS...]: run CMD in the background with
+# output in $VB_TMP/NAME.log, wait for SOCK to appear, register it for
+# cleanup.  Sets VB_LAST_PID.  Fails (and prints the log) if the socket
+# does not appear within 10 s.
+vb_daemon_start() {
+    local name=$1 sock=$2
+    shift 2
+    rm -f "$sock"
+    "$@" > "$VB_TMP/$name.log" 2>&1 &
+    VB_LAST_PID=$!
+    VB_PIDS+=("$VB_LAST_PID")
+    if ! vb_wait_socket "$sock" 10 "$VB_LAST_PID"; then
+        echo "# $name did not create $sock; its log:"
+        sed 's/^/#   /' "$VB_TMP/$name.log"
+        return 1
+    fi
+    return 0
+}
+
+# vb_qsd_start SOCK IMG NUM_QUEUES [EXPORT_OPTS]: export IMG over
+# vhost-user-blk with qemu-storage-daemon (O_DIRECT, writable unless
+# EXPORT_OPTS says writable=off).  Sets VB_LAST_PID; log in $VB_TMP/qsd-*.log.
+vb_qsd_start() {
+    local sock=$1 img=$2 nq=$3 opts=${4:-writable=on}
+    vb_daemon_start "qsd-$(basename "$sock")" "$sock" \
+        qemu-storage-daemon \
+        --blockdev "driver=file,node-name=f,filename=$img,cache.direct=on" \
+        --export "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,addr.path=$sock,num-queues=$nq,$opts"
+}
+
+# vb_stop PID: SIGTERM, then SIGKILL after 5 s; reaps it.  Safe to repeat.
+vb_stop() {
+    local pid=$1 n=0
+    [ -n "$pid" ] || return 0
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
+    kill -TERM "$pid" 2>/dev/null
+    while kill -0 "$pid" 2>/dev/null && [ $n -lt 50 ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return 0
+}
+
+# ---------------------------------------------------------------- guest
+
+# vb_guest [run-guest.sh args]: boot the guest, one job.  Logs go to
+# $VB_TMP/guest-N.log, the job's VBTEST-INFO lines to $VB_GUEST_INFO
+# ($VB_TMP/guest-N.info, key=value).  Output is printed as TAP comments.
+# Returns run-guest.sh's status (0 PASS, 1 FAIL, 2 usage).
+vb_guest() {
+    local rc
+    VB_GUEST_N=$((VB_GUEST_N + 1))
+    VB_GUEST_INFO=$VB_TMP/guest-$VB_GUEST_N.info
+    "$VB_FUNC/run-guest.sh" -l "$VB_TMP/guest-$VB_GUEST_N.log" \
+        -i "$VB_GUEST_INFO" "$@" 2>&1 | sed 's/^/#   /'
+    rc=${PIPESTATUS[0]}
+    return "$rc"
+}
+
+# vb_guest_bg [run-guest.sh args]: vb_guest in the background (for tests
+# that act on the backend while the guest runs).  Sets VB_GUEST_PID; get the
+# result with `wait "$VB_GUEST_PID"`.  The info file is $VB_GUEST_INFO.
+vb_guest_bg() {
+    vb_guest "$@" &
+    VB_GUEST_PID=$!
+    # The subshell counted its run; count it here too so logs do not clash.
+    VB_GUEST_N=$((VB_GUEST_N + 1))
+    VB_GUEST_INFO=$VB_TMP/guest-$VB_GUEST_N.info
+}
+
+# vb_info_get KEY [FILE]: print the value of KEY from the last guest run's
+# VBTEST-INFO lines (or FILE); fails if absent.
+vb_info_get() {
+    local f=${2:-$VB_GUEST_INFO}
+    [ -f "$f" ] || return 1
+    grep -m1 "^$1=" "$f" | cut -d= -f2- | grep . || return 1
+}
+
+# ---------------------------------------------------------------- reporting
+
+vb_ok() {
+    VB_N=$((VB_N + 1))
+    VB_PASSED=$((VB_PASSED + 1))
+    echo "ok $VB_N - $1"
+}
+
+# vb_not_ok NAME [REASON]
+vb_not_ok() {
+    VB_N=$((VB_N + 1))
+    VB_FAILED=$((VB_FAILED + 1))
+    echo "not ok $VB_N - $1"
+    [ $# -ge 2 ] && echo "#   $2"
+    return 0
+}
+
+# vb_skip NAME REASON: reported as "ok N - NAME # SKIP REASON"; counts in
+# neither total.
+vb_skip() {
+    VB_N=$((VB_N + 1))
+    VB_SKIPPED=$((VB_SKIPPED + 1))
+    echo "ok $VB_N - $1 # SKIP $2"
+}
+
+# vb_check NAME CMD [ARGS...]: run CMD; ok if it exits 0.
+vb_check() {
+    local name=$1
+    shift
+    if "$@"; then
+        vb_ok "$name"
+    else
+        vb_not_ok "$name" "command failed: $*"
+    fi
+}
+
+# vb_check_eq NAME GOT WANT: ok if the two strings are equal.
+vb_check_eq() {
+    if [ "$2" = "$3" ]; then
+        vb_ok "$1"
+    else
+        vb_not_ok "$1" "got '$2', want '$3'"
+    fi
+}
+
+# vb_check_info NAME KEY WANT: ok if the last guest run reported KEY=WANT.
+vb_check_info() {
+    vb_check_eq "$1" "$(vb_info_get "$2")" "$3"
+}
+
+# vb_done: print the plan and the summary line "N passed, N failed";
+# returns 1 if anything failed (use as the script's last command).
+vb_done() {
+    echo "1..$VB_N"
+    [ "$VB_SKIPPED" -gt 0 ] && echo "# $VB_SKIPPED skipped"
+    echo "$VB_PASSED passed, $VB_FAILED failed"
+    [ "$VB_FAILED" -eq 0 ]
+}
