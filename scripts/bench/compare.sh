@@ -1,0 +1,358 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Compare vhost-blkd with qemu-storage-daemon through the same client
+# (vhost-blk-bench), with plain fio on the same file as the limit, plus
+# ablations (batching, engines, polling), instructions per I/O (callgrind),
+# syscalls per request (strace) and resident memory.  Repetitions are
+# interleaved (rep 1 of every case, then rep 2, ...) and medians reported.
+#
+# Usage: scripts/bench/compare.sh [-o OUTDIR] [-t SECONDS] [-r REPS]
+#            [-f FILE] [-m SIZE_MIB] [-n CALLGRIND_IOS] [-b BUILDDIR]
+#            [--quick] [--no-callgrind] [--no-strace] [--no-ablations]
+#   -o  output directory (default /var/tmp/vhost-blk-compare)
+#   -t  seconds per run (default 2)       -r  repetitions (default 3)
+#   -f  raw file (default /var/tmp/vhost-blk-compare.img, created once)
+#   -m  its size in MiB (default 1024)    -n  I/Os per callgrind run (20000)
+#   --quick  1 rep of 1 s, a few cases, no callgrind/strace (smoke test)
+# Outputs: OUTDIR/results.json, OUTDIR/results.md (also printed),
+#          OUTDIR/iops-vs-iodepth.png, OUTDIR/iops-vs-queues.png.
+# CPU placement: daemons (and fio) on CPU $VB_DAEMON_CPU (default 1), the
+# bench on CPU $VB_BENCH_CPU (default 0); empty values disable pinning.
+set -u
+
+srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+out=/var/tmp/vhost-blk-compare
+runtime=2
+reps=3
+file=/var/tmp/vhost-blk-compare.img
+size_mib=1024
+cg_ios=20000
+builddir=$srcdir/build
+quick=0
+do_callgrind=1
+do_strace=1
+do_ablations=1
+dcpu=${VB_DAEMON_CPU-1}
+bcpu=${VB_BENCH_CPU-0}
+QSIZE=512
+
+usage() { sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+    case $1 in
+    -o) out=$2; shift ;;
+    -t) runtime=$2; shift ;;
+    -r) reps=$2; shift ;;
+    -f) file=$2; shift ;;
+    -m) size_mib=$2; shift ;;
+    -n) cg_ios=$2; shift ;;
+    -b) builddir=$2; shift ;;
+    --quick) quick=1 ;;
+    --no-callgrind) do_callgrind=0 ;;
+    --no-strace) do_strace=0 ;;
+    --no-ablations) do_ablations=0 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "compare.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ "$quick" = 1 ]; then
+    runtime=1; reps=1; do_callgrind=0; do_strace=0; do_ablations=0
+    [ "$size_mib" = 1024 ] && size_mib=64
+    [ "$file" = /var/tmp/vhost-blk-compare.img ] &&
+        file=/var/tmp/vhost-blk-compare-quick.img
+fi
+
+die() { echo "compare.sh: $*" >&2; exit 1; }
+log() { echo "# $*" >&2; }
+
+# ---------------------------------------------------------------- tools
+BLKD=${VHOST_BLKD:-$builddir/tools/vhost-blkd}
+BENCH=${VHOST_BLK_BENCH:-$builddir/tools/vhost-blk-bench}
+if [ -z "${VHOST_BLKD:-}" ] || [ -z "${VHOST_BLK_BENCH:-}" ]; then
+    if [ ! -d "$builddir/meson-private" ]; then
+        (cd "$srcdir" && ./configure --builddir="$builddir") >/dev/null ||
+            die "configure failed"
+    fi
+    ninja -C "$builddir" tools/vhost-blkd tools/vhost-blk-bench >/dev/null ||
+        die "building vhost-blkd and vhost-blk-bench failed"
+fi
+[ -x "$BLKD" ] || die "$BLKD not found"
+[ -x "$BENCH" ] || die "$BENCH not found"
+QSD=${QEMU_STORAGE_DAEMON:-qemu-storage-daemon}
+command -v "$QSD" >/dev/null || die "qemu-storage-daemon not installed (apt-get install qemu-utils)"
+have_fio=1; command -v fio >/dev/null || { have_fio=0; log "fio not found: no limit column"; }
+command -v python3 >/dev/null || die "python3 is needed for the report"
+if [ "$do_callgrind" = 1 ] && ! command -v valgrind >/dev/null; then
+    log "valgrind not found: skipping instructions per I/O"; do_callgrind=0
+fi
+if [ "$do_strace" = 1 ] && ! command -v strace >/dev/null; then
+    log "strace not found: skipping syscalls per request"; do_strace=0
+fi
+pin_d=(); [ -n "$dcpu" ] && pin_d=(taskset -c "$dcpu")
+pin_b=(); [ -n "$bcpu" ] && pin_b=(taskset -c "$bcpu")
+
+mkdir -p "$out" || die "cannot create $out"
+tmp=$(mktemp -d /var/tmp/vb-compare.XXXXXX) || die "mktemp failed"
+raw=$out/raw.jsonl
+extra=$out/extra.jsonl
+: > "$raw"; : > "$extra"
+
+declare -A PID SOCK
+cleanup() {
+    local n
+    for n in "${!PID[@]}"; do
+        kill -TERM "${PID[$n]}" 2>/dev/null
+    done
+    for n in "${!PID[@]}"; do
+        wait "${PID[$n]}" 2>/dev/null
+    done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- file
+want=$((size_mib * 1024 * 1024))
+if [ ! -f "$file" ] || [ "$(stat -c %s "$file")" -ne "$want" ]; then
+    log "creating $file ($size_mib MiB of random data)..."
+    dd if=/dev/urandom of="$file" bs=1M count="$size_mib" status=none conv=fsync ||
+        die "cannot create $file"
+fi
+null_size=$((1024 * 1024 * 1024))
+
+# ---------------------------------------------------------------- daemons
+
+# wait_sock NAME [SECONDS]
+wait_sock() {
+    local n=0 max=$(( ${2:-10} * 20 ))
+    while [ ! -S "${SOCK[$1]}" ]; do
+        kill -0 "${PID[$1]}" 2>/dev/null || {
+            echo "compare.sh: $1 exited; its log:" >&2
+            sed 's/^/    /' "$tmp/$1.log" >&2; return 1; }
+        [ $n -ge $max ] && { echo "compare.sh: $1: no socket" >&2; return 1; }
+        sleep 0.05; n=$((n + 1))
+    done
+}
+
+# blkd NAME EXPORT_OPTS [DAEMON ARGS...]: vhost-blkd with one export.
+# WRAP (array) prefixes the command, e.g. valgrind.
+WRAP=()
+blkd() {
+    local name=$1 opts=$2
+    shift 2
+    SOCK[$name]=$tmp/$name.sock
+    "${pin_d[@]}" "${WRAP[@]}" "$BLKD" --log-level info \
+        --export "socket=${SOCK[$name]},$opts,num-queues=2,queue-size=$QSIZE" \
+        "$@" > "$tmp/$name.log" 2>&1 &
+    PID[$name]=$!
+    wait_sock "$name" "${WAIT_SECS:-10}"
+}
+
+# qsd NAME BLOCKDEV_OPTS: qemu-storage-daemon, export in an iothread (as
+# one would run it for performance; iothreads poll adaptively).
+qsd() {
+    local name=$1 bdev=$2
+    SOCK[$name]=$tmp/$name.sock
+    "${pin_d[@]}" "${WRAP[@]}" "$QSD" --object iothread,id=iot0 \
+        --blockdev "$bdev,node-name=f" \
+        --export "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,addr.path=${SOCK[$name]},writable=on,num-queues=2,iothread=iot0" \
+        > "$tmp/$name.log" 2>&1 &
+    PID[$name]=$!
+    wait_sock "$name" "${WAIT_SECS:-10}"
+}
+
+stop() {
+    local name=$1
+    [ -n "${PID[$name]:-}" ] || return 0
+    kill -TERM "${PID[$name]}" 2>/dev/null
+    wait "${PID[$name]}" 2>/dev/null
+    unset "PID[$name]"
+}
+
+# rss NAME GROUP: record VmRSS and RssAnon of a running daemon.
+rss() {
+    local st=/proc/${PID[$1]}/status
+    [ -r "$st" ] || return 0
+    echo "{\"kind\": \"rss\", \"group\": \"$2\", \"case\": \"$1\", \"vmrss_kb\": $(awk '/^VmRSS/ {print $2}' "$st"), \"rssanon_kb\": $(awk '/^RssAnon/ {print $2}' "$st")}" >> "$extra"
+}
+
+# ---------------------------------------------------------------- runs
+
+# bench GROUP CASE REP DEPTH QUEUES [BENCH ARGS...]
+bench() {
+    local g=$1 c=$2 r=$3 d=$4 q=$5 j
+    shift 5
+    if ! j=$("${pin_b[@]}" "$BENCH" --socket "${SOCK[$c]}" --rw randread \
+            --bs 4k --iodepth "$d" --queues "$q" --queue-size $QSIZE \
+            --runtime "$runtime" --json "$@" 2> "$tmp/bench.err"); then
+        echo "compare.sh: bench against $c (depth $d, queues $q) failed:" >&2
+        sed 's/^/    /' "$tmp/bench.err" >&2
+        return 1
+    fi
+    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"depth\": $d, \"queues\": $q, \"r\": $j}" >> "$raw"
+}
+
+# fio_limit GROUP REP DEPTH QUEUES: plain fio on the file (io_uring, O_DIRECT)
+fio_limit() {
+    local g=$1 r=$2 d=$3 q=$4
+    [ "$have_fio" = 1 ] || return 0
+    "${pin_d[@]}" fio --name=limit --filename="$file" --direct=1 \
+        --ioengine=io_uring --rw=randread --bs=4k --iodepth="$d" \
+        --numjobs="$q" --runtime="$runtime" --time_based --group_reporting \
+        --output-format=json > "$tmp/fio.json" 2> "$tmp/fio.err" || {
+        echo "compare.sh: fio failed:" >&2; cat "$tmp/fio.err" >&2; return 1; }
+    python3 - "$tmp/fio.json" "$g" "$r" "$d" "$q" >> "$raw" <<'EOF'
+import json, sys
+f = json.load(open(sys.argv[1]))
+rd = f["jobs"][0]["read"]
+pct = rd.get("clat_ns", {}).get("percentile", {})
+r = {"iops": rd["iops"], "errors": 0,
+     "lat_us": {"p50": pct.get("50.000000", 0) / 1e3,
+                "p99": pct.get("99.000000", 0) / 1e3,
+                "p99_9": pct.get("99.900000", 0) / 1e3}}
+print(json.dumps({"kind": "run", "group": sys.argv[2], "case": "fio",
+                  "rep": int(sys.argv[3]), "depth": int(sys.argv[4]),
+                  "queues": int(sys.argv[5]), "r": r}))
+EOF
+}
+
+# sweep GROUP "CASES" "DEPTHS" "QUEUES" [fio]: interleaved repetitions
+sweep() {
+    local g=$1 cases=$2 depths=$3 queues=$4 with_fio=${5:-} r d q c
+    for r in $(seq 1 "$reps"); do
+        log "$g: repetition $r/$reps"
+        for q in $queues; do
+            for d in $depths; do
+                for c in $cases; do
+                    bench "$g" "$c" "$r" "$d" "$q" || return 1
+                done
+                if [ -n "$with_fio" ]; then
+                    fio_limit "$g" "$r" "$d" "$q" || return 1
+                fi
+            done
+        done
+    done
+    return 0
+}
+
+# ---------------------------------------------------------------- strace
+
+# syscalls NAME GROUP DEPTH: strace -c every thread of a daemon during a
+# short bench run; records syscalls and submit syscalls per request.
+syscalls() {
+    local name=$1 g=$2 d=$3 tids spid j
+    tids=$(ls "/proc/${PID[$name]}/task" | paste -sd, -)
+    strace -f -c -o "$tmp/strace.$name" -p "$tids" 2> /dev/null &
+    spid=$!
+    sleep 1
+    j=$("${pin_b[@]}" "$BENCH" --socket "${SOCK[$name]}" --rw randread --bs 4k \
+        --iodepth "$d" --queue-size $QSIZE --runtime 1 --json 2>/dev/null)
+    kill -INT $spid 2>/dev/null; wait $spid 2>/dev/null
+    python3 - "$tmp/strace.$name" "$name" "$g" "$d" "$j" >> "$extra" <<'EOF'
+import json, sys
+calls, submit, rows = 0, 0, {}
+for line in open(sys.argv[1]):
+    p = line.split()
+    if len(p) >= 5 and p[0][0].isdigit() and p[-1] != "total":
+        n = int(p[3])
+        rows[p[-1]] = n
+        calls += n
+        if p[-1] in ("io_submit", "io_uring_enter"):
+            submit += n
+ios = json.loads(sys.argv[5])["ios"] if sys.argv[5] else 0
+top = sorted(rows.items(), key=lambda kv: -kv[1])[:6]
+print(json.dumps({"kind": "strace", "case": sys.argv[2], "group": sys.argv[3],
+                  "depth": int(sys.argv[4]), "ios": ios, "syscalls": calls,
+                  "submit_syscalls": submit, "top": dict(top)}))
+EOF
+}
+
+# ---------------------------------------------------------------- callgrind
+
+# callgrind_case NAME KIND SPEC: instructions per I/O = (Ir(2N) - Ir(N)) / N,
+# so start-up and connection costs cancel out.
+callgrind_case() {
+    local name=$1 kind=$2 spec=$3 n ir
+    local -a irs=()
+    for n in "$cg_ios" $((2 * cg_ios)); do
+        WRAP=(valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$name.$n")
+        WAIT_SECS=120
+        if [ "$kind" = blkd ]; then blkd "$name" "$spec"; else qsd "$name" "$spec"; fi || {
+            WRAP=(); unset WAIT_SECS; return 1; }
+        WRAP=(); unset WAIT_SECS
+        "$BENCH" --socket "${SOCK[$name]}" --rw randread --bs 4k --iodepth 32 \
+            --queue-size $QSIZE --ios "$n" --json > "$tmp/cg.$name.$n.json" ||
+            { stop "$name"; return 1; }
+        stop "$name"
+        ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$tmp/$name.log" | tail -n1)
+        [ -n "$ir" ] || { echo "compare.sh: no callgrind total for $name" >&2; return 1; }
+        irs+=("$ir")
+    done
+    echo "{\"kind\": \"callgrind\", \"case\": \"$name\", \"ios\": $cg_ios, \"ir_n\": ${irs[0]}, \"ir_2n\": ${irs[1]}, \"ir_per_io\": $(( (irs[1] - irs[0]) / cg_ios ))}" >> "$extra"
+}
+
+# ---------------------------------------------------------------- main
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+log "output in $out; $runtime s per run, $reps repetitions; daemon CPU ${dcpu:-any}, bench CPU ${bcpu:-any}"
+
+# (i) null back-ends
+if [ "$quick" = 1 ]; then depths="1 32"; queues="1"; else depths="1 8 32 128"; queues="1 2"; fi
+blkd blkd-null "driver=null,size=$null_size" || exit 1
+qsd qsd-null-co "driver=null-co,size=$null_size" || exit 1
+[ "$quick" = 1 ] || { qsd qsd-null-aio "driver=null-aio,size=$null_size" || exit 1; }
+cases="blkd-null qsd-null-co"; [ "$quick" = 1 ] || cases="$cases qsd-null-aio"
+sweep null "$cases" "$depths" "$queues" || exit 1
+for c in $cases; do rss "$c" null; done
+for c in $cases; do stop "$c"; done
+
+# (ii) raw file, O_DIRECT, io_uring on both sides; fio as the limit
+if [ "$quick" = 1 ]; then depths="32"; queues="1"; else depths="1 8 32 64 128"; queues="1 2"; fi
+blkd blkd-file "file=$file,aio=io_uring,cache=none" || exit 1
+qsd qsd-file "driver=file,filename=$file,cache.direct=on,aio=io_uring" || exit 1
+sweep file "blkd-file qsd-file" "$depths" "$queues" fio || exit 1
+rss blkd-file file; rss qsd-file file
+if [ "$do_strace" = 1 ]; then
+    syscalls blkd-file file 64; syscalls qsd-file file 64
+fi
+stop blkd-file; stop qsd-file
+
+# ablations on vhost-blkd, raw file, iodepth 64
+if [ "$do_ablations" = 1 ]; then
+    blkd abl-native-batch "file=$file,aio=native,batch=on" || exit 1
+    blkd abl-native-nobatch "file=$file,aio=native,batch=off" || exit 1
+    blkd abl-io_uring "file=$file,aio=io_uring" || exit 1
+    blkd abl-threads "file=$file,aio=threads" || exit 1
+    blkd abl-io_uring-nopoll "file=$file,aio=io_uring" --poll-max-ns 0 || exit 1
+    acases="abl-native-batch abl-native-nobatch abl-io_uring abl-threads abl-io_uring-nopoll"
+    sweep ablation "$acases" 64 1 || exit 1
+    for c in $acases; do
+        kill -USR1 "${PID[$c]}" 2>/dev/null
+    done
+    sleep 0.2
+    if [ "$do_strace" = 1 ]; then
+        for c in $acases; do syscalls "$c" ablation 64; done
+    fi
+    for c in $acases; do
+        cp "$tmp/$c.log" "$out/$c.log" 2>/dev/null
+        stop "$c"
+    done
+fi
+
+# instructions per I/O (null back-ends, serialised by valgrind)
+if [ "$do_callgrind" = 1 ]; then
+    log "callgrind: $cg_ios and $((2 * cg_ios)) I/Os per daemon (slow)"
+    callgrind_case cg-blkd-null blkd "driver=null,size=$null_size" || log "callgrind on vhost-blkd failed"
+    callgrind_case cg-qsd-null-co qsd "driver=null-co,size=$null_size" || log "callgrind on qsd failed"
+    callgrind_case cg-qsd-null-aio qsd "driver=null-aio,size=$null_size" || log "callgrind on qsd failed"
+fi
+
+finished=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+python3 "$srcdir/scripts/bench/compare-report.py" --raw "$raw" --extra "$extra" \
+    --out "$out" --meta "started=$started" --meta "finished=$finished" \
+    --meta "runtime_s=$runtime" --meta "reps=$reps" --meta "file=$file" \
+    --meta "file_mib=$size_mib" --meta "fs=$(df -T "$file" | awk 'NR==2 {print $2}')" \
+    --meta "cpus=$(nproc)" --meta "kernel=$(uname -r)" \
+    --meta "daemon_cpu=${dcpu:-any}" --meta "bench_cpu=${bcpu:-any}" \
+    --meta "qsd=$("$QSD" --version | head -n1)" --meta "quick=$quick" ||
+    die "report failed"

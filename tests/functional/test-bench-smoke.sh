@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Smoke test of the benchmark tooling (no guest): a few seconds of
+# vhost-blk-bench against vhost-blkd and against qemu-storage-daemon, both
+# with a null back-end, checking the bench's JSON (IOPS > 0, no errors); a
+# --verify run against vhost-blkd on a small file; and compare.sh --quick
+# end to end (table, results.json).  The figures are not asserted.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+# No guest here: a temp dir and the cleanup trap are all we need.
+VB_TMP=$(mktemp -d "${TMPDIR:-/tmp}/vbtest.XXXXXX")
+trap vb_cleanup EXIT
+trap 'exit 130' INT TERM
+echo "# tmp: $VB_TMP"
+
+blkd=$(vb_bin vhost-blkd) || vb_bail "vhost-blkd is not built in $VHOST_BLK_BUILD"
+bench=$(vb_bin vhost-blk-bench) || vb_bail "vhost-blk-bench is not built in $VHOST_BLK_BUILD"
+
+# json_check NAME FILE: the bench's JSON has iops > 0 and no errors.
+json_check() {
+    local name=$1 f=$2 msg
+    if msg=$(python3 - "$f" <<'EOF'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"no valid JSON object: {e}")
+    sys.exit(1)
+bad = []
+if not r.get("iops", 0) > 0:
+    bad.append(f"iops {r.get('iops')}")
+if r.get("errors", 1) != 0 or r.get("verify_errors", 1) != 0:
+    bad.append(f"errors {r.get('errors')}, verify_errors {r.get('verify_errors')}")
+if r.get("error") is not None:
+    bad.append(f"error {r['error']}")
+print(f"iops {r.get('iops')}, p99 {r.get('lat_us', {}).get('p99')} us, "
+      f"kicks/io {r.get('kicks_per_io')}" + ("; " + "; ".join(bad) if bad else ""))
+sys.exit(1 if bad else 0)
+EOF
+    ); then
+        vb_ok "$name ($msg)"
+    else
+        vb_not_ok "$name" "$msg"
+    fi
+}
+
+# run_bench NAME SOCK [ARGS]: bench with --json into $VB_TMP/NAME.json.
+run_bench() {
+    local name=$1 sock=$2
+    shift 2
+    if "$bench" --socket "$sock" --json "$@" > "$VB_TMP/$name.json" \
+            2> "$VB_TMP/$name.err"; then
+        json_check "$name" "$VB_TMP/$name.json"
+    else
+        vb_not_ok "$name: vhost-blk-bench exits 0" "$(cat "$VB_TMP/$name.err")"
+    fi
+}
+
+# vhost-blkd, null driver, 1 and 2 queues
+sock=$VB_TMP/blkd.sock
+if vb_daemon_start blkd "$sock" "$blkd" \
+        --export "socket=$sock,driver=null,size=1G,num-queues=2,queue-size=256"; then
+    run_bench "vhost-blkd null randread 1 queue" "$sock" --runtime 2 --iodepth 32
+    run_bench "vhost-blkd null randrw 2 queues" "$sock" --runtime 1 --rw randrw \
+        --queues 2 --iodepth 16
+    vb_stop "$VB_LAST_PID"
+else
+    vb_not_ok "vhost-blkd null: daemon starts"
+fi
+
+# qemu-storage-daemon, null-co
+if command -v qemu-storage-daemon >/dev/null; then
+    sock=$VB_TMP/qsd.sock
+    if vb_daemon_start qsd "$sock" qemu-storage-daemon \
+            --blockdev driver=null-co,node-name=f,size=1073741824 \
+            --export "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,addr.path=$sock,writable=on,num-queues=2"; then
+        run_bench "qemu-storage-daemon null-co randread 1 queue" "$sock" \
+            --runtime 2 --iodepth 32
+        vb_stop "$VB_LAST_PID"
+    else
+        vb_not_ok "qemu-storage-daemon null-co: daemon starts"
+    fi
+else
+    vb_skip "qemu-storage-daemon null-co" "qemu-storage-daemon not installed"
+fi
+
+# --verify on a real file: every read checked against what was written
+img=$(vb_mkimg verify 16M)
+sock=$VB_TMP/blkd-file.sock
+if vb_daemon_start blkd-file "$sock" "$blkd" \
+        --export "socket=$sock,file=$img,num-queues=2"; then
+    run_bench "vhost-blkd file randrw --verify, 2 queues" "$sock" --runtime 1 \
+        --rw randrw --queues 2 --iodepth 8 --verify
+    vb_stop "$VB_LAST_PID"
+else
+    vb_not_ok "vhost-blkd file: daemon starts"
+fi
+
+# the verifier catches bad data: a null back-end returns no written data
+sock=$VB_TMP/blkd-null2.sock
+if vb_daemon_start blkd-null2 "$sock" "$blkd" \
+        --export "socket=$sock,driver=null,size=16M"; then
+    if "$bench" --socket "$sock" --ios 64 --size 1M --verify \
+            > "$VB_TMP/neg.out" 2>&1; then
+        vb_not_ok "--verify fails against a back-end that drops writes" \
+            "vhost-blk-bench exited 0"
+    else
+        vb_check "--verify fails against a back-end that drops writes" \
+            grep -q "verify failed" "$VB_TMP/neg.out"
+    fi
+    vb_stop "$VB_LAST_PID"
+fi
+
+# compare.sh end to end (quick mode)
+if command -v qemu-storage-daemon >/dev/null; then
+    if VHOST_BLKD=$blkd VHOST_BLK_BENCH=$bench \
+            "$VB_ROOT/scripts/bench/compare.sh" --quick -o "$VB_TMP/compare" \
+            > "$VB_TMP/compare.log" 2>&1 &&
+            grep -q "Null back-end" "$VB_TMP/compare.log" &&
+            python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); sys.exit(0 if r["medians"] and all(m["iops"] > 0 and m["errors"] == 0 for m in r["medians"]) else 1)' \
+                "$VB_TMP/compare/results.json"; then
+        vb_ok "compare.sh --quick writes a table and results.json"
+    else
+        vb_not_ok "compare.sh --quick writes a table and results.json" \
+            "see $VB_TMP/compare.log"
+        sed 's/^/#   /' "$VB_TMP/compare.log" | tail -n 20
+    fi
+fi
+
+vb_done

@@ -1,0 +1,1111 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vhost-blk-bench: a userspace virtio-blk driver that benchmarks a
+ * vhost-user-blk back-end (vhost-blkd, qemu-storage-daemon, ...) without a VM.
+ *
+ * Theory of operation
+ * -------------------
+ * The main thread connects with the vhost-user front-end library (which
+ * creates the shared "guest" memory and the rings), reads the capacity,
+ * starts the queues, and runs one worker thread per virtqueue.  Each worker
+ * owns its queue, a slice of the disk (queue q gets blocks
+ * [q * n, (q + 1) * n)), a preallocated array of request contexts (one per
+ * in-flight request, each with its buffer in guest memory) and a latency
+ * histogram.  Its loop: fill the queue up to --iodepth, publish the batch
+ * with one kick (suppressed when the device polls), reap the used ring, and
+ * when nothing completed either wait on the call eventfd or (--poll) spin.
+ * Nothing is allocated and nothing is logged per request; two
+ * clock_gettime() calls per loop turn (one per submitted batch, one per
+ * reaped batch) timestamp the requests.
+ *
+ * --verify writes blocks that carry a header (magic, byte offset, write
+ * sequence number, crc32 of the payload) and a payload derived from offset
+ * and sequence number, remembers the last sequence number written to each
+ * block, never has a read and a write of the same block in flight at once,
+ * and checks every read against that table.  When the job reads, a
+ * sequential fill pass writes the whole slice first.
+ *
+ * The client's own CPU time (getrusage RUSAGE_THREAD per worker) is
+ * reported next to the I/O figures so that its cost is not mistaken for
+ * the server's.
+ */
+#include "qemu/osdep.h"
+#include "hw/virtio/vhost-user-frontend.h"
+
+#include <endian.h>
+#include <getopt.h>
+#include <math.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#define BENCH_SECTOR 512
+#define BENCH_WAIT_TIMEOUT_MS 10000
+#define BENCH_VERIFY_MAGIC 0x76626c6b62656e63ULL   /* "vblkbenc" */
+/* log-linear latency histogram: 32 linear sub-buckets per power of two */
+#define BENCH_HIST_SUB_BITS 5
+#define BENCH_HIST_SUB (1u << BENCH_HIST_SUB_BITS)
+#define BENCH_HIST_BUCKETS ((64 - BENCH_HIST_SUB_BITS + 1) * BENCH_HIST_SUB)
+
+typedef enum BenchRw {
+    BENCH_RW_READ,
+    BENCH_RW_WRITE,
+    BENCH_RW_RANDREAD,
+    BENCH_RW_RANDWRITE,
+    BENCH_RW_RANDRW,
+} BenchRw;
+
+static const char *const bench_rw_names[] = {
+    [BENCH_RW_READ] = "read",
+    [BENCH_RW_WRITE] = "write",
+    [BENCH_RW_RANDREAD] = "randread",
+    [BENCH_RW_RANDWRITE] = "randwrite",
+    [BENCH_RW_RANDRW] = "randrw",
+};
+
+typedef struct BenchOptions {
+    const char *socket;
+    BenchRw rw;
+    unsigned int rwmixread;     /* percent of reads for randrw */
+    uint64_t bs;
+    unsigned int iodepth;
+    unsigned int queues;
+    unsigned int queue_size;    /* 0 = derived from iodepth */
+    double runtime;             /* seconds, when ios == 0 */
+    uint64_t ios;               /* total requests, 0 = time based */
+    uint64_t size;              /* bytes used, 0 = capacity */
+    bool verify;
+    bool json;
+    bool poll;
+    uint64_t seed;
+} BenchOptions;
+
+/* Verify header at the start of each block. */
+typedef struct BenchVerifyHdr {
+    uint64_t magic;
+    uint64_t offset;
+    uint32_t seq;
+    uint32_t crc;
+} BenchVerifyHdr;
+
+typedef struct BenchReq {
+    uint8_t *buf;
+    uint64_t block;             /* block index in the disk */
+    uint64_t start_ns;
+    uint32_t seq;               /* verify: write sequence number */
+    bool is_write;
+} BenchReq;
+
+typedef struct BenchWorker {
+    VhostUserFrontend *fe;
+    const BenchOptions *opts;
+    unsigned int q;
+    GThread *thread;
+
+    /* slice of the disk owned by this queue */
+    uint64_t first_block;
+    uint64_t nblocks;
+    uint64_t seq_next;          /* sequential position in the slice */
+
+    BenchReq *reqs;             /* iodepth contexts */
+    BenchReq **free_reqs;       /* stack */
+    unsigned int nfree;
+    VhostUserFrontendCompletion *comps;
+
+    uint32_t *last_seq;         /* verify: per block, 0 = never written */
+    uint8_t *busy;              /* verify: per block, request in flight */
+    uint32_t write_seq;
+
+    uint64_t rng;
+
+    /* results */
+    uint64_t ios_done;
+    uint64_t reads;
+    uint64_t writes;
+    uint64_t errors;            /* status != OK */
+    uint64_t verify_errors;
+    uint64_t waits;             /* call-eventfd waits that returned */
+    uint64_t kicks;
+    uint64_t kicks_suppressed;
+    uint64_t lat_sum_ns;
+    uint64_t lat_max_ns;
+    uint64_t *hist;
+    uint64_t t_start_ns;
+    uint64_t t_end_ns;
+    double cpu_user;
+    double cpu_sys;
+    int fatal;                  /* negative errno of a fatal path error */
+    char first_failure[256];
+} BenchWorker;
+
+static atomic_bool bench_stop;
+/* workers done with their fill pass; set by main when the timed phase
+ * starts */
+static atomic_uint bench_ready;
+static atomic_bool bench_go;
+
+/* ---------------------------------------------------------------- helpers */
+
+static inline uint64_t bench_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* xorshift64*: fast, good enough for offsets and payloads. */
+static inline uint64_t bench_rand(uint64_t *s)
+{
+    uint64_t x = *s;
+
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+static uint32_t bench_crc_table[256];
+
+static void bench_crc32_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+
+        for (int k = 0; k < 8; k++) {
+            c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        }
+        bench_crc_table[i] = c;
+    }
+}
+
+static uint32_t bench_crc32(const uint8_t *p, size_t len)
+{
+    uint32_t c = 0xffffffffu;
+
+    for (size_t i = 0; i < len; i++) {
+        c = bench_crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
+    }
+    return c ^ 0xffffffffu;
+}
+
+static inline unsigned int bench_hist_index(uint64_t v)
+{
+    unsigned int msb;
+
+    if (v < BENCH_HIST_SUB) {
+        return v;
+    }
+    msb = 63 - __builtin_clzll(v);
+    return (msb - BENCH_HIST_SUB_BITS + 1) * BENCH_HIST_SUB +
+           ((v >> (msb - BENCH_HIST_SUB_BITS)) & (BENCH_HIST_SUB - 1));
+}
+
+/* Middle of the values that map to bucket @idx. */
+static double bench_hist_value(unsigned int idx)
+{
+    unsigned int g = idx / BENCH_HIST_SUB, m = idx % BENCH_HIST_SUB;
+    double lo, width;
+
+    if (g == 0) {
+        return idx;
+    }
+    lo = ldexp(BENCH_HIST_SUB + m, g - 1);
+    width = ldexp(1, g - 1);
+    return lo + (width - 1) / 2;
+}
+
+/* Parse 4k, 1M, 512 (bytes, binary suffixes). */
+static bool bench_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    uint64_t v, mult = 1;
+
+    errno = 0;
+    v = g_ascii_strtoull(s, &end, 10);
+    if (errno || end == s) {
+        return false;
+    }
+    switch (g_ascii_tolower(*end)) {
+    case '\0':
+        break;
+    case 'k':
+        mult = 1ull << 10;
+        break;
+    case 'm':
+        mult = 1ull << 20;
+        break;
+    case 'g':
+        mult = 1ull << 30;
+        break;
+    case 't':
+        mult = 1ull << 40;
+        break;
+    default:
+        return false;
+    }
+    if (*end && end[1] && !(g_ascii_tolower(end[1]) == 'b' && !end[2]) &&
+        !(g_ascii_tolower(end[1]) == 'i' && g_ascii_tolower(end[2]) == 'b' &&
+          !end[3])) {
+        return false;
+    }
+    if (v > UINT64_MAX / mult) {
+        return false;
+    }
+    *out = v * mult;
+    return true;
+}
+
+static bool bench_parse_uint(const char *s, unsigned int min, unsigned int max,
+                             unsigned int *out)
+{
+    char *end;
+    unsigned long v;
+
+    errno = 0;
+    v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* ---------------------------------------------------------------- verify */
+
+static void bench_verify_fill(BenchWorker *w, BenchReq *r)
+{
+    BenchVerifyHdr *h = (BenchVerifyHdr *)r->buf;
+    uint64_t s = (r->block * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)r->seq << 1) ^
+                 0x5bd1e995ull;
+    uint64_t *p = (uint64_t *)(r->buf + sizeof(*h));
+    size_t n = (w->opts->bs - sizeof(*h)) / 8;
+
+    s |= 1;
+    for (size_t i = 0; i < n; i++) {
+        p[i] = bench_rand(&s);
+    }
+    h->magic = BENCH_VERIFY_MAGIC;
+    h->offset = r->block * w->opts->bs;
+    h->seq = r->seq;
+    h->crc = bench_crc32(r->buf + sizeof(*h), w->opts->bs - sizeof(*h));
+}
+
+/* Check a completed read; false (and a message) on a mismatch. */
+static bool bench_verify_check(BenchWorker *w, BenchReq *r)
+{
+    const BenchVerifyHdr *h = (const BenchVerifyHdr *)r->buf;
+    uint64_t offset = r->block * w->opts->bs;
+    uint32_t want_seq = w->last_seq[r->block - w->first_block];
+    const char *what = NULL;
+
+    if (h->magic != BENCH_VERIFY_MAGIC) {
+        what = "bad magic (block never written or overwritten by someone else)";
+    } else if (h->offset != offset) {
+        what = "block carries another offset (misplaced write or read)";
+    } else if (h->seq != want_seq) {
+        what = "stale or future data (sequence number mismatch)";
+    } else if (h->crc != bench_crc32(r->buf + sizeof(*h),
+                                     w->opts->bs - sizeof(*h))) {
+        what = "payload crc32 mismatch (corrupted data)";
+    }
+    if (!what) {
+        return true;
+    }
+    if (!w->first_failure[0]) {
+        snprintf(w->first_failure, sizeof(w->first_failure),
+                 "queue %u: verify failed at byte offset %" PRIu64
+                 ": %s (header: offset %" PRIu64 ", seq %u; expected seq %u)",
+                 w->q, offset, what, h->magic == BENCH_VERIFY_MAGIC ?
+                 h->offset : 0, h->magic == BENCH_VERIFY_MAGIC ? h->seq : 0,
+                 want_seq);
+    }
+    return false;
+}
+
+/* ---------------------------------------------------------------- worker */
+
+/* Choose the next request's block and direction.  False when verify finds
+ * no idle block (try again after a completion). */
+static bool bench_pick(BenchWorker *w, BenchRw rw, BenchReq *r)
+{
+    uint64_t b;
+
+    switch (rw) {
+    case BENCH_RW_READ:
+    case BENCH_RW_WRITE:
+        b = w->seq_next++;
+        if (w->seq_next == w->nblocks) {
+            w->seq_next = 0;
+        }
+        r->is_write = rw == BENCH_RW_WRITE;
+        break;
+    case BENCH_RW_RANDRW:
+        r->is_write = bench_rand(&w->rng) % 100 >= w->opts->rwmixread;
+        b = bench_rand(&w->rng) % w->nblocks;
+        break;
+    default:
+        r->is_write = rw == BENCH_RW_RANDWRITE;
+        b = bench_rand(&w->rng) % w->nblocks;
+        break;
+    }
+    if (w->busy) {
+        /* never two requests on one block at once: probe forward */
+        unsigned int tries = 0;
+
+        while (w->busy[b]) {
+            if (++tries > w->opts->iodepth) {
+                return false;
+            }
+            b = b + 1 == w->nblocks ? 0 : b + 1;
+        }
+        w->busy[b] = 1;
+    }
+    r->block = w->first_block + b;
+    return true;
+}
+
+/*
+ * Run one phase: @total requests (0 = until bench_stop) of kind @rw.
+ * @record: count into the results.  Returns false on a fatal error
+ * (w->fatal / w->first_failure say which).
+ */
+static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
+                            bool record)
+{
+    const BenchOptions *o = w->opts;
+    const uint32_t sectors_per_block = o->bs / BENCH_SECTOR;
+    uint64_t issued = 0, completed = 0;
+
+    for (;;) {
+        bool more = total ? issued < total : !atomic_load_explicit(
+                            &bench_stop, memory_order_relaxed);
+        uint64_t now;
+        int n, r;
+
+        if (more && w->nfree) {
+            now = bench_now_ns();
+            while (w->nfree && (total == 0 || issued < total)) {
+                BenchReq *req = w->free_reqs[w->nfree - 1];
+                struct iovec iov = { req->buf, o->bs };
+
+                if (!bench_pick(w, rw, req)) {
+                    break;
+                }
+                if (w->last_seq && req->is_write) {
+                    req->seq = ++w->write_seq ? w->write_seq : ++w->write_seq;
+                    bench_verify_fill(w, req);
+                }
+                req->start_ns = now;
+                r = vhost_user_frontend_blk_submit(
+                        w->fe, w->q,
+                        req->is_write ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
+                        req->block * sectors_per_block, &iov, 1,
+                        !req->is_write, req);
+                if (unlikely(r < 0)) {
+                    if (w->busy) {
+                        w->busy[req->block - w->first_block] = 0;
+                    }
+                    if (r == -ENOSPC) {
+                        break;      /* ring full: reap first */
+                    }
+                    w->fatal = r;
+                    snprintf(w->first_failure, sizeof(w->first_failure),
+                             "queue %u: submit failed: %s", w->q,
+                             g_strerror(-r));
+                    return false;
+                }
+                w->nfree--;
+                issued++;
+            }
+            r = vhost_user_frontend_kick(w->fe, w->q);
+            if (unlikely(r < 0)) {
+                w->fatal = r;
+                snprintf(w->first_failure, sizeof(w->first_failure),
+                         "queue %u: kick failed: %s", w->q, g_strerror(-r));
+                return false;
+            }
+        }
+        if (completed == issued && !(total ? issued < total : more)) {
+            return true;
+        }
+
+        n = vhost_user_frontend_reap(w->fe, w->q, w->comps, o->iodepth);
+        if (unlikely(n < 0)) {
+            w->fatal = n;
+            snprintf(w->first_failure, sizeof(w->first_failure),
+                     "queue %u: bad used ring from the device: %s", w->q,
+                     g_strerror(-n));
+            return false;
+        }
+        if (n == 0) {
+            if (o->poll) {
+                continue;
+            }
+            r = vhost_user_frontend_wait(w->fe, w->q, BENCH_WAIT_TIMEOUT_MS);
+            if (unlikely(r <= 0)) {
+                w->fatal = r ? r : -ETIMEDOUT;
+                snprintf(w->first_failure, sizeof(w->first_failure),
+                         "queue %u: %s while waiting for completions "
+                         "(%" PRIu64 " outstanding)", w->q,
+                         r ? g_strerror(-r) : "no completion within 10 s",
+                         issued - completed);
+                return false;
+            }
+            if (record) {
+                w->waits++;
+            }
+            continue;
+        }
+        now = bench_now_ns();
+        for (int i = 0; i < n; i++) {
+            BenchReq *req = w->comps[i].opaque;
+            uint64_t lat = now - req->start_ns;
+            uint64_t idx = req->block - w->first_block;
+
+            if (unlikely(w->comps[i].status != VIRTIO_BLK_S_OK)) {
+                w->errors++;
+                if (!w->first_failure[0]) {
+                    snprintf(w->first_failure, sizeof(w->first_failure),
+                             "queue %u: %s at byte offset %" PRIu64
+                             " completed with status %u", w->q,
+                             req->is_write ? "write" : "read",
+                             req->block * o->bs, w->comps[i].status);
+                }
+            } else if (w->last_seq) {
+                if (req->is_write) {
+                    w->last_seq[idx] = req->seq;
+                } else if (!bench_verify_check(w, req)) {
+                    w->verify_errors++;
+                }
+            }
+            if (w->busy) {
+                w->busy[idx] = 0;
+            }
+            if (record) {
+                w->hist[bench_hist_index(lat)]++;
+                w->lat_sum_ns += lat;
+                if (lat > w->lat_max_ns) {
+                    w->lat_max_ns = lat;
+                }
+                if (req->is_write) {
+                    w->writes++;
+                } else {
+                    w->reads++;
+                }
+                w->ios_done++;
+            }
+            w->free_reqs[w->nfree++] = req;
+        }
+        completed += n;
+        if (unlikely(w->verify_errors || w->errors)) {
+            /* stop at the first bad request; drain what is in flight */
+            atomic_store(&bench_stop, true);
+            total = 0;
+        }
+    }
+}
+
+static double bench_tv_s(const struct timeval *tv)
+{
+    return tv->tv_sec + tv->tv_usec / 1e6;
+}
+
+static gpointer bench_worker_run(gpointer opaque)
+{
+    BenchWorker *w = opaque;
+    const BenchOptions *o = w->opts;
+    struct rusage ru0, ru1;
+    uint64_t total = 0;
+
+    if (o->verify && o->rw != BENCH_RW_WRITE && o->rw != BENCH_RW_RANDWRITE) {
+        /* reads must find known data: write the whole slice first */
+        if (!bench_run_phase(w, BENCH_RW_WRITE, w->nblocks, false)) {
+            atomic_store(&bench_stop, true);
+            return NULL;
+        }
+        w->seq_next = 0;
+    }
+    atomic_fetch_add(&bench_ready, 1);
+    while (!atomic_load(&bench_go)) {
+        g_usleep(100);
+    }
+    if (o->ios) {
+        total = o->ios / o->queues + (w->q < o->ios % o->queues ? 1 : 0);
+        if (total == 0) {
+            return NULL;
+        }
+    }
+    vhost_user_frontend_kick_stats(w->fe, w->q, &w->kicks,
+                                   &w->kicks_suppressed);
+    getrusage(RUSAGE_THREAD, &ru0);
+    w->t_start_ns = bench_now_ns();
+    if (!bench_run_phase(w, o->rw, total, true)) {
+        atomic_store(&bench_stop, true);
+    }
+    w->t_end_ns = bench_now_ns();
+    getrusage(RUSAGE_THREAD, &ru1);
+    w->cpu_user = bench_tv_s(&ru1.ru_utime) - bench_tv_s(&ru0.ru_utime);
+    w->cpu_sys = bench_tv_s(&ru1.ru_stime) - bench_tv_s(&ru0.ru_stime);
+    {
+        uint64_t k, s;
+
+        vhost_user_frontend_kick_stats(w->fe, w->q, &k, &s);
+        w->kicks = k - w->kicks;
+        w->kicks_suppressed = s - w->kicks_suppressed;
+    }
+    return NULL;
+}
+
+/* Allocate a worker's contexts and buffers (setup, main thread). */
+static bool bench_worker_init(BenchWorker *w, VhostUserFrontend *fe,
+                              const BenchOptions *o, unsigned int q,
+                              uint64_t blocks_per_queue, GError **errp)
+{
+    uint8_t *bufs;
+
+    memset(w, 0, sizeof(*w));
+    w->fe = fe;
+    w->opts = o;
+    w->q = q;
+    w->first_block = (uint64_t)q * blocks_per_queue;
+    w->nblocks = blocks_per_queue;
+    w->rng = (o->seed + 1) * 0x9e3779b97f4a7c15ull + q * 0xbf58476d1ce4e5b9ull;
+    w->rng |= 1;
+    bufs = vhost_user_frontend_mem_alloc(fe, (size_t)o->iodepth * o->bs, 4096,
+                                         errp);
+    if (!bufs) {
+        g_prefix_error(errp, "buffers for queue %u: ", q);
+        return false;
+    }
+    w->reqs = g_new0(BenchReq, o->iodepth);
+    w->free_reqs = g_new(BenchReq *, o->iodepth);
+    w->comps = g_new(VhostUserFrontendCompletion, o->iodepth);
+    w->hist = g_new0(uint64_t, BENCH_HIST_BUCKETS);
+    for (unsigned int i = 0; i < o->iodepth; i++) {
+        w->reqs[i].buf = bufs + (size_t)i * o->bs;
+        w->free_reqs[i] = &w->reqs[o->iodepth - 1 - i];
+    }
+    w->nfree = o->iodepth;
+    if (o->verify) {
+        w->last_seq = g_new0(uint32_t, blocks_per_queue);
+        w->busy = g_new0(uint8_t, blocks_per_queue);
+    }
+    return true;
+}
+
+static void bench_worker_destroy(BenchWorker *w)
+{
+    g_free(w->reqs);
+    g_free(w->free_reqs);
+    g_free(w->comps);
+    g_free(w->hist);
+    g_free(w->last_seq);
+    g_free(w->busy);
+}
+
+/* ---------------------------------------------------------------- report */
+
+typedef struct BenchResult {
+    double seconds;
+    uint64_t ios, reads, writes, errors, verify_errors;
+    uint64_t kicks, kicks_suppressed, waits;
+    double iops, mib_s;
+    double lat_mean_us, p50_us, p99_us, p999_us, lat_max_us;
+    double cpu_user, cpu_sys, proc_cpu;
+} BenchResult;
+
+static double bench_percentile(const uint64_t *hist, uint64_t count, double p)
+{
+    uint64_t want = (uint64_t)ceil(p / 100.0 * count), seen = 0;
+
+    if (count == 0) {
+        return 0;
+    }
+    if (want == 0) {
+        want = 1;
+    }
+    for (unsigned int i = 0; i < BENCH_HIST_BUCKETS; i++) {
+        seen += hist[i];
+        if (seen >= want) {
+            return bench_hist_value(i);
+        }
+    }
+    return 0;
+}
+
+static void bench_summarize(BenchWorker *w, unsigned int nw, double proc_cpu,
+                            BenchResult *res)
+{
+    g_autofree uint64_t *hist = g_new0(uint64_t, BENCH_HIST_BUCKETS);
+    uint64_t t0 = UINT64_MAX, t1 = 0, lat_sum = 0, lat_max = 0;
+
+    memset(res, 0, sizeof(*res));
+    for (unsigned int i = 0; i < nw; i++) {
+        if (w[i].t_start_ns && w[i].t_start_ns < t0) {
+            t0 = w[i].t_start_ns;
+        }
+        if (w[i].t_end_ns > t1) {
+            t1 = w[i].t_end_ns;
+        }
+        res->ios += w[i].ios_done;
+        res->reads += w[i].reads;
+        res->writes += w[i].writes;
+        res->errors += w[i].errors;
+        res->verify_errors += w[i].verify_errors;
+        res->kicks += w[i].kicks;
+        res->kicks_suppressed += w[i].kicks_suppressed;
+        res->waits += w[i].waits;
+        res->cpu_user += w[i].cpu_user;
+        res->cpu_sys += w[i].cpu_sys;
+        lat_sum += w[i].lat_sum_ns;
+        lat_max = MAX(lat_max, w[i].lat_max_ns);
+        for (unsigned int b = 0; b < BENCH_HIST_BUCKETS; b++) {
+            hist[b] += w[i].hist[b];
+        }
+    }
+    res->seconds = t1 > t0 ? (t1 - t0) / 1e9 : 0;
+    if (res->seconds > 0) {
+        res->iops = res->ios / res->seconds;
+        res->mib_s = res->iops * w[0].opts->bs / (1024.0 * 1024.0);
+    }
+    if (res->ios) {
+        res->lat_mean_us = lat_sum / 1e3 / res->ios;
+    }
+    res->p50_us = bench_percentile(hist, res->ios, 50) / 1e3;
+    res->p99_us = bench_percentile(hist, res->ios, 99) / 1e3;
+    res->p999_us = bench_percentile(hist, res->ios, 99.9) / 1e3;
+    res->lat_max_us = lat_max / 1e3;
+    res->proc_cpu = proc_cpu;
+}
+
+static double bench_per_io(uint64_t v, uint64_t ios)
+{
+    return ios ? (double)v / ios : 0;
+}
+
+static void bench_print_json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') {
+            printf("\\%c", *s);
+        } else if ((unsigned char)*s < 0x20) {
+            printf("\\u%04x", *s);
+        } else {
+            putchar(*s);
+        }
+    }
+    putchar('"');
+}
+
+static void bench_print_json(const BenchOptions *o, const BenchResult *r,
+                             const char *error)
+{
+    double cpu = r->cpu_user + r->cpu_sys;
+
+    printf("{\"socket\": ");
+    bench_print_json_string(o->socket);
+    printf(", \"rw\": \"%s\", \"rwmixread\": %u, \"bs\": %" PRIu64
+           ", \"iodepth\": %u, \"queues\": %u, \"queue_size\": %u"
+           ", \"size\": %" PRIu64 ", \"verify\": %s, \"poll\": %s",
+           bench_rw_names[o->rw], o->rwmixread, o->bs, o->iodepth, o->queues,
+           o->queue_size, o->size, o->verify ? "true" : "false",
+           o->poll ? "true" : "false");
+    printf(", \"seconds\": %.6f, \"ios\": %" PRIu64 ", \"reads\": %" PRIu64
+           ", \"writes\": %" PRIu64 ", \"errors\": %" PRIu64
+           ", \"verify_errors\": %" PRIu64,
+           r->seconds, r->ios, r->reads, r->writes, r->errors,
+           r->verify_errors);
+    printf(", \"iops\": %.1f, \"mib_s\": %.2f", r->iops, r->mib_s);
+    printf(", \"lat_us\": {\"mean\": %.2f, \"p50\": %.2f, \"p99\": %.2f"
+           ", \"p99_9\": %.2f, \"max\": %.2f}",
+           r->lat_mean_us, r->p50_us, r->p99_us, r->p999_us, r->lat_max_us);
+    printf(", \"kicks\": %" PRIu64 ", \"kicks_suppressed\": %" PRIu64
+           ", \"interrupts\": %" PRIu64 ", \"kicks_per_io\": %.4f"
+           ", \"interrupts_per_io\": %.4f",
+           r->kicks, r->kicks_suppressed, r->waits,
+           bench_per_io(r->kicks, r->ios), bench_per_io(r->waits, r->ios));
+    printf(", \"client_cpu\": {\"user_s\": %.3f, \"sys_s\": %.3f"
+           ", \"util\": %.3f, \"us_per_io\": %.3f, \"process_s\": %.3f}",
+           r->cpu_user, r->cpu_sys, r->seconds > 0 ? cpu / r->seconds : 0,
+           r->ios ? cpu * 1e6 / r->ios : 0, r->proc_cpu);
+    printf(", \"error\": ");
+    if (error) {
+        bench_print_json_string(error);
+    } else {
+        printf("null");
+    }
+    printf("}\n");
+}
+
+static void bench_print_text(const BenchOptions *o, const BenchResult *r)
+{
+    double cpu = r->cpu_user + r->cpu_sys;
+
+    printf("%s bs=%" PRIu64 " iodepth=%u queues=%u%s%s: %" PRIu64
+           " I/Os in %.2f s\n", bench_rw_names[o->rw], o->bs, o->iodepth,
+           o->queues, o->verify ? " verify" : "", o->poll ? " poll" : "",
+           r->ios, r->seconds);
+    printf("  IOPS %.0f, %.1f MiB/s (reads %" PRIu64 ", writes %" PRIu64
+           ", errors %" PRIu64 ", verify errors %" PRIu64 ")\n",
+           r->iops, r->mib_s, r->reads, r->writes, r->errors,
+           r->verify_errors);
+    printf("  latency us: mean %.1f, p50 %.1f, p99 %.1f, p99.9 %.1f, "
+           "max %.1f\n", r->lat_mean_us, r->p50_us, r->p99_us, r->p999_us,
+           r->lat_max_us);
+    printf("  per I/O: %.3f kicks (%" PRIu64 " suppressed), %.3f interrupt "
+           "waits\n", bench_per_io(r->kicks, r->ios), r->kicks_suppressed,
+           bench_per_io(r->waits, r->ios));
+    printf("  client CPU (this program, not the server): %.2f s user + "
+           "%.2f s sys = %.0f%% of one CPU, %.2f us per I/O\n",
+           r->cpu_user, r->cpu_sys,
+           r->seconds > 0 ? 100 * cpu / r->seconds : 0,
+           r->ios ? cpu * 1e6 / r->ios : 0);
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void bench_usage(FILE *f)
+{
+    fprintf(f,
+"Usage: vhost-blk-bench --socket PATH [options]\n"
+"\n"
+"Drive a vhost-user-blk back-end (vhost-blkd, qemu-storage-daemon) as a VM's\n"
+"virtio-blk driver would, and measure it.  One thread per queue.\n"
+"\n"
+"  --socket PATH        vhost-user-blk socket of the back-end\n"
+"  --rw MODE            read|write|randread|randwrite|randrw (default randread)\n"
+"  --rwmixread N        randrw: percent of reads (default 50)\n"
+"  --bs N               block size, multiple of 512 (default 4k)\n"
+"  --iodepth N          requests in flight per queue (default 32)\n"
+"  --queues N           virtqueues and worker threads (default 1)\n"
+"  --queue-size N       ring size (default: smallest power of two >= 128\n"
+"                       and >= 3 * iodepth; the back-end must accept it)\n"
+"  --runtime S          run for S seconds (default 5)\n"
+"  --ios N              run exactly N requests in total instead\n"
+"  --size N             bytes of the disk to use (default: its capacity);\n"
+"                       queue q uses the q-th 1/queues slice\n"
+"  --verify             tag written blocks (offset, sequence, crc32) and\n"
+"                       check every read; reads start with a fill pass\n"
+"  --poll               busy-poll the used ring instead of waiting on the\n"
+"                       call eventfd\n"
+"  --seed N             random seed (default 1)\n"
+"  --json               print one JSON object instead of text\n"
+"  -h, --help           this text\n"
+"\n"
+"Exit status: 0 on success, 1 on an I/O error, verify failure or setup\n"
+"error, 2 on bad usage.\n");
+}
+
+static int bench_parse_args(int argc, char **argv, BenchOptions *o)
+{
+    enum { OPT_SOCKET = 256, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
+           OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
+           OPT_POLL, OPT_SEED };
+    static const struct option longopts[] = {
+        { "socket", required_argument, NULL, OPT_SOCKET },
+        { "rw", required_argument, NULL, OPT_RW },
+        { "rwmixread", required_argument, NULL, OPT_MIX },
+        { "bs", required_argument, NULL, OPT_BS },
+        { "iodepth", required_argument, NULL, OPT_DEPTH },
+        { "queues", required_argument, NULL, OPT_QUEUES },
+        { "queue-size", required_argument, NULL, OPT_QSIZE },
+        { "runtime", required_argument, NULL, OPT_RUNTIME },
+        { "ios", required_argument, NULL, OPT_IOS },
+        { "size", required_argument, NULL, OPT_SIZE },
+        { "verify", no_argument, NULL, OPT_VERIFY },
+        { "json", no_argument, NULL, OPT_JSON },
+        { "poll", no_argument, NULL, OPT_POLL },
+        { "seed", required_argument, NULL, OPT_SEED },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+
+    *o = (BenchOptions) {
+        .rw = BENCH_RW_RANDREAD, .rwmixread = 50, .bs = 4096, .iodepth = 32,
+        .queues = 1, .runtime = 5, .seed = 1,
+    };
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        char *end;
+        unsigned int i;
+
+        switch (c) {
+        case OPT_SOCKET:
+            o->socket = optarg;
+            break;
+        case OPT_RW:
+            for (i = 0; i < ARRAY_SIZE(bench_rw_names); i++) {
+                if (!strcmp(optarg, bench_rw_names[i])) {
+                    break;
+                }
+            }
+            if (i == ARRAY_SIZE(bench_rw_names)) {
+                fprintf(stderr, "vhost-blk-bench: --rw %s: expected read, "
+                        "write, randread, randwrite or randrw\n", optarg);
+                return 2;
+            }
+            o->rw = i;
+            break;
+        case OPT_MIX:
+            if (!bench_parse_uint(optarg, 0, 100, &o->rwmixread)) {
+                fprintf(stderr, "vhost-blk-bench: --rwmixread %s: expected "
+                        "0..100\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_BS:
+            if (!bench_parse_size(optarg, &o->bs) || o->bs < BENCH_SECTOR ||
+                o->bs % BENCH_SECTOR || o->bs > (16u << 20)) {
+                fprintf(stderr, "vhost-blk-bench: --bs %s: expected a "
+                        "multiple of 512 up to 16M (e.g. 4k)\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_DEPTH:
+            if (!bench_parse_uint(optarg, 1, 1024, &o->iodepth)) {
+                fprintf(stderr, "vhost-blk-bench: --iodepth %s: expected "
+                        "1..1024\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_QUEUES:
+            if (!bench_parse_uint(optarg, 1, VHOST_USER_FRONTEND_MAX_QUEUES,
+                                  &o->queues)) {
+                fprintf(stderr, "vhost-blk-bench: --queues %s: expected "
+                        "1..%d\n", optarg, VHOST_USER_FRONTEND_MAX_QUEUES);
+                return 2;
+            }
+            break;
+        case OPT_QSIZE:
+            if (!bench_parse_uint(optarg, 4, 32768, &o->queue_size) ||
+                (o->queue_size & (o->queue_size - 1))) {
+                fprintf(stderr, "vhost-blk-bench: --queue-size %s: expected "
+                        "a power of two\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_RUNTIME:
+            o->runtime = g_ascii_strtod(optarg, &end);
+            if (end == optarg || *end || !(o->runtime > 0)) {
+                fprintf(stderr, "vhost-blk-bench: --runtime %s: expected "
+                        "seconds > 0\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_IOS:
+            if (!bench_parse_size(optarg, &o->ios) || o->ios == 0) {
+                fprintf(stderr, "vhost-blk-bench: --ios %s: expected a "
+                        "count > 0\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_SIZE:
+            if (!bench_parse_size(optarg, &o->size) || o->size == 0) {
+                fprintf(stderr, "vhost-blk-bench: --size %s: expected bytes "
+                        "> 0 (e.g. 1G)\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_VERIFY:
+            o->verify = true;
+            break;
+        case OPT_JSON:
+            o->json = true;
+            break;
+        case OPT_POLL:
+            o->poll = true;
+            break;
+        case OPT_SEED:
+            o->seed = g_ascii_strtoull(optarg, NULL, 10);
+            break;
+        case 'h':
+            bench_usage(stdout);
+            exit(0);
+        default:
+            bench_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "vhost-blk-bench: unexpected argument '%s'\n",
+                argv[optind]);
+        return 2;
+    }
+    if (!o->socket) {
+        fprintf(stderr, "vhost-blk-bench: --socket PATH is required "
+                "(see --help)\n");
+        return 2;
+    }
+    if (o->verify && o->bs < sizeof(BenchVerifyHdr) + 8) {
+        fprintf(stderr, "vhost-blk-bench: --verify needs --bs >= 512\n");
+        return 2;
+    }
+    if (!o->queue_size) {
+        o->queue_size = 128;
+        while (o->queue_size < 3 * o->iodepth && o->queue_size < 1024) {
+            o->queue_size *= 2;
+        }
+    }
+    if (3 * o->iodepth > o->queue_size) {
+        fprintf(stderr, "vhost-blk-bench: --iodepth %u needs a ring of at "
+                "least %u descriptors (3 per request); --queue-size is %u\n",
+                o->iodepth, 3 * o->iodepth, o->queue_size);
+        return 2;
+    }
+    return 0;
+}
+
+static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
+{
+    VhostUserFrontendOptions fo = {
+        .socket_path = o->socket,
+        .connect_timeout_ms = 5000,
+        .num_queues = o->queues,
+        .queue_size = o->queue_size,
+    };
+    struct virtio_blk_config cfg;
+    VhostUserFrontend *fe;
+    uint64_t bufs = (uint64_t)o->queues * o->iodepth * o->bs;
+    uint64_t capacity;
+
+    /* rings and request slots live in region 0 too: keep ample room */
+    fo.mem_size = QEMU_ALIGN_UP(bufs + (16ull << 20) +
+                                (uint64_t)o->queues * o->queue_size * 64,
+                                2ull << 20);
+    fo.mem_size = MAX(fo.mem_size, 64ull << 20);
+    fe = vhost_user_frontend_new(&fo, errp);
+    if (!fe) {
+        g_prefix_error(errp, "%s: ", o->socket);
+        return NULL;
+    }
+    if (vhost_user_frontend_num_queues(fe) < o->queues) {
+        g_set_error(errp, VB_ERROR, 0, "%s: the back-end offers %u queue(s), "
+                    "--queues asks for %u", o->socket,
+                    vhost_user_frontend_num_queues(fe), o->queues);
+        goto fail;
+    }
+    if (!vhost_user_frontend_get_blk_config(fe, &cfg, errp)) {
+        if (!o->size) {
+            g_prefix_error(errp, "reading the capacity (give --size): ");
+            goto fail;
+        }
+        g_clear_error(errp);
+    } else {
+        capacity = le64toh(cfg.capacity) * BENCH_SECTOR;
+        if (!o->size) {
+            o->size = capacity;
+        } else if (o->size > capacity) {
+            g_set_error(errp, VB_ERROR, 0, "--size %" PRIu64 " is larger than "
+                        "the disk (%" PRIu64 " bytes)", o->size, capacity);
+            goto fail;
+        }
+    }
+    if (o->size / o->bs / o->queues == 0) {
+        g_set_error(errp, VB_ERROR, 0, "the disk (%" PRIu64 " bytes) has "
+                    "fewer blocks of %" PRIu64 " bytes than queues", o->size,
+                    o->bs);
+        goto fail;
+    }
+    return fe;
+
+fail:
+    vhost_user_frontend_free(fe);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    g_autoptr(GError) err = NULL;
+    g_autofree BenchWorker *w = NULL;
+    BenchOptions o;
+    BenchResult res;
+    VhostUserFrontend *fe;
+    struct rusage ru;
+    const char *failure = NULL;
+    uint64_t blocks_per_queue;
+    int ret;
+
+    ret = bench_parse_args(argc, argv, &o);
+    if (ret) {
+        return ret;
+    }
+    bench_crc32_init();
+
+    fe = bench_connect(&o, &err);
+    if (!fe) {
+        fprintf(stderr, "vhost-blk-bench: %s\n", err->message);
+        return 1;
+    }
+    blocks_per_queue = o.size / o.bs / o.queues;
+    w = g_new0(BenchWorker, o.queues);
+    for (unsigned int q = 0; q < o.queues; q++) {
+        if (!bench_worker_init(&w[q], fe, &o, q, blocks_per_queue, &err)) {
+            fprintf(stderr, "vhost-blk-bench: %s\n", err->message);
+            return 1;
+        }
+    }
+    if (!vhost_user_frontend_start(fe, &err)) {
+        fprintf(stderr, "vhost-blk-bench: starting the queues: %s\n",
+                err->message);
+        return 1;
+    }
+
+    for (unsigned int q = 0; q < o.queues; q++) {
+        w[q].thread = g_thread_new("bench-queue", bench_worker_run, &w[q]);
+    }
+    /* the timed phase starts once every fill pass is over */
+    while (atomic_load(&bench_ready) < o.queues && !atomic_load(&bench_stop)) {
+        g_usleep(1000);
+    }
+    atomic_store(&bench_go, true);
+    if (!o.ios && !atomic_load(&bench_stop)) {
+        uint64_t deadline = bench_now_ns() + (uint64_t)(o.runtime * 1e9);
+
+        /* the workers stop early on an error: wake up now and then */
+        while (!atomic_load(&bench_stop) && bench_now_ns() < deadline) {
+            uint64_t left = deadline - bench_now_ns();
+
+            g_usleep(MIN(left / 1000 + 1, 50000));
+        }
+        atomic_store(&bench_stop, true);
+    }
+    for (unsigned int q = 0; q < o.queues; q++) {
+        g_thread_join(w[q].thread);
+    }
+    getrusage(RUSAGE_SELF, &ru);
+
+    bench_summarize(w, o.queues, bench_tv_s(&ru.ru_utime) +
+                    bench_tv_s(&ru.ru_stime), &res);
+    for (unsigned int q = 0; q < o.queues && !failure; q++) {
+        if (w[q].first_failure[0]) {
+            failure = w[q].first_failure;
+        }
+    }
+    if (o.json) {
+        bench_print_json(&o, &res, failure);
+    } else {
+        bench_print_text(&o, &res);
+    }
+    fflush(stdout);
+    ret = 0;
+    if (failure) {
+        fprintf(stderr, "vhost-blk-bench: %s\n", failure);
+        ret = 1;
+    }
+    if (res.errors || res.verify_errors) {
+        fprintf(stderr, "vhost-blk-bench: FAILED: %" PRIu64 " I/O error(s), "
+                "%" PRIu64 " verify failure(s)\n", res.errors,
+                res.verify_errors);
+        ret = 1;
+    } else if (!failure && res.ios == 0) {
+        fprintf(stderr, "vhost-blk-bench: FAILED: no request completed\n");
+        ret = 1;
+    }
+    for (unsigned int q = 0; q < o.queues; q++) {
+        bench_worker_destroy(&w[q]);
+    }
+    vhost_user_frontend_free(fe);
+    return ret;
+}
