@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# The project's test command: installs what is missing, builds, and runs
+# the unit and integration tests (meson) and the guest tests (a real Linux
+# guest under QEMU/TCG running fio against vhost-blkd).
+#
+#   scripts/check.sh [--builddir DIR] [--no-guest] [--sanitizers]
+#
+# Ends with one line "N passed, N failed" over every test program and guest
+# test; exits non-zero if anything failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+builddir=build
+guest=1
+cfg=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --builddir) builddir=$2; shift ;;
+    --builddir=*) builddir=${1#*=} ;;
+    --no-guest) guest=0 ;;
+    --sanitizers) cfg+=(--enable-sanitizers) ;;
+    -h|--help) sed -n '3,11p' "$0"; exit 0 ;;
+    *) echo "check.sh: unknown option '$1' (see --help)" >&2; exit 1 ;;
+    esac
+    shift
+done
+
+bash scripts/install-deps.sh
+if [ ! -f "$builddir/build.ninja" ]; then
+    ./configure --builddir="$builddir" "${cfg[@]}" >/dev/null
+fi
+ninja -C "$builddir" >/dev/null
+
+passed=0
+failed=0
+
+# Unit and integration tests.  The summary comes from meson's own log.
+set +e
+meson test -C "$builddir" --suite unit --suite integration --print-errorlogs
+set -e
+log="$builddir/meson-logs/testlog.json"
+if [ -f "$log" ]; then
+    read -r p f < <(python3 - "$log" <<'PY'
+import json, sys
+p = f = 0
+for line in open(sys.argv[1]):
+    r = json.loads(line)["result"]
+    if r in ("OK", "EXPECTEDFAIL", "SKIP"):
+        p += 1
+    else:
+        f += 1
+print(p, f)
+PY
+)
+    passed=$((passed + p)); failed=$((failed + f))
+else
+    failed=$((failed + 1))
+fi
+
+if [ "$guest" = 1 ]; then
+    set +e
+    VHOST_BLK_BUILD="$PWD/$builddir" bash tests/functional/run-all.sh | tee "$builddir/functional.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$builddir/functional.log" | tail -1 || true)
+    if [ -n "$line" ]; then
+        p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
+        passed=$((passed + p)); failed=$((failed + f))
+    fi
+    [ "$rc" = 0 ] || [ "$failed" -gt 0 ] || failed=$((failed + 1))
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
