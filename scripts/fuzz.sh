@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# Build the libFuzzer targets (clang, ASan+UBSan) and run each for a while.
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+#
+# SECONDS per target (default 60); TARGETs default to all of them
+# (fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user).  Each run starts from a copy of
+# tests/fuzz/corpus/<target> plus tests/fuzz/regressions/<target> in a
+# temporary directory, so the committed corpus never grows.  On a crash the
+# script prints the crashing input's path (kept, with the log) and exits 1;
+# copy the input into tests/fuzz/regressions/<target>/ to keep it.
+# Environment: BUILDDIR (default build-fuzz), FUZZ_ARGS (extra libFuzzer
+# options, e.g. "-jobs=2").
+set -euo pipefail
+
+srcdir=$(cd "$(dirname "$0")/.." && pwd)
+builddir=${BUILDDIR:-build-fuzz}
+seconds=${1:-60}
+[ $# -gt 0 ] && shift
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user)
+
+case "$seconds" in
+''|*[!0-9]*) echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2 ;;
+esac
+
+cd "$srcdir"
+if [ ! -f "$builddir/build.ninja" ] ||
+   ! grep -q "fuzzing *: *true" "$builddir/meson-logs/meson-log.txt" 2>/dev/null; then
+    ./configure --builddir="$builddir" --enable-fuzzing >/dev/null
+fi
+ninja -C "$builddir" "${targets[@]/#/tests/fuzz/}" >/dev/null
+
+# Inputs as big as the largest seeds, with room to grow
+max_len() {
+    case "$1" in
+    fuzz-virtqueue|fuzz-vhost-user) echo 4096 ;;
+    *) echo 2048 ;;
+    esac
+}
+
+failed=0
+for t in "${targets[@]}"; do
+    bin="$builddir/tests/fuzz/$t"
+    work=$(mktemp -d "${TMPDIR:-/tmp}/vb-$t.XXXXXX")
+    mkdir -p "$work/corpus" "$work/artifacts"
+    for d in "tests/fuzz/corpus/$t" "tests/fuzz/regressions/$t"; do
+        if [ -d "$d" ]; then
+            cp "$d"/* "$work/corpus/" 2>/dev/null || true
+        fi
+    done
+    seeds=$(ls "$work/corpus" | wc -l)
+    echo "== $t: ${seconds}s from $seeds seed(s) in $work"
+    # A small quarantine lets freed memory be reused soon: each input
+    # allocates a queue's element pool, and fresh pages cost more than
+    # the whole rest of the run.
+    # -close_fd_mask=2: the target's own log lines (a broken queue logs
+    # one) would dominate the run time; crash reports still get through.
+    rc=0
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:quarantine_size_mb=16 \
+    "$bin" -max_total_time="$seconds" -max_len="$(max_len "$t")" \
+        -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        -close_fd_mask=2 -artifact_prefix="$work/artifacts/" \
+        ${FUZZ_ARGS:-} "$work/corpus" >"$work/log" 2>&1 || rc=$?
+    grep -E "^#[0-9]+[[:space:]]+DONE|^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)" \
+        "$work/log" | sed 's/^/   /' || true
+    crash=$(ls "$work/artifacts" 2>/dev/null | head -1)
+    if [ $rc -ne 0 ] || [ -n "$crash" ]; then
+        failed=1
+        echo "!! $t FAILED (exit $rc)"
+        grep -E "ERROR:|SUMMARY:|runtime error|fuzz invariant" "$work/log" |
+            head -5 | sed 's/^/   /' || true
+        if [ -n "$crash" ]; then
+            echo "!! crashing input: $work/artifacts/$crash"
+            echo "!! reproduce: $bin $work/artifacts/$crash"
+        fi
+        echo "!! full log: $work/log"
+    else
+        cov=$(grep -E "^#[0-9]+[[:space:]]+DONE" "$work/log" | sed -E 's/.*cov: ([0-9]+) ft: ([0-9]+).*/\1 edges, \2 features/')
+        echo "   ok: $cov, corpus grew from $seeds to $(ls "$work/corpus" | wc -l) inputs"
+        rm -rf "$work"
+    fi
+done
+exit $failed

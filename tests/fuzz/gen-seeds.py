@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Write the hand-made seed inputs of the fuzz targets into corpus/<target>/.
+
+Each seed is a small valid scenario (a well-formed request of each type, an
+indirect chain, a crash with requests in flight, ...) from which libFuzzer
+mutates.  The byte layouts documented here are the ones the harnesses
+parse; keep the two in sync.  Run: tests/fuzz/gen-seeds.py [OUTDIR]
+"""
+import os
+import struct
+import sys
+
+# virtio constants
+VRING_DESC_F_NEXT, VRING_DESC_F_WRITE, VRING_DESC_F_INDIRECT = 1, 2, 4
+T_IN, T_OUT, T_FLUSH, T_GET_ID, T_DISCARD, T_WRITE_ZEROES = 0, 1, 4, 8, 11, 13
+
+# ---------------------------------------------------------------- virtqueue
+#
+# fuzz-virtqueue input:
+#   u8  qsel      queue size: 1 << (qsel & 7); with bit 6, 256 << (qsel & 3);
+#                 with bit 7, a u16 follows
+#   [u16 num]
+#   u8  flags     1 event-idx, 2 inflight region, 4 raw ring uvas,
+#                 8 writethrough, bits 4-5 device (0 rw, 1 ro, 2 4K blocks)
+#   u16 base      initial last_avail_idx
+#   ring addresses: 3 x u16 offsets in region A (desc, avail, used), or with
+#                 flag 4, 3 x u64 VMM-virtual addresses
+#   [u16 len, len bytes: start of the inflight region]   with flag 2
+#   u16 len, len bytes: guest memory image from guest-physical 0
+#   operations, each u8 opcode (mod 11) and its arguments:
+#     0 POP u8 budget, 1 SUBMIT, 2 POP_SUBMIT u8 budget, 3 UNPOP u8 count,
+#     4 POKE u32 gpa u8 len bytes, 5 NOTIFICATION u8 on, 6 HAS_AVAIL,
+#     7 NOTIFY, 8 WRITEBACK u8 on, 9 RESTART, 10 CRASH u8 how [u16 base]
+
+OP_POP, OP_SUBMIT, OP_POP_SUBMIT, OP_UNPOP, OP_POKE, OP_NOTIFICATION, \
+    OP_HAS_AVAIL, OP_NOTIFY, OP_WRITEBACK, OP_RESTART, OP_CRASH = range(11)
+
+F_EVENT_IDX, F_INFLIGHT, F_RAW_ADDR, F_WRITETHROUGH = 1, 2, 4, 8
+
+DESC, AVAIL, USED = 0x0, 0x100, 0x140     # rings of a 16-entry queue
+HDRS = 0x200                                # 16-byte headers, one per slot
+STATUS = 0x600                              # status bytes, one per slot
+INDIRECT = 0x700                            # indirect tables
+DATA = 0x1000                               # data buffers (not in the image)
+
+
+class Guest:
+    """A driver's view of guest memory: descriptors, rings, headers."""
+
+    def __init__(self, num=16):
+        self.num = num
+        self.mem = bytearray(HDRS)
+        self.avail_idx = 0
+        self.next_free = 0
+
+    def put(self, off, data):
+        if len(self.mem) < off + len(data):
+            self.mem.extend(bytes(off + len(data) - len(self.mem)))
+        self.mem[off:off + len(data)] = data
+
+    def desc(self, i, addr, length, flags, nxt=0, table=DESC):
+        self.put(table + 16 * i, struct.pack('<QIHH', addr, length, flags, nxt))
+
+    def make_avail(self, head):
+        self.put(AVAIL + 4 + 2 * (self.avail_idx % self.num),
+                 struct.pack('<H', head))
+        self.avail_idx += 1
+        self.put(AVAIL + 2, struct.pack('<H', self.avail_idx))
+
+    def header(self, slot, rtype, sector=0, payload=b''):
+        self.put(HDRS + 64 * slot, struct.pack('<IIQ', rtype, 0, sector) +
+                 payload)
+        return HDRS + 64 * slot
+
+    def request(self, rtype, sector=0, data_len=0, payload=b''):
+        """A direct chain: header (+payload) out, data, status in."""
+        slot = self.next_free
+        hdr = self.header(slot, rtype, sector, payload)
+        d = [(hdr, 16 + len(payload), 0)]
+        if data_len and rtype == T_OUT:
+            d.append((DATA + 0x1000 * slot, data_len, 0))
+        elif data_len:
+            d.append((DATA + 0x1000 * slot, data_len, VRING_DESC_F_WRITE))
+        d.append((STATUS + slot, 1, VRING_DESC_F_WRITE))
+        head = self.next_free
+        for k, (addr, length, flags) in enumerate(d):
+            last = k == len(d) - 1
+            self.desc(head + k, addr, length,
+                      flags | (0 if last else VRING_DESC_F_NEXT), head + k + 1)
+        self.next_free += len(d)
+        self.make_avail(head)
+        return head
+
+
+def vq_input(g, ops, flags=0, base=0, qsel=None, inflight=None):
+    out = bytearray()
+    if qsel is None:
+        log2 = g.num.bit_length() - 1
+        qsel = log2 if log2 < 8 else 0x40 | (log2 - 8)
+    out += struct.pack('<B', qsel)
+    if qsel & 0x80:
+        out += struct.pack('<H', g.num)
+    out += struct.pack('<BH', flags, base)
+    out += struct.pack('<HHH', DESC, AVAIL, USED)
+    if flags & F_INFLIGHT:
+        blob = inflight or b''
+        out += struct.pack('<H', len(blob)) + blob
+    out += struct.pack('<H', len(g.mem)) + g.mem
+    out += bytes(ops)
+    return bytes(out)
+
+
+def all_types(g):
+    g.request(T_IN, 8, 512)
+    g.request(T_OUT, 16, 1024)
+    g.request(T_FLUSH)
+    g.request(T_GET_ID, 0, 20)
+    g.request(T_DISCARD, payload=struct.pack('<QII', 32, 8, 0))
+    g.request(T_WRITE_ZEROES, payload=struct.pack('<QII', 64, 8, 1))
+
+
+def virtqueue_seeds():
+    seeds = {}
+
+    g = Guest()
+    all_types(g)
+    seeds['all-types'] = vq_input(g, [OP_POP_SUBMIT, 63])
+    seeds['all-types-event-idx'] = vq_input(
+        g, [OP_POP, 1, OP_SUBMIT, OP_NOTIFICATION, 0, OP_POP_SUBMIT, 63,
+            OP_NOTIFICATION, 1, OP_NOTIFY], flags=F_EVENT_IDX)
+    seeds['all-types-readonly'] = vq_input(g, [OP_POP_SUBMIT, 63],
+                                           flags=1 << 4)
+    seeds['writethrough'] = vq_input(g, [OP_POP_SUBMIT, 63, OP_WRITEBACK, 1],
+                                     flags=F_WRITETHROUGH)
+    seeds['unpop'] = vq_input(g, [OP_POP, 3, OP_UNPOP, 2, OP_HAS_AVAIL,
+                                  OP_POP_SUBMIT, 63])
+    seeds['restart'] = vq_input(g, [OP_POP_SUBMIT, 2, OP_RESTART,
+                                    OP_POP_SUBMIT, 63])
+    # a back-end dies with three requests popped; the next one replays them
+    seeds['inflight-crash'] = vq_input(
+        g, [OP_POP, 3, OP_CRASH, 0, OP_POP_SUBMIT, 63],
+        flags=F_INFLIGHT | F_EVENT_IDX)
+    seeds['inflight-crash-base'] = vq_input(
+        g, [OP_POP_SUBMIT, 1, OP_POP, 2, OP_CRASH, 1, 1, 0, OP_POP_SUBMIT, 63],
+        flags=F_INFLIGHT)
+    # an inflight region left by a previous instance: heads 0 and 3
+    region = bytearray(struct.pack('<QHHHH', 0, 1, 16, 0, 0))
+    for i in range(16):
+        state = 1 if i in (0, 3) else 0
+        region += struct.pack('<B5sHQ', state, bytes(5), 0, 10 + i)
+    seeds['inflight-restore'] = vq_input(g, [OP_POP_SUBMIT, 63],
+                                         flags=F_INFLIGHT, inflight=region)
+
+    g = Guest()
+    g.request(T_IN, 0, 4096)
+    g.desc(g.next_free, 0x10000 - 0x100, 0x200, VRING_DESC_F_WRITE)
+    g.make_avail(g.next_free)       # a write-only chain across A and B
+    seeds['region-split'] = vq_input(g, [OP_POP_SUBMIT, 63])
+
+    g = Guest()
+    g.desc(0, INDIRECT, 3 * 16, VRING_DESC_F_INDIRECT)
+    hdr = g.header(0, T_IN, 0)
+    g.desc(0, hdr, 16, VRING_DESC_F_NEXT, 1, table=INDIRECT)
+    g.desc(1, DATA, 512, VRING_DESC_F_WRITE | VRING_DESC_F_NEXT, 2,
+           table=INDIRECT)
+    g.desc(2, STATUS, 1, VRING_DESC_F_WRITE, table=INDIRECT)
+    g.make_avail(0)
+    seeds['indirect'] = vq_input(g, [OP_POP_SUBMIT, 63], flags=F_EVENT_IDX)
+
+    # 4K logical blocks: an aligned 8-sector read and a misaligned one
+    g = Guest()
+    g.request(T_IN, 8, 4096)
+    g.request(T_IN, 1, 512)
+    seeds['lbs-4096'] = vq_input(g, [OP_POP_SUBMIT, 63], flags=2 << 4)
+
+    # the driver publishes a second request later (poke the avail ring)
+    g = Guest()
+    g.request(T_IN, 0, 512)
+    g.request(T_GET_ID, 0, 20)
+    g.put(AVAIL + 2, struct.pack('<H', 1))
+    poke = [OP_POKE] + list(struct.pack('<IB', AVAIL + 2, 2)) + [2, 0]
+    seeds['poke'] = vq_input(g, [OP_POP_SUBMIT, 63] + poke +
+                             [OP_POP_SUBMIT, 63], flags=F_EVENT_IDX)
+
+    # a large queue and a queue size that is not a power of two
+    g = Guest(num=256)
+    g.request(T_IN, 0, 512)
+    seeds['queue-256'] = vq_input(g, [OP_POP_SUBMIT, 63])
+    g = Guest(num=100)
+    g.request(T_IN, 0, 512)
+    seeds['queue-100'] = vq_input(g, [OP_POP_SUBMIT, 63], qsel=0x80)
+    return seeds
+
+
+# --------------------------------------------------------------- virtio-blk
+#
+# fuzz-virtio-blk input:
+#   u8 flags     bits 0-1 device (0 null rw, 1 null ro, 2 file, 3 null 4K),
+#                bit 2 writethrough
+#   u16 out_num, u16 in_num
+#   (u16 offset, u16 length) per out iovec, then per in iovec
+#   buffer contents (8 KiB at most)
+
+BLK_NULL, BLK_RO, BLK_FILE, BLK_4K = range(4)
+
+
+def blk_input(dev, out, inn, buf, writethrough=False):
+    b = bytearray(struct.pack('<BHH', dev | (4 if writethrough else 0),
+                              len(out), len(inn)))
+    for off, length in out + inn:
+        b += struct.pack('<HH', off, length)
+    return bytes(b + buf)
+
+
+def blk_buf(rtype, sector=0, payload=b'', size=64):
+    buf = bytearray(size)
+    hdr = struct.pack('<IIQ', rtype, 0, sector) + payload
+    buf[:len(hdr)] = hdr
+    return buf
+
+
+def virtio_blk_seeds():
+    seeds = {}
+    for dev, name in ((BLK_NULL, 'null'), (BLK_FILE, 'file')):
+        seeds[f'read-{name}'] = blk_input(
+            dev, [(0, 16)], [(512, 1024), (4000, 1)], blk_buf(T_IN, 2))
+        seeds[f'write-{name}'] = blk_input(
+            dev, [(0, 16), (512, 512)], [(4000, 1)], blk_buf(T_OUT, 4))
+        seeds[f'flush-{name}'] = blk_input(
+            dev, [(0, 16)], [(4000, 1)], blk_buf(T_FLUSH))
+        seeds[f'discard-{name}'] = blk_input(
+            dev, [(0, 32)], [(4000, 1)],
+            blk_buf(T_DISCARD, payload=struct.pack('<QII', 8, 8, 0)))
+        seeds[f'write-zeroes-{name}'] = blk_input(
+            dev, [(0, 32)], [(4000, 1)],
+            blk_buf(T_WRITE_ZEROES, payload=struct.pack('<QII', 16, 8, 1)))
+    seeds['write-file-writethrough'] = blk_input(
+        BLK_FILE, [(0, 16), (512, 512)], [(4000, 1)], blk_buf(T_OUT, 4),
+        writethrough=True)
+    seeds['get-id'] = blk_input(BLK_NULL, [(0, 16)], [(100, 20), (4000, 1)],
+                                blk_buf(T_GET_ID))
+    # header split over three iovecs; status shares the data iovec
+    seeds['split-header'] = blk_input(
+        BLK_FILE, [(0, 3), (3, 9), (12, 4)], [(512, 513)], blk_buf(T_IN, 0))
+    seeds['no-status'] = blk_input(BLK_NULL, [(0, 16)], [], blk_buf(T_IN))
+    seeds['short-header'] = blk_input(BLK_NULL, [(0, 10)], [(4000, 1)],
+                                      blk_buf(T_IN))
+    seeds['readonly-write'] = blk_input(
+        BLK_RO, [(0, 16), (512, 512)], [(4000, 1)], blk_buf(T_OUT))
+    seeds['read-4k'] = blk_input(BLK_4K, [(0, 16)], [(512, 4096), (4700, 1)],
+                                 blk_buf(T_IN, 8))
+    seeds['unsupported'] = blk_input(BLK_NULL, [(0, 16)], [(4000, 1)],
+                                     blk_buf(99))
+    return seeds
+
+
+# -------------------------------------------------------------- vhost-user
+#
+# fuzz-vhost-user input: messages, each
+#   u8 request, u8 sel (bit 0 NEED_REPLY, bit 7: u32 raw flags follows),
+#   [u32 flags], u16 payload size, payload, u8 fd count, per fd u8 kind
+#   (0 memfd + u8 pages, 1 eventfd, 2 pipe)
+
+(GET_FEATURES, SET_FEATURES, SET_OWNER, RESET_OWNER, SET_MEM_TABLE) = 1, 2, 3, 4, 5
+(SET_VRING_NUM, SET_VRING_ADDR, SET_VRING_BASE, GET_VRING_BASE,
+ SET_VRING_KICK, SET_VRING_CALL, SET_VRING_ERR) = 8, 9, 10, 11, 12, 13, 14
+GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES, GET_QUEUE_NUM = 15, 16, 17
+SET_VRING_ENABLE, GET_CONFIG, SET_CONFIG = 18, 24, 25
+GET_INFLIGHT_FD, SET_INFLIGHT_FD, RESET_DEVICE = 31, 32, 34
+GET_MAX_MEM_SLOTS, ADD_MEM_REG, REM_MEM_REG = 36, 37, 38
+SET_STATUS, GET_STATUS = 39, 40
+FD_MEMFD, FD_EVENTFD, FD_PIPE = 0, 1, 2
+UVA = 0x7f0000000000
+PROTO = (1 << 0) | (1 << 3) | (1 << 9) | (1 << 12) | (1 << 15) | (1 << 16)
+
+
+def vu_msg(req, payload=b'', fds=(), reply=False):
+    b = bytearray(struct.pack('<BBH', req, 1 if reply else 0, len(payload)))
+    b += payload
+    b += struct.pack('<B', len(fds))
+    for kind in fds:
+        if isinstance(kind, tuple):
+            b += struct.pack('<BB', *kind)
+        else:
+            b += struct.pack('<B', kind)
+    return bytes(b)
+
+
+def u64(v):
+    return struct.pack('<Q', v)
+
+
+def handshake():
+    return [vu_msg(GET_FEATURES), vu_msg(SET_FEATURES, u64((1 << 32) | (1 << 30))),
+            vu_msg(GET_PROTOCOL_FEATURES),
+            vu_msg(SET_PROTOCOL_FEATURES, u64(PROTO)), vu_msg(SET_OWNER),
+            vu_msg(GET_QUEUE_NUM), vu_msg(GET_MAX_MEM_SLOTS)]
+
+
+def mem_table():
+    region = struct.pack('<QQQQ', 0, 16 * 4096, UVA, 0)
+    return vu_msg(SET_MEM_TABLE, struct.pack('<II', 1, 0) + region,
+                  [(FD_MEMFD, 16)], reply=True)
+
+
+def vring(q=0, num=16):
+    return [vu_msg(SET_VRING_NUM, struct.pack('<II', q, num)),
+            vu_msg(SET_VRING_ADDR, struct.pack('<IIQQQQ', q, 0, UVA,
+                                               UVA + 0x2000, UVA + 0x1000, 0)),
+            vu_msg(SET_VRING_BASE, struct.pack('<II', q, 0)),
+            vu_msg(SET_VRING_CALL, u64(q), [FD_EVENTFD]),
+            vu_msg(SET_VRING_KICK, u64(q), [FD_EVENTFD]),
+            vu_msg(SET_VRING_ENABLE, struct.pack('<II', q, 1))]
+
+
+def vhost_user_seeds():
+    seeds = {}
+    seeds['handshake'] = b''.join(handshake())
+    seeds['start-queue'] = b''.join(handshake() + [mem_table()] + vring() +
+                                    [vu_msg(GET_VRING_BASE,
+                                            struct.pack('<II', 0, 0))])
+    seeds['two-queues'] = b''.join(handshake() + [mem_table()] + vring(0) +
+                                   vring(1, 64) + [vu_msg(RESET_DEVICE)])
+    seeds['config'] = b''.join(handshake() + [
+        vu_msg(GET_CONFIG, struct.pack('<III', 0, 16, 0) + bytes(16)),
+        vu_msg(SET_CONFIG, struct.pack('<III', 8, 1, 0) + b'\x01', reply=True),
+        vu_msg(SET_STATUS, u64(15)), vu_msg(GET_STATUS)])
+    seeds['inflight'] = b''.join(handshake() + [
+        vu_msg(GET_INFLIGHT_FD, struct.pack('<QQHH', 0, 0, 2, 16)),
+        vu_msg(SET_INFLIGHT_FD, struct.pack('<QQHH', 4096, 0, 2, 16),
+               [(FD_MEMFD, 1)])] + [mem_table()] + vring())
+    seeds['mem-slots'] = b''.join(handshake() + [
+        vu_msg(ADD_MEM_REG, u64(0) + struct.pack('<QQQQ', 0, 8 * 4096, UVA, 0),
+               [(FD_MEMFD, 8)], reply=True),
+        vu_msg(ADD_MEM_REG, u64(0) + struct.pack('<QQQQ', 0x100000, 4096,
+                                                 UVA + 0x100000, 0),
+               [(FD_MEMFD, 1)]),
+        vu_msg(REM_MEM_REG, u64(0) + struct.pack('<QQQQ', 0x100000, 4096,
+                                                 UVA + 0x100000, 0))] +
+        vring())
+    seeds['bad-fds'] = b''.join(handshake() + [
+        vu_msg(SET_VRING_KICK, u64(0), [FD_PIPE]),
+        vu_msg(SET_VRING_CALL, u64(1 << 8), [FD_EVENTFD, FD_EVENTFD]),
+        vu_msg(SET_VRING_ERR, u64(0), [FD_EVENTFD]),
+        vu_msg(RESET_OWNER)])
+    return seeds
+
+
+def main():
+    outdir = sys.argv[1] if len(sys.argv) > 1 else \
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), 'corpus')
+    for target, seeds in (('fuzz-virtqueue', virtqueue_seeds()),
+                          ('fuzz-virtio-blk', virtio_blk_seeds()),
+                          ('fuzz-vhost-user', vhost_user_seeds())):
+        d = os.path.join(outdir, target)
+        os.makedirs(d, exist_ok=True)
+        for name, data in seeds.items():
+            with open(os.path.join(d, name), 'wb') as f:
+                f.write(data)
+        print(f'{d}: {len(seeds)} seeds')
+
+
+if __name__ == '__main__':
+    main()
