@@ -2,7 +2,7 @@
 # Convenience targets; the build itself is meson (./configure && ninja -C build).
 BUILD ?= build
 
-.PHONY: all deps check check-unit check-asan demo bench clean
+.PHONY: all deps check check-unit check-asan demo bench qemu clean
 
 all: $(BUILD)/build.ninja
 	ninja -C $(BUILD)
@@ -26,7 +26,14 @@ demo:
 	scripts/demo.sh
 
 bench:
+	scripts/bench/compare.sh
+
+bench-engines:
 	scripts/bench/engines.sh
+
+# The patched QEMU with -device vhost-pci-blk-pci (build/qemu/).
+qemu:
+	scripts/build-qemu.sh
 
 clean:
 	rm -rf $(BUILD) build-asan

@@ -18,7 +18,9 @@
 #
 # Environment:
 #   VHOST_BLK_CACHE   cache dir outside the clone (default /var/cache/vhost-blk)
-#   QEMU_BUILD_DIR    build dir (default <tree>/build/qemu)
+#   QEMU_BUILD_DIR    build dir (default $VHOST_BLK_CACHE/qemu-build/VERSION,
+#                     outside the clone so a fresh clone reuses it; the
+#                     binary is linked into <tree>/build/qemu/)
 #   CCACHE_DIR        default $VHOST_BLK_CACHE/ccache
 set -euo pipefail
 
@@ -30,7 +32,7 @@ QEMU_DSC_SHA256=6b6bd27b947ec89e40a1d6b26d9c9f3c698ca691da13163e0483f6061bbb20b3
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${VHOST_BLK_CACHE:-/var/cache/vhost-blk}
-BUILD=${QEMU_BUILD_DIR:-$ROOT/build/qemu}
+BUILD=${QEMU_BUILD_DIR:-$CACHE/qemu-build/${QEMU_DEB_VERSION#*:}}
 JOBS=$(nproc)
 fetch_only=0
 source_only=0
@@ -208,3 +210,8 @@ rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" -eq 0 ] || die "ninja failed"
 say "built $BUILD/qemu-system-x86_64 in $(( $(date +%s) - start ))s"
+if [ "$BUILD" != "$ROOT/build/qemu" ]; then
+    mkdir -p "$ROOT/build/qemu"
+    ln -sfn "$BUILD/qemu-system-x86_64" "$ROOT/build/qemu/qemu-system-x86_64"
+    say "linked $ROOT/build/qemu/qemu-system-x86_64 -> $BUILD/qemu-system-x86_64"
+fi

@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # The project's test command: installs what is missing, builds, and runs
 # the unit and integration tests (meson) and the guest tests (a real Linux
-# guest under QEMU/TCG running fio against vhost-blkd).
+# guest under QEMU/TCG running fio against vhost-blkd, through stock QEMU
+# and through the project's patched QEMU, which it builds with
+# scripts/build-qemu.sh: minutes the first time, seconds once cached).
 #
-#   scripts/check.sh [--builddir DIR] [--no-guest] [--sanitizers]
+#   scripts/check.sh [--builddir DIR] [--no-guest] [--no-qemu] [--sanitizers]
 #
 # Ends with one line "N passed, N failed" over every test program and guest
 # test; exits non-zero if anything failed.
@@ -13,14 +15,16 @@ cd "$(dirname "$0")/.."
 
 builddir=build
 guest=1
+qemu=1
 cfg=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --builddir) builddir=$2; shift ;;
     --builddir=*) builddir=${1#*=} ;;
     --no-guest) guest=0 ;;
+    --no-qemu) qemu=0 ;;
     --sanitizers) cfg+=(--enable-sanitizers) ;;
-    -h|--help) sed -n '3,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,13p' "$0"; exit 0 ;;
     *) echo "check.sh: unknown option '$1' (see --help)" >&2; exit 1 ;;
     esac
     shift
@@ -59,6 +63,10 @@ else
 fi
 
 if [ "$guest" = 1 ]; then
+    if [ "$qemu" = 1 ]; then
+        # The patched QEMU for tests/functional/test-qemu-fork.sh.
+        bash scripts/build-qemu.sh || failed=$((failed + 1))
+    fi
     set +e
     VHOST_BLK_BUILD="$PWD/$builddir" bash tests/functional/run-all.sh | tee "$builddir/functional.log"
     rc=${PIPESTATUS[0]}
