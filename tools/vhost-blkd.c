@@ -17,6 +17,9 @@
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <grp.h>
+#include <pwd.h>
+#include "qemu/sandbox.h"
 
 #define VBD_MAX_QUEUES 64
 #define VBD_MAX_IOTHREADS 256
@@ -38,6 +41,11 @@ typedef struct VbdExportSpec {
     bool write_zeroes;
     bool batch;
     int iothread;               /* -1: queue q -> iothread q mod N */
+    mode_t socket_mode;         /* socket-mode=, default 0600 */
+    bool socket_chown;          /* socket-owner= or socket-group= given */
+    uid_t socket_uid;           /* (uid_t)-1: unchanged */
+    gid_t socket_gid;           /* (gid_t)-1: unchanged */
+    BlockInjectOptions inject;  /* inject-*: error injection (testing) */
 } VbdExportSpec;
 
 typedef struct Vbd {
@@ -48,6 +56,11 @@ typedef struct Vbd {
     bool pidfile_written;
     bool daemonize;
     int ready_fd;               /* daemonize: pipe to the waiting parent */
+    char *runas_user;           /* --user USER[:GROUP]; NULL: stay */
+    uid_t runas_uid;
+    gid_t runas_gid;
+    bool runas_group_set;       /* GROUP given: no supplementary groups */
+    bool seccomp;               /* --seccomp=on */
 
     AioContext *main_ctx;
     IOThread **iothreads;
@@ -65,7 +78,12 @@ static void vbd_usage(FILE *f)
 "vhost-user-blk-pci,chardev=...).  One front-end at a time per socket.\n"
 "\n"
 "  --export KEY=VALUE,...  add an export (repeatable); keys:\n"
-"      socket=PATH         vhost-user socket to create (mode 0600)\n"
+"      socket=PATH         vhost-user socket to create (never through a\n"
+"                          symlink)\n"
+"      socket-mode=MODE    its permissions, octal (default 0600)\n"
+"      socket-owner=USER   its owner (name or uid; needs root)\n"
+"      socket-group=GROUP  its group (name or gid), e.g. with 0660 for a\n"
+"                          VMM running as another user of that group\n"
 "      file=PATH           image file or block device (driver=file)\n"
 "      driver=file|null    null: no I/O, for overhead measurements\n"
 "      size=N              null driver: size in bytes (k, M, G, T suffixes)\n"
@@ -83,9 +101,21 @@ static void vbd_usage(FILE *f)
 "      batch=on|off        one submit syscall per batch (default on)\n"
 "      iothread=N          run every queue of this export in iothread N\n"
 "                          (default: queue q in iothread q mod --iothreads)\n"
+"      inject-error=read|write|flush|discard|any  testing only: fail these\n"
+"                          requests (join several with +); with\n"
+"      inject-sector=START[-END]  only those overlapping these 512-byte\n"
+"                          sectors, inject-after=N after N matching ones,\n"
+"                          inject-count=N at most N times, with\n"
+"      inject-errno=EIO|ENOSPC|...  (default EIO)\n"
 "  --iothreads N           I/O threads (default 1)\n"
 "  --poll-max-ns N         adaptive busy-poll limit, 0 disables (default 32768)\n"
 "  --pidfile PATH          write the process id to PATH\n"
+"  --user USER[:GROUP]     once every image and socket is open, switch to\n"
+"                          USER (its groups, or only GROUP); needs root.\n"
+"                          --runas is the same\n"
+"  --seccomp on|off        confine the I/O threads to an allowlist of system\n"
+"                          calls; any other call ends the process with a log\n"
+"                          line (default off)\n"
 "  --daemonize             run in the background once every socket listens\n"
 "  --log-level LEVEL       error|warn|info|debug (default info)\n"
 "  -h, --help              this text\n"
@@ -166,6 +196,55 @@ static bool vbd_parse_bool(const char *s, bool *out)
     return false;
 }
 
+/* USER as a name or a number; @gid receives its primary group. */
+static bool vbd_lookup_user(const char *name, uid_t *uid, gid_t *gid,
+                            GError **errp)
+{
+    struct passwd *pw;
+    unsigned int n;
+
+    errno = 0;
+    pw = getpwnam(name);
+    if (!pw && vbd_parse_uint(name, UINT32_MAX - 1, &n)) {
+        pw = getpwuid(n);
+        if (!pw) {
+            *uid = n;
+            *gid = (gid_t)-1;
+            return true;
+        }
+    }
+    if (!pw) {
+        g_set_error(errp, VB_ERROR, 0, "no user '%s' on this system%s%s",
+                    name, errno ? ": " : " (see getent passwd)",
+                    errno ? g_strerror(errno) : "");
+        return false;
+    }
+    *uid = pw->pw_uid;
+    *gid = pw->pw_gid;
+    return true;
+}
+
+static bool vbd_lookup_group(const char *name, gid_t *gid, GError **errp)
+{
+    struct group *gr;
+    unsigned int n;
+
+    errno = 0;
+    gr = getgrnam(name);
+    if (gr) {
+        *gid = gr->gr_gid;
+        return true;
+    }
+    if (vbd_parse_uint(name, UINT32_MAX - 1, &n)) {
+        *gid = n;
+        return true;
+    }
+    g_set_error(errp, VB_ERROR, 0, "no group '%s' on this system%s%s", name,
+                errno ? ": " : " (see getent group)",
+                errno ? g_strerror(errno) : "");
+    return false;
+}
+
 static void vbd_spec_free(gpointer p)
 {
     VbdExportSpec *e = p;
@@ -194,6 +273,9 @@ static VbdExportSpec *vbd_parse_export(const char *arg, GError **errp)
     e->write_zeroes = true;
     e->batch = true;
     e->iothread = -1;
+    e->socket_mode = 0600;
+    e->socket_uid = (uid_t)-1;
+    e->socket_gid = (gid_t)-1;
 
     for (char **it = items; *it; it++) {
         char *eq = strchr(*it, '=');
@@ -258,11 +340,38 @@ static VbdExportSpec *vbd_parse_export(const char *arg, GError **errp)
             ok = vbd_parse_bool(val, &e->write_zeroes);
         } else if (!strcmp(key, "batch")) {
             ok = vbd_parse_bool(val, &e->batch);
+        } else if (!strcmp(key, "socket-mode")) {
+            char *end;
+            unsigned long m;
+
+            errno = 0;
+            m = strtoul(val, &end, 8);
+            ok = *val && g_ascii_isdigit(*val) && !*end && !errno &&
+                 m > 0 && m <= 0777;
+            e->socket_mode = m;
+        } else if (!strcmp(key, "socket-owner")) {
+            gid_t unused;
+
+            if (!vbd_lookup_user(val, &e->socket_uid, &unused, errp)) {
+                g_prefix_error(errp, "socket-owner=%s: ", val);
+                goto fail;
+            }
+            e->socket_chown = true;
+        } else if (!strcmp(key, "socket-group")) {
+            if (!vbd_lookup_group(val, &e->socket_gid, errp)) {
+                g_prefix_error(errp, "socket-group=%s: ", val);
+                goto fail;
+            }
+            e->socket_chown = true;
         } else if (!strcmp(key, "iothread")) {
             unsigned int n = 0;
 
             ok = vbd_parse_uint(val, VBD_MAX_IOTHREADS - 1, &n);
             e->iothread = n;
+        } else if (g_str_has_prefix(key, "inject-")) {
+            if (!blk_inject_parse_option(&e->inject, key, val, errp)) {
+                goto fail;
+            }
         } else {
             g_set_error(errp, VB_ERROR, 0, "unknown key '%s' (see "
                         "vhost-blkd --help)", key);
@@ -288,6 +397,8 @@ static VbdExportSpec *vbd_parse_export(const char *arg, GError **errp)
                 { "write-zeroes", "use on or off" },
                 { "batch", "use on or off" },
                 { "iothread", "use an iothread number" },
+                { "socket-mode", "use octal permissions from 1 to 0777, "
+                  "e.g. 0660" },
             };
             const char *hint = "";
 
@@ -402,6 +513,83 @@ static bool vbd_write_pidfile(Vbd *d, GError **errp)
     return true;
 }
 
+/* One "Uid:" or "Gid:" line of /proc/self/status: real, effective, saved
+ * and filesystem ids must all be @id. */
+static bool vbd_check_status_ids(const char *status, const char *tag,
+                                 unsigned long id, GError **errp)
+{
+    const char *line = strstr(status, tag);
+    unsigned long v[4];
+
+    if (!line || sscanf(line + strlen(tag), "%lu %lu %lu %lu", &v[0], &v[1],
+                        &v[2], &v[3]) != 4) {
+        g_set_error(errp, VB_ERROR, 0, "--user: no '%s' line in "
+                    "/proc/self/status", tag);
+        return false;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (v[i] != id) {
+            g_set_error(errp, VB_ERROR, 0, "--user: /proc/self/status still "
+                        "shows %s %lu %lu %lu %lu, expected %lu", tag, v[0],
+                        v[1], v[2], v[3], id);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Main thread, after every image and socket is open: setgroups (or
+ * initgroups), setgid, setuid, in that order; then prove it. */
+static bool vbd_drop_privileges(Vbd *d, GError **errp)
+{
+    g_autofree char *status = NULL;
+    int r;
+
+    if (d->runas_group_set || d->runas_uid == (uid_t)-1) {
+        r = setgroups(1, &d->runas_gid);
+    } else {
+        r = initgroups(d->runas_user, d->runas_gid);
+    }
+    if (r < 0 || setgid(d->runas_gid) < 0 || setuid(d->runas_uid) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "--user %s: cannot switch to uid %u "
+                    "gid %u: %s%s", d->runas_user, (unsigned int)d->runas_uid,
+                    (unsigned int)d->runas_gid, g_strerror(errno),
+                    errno == EPERM ? " (start vhost-blkd as root to use "
+                    "--user)" : "");
+        return false;
+    }
+    /* A process that can become root again has not dropped anything. */
+    if (d->runas_uid != 0 && setuid(0) == 0) {
+        g_set_error(errp, VB_ERROR, 0, "--user %s: could regain root after "
+                    "setuid; refusing to run", d->runas_user);
+        return false;
+    }
+    if (!g_file_get_contents("/proc/self/status", &status, NULL, errp)) {
+        g_prefix_error(errp, "--user: ");
+        return false;
+    }
+    if (!vbd_check_status_ids(status, "\nUid:", d->runas_uid, errp) ||
+        !vbd_check_status_ids(status, "\nGid:", d->runas_gid, errp)) {
+        return false;
+    }
+    info_report("running as uid %u gid %u (%s)", (unsigned int)d->runas_uid,
+                (unsigned int)d->runas_gid, d->runas_user);
+    return true;
+}
+
+typedef struct VbdSandboxJob {
+    bool ok;
+    GError *err;
+} VbdSandboxJob;
+
+/* In each iothread. */
+static void vbd_sandbox_cb(void *opaque)
+{
+    VbdSandboxJob *job = opaque;
+
+    job->ok = sandbox_apply_iothread_filter(&job->err);
+}
+
 static bool vbd_setup(Vbd *d, GError **errp)
 {
     sigset_t mask;
@@ -462,6 +650,11 @@ static bool vbd_setup(Vbd *d, GError **errp)
         o.blk.readonly = e->readonly;
         o.blk.size = e->size;
         o.blk.batch = e->batch;
+        o.socket_mode = e->socket_mode;
+        o.socket_chown = e->socket_chown;
+        o.socket_uid = e->socket_uid;
+        o.socket_gid = e->socket_gid;
+        o.blk.inject = e->inject;
         o.conf.logical_block_size = e->logical_block_size;
         o.conf.num_queues = e->num_queues;
         o.conf.queue_size = e->queue_size;
@@ -480,6 +673,24 @@ static bool vbd_setup(Vbd *d, GError **errp)
 
     if (d->pidfile && !vbd_write_pidfile(d, errp)) {
         return false;
+    }
+    /* Credentials first: glibc's setuid() runs in every thread, which the
+     * sandbox would not allow. */
+    if (d->runas_user && !vbd_drop_privileges(d, errp)) {
+        return false;
+    }
+    if (d->seccomp) {
+        for (unsigned int i = 0; i < d->n_iothreads; i++) {
+            VbdSandboxJob job = { .err = NULL };
+
+            iothread_run_sync(d->iothreads[i], vbd_sandbox_cb, &job);
+            if (!job.ok) {
+                g_propagate_prefixed_error(errp, job.err, "--seccomp on: ");
+                return false;
+            }
+        }
+        info_report("seccomp: %u iothread(s) confined to the allowlist",
+                    d->n_iothreads);
     }
     return true;
 }
@@ -587,7 +798,7 @@ int main(int argc, char **argv)
 {
     enum {
         OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
-        OPT_DAEMONIZE, OPT_LOG_LEVEL,
+        OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP,
     };
     static const struct option longopts[] = {
         { "export", required_argument, NULL, OPT_EXPORT },
@@ -596,6 +807,9 @@ int main(int argc, char **argv)
         { "pidfile", required_argument, NULL, OPT_PIDFILE },
         { "daemonize", no_argument, NULL, OPT_DAEMONIZE },
         { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+        { "user", required_argument, NULL, OPT_USER },
+        { "runas", required_argument, NULL, OPT_USER },
+        { "seccomp", required_argument, NULL, OPT_SECCOMP },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -675,6 +889,44 @@ int main(int argc, char **argv)
             log_set_level(level);
             break;
         }
+        case OPT_USER: {
+            g_auto(GStrv) parts = g_strsplit(optarg, ":", 2);
+            gid_t gid;
+
+            if (!parts[0] || !*parts[0] ||
+                !vbd_lookup_user(parts[0], &d.runas_uid, &d.runas_gid,
+                                 &err) ||
+                (parts[1] && !vbd_lookup_group(parts[1], &gid, &err))) {
+                fprintf(stderr, "vhost-blkd: --user %s: %s\n", optarg,
+                        err ? err->message : "give USER or USER:GROUP");
+                return 1;
+            }
+            if (parts[1]) {
+                d.runas_gid = gid;
+                d.runas_group_set = true;
+            } else if (d.runas_gid == (gid_t)-1) {
+                fprintf(stderr, "vhost-blkd: --user %s: uid %s has no "
+                        "passwd entry, so give its group too: --user "
+                        "UID:GROUP\n", optarg, parts[0]);
+                return 1;
+            }
+            g_free(d.runas_user);
+            d.runas_user = g_strdup(parts[0]);
+            break;
+        }
+        case OPT_SECCOMP:
+            if (!vbd_parse_bool(optarg, &d.seccomp)) {
+                fprintf(stderr, "vhost-blkd: --seccomp %s: use on or off\n",
+                        optarg);
+                return 1;
+            }
+            if (d.seccomp && !sandbox_available()) {
+                fprintf(stderr, "vhost-blkd: --seccomp on: this build has "
+                        "no libseccomp support (install libseccomp-dev and "
+                        "rebuild)\n");
+                return 1;
+            }
+            break;
         case 'h':
             vbd_usage(stdout);
             return 0;
@@ -729,5 +981,6 @@ int main(int argc, char **argv)
     vbd_cleanup(&d);
     g_ptr_array_free(d.specs, true);
     g_free(d.pidfile);
+    g_free(d.runas_user);
     return ret;
 }

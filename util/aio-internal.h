@@ -16,9 +16,12 @@ struct AioHandler {
     IOHandler *io_write;
     AioPollFn *io_poll;
     IOHandler *io_poll_ready;
+    IOHandler *io_poll_begin;   /* busy polling starts (optional) */
+    IOHandler *io_poll_end;     /* busy polling ends (optional) */
     void *opaque;
     uint32_t events;        /* epoll mask currently registered */
     bool deleted;           /* removed while the list was being walked */
+    bool poll_begun;        /* io_poll_begin ran, io_poll_end not yet */
     bool internal;          /* the context's own notifier: not "progress" */
     QLIST_ENTRY(AioHandler) node;
 };
@@ -76,6 +79,7 @@ struct AioContext {
     unsigned poll_disable_cnt;      /* handlers without io_poll */
     AioHandler *notifier_handler;
     bool in_poll;                   /* aio_poll() running: no nesting */
+    bool poll_started;              /* in a busy-poll phase (see aio-posix.c) */
 
     int64_t poll_max_ns;
     int64_t poll_grow;

@@ -16,6 +16,12 @@
  *      (x grow, from POLL_NS_START) if the event came shortly after the
  *      window, shrink it (/ shrink) if the loop slept longer than
  *      poll_max_ns anyway.
+ * Poll phases: when a blocking iteration starts polling with a non-zero
+ * window, the handlers' io_poll_begin() runs (they may turn notifications
+ * off: polling will see the work); the phase lasts while the loop keeps
+ * finding work without sleeping.  Before sleeping, io_poll_end() runs and
+ * every io_poll() is checked once more, so nothing that arrived while
+ * notifications were off is slept on.
  * Handlers removed while the list is walked are only marked deleted and
  * freed once nobody walks it, so a handler may remove itself or others.
  * The context's own eventfd is an internal handler whose io_poll() looks at
@@ -127,6 +133,10 @@ static AioHandler *aio_set_fd_handler_internal(AioContext *ctx, int fd,
     h->io_write = io_write;
     h->io_poll = io_poll;
     h->io_poll_ready = io_poll_ready;
+    if (!io_poll) {
+        h->io_poll_begin = NULL;
+        h->io_poll_end = NULL;
+    }
     h->opaque = opaque;
 
     ev.events = aio_handler_events(h);
@@ -161,6 +171,20 @@ void aio_set_fd_handler(AioContext *ctx, int fd,
 {
     aio_set_fd_handler_internal(ctx, fd, io_read, io_write, io_poll,
                                 io_poll_ready, opaque);
+}
+
+/* Owner thread. */
+void aio_set_fd_poll_notify(AioContext *ctx, int fd,
+                            IOHandler *io_poll_begin,
+                            IOHandler *io_poll_end)
+{
+    AioHandler *h = aio_find_handler(ctx, fd);
+
+    if (!h || h->deleted || !h->io_poll) {
+        return;
+    }
+    h->io_poll_begin = io_poll_begin;
+    h->io_poll_end = io_poll_end;
 }
 
 static void aio_notifier_read(void *opaque)
@@ -274,6 +298,41 @@ static bool aio_run_poll_handlers_once(AioContext *ctx, bool *notified)
     return progress;
 }
 
+/*
+ * Enter or leave a poll phase: run io_poll_begin / io_poll_end of the
+ * handlers.  Leaving also checks every io_poll() once more (and runs the
+ * ready ones): returns true if that found user work.
+ */
+static bool aio_set_poll_started(AioContext *ctx, bool started,
+                                 bool *notified)
+{
+    AioHandler *h;
+    bool progress = false;
+
+    ctx->poll_started = started;
+    ctx->walking++;
+    QLIST_FOREACH(h, &ctx->handlers, node) {
+        if (h->deleted) {
+            continue;
+        }
+        if (started && h->io_poll_begin) {
+            h->poll_begun = true;
+            h->io_poll_begin(h->opaque);
+        } else if (!started && h->poll_begun) {
+            h->poll_begun = false;
+            if (h->io_poll_end) {
+                h->io_poll_end(h->opaque);
+            }
+        }
+    }
+    if (!started) {
+        progress = aio_run_poll_handlers_once(ctx, notified);
+    }
+    ctx->walking--;
+    aio_purge_deleted(ctx);
+    return progress;
+}
+
 /* The busy-poll window.  With @blocking, keep going until work shows up or
  * ctx->poll_ns elapsed; otherwise one pass.  Returns true on user work. */
 static bool aio_try_poll(AioContext *ctx, bool blocking, int64_t start,
@@ -369,11 +428,25 @@ bool aio_poll(AioContext *ctx, bool blocking)
         /* > 1: the notifier alone is not worth polling. */
         poll_window = timeout != 0;
         start = aio_clock_ns();
+        if (poll_window && !ctx->poll_started && aio_get_poll_ns(ctx) > 0) {
+            aio_set_poll_started(ctx, true, &notified);
+        }
         polled = aio_try_poll(ctx, timeout != 0, start, &notified);
         if (polled || notified) {
             timeout = 0;
         }
         progress |= polled;
+    }
+
+    if (ctx->poll_started && !polled && (timeout || !ctx->poll_max_ns)) {
+        /* About to sleep (or polling was turned off): notifications back
+         * on, then one last look. */
+        if (aio_set_poll_started(ctx, false, &notified)) {
+            polled = progress = true;
+        }
+        if (polled || notified) {
+            timeout = 0;
+        }
     }
 
     if (!(polled && ctx->poll_disable_cnt == 0)) {

@@ -16,9 +16,12 @@
  * deferred notify per section, so the call eventfd is written at most once
  * per batch, and only when event-idx says the driver wants it.
  *
- * Busy polling: the util event loop offers no "polling started/stopped"
- * hook, so guest notifications stay enabled while the loop polls; a kick
- * that arrives for a chain the poller already took finds nothing to do.
+ * Busy polling: while the iothread's loop is in a busy-poll phase it looks
+ * at the avail index itself, so the queue turns the guest's kicks off
+ * (virtqueue_set_notification(), through the loop's io_poll_begin /
+ * io_poll_end callbacks) and back on before the loop sleeps; the loop then
+ * checks the ring once more, so a chain made available in between is not
+ * missed.
  */
 #include "qemu/osdep.h"
 #include "hw/block/vhost-user-blk-export.h"
@@ -55,6 +58,7 @@ struct VuBlkQueue {
     VuBlkReq *reqs;             /* indexed by descriptor head */
     unsigned int pool_size;
     unsigned int inflight;
+    bool notify_deferred;       /* vu_blk_notify_cb registered */
     bool broken_reported;
     VuBlkQueueCounters c;
     VirtQueueStats vq_base;     /* virtqueue stats already folded in */
@@ -76,6 +80,7 @@ static void vu_blk_notify_cb(void *opaque)
 {
     VuBlkQueue *q = opaque;
 
+    q->notify_deferred = false;
     virtqueue_notify(q->vq);
 }
 
@@ -89,7 +94,11 @@ static void vu_blk_req_done(VirtioBlkReq *req, uint8_t status,
     r->elem = NULL;
     q->inflight--;
     q->c.completed++;
-    defer_call(vu_blk_notify_cb, q);
+    /* One registration per section, without defer_call()'s search. */
+    if (!q->notify_deferred) {
+        q->notify_deferred = true;
+        defer_call(vu_blk_notify_cb, q);
+    }
 }
 
 static void vu_blk_queue_run(VuBlkQueue *q)
@@ -162,6 +171,23 @@ static void vu_blk_poll_ready_cb(void *opaque)
     vu_blk_queue_run(q);
 }
 
+/* The loop starts busy polling: it will see new chains, no kicks needed. */
+static void vu_blk_poll_begin_cb(void *opaque)
+{
+    VuBlkQueue *q = opaque;
+
+    virtqueue_set_notification(q->vq, false);
+}
+
+/* The loop is about to sleep: ask for kicks again (with the barrier the
+ * loop's following re-check needs). */
+static void vu_blk_poll_end_cb(void *opaque)
+{
+    VuBlkQueue *q = opaque;
+
+    virtqueue_set_notification(q->vq, true);
+}
+
 static void vu_blk_queue_bh(void *opaque)
 {
     vu_blk_queue_run(opaque);
@@ -211,6 +237,8 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
     q->bh = aio_bh_new(q->ctx, vu_blk_queue_bh, q, "vu-blk-queue");
     aio_set_fd_handler(q->ctx, q->kick_fd, vu_blk_kick_cb, NULL,
                        vu_blk_poll_cb, vu_blk_poll_ready_cb, q);
+    aio_set_fd_poll_notify(q->ctx, q->kick_fd, vu_blk_poll_begin_cb,
+                           vu_blk_poll_end_cb);
     /* Chains may be waiting already: resubmitted ones after a reconnect,
      * or kicks sent before the queue started. */
     qemu_bh_schedule(q->bh);
@@ -335,6 +363,9 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
     scfg = (VuServerConfig) {
         .socket_path = opts->socket_path,
         .socket_mode = opts->socket_mode,
+        .socket_chown = opts->socket_chown,
+        .socket_uid = opts->socket_uid,
+        .socket_gid = opts->socket_gid,
         .num_queues = conf.num_queues,
         .max_queue_size = VIRTQUEUE_MAX_SIZE,
         .main_ctx = opts->main_ctx,

@@ -10,6 +10,10 @@
  * export (capacity, logical block size, read-only) before any I/O; a bad
  * one completes at once with VIRTIO_BLK_S_IOERR or VIRTIO_BLK_S_UNSUPP.
  * Nothing here allocates: all per-request state lives in VirtioBlkReq.
+ * Nor does it copy iovec arrays: the payload is the chain's own iovecs
+ * minus the header (in front of the out part) and the status byte (at the
+ * end of the in part).  When one of those shares an iovec with data, that
+ * iovec is trimmed in place and restored when the request completes.
  *
  * Writethrough (the driver cleared "writeback" in the config space) is
  * emulated by following each write with a flush of the image, reusing the
@@ -22,9 +26,9 @@
 #include <linux/virtio_config.h>
 #include <linux/virtio_ring.h>
 
-/* Data segments per request we can describe: iov_storage minus room for a
- * header and a status byte sharing descriptors with data. */
-#define VIRTIO_BLK_SEG_MAX_LIMIT (ARRAY_SIZE(((VirtioBlkReq *)0)->iov_storage) - 4)
+/* Data segments per request we offer at most: the payload limit minus
+ * room for a header and a status byte sharing descriptors with data. */
+#define VIRTIO_BLK_SEG_MAX_LIMIT (VIRTIO_BLK_DATA_IOV_MAX - 2)
 
 #ifndef VIRTIO_BLK_T_GET_LIFETIME
 #define VIRTIO_BLK_T_GET_LIFETIME 10
@@ -164,6 +168,10 @@ static void virtio_blk_req_complete(VirtioBlkReq *req, uint8_t status)
 {
     uint32_t in_len;
 
+    if (req->trimmed) {
+        *req->trimmed = req->trimmed_orig;
+        req->trimmed = NULL;
+    }
     if (req->status) {
         *req->status = status;
         in_len = req->in_len + 1;
@@ -207,13 +215,13 @@ static bool virtio_blk_range_ok(VirtioBlkDev *dev, uint64_t sector,
            sector <= dev->capacity && nsectors <= dev->capacity - sector;
 }
 
-/* Read or write: data in req->data_iov, checked against the disk. */
+/* Read or write: @len bytes of data in req->data_iov, checked against
+ * the disk. */
 static uint8_t virtio_blk_start_rw(VirtioBlkDev *dev, VirtioBlkReq *req,
-                                   uint64_t sector, bool is_write)
+                                   uint64_t sector, size_t len, bool is_write)
 {
-    size_t len = iov_size(req->data_iov, req->data_niov);
-
-    if (len % VIRTIO_BLK_SECTOR_SIZE != 0 ||
+    if (req->data_niov > VIRTIO_BLK_DATA_IOV_MAX ||
+        len % VIRTIO_BLK_SECTOR_SIZE != 0 ||
         !virtio_blk_range_ok(dev, sector, len >> VIRTIO_BLK_SECTOR_BITS)) {
         return VIRTIO_BLK_S_IOERR;
     }
@@ -288,18 +296,62 @@ static uint8_t virtio_blk_start_dwz(VirtioBlkDev *dev, VirtioBlkReq *req,
     return 0xff;
 }
 
-/* The last writable byte of the chain, or NULL. */
-static uint8_t *virtio_blk_find_status(struct iovec *in, unsigned int in_num)
+/* The index of the last non-empty writable iovec (it holds the status
+ * byte), or -1. */
+static int virtio_blk_find_status(struct iovec *in, unsigned int in_num)
 {
-    unsigned int i = in_num;
+    int i = in_num;
 
     while (i > 0) {
         i--;
         if (in[i].iov_len > 0) {
-            return (uint8_t *)in[i].iov_base + in[i].iov_len - 1;
+            return i;
         }
     }
-    return NULL;
+    return -1;
+}
+
+/* Remember @iov's value so virtio_blk_req_complete() can restore it. */
+static void virtio_blk_trim_save(VirtioBlkReq *req, struct iovec *iov)
+{
+    req->trimmed = iov;
+    req->trimmed_orig = *iov;
+}
+
+/* IN payload: every writable byte before the status, in in[0..si]. */
+static void virtio_blk_data_in(VirtioBlkReq *req, struct iovec *in, int si)
+{
+    req->data_iov = in;
+    if (in[si].iov_len == 1) {
+        req->data_niov = si;    /* status in an iovec of its own */
+    } else {
+        virtio_blk_trim_save(req, &in[si]);
+        in[si].iov_len--;
+        req->data_niov = si + 1;
+    }
+}
+
+/* OUT payload: everything after the header (out holds at least
+ * sizeof(struct virtio_blk_outhdr) bytes).  Returns its length. */
+static size_t virtio_blk_data_out(VirtioBlkReq *req, struct iovec *out,
+                                  unsigned int out_num)
+{
+    size_t skip = sizeof(struct virtio_blk_outhdr);
+    unsigned int i = 0;
+
+    while (i < out_num && skip >= out[i].iov_len) {
+        skip -= out[i].iov_len;
+        i++;
+    }
+    if (skip > 0) {
+        /* the header ends inside out[i], which therefore has data */
+        virtio_blk_trim_save(req, &out[i]);
+        out[i].iov_base = (uint8_t *)out[i].iov_base + skip;
+        out[i].iov_len -= skip;
+    }
+    req->data_iov = out + i;
+    req->data_niov = out_num - i;
+    return iov_size(req->data_iov, req->data_niov);
 }
 
 /* Called from: the queue's owner iothread.  Hot path: no allocation. */
@@ -312,23 +364,29 @@ void virtio_blk_process_req(VirtioBlkDev *dev, VirtioBlkReq *req,
     size_t in_size = iov_size(in, in_num);
     uint8_t status;
     uint64_t sector;
-    int n;
+    int si = virtio_blk_find_status(in, in_num);
 
     req->dev = dev;
     req->done = done;
     req->opaque = opaque;
     req->type = UINT32_MAX;
     req->in_len = 0;
-    req->data_iov = req->iov_storage;
+    req->data_iov = NULL;
     req->data_niov = 0;
     req->sync_after_write = false;
-    req->status = virtio_blk_find_status(in, in_num);
+    req->trimmed = NULL;
 
-    if (!req->status) {
+    if (si < 0) {
+        req->status = NULL;
         virtio_blk_req_complete(req, VIRTIO_BLK_S_IOERR);
         return;
     }
-    if (iov_to_buf(out, out_num, 0, &hdr, sizeof(hdr)) != sizeof(hdr)) {
+    req->status = (uint8_t *)in[si].iov_base + in[si].iov_len - 1;
+    /* The header is untrusted guest memory: copy it once, then use it. */
+    if (likely(out_num > 0 && out[0].iov_len >= sizeof(hdr))) {
+        memcpy(&hdr, out[0].iov_base, sizeof(hdr));
+    } else if (iov_to_buf(out, out_num, 0, &hdr, sizeof(hdr)) !=
+               sizeof(hdr)) {
         virtio_blk_req_complete(req, VIRTIO_BLK_S_IOERR);
         return;
     }
@@ -338,31 +396,22 @@ void virtio_blk_process_req(VirtioBlkDev *dev, VirtioBlkReq *req,
     switch (req->type) {
     case VIRTIO_BLK_T_IN:
         /* data: every writable byte but the status */
-        n = iov_copy(req->iov_storage, ARRAY_SIZE(req->iov_storage),
-                     in, in_num, 0, in_size - 1);
-        if (n < 0) {
-            status = VIRTIO_BLK_S_IOERR;
-            break;
-        }
-        req->data_niov = n;
+        virtio_blk_data_in(req, in, si);
         /* the whole buffer may have been written, even on error */
         req->in_len = in_size - 1;
-        status = virtio_blk_start_rw(dev, req, sector, false);
+        status = virtio_blk_start_rw(dev, req, sector, in_size - 1, false);
         break;
-    case VIRTIO_BLK_T_OUT:
+    case VIRTIO_BLK_T_OUT: {
+        size_t len;
+
         if (dev->conf.readonly) {
             status = VIRTIO_BLK_S_IOERR;
             break;
         }
-        n = iov_copy(req->iov_storage, ARRAY_SIZE(req->iov_storage),
-                     out, out_num, sizeof(hdr), SIZE_MAX);
-        if (n < 0) {
-            status = VIRTIO_BLK_S_IOERR;
-            break;
-        }
-        req->data_niov = n;
-        status = virtio_blk_start_rw(dev, req, sector, true);
+        len = virtio_blk_data_out(req, out, out_num);
+        status = virtio_blk_start_rw(dev, req, sector, len, true);
         break;
+    }
     case VIRTIO_BLK_T_FLUSH:
         if (dev->conf.readonly) {
             status = VIRTIO_BLK_S_OK;   /* nothing can be dirty */

@@ -200,6 +200,13 @@ static const GuestMemRegion *guest_mem_find_gpa(const GuestMemory *mem,
 }
 
 /* Called from: any thread (lock-free lookup). */
+const GuestMemRegion *guest_mem_gpa_region(const GuestMemory *mem,
+                                           uint64_t gpa)
+{
+    return guest_mem_find_gpa(mem, gpa);
+}
+
+/* Called from: any thread (lock-free lookup). */
 void *guest_mem_gpa_to_host(const GuestMemory *mem, uint64_t gpa,
                             uint64_t len)
 {

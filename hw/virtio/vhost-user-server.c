@@ -113,6 +113,8 @@ struct VuServer {
     GuestMemory mem;
     void *inflight_addr;
     size_t inflight_size;
+    uint16_t inflight_queue_size;   /* entries per queue in the region */
+    unsigned int inflight_nqueues;  /* queues the region covers */
     VuQueue *queues;
 
     QEMUBH *broken_bh;
@@ -173,6 +175,15 @@ static bool vu_queue_update(VuServer *s, VuQueue *q)
 
     if (q->running || !vu_queue_can_run(s, q)) {
         return true;
+    }
+    if (s->inflight_addr && q->index < s->inflight_nqueues &&
+        q->num > s->inflight_queue_size) {
+        /* The region has room for inflight_queue_size heads per queue:
+         * tracking more would write past this queue's part of it. */
+        warn_report("%s: queue %u cannot start: it has %u entries but the "
+                    "inflight region was made for %u", s->name, q->index,
+                    q->num, s->inflight_queue_size);
+        return false;
     }
     virtqueue_set_event_idx(q->vq,
                             s->features & (1ULL << VIRTIO_RING_F_EVENT_IDX));
@@ -261,6 +272,8 @@ static void vu_inflight_unmap(VuServer *s)
         s->inflight_addr = NULL;
         s->inflight_size = 0;
     }
+    s->inflight_queue_size = 0;
+    s->inflight_nqueues = 0;
 }
 
 /* Queues stopped.  Point each queue at its part of the inflight region. */
@@ -272,6 +285,8 @@ static void vu_inflight_install(VuServer *s, void *addr, size_t size,
     vu_inflight_unmap(s);
     s->inflight_addr = addr;
     s->inflight_size = size;
+    s->inflight_queue_size = queue_size;
+    s->inflight_nqueues = MIN(nq, s->cfg.num_queues);
     for (unsigned int i = 0; i < nq && i < s->cfg.num_queues; i++) {
         virtqueue_set_inflight(s->queues[i].vq,
             (VhostUserQueueRegionSplit *)((uint8_t *)addr + i * per_queue));
@@ -482,11 +497,12 @@ static VuMsgResult vu_set_vring_num(VuServer *s, VuMsg *msg)
     if (!virtqueue_set_num(q->vq, st->num, &err)) {
         warn_report("%s: queue %u: %s", s->name, q->index, err->message);
         g_error_free(err);
+        /* Refused: the queue goes on as it was. */
+        vu_queue_update(s, q);
         return VU_MSG_FAILED;
     }
     q->num = st->num;
-    vu_queue_update(s, q);
-    return VU_MSG_OK;
+    return vu_queue_update(s, q) ? VU_MSG_OK : VU_MSG_FAILED;
 }
 
 static VuMsgResult vu_set_vring_addr(VuServer *s, VuMsg *msg)
@@ -501,6 +517,8 @@ static VuMsgResult vu_set_vring_addr(VuServer *s, VuMsg *msg)
     if (!virtqueue_set_addr(q->vq, &msg->payload.addr, &err)) {
         warn_report("%s: queue %u: %s", s->name, q->index, err->message);
         g_error_free(err);
+        /* Refused: the queue goes on with its old addresses. */
+        vu_queue_update(s, q);
         return VU_MSG_FAILED;
     }
     return vu_queue_update(s, q) ? VU_MSG_OK : VU_MSG_FAILED;
@@ -766,8 +784,7 @@ static VuMsgResult vu_set_inflight_fd(VuServer *s, VuMsg *msg)
                         in->queue_size);
     debug_report("%s: inflight region: %u queues of %u entries", s->name,
                  in->num_queues, in->queue_size);
-    vu_update_all(s);
-    return VU_MSG_OK;
+    return vu_update_all(s) ? VU_MSG_OK : VU_MSG_FAILED;
 }
 
 static void vu_log_unknown(VuServer *s, uint32_t request)
@@ -1233,12 +1250,55 @@ static bool vu_socket_listen(VuServer *s, GError **errp)
         return false;
     }
     s->sock_created = true;
-    if (stat(s->path, &st) == 0) {
-        s->sock_dev = st.st_dev;
-        s->sock_ino = st.st_ino;
+    /*
+     * From here on the path is used without following symlinks, and
+     * checked to still be the socket bind() made: someone who can write to
+     * the directory must not be able to redirect the chmod or chown.
+     */
+    if (lstat(s->path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        g_set_error(errp, VB_ERROR, 0, "socket '%s' was removed or replaced "
+                    "right after it was created; check who else writes to "
+                    "its directory", s->path);
+        close(fd);
+        return false;
     }
-    if (chmod(s->path, mode) < 0 || listen(fd, 1) < 0) {
-        g_set_error(errp, VB_ERROR, 0, "cannot set up socket '%s': %s",
+    s->sock_dev = st.st_dev;
+    s->sock_ino = st.st_ino;
+    /* bind() already applied the mode through the umask; this also covers
+     * a directory whose default ACL overrides the umask.  EOPNOTSUPP: no
+     * /proc for glibc's no-follow emulation, keep what bind() made. */
+    if (fchmodat(AT_FDCWD, s->path, mode, AT_SYMLINK_NOFOLLOW) < 0 &&
+        errno != EOPNOTSUPP) {
+        g_set_error(errp, VB_ERROR, 0, "cannot set mode %04o on socket "
+                    "'%s': %s", (unsigned int)mode, s->path,
+                    g_strerror(errno));
+        close(fd);
+        return false;
+    }
+    if (s->cfg.socket_chown &&
+        fchownat(AT_FDCWD, s->path, s->cfg.socket_uid, s->cfg.socket_gid,
+                 AT_SYMLINK_NOFOLLOW) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot change the owner of socket "
+                    "'%s' to uid %ld, gid %ld: %s%s", s->path,
+                    s->cfg.socket_uid == (uid_t)-1 ? -1L :
+                    (long)s->cfg.socket_uid,
+                    s->cfg.socket_gid == (gid_t)-1 ? -1L :
+                    (long)s->cfg.socket_gid, g_strerror(errno),
+                    errno == EPERM ? " (run as root, or pick a group you "
+                    "are a member of)" : "");
+        close(fd);
+        return false;
+    }
+    if (lstat(s->path, &st) < 0 || st.st_dev != s->sock_dev ||
+        st.st_ino != s->sock_ino) {
+        g_set_error(errp, VB_ERROR, 0, "socket '%s' was replaced while it "
+                    "was being set up; check who else writes to its "
+                    "directory", s->path);
+        close(fd);
+        return false;
+    }
+    if (listen(fd, 1) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot listen on socket '%s': %s",
                     s->path, g_strerror(errno));
         close(fd);
         return false;

@@ -15,7 +15,16 @@
  * Elements come from a pool indexed by descriptor head: a head is "in
  * flight" from pop until push (or unpop).  The driver may not reuse a head
  * before the device returned it, so a head that is popped twice is a
- * driver bug and breaks the queue.
+ * driver bug and breaks the queue.  An element's iovecs start in the
+ * element (VIRTQUEUE_INLINE_SG of them); a chain that needs more moves to
+ * the head's slot of VIRTQUEUE_MAX_SG iovecs in an anonymous mapping made
+ * at start, so the memory of those long slots stays untouched (not
+ * resident) until some chain needs it.
+ *
+ * Address translation remembers the region of the last descriptor: a
+ * buffer inside it (the usual case: one or two large RAM regions) becomes
+ * an iovec without a lookup.  The region table only changes while the
+ * queue is stopped, and start resets the cache.
  *
  * Inflight region (vhost-user INFLIGHT_SHMFD): a shared memory area that
  * survives a crash of this process.  Pop marks desc[head].inflight = 1 with
@@ -42,6 +51,7 @@
 #include "qemu/error-report.h"
 
 #include <linux/virtio_ring.h>
+#include <sys/mman.h>
 
 /* Single, untorn loads and stores of guest-shared fields */
 #define VQ_LOAD(p)        __atomic_load_n((p), __ATOMIC_RELAXED)
@@ -86,6 +96,9 @@ struct VirtQueue {
     /* Element pool, one per head (allocated for pool_num heads) */
     unsigned int pool_num;
     VirtQueueElement *elems;
+    struct iovec *long_sg;      /* pool_num slots of VIRTQUEUE_MAX_SG */
+    size_t long_sg_bytes;       /* size of its mapping */
+    const GuestMemRegion *last_reg;     /* translation cache, never NULL */
     uint8_t *elem_state;
     unsigned int inflight_count;
 
@@ -99,6 +112,9 @@ struct VirtQueue {
     VirtQueueStats stats;
 };
 
+/* An empty region: the translation cache's value when there is none. */
+static const GuestMemRegion virtqueue_no_region;
+
 /* Called from: the main thread. */
 VirtQueue *virtqueue_new(unsigned int index)
 {
@@ -108,11 +124,17 @@ VirtQueue *virtqueue_new(unsigned int index)
     vq->kick.fd = -1;
     vq->call.fd = -1;
     vq->notification = true;
+    vq->last_reg = &virtqueue_no_region;
     return vq;
 }
 
 static void virtqueue_free_pool(VirtQueue *vq)
 {
+    if (vq->long_sg) {
+        munmap(vq->long_sg, vq->long_sg_bytes);
+    }
+    vq->long_sg = NULL;
+    vq->long_sg_bytes = 0;
     g_free(vq->elems);
     g_free(vq->elem_state);
     g_free(vq->resubmit);
@@ -316,6 +338,52 @@ static void virtqueue_read_desc(const struct vring_desc *table, unsigned int i,
     d->next = VQ_LOAD(&table[i].next);
 }
 
+/* Translation that missed the cache: look up (and remember) the region. */
+static int virtqueue_map_buf_slow(VirtQueue *vq, uint64_t gpa, uint32_t len,
+                                  struct iovec *iov, unsigned int room)
+{
+    int n = guest_mem_gpa_to_iovec(vq->mem, gpa, len, iov, room);
+
+    if (n > 0) {
+        const GuestMemRegion *reg = guest_mem_gpa_region(vq->mem, gpa);
+
+        vq->last_reg = reg ? reg : &virtqueue_no_region;
+    }
+    return n;
+}
+
+/*
+ * Map a descriptor's buffer (len > 0) into at most @room iovecs at @iov.
+ * Returns the number used, -EFAULT (outside guest memory) or -ENOBUFS.
+ * The check is "offset within the region, then length within the rest of
+ * it", which cannot overflow.
+ */
+static inline int virtqueue_map_buf(VirtQueue *vq, uint64_t gpa,
+                                    uint32_t len, struct iovec *iov,
+                                    unsigned int room)
+{
+    const GuestMemRegion *reg = vq->last_reg;
+    uint64_t off = gpa - reg->gpa;
+
+    if (likely(off < reg->size && len <= reg->size - off && room > 0)) {
+        iov->iov_base = reg->host + off;
+        iov->iov_len = len;
+        return 1;
+    }
+    return virtqueue_map_buf_slow(vq, gpa, len, iov, room);
+}
+
+/* Move the first @nsg iovecs of @elem to its head's long slot. */
+static struct iovec *virtqueue_elem_spill(VirtQueue *vq,
+                                          VirtQueueElement *elem,
+                                          uint16_t head, unsigned int nsg)
+{
+    struct iovec *sg = vq->long_sg + (size_t)head * VIRTQUEUE_MAX_SG;
+
+    memcpy(sg, elem->inline_sg, nsg * sizeof(sg[0]));
+    return sg;
+}
+
 /*
  * Walk the chain starting at @head into @elem.  Returns false (queue
  * broken) on any inconsistency.  Hot path: no allocation, no syscall.
@@ -327,22 +395,24 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
     unsigned int max = vq->num;
     unsigned int i = head;
     unsigned int count = 0;
-    unsigned int ndesc = 0;     /* data descriptors, direct and indirect */
+    unsigned int ndesc_direct = 0;  /* data descriptors before an indirect */
     unsigned int nsg = 0;
     unsigned int out_num = 0, in_num = 0;
+    struct iovec *sg = elem->inline_sg;
+    unsigned int cap = VIRTQUEUE_INLINE_SG;
     uint64_t total = 0;
     bool in_indirect = false;
     struct vring_desc d;
 
     for (;;) {
-        if (++count > max) {
+        if (unlikely(++count > max)) {
             virtqueue_set_broken(vq, "descriptor chain of head %u is longer "
                                  "than %u (loop?)", head, max);
             return false;
         }
         virtqueue_read_desc(table, i, &d);
 
-        if (d.flags & VRING_DESC_F_INDIRECT) {
+        if (unlikely(d.flags & VRING_DESC_F_INDIRECT)) {
             uint64_t ntable = d.len / sizeof(struct vring_desc);
 
             if (in_indirect) {
@@ -370,6 +440,8 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
                                      d.len);
                 return false;
             }
+            /* Every descriptor before this one was a data descriptor. */
+            ndesc_direct = count - 1;
             in_indirect = true;
             max = ntable;
             i = 0;
@@ -379,9 +451,10 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
         /*
          * VIRTIO 1.2 2.7.5.2: a chain, indirect entries included, is never
          * longer than the queue.  The config space's seg_max is derived
-         * from the queue size so a conforming driver never gets here.
+         * from the queue size so a conforming driver never gets here.  A
+         * direct chain is already bounded by the loop check above.
          */
-        if (++ndesc > vq->num) {
+        if (unlikely(in_indirect) && ndesc_direct + count > vq->num) {
             virtqueue_set_broken(vq, "descriptor chain of head %u has more "
                                  "than %u descriptors (the queue size)",
                                  head, vq->num);
@@ -390,31 +463,37 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
 
         if (d.flags & VRING_DESC_F_WRITE) {
             /* device-writable */
-        } else if (in_num > 0) {
+        } else if (unlikely(in_num > 0)) {
             virtqueue_set_broken(vq, "device-readable descriptor after a "
                                  "device-writable one in chain of head %u",
                                  head);
             return false;
         }
         total += d.len;
-        if (total > UINT32_MAX) {
+        if (unlikely(total > UINT32_MAX)) {
             virtqueue_set_broken(vq, "chain of head %u is longer than 4 GiB",
                                  head);
             return false;
         }
-        if (d.len > 0) {
-            int n = guest_mem_gpa_to_iovec(vq->mem, d.addr, d.len,
-                                           &elem->sg[nsg],
-                                           VIRTQUEUE_MAX_SG - nsg);
-            if (n == -ENOBUFS) {
-                virtqueue_set_broken(vq, "chain of head %u needs more than "
-                                     "%u iovecs", head, VIRTQUEUE_MAX_SG);
-                return false;
+        if (likely(d.len > 0)) {
+            int n = virtqueue_map_buf(vq, d.addr, d.len, sg + nsg, cap - nsg);
+
+            if (unlikely(n == -ENOBUFS) && sg == elem->inline_sg) {
+                sg = virtqueue_elem_spill(vq, elem, head, nsg);
+                cap = VIRTQUEUE_MAX_SG;
+                n = virtqueue_map_buf(vq, d.addr, d.len, sg + nsg, cap - nsg);
             }
-            if (n < 0) {
-                virtqueue_set_broken(vq, "descriptor 0x%" PRIx64 "+0x%x in "
-                                     "chain of head %u is outside guest "
-                                     "memory", (uint64_t)d.addr, d.len, head);
+            if (unlikely(n < 0)) {
+                if (n == -ENOBUFS) {
+                    virtqueue_set_broken(vq, "chain of head %u needs more "
+                                         "than %u iovecs", head,
+                                         VIRTQUEUE_MAX_SG);
+                } else {
+                    virtqueue_set_broken(vq, "descriptor 0x%" PRIx64 "+0x%x "
+                                         "in chain of head %u is outside "
+                                         "guest memory", (uint64_t)d.addr,
+                                         d.len, head);
+                }
                 return false;
             }
             nsg += n;
@@ -429,7 +508,7 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
             break;
         }
         i = d.next;
-        if (i >= max) {
+        if (unlikely(i >= max)) {
             virtqueue_set_broken(vq, "next index %u out of range (%u) in "
                                  "chain of head %u", i, max, head);
             return false;
@@ -439,8 +518,9 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
     elem->head = head;
     elem->out_num = out_num;
     elem->in_num = in_num;
-    elem->out_sg = elem->sg;
-    elem->in_sg = elem->sg + out_num;
+    elem->sg = sg;
+    elem->out_sg = sg;
+    elem->in_sg = sg + out_num;
     return true;
 }
 
@@ -810,12 +890,33 @@ bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
     vq->mem = mem;
 
     if (vq->pool_num != num) {
+        size_t bytes = (size_t)num * VIRTQUEUE_MAX_SG * sizeof(struct iovec);
+        void *long_sg;
+
+        /* Reserved, not touched: pages become resident only when a chain
+         * longer than VIRTQUEUE_INLINE_SG iovecs uses its head's slot. */
+        long_sg = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (long_sg == MAP_FAILED) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "queue %u: cannot map %zu bytes for the iovecs of "
+                        "long chains: %s", vq->index, bytes,
+                        g_strerror(errno));
+            vq->desc = NULL;
+            vq->avail = NULL;
+            vq->used = NULL;
+            vq->mem = NULL;
+            return false;
+        }
         virtqueue_free_pool(vq);
         vq->elems = g_new0(VirtQueueElement, num);
         vq->elem_state = g_new0(uint8_t, num);
         vq->resubmit = g_new0(uint16_t, num);
+        vq->long_sg = long_sg;
+        vq->long_sg_bytes = bytes;
         vq->pool_num = num;
     }
+    vq->last_reg = &virtqueue_no_region;
 
     vq->used_idx = VQ_LOAD(&vq->used->idx);
     vq->shadow_avail_idx = vq->last_avail_idx;
@@ -852,5 +953,6 @@ void virtqueue_stop(VirtQueue *vq)
     vq->avail = NULL;
     vq->used = NULL;
     vq->mem = NULL;
+    vq->last_reg = &virtqueue_no_region;
     vq->resubmit_num = vq->resubmit_pos = 0;
 }

@@ -35,6 +35,43 @@ typedef enum BlockAioMode {
     BLOCK_AIO_THREADS,
 } BlockAioMode;
 
+/*
+ * Error injection, for testing how devices and guests handle I/O errors.
+ * A request "matches" when its type is in @ops and, if a sector range is
+ * set, it overlaps [sector_start, sector_end] (512-byte sectors; a flush
+ * has no range and matches only when no range is set).  The first @after
+ * matching requests succeed; the following ones (at most @count of them,
+ * 0 = no limit) complete with -@err, from a bottom half like every
+ * rejected request, without reaching the engine.  Off (@ops == 0) by
+ * default; when off it costs one predictable branch per request.
+ */
+#define BLOCK_INJECT_READ          0x1
+#define BLOCK_INJECT_WRITE         0x2   /* writes and write-zeroes */
+#define BLOCK_INJECT_FLUSH         0x4
+#define BLOCK_INJECT_DISCARD       0x8
+#define BLOCK_INJECT_ANY           0xf
+
+typedef struct BlockInjectOptions {
+    unsigned int ops;           /* BLOCK_INJECT_* mask; 0 = off */
+    bool has_range;
+    uint64_t sector_start;      /* inclusive */
+    uint64_t sector_end;        /* inclusive */
+    uint64_t after;             /* matching requests let through first */
+    uint64_t count;             /* matching requests failed; 0 = all */
+    int err;                    /* positive errno (EIO if 0) */
+} BlockInjectOptions;
+
+/*
+ * Parse one option of the form inject-KEY=VALUE into @inj (@key includes
+ * the "inject-" prefix): inject-error=read|write|flush|discard|any (several
+ * joined with '+'), inject-sector=START[-END], inject-after=N,
+ * inject-count=N, inject-errno=EIO|ENOSPC|EROFS|ENOMEM|EAGAIN or a number.
+ * Returns false with @errp set on an unknown key or a bad value.  Any
+ * thread.
+ */
+bool blk_inject_parse_option(BlockInjectOptions *inj, const char *key,
+                             const char *val, GError **errp);
+
 typedef struct BlockOptions {
     const char *driver;         /* "file" (default) or "null" */
     const char *filename;       /* file: image file or block device */
@@ -44,6 +81,7 @@ typedef struct BlockOptions {
     uint64_t size;              /* null: size in bytes (required) */
     bool null_read_zeroes;      /* null: reads fill buffers with zeroes */
     bool batch;                 /* default true; false = submit each at once */
+    BlockInjectOptions inject;  /* error injection (testing); off by default */
 } BlockOptions;
 
 /* Fill @opts with the defaults. */
@@ -105,6 +143,10 @@ void blk_aio_pdiscard(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
 void blk_aio_pwrite_zeroes(BlockBackend *blk, BlockAIOCB *acb,
                            int64_t offset, uint64_t bytes, int flags,
                            BlockCompletionFunc *cb, void *opaque);
+
+/* Requests failed by error injection so far (0 when it is off).  Any
+ * thread. */
+uint64_t blk_inject_get_hits(BlockBackend *blk);
 
 /* Counters of one engine instance (the one of @ctx), for tests and
  * benchmarks. */

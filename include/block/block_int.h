@@ -42,6 +42,11 @@ struct BlockBackend {
     uint32_t physical_block_size;
     uint32_t req_align;         /* O_DIRECT offset/length alignment, or 1 */
     uint32_t mem_align;         /* O_DIRECT buffer alignment, or 1 */
+    /* Error injection: the only field read per request while it is off. */
+    bool inject_on;
+    BlockInjectOptions inject;
+    _Atomic uint64_t inject_seen;   /* matching requests so far */
+    _Atomic uint64_t inject_hits;   /* of which failed */
 };
 
 typedef struct BlockEngine BlockEngine;

@@ -54,6 +54,23 @@ void aio_set_fd_handler(AioContext *ctx, int fd,
                         AioPollFn *io_poll, IOHandler *io_poll_ready,
                         void *opaque);
 
+/*
+ * Busy-poll phase callbacks for the handler of @fd (registered with an
+ * io_poll; either callback may be NULL).  Owner thread only.  The loop
+ * calls @io_poll_begin when it starts busy polling (it will call io_poll
+ * again and again, so the handler may turn its event source's
+ * notifications off, e.g. a virtqueue's guest kicks) and @io_poll_end
+ * when it stops polling to sleep in epoll_wait(); right after
+ * @io_poll_end it calls io_poll once more, so work that arrived while
+ * notifications were off is not lost.  A poll phase lasts across
+ * iterations as long as the loop does not sleep.  Re-registering the fd
+ * with aio_set_fd_handler() keeps the callbacks; removing it drops them
+ * without calling @io_poll_end (the owner resets its notifications).
+ */
+void aio_set_fd_poll_notify(AioContext *ctx, int fd,
+                            IOHandler *io_poll_begin,
+                            IOHandler *io_poll_end);
+
 /* Run one iteration.  With @blocking, wait until something happens.
  * Returns true if any handler or bottom half made progress. */
 bool aio_poll(AioContext *ctx, bool blocking);

@@ -123,6 +123,9 @@ static void vb_add_export_blkd(GPtrArray *argv, VbDaemon *d, unsigned int i)
     if (s->write_zeroes) {
         g_string_append_printf(e, ",write-zeroes=%s", s->write_zeroes);
     }
+    if (s->extra) {
+        g_string_append_printf(e, ",%s", s->extra);
+    }
     g_ptr_array_add(argv, g_strdup("--export"));
     g_ptr_array_add(argv, g_string_free(e, FALSE));
 }
@@ -160,7 +163,7 @@ void vb_daemon_start(VbDaemon *d)
     g_autoptr(GPtrArray) argv = g_ptr_array_new_with_free_func(g_free);
     g_autoptr(GError) err = NULL;
     g_autofree char *cmdline = NULL;
-    int logfd;
+    int logfd, errfd;
 
     g_assert_cmpint(d->pid, ==, 0);
     if (d->backend == VB_BACKEND_QSD) {
@@ -195,12 +198,18 @@ void vb_daemon_start(VbDaemon *d)
     logfd = open(d->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
                  0600);
     g_assert_cmpint(logfd, >=, 0);
+    /* a copy of our stderr: GLib 2.74 marks a target fd that is passed as
+     * its own source (2 -> 2) close-on-exec, and the daemon's log lines
+     * were lost */
+    errfd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    g_assert_cmpint(errfd, >=, 3);
     if (!g_spawn_async_with_fds(NULL, (char **)argv->pdata, NULL,
                                 G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_SEARCH_PATH,
                                 vb_child_setup,
-                                NULL, &d->pid, -1, logfd, STDERR_FILENO, &err)) {
+                                NULL, &d->pid, -1, logfd, errfd, &err)) {
         g_error("cannot start %s: %s", cmdline, err->message);
     }
+    close(errfd);
     close(logfd);
 }
 

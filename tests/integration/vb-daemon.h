@@ -30,6 +30,7 @@ typedef struct VbExportSpec {
     const char *serial;
     const char *discard;        /* "on" / "off" / NULL = default */
     const char *write_zeroes;
+    const char *extra;          /* vhost-blkd only: ",KEY=VALUE..." appended */
 } VbExportSpec;
 
 typedef struct VbDaemon {

@@ -387,6 +387,8 @@ typedef struct PollData {
     int polls;
     int ready;
     int reads;
+    int begins;
+    int ends;
     bool has_work;
 } PollData;
 
@@ -497,6 +499,75 @@ static void test_poll_window_grows(void)
 
     aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), NULL, NULL, NULL,
                        NULL, NULL);
+    event_notifier_cleanup(&d.e);
+    ctx_teardown();
+}
+
+static void poll_begin_cb(void *opaque)
+{
+    PollData *d = opaque;
+
+    g_assert_cmpint(d->begins, ==, d->ends);
+    d->begins++;
+}
+
+static void poll_end_cb(void *opaque)
+{
+    PollData *d = opaque;
+
+    d->ends++;
+    g_assert_cmpint(d->begins, ==, d->ends);
+}
+
+/* io_poll_begin runs when a blocking iteration polls with a non-zero
+ * window, the phase lasts while polling finds work, and io_poll_end runs
+ * (followed by one more io_poll) before the loop sleeps. */
+static void test_poll_begin_end(void)
+{
+    PollData d = { .has_work = false };
+    int polls;
+
+    ctx_setup();
+    g_assert_cmpint(event_notifier_init(&d.e, false), ==, 0);
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), poll_read_cb, NULL,
+                       poll_fn, poll_ready_cb, &d);
+    aio_set_fd_poll_notify(ctx, event_notifier_get_fd(&d.e), poll_begin_cb,
+                           poll_end_cb);
+    aio_context_set_poll_params(ctx, 1000 * 1000 * 1000, 0, 0);
+
+    /* Window 0: no phase; the wait grows the window to 4 us. */
+    event_notifier_set(&d.e);
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(d.begins, ==, 0);
+    g_assert_cmpint(get_stats().poll_ns, ==, 4000);
+
+    /* Polling finds work: the phase starts and survives the iteration. */
+    d.has_work = true;
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(d.begins, ==, 1);
+    g_assert_cmpint(d.ends, ==, 0);
+    g_assert_cmpint(d.ready, ==, 2);
+
+    /* Nothing to poll: the phase ends before the loop sleeps, and io_poll
+     * is checked once more after io_poll_end. */
+    d.has_work = false;
+    event_notifier_set(&d.e);
+    polls = d.polls;
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(d.ends, ==, 1);
+    g_assert_cmpint(d.reads, ==, 2);
+    g_assert_cmpint(d.polls, >=, polls + 2);
+
+    /* Re-registering keeps the callbacks; removing drops them. */
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), poll_read_cb, NULL,
+                       poll_fn, poll_ready_cb, &d);
+    d.has_work = true;
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(d.begins, ==, 2);
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), NULL, NULL, NULL,
+                       NULL, NULL);
+    g_assert_cmpint(d.ends, ==, 1);
     event_notifier_cleanup(&d.e);
     ctx_teardown();
 }
@@ -629,6 +700,7 @@ int main(int argc, char **argv)
     g_test_add_func("/aio/poll/disabled", test_poll_disabled);
     g_test_add_func("/aio/poll/window-grows", test_poll_window_grows);
     g_test_add_func("/aio/poll/window-shrinks", test_poll_window_shrinks);
+    g_test_add_func("/aio/poll/begin-end", test_poll_begin_end);
     g_test_add_func("/aio/notify/skips-write-when-running",
                     test_notify_skips_write);
     g_test_add_func("/aio/context/engine-cleanup", test_context_engine);

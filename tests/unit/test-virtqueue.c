@@ -252,6 +252,50 @@ static void test_indirect(void)
     tvq_cleanup(&t);
 }
 
+/* A chain longer than the element's inline iovecs moves to the head's
+ * long slot; a short chain of the same head afterwards is inline again. */
+static void test_long_chain(void)
+{
+    const unsigned n = VIRTQUEUE_INLINE_SG * 3 + 1;
+    TestVQ t;
+    VirtQueueElement *e;
+    struct vring_desc *table;
+    unsigned i;
+
+    tvq_init(&t, 64, false);
+    table = tvq_host(&t, GPA_DATA);
+    tvq_desc(&t, NULL, 3, GPA_DATA, n * 16, VRING_DESC_F_INDIRECT, 0);
+    for (i = 0; i < n; i++) {
+        tvq_desc(&t, table, i, GPA_DATA + 0x1000 + 0x10 * i, 8 + i,
+                 (i + 1 < n ? VRING_DESC_F_NEXT : 0) |
+                 (i >= n - 2 ? VRING_DESC_F_WRITE : 0), i + 1);
+    }
+    tvq_make_avail(&t, 3);
+
+    e = virtqueue_pop(t.vq);
+    g_assert_nonnull(e);
+    g_assert_false(virtqueue_is_broken(t.vq));
+    g_assert_cmpuint(e->out_num, ==, n - 2);
+    g_assert_cmpuint(e->in_num, ==, 2);
+    g_assert_true(e->sg != e->inline_sg);
+    g_assert_true(e->out_sg == e->sg && e->in_sg == e->sg + n - 2);
+    for (i = 0; i < n; i++) {
+        g_assert_true(e->sg[i].iov_base ==
+                      tvq_host(&t, GPA_DATA + 0x1000 + 0x10 * i));
+        g_assert_cmpuint(e->sg[i].iov_len, ==, 8 + i);
+    }
+    virtqueue_push(t.vq, e, 0);
+
+    tvq_desc(&t, NULL, 3, GPA_DATA + 0x4000, 16, 0, 0);
+    tvq_make_avail(&t, 3);
+    e = virtqueue_pop(t.vq);
+    g_assert_nonnull(e);
+    g_assert_true(e->sg == e->inline_sg);
+    g_assert_cmpuint(e->out_num, ==, 1);
+    g_assert_true(e->out_sg[0].iov_base == tvq_host(&t, GPA_DATA + 0x4000));
+    tvq_cleanup(&t);
+}
+
 static void test_region_split(void)
 {
     TestVQ t;
@@ -850,6 +894,7 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue/pop/simple", test_simple);
     g_test_add_func("/virtqueue/pop/indirect", test_indirect);
     g_test_add_func("/virtqueue/pop/region-split", test_region_split);
+    g_test_add_func("/virtqueue/pop/long-chain", test_long_chain);
     g_test_add_func("/virtqueue/pop/unpop", test_unpop);
     g_test_add_func("/virtqueue/notify/event-idx", test_notify_event_idx);
     g_test_add_func("/virtqueue/notify/batch", test_notify_batch);

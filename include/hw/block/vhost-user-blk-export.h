@@ -23,6 +23,9 @@ typedef struct VuBlkExport VuBlkExport;
 typedef struct VuBlkExportOptions {
     const char *socket_path;
     mode_t socket_mode;         /* 0 = 0600 */
+    bool socket_chown;          /* see VuServerConfig */
+    uid_t socket_uid;
+    gid_t socket_gid;
     BlockOptions blk;           /* what to open */
     VirtioBlkConf conf;         /* num_queues, queue_size, ... */
     AioContext *main_ctx;

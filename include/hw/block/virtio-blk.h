@@ -61,13 +61,17 @@ struct VirtioBlkReq {
     uint32_t type;
     uint32_t in_len;
     uint8_t *status;                /* where the status byte goes */
-    struct iovec *data_iov;         /* payload iovecs (trimmed) */
+    struct iovec *data_iov;         /* payload: part of the caller's iovecs */
     int data_niov;
     bool sync_after_write;          /* writethrough: flush after write */
-    /* Copy of the trimmed payload iovecs, so the caller's element stays
-     * untouched. */
-    struct iovec iov_storage[258];
+    /* The caller's iovec trimmed in place to exclude the header or the
+     * status byte (NULL if none), and its value to restore before @done. */
+    struct iovec *trimmed;
+    struct iovec trimmed_orig;
 };
+
+/* Payload iovecs one request may have (header and status excluded). */
+#define VIRTIO_BLK_DATA_IOV_MAX 256
 
 /* Fill @dev from @blk and @conf (capacity from the image). */
 bool virtio_blk_dev_init(VirtioBlkDev *dev, BlockBackend *blk,
@@ -83,7 +87,11 @@ bool virtio_blk_set_config(VirtioBlkDev *dev, const uint8_t *data,
 
 /*
  * Start one request.  @out/@in are the chain's iovecs (guest memory,
- * already bounds-checked by the virtqueue).  Malformed requests (header too
+ * already bounds-checked by the virtqueue).  The payload is passed to the
+ * block layer without copying the iovec arrays: they must stay valid until
+ * @done runs, and while the request is in flight one iovec of them may be
+ * trimmed in place (the one the header or the status byte shares with
+ * data); it is restored before @done.  Malformed requests (header too
  * short, no writable status byte, sector past the end, write to a read-only
  * export, unsupported type) complete with IOERR or UNSUPP through @done
  * like any other request.

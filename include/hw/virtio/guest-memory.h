@@ -52,6 +52,10 @@ void *guest_mem_gpa_to_host(const GuestMemory *mem, uint64_t gpa,
                             uint64_t len);
 void *guest_mem_uva_to_host(const GuestMemory *mem, uint64_t uva,
                             uint64_t len);
+/* The region holding @gpa, or NULL.  The pointer stays valid until the
+ * table changes (add, remove, clear). */
+const GuestMemRegion *guest_mem_gpa_region(const GuestMemory *mem,
+                                           uint64_t gpa);
 /* Map [gpa, gpa + len) into at most @max iovecs (splitting at region
  * boundaries).  Returns the number used, or -EFAULT (outside memory,
  * wraps) or -ENOBUFS (more than @max pieces). */

@@ -47,6 +47,12 @@ typedef struct VuDeviceOps {
 typedef struct VuServerConfig {
     const char *socket_path;
     mode_t socket_mode;         /* 0 = 0600 */
+    /* socket_chown: after bind, give the socket file to socket_uid and
+     * socket_gid ((uid_t)-1 / (gid_t)-1 keeps that one; needs CAP_CHOWN
+     * unless it is our own uid and one of our groups). */
+    bool socket_chown;
+    uid_t socket_uid;
+    gid_t socket_gid;
     const char *name;           /* for log lines (default: socket path) */
     unsigned int num_queues;    /* 1..64 */
     unsigned int max_queue_size; /* largest SET_VRING_NUM accepted */
@@ -57,7 +63,8 @@ typedef struct VuServerConfig {
 } VuServerConfig;
 
 /*
- * Main thread.  Create the listening socket (mode 0600 unless configured).
+ * Main thread.  Create the listening socket (mode 0600 unless configured,
+ * owner and group changed when asked, both before listen()).
  * A stale socket file at the path is replaced; a symlink, a non-socket file
  * or a socket another process still listens on is an error.
  */

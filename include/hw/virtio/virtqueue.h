@@ -10,8 +10,13 @@
  * stopped.
  *
  * No allocation per request: virtqueue_start() allocates one element per
- * descriptor head (queue size), each with its own iovec array; popping
- * hands out the element of the chain's head, and pushing gives it back.
+ * descriptor head (queue size); popping hands out the element of the
+ * chain's head, and pushing gives it back.  An element holds
+ * VIRTQUEUE_INLINE_SG iovecs itself (a Linux guest's 4 KiB request needs
+ * three); a longer chain moves to the head's slot of VIRTQUEUE_MAX_SG
+ * iovecs in one block reserved for the queue, whose pages become resident
+ * only when a long chain first uses them.  elem->sg points to whichever is
+ * in use.
  *
  * Bad guest input (index jumps, loops, chains longer than the queue,
  * descriptors outside guest memory, nested indirect tables, ...) marks the
@@ -29,6 +34,9 @@
 #define VIRTQUEUE_MAX_SIZE 1024
 /* iovecs per element (in + out), after splitting at region boundaries */
 #define VIRTQUEUE_MAX_SG   256
+/* iovecs kept in the element itself; longer chains use the queue's
+ * per-head slot of VIRTQUEUE_MAX_SG */
+#define VIRTQUEUE_INLINE_SG 8
 
 typedef struct VirtQueueElement {
     uint16_t head;              /* descriptor head: stable index, 0..size-1 */
@@ -36,7 +44,8 @@ typedef struct VirtQueueElement {
     unsigned int in_num;        /* device-writable iovecs */
     struct iovec *out_sg;       /* = sg */
     struct iovec *in_sg;        /* = sg + out_num */
-    struct iovec sg[VIRTQUEUE_MAX_SG];
+    struct iovec *sg;           /* inline_sg or the head's long slot */
+    struct iovec inline_sg[VIRTQUEUE_INLINE_SG];
 } VirtQueueElement;
 
 typedef struct VirtQueue VirtQueue;

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Sandbox: a seccomp system-call allowlist (libseccomp) for the threads
+ * that serve guest I/O, so that a bug reachable from a guest cannot open
+ * files, create sockets to the network, execute programs or change
+ * credentials from those threads.
+ *
+ * The filter is per thread: it applies to the thread that installs it and
+ * to threads it creates later (thread-pool workers spawned from an
+ * iothread inherit it); the main thread stays unfiltered.  A system call
+ * outside the list raises SIGSYS, whose handler writes one line naming the
+ * call number to stderr and terminates the process (see docs/user-guide.md,
+ * "Least privilege", for why this beats failing the call with EPERM).
+ * Install it after every image and socket is open and after credentials
+ * were dropped: glibc's setuid() must run its system calls in every thread.
+ */
+#ifndef QEMU_SANDBOX_H
+#define QEMU_SANDBOX_H
+
+#include "qemu/osdep.h"
+
+/* Any thread.  True when built with libseccomp. */
+bool sandbox_available(void);
+
+/*
+ * The calling thread (an iothread, through iothread_run_sync()): load the
+ * iothread allowlist for this thread and its future children.  False with
+ * @errp set if the build lacks libseccomp or the kernel refuses the filter.
+ */
+bool sandbox_apply_iothread_filter(GError **errp);
+
+#endif
