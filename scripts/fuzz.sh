@@ -5,9 +5,10 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
 # SECONDS per target (default 60); TARGETs default to all of them
-# (fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user).  Each run starts from a copy of
-# tests/fuzz/corpus/<target> plus tests/fuzz/regressions/<target> in a
-# temporary directory, so the committed corpus never grows.  On a crash the
+# (fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts).  Each
+# run starts from a copy of tests/fuzz/corpus/<target> plus
+# tests/fuzz/regressions/<target> in a temporary directory, so the
+# committed corpus never grows.  On a crash the
 # script prints the crashing input's path (kept, with the log) and exits 1;
 # copy the input into tests/fuzz/regressions/<target>/ to keep it.
 # Environment: BUILDDIR (default build-fuzz), FUZZ_ARGS (extra libFuzzer
@@ -19,7 +20,7 @@ builddir=${BUILDDIR:-build-fuzz}
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts)
 
 case "$seconds" in
 ''|*[!0-9]*) echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2 ;;
@@ -36,6 +37,7 @@ ninja -C "$builddir" "${targets[@]/#/tests/fuzz/}" >/dev/null
 max_len() {
     case "$1" in
     fuzz-virtqueue|fuzz-vhost-user) echo 4096 ;;
+    fuzz-export-opts) echo 1024 ;;
     *) echo 2048 ;;
     esac
 }

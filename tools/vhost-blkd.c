@@ -12,44 +12,19 @@
 #include "qemu/error-report.h"
 #include "qemu/iothread.h"
 #include "hw/block/vhost-user-blk-export.h"
+#include "tools/export-opts.h"
 
 #include <getopt.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <grp.h>
-#include <pwd.h>
 #include "qemu/sandbox.h"
 
-#define VBD_MAX_QUEUES 64
-#define VBD_MAX_IOTHREADS 256
-
-typedef struct VbdExportSpec {
-    char *socket;
-    char *file;
-    char *driver;
-    uint64_t size;
-    unsigned int num_queues;
-    unsigned int queue_size;
-    BlockAioMode aio;
-    bool cache_direct;
-    bool readonly;
-    char *serial;
-    bool serial_set;
-    unsigned int logical_block_size;
-    bool discard;
-    bool write_zeroes;
-    bool batch;
-    int iothread;               /* -1: queue q -> iothread q mod N */
-    mode_t socket_mode;         /* socket-mode=, default 0600 */
-    bool socket_chown;          /* socket-owner= or socket-group= given */
-    uid_t socket_uid;           /* (uid_t)-1: unchanged */
-    gid_t socket_gid;           /* (gid_t)-1: unchanged */
-    BlockInjectOptions inject;  /* inject-*: error injection (testing) */
-} VbdExportSpec;
+#define VBD_MAX_IOTHREADS EXPORT_OPTS_MAX_IOTHREADS
 
 typedef struct Vbd {
-    GPtrArray *specs;           /* VbdExportSpec */
+    GPtrArray *specs;           /* ExportOpts */
     unsigned int n_iothreads;
     int64_t poll_max_ns;
     char *pidfile;
@@ -123,331 +98,6 @@ static void vbd_usage(FILE *f)
 "\n"
 "Signals: SIGTERM/SIGINT stop (in-flight I/O drains, sockets and the\n"
 "pidfile are removed); SIGUSR1 logs per-export counters.\n");
-}
-
-static bool vbd_parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    uint64_t v, mult = 1;
-
-    if (!s || !g_ascii_isdigit(*s)) {
-        return false;
-    }
-    errno = 0;
-    v = g_ascii_strtoull(s, &end, 0);
-    if (errno) {
-        return false;
-    }
-    switch (*end) {
-    case '\0':
-        break;
-    case 'k': case 'K':
-        mult = 1ULL << 10;
-        end++;
-        break;
-    case 'm': case 'M':
-        mult = 1ULL << 20;
-        end++;
-        break;
-    case 'g': case 'G':
-        mult = 1ULL << 30;
-        end++;
-        break;
-    case 't': case 'T':
-        mult = 1ULL << 40;
-        end++;
-        break;
-    default:
-        return false;
-    }
-    if (*end == 'i' || *end == 'B') {
-        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    }
-    if (*end || (v && mult > UINT64_MAX / v)) {
-        return false;
-    }
-    *out = v * mult;
-    return true;
-}
-
-static bool vbd_parse_uint(const char *s, unsigned int max, unsigned int *out)
-{
-    uint64_t v;
-
-    if (!vbd_parse_size(s, &v) || v > max) {
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-static bool vbd_parse_bool(const char *s, bool *out)
-{
-    if (!strcmp(s, "on") || !strcmp(s, "yes") || !strcmp(s, "true") ||
-        !strcmp(s, "1")) {
-        *out = true;
-        return true;
-    }
-    if (!strcmp(s, "off") || !strcmp(s, "no") || !strcmp(s, "false") ||
-        !strcmp(s, "0")) {
-        *out = false;
-        return true;
-    }
-    return false;
-}
-
-/* USER as a name or a number; @gid receives its primary group. */
-static bool vbd_lookup_user(const char *name, uid_t *uid, gid_t *gid,
-                            GError **errp)
-{
-    struct passwd *pw;
-    unsigned int n;
-
-    errno = 0;
-    pw = getpwnam(name);
-    if (!pw && vbd_parse_uint(name, UINT32_MAX - 1, &n)) {
-        pw = getpwuid(n);
-        if (!pw) {
-            *uid = n;
-            *gid = (gid_t)-1;
-            return true;
-        }
-    }
-    if (!pw) {
-        g_set_error(errp, VB_ERROR, 0, "no user '%s' on this system%s%s",
-                    name, errno ? ": " : " (see getent passwd)",
-                    errno ? g_strerror(errno) : "");
-        return false;
-    }
-    *uid = pw->pw_uid;
-    *gid = pw->pw_gid;
-    return true;
-}
-
-static bool vbd_lookup_group(const char *name, gid_t *gid, GError **errp)
-{
-    struct group *gr;
-    unsigned int n;
-
-    errno = 0;
-    gr = getgrnam(name);
-    if (gr) {
-        *gid = gr->gr_gid;
-        return true;
-    }
-    if (vbd_parse_uint(name, UINT32_MAX - 1, &n)) {
-        *gid = n;
-        return true;
-    }
-    g_set_error(errp, VB_ERROR, 0, "no group '%s' on this system%s%s", name,
-                errno ? ": " : " (see getent group)",
-                errno ? g_strerror(errno) : "");
-    return false;
-}
-
-static void vbd_spec_free(gpointer p)
-{
-    VbdExportSpec *e = p;
-
-    g_free(e->socket);
-    g_free(e->file);
-    g_free(e->driver);
-    g_free(e->serial);
-    g_free(e);
-}
-
-/* Parse one --export argument; false with @errp set. */
-static VbdExportSpec *vbd_parse_export(const char *arg, GError **errp)
-{
-    g_autoptr(GPtrArray) keep = g_ptr_array_new();
-    g_auto(GStrv) items = g_strsplit(arg, ",", -1);
-    VbdExportSpec *e = g_new0(VbdExportSpec, 1);
-
-    e->driver = g_strdup("file");
-    e->num_queues = 1;
-    e->queue_size = 128;
-    e->aio = BLOCK_AIO_IO_URING;
-    e->cache_direct = true;
-    e->logical_block_size = 512;
-    e->discard = true;
-    e->write_zeroes = true;
-    e->batch = true;
-    e->iothread = -1;
-    e->socket_mode = 0600;
-    e->socket_uid = (uid_t)-1;
-    e->socket_gid = (gid_t)-1;
-
-    for (char **it = items; *it; it++) {
-        char *eq = strchr(*it, '=');
-        const char *key, *val;
-        bool ok = true;
-
-        if (!**it) {
-            continue;
-        }
-        if (!eq) {
-            g_set_error(errp, VB_ERROR, 0, "'%s' is not KEY=VALUE", *it);
-            goto fail;
-        }
-        *eq = '\0';
-        key = *it;
-        val = eq + 1;
-        if (!strcmp(key, "socket")) {
-            g_free(e->socket);
-            e->socket = g_strdup(val);
-            ok = *val;
-        } else if (!strcmp(key, "file")) {
-            g_free(e->file);
-            e->file = g_strdup(val);
-            ok = *val;
-        } else if (!strcmp(key, "driver")) {
-            ok = !strcmp(val, "file") || !strcmp(val, "null");
-            g_free(e->driver);
-            e->driver = g_strdup(val);
-        } else if (!strcmp(key, "size")) {
-            ok = vbd_parse_size(val, &e->size) && e->size > 0;
-        } else if (!strcmp(key, "num-queues")) {
-            ok = vbd_parse_uint(val, VBD_MAX_QUEUES, &e->num_queues) &&
-                 e->num_queues > 0;
-        } else if (!strcmp(key, "queue-size")) {
-            ok = vbd_parse_uint(val, 1024, &e->queue_size) &&
-                 e->queue_size >= 2 &&
-                 !(e->queue_size & (e->queue_size - 1));
-        } else if (!strcmp(key, "aio")) {
-            ok = blk_aio_mode_parse(val, &e->aio);
-        } else if (!strcmp(key, "cache")) {
-            if (!strcmp(val, "none")) {
-                e->cache_direct = true;
-            } else if (!strcmp(val, "writeback")) {
-                e->cache_direct = false;
-            } else {
-                ok = false;
-            }
-        } else if (!strcmp(key, "readonly")) {
-            ok = vbd_parse_bool(val, &e->readonly);
-        } else if (!strcmp(key, "serial")) {
-            ok = strlen(val) <= VIRTIO_BLK_ID_BYTES;
-            g_free(e->serial);
-            e->serial = g_strdup(val);
-            e->serial_set = true;
-        } else if (!strcmp(key, "logical-block-size")) {
-            ok = vbd_parse_uint(val, 4096, &e->logical_block_size) &&
-                 (e->logical_block_size == 512 ||
-                  e->logical_block_size == 4096);
-        } else if (!strcmp(key, "discard")) {
-            ok = vbd_parse_bool(val, &e->discard);
-        } else if (!strcmp(key, "write-zeroes")) {
-            ok = vbd_parse_bool(val, &e->write_zeroes);
-        } else if (!strcmp(key, "batch")) {
-            ok = vbd_parse_bool(val, &e->batch);
-        } else if (!strcmp(key, "socket-mode")) {
-            char *end;
-            unsigned long m;
-
-            errno = 0;
-            m = strtoul(val, &end, 8);
-            ok = *val && g_ascii_isdigit(*val) && !*end && !errno &&
-                 m > 0 && m <= 0777;
-            e->socket_mode = m;
-        } else if (!strcmp(key, "socket-owner")) {
-            gid_t unused;
-
-            if (!vbd_lookup_user(val, &e->socket_uid, &unused, errp)) {
-                g_prefix_error(errp, "socket-owner=%s: ", val);
-                goto fail;
-            }
-            e->socket_chown = true;
-        } else if (!strcmp(key, "socket-group")) {
-            if (!vbd_lookup_group(val, &e->socket_gid, errp)) {
-                g_prefix_error(errp, "socket-group=%s: ", val);
-                goto fail;
-            }
-            e->socket_chown = true;
-        } else if (!strcmp(key, "iothread")) {
-            unsigned int n = 0;
-
-            ok = vbd_parse_uint(val, VBD_MAX_IOTHREADS - 1, &n);
-            e->iothread = n;
-        } else if (g_str_has_prefix(key, "inject-")) {
-            if (!blk_inject_parse_option(&e->inject, key, val, errp)) {
-                goto fail;
-            }
-        } else {
-            g_set_error(errp, VB_ERROR, 0, "unknown key '%s' (see "
-                        "vhost-blkd --help)", key);
-            goto fail;
-        }
-        if (!ok) {
-            static const struct {
-                const char *key, *hint;
-            } hints[] = {
-                { "socket", "give a path" },
-                { "file", "give a path" },
-                { "driver", "use file or null" },
-                { "size", "use a positive number with an optional k, M, G "
-                  "or T suffix" },
-                { "num-queues", "use 1 to 64" },
-                { "queue-size", "use a power of 2 from 2 to 1024" },
-                { "aio", "use io_uring, native or threads" },
-                { "cache", "use none or writeback" },
-                { "readonly", "use on or off" },
-                { "serial", "use at most 20 bytes" },
-                { "logical-block-size", "use 512 or 4096" },
-                { "discard", "use on or off" },
-                { "write-zeroes", "use on or off" },
-                { "batch", "use on or off" },
-                { "iothread", "use an iothread number" },
-                { "socket-mode", "use octal permissions from 1 to 0777, "
-                  "e.g. 0660" },
-            };
-            const char *hint = "";
-
-            for (size_t i = 0; i < ARRAY_SIZE(hints); i++) {
-                if (!strcmp(hints[i].key, key)) {
-                    hint = hints[i].hint;
-                }
-            }
-            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: %s", val,
-                        key, hint);
-            goto fail;
-        }
-    }
-
-    if (!e->socket) {
-        g_set_error(errp, VB_ERROR, 0, "socket=PATH is missing");
-        goto fail;
-    }
-    if (!strcmp(e->driver, "file")) {
-        struct stat st;
-
-        if (!e->file) {
-            g_set_error(errp, VB_ERROR, 0, "file=PATH is missing (or use "
-                        "driver=null,size=N)");
-            goto fail;
-        }
-        if (stat(e->file, &st) < 0) {
-            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", e->file,
-                        g_strerror(errno));
-            goto fail;
-        }
-    } else if (!e->size) {
-        g_set_error(errp, VB_ERROR, 0, "driver=null needs size=N");
-        goto fail;
-    }
-    if (!e->serial_set) {
-        g_autofree char *base = e->file ? g_path_get_basename(e->file) :
-                                          g_strdup("");
-
-        if (strlen(base) > VIRTIO_BLK_ID_BYTES) {
-            base[VIRTIO_BLK_ID_BYTES] = '\0';
-        }
-        e->serial = g_strdup(base);
-    }
-    return e;
-
-fail:
-    vbd_spec_free(e);
-    return NULL;
 }
 
 /* ---- main loop ------------------------------------------------------- */
@@ -627,7 +277,7 @@ static bool vbd_setup(Vbd *d, GError **errp)
 
     d->exports = g_ptr_array_new();
     for (guint i = 0; i < d->specs->len; i++) {
-        VbdExportSpec *e = g_ptr_array_index(d->specs, i);
+        ExportOpts *e = g_ptr_array_index(d->specs, i);
         g_autofree AioContext **ctx = g_new0(AioContext *, e->num_queues);
         VuBlkExportOptions o = {
             .socket_path = e->socket,
@@ -824,35 +474,21 @@ int main(int argc, char **argv)
     int opt, ret = 0;
 
     log_set_program_name("vhost-blkd");
-    d.specs = g_ptr_array_new_with_free_func(vbd_spec_free);
+    d.specs = g_ptr_array_new_with_free_func((GDestroyNotify)export_opts_free);
 
     while ((opt = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
         switch (opt) {
-        case OPT_EXPORT: {
-            VbdExportSpec *e = vbd_parse_export(optarg, &err);
-
-            if (!e) {
+        case OPT_EXPORT:
+            if (!export_opts_list_add(d.specs, optarg, &err)) {
                 fprintf(stderr, "vhost-blkd: --export %s: %s\n", optarg,
                         err->message);
                 return 1;
             }
-            for (guint i = 0; i < d.specs->len; i++) {
-                VbdExportSpec *o = g_ptr_array_index(d.specs, i);
-
-                if (!strcmp(o->socket, e->socket)) {
-                    fprintf(stderr, "vhost-blkd: --export %s: socket %s is "
-                            "already used by another --export; give each "
-                            "export its own socket\n", optarg, e->socket);
-                    return 1;
-                }
-            }
-            g_ptr_array_add(d.specs, e);
             break;
-        }
         case OPT_IOTHREADS: {
             unsigned int n;
 
-            if (!vbd_parse_uint(optarg, VBD_MAX_IOTHREADS, &n) || n == 0) {
+            if (!export_opts_parse_uint(optarg, VBD_MAX_IOTHREADS, &n) || n == 0) {
                 fprintf(stderr, "vhost-blkd: --iothreads %s: use 1 to %d\n",
                         optarg, VBD_MAX_IOTHREADS);
                 return 1;
@@ -863,7 +499,7 @@ int main(int argc, char **argv)
         case OPT_POLL_MAX_NS: {
             uint64_t v;
 
-            if (!vbd_parse_size(optarg, &v) || v > INT64_MAX) {
+            if (!export_opts_parse_size(optarg, &v) || v > INT64_MAX) {
                 fprintf(stderr, "vhost-blkd: --poll-max-ns %s: use a number "
                         "of nanoseconds (0 disables polling)\n", optarg);
                 return 1;
@@ -894,9 +530,9 @@ int main(int argc, char **argv)
             gid_t gid;
 
             if (!parts[0] || !*parts[0] ||
-                !vbd_lookup_user(parts[0], &d.runas_uid, &d.runas_gid,
+                !export_opts_lookup_user(parts[0], &d.runas_uid, &d.runas_gid,
                                  &err) ||
-                (parts[1] && !vbd_lookup_group(parts[1], &gid, &err))) {
+                (parts[1] && !export_opts_lookup_group(parts[1], &gid, &err))) {
                 fprintf(stderr, "vhost-blkd: --user %s: %s\n", optarg,
                         err ? err->message : "give USER or USER:GROUP");
                 return 1;
@@ -915,7 +551,7 @@ int main(int argc, char **argv)
             break;
         }
         case OPT_SECCOMP:
-            if (!vbd_parse_bool(optarg, &d.seccomp)) {
+            if (!export_opts_parse_bool(optarg, &d.seccomp)) {
                 fprintf(stderr, "vhost-blkd: --seccomp %s: use on or off\n",
                         optarg);
                 return 1;
@@ -949,7 +585,7 @@ int main(int argc, char **argv)
         return 1;
     }
     for (guint i = 0; i < d.specs->len; i++) {
-        VbdExportSpec *e = g_ptr_array_index(d.specs, i);
+        ExportOpts *e = g_ptr_array_index(d.specs, i);
 
         if (e->iothread >= (int)d.n_iothreads) {
             fprintf(stderr, "vhost-blkd: --export socket=%s: iothread=%d, but "

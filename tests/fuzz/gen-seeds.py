@@ -347,12 +347,87 @@ def vhost_user_seeds():
     return seeds
 
 
+# ------------------------------------------------------------- export-opts
+#
+# fuzz-export-opts input: text, one --export argument per line (the lines
+# go to one list, so a repeated socket= is refused).  The harness runs in a
+# directory holding disk0.img, d.img and base.img; the examples of
+# docs/user-guide.md use those names instead of their absolute paths.
+
+def export_opts_seeds():
+    ok = {
+        'guide-basic': 'socket=/run/vhost-blk/vm1-disk0.sock,file=disk0.img',
+        'guide-queues': 'socket=/run/vhost-blk/vm1-disk0.sock,file=disk0.img,'
+                        'num-queues=4',
+        'guide-4k': 'socket=/run/vhost-blk/d.sock,file=d.img,'
+                    'logical-block-size=4096,serial=vm1-data,aio=native',
+        'guide-null': 'socket=/run/vhost-blk/null.sock,driver=null,size=10G,'
+                      'num-queues=2',
+        'guide-queue-size': 'socket=/run/vhost-blk/d.sock,file=d.img,'
+                            'queue-size=256',
+        'guide-readonly': 'socket=/run/vhost-blk/ro.sock,file=base.img,'
+                          'readonly=on',
+        'guide-group': 'socket=/run/vhost-blk/vm1.sock,file=disk0.img,'
+                       'num-queues=4,socket-mode=0660,socket-group=root',
+        'owner': 'socket=o.sock,driver=null,size=16M,socket-mode=0660,'
+                 'socket-owner=root,socket-group=0',
+        'all-keys': 'socket=all.sock,file=disk0.img,driver=file,'
+                    'num-queues=64,queue-size=1024,aio=threads,'
+                    'cache=writeback,readonly=off,serial=12345678901234567890,'
+                    'logical-block-size=512,discard=off,write-zeroes=no,'
+                    'batch=false,iothread=255,socket-mode=0777',
+        'inject': 'socket=i.sock,driver=null,size=1M,inject-error=read+write,'
+                  'inject-sector=8-15,inject-after=2,inject-count=3,'
+                  'inject-errno=ENOSPC',
+        'sizes': 'socket=s.sock,driver=null,size=0x1000\n'
+                 'socket=t.sock,driver=null,size=16EiB\n'
+                 'socket=u.sock,driver=null,size=1TiB,queue-size=2\n'
+                 'socket=v.sock,driver=null,size=4kB,,',
+        'two-exports': 'socket=a.sock,file=disk0.img\n'
+                       'socket=b.sock,driver=null,size=1G,iothread=1',
+        'duplicate': 'socket=a.sock,driver=null,size=1G\n'
+                     'socket=a.sock,driver=null,size=1G',
+    }
+    bad = {
+        # the error examples of docs/user-guide.md
+        'guide-nonexist': 'socket=a.sock,file=/nonexist',
+        'guide-unknown': 'socket=a.sock,file=disk0.img,colour=red',
+        'guide-bad-size': 'socket=a.sock,driver=null,size=12Q',
+        'guide-no-size': 'socket=a.sock,driver=null',
+        'no-file': 'socket=a.sock',
+        'no-socket': 'file=disk0.img',
+        'empty-socket': 'socket=,file=disk0.img',
+        'not-kv': 'socket=a.sock,file',
+        'edges': 'socket=q.sock,driver=null,size=1,queue-size=2048\n'
+                 'socket=q.sock,driver=null,size=1,queue-size=96\n'
+                 'socket=q.sock,driver=null,size=1,num-queues=0\n'
+                 'socket=q.sock,driver=null,size=1,num-queues=65\n'
+                 'socket=q.sock,driver=null,size=1,logical-block-size=1024\n'
+                 'socket=q.sock,driver=null,size=0\n'
+                 'socket=q.sock,driver=null,size=18446744073709551616\n'
+                 'socket=q.sock,driver=null,size=16384P\n'
+                 'socket=q.sock,driver=null,size=1,socket-mode=999\n'
+                 'socket=q.sock,driver=null,size=1,socket-mode=01000\n'
+                 'socket=q.sock,driver=null,size=1,iothread=256\n'
+                 'socket=q.sock,driver=null,size=1,serial=123456789012345678901\n'
+                 'socket=q.sock,driver=null,size=1,socket-group=no-such-group-vb\n'
+                 'socket=q.sock,driver=null,size=1,socket-owner=no-such-user-vb\n'
+                 'socket=q.sock,driver=null,size=1,inject-error=sideways\n'
+                 'socket=q.sock,driver=nbd,size=1',
+    }
+    seeds = {}
+    for name, text in list(ok.items()) + list(bad.items()):
+        seeds[name] = text.encode()
+    return seeds
+
+
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else \
         os.path.join(os.path.dirname(os.path.abspath(__file__)), 'corpus')
     for target, seeds in (('fuzz-virtqueue', virtqueue_seeds()),
                           ('fuzz-virtio-blk', virtio_blk_seeds()),
-                          ('fuzz-vhost-user', vhost_user_seeds())):
+                          ('fuzz-vhost-user', vhost_user_seeds()),
+                          ('fuzz-export-opts', export_opts_seeds())):
         d = os.path.join(outdir, target)
         os.makedirs(d, exist_ok=True)
         for name, data in seeds.items():

@@ -1,0 +1,371 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * vhost-blkd's option parser: one --export KEY=VALUE,... string into an
+ * ExportOpts, and the size, number, on/off, user and group values of the
+ * other options.  No printing, no exit(): errors are GErrors the daemon
+ * prints.  See include/tools/export-opts.h.
+ */
+#include "qemu/osdep.h"
+#include "hw/block/virtio-blk.h"
+#include "tools/export-opts.h"
+
+#include <sys/stat.h>
+#include <grp.h>
+#include <pwd.h>
+
+G_STATIC_ASSERT(EXPORT_OPTS_SERIAL_BYTES == VIRTIO_BLK_ID_BYTES);
+
+/* Any thread. */
+bool export_opts_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    uint64_t v, mult = 1;
+
+    if (!s || !g_ascii_isdigit(*s)) {
+        return false;
+    }
+    errno = 0;
+    v = g_ascii_strtoull(s, &end, 0);
+    if (errno) {
+        return false;
+    }
+    switch (*end) {
+    case '\0':
+        break;
+    case 'k': case 'K':
+        mult = 1ULL << 10;
+        end++;
+        break;
+    case 'm': case 'M':
+        mult = 1ULL << 20;
+        end++;
+        break;
+    case 'g': case 'G':
+        mult = 1ULL << 30;
+        end++;
+        break;
+    case 't': case 'T':
+        mult = 1ULL << 40;
+        end++;
+        break;
+    default:
+        return false;
+    }
+    if (*end == 'i' || *end == 'B') {
+        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    }
+    if (*end || (v && mult > UINT64_MAX / v)) {
+        return false;
+    }
+    *out = v * mult;
+    return true;
+}
+
+/* Any thread. */
+bool export_opts_parse_uint(const char *s, unsigned int max,
+                            unsigned int *out)
+{
+    uint64_t v;
+
+    if (!export_opts_parse_size(s, &v) || v > max) {
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Any thread. */
+bool export_opts_parse_bool(const char *s, bool *out)
+{
+    if (!strcmp(s, "on") || !strcmp(s, "yes") || !strcmp(s, "true") ||
+        !strcmp(s, "1")) {
+        *out = true;
+        return true;
+    }
+    if (!strcmp(s, "off") || !strcmp(s, "no") || !strcmp(s, "false") ||
+        !strcmp(s, "0")) {
+        *out = false;
+        return true;
+    }
+    return false;
+}
+
+/* USER as a name or a number; @gid receives its primary group.  Any
+ * thread (getpwnam() is not reentrant: one caller at a time). */
+bool export_opts_lookup_user(const char *name, uid_t *uid, gid_t *gid,
+                             GError **errp)
+{
+    struct passwd *pw;
+    unsigned int n;
+
+    errno = 0;
+    pw = getpwnam(name);
+    if (!pw && export_opts_parse_uint(name, UINT32_MAX - 1, &n)) {
+        pw = getpwuid(n);
+        if (!pw) {
+            *uid = n;
+            *gid = (gid_t)-1;
+            return true;
+        }
+    }
+    if (!pw) {
+        g_set_error(errp, VB_ERROR, 0, "no user '%s' on this system%s%s",
+                    name, errno ? ": " : " (see getent passwd)",
+                    errno ? g_strerror(errno) : "");
+        return false;
+    }
+    *uid = pw->pw_uid;
+    *gid = pw->pw_gid;
+    return true;
+}
+
+/* Any thread, one caller at a time (getgrnam()). */
+bool export_opts_lookup_group(const char *name, gid_t *gid, GError **errp)
+{
+    struct group *gr;
+    unsigned int n;
+
+    errno = 0;
+    gr = getgrnam(name);
+    if (gr) {
+        *gid = gr->gr_gid;
+        return true;
+    }
+    if (export_opts_parse_uint(name, UINT32_MAX - 1, &n)) {
+        *gid = n;
+        return true;
+    }
+    g_set_error(errp, VB_ERROR, 0, "no group '%s' on this system%s%s", name,
+                errno ? ": " : " (see getent group)",
+                errno ? g_strerror(errno) : "");
+    return false;
+}
+
+/* Any thread. */
+void export_opts_free(ExportOpts *e)
+{
+    if (!e) {
+        return;
+    }
+    g_free(e->socket);
+    g_free(e->file);
+    g_free(e->driver);
+    g_free(e->serial);
+    g_free(e);
+}
+
+/* Parse one --export argument; NULL with @errp set.  Any thread. */
+ExportOpts *export_opts_parse(const char *arg, GError **errp)
+{
+    g_auto(GStrv) items = g_strsplit(arg, ",", -1);
+    ExportOpts *e = g_new0(ExportOpts, 1);
+
+    e->driver = g_strdup("file");
+    e->num_queues = 1;
+    e->queue_size = 128;
+    e->aio = BLOCK_AIO_IO_URING;
+    e->cache_direct = true;
+    e->logical_block_size = 512;
+    e->discard = true;
+    e->write_zeroes = true;
+    e->batch = true;
+    e->iothread = -1;
+    e->socket_mode = 0600;
+    e->socket_uid = (uid_t)-1;
+    e->socket_gid = (gid_t)-1;
+
+    for (char **it = items; *it; it++) {
+        char *eq = strchr(*it, '=');
+        const char *key, *val;
+        bool ok = true;
+
+        if (!**it) {
+            continue;
+        }
+        if (!eq) {
+            g_set_error(errp, VB_ERROR, 0, "'%s' is not KEY=VALUE", *it);
+            goto fail;
+        }
+        *eq = '\0';
+        key = *it;
+        val = eq + 1;
+        if (!strcmp(key, "socket")) {
+            g_free(e->socket);
+            e->socket = g_strdup(val);
+            ok = *val;
+        } else if (!strcmp(key, "file")) {
+            g_free(e->file);
+            e->file = g_strdup(val);
+            ok = *val;
+        } else if (!strcmp(key, "driver")) {
+            ok = !strcmp(val, "file") || !strcmp(val, "null");
+            g_free(e->driver);
+            e->driver = g_strdup(val);
+        } else if (!strcmp(key, "size")) {
+            ok = export_opts_parse_size(val, &e->size) && e->size > 0;
+        } else if (!strcmp(key, "num-queues")) {
+            ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUES, &e->num_queues) &&
+                 e->num_queues > 0;
+        } else if (!strcmp(key, "queue-size")) {
+            ok = export_opts_parse_uint(val, 1024, &e->queue_size) &&
+                 e->queue_size >= 2 &&
+                 !(e->queue_size & (e->queue_size - 1));
+        } else if (!strcmp(key, "aio")) {
+            ok = blk_aio_mode_parse(val, &e->aio);
+        } else if (!strcmp(key, "cache")) {
+            if (!strcmp(val, "none")) {
+                e->cache_direct = true;
+            } else if (!strcmp(val, "writeback")) {
+                e->cache_direct = false;
+            } else {
+                ok = false;
+            }
+        } else if (!strcmp(key, "readonly")) {
+            ok = export_opts_parse_bool(val, &e->readonly);
+        } else if (!strcmp(key, "serial")) {
+            ok = strlen(val) <= VIRTIO_BLK_ID_BYTES;
+            g_free(e->serial);
+            e->serial = g_strdup(val);
+            e->serial_set = true;
+        } else if (!strcmp(key, "logical-block-size")) {
+            ok = export_opts_parse_uint(val, 4096, &e->logical_block_size) &&
+                 (e->logical_block_size == 512 ||
+                  e->logical_block_size == 4096);
+        } else if (!strcmp(key, "discard")) {
+            ok = export_opts_parse_bool(val, &e->discard);
+        } else if (!strcmp(key, "write-zeroes")) {
+            ok = export_opts_parse_bool(val, &e->write_zeroes);
+        } else if (!strcmp(key, "batch")) {
+            ok = export_opts_parse_bool(val, &e->batch);
+        } else if (!strcmp(key, "socket-mode")) {
+            char *end;
+            unsigned long m;
+
+            errno = 0;
+            m = strtoul(val, &end, 8);
+            ok = *val && g_ascii_isdigit(*val) && !*end && !errno &&
+                 m > 0 && m <= 0777;
+            e->socket_mode = m;
+        } else if (!strcmp(key, "socket-owner")) {
+            gid_t unused;
+
+            if (!export_opts_lookup_user(val, &e->socket_uid, &unused, errp)) {
+                g_prefix_error(errp, "socket-owner=%s: ", val);
+                goto fail;
+            }
+            e->socket_chown = true;
+        } else if (!strcmp(key, "socket-group")) {
+            if (!export_opts_lookup_group(val, &e->socket_gid, errp)) {
+                g_prefix_error(errp, "socket-group=%s: ", val);
+                goto fail;
+            }
+            e->socket_chown = true;
+        } else if (!strcmp(key, "iothread")) {
+            unsigned int n = 0;
+
+            ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_IOTHREADS - 1, &n);
+            e->iothread = n;
+        } else if (g_str_has_prefix(key, "inject-")) {
+            if (!blk_inject_parse_option(&e->inject, key, val, errp)) {
+                goto fail;
+            }
+        } else {
+            g_set_error(errp, VB_ERROR, 0, "unknown key '%s' (see "
+                        "vhost-blkd --help)", key);
+            goto fail;
+        }
+        if (!ok) {
+            static const struct {
+                const char *key, *hint;
+            } hints[] = {
+                { "socket", "give a path" },
+                { "file", "give a path" },
+                { "driver", "use file or null" },
+                { "size", "use a positive number with an optional k, M, G "
+                  "or T suffix" },
+                { "num-queues", "use 1 to 64" },
+                { "queue-size", "use a power of 2 from 2 to 1024" },
+                { "aio", "use io_uring, native or threads" },
+                { "cache", "use none or writeback" },
+                { "readonly", "use on or off" },
+                { "serial", "use at most 20 bytes" },
+                { "logical-block-size", "use 512 or 4096" },
+                { "discard", "use on or off" },
+                { "write-zeroes", "use on or off" },
+                { "batch", "use on or off" },
+                { "iothread", "use an iothread number" },
+                { "socket-mode", "use octal permissions from 1 to 0777, "
+                  "e.g. 0660" },
+            };
+            const char *hint = "";
+
+            for (size_t i = 0; i < ARRAY_SIZE(hints); i++) {
+                if (!strcmp(hints[i].key, key)) {
+                    hint = hints[i].hint;
+                }
+            }
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: %s", val,
+                        key, hint);
+            goto fail;
+        }
+    }
+
+    if (!e->socket) {
+        g_set_error(errp, VB_ERROR, 0, "socket=PATH is missing");
+        goto fail;
+    }
+    if (!strcmp(e->driver, "file")) {
+        struct stat st;
+
+        if (!e->file) {
+            g_set_error(errp, VB_ERROR, 0, "file=PATH is missing (or use "
+                        "driver=null,size=N)");
+            goto fail;
+        }
+        if (stat(e->file, &st) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", e->file,
+                        g_strerror(errno));
+            goto fail;
+        }
+    } else if (!e->size) {
+        g_set_error(errp, VB_ERROR, 0, "driver=null needs size=N");
+        goto fail;
+    }
+    if (!e->serial_set) {
+        g_autofree char *base = e->file ? g_path_get_basename(e->file) :
+                                          g_strdup("");
+
+        if (strlen(base) > VIRTIO_BLK_ID_BYTES) {
+            base[VIRTIO_BLK_ID_BYTES] = '\0';
+        }
+        e->serial = g_strdup(base);
+    }
+    return e;
+
+fail:
+    export_opts_free(e);
+    return NULL;
+}
+
+/* Any thread (one caller at a time per @list). */
+bool export_opts_list_add(GPtrArray *list, const char *arg, GError **errp)
+{
+    ExportOpts *e = export_opts_parse(arg, errp);
+
+    if (!e) {
+        return false;
+    }
+    for (guint i = 0; i < list->len; i++) {
+        ExportOpts *o = g_ptr_array_index(list, i);
+
+        if (!strcmp(o->socket, e->socket)) {
+            g_set_error(errp, VB_ERROR, 0, "socket %s is already used by "
+                        "another --export; give each export its own socket",
+                        e->socket);
+            export_opts_free(e);
+            return false;
+        }
+    }
+    g_ptr_array_add(list, e);
+    return true;
+}
