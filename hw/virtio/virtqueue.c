@@ -431,6 +431,15 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
                                      "in chain of head %u", d.len, head);
                 return false;
             }
+            /* Descriptors are read with single aligned loads; a table
+             * that is not 8-byte aligned cannot be (drivers allocate
+             * them aligned). */
+            if (d.addr % 8 != 0) {
+                virtqueue_set_broken(vq, "indirect table at 0x%" PRIx64
+                                     " is not 8-byte aligned (chain of head "
+                                     "%u)", (uint64_t)d.addr, head);
+                return false;
+            }
             /* The table must be contiguous in our address space. */
             table = guest_mem_gpa_to_host(vq->mem, d.addr, d.len);
             if (!table) {
