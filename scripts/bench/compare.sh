@@ -14,6 +14,8 @@
 #   -f  raw file (default /var/tmp/vhost-blk-compare.img, created once)
 #   -m  its size in MiB (default 1024)    -n  I/Os per callgrind run (20000)
 #   --quick  1 rep of 1 s, a few cases, no callgrind/strace (smoke test)
+# The ablations run on the raw file and on a RAM-backed file in /dev/shm
+# ($VB_RAM_DIR, 256 MiB, removed afterwards).
 # Outputs: OUTDIR/results.json, OUTDIR/results.md (also printed),
 #          OUTDIR/iops-vs-iodepth.png, OUTDIR/iops-vs-queues.png.
 # CPU placement: daemons (and fio) on CPU $VB_DAEMON_CPU (default 1), the
@@ -26,6 +28,7 @@ runtime=2
 reps=3
 file=/var/tmp/vhost-blk-compare.img
 size_mib=1024
+ram_mib=256
 cg_ios=20000
 builddir=$srcdir/build
 quick=0
@@ -108,6 +111,7 @@ cleanup() {
         wait "${PID[$n]}" 2>/dev/null
     done
     rm -rf "$tmp"
+    [ -n "${ramfile:-}" ] && rm -f "$ramfile"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -193,16 +197,22 @@ bench() {
     echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"depth\": $d, \"queues\": $q, \"r\": $j}" >> "$raw"
 }
 
-# fio_limit GROUP REP DEPTH QUEUES: plain fio on the file (io_uring, O_DIRECT)
+# fio_limit GROUP REP DEPTH QUEUES CASE: plain fio on the file (io_uring,
+# O_DIRECT).  CASE fio: fio's defaults (one submit per I/O); CASE
+# fio-batched: up to 16 I/Os per submit and per reap, fio at its fastest.
 fio_limit() {
-    local g=$1 r=$2 d=$3 q=$4
+    local g=$1 r=$2 d=$3 q=$4 c=$5 b=()
     [ "$have_fio" = 1 ] || return 0
+    if [ "$c" = fio-batched ]; then
+        local n=$(( d < 16 ? d : 16 ))
+        b=(--iodepth_batch_submit="$n" --iodepth_batch_complete_max="$n")
+    fi
     "${pin_d[@]}" fio --name=limit --filename="$file" --direct=1 \
-        --ioengine=io_uring --rw=randread --bs=4k --iodepth="$d" \
+        --ioengine=io_uring --rw=randread --bs=4k --iodepth="$d" "${b[@]}" \
         --numjobs="$q" --runtime="$runtime" --time_based --group_reporting \
         --output-format=json > "$tmp/fio.json" 2> "$tmp/fio.err" || {
         echo "compare.sh: fio failed:" >&2; cat "$tmp/fio.err" >&2; return 1; }
-    python3 - "$tmp/fio.json" "$g" "$r" "$d" "$q" >> "$raw" <<'EOF'
+    python3 - "$tmp/fio.json" "$g" "$r" "$d" "$q" "$c" >> "$raw" <<'EOF'
 import json, sys
 f = json.load(open(sys.argv[1]))
 rd = f["jobs"][0]["read"]
@@ -211,7 +221,7 @@ r = {"iops": rd["iops"], "errors": 0,
      "lat_us": {"p50": pct.get("50.000000", 0) / 1e3,
                 "p99": pct.get("99.000000", 0) / 1e3,
                 "p99_9": pct.get("99.900000", 0) / 1e3}}
-print(json.dumps({"kind": "run", "group": sys.argv[2], "case": "fio",
+print(json.dumps({"kind": "run", "group": sys.argv[2], "case": sys.argv[6],
                   "rep": int(sys.argv[3]), "depth": int(sys.argv[4]),
                   "queues": int(sys.argv[5]), "r": r}))
 EOF
@@ -228,7 +238,8 @@ sweep() {
                     bench "$g" "$c" "$r" "$d" "$q" || return 1
                 done
                 if [ -n "$with_fio" ]; then
-                    fio_limit "$g" "$r" "$d" "$q" || return 1
+                    fio_limit "$g" "$r" "$d" "$q" fio || return 1
+                    fio_limit "$g" "$r" "$d" "$q" fio-batched || return 1
                 fi
             done
         done
@@ -317,26 +328,43 @@ if [ "$do_strace" = 1 ]; then
 fi
 stop blkd-file; stop qsd-file
 
-# ablations on vhost-blkd, raw file, iodepth 64
-if [ "$do_ablations" = 1 ]; then
-    blkd abl-native-batch "file=$file,aio=native,batch=on" || exit 1
-    blkd abl-native-nobatch "file=$file,aio=native,batch=off" || exit 1
-    blkd abl-io_uring "file=$file,aio=io_uring" || exit 1
-    blkd abl-threads "file=$file,aio=threads" || exit 1
-    blkd abl-io_uring-nopoll "file=$file,aio=io_uring" --poll-max-ns 0 || exit 1
-    acases="abl-native-batch abl-native-nobatch abl-io_uring abl-threads abl-io_uring-nopoll"
-    sweep ablation "$acases" 64 1 || exit 1
+# ablations on vhost-blkd at iodepth 64, on two back-ends: the raw file on
+# the disk (device-bound: the device's variance can hide the dataplane) and
+# a file in tmpfs (RAM, O_DIRECT: dataplane-bound, where batching and the
+# engines' per-request costs show, like the fast devices of the seed posts).
+# ablate GROUP PREFIX FILE
+ablate() {
+    local g=$1 p=$2 f=$3 c
+    blkd "$p-native-batch" "file=$f,aio=native,cache=none,batch=on" || return 1
+    blkd "$p-native-nobatch" "file=$f,aio=native,cache=none,batch=off" || return 1
+    blkd "$p-io_uring" "file=$f,aio=io_uring,cache=none" || return 1
+    blkd "$p-io_uring-nobatch" "file=$f,aio=io_uring,cache=none,batch=off" || return 1
+    blkd "$p-threads" "file=$f,aio=threads,cache=none" || return 1
+    blkd "$p-io_uring-nopoll" "file=$f,aio=io_uring,cache=none" --poll-max-ns 0 || return 1
+    local acases="$p-native-batch $p-native-nobatch $p-io_uring $p-io_uring-nobatch $p-threads $p-io_uring-nopoll"
+    sweep "$g" "$acases" 64 1 || return 1
     for c in $acases; do
         kill -USR1 "${PID[$c]}" 2>/dev/null
     done
     sleep 0.2
     if [ "$do_strace" = 1 ]; then
-        for c in $acases; do syscalls "$c" ablation 64; done
+        for c in $acases; do syscalls "$c" "$g" 64; done
     fi
     for c in $acases; do
         cp "$tmp/$c.log" "$out/$c.log" 2>/dev/null
         stop "$c"
     done
+}
+if [ "$do_ablations" = 1 ]; then
+    ablate ablation abl "$file" || exit 1
+    ramfile=${VB_RAM_DIR:-/dev/shm}/vhost-blk-compare-ram.$$.img
+    if truncate -s "$((ram_mib * 1024 * 1024))" "$ramfile" 2>/dev/null &&
+       dd if=/dev/zero of="$ramfile" bs=4k count=1 oflag=direct conv=notrunc status=none 2>/dev/null; then
+        ablate ablation-ram ram "$ramfile" || { rm -f "$ramfile"; exit 1; }
+    else
+        log "no O_DIRECT-capable tmpfs at ${VB_RAM_DIR:-/dev/shm}: skipping the RAM-backed ablations"
+    fi
+    rm -f "$ramfile"
 fi
 
 # instructions per I/O (null back-ends, serialised by valgrind)
