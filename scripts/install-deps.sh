@@ -8,7 +8,7 @@ set -euo pipefail
 PKGS=(
     # build
     gcc pkg-config meson ninja-build libglib2.0-dev liburing-dev libaio-dev
-    libjson-glib-dev libseccomp-dev
+    libjson-glib-dev libseccomp-dev libpcre2-dev
     # tests and the guest harness
     qemu-system-x86 qemu-utils qemu-system-data seabios fio busybox-static
     cpio zstd xz-utils kmod dpkg-dev util-linux e2fsprogs strace

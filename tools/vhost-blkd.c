@@ -97,13 +97,51 @@ static void vbd_usage(FILE *f)
 "  -V, --version           print the version\n"
 "\n"
 "Signals: SIGTERM/SIGINT stop (in-flight I/O drains, sockets and the\n"
-"pidfile are removed); SIGUSR1 logs per-export counters.\n");
+"pidfile are removed); SIGUSR1 logs per-export and per-engine counters.\n");
 }
 
 /* ---- main loop ------------------------------------------------------- */
 
+typedef struct VbdEngineStatsJob {
+    AioContext *ctx;
+    unsigned int iothread;
+} VbdEngineStatsJob;
+
+/* In each iothread: the counters of the engines it has created. */
+static void vbd_engine_stats_cb(void *opaque)
+{
+    VbdEngineStatsJob *job = opaque;
+    static const BlockAioMode modes[] = {
+        BLOCK_AIO_IO_URING, BLOCK_AIO_NATIVE, BLOCK_AIO_THREADS,
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
+        BlockEngineStats st;
+
+        if (!blk_engine_get_stats(job->ctx, modes[i], &st)) {
+            continue;
+        }
+        log_msg(LOG_LEVEL_INFO, "iothread %u: %s: requests %" PRIu64
+                ", submit syscalls %" PRIu64 ", completions %" PRIu64
+                " (direct %" PRIu64 ", bh %" PRIu64 "), bh scheduled %" PRIu64
+                ", retries %" PRIu64 ", bounced %" PRIu64, job->iothread,
+                blk_aio_mode_name(modes[i]), st.requests, st.submit_syscalls,
+                st.completions, st.completions_direct, st.completions_bh,
+                st.bh_scheduled, st.retries, st.bounced);
+    }
+}
+
 static void vbd_dump_stats(Vbd *d)
 {
+    for (unsigned int i = 0; i < d->n_iothreads; i++) {
+        VbdEngineStatsJob job = {
+            .ctx = iothread_get_aio_context(d->iothreads[i]),
+            .iothread = i,
+        };
+
+        iothread_run_sync(d->iothreads[i], vbd_engine_stats_cb, &job);
+    }
+
     for (guint i = 0; i < d->exports->len; i++) {
         VuBlkExport *exp = g_ptr_array_index(d->exports, i);
         VuBlkExportStats st;

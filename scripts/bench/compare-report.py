@@ -5,6 +5,7 @@
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -49,6 +50,21 @@ def fmt_k(v):
 
 def fmt(v, spec=".1f"):
     return "-" if v is None else format(v, spec)
+
+
+def engine_counters(log):
+    """(direct, bh) completions summed over the iothreads of a vhost-blkd
+    log (its SIGUSR1 dump), or None."""
+    pat = re.compile(r"iothread \d+: \S+: requests \d+, submit syscalls \d+, "
+                     r"completions \d+ \(direct (\d+), bh (\d+)\)")
+    try:
+        found = [pat.search(line) for line in open(log)]
+    except OSError:
+        return None
+    found = [m for m in found if m]
+    if not found:
+        return None
+    return (sum(int(m.group(1)) for m in found), sum(int(m.group(2)) for m in found))
 
 
 def pct(r):
@@ -158,8 +174,9 @@ def main():
         md.append(f"### Ablations (vhost-blkd, {title}, iodepth 64, 1 queue)")
         md.append("")
         md.append("| configuration | IOPS | vs linux-aio batch on | p99 us "
-                  "| syscalls / request | submit syscalls / request |")
-        md.append("|---|---:|---:|---:|---:|---:|")
+                  "| syscalls / request | submit syscalls / request "
+                  "| completions direct / in BH (daemon counters) |")
+        md.append("|---|---:|---:|---:|---:|---:|---:|")
         base = get(g, f"{p}-native-batch", 64, 1)
         for s in ABLATIONS:
             c = f"{p}-{s}"
@@ -169,9 +186,11 @@ def main():
             st = strace.get(c)
             sc = ratio(st["syscalls"], st["ios"]) if st else None
             ss = ratio(st["submit_syscalls"], st["ios"]) if st else None
+            eng = engine_counters(os.path.join(a.out, c + ".log"))
             md.append(f"| {LABEL[s]} | {fmt_k(v)} | {fmt(ratio(v, base), '.2f')}x | "
                       f"{fmt(get(g, c, 64, 1, 'p99_us'))} | {fmt(sc, '.3f')} | "
-                      f"{fmt(ss, '.3f')} |")
+                      f"{fmt(ss, '.3f')} | "
+                      f"{f'{eng[0]} / {eng[1]}' if eng else '-'} |")
         md.append("")
 
     cg = {e["case"]: e for e in extra if e["kind"] == "callgrind"}
