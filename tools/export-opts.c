@@ -90,6 +90,67 @@ bool export_opts_parse_bool(const char *s, bool *out)
     return false;
 }
 
+/*
+ * User and group names.  A dynamically linked daemon asks NSS (getpwnam()
+ * and friends), so LDAP or sssd users work.  A statically linked one must
+ * not: glibc's NSS would load the system's shared libnss modules into a
+ * static program, which crashes when their glibc is not the one linked
+ * in (and did, for a name that no module knows).  It reads /etc/passwd and
+ * /etc/group with fgetpwent()/fgetgrent(), plain file parsers.
+ */
+#if CONFIG_STATIC_TOOLS
+static struct passwd *vb_getpw(const char *name, bool by_uid, uid_t uid)
+{
+    FILE *f = fopen("/etc/passwd", "re");
+    struct passwd *pw = NULL;
+
+    if (!f) {
+        return NULL;
+    }
+    errno = 0;
+    while ((pw = fgetpwent(f)) != NULL) {
+        if (by_uid ? pw->pw_uid == uid : !strcmp(pw->pw_name, name)) {
+            break;
+        }
+    }
+    if (!pw && errno == ENOENT) {
+        errno = 0;              /* end of file, not an error */
+    }
+    fclose(f);
+    return pw;
+}
+
+static struct group *vb_getgr(const char *name)
+{
+    FILE *f = fopen("/etc/group", "re");
+    struct group *gr = NULL;
+
+    if (!f) {
+        return NULL;
+    }
+    errno = 0;
+    while ((gr = fgetgrent(f)) != NULL) {
+        if (!strcmp(gr->gr_name, name)) {
+            break;
+        }
+    }
+    if (!gr && errno == ENOENT) {
+        errno = 0;
+    }
+    fclose(f);
+    return gr;
+}
+#define VB_PWNAM(n)   vb_getpw((n), false, 0)
+#define VB_PWUID(u)   vb_getpw(NULL, true, (u))
+#define VB_GRNAM(n)   vb_getgr(n)
+#define VB_USER_DB    " (static build: /etc/passwd and /etc/group only)"
+#else
+#define VB_PWNAM(n)   getpwnam(n)
+#define VB_PWUID(u)   getpwuid(u)
+#define VB_GRNAM(n)   getgrnam(n)
+#define VB_USER_DB    ""
+#endif
+
 /* USER as a name or a number; @gid receives its primary group.  Any
  * thread (getpwnam() is not reentrant: one caller at a time). */
 bool export_opts_lookup_user(const char *name, uid_t *uid, gid_t *gid,
@@ -99,9 +160,9 @@ bool export_opts_lookup_user(const char *name, uid_t *uid, gid_t *gid,
     unsigned int n;
 
     errno = 0;
-    pw = getpwnam(name);
+    pw = VB_PWNAM(name);
     if (!pw && export_opts_parse_uint(name, UINT32_MAX - 1, &n)) {
-        pw = getpwuid(n);
+        pw = VB_PWUID(n);
         if (!pw) {
             *uid = n;
             *gid = (gid_t)-1;
@@ -109,9 +170,9 @@ bool export_opts_lookup_user(const char *name, uid_t *uid, gid_t *gid,
         }
     }
     if (!pw) {
-        g_set_error(errp, VB_ERROR, 0, "no user '%s' on this system%s%s",
+        g_set_error(errp, VB_ERROR, 0, "no user '%s' on this system%s%s%s",
                     name, errno ? ": " : " (see getent passwd)",
-                    errno ? g_strerror(errno) : "");
+                    errno ? g_strerror(errno) : "", VB_USER_DB);
         return false;
     }
     *uid = pw->pw_uid;
@@ -126,7 +187,7 @@ bool export_opts_lookup_group(const char *name, gid_t *gid, GError **errp)
     unsigned int n;
 
     errno = 0;
-    gr = getgrnam(name);
+    gr = VB_GRNAM(name);
     if (gr) {
         *gid = gr->gr_gid;
         return true;
@@ -135,10 +196,48 @@ bool export_opts_lookup_group(const char *name, gid_t *gid, GError **errp)
         *gid = n;
         return true;
     }
-    g_set_error(errp, VB_ERROR, 0, "no group '%s' on this system%s%s", name,
+    g_set_error(errp, VB_ERROR, 0, "no group '%s' on this system%s%s%s", name,
                 errno ? ": " : " (see getent group)",
-                errno ? g_strerror(errno) : "");
+                errno ? g_strerror(errno) : "", VB_USER_DB);
     return false;
+}
+
+/* Main thread: like initgroups(3) -- the supplementary groups of @user
+ * (a name, or a uid with an entry) plus @gid. */
+int export_opts_initgroups(const char *user, gid_t gid)
+{
+#if CONFIG_STATIC_TOOLS
+    struct passwd *pw;
+    struct group *gr;
+    g_autofree char *name = NULL;
+    g_autoptr(GArray) gids = g_array_new(false, false, sizeof(gid_t));
+    unsigned int n;
+    FILE *f;
+    int r;
+
+    pw = VB_PWNAM(user);
+    if (!pw && export_opts_parse_uint(user, UINT32_MAX - 1, &n)) {
+        pw = VB_PWUID(n);
+    }
+    name = g_strdup(pw ? pw->pw_name : user);
+    g_array_append_val(gids, gid);
+    f = fopen("/etc/group", "re");
+    if (f) {
+        while ((gr = fgetgrent(f)) != NULL) {
+            for (char **m = gr->gr_mem; m && *m; m++) {
+                if (!strcmp(*m, name) && gr->gr_gid != gid) {
+                    g_array_append_val(gids, gr->gr_gid);
+                    break;
+                }
+            }
+        }
+        fclose(f);
+    }
+    r = setgroups(gids->len, (gid_t *)gids->data);
+    return r;
+#else
+    return initgroups(user, gid);
+#endif
 }
 
 /* Any thread. */

@@ -236,7 +236,7 @@ static bool vbd_drop_privileges(Vbd *d, GError **errp)
     if (d->runas_group_set || d->runas_uid == (uid_t)-1) {
         r = setgroups(1, &d->runas_gid);
     } else {
-        r = initgroups(d->runas_user, d->runas_gid);
+        r = export_opts_initgroups(d->runas_user, d->runas_gid);
     }
     if (r < 0 || setgid(d->runas_gid) < 0 || setuid(d->runas_uid) < 0) {
         g_set_error(errp, VB_ERROR, 0, "--user %s: cannot switch to uid %u "

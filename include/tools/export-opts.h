@@ -91,5 +91,8 @@ bool export_opts_lookup_user(const char *name, uid_t *uid, gid_t *gid,
 
 /* GROUP as a name or a number.  False with @errp set. */
 bool export_opts_lookup_group(const char *name, gid_t *gid, GError **errp);
+/* Like initgroups(3): @user's supplementary groups plus @gid (static
+ * builds read /etc/group instead of asking NSS).  0, or -1 with errno. */
+int export_opts_initgroups(const char *user, gid_t gid);
 
 #endif
