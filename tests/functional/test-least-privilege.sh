@@ -120,6 +120,27 @@ if [ $root = 1 ]; then
         vb_check "--user with an unknown user is refused" \
             grep -q "no user 'no-such-user-vb'" "$VB_TMP/nouser.log"
     fi
+    # supplementary groups: a throw-away user in two extra groups (the
+    # static build reads /etc/group itself instead of initgroups()/NSS)
+    if command -v useradd >/dev/null && command -v groupadd >/dev/null; then
+        u=vbtest$$
+        groupadd "${u}g" && useradd -M -N -g nogroup -G "${u}g,disk" -s /usr/sbin/nologin "$u"
+        sock=$VB_TMP/groups.sock
+        if vb_daemon_start groups "$sock" "$blkd" --user "$u" \
+                --export "socket=$sock,driver=null,size=16M"; then
+            pid=$VB_LAST_PID
+            want=$(id -G "$u" | tr ' ' '\n' | sort -n | paste -sd' ')
+            got=$(awk '/^Groups:/ {for (i = 2; i <= NF; i++) print $i}' /proc/$pid/status |
+                  sort -n | paste -sd' ')
+            vb_check_eq "--user USER: its supplementary groups (id -G)" "$got" "$want"
+            vb_stop "$pid"
+        else
+            vb_not_ok "--user USER with supplementary groups: daemon starts"
+        fi
+        userdel "$u" 2>/dev/null; groupdel "${u}g" 2>/dev/null
+    else
+        vb_skip "--user supplementary groups" "no useradd/groupadd"
+    fi
 else
     vb_skip "--user" "needs root"
 fi
