@@ -81,6 +81,10 @@ static void vu_blk_notify_cb(void *opaque)
     VuBlkQueue *q = opaque;
 
     q->notify_deferred = false;
+    if (unlikely(!virtqueue_check_memory(q->vq))) {
+        qemu_bh_schedule(q->bh);        /* vu_blk_queue_run() reports it */
+        return;
+    }
     virtqueue_notify(q->vq);
 }
 
@@ -133,7 +137,7 @@ static void vu_blk_queue_run(VuBlkQueue *q)
         q->c.batches++;
         q->c.requests += n;
     }
-    if (unlikely(virtqueue_is_broken(q->vq))) {
+    if (unlikely(!virtqueue_check_memory(q->vq))) {
         if (!q->broken_reported) {
             q->broken_reported = true;
             vu_server_report_broken(exp->server);

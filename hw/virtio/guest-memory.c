@@ -14,6 +14,8 @@
  */
 #include "qemu/osdep.h"
 #include "hw/virtio/guest-memory.h"
+#include "qemu/error-report.h"
+#include "qemu/sigbus-guard.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -127,6 +129,20 @@ bool guest_mem_add_region(GuestMemory *mem, const VhostUserMemoryRegion *r,
     }
 
     reg = &mem->regions[mem->nregions];
+    /* A front-end that shrinks the file later must cost its own session
+     * only, not a SIGBUS for the whole process. */
+    reg->guard = 0;
+    if (sigbus_guard_install(NULL)) {
+        reg->guard = sigbus_guard_add(addr, size + delta, &mem->faulted) + 1;
+    }
+    if (!reg->guard) {
+        static gsize warned;
+        if (g_once_init_enter(&warned)) {
+            g_once_init_leave(&warned, 1);
+            warn_report("guest memory region not guarded against SIGBUS "
+                        "(handler or slots unavailable)");
+        }
+    }
     reg->gpa = gpa;
     reg->size = size;
     reg->uva = uva;
@@ -140,6 +156,9 @@ bool guest_mem_add_region(GuestMemory *mem, const VhostUserMemoryRegion *r,
 
 static void guest_mem_unmap(GuestMemRegion *reg)
 {
+    if (reg->guard) {
+        sigbus_guard_remove(reg->guard - 1);
+    }
     if (reg->mmap_addr) {
         munmap(reg->mmap_addr, reg->mmap_size);
     }
@@ -181,6 +200,7 @@ void guest_mem_clear(GuestMemory *mem)
         guest_mem_unmap(&mem->regions[i]);
     }
     mem->nregions = 0;
+    atomic_store_explicit(&mem->faulted, false, memory_order_release);
 }
 
 /* The region holding @gpa, or NULL. */

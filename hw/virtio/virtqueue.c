@@ -273,6 +273,12 @@ bool virtqueue_is_ready(VirtQueue *vq)
 }
 
 /* Called from: the owner thread (or setup). */
+#define VQ_MEM_SHRUNK_MSG \
+    "the front-end shrank the file behind guest memory after sharing it " \
+    "(an access hit a page past its end; the session is closed); a VMM " \
+    "must not resize shared guest memory (QEMU: memory-backend-memfd " \
+    "seals it)"
+
 void virtqueue_set_broken(VirtQueue *vq, const char *fmt, ...)
 {
     va_list ap;
@@ -285,6 +291,13 @@ void virtqueue_set_broken(VirtQueue *vq, const char *fmt, ...)
     va_start(ap, fmt);
     msg = g_strdup_vprintf(fmt, ap);
     va_end(ap);
+    if (vq->mem && guest_mem_faulted(vq->mem)) {
+        /* What looked inconsistent was a page the front-end took away
+         * (it now reads as zeros): say the cause, not the symptom. */
+        error_report("virtqueue %u: broken: %s (seen as: %s)", vq->index,
+                     VQ_MEM_SHRUNK_MSG, msg);
+        return;
+    }
     error_report("virtqueue %u: broken: %s", vq->index, msg);
 }
 
@@ -292,6 +305,18 @@ void virtqueue_set_broken(VirtQueue *vq, const char *fmt, ...)
 bool virtqueue_is_broken(VirtQueue *vq)
 {
     return vq->broken;
+}
+
+bool virtqueue_check_memory(VirtQueue *vq)
+{
+    if (likely(!vq->mem || !guest_mem_faulted(vq->mem))) {
+        return !vq->broken;
+    }
+    if (!vq->broken) {
+        vq->broken = true;
+        error_report("virtqueue %u: broken: %s", vq->index, VQ_MEM_SHRUNK_MSG);
+    }
+    return false;
 }
 
 /* Called from: the owner thread. */

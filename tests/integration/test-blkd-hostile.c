@@ -749,6 +749,31 @@ static void test_mem_larger_than_fd(Fixture *f, gconstpointer data)
     check_survived(f);
 }
 
+/*
+ * The front-end shrinks the file behind guest memory after SET_MEM_TABLE
+ * (a memfd without seals can be; QEMU's memory-backend-memfd seals it).
+ * The daemon's next look at the ring would be SIGBUS for the whole
+ * process; it must cost this session only, with a message, and the
+ * daemon must go on serving.
+ */
+static void test_mem_shrunk_after_table(Fixture *f, gconstpointer data)
+{
+    int fd = find_region_fd();
+    struct stat st;
+
+    /* the queue runs: one request completes */
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 512, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpint(fstat(fd, &st), ==, 0);
+    g_assert_cmpint(ftruncate(fd, 0), ==, 0);
+    /* this process must not touch its mapping now: kick by the eventfd */
+    g_assert_cmpint(vhost_user_frontend_kick_raw(f->fe, 0), >=, 0);
+    g_assert_true(vhost_user_frontend_peer_closed(f->fe, DROP_TIMEOUT_MS));
+    /* give the pages back before the library unmaps and frees */
+    g_assert_cmpint(ftruncate(fd, st.st_size), ==, 0);
+    check_survived(f);      /* without the SIGBUS guard: "vhost-blkd died" */
+}
+
 static void test_mem_wraps(Fixture *f, gconstpointer data)
 {
     int fd = make_memfd(1 << 20);
@@ -1398,6 +1423,7 @@ int main(int argc, char **argv)
     ADD("indirect/with-next", test_indirect_with_next);
     ADD("mem/overlap", test_mem_overlap);
     ADD("mem/larger-than-fd", test_mem_larger_than_fd);
+    ADD("mem/shrunk-after-table", test_mem_shrunk_after_table);
     ADD("mem/wraps", test_mem_wraps);
     ADD("mem/too-many-regions", test_mem_too_many_regions);
     ADD("mem/replaced-in-flight", test_mem_replaced_in_flight);

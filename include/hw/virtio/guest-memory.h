@@ -25,12 +25,25 @@ typedef struct GuestMemRegion {
     void *mmap_addr;            /* what mmap() returned */
     size_t mmap_size;           /* size + (mmap_offset - mapped offset) */
     uint8_t *host;              /* gpa's pointer in this process */
+    int guard;                  /* SIGBUS guard handle + 1; 0: none */
 } GuestMemRegion;
 
 typedef struct GuestMemory {
     unsigned nregions;
     GuestMemRegion regions[VHOST_USER_MAX_MEM_SLOTS];
+    /* Set by the SIGBUS guard when an access hit a page the front-end
+     * removed from a region's file (it shrank the file after
+     * SET_MEM_TABLE); the page now reads as zeros.  Cleared by
+     * guest_mem_clear(). */
+    _Atomic bool faulted;
 } GuestMemory;
+
+/* Any thread: has a guarded access faulted since the regions were set? */
+static inline bool guest_mem_faulted(const GuestMemory *mem)
+{
+    return atomic_load_explicit((_Atomic bool *)&mem->faulted,
+                                memory_order_acquire);
+}
 
 void guest_mem_init(GuestMemory *mem);
 /* mmap @fd (MAP_SHARED, read-write) and add the region.  Rejects a zero

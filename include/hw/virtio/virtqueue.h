@@ -113,6 +113,10 @@ bool virtqueue_has_avail(VirtQueue *vq);
 unsigned int virtqueue_inflight_count(VirtQueue *vq);
 
 bool virtqueue_is_broken(VirtQueue *vq);
+/* Owner thread, once per batch: if the front-end shrank the file behind
+ * guest memory under us (see guest_mem_faulted()), break the queue with
+ * a message saying so.  Returns false when the queue is (now) broken. */
+bool virtqueue_check_memory(VirtQueue *vq);
 /* Mark broken with a reason (logged once). */
 void virtqueue_set_broken(VirtQueue *vq, const char *fmt, ...)
     G_GNUC_PRINTF(2, 3);
