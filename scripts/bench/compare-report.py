@@ -240,7 +240,11 @@ def main():
         return ratio(on, off), (ratio(st["submit_syscalls"], st["ios"]) if st else None)
     r, ss = batching("ablation-ram", "ram")
     rd, ssd = batching("ablation", "abl")
-    goal("batching on vs off (linux-aio, depth 64, RAM-backed file): >= +25% IOPS, "
+    where = "RAM-backed file"
+    if r is None and rd is not None:
+        # no O_DIRECT tmpfs (Linux < 6.6): judge on the disk file
+        r, ss, where = rd, ssd, "disk file; no RAM-backed run"
+    goal(f"batching on vs off (linux-aio, depth 64, {where}): >= +25% IOPS, "
          "<= 1 submit per 16 requests",
          None if r is None else (r >= 1.25 and (ss is None or ss <= 1 / 16)),
          f"{fmt(100 * (r - 1) if r else None, '+.0f')}% IOPS, {fmt(ss, '.3f')} submits/request "
