@@ -14,11 +14,23 @@
  * resubmitted for the remainder, and what io_uring cannot do (discard and
  * write-zeroes fallbacks) is forwarded to the thread pool.
  *
+ * Deferred task work: where the kernel has it (Linux 6.1+), the ring is
+ * created with IORING_SETUP_DEFER_TASKRUN (and SINGLE_ISSUER, true since
+ * only the owner thread submits).  A finished request then only queues
+ * work and signals the eventfd; the completion handler asks for it with
+ * io_uring_get_events() when IORING_SQ_TASKRUN says there is some.
+ * Without it every completion interrupts the thread (an epoll_wait that
+ * returns EINTR, then a second one): depth-1 latency on the benchmark
+ * machine went from 130 to 91 us with it.  The eventfd signal for
+ * deferred work is probed once per ring; a kernel without it gets a
+ * plain ring.
+ *
  * Every function runs in the owner thread of the ring's AioContext.
  */
 #include "qemu/osdep.h"
 #include <linux/falloc.h>
 #include <liburing.h>
+#include <poll.h>
 #include "qemu/defer-call.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
@@ -28,6 +40,7 @@
 typedef struct LuringState {
     BlockEngine common;
     struct io_uring ring;
+    bool defer_taskrun;         /* completions wait for io_uring_get_events */
     EventNotifier notifier;
     BlockAIOCB *pending_head;   /* waiting for room in the SQ */
     BlockAIOCB **pending_tailp;
@@ -203,11 +216,20 @@ static void luring_complete_one(LuringState *s, BlockAIOCB *acb, int res)
     blk_acb_complete(acb, ret);
 }
 
+/* Deferred completions are waiting for this thread (no syscall). */
+static inline bool luring_work_pending(LuringState *s)
+{
+    return IO_URING_READ_ONCE(*s->ring.sq.kflags) & IORING_SQ_TASKRUN;
+}
+
 static void luring_process_completions(LuringState *s)
 {
     struct io_uring_cqe *cqe;
 
     defer_call_begin();
+    if (s->defer_taskrun && luring_work_pending(s)) {
+        io_uring_get_events(&s->ring);
+    }
     while (io_uring_peek_cqe(&s->ring, &cqe) == 0 && cqe) {
         BlockAIOCB *acb = io_uring_cqe_get_data(cqe);
         int res = cqe->res;
@@ -234,7 +256,8 @@ static bool luring_poll_cb(void *opaque)
 {
     LuringState *s = opaque;
 
-    return io_uring_cq_ready(&s->ring) > 0;
+    return io_uring_cq_ready(&s->ring) > 0 ||
+           (s->defer_taskrun && luring_work_pending(s));
 }
 
 static void luring_poll_ready(void *opaque)
@@ -242,31 +265,95 @@ static void luring_poll_ready(void *opaque)
     luring_process_completions(opaque);
 }
 
+/*
+ * Does this kernel signal the registered eventfd when deferred work is
+ * queued?  Without that the thread would sleep on completions forever.
+ * A read on an empty pipe is armed for poll; the write wakes it, which
+ * queues deferred work: the eventfd must become readable.
+ */
+static bool luring_probe_deferred_eventfd(LuringState *s)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+    struct io_uring_cqe *cqe = NULL;
+    struct __kernel_timespec ts = { .tv_sec = 1 };
+    struct pollfd pfd = {
+        .fd = event_notifier_get_fd(&s->notifier), .events = POLLIN,
+    };
+    int p[2];
+    char c = 'x', buf;
+    bool ok;
+
+    if (!sqe || pipe2(p, O_CLOEXEC) < 0) {
+        return false;
+    }
+    io_uring_prep_read(sqe, p[0], &buf, 1, -1);
+    io_uring_sqe_set_data(sqe, NULL);
+    ok = io_uring_submit(&s->ring) == 1 && write(p[1], &c, 1) == 1 &&
+         poll(&pfd, 1, 1000) == 1;
+    /* Reap the probe whatever happened, before the ring is used. */
+    if (io_uring_wait_cqe_timeout(&s->ring, &cqe, &ts) == 0 && cqe) {
+        ok = ok && cqe->res == 1;
+        io_uring_cqe_seen(&s->ring, cqe);
+    } else {
+        ok = false;
+    }
+    event_notifier_test_and_clear(&s->notifier);
+    close(p[0]);
+    close(p[1]);
+    return ok;
+}
+
+/* A ring (with deferred task work when @defer) and its eventfd. */
+static int luring_setup(LuringState *s, bool defer)
+{
+    unsigned int flags = defer ? IORING_SETUP_SINGLE_ISSUER |
+                                 IORING_SETUP_DEFER_TASKRUN |
+                                 IORING_SETUP_TASKRUN_FLAG : 0;
+    int ret = io_uring_queue_init(LURING_ENTRIES, &s->ring, flags);
+
+    if (ret < 0) {
+        return ret;
+    }
+    ret = io_uring_register_eventfd(&s->ring,
+                                    event_notifier_get_fd(&s->notifier));
+    if (ret < 0) {
+        io_uring_queue_exit(&s->ring);
+        return ret;
+    }
+    s->defer_taskrun = defer;
+    if (defer && !luring_probe_deferred_eventfd(s)) {
+        io_uring_queue_exit(&s->ring);
+        return -ENOTSUP;
+    }
+    return 0;
+}
+
 static BlockEngine *luring_create(AioContext *ctx, GError **errp)
 {
     LuringState *s = g_new0(LuringState, 1);
     int ret;
 
-    ret = io_uring_queue_init(LURING_ENTRIES, &s->ring, 0);
-    if (ret < 0) {
-        g_set_error(errp, VB_ERROR, 0, "cannot create an io_uring: %s",
-                    g_strerror(-ret));
-        g_free(s);
-        return NULL;
-    }
     ret = event_notifier_init(&s->notifier, false);
     if (ret < 0) {
         g_set_error(errp, VB_ERROR, 0, "cannot create an eventfd: %s",
                     g_strerror(-ret));
-        goto fail_ring;
+        g_free(s);
+        return NULL;
     }
-    ret = io_uring_register_eventfd(&s->ring,
-                                    event_notifier_get_fd(&s->notifier));
+    /* VHOST_BLK_NO_DEFER_TASKRUN=1: the plain ring (comparisons, tests) */
+    ret = -ENOTSUP;
+    if (!getenv("VHOST_BLK_NO_DEFER_TASKRUN")) {
+        ret = luring_setup(s, true);
+    }
     if (ret < 0) {
-        g_set_error(errp, VB_ERROR, 0,
-                    "cannot register an eventfd with io_uring: %s",
+        ret = luring_setup(s, false);   /* kernels before 6.1 */
+    }
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot create an io_uring: %s",
                     g_strerror(-ret));
-        goto fail_notifier;
+        event_notifier_cleanup(&s->notifier);
+        g_free(s);
+        return NULL;
     }
     s->pending_tailp = &s->pending_head;
     s->common.ctx = ctx;
@@ -275,13 +362,6 @@ static BlockEngine *luring_create(AioContext *ctx, GError **errp)
                        luring_completion_cb, NULL, luring_poll_cb,
                        luring_poll_ready, s);
     return &s->common;
-
-fail_notifier:
-    event_notifier_cleanup(&s->notifier);
-fail_ring:
-    io_uring_queue_exit(&s->ring);
-    g_free(s);
-    return NULL;
 }
 
 static void luring_cleanup(void *opaque)
