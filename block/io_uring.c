@@ -31,6 +31,7 @@
 #include <linux/falloc.h>
 #include <liburing.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include "qemu/defer-call.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
@@ -268,8 +269,9 @@ static void luring_poll_ready(void *opaque)
 /*
  * Does this kernel signal the registered eventfd when deferred work is
  * queued?  Without that the thread would sleep on completions forever.
- * A read on an empty pipe is armed for poll; the write wakes it, which
- * queues deferred work: the eventfd must become readable.
+ * A read on a zero eventfd is armed for poll; a write wakes it, which
+ * queues deferred work: the ring's eventfd must become readable.  (An
+ * eventfd, not a pipe: the iothread's seccomp filter allows eventfd2.)
  */
 static bool luring_probe_deferred_eventfd(LuringState *s)
 {
@@ -279,27 +281,31 @@ static bool luring_probe_deferred_eventfd(LuringState *s)
     struct pollfd pfd = {
         .fd = event_notifier_get_fd(&s->notifier), .events = POLLIN,
     };
-    int p[2];
-    char c = 'x', buf;
+    uint64_t one = 1, buf;
+    int efd;
     bool ok;
 
-    if (!sqe || pipe2(p, O_CLOEXEC) < 0) {
+    if (!sqe) {
         return false;
     }
-    io_uring_prep_read(sqe, p[0], &buf, 1, -1);
+    efd = eventfd(0, EFD_CLOEXEC);
+    if (efd < 0) {
+        return false;
+    }
+    io_uring_prep_read(sqe, efd, &buf, sizeof(buf), 0);
     io_uring_sqe_set_data(sqe, NULL);
-    ok = io_uring_submit(&s->ring) == 1 && write(p[1], &c, 1) == 1 &&
+    ok = io_uring_submit(&s->ring) == 1 &&
+         write(efd, &one, sizeof(one)) == sizeof(one) &&
          poll(&pfd, 1, 1000) == 1;
     /* Reap the probe whatever happened, before the ring is used. */
     if (io_uring_wait_cqe_timeout(&s->ring, &cqe, &ts) == 0 && cqe) {
-        ok = ok && cqe->res == 1;
+        ok = ok && cqe->res == sizeof(buf);
         io_uring_cqe_seen(&s->ring, cqe);
     } else {
         ok = false;
     }
     event_notifier_test_and_clear(&s->notifier);
-    close(p[0]);
-    close(p[1]);
+    close(efd);
     return ok;
 }
 
