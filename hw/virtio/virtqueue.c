@@ -921,6 +921,22 @@ bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
         vq->used = NULL;
         return false;
     }
+    /* VIRTIO 1.x 2.7: descriptor table 16-byte, avail ring 2-byte, used
+     * ring 4-byte aligned.  The rings are read and written with aligned
+     * (atomic) loads and stores, so a misaligned one is refused (checked on
+     * the pointers we will use, which is what the loads need). */
+    if (((uintptr_t)vq->desc & 15) || ((uintptr_t)vq->avail & 1) ||
+        ((uintptr_t)vq->used & 3)) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: misaligned ring (desc 0x%" PRIx64 " needs "
+                    "16-byte, avail 0x%" PRIx64 " 2-byte, used 0x%" PRIx64
+                    " 4-byte alignment)", vq->index, vq->addr.desc_user_addr,
+                    vq->addr.avail_user_addr, vq->addr.used_user_addr);
+        vq->desc = NULL;
+        vq->avail = NULL;
+        vq->used = NULL;
+        return false;
+    }
     vq->mem = mem;
 
     if (vq->pool_num != num) {
