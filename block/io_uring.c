@@ -20,8 +20,8 @@
  * work and signals the eventfd; the completion handler asks for it with
  * io_uring_get_events() when IORING_SQ_TASKRUN says there is some.
  * Without it every completion interrupts the thread (an epoll_wait that
- * returns EINTR, then a second one): depth-1 latency on the benchmark
- * machine went from 130 to 91 us with it.  The eventfd signal for
+ * returns EINTR, then a second one): depth-1 median latency on the
+ * benchmark machine went from 114-118 to 81-83 us with it.  The eventfd signal for
  * deferred work is probed once per ring; a kernel without it gets a
  * plain ring.
  *

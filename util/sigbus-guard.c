@@ -24,7 +24,6 @@ typedef struct GuardSlot {
 
 static GuardSlot slots[SIGBUS_GUARD_SLOTS];
 static GMutex slots_lock;
-static _Atomic uint64_t hits;
 static uintptr_t page_size;
 static struct sigaction old_action;
 
@@ -70,7 +69,6 @@ static void sigbus_handler(int sig, siginfo_t *si, void *uctx)
             flag = atomic_load_explicit(&slots[i].flag, memory_order_relaxed);
             if (sigbus_zero_page(addr, start, end)) {
                 atomic_store_explicit(flag, true, memory_order_release);
-                atomic_fetch_add_explicit(&hits, 1, memory_order_relaxed);
                 return;         /* the access is retried on the zero page */
             }
             break;
@@ -139,9 +137,4 @@ void sigbus_guard_remove(int handle)
     g_mutex_lock(&slots_lock);
     atomic_store_explicit(&slots[handle].start, 0, memory_order_release);
     g_mutex_unlock(&slots_lock);
-}
-
-uint64_t sigbus_guard_hits(void)
-{
-    return atomic_load_explicit(&hits, memory_order_relaxed);
 }

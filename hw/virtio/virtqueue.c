@@ -272,13 +272,13 @@ bool virtqueue_is_ready(VirtQueue *vq)
     return vq->num != 0 && vq->addr_set && vq->kick.fd >= 0;
 }
 
-/* Called from: the owner thread (or setup). */
 #define VQ_MEM_SHRUNK_MSG \
     "the front-end shrank the file behind guest memory after sharing it " \
     "(an access hit a page past its end; the session is closed); a VMM " \
     "must not resize shared guest memory (QEMU: memory-backend-memfd " \
     "seals it)"
 
+/* Called from: the owner thread (or setup). */
 void virtqueue_set_broken(VirtQueue *vq, const char *fmt, ...)
 {
     va_list ap;

@@ -27,7 +27,4 @@ int sigbus_guard_add(void *addr, size_t len, _Atomic bool *flag);
 /* Any thread, before the range is unmapped. */
 void sigbus_guard_remove(int handle);
 
-/* Faults turned into zero pages so far (tests). */
-uint64_t sigbus_guard_hits(void);
-
 #endif
