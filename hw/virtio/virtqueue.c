@@ -53,9 +53,23 @@
 #include <linux/virtio_ring.h>
 #include <sys/mman.h>
 
+/*
+ * Every access to memory the driver shares with us goes through these, so
+ * the memory-model test (tests/unit/test-virtqueue-tso.c) can build this
+ * file with CONFIG_VIRTQUEUE_MODEL and replay each one through a simulated
+ * store buffer.  In the daemon they are the C11 atomics named.
+ */
+#ifdef CONFIG_VIRTQUEUE_MODEL
+#include "hw/virtio/virtqueue-model.h"
+#else
 /* Single, untorn loads and stores of guest-shared fields */
 #define VQ_LOAD(p)        __atomic_load_n((p), __ATOMIC_RELAXED)
 #define VQ_STORE(p, v)    __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define VQ_LOAD_ACQUIRE(p)      __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define VQ_STORE_RELEASE(p, v)  __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+/* Full barrier (smp_mb) */
+#define VQ_MB()           atomic_thread_fence(memory_order_seq_cst)
+#endif
 
 /* elem_state[] values */
 enum {
@@ -606,7 +620,7 @@ VirtQueueElement *virtqueue_pop(VirtQueue *vq)
 
         /* Acquire: pairs with the driver's write barrier between filling
          * the ring entry (and descriptors) and publishing avail->idx. */
-        avail_idx = __atomic_load_n(&vq->avail->idx, __ATOMIC_ACQUIRE);
+        avail_idx = VQ_LOAD_ACQUIRE(&vq->avail->idx);
         if (unlikely((uint16_t)(avail_idx - vq->last_avail_idx) > vq->num)) {
             virtqueue_set_broken(vq, "avail index jumped from %u to %u, "
                                  "queue size %u", vq->last_avail_idx,
@@ -694,7 +708,7 @@ void virtqueue_push(VirtQueue *vq, VirtQueueElement *elem, uint32_t len)
     vq->used_idx++;
     /* Release: the used element is visible before the index that covers
      * it; pairs with the driver's read barrier after loading used->idx. */
-    __atomic_store_n(&vq->used->idx, vq->used_idx, __ATOMIC_RELEASE);
+    VQ_STORE_RELEASE(&vq->used->idx, vq->used_idx);
     if (r) {
         /* Crash consistency only (a later instance reads this), so a
          * compiler barrier keeps the steps in order. */
@@ -720,7 +734,7 @@ void virtqueue_notify(VirtQueue *vq)
      * the driver's used_event / flags.  Pairs with the driver's full
      * barrier between writing used_event (or the flags) and re-reading
      * used->idx before it sleeps. */
-    atomic_thread_fence(memory_order_seq_cst);
+    VQ_MB();
 
     if (vq->event_idx) {
         uint16_t old = vq->signalled_used;
@@ -756,7 +770,7 @@ void virtqueue_set_notification(VirtQueue *vq, bool on)
         if (on) {
             /* Kick me for anything after what is available now. */
             VQ_STORE(virtqueue_avail_event(vq),
-                     __atomic_load_n(&vq->avail->idx, __ATOMIC_RELAXED));
+                     VQ_LOAD(&vq->avail->idx));
         }
         /* off: leave avail_event behind; at most one more kick comes. */
     } else {
@@ -772,7 +786,7 @@ void virtqueue_set_notification(VirtQueue *vq, bool on)
          * virtqueue_has_avail(); pairs with the driver's full barrier
          * between bumping avail->idx and reading avail_event / flags.
          * Without it both sides could miss each other's update. */
-        atomic_thread_fence(memory_order_seq_cst);
+        VQ_MB();
     }
 }
 
@@ -991,7 +1005,7 @@ bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
     }
     vq->notification = true;
     vq->started = true;
-    atomic_thread_fence(memory_order_seq_cst);
+    VQ_MB();
     return true;
 }
 
