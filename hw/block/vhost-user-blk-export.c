@@ -21,7 +21,11 @@
  * (virtqueue_set_notification(), through the loop's io_poll_begin /
  * io_poll_end callbacks) and back on before the loop sleeps; the loop then
  * checks the ring once more, so a chain made available in between is not
- * missed.
+ * missed.  Without polling (--poll-max-ns 0, or the adaptive window shrank
+ * to nothing) the loop sleeps as soon as virtqueue_pop() returns NULL; that
+ * pop has already published avail_event, fenced and looked again (see
+ * virtqueue_empty_recheck()), so the driver kicks for anything later.  A
+ * budget yield does not sleep: the bottom half runs on the next iteration.
  */
 #include "qemu/osdep.h"
 #include "hw/block/vhost-user-blk-export.h"

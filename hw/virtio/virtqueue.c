@@ -45,6 +45,12 @@
  *  - a full fence after enabling notifications (avail_event or used->flags)
  *    and before re-checking avail->idx: pairs with the driver's full
  *    barrier between bumping avail->idx and reading avail_event / flags.
+ *    Two places need it: virtqueue_set_notification(on) at the end of a
+ *    busy-poll phase, and virtqueue_pop() when it finds the ring empty with
+ *    event-idx (virtqueue_empty_recheck(): publish avail_event, fence, read
+ *    avail->idx again), because a loop that does not poll sleeps right
+ *    after that pop.  tests/unit/test-virtqueue-tso.c checks both under
+ *    every store-buffer reordering x86 allows.
  */
 #include "qemu/osdep.h"
 #include "hw/virtio/virtqueue.h"
@@ -602,6 +608,60 @@ static VirtQueueElement *virtqueue_pop_resubmit(VirtQueue *vq)
     return elem;
 }
 
+/*
+ * Read avail->idx into shadow_avail_idx.  Returns true if it holds chains
+ * not yet popped; false if not, or if the index is bad (queue broken).
+ */
+static bool virtqueue_read_avail_idx(VirtQueue *vq)
+{
+    /* Acquire: pairs with the driver's write barrier between filling the
+     * ring entry (and descriptors) and publishing avail->idx. */
+    uint16_t avail_idx = VQ_LOAD_ACQUIRE(&vq->avail->idx);
+
+    if (unlikely((uint16_t)(avail_idx - vq->last_avail_idx) > vq->num)) {
+        virtqueue_set_broken(vq, "avail index jumped from %u to %u, queue "
+                             "size %u", vq->last_avail_idx, avail_idx,
+                             vq->num);
+        return false;
+    }
+    vq->shadow_avail_idx = avail_idx;
+    return avail_idx != vq->last_avail_idx;
+}
+
+/*
+ * The ring looked empty and the caller will wait for a kick: make sure the
+ * driver sends one for its next chain, like Linux's vhost_enable_notify()
+ * (publish "kick me", full barrier, look again).  Once per batch, never
+ * per request.  Returns true if a chain arrived in between.
+ *
+ * The avail_event store of the last pop may still sit in this CPU's store
+ * buffer when we read avail->idx; the driver stores avail->idx and then
+ * (after its full barrier) reads avail_event.  Without a full barrier
+ * between our store and our load, each side can miss the other's store:
+ * the driver sees an old avail_event and does not kick, we see the old
+ * index and sleep, and the queue stops for good.
+ */
+static bool virtqueue_empty_recheck(VirtQueue *vq)
+{
+    if (!vq->notification) {
+        /* Busy polling: the loop looks at the ring itself and re-checks
+         * after virtqueue_set_notification(vq, true), which has the
+         * barrier. */
+        return false;
+    }
+    if (!vq->event_idx) {
+        /* used->flags has been clear since virtqueue_start() or
+         * virtqueue_set_notification(vq, true), and both ended with a full
+         * barrier: the driver already sees "kick me". */
+        return false;
+    }
+    VQ_STORE(virtqueue_avail_event(vq), vq->last_avail_idx);
+    /* Full barrier: pairs with the driver's full barrier between bumping
+     * avail->idx and reading avail_event (virtqueue_kick_prepare()). */
+    VQ_MB();
+    return virtqueue_read_avail_idx(vq);
+}
+
 /* Called from: the owner thread.  Hot path. */
 VirtQueueElement *virtqueue_pop(VirtQueue *vq)
 {
@@ -615,22 +675,10 @@ VirtQueueElement *virtqueue_pop(VirtQueue *vq)
         return virtqueue_pop_resubmit(vq);
     }
 
-    if (vq->last_avail_idx == vq->shadow_avail_idx) {
-        uint16_t avail_idx;
-
-        /* Acquire: pairs with the driver's write barrier between filling
-         * the ring entry (and descriptors) and publishing avail->idx. */
-        avail_idx = VQ_LOAD_ACQUIRE(&vq->avail->idx);
-        if (unlikely((uint16_t)(avail_idx - vq->last_avail_idx) > vq->num)) {
-            virtqueue_set_broken(vq, "avail index jumped from %u to %u, "
-                                 "queue size %u", vq->last_avail_idx,
-                                 avail_idx, vq->num);
-            return NULL;
-        }
-        vq->shadow_avail_idx = avail_idx;
-        if (avail_idx == vq->last_avail_idx) {
-            return NULL;
-        }
+    if (vq->last_avail_idx == vq->shadow_avail_idx &&
+        !virtqueue_read_avail_idx(vq) &&
+        (vq->broken || !virtqueue_empty_recheck(vq))) {
+        return NULL;
     }
 
     head = VQ_LOAD(&vq->avail->ring[vq->last_avail_idx & (vq->num - 1)]);

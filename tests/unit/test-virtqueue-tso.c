@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Memory-model test of the split virtqueue's notification protocol.
+ *
+ * This program builds hw/virtio/virtqueue.c with CONFIG_VIRTQUEUE_MODEL, so
+ * every access the device makes to memory shared with the driver calls
+ * vq_model_load() / vq_model_store() / vq_model_mb() below.  They run the
+ * access against a simulated x86-TSO store buffer: the device's stores wait
+ * in a FIFO (its own loads see them, the driver does not) until a full
+ * barrier drains it, or until the schedule lets some of them drain.
+ *
+ * The driver is the Linux one (virtqueue_add + virtqueue_kick_prepare):
+ * it publishes a chain (descriptor, ring entry, avail->idx), does a full
+ * barrier, then reads avail_event (event-idx) or used->flags to decide
+ * whether to kick.  Its two steps are placed before every device access
+ * (and after the device went to sleep), with every possible number of the
+ * device's buffered stores drained when the driver reads: all the
+ * executions TSO allows for this pair of threads.  In each one, either the
+ * driver kicks or the device pops the new chain before it sleeps; a
+ * schedule where neither happens is a lost wake-up, printed and failed.
+ *
+ * Device loops modelled: the kick-driven one (pop until empty, sleep:
+ * vu_blk_queue_run() without busy polling, as with --poll-max-ns 0 or when
+ * adaptive polling shrank the window to nothing), and a busy-poll phase
+ * (notifications off, pop, notifications on at io_poll_end, re-check with
+ * virtqueue_has_avail(), pop again if needed, sleep).
+ */
+#include "qemu/osdep.h"
+#include "hw/virtio/virtqueue.h"
+#include "hw/virtio/virtqueue-model.h"
+
+#include <sys/mman.h>
+#include <linux/virtio_ring.h>
+
+#define MEM_SIZE        0x10000ull
+#define UVA             0x7f0000000000ull
+#define GPA_DESC        0x0000
+#define GPA_AVAIL       0x1000
+#define GPA_USED        0x2000
+#define GPA_DATA        0x4000
+#define QSIZE           8
+#define SB_MAX          64
+
+typedef struct ModelStore {
+    void *p;
+    size_t size;
+    uint64_t v;
+} ModelStore;
+
+typedef enum DeviceLoop {
+    LOOP_KICK,          /* pop until empty, then wait for a kick */
+    LOOP_POLL,          /* busy-poll phase, then io_poll_end and sleep */
+} DeviceLoop;
+
+typedef struct Model {
+    bool active;
+    ModelStore sb[SB_MAX];      /* device store buffer, oldest first */
+    unsigned int sb_len;
+    unsigned int ops;           /* device accesses so far in this run */
+
+    /* The schedule of this run */
+    unsigned int publish_at;    /* driver publishes before access N */
+    unsigned int decide_at;     /* driver reads the event before access N */
+    unsigned int drain;         /* device stores drained at that point */
+
+    /* What happened */
+    bool published;
+    bool decided;
+    bool kicked;
+    unsigned int sb_len_at_decide;
+
+    /* Shared memory */
+    uint8_t *mem;
+    struct vring_desc *desc;
+    struct vring_avail *avail;
+    struct vring_used *used;
+    bool event_idx;
+} Model;
+
+static Model m;
+
+static uint64_t mem_read(const void *p, size_t size)
+{
+    switch (size) {
+    case 1:
+        return *(const uint8_t *)p;
+    case 2:
+        return *(const uint16_t *)p;
+    case 4:
+        return *(const uint32_t *)p;
+    case 8:
+        return *(const uint64_t *)p;
+    }
+    g_assert_not_reached();
+}
+
+static void mem_write(void *p, uint64_t v, size_t size)
+{
+    switch (size) {
+    case 1:
+        *(uint8_t *)p = v;
+        return;
+    case 2:
+        *(uint16_t *)p = v;
+        return;
+    case 4:
+        *(uint32_t *)p = v;
+        return;
+    case 8:
+        *(uint64_t *)p = v;
+        return;
+    }
+    g_assert_not_reached();
+}
+
+static void sb_drain(unsigned int n)
+{
+    unsigned int i;
+
+    n = MIN(n, m.sb_len);
+    for (i = 0; i < n; i++) {
+        mem_write(m.sb[i].p, m.sb[i].v, m.sb[i].size);
+    }
+    memmove(m.sb, m.sb + n, (m.sb_len - n) * sizeof(m.sb[0]));
+    m.sb_len -= n;
+}
+
+/* The driver, step 1: make chain 1 (head 1) available after chain 0. */
+static void driver_publish(void)
+{
+    m.desc[1].addr = GPA_DATA + 0x1000;
+    m.desc[1].len = 512;
+    m.desc[1].flags = VRING_DESC_F_WRITE;
+    m.desc[1].next = 0;
+    m.avail->ring[1] = 1;
+    /* the driver's write barrier (virtio_wmb) */
+    __atomic_store_n(&m.avail->idx, 2, __ATOMIC_RELEASE);
+    m.published = true;
+}
+
+/* The driver, step 2, after its full barrier (virtio_mb): kick? */
+static void driver_decide(void)
+{
+    m.sb_len_at_decide = m.sb_len;
+    sb_drain(m.drain);
+    if (m.event_idx) {
+        uint16_t avail_event = *(uint16_t *)&m.used->ring[QSIZE];
+
+        m.kicked = vring_need_event(avail_event, 2, 1);
+    } else {
+        m.kicked = !(m.used->flags & VRING_USED_F_NO_NOTIFY);
+    }
+    m.decided = true;
+}
+
+/* A scheduling point: before each device access, and once at the end. */
+static void model_step(void)
+{
+    if (m.ops == m.publish_at) {
+        driver_publish();
+    }
+    if (m.ops == m.decide_at) {
+        driver_decide();
+    }
+    m.ops++;
+}
+
+uint64_t vq_model_load(const void *p, size_t size)
+{
+    const uint8_t *b = p;
+    int i;
+
+    if (!m.active) {
+        return mem_read(p, size);
+    }
+    model_step();
+    /* Store forwarding: the device sees its own newest store. */
+    for (i = (int)m.sb_len - 1; i >= 0; i--) {
+        const uint8_t *s = m.sb[i].p;
+
+        if (s == b && m.sb[i].size == size) {
+            return m.sb[i].v;
+        }
+        /* Partial overlaps do not happen in virtqueue.c. */
+        g_assert_true(s + m.sb[i].size <= b || b + size <= s);
+    }
+    return mem_read(p, size);
+}
+
+void vq_model_store(void *p, uint64_t v, size_t size)
+{
+    if (!m.active) {
+        mem_write(p, v, size);
+        return;
+    }
+    model_step();
+    g_assert_cmpuint(m.sb_len, <, SB_MAX);
+    m.sb[m.sb_len++] = (ModelStore) { .p = p, .size = size, .v = v };
+}
+
+void vq_model_mb(void)
+{
+    if (!m.active) {
+        atomic_thread_fence(memory_order_seq_cst);
+        return;
+    }
+    model_step();
+    sb_drain(m.sb_len);
+}
+
+static unsigned int device_pop_all(VirtQueue *vq, unsigned int *chain1)
+{
+    VirtQueueElement *e;
+    unsigned int n = 0;
+
+    while ((e = virtqueue_pop(vq))) {
+        if (e->head == 1) {
+            (*chain1)++;
+        }
+        n++;
+    }
+    return n;
+}
+
+/*
+ * One execution: chain 0 is available when the device starts; the driver
+ * adds chain 1 at the scheduled point.  Returns how many times the device
+ * popped chain 1 before going to sleep.
+ */
+static unsigned int model_run(GuestMemory *gm, DeviceLoop loop)
+{
+    VhostUserVringAddr addr = {
+        .desc_user_addr = UVA + GPA_DESC,
+        .avail_user_addr = UVA + GPA_AVAIL,
+        .used_user_addr = UVA + GPA_USED,
+    };
+    GError *err = NULL;
+    VirtQueue *vq = virtqueue_new(0);
+    unsigned int chain1 = 0;
+
+    memset(m.mem, 0, GPA_DATA);
+    m.sb_len = 0;
+    m.ops = 0;
+    m.published = m.decided = m.kicked = false;
+    m.sb_len_at_decide = 0;
+
+    m.desc[0].addr = GPA_DATA;
+    m.desc[0].len = 512;
+    m.desc[0].flags = VRING_DESC_F_WRITE;
+    m.avail->ring[0] = 0;
+    m.avail->idx = 1;
+
+    g_assert_true(virtqueue_set_num(vq, QSIZE, &err));
+    g_assert_true(virtqueue_set_addr(vq, &addr, &err));
+    virtqueue_set_base(vq, 0);
+    virtqueue_set_event_idx(vq, m.event_idx);
+    virtqueue_set_enabled(vq, true);
+    g_assert_true(virtqueue_start(vq, gm, &err));
+    g_assert_no_error(err);
+
+    m.active = true;
+    if (loop == LOOP_KICK) {
+        device_pop_all(vq, &chain1);
+    } else {
+        virtqueue_set_notification(vq, false);      /* io_poll_begin */
+        device_pop_all(vq, &chain1);
+        virtqueue_set_notification(vq, true);       /* io_poll_end */
+        if (virtqueue_has_avail(vq)) {              /* the last look */
+            device_pop_all(vq, &chain1);
+        }
+    }
+    model_step();                   /* the device sleeps */
+    m.active = false;
+
+    g_assert_false(virtqueue_is_broken(vq));
+    virtqueue_free(vq);
+    return chain1;
+}
+
+typedef struct ModelCase {
+    bool event_idx;
+    DeviceLoop loop;
+} ModelCase;
+
+static void test_wakeup(gconstpointer data)
+{
+    const ModelCase *c = data;
+    GuestMemory gm;
+    VhostUserMemoryRegion r = {
+        .guest_phys_addr = 0,
+        .memory_size = MEM_SIZE,
+        .userspace_addr = UVA,
+    };
+    GError *err = NULL;
+    int fd = memfd_create("test-virtqueue-tso", MFD_CLOEXEC);
+    unsigned int runs = 0, lost = 0;
+
+    g_assert_cmpint(ftruncate(fd, MEM_SIZE), ==, 0);
+    guest_mem_init(&gm);
+    g_assert_true(guest_mem_add_region(&gm, &r, fd, &err));
+    memset(&m, 0, sizeof(m));
+    m.mem = guest_mem_gpa_to_host(&gm, 0, MEM_SIZE);
+    m.desc = (void *)(m.mem + GPA_DESC);
+    m.avail = (void *)(m.mem + GPA_AVAIL);
+    m.used = (void *)(m.mem + GPA_USED);
+    m.event_idx = c->event_idx;
+
+    for (m.publish_at = 0; ; m.publish_at++) {
+        for (m.decide_at = m.publish_at; ; m.decide_at++) {
+            for (m.drain = 0; ; m.drain++) {
+                unsigned int chain1 = model_run(&gm, c->loop);
+
+                if (!m.decided) {
+                    break;      /* the device was done before that point */
+                }
+                runs++;
+                g_assert_cmpuint(chain1, <=, 1);
+                if (!m.kicked && chain1 == 0) {
+                    if (lost++ == 0) {
+                        g_test_message("lost wake-up: the driver published "
+                                       "before device access %u, read the "
+                                       "event before access %u of %u with "
+                                       "%u of %u buffered device stores "
+                                       "drained, and did not kick; the "
+                                       "device slept without popping it",
+                                       m.publish_at, m.decide_at, m.ops - 1,
+                                       MIN(m.drain, m.sb_len_at_decide),
+                                       m.sb_len_at_decide);
+                    }
+                }
+                if (m.drain >= m.sb_len_at_decide) {
+                    break;
+                }
+            }
+            if (!m.decided) {
+                break;
+            }
+        }
+        if (m.decide_at == m.publish_at) {
+            break;              /* not even the publish point was reached */
+        }
+    }
+    g_test_message("%u executions, %u lost wake-ups", runs, lost);
+    g_assert_cmpuint(runs, >, 10);
+    g_assert_cmpuint(lost, ==, 0);
+
+    guest_mem_clear(&gm);
+    close(fd);
+}
+
+static const ModelCase case_kick_event_idx = { true, LOOP_KICK };
+static const ModelCase case_kick_flags = { false, LOOP_KICK };
+static const ModelCase case_poll_event_idx = { true, LOOP_POLL };
+static const ModelCase case_poll_flags = { false, LOOP_POLL };
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_data_func("/virtqueue-tso/wakeup/kick/event-idx",
+                         &case_kick_event_idx, test_wakeup);
+    g_test_add_data_func("/virtqueue-tso/wakeup/kick/no-notify-flag",
+                         &case_kick_flags, test_wakeup);
+    g_test_add_data_func("/virtqueue-tso/wakeup/poll/event-idx",
+                         &case_poll_event_idx, test_wakeup);
+    g_test_add_data_func("/virtqueue-tso/wakeup/poll/no-notify-flag",
+                         &case_poll_flags, test_wakeup);
+    return g_test_run();
+}
