@@ -343,7 +343,9 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
         return NULL;
     }
     if (!conf.seg_max) {
-        conf.seg_max = MIN(conf.queue_size, VIRTQUEUE_MAX_SG) - 2;
+        /* The virtqueue has iovec room for every descriptor of such a
+         * request to be split at a memory region boundary. */
+        conf.seg_max = MIN(conf.queue_size, VIRTQUEUE_MAX_SEG) - 2;
         if (!conf.seg_max) {
             conf.seg_max = 1;
         }

@@ -321,6 +321,88 @@ static void test_region_split(void)
     tvq_cleanup(&t);
 }
 
+/*
+ * A conforming request of the largest size the export advertises at
+ * queue-size >= 256: seg_max = 254 data segments plus header and status,
+ * 256 descriptors.  A segment that crosses a guest memory region boundary
+ * needs two iovecs; the queue must take it (it broke with -ENOBUFS when
+ * the per-element limit equalled the descriptor limit).  Each descriptor
+ * may even split once: all 256 crossing gives 512 iovecs, which fit too.
+ */
+static void test_seg_max_split(void)
+{
+    const unsigned ndesc = 256;
+    TestVQ t;
+    VirtQueueElement *e;
+    struct vring_desc *table;
+    unsigned i, round;
+
+    tvq_init(&t, 256, true);
+    table = tvq_host(&t, GPA_DATA);
+    for (round = 0; round < 2; round++) {
+        /* round 0: data segment 100 (descriptor 101) crosses the boundary;
+         * round 1: the header and every data segment cross it */
+        for (i = 0; i < ndesc; i++) {
+            bool header = i == 0, status = i == ndesc - 1;
+            bool split = round == 1 ? !status : i == 101;
+            uint32_t len = header ? 16 : status ? 1 : 0x200;
+            uint64_t gpa = split ? REGION_SIZE - len / 2
+                                 : GPA_DATA + 0x2000 + 0x200 * i;
+
+            tvq_desc(&t, table, i, gpa, len,
+                     (status ? 0 : VRING_DESC_F_NEXT) |
+                     (header ? 0 : VRING_DESC_F_WRITE), i + 1);
+        }
+        tvq_desc(&t, NULL, round, GPA_DATA, ndesc * 16,
+                 VRING_DESC_F_INDIRECT, 0);
+        tvq_make_avail(&t, round);
+        e = virtqueue_pop(t.vq);
+        g_assert_false(virtqueue_is_broken(t.vq));
+        g_assert_nonnull(e);
+        g_assert_cmpuint(e->head, ==, round);
+        if (round == 0) {
+            g_assert_cmpuint(e->out_num, ==, 1);
+            g_assert_cmpuint(e->in_num, ==, ndesc);
+            /* in_sg[0] is descriptor 1; descriptor 101 is in_sg[100..101] */
+            g_assert_true(e->in_sg[100].iov_base ==
+                          tvq_host(&t, REGION_SIZE - 0x100));
+            g_assert_cmpuint(e->in_sg[100].iov_len, ==, 0x100);
+            g_assert_true(e->in_sg[101].iov_base ==
+                          tvq_host(&t, REGION_SIZE));
+            g_assert_cmpuint(e->in_sg[101].iov_len, ==, 0x100);
+            g_assert_true(e->in_sg[102].iov_base ==
+                          tvq_host(&t, GPA_DATA + 0x2000 + 0x200 * 102));
+            g_assert_cmpuint(e->in_sg[ndesc - 1].iov_len, ==, 1);
+        } else {
+            g_assert_cmpuint(e->out_num, ==, 2);
+            g_assert_cmpuint(e->in_num, ==, 2 * (ndesc - 2) + 1);
+        }
+        virtqueue_push(t.vq, e, 0);
+    }
+    tvq_cleanup(&t);
+}
+
+/* Past the iovec limit (more descriptors than seg_max allows, each split
+ * at the region boundary): broken, not an overflow. */
+static void test_too_many_iovecs(void)
+{
+    const unsigned ndesc = VIRTQUEUE_MAX_SG / 2 + 1;
+    TestVQ t;
+    struct vring_desc *table;
+    unsigned i;
+
+    tvq_init(&t, 1024, true);
+    table = tvq_host(&t, GPA_DATA);
+    for (i = 0; i < ndesc; i++) {
+        tvq_desc(&t, table, i, REGION_SIZE - 8, 16,
+                 i + 1 < ndesc ? VRING_DESC_F_NEXT : 0, i + 1);
+    }
+    tvq_desc(&t, NULL, 0, GPA_DATA, ndesc * 16, VRING_DESC_F_INDIRECT, 0);
+    tvq_make_avail(&t, 0);
+    tvq_expect_broken(&t);
+    tvq_cleanup(&t);
+}
+
 static void test_notify_event_idx(void)
 {
     TestVQ t;
@@ -894,6 +976,8 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue/pop/simple", test_simple);
     g_test_add_func("/virtqueue/pop/indirect", test_indirect);
     g_test_add_func("/virtqueue/pop/region-split", test_region_split);
+    g_test_add_func("/virtqueue/pop/seg-max-split", test_seg_max_split);
+    g_test_add_func("/virtqueue/pop/too-many-iovecs", test_too_many_iovecs);
     g_test_add_func("/virtqueue/pop/long-chain", test_long_chain);
     g_test_add_func("/virtqueue/pop/unpop", test_unpop);
     g_test_add_func("/virtqueue/notify/event-idx", test_notify_event_idx);

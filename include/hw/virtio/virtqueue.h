@@ -32,8 +32,19 @@
 #include "hw/virtio/vhost-user-proto.h"
 
 #define VIRTQUEUE_MAX_SIZE 1024
-/* iovecs per element (in + out), after splitting at region boundaries */
-#define VIRTQUEUE_MAX_SG   256
+/*
+ * Descriptors per request the device is sized for: a virtio-blk export
+ * advertises seg_max = min(queue size, VIRTQUEUE_MAX_SEG) - 2 (data
+ * segments plus header and status).
+ */
+#define VIRTQUEUE_MAX_SEG  256
+/*
+ * iovecs per element (in + out), after splitting at guest memory region
+ * boundaries.  Twice VIRTQUEUE_MAX_SEG, so a conforming request of the
+ * largest size stays mappable even if each of its descriptors crosses a
+ * region boundary (one descriptor, two host iovecs).
+ */
+#define VIRTQUEUE_MAX_SG   (2 * VIRTQUEUE_MAX_SEG)
 /* iovecs kept in the element itself; longer chains use the queue's
  * per-head slot of VIRTQUEUE_MAX_SG */
 #define VIRTQUEUE_INLINE_SG 8
