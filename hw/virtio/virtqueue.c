@@ -429,6 +429,151 @@ static struct iovec *virtqueue_elem_spill(VirtQueue *vq,
     return sg;
 }
 
+/* Where a chain walk is: the table it reads and how far into it. */
+typedef struct VirtQueueWalk {
+    const struct vring_desc *table;     /* the ring's, or an indirect one */
+    unsigned int max;                   /* entries in @table */
+    unsigned int count;                 /* descriptors read from @table */
+    unsigned int ndesc_direct;          /* data descriptors before it */
+    bool in_indirect;
+} VirtQueueWalk;
+
+/* The iovecs a chain is mapped into so far. */
+typedef struct VirtQueueSgList {
+    struct iovec *sg;                   /* elem->inline_sg or the long slot */
+    unsigned int cap;                   /* iovecs @sg can hold */
+    unsigned int nsg;                   /* = out_num + in_num */
+    unsigned int out_num;
+    unsigned int in_num;
+    uint64_t total;                     /* bytes */
+} VirtQueueSgList;
+
+/*
+ * Descriptor @d, entry @i of the current table, has VRING_DESC_F_INDIRECT:
+ * check it and point @w at the start of its table.  At most once per
+ * chain.  Returns false (queue broken) on a bad descriptor.
+ */
+static bool virtqueue_walk_indirect(VirtQueue *vq, uint16_t head,
+                                    unsigned int i, const struct vring_desc *d,
+                                    VirtQueueWalk *w)
+{
+    uint64_t ntable = d->len / sizeof(struct vring_desc);
+    const struct vring_desc *table;
+
+    if (w->in_indirect) {
+        virtqueue_set_broken(vq, "nested indirect descriptor in chain of "
+                             "head %u", head);
+        return false;
+    }
+    if (d->flags & VRING_DESC_F_NEXT) {
+        virtqueue_set_broken(vq, "descriptor %u has both INDIRECT and NEXT "
+                             "set", i);
+        return false;
+    }
+    if (d->len == 0 || d->len % sizeof(struct vring_desc) != 0 ||
+        ntable > VIRTQUEUE_MAX_SIZE) {
+        virtqueue_set_broken(vq, "invalid indirect table size %u in chain "
+                             "of head %u", d->len, head);
+        return false;
+    }
+    /* Descriptors are read with single aligned loads; a table that is not
+     * 8-byte aligned cannot be (drivers allocate them aligned). */
+    if (d->addr % 8 != 0) {
+        virtqueue_set_broken(vq, "indirect table at 0x%" PRIx64 " is not "
+                             "8-byte aligned (chain of head %u)",
+                             (uint64_t)d->addr, head);
+        return false;
+    }
+    /* The table must be contiguous in our address space. */
+    table = guest_mem_gpa_to_host(vq->mem, d->addr, d->len);
+    if (!table) {
+        virtqueue_set_broken(vq, "indirect table 0x%" PRIx64 "+0x%x outside "
+                             "guest memory (or across regions)",
+                             (uint64_t)d->addr, d->len);
+        return false;
+    }
+    /* Every descriptor before this one was a data descriptor. */
+    w->ndesc_direct = w->count - 1;
+    w->in_indirect = true;
+    w->table = table;
+    w->max = ntable;
+    w->count = 0;
+    return true;
+}
+
+/*
+ * virtqueue_map_buf() found no room or no region for descriptor @d: move
+ * to the long slot and retry, or say why the queue is broken.  Returns
+ * the iovecs used, or a negative errno (queue broken).
+ */
+static int virtqueue_map_desc_slow(VirtQueue *vq, VirtQueueElement *elem,
+                                   uint16_t head, const struct vring_desc *d,
+                                   VirtQueueSgList *s, int err)
+{
+    if (err == -ENOBUFS && s->sg == elem->inline_sg) {
+        s->sg = virtqueue_elem_spill(vq, elem, head, s->nsg);
+        s->cap = VIRTQUEUE_MAX_SG;
+        err = virtqueue_map_buf(vq, d->addr, d->len, s->sg + s->nsg,
+                                s->cap - s->nsg);
+        if (err >= 0) {
+            return err;
+        }
+    }
+    if (err == -ENOBUFS) {
+        virtqueue_set_broken(vq, "chain of head %u needs more than %u "
+                             "iovecs", head, VIRTQUEUE_MAX_SG);
+    } else {
+        virtqueue_set_broken(vq, "descriptor 0x%" PRIx64 "+0x%x in chain of "
+                             "head %u is outside guest memory",
+                             (uint64_t)d->addr, d->len, head);
+    }
+    return err;
+}
+
+/*
+ * Append data descriptor @d to @s: device-readable ones before writable
+ * ones, 4 GiB per chain at most, its buffer inside guest memory.  Returns
+ * false (queue broken) otherwise.  Hot path: once per descriptor.
+ */
+static inline bool virtqueue_map_desc(VirtQueue *vq, VirtQueueElement *elem,
+                                      uint16_t head,
+                                      const struct vring_desc *d,
+                                      VirtQueueSgList *s)
+{
+    bool writable = d->flags & VRING_DESC_F_WRITE;
+    int n;
+
+    if (unlikely(!writable && s->in_num > 0)) {
+        virtqueue_set_broken(vq, "device-readable descriptor after a "
+                             "device-writable one in chain of head %u", head);
+        return false;
+    }
+    s->total += d->len;
+    if (unlikely(s->total > UINT32_MAX)) {
+        virtqueue_set_broken(vq, "chain of head %u is longer than 4 GiB",
+                             head);
+        return false;
+    }
+    if (unlikely(d->len == 0)) {
+        return true;
+    }
+    n = virtqueue_map_buf(vq, d->addr, d->len, s->sg + s->nsg,
+                          s->cap - s->nsg);
+    if (unlikely(n < 0)) {
+        n = virtqueue_map_desc_slow(vq, elem, head, d, s, n);
+        if (n < 0) {
+            return false;
+        }
+    }
+    s->nsg += n;
+    if (writable) {
+        s->in_num += n;
+    } else {
+        s->out_num += n;
+    }
+    return true;
+}
+
 /*
  * Walk the chain starting at @head into @elem.  Returns false (queue
  * broken) on any inconsistency.  Hot path: no allocation, no syscall.
@@ -436,70 +581,24 @@ static struct iovec *virtqueue_elem_spill(VirtQueue *vq,
 static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
                                 VirtQueueElement *elem)
 {
-    const struct vring_desc *table = vq->desc;
-    unsigned int max = vq->num;
+    VirtQueueWalk w = { .table = vq->desc, .max = vq->num };
+    VirtQueueSgList s = { .sg = elem->inline_sg, .cap = VIRTQUEUE_INLINE_SG };
     unsigned int i = head;
-    unsigned int count = 0;
-    unsigned int ndesc_direct = 0;  /* data descriptors before an indirect */
-    unsigned int nsg = 0;
-    unsigned int out_num = 0, in_num = 0;
-    struct iovec *sg = elem->inline_sg;
-    unsigned int cap = VIRTQUEUE_INLINE_SG;
-    uint64_t total = 0;
-    bool in_indirect = false;
     struct vring_desc d;
 
     for (;;) {
-        if (unlikely(++count > max)) {
+        if (unlikely(++w.count > w.max)) {
             virtqueue_set_broken(vq, "descriptor chain of head %u is longer "
-                                 "than %u (loop?)", head, max);
+                                 "than %u (loop?)", head, w.max);
             return false;
         }
-        virtqueue_read_desc(table, i, &d);
+        virtqueue_read_desc(w.table, i, &d);
 
         if (unlikely(d.flags & VRING_DESC_F_INDIRECT)) {
-            uint64_t ntable = d.len / sizeof(struct vring_desc);
-
-            if (in_indirect) {
-                virtqueue_set_broken(vq, "nested indirect descriptor in "
-                                     "chain of head %u", head);
+            if (!virtqueue_walk_indirect(vq, head, i, &d, &w)) {
                 return false;
             }
-            if (d.flags & VRING_DESC_F_NEXT) {
-                virtqueue_set_broken(vq, "descriptor %u has both INDIRECT "
-                                     "and NEXT set", i);
-                return false;
-            }
-            if (d.len == 0 || d.len % sizeof(struct vring_desc) != 0 ||
-                ntable > VIRTQUEUE_MAX_SIZE) {
-                virtqueue_set_broken(vq, "invalid indirect table size %u "
-                                     "in chain of head %u", d.len, head);
-                return false;
-            }
-            /* Descriptors are read with single aligned loads; a table
-             * that is not 8-byte aligned cannot be (drivers allocate
-             * them aligned). */
-            if (d.addr % 8 != 0) {
-                virtqueue_set_broken(vq, "indirect table at 0x%" PRIx64
-                                     " is not 8-byte aligned (chain of head "
-                                     "%u)", (uint64_t)d.addr, head);
-                return false;
-            }
-            /* The table must be contiguous in our address space. */
-            table = guest_mem_gpa_to_host(vq->mem, d.addr, d.len);
-            if (!table) {
-                virtqueue_set_broken(vq, "indirect table 0x%" PRIx64
-                                     "+0x%x outside guest memory (or "
-                                     "across regions)", (uint64_t)d.addr,
-                                     d.len);
-                return false;
-            }
-            /* Every descriptor before this one was a data descriptor. */
-            ndesc_direct = count - 1;
-            in_indirect = true;
-            max = ntable;
             i = 0;
-            count = 0;
             continue;
         }
         /*
@@ -508,73 +607,32 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
          * from the queue size so a conforming driver never gets here.  A
          * direct chain is already bounded by the loop check above.
          */
-        if (unlikely(in_indirect) && ndesc_direct + count > vq->num) {
+        if (unlikely(w.in_indirect) && w.ndesc_direct + w.count > vq->num) {
             virtqueue_set_broken(vq, "descriptor chain of head %u has more "
                                  "than %u descriptors (the queue size)",
                                  head, vq->num);
             return false;
         }
-
-        if (d.flags & VRING_DESC_F_WRITE) {
-            /* device-writable */
-        } else if (unlikely(in_num > 0)) {
-            virtqueue_set_broken(vq, "device-readable descriptor after a "
-                                 "device-writable one in chain of head %u",
-                                 head);
+        if (unlikely(!virtqueue_map_desc(vq, elem, head, &d, &s))) {
             return false;
         }
-        total += d.len;
-        if (unlikely(total > UINT32_MAX)) {
-            virtqueue_set_broken(vq, "chain of head %u is longer than 4 GiB",
-                                 head);
-            return false;
-        }
-        if (likely(d.len > 0)) {
-            int n = virtqueue_map_buf(vq, d.addr, d.len, sg + nsg, cap - nsg);
-
-            if (unlikely(n == -ENOBUFS) && sg == elem->inline_sg) {
-                sg = virtqueue_elem_spill(vq, elem, head, nsg);
-                cap = VIRTQUEUE_MAX_SG;
-                n = virtqueue_map_buf(vq, d.addr, d.len, sg + nsg, cap - nsg);
-            }
-            if (unlikely(n < 0)) {
-                if (n == -ENOBUFS) {
-                    virtqueue_set_broken(vq, "chain of head %u needs more "
-                                         "than %u iovecs", head,
-                                         VIRTQUEUE_MAX_SG);
-                } else {
-                    virtqueue_set_broken(vq, "descriptor 0x%" PRIx64 "+0x%x "
-                                         "in chain of head %u is outside "
-                                         "guest memory", (uint64_t)d.addr,
-                                         d.len, head);
-                }
-                return false;
-            }
-            nsg += n;
-            if (d.flags & VRING_DESC_F_WRITE) {
-                in_num += n;
-            } else {
-                out_num += n;
-            }
-        }
-
         if (!(d.flags & VRING_DESC_F_NEXT)) {
             break;
         }
         i = d.next;
-        if (unlikely(i >= max)) {
+        if (unlikely(i >= w.max)) {
             virtqueue_set_broken(vq, "next index %u out of range (%u) in "
-                                 "chain of head %u", i, max, head);
+                                 "chain of head %u", i, w.max, head);
             return false;
         }
     }
 
     elem->head = head;
-    elem->out_num = out_num;
-    elem->in_num = in_num;
-    elem->sg = sg;
-    elem->out_sg = sg;
-    elem->in_sg = sg + out_num;
+    elem->out_num = s.out_num;
+    elem->in_num = s.in_num;
+    elem->sg = s.sg;
+    elem->out_sg = s.sg;
+    elem->in_sg = s.sg + s.out_num;
     return true;
 }
 
