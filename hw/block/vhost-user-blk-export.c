@@ -76,13 +76,32 @@ struct VuBlkExport {
 
 /* ---- dataplane (queue's iothread) ------------------------------------ */
 
+/* The guest broke the queue (or took its memory away): tell the server
+ * once, which drops the session from the main thread. */
+static void vu_blk_report_broken(VuBlkQueue *q)
+{
+    if (!q->broken_reported) {
+        q->broken_reported = true;
+        vu_server_report_broken(q->exp->server);
+    }
+}
+
+/*
+ * End of a section that completed requests.  This also runs for
+ * completions that arrive after vu_blk_queue_stop() (the server drains
+ * in-flight requests after stopping a queue): the queue's kick handler and
+ * bottom half are gone then, so nothing here may use them.  Such late
+ * completions are still pushed to the used ring (the chains were valid and
+ * the I/O is done; the rings stay mapped until the drain ends), even on a
+ * broken queue, whose driver is being dropped anyway.
+ */
 static void vu_blk_notify_cb(void *opaque)
 {
     VuBlkQueue *q = opaque;
 
     q->notify_deferred = false;
     if (unlikely(!virtqueue_check_memory(q->vq))) {
-        qemu_bh_schedule(q->bh);        /* vu_blk_queue_run() reports it */
+        vu_blk_report_broken(q);
         return;
     }
     virtqueue_notify(q->vq);
@@ -138,10 +157,7 @@ static void vu_blk_queue_run(VuBlkQueue *q)
         q->c.requests += n;
     }
     if (unlikely(!virtqueue_check_memory(q->vq))) {
-        if (!q->broken_reported) {
-            q->broken_reported = true;
-            vu_server_report_broken(exp->server);
-        }
+        vu_blk_report_broken(q);
         return;
     }
     if (n == exp->budget) {

@@ -60,12 +60,23 @@ static void fixture_connect(Fixture *f, bool no_inflight)
     g_assert_no_error(err);
 }
 
+/*
+ * Requests of export 0 touching these sectors are slow (inject-delay), for
+ * the cases that need a request in flight; no other case and no check
+ * (vb_check_export_works() uses sectors 64..79) touches them.
+ */
+#define SLOW_SECTOR 1000
+#define SLOW_MS 1000
+#define SLOW_EXTRA "inject-delay=" G_STRINGIFY(SLOW_MS) \
+                   ",inject-sector=1000-1007"
+
+/* @data: NULL, or extra options of export 0 (vhost-blkd's -export keys). */
 static void fixture_setup(Fixture *f, gconstpointer data)
 {
     /* export 0 has two queues; the front-end only sets up queue 0, so
      * queue 1 is a queue "never set up" */
     VbExportSpec spec[2] = {
-        { .size = IMG_SIZE, .num_queues = 2 },
+        { .size = IMG_SIZE, .num_queues = 2, .extra = data },
         { .size = IMG_SIZE, .num_queues = 1 },
     };
     g_autofree uint8_t *guard = g_malloc(IMG_SIZE - GUARD_OFF);
@@ -384,6 +395,44 @@ static void test_avail_head_twice(Fixture *f, gconstpointer data)
         dropped = vhost_user_frontend_peer_closed(f->fe, 20);
     }
     g_assert_true(dropped);
+    check_survived(f);
+}
+
+/*
+ * The same head twice while the first is a slow request still in flight:
+ * the queue breaks, the session is dropped and its queue stopped with the
+ * request still running; when it completes, its completion meets a broken,
+ * stopped queue.  That completion used to schedule the queue's bottom half,
+ * already deleted by the stop: qemu_bh_schedule(NULL), and the whole
+ * daemon died.  Export 1 must be served while the request is in flight,
+ * and export 0 again once it completed (a reconnect).
+ */
+static void test_slow_request_then_broken(Fixture *f, gconstpointer data)
+{
+    struct vring_desc *desc;
+    struct vring_avail *avail;
+    struct vring_used *used;
+    uint16_t idx;
+
+    prep_slot(f, H0, VIRTIO_BLK_T_IN, SLOW_SECTOR);
+    write_hdr_desc(f, H0, H0 + 1);
+    vhost_user_frontend_write_desc(f->fe, 0, H0 + 1, gpa_of(f, f->buf, 4096),
+                                   4096, VRING_DESC_F_NEXT | VRING_DESC_F_WRITE,
+                                   H0 + 2);
+    vhost_user_frontend_write_desc(f->fe, 0, H0 + 2, slot_gpa(f, H0, 16), 1,
+                                   VRING_DESC_F_WRITE, 0);
+    /* both in one avail->idx store: the first is popped and submitted (and
+     * held back SLOW_MS), the second breaks the queue in the same batch */
+    vhost_user_frontend_rings(f->fe, 0, &desc, &avail, &used);
+    idx = avail->idx;
+    avail->ring[idx % QSIZE] = H0;
+    avail->ring[(uint16_t)(idx + 1) % QSIZE] = H0;
+    vhost_user_frontend_set_avail_idx_raw(f->fe, 0, idx + 2);
+    g_assert_cmpint(vhost_user_frontend_kick_raw(f->fe, 0), ==, 1);
+    g_assert_true(vhost_user_frontend_peer_closed(f->fe, DROP_TIMEOUT_MS));
+    /* export 1 works meanwhile; export 0 accepts the next session only
+     * once the slow request completed, so check_survived() also checks
+     * that the daemon lived through that completion */
     check_survived(f);
 }
 
@@ -1448,6 +1497,11 @@ int main(int argc, char **argv)
     ADD("flood/unread-replies", test_flood_unread_replies);
     ADD("flood/no-reply", test_flood_no_reply);
     ADD("flood/never-reads-replies", test_never_reads_replies);
+#define ADD_SLOW(name, fn) \
+    g_test_add("/vhost-blkd/hostile/" name, Fixture, SLOW_EXTRA, \
+               fixture_setup, fn, fixture_teardown)
+    ADD_SLOW("slow/in-flight-then-broken", test_slow_request_then_broken);
+#undef ADD_SLOW
 #undef ADD
     return g_test_run();
 }
