@@ -463,6 +463,9 @@ static VuMsgResult vu_add_mem_reg(VuServer *s, VuMsg *msg)
     return ret;
 }
 
+/* The spec: no fd SHOULD come with it, but for front-ends that send one
+ * the back-end MAY accept it and must close it unused (vu_rx_reset() does,
+ * after the reply). */
 static VuMsgResult vu_rem_mem_reg(VuServer *s, VuMsg *msg)
 {
     GError *err = NULL;
@@ -867,6 +870,7 @@ static unsigned int vu_max_fds(uint32_t request)
     case VHOST_USER_SET_MEM_TABLE:
         return VHOST_USER_MEM_REGIONS_MAX;
     case VHOST_USER_ADD_MEM_REG:
+    case VHOST_USER_REM_MEM_REG:    /* tolerated, closed unused */
     case VHOST_USER_SET_VRING_KICK:
     case VHOST_USER_SET_VRING_CALL:
     case VHOST_USER_SET_VRING_ERR:

@@ -951,6 +951,73 @@ static void test_rem_mem_reg_rings(Fixture *f, gconstpointer data)
     check_survived(f);
 }
 
+/* How many fds of the daemon, and mappings in it, are of memfds made by
+ * make_memfd(). */
+static void count_test_memfds(Fixture *f, unsigned int *nfds,
+                              unsigned int *nmaps)
+{
+    g_autofree char *dirname = g_strdup_printf("/proc/%d/fd", (int)f->d.pid);
+    g_autofree char *mapsname = g_strdup_printf("/proc/%d/maps",
+                                                (int)f->d.pid);
+    g_autoptr(GDir) dir = g_dir_open(dirname, 0, NULL);
+    g_autofree char *maps = NULL;
+    const char *name;
+
+    g_assert_nonnull(dir);
+    *nfds = 0;
+    while ((name = g_dir_read_name(dir))) {
+        g_autofree char *path = g_build_filename(dirname, name, NULL);
+        g_autofree char *target = g_file_read_link(path, NULL);
+
+        if (target && strstr(target, "memfd:vb-hostile")) {
+            (*nfds)++;
+        }
+    }
+    g_assert_true(g_file_get_contents(mapsname, &maps, NULL, NULL));
+    *nmaps = 0;
+    for (const char *p = maps; (p = strstr(p, "memfd:vb-hostile")); p++) {
+        (*nmaps)++;
+    }
+}
+
+/*
+ * REM_MEM_REG with an fd: the spec says none SHOULD be sent, but a
+ * back-end MAY accept one (for front-ends that send it) and must then
+ * close it unused.  The region goes, the fd is closed, the session goes
+ * on.  It used to be "REM_MEM_REG carries 1 file descriptors, at most 0
+ * expected" and the session was dropped.
+ */
+static void test_rem_mem_reg_with_fd(Fixture *f, gconstpointer data)
+{
+    int fd = make_memfd(1 << 20);
+    VhostUserMemRegMsg m = {
+        .region = region(VHOST_USER_FRONTEND_REGION_STRIDE, 1 << 20,
+                         0x7f0000000000ULL, 0),
+    };
+    g_autoptr(GError) err = NULL;
+    unsigned int nfds, nmaps;
+
+    g_assert_cmpint(send_acked(f, VHOST_USER_ADD_MEM_REG, &m, sizeof(m),
+                               &fd, 1), ==, 0);
+    count_test_memfds(f, &nfds, &nmaps);
+    g_assert_cmpuint(nfds, ==, 0);      /* closed after mapping */
+    g_assert_cmpuint(nmaps, ==, 1);
+    g_assert_cmpint(send_acked(f, VHOST_USER_REM_MEM_REG, &m, sizeof(m),
+                               &fd, 1), ==, 0);
+    /* a message with a reply after it: the fd of the last one is closed
+     * by the time it comes */
+    g_assert_cmpuint(vhost_user_frontend_get_queue_num(f->fe, &err), ==, 2);
+    g_assert_no_error(err);
+    count_test_memfds(f, &nfds, &nmaps);
+    g_assert_cmpuint(nfds, ==, 0);
+    g_assert_cmpuint(nmaps, ==, 0);
+    close(fd);
+    /* the session goes on */
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 512, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    check_survived(f);
+}
+
 static void test_add_mem_reg_overlap(Fixture *f, gconstpointer data)
 {
     int fd = make_memfd(1 << 20);
@@ -1479,6 +1546,7 @@ int main(int argc, char **argv)
     ADD("mem/empty-table", test_mem_table_empty);
     ADD("mem/rem-region-of-rings", test_rem_mem_reg_rings);
     ADD("mem/add-region-overlap", test_add_mem_reg_overlap);
+    ADD("mem/rem-region-with-fd", test_rem_mem_reg_with_fd);
     ADD("vring/addr-outside", test_vring_addr_outside);
     ADD("vring/addr-misaligned", test_vring_addr_misaligned);
     ADD("vring/num-bad", test_vring_num_bad);
