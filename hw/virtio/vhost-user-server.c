@@ -43,6 +43,7 @@
 #include "hw/virtio/vhost-user-server.h"
 #include "qemu/error-report.h"
 #include "qemu/iothread.h"
+#include "qemu/sigbus-guard.h"
 
 #include <linux/virtio_ring.h>
 #include <sys/mman.h>
@@ -113,6 +114,9 @@ struct VuServer {
     GuestMemory mem;
     void *inflight_addr;
     size_t inflight_size;
+    int inflight_guard;             /* SIGBUS guard handle + 1; 0: none */
+    int inflight_fd;                /* kept to explain a fault; -1: none */
+    uint64_t inflight_offset;
     uint16_t inflight_queue_size;   /* entries per queue in the region */
     unsigned int inflight_nqueues;  /* queues the region covers */
     VuQueue *queues;
@@ -267,22 +271,57 @@ static void vu_inflight_unmap(VuServer *s)
     for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
         virtqueue_set_inflight(s->queues[i].vq, NULL);
     }
+    if (s->inflight_guard) {
+        sigbus_guard_remove(s->inflight_guard - 1);
+        s->inflight_guard = 0;
+    }
     if (s->inflight_addr) {
         munmap(s->inflight_addr, s->inflight_size);
         s->inflight_addr = NULL;
         s->inflight_size = 0;
     }
+    if (s->inflight_fd >= 0) {
+        close(s->inflight_fd);
+        s->inflight_fd = -1;
+    }
+    s->inflight_offset = 0;
     s->inflight_queue_size = 0;
     s->inflight_nqueues = 0;
 }
 
-/* Queues stopped.  Point each queue at its part of the inflight region. */
+/*
+ * Queues stopped.  Point each queue at its part of the inflight region
+ * (@addr, @size: the mapping of @fd at @offset; @fd is taken).
+ *
+ * The front-end owns the file: one that was not sealed against shrinking
+ * (QEMU hands back the region the back-end made, sealed; a hostile VMM
+ * need not) can be truncated under us, and the next store there would be
+ * SIGBUS for the whole process.  The region is guarded like guest memory
+ * and shares its fault flag, so a fault breaks the queue at the end of
+ * its batch (virtqueue_check_memory()) and costs this session only.
+ */
 static void vu_inflight_install(VuServer *s, void *addr, size_t size,
-                                unsigned int nq, uint16_t queue_size)
+                                unsigned int nq, uint16_t queue_size,
+                                int fd, uint64_t offset)
 {
     size_t per_queue = vhost_user_inflight_queue_size(queue_size);
 
     vu_inflight_unmap(s);
+    if (sigbus_guard_install(NULL)) {
+        /* the mapping, and so a fault, covers whole pages */
+        size_t page = getpagesize();
+        size_t mapped = (size + page - 1) / page * page;
+
+        s->inflight_guard = sigbus_guard_add(addr, mapped,
+                                             &s->mem.faulted) + 1;
+    }
+    if (!s->inflight_guard) {
+        warn_report("%s: inflight region not guarded against SIGBUS "
+                    "(handler or slots unavailable): a front-end that "
+                    "shrinks its file can kill the process", s->name);
+    }
+    s->inflight_fd = fd;
+    s->inflight_offset = offset;
     s->inflight_addr = addr;
     s->inflight_size = size;
     s->inflight_queue_size = queue_size;
@@ -732,10 +771,9 @@ static VuMsgResult vu_get_inflight_fd(VuServer *s, VuMsg *msg)
         goto fail;
     }
     vu_stop_all(s);
-    vu_inflight_install(s, addr, size, out.num_queues, out.queue_size);
+    vu_inflight_install(s, addr, size, out.num_queues, out.queue_size, fd, 0);
     out.mmap_size = size;
     vu_send(s, msg, &out, sizeof(out), fd);
-    close(fd);
     vu_update_all(s);
     return VU_MSG_REPLIED;
 
@@ -784,7 +822,7 @@ static VuMsgResult vu_set_inflight_fd(VuServer *s, VuMsg *msg)
     }
     vu_stop_all(s);
     vu_inflight_install(s, addr, in->mmap_size, in->num_queues,
-                        in->queue_size);
+                        in->queue_size, vu_take_fd(s, 0), in->mmap_offset);
     debug_report("%s: inflight region: %u queues of %u entries", s->name,
                  in->num_queues, in->queue_size);
     return vu_update_all(s) ? VU_MSG_OK : VU_MSG_FAILED;
@@ -1156,11 +1194,32 @@ static void vu_session_close(VuServer *s, const char *why)
     memset(s->unknown_logged, 0, sizeof(s->unknown_logged));
 }
 
+/* After a queue broke: if the cause was the inflight region's file being
+ * cut short (the queue's own message blames guest memory, which shares
+ * the fault flag), say so. */
+static void vu_inflight_explain_fault(VuServer *s)
+{
+    struct stat st;
+
+    if (s->inflight_fd >= 0 && guest_mem_faulted(&s->mem) &&
+        fstat(s->inflight_fd, &st) == 0 &&
+        (uint64_t)st.st_size < s->inflight_offset + s->inflight_size) {
+        error_report("%s: the front-end shrank the inflight region's file "
+                     "to %lld bytes while it was in use (%" PRIu64 " bytes "
+                     "at offset %" PRIu64 " were shared with "
+                     "SET_INFLIGHT_FD); the VMM must keep it whole: QEMU "
+                     "passes back the sealed region the back-end made",
+                     s->name, (long long)st.st_size,
+                     (uint64_t)s->inflight_size, s->inflight_offset);
+    }
+}
+
 static void vu_broken_bh(void *opaque)
 {
     VuServer *s = opaque;
 
     if (atomic_exchange(&s->broken, false)) {
+        vu_inflight_explain_fault(s);
         vu_session_close(s, "a virtqueue is broken");
     }
 }
@@ -1354,6 +1413,7 @@ VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
     s->cfg.queue_ctx = s->queue_ctx;
     s->listen_fd = -1;
     s->conn_fd = -1;
+    s->inflight_fd = -1;
     guest_mem_init(&s->mem);
     s->queues = g_new0(VuQueue, cfg->num_queues);
     for (unsigned int i = 0; i < cfg->num_queues; i++) {
