@@ -999,13 +999,15 @@ static void test_rem_mem_reg_with_fd(Fixture *f, gconstpointer data)
 
     g_assert_cmpint(send_acked(f, VHOST_USER_ADD_MEM_REG, &m, sizeof(m),
                                &fd, 1), ==, 0);
+    /* the fd of a message is closed after its ack: a message with a reply
+     * after it makes sure that happened */
+    g_assert_cmpuint(vhost_user_frontend_get_queue_num(f->fe, &err), ==, 2);
+    g_assert_no_error(err);
     count_test_memfds(f, &nfds, &nmaps);
     g_assert_cmpuint(nfds, ==, 0);      /* closed after mapping */
     g_assert_cmpuint(nmaps, ==, 1);
     g_assert_cmpint(send_acked(f, VHOST_USER_REM_MEM_REG, &m, sizeof(m),
                                &fd, 1), ==, 0);
-    /* a message with a reply after it: the fd of the last one is closed
-     * by the time it comes */
     g_assert_cmpuint(vhost_user_frontend_get_queue_num(f->fe, &err), ==, 2);
     g_assert_no_error(err);
     count_test_memfds(f, &nfds, &nmaps);
