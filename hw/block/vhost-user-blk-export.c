@@ -59,6 +59,7 @@ struct VuBlkQueue {
     unsigned int pool_size;
     unsigned int inflight;
     bool notify_deferred;       /* vu_blk_notify_cb registered */
+    bool stopping;              /* stopped; requests may still complete */
     bool broken_reported;
     VuBlkQueueCounters c;
     VirtQueueStats vq_base;     /* virtqueue stats already folded in */
@@ -117,6 +118,10 @@ static void vu_blk_req_done(VirtioBlkReq *req, uint8_t status,
     r->elem = NULL;
     q->inflight--;
     q->c.completed++;
+    if (unlikely(q->stopping) && q->inflight == 0) {
+        /* The server waits for this to finish the stop. */
+        vu_server_queue_drained(q->exp->server);
+    }
     /* One registration per section, without defer_call()'s search. */
     if (!q->notify_deferred) {
         q->notify_deferred = true;
@@ -252,6 +257,7 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
     }
     q->vq = vq;
     q->kick_fd = virtqueue_get_kick_fd(vq);
+    q->stopping = false;
     q->broken_reported = false;
     virtqueue_get_stats(vq, &q->vq_base);
     q->bh = aio_bh_new(q->ctx, vu_blk_queue_bh, q, "vu-blk-queue");
@@ -274,6 +280,7 @@ static void vu_blk_queue_stop(void *opaque, unsigned int index,
     qemu_bh_delete(q->bh);
     q->bh = NULL;
     q->kick_fd = -1;
+    q->stopping = true;
 }
 
 static unsigned int vu_blk_queue_inflight(void *opaque, unsigned int index)

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #define QSIZE 128
 #define H0 (QSIZE - 8)          /* hand-built chains use the top descriptors */
@@ -66,7 +67,7 @@ static void fixture_connect(Fixture *f, bool no_inflight)
  * (vb_check_export_works() uses sectors 64..79) touches them.
  */
 #define SLOW_SECTOR 1000
-#define SLOW_MS 1000
+#define SLOW_MS 2000
 #define SLOW_EXTRA "inject-delay=" G_STRINGIFY(SLOW_MS) \
                    ",inject-sector=1000-1007"
 
@@ -1546,6 +1547,159 @@ static void test_never_reads_replies(Fixture *f, gconstpointer data)
     check_survived(f);
 }
 
+/* ---- one export must not stall the others ----------------------------- */
+
+/* The bound export 1 must meet while export 0 is stalled for SLOW_MS: a
+ * connect, the whole start sequence and a write + read.  It takes a few
+ * ms; the bound is generous so that a loaded machine cannot fail it. */
+#define OTHER_EXPORT_BOUND_MS 500
+
+/*
+ * Submit a slow read or write (4 KiB of f->buf at SLOW_SECTOR: SLOW_MS)
+ * on export 0 and wait until the daemon has popped it: its inflight entry is marked (the pop marks it, then submits
+ * it in the same handler run, before anything can stop the queue).
+ * Returns the time of the kick: the request completes SLOW_MS after it,
+ * at the earliest.
+ */
+static gint64 submit_slow(Fixture *f, uint32_t type, uint16_t *avail_after)
+{
+    struct iovec iov = { f->buf, 4096 };
+    uint64_t size;
+    int fd = vhost_user_frontend_inflight_fd(f->fe, &size);
+    VhostUserQueueRegionSplit *r;
+    struct vring_desc *desc;
+    struct vring_avail *avail;
+    struct vring_used *used;
+    gint64 t_kick, deadline;
+    int head;
+
+    g_assert_cmpint(fd, >=, 0);
+    r = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    g_assert_true(r != MAP_FAILED);
+    head = vhost_user_frontend_blk_submit(f->fe, 0, type, SLOW_SECTOR, &iov,
+                                          1, type == VIRTIO_BLK_T_IN, NULL);
+    g_assert_cmpint(head, >=, 0);
+    t_kick = g_get_monotonic_time();
+    g_assert_cmpint(vhost_user_frontend_kick(f->fe, 0), >=, 0);
+    deadline = t_kick + DROP_TIMEOUT_MS * 1000LL;
+    while (!__atomic_load_n(&r->desc[head].inflight, __ATOMIC_ACQUIRE)) {
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+        g_usleep(1000);
+    }
+    munmap(r, size);
+    vhost_user_frontend_rings(f->fe, 0, &desc, &avail, &used);
+    *avail_after = avail->idx;
+    return t_kick;
+}
+
+/* Export 1, from scratch: connect, start, write, read.  Returns the time
+ * it took, in ms. */
+static gint64 time_other_export(Fixture *f)
+{
+    gint64 t0 = g_get_monotonic_time();
+    uint8_t *buf1;
+    VhostUserFrontend *fe1 = other_export_session(f, &buf1);
+
+    check_other_export(fe1, buf1, 21);
+    vhost_user_frontend_free(fe1);
+    return (g_get_monotonic_time() - t0) / 1000;
+}
+
+/*
+ * Export 0's front-end asks GET_VRING_BASE while a slow request is in
+ * flight.  The reply must wait for the request (the base it reports has
+ * to cover every used element), but only this session waits: export 1
+ * must connect and serve I/O meanwhile.  The main thread used to wait for
+ * the drain itself, so every other export's control messages and
+ * accepts waited too (about SLOW_MS here).
+ */
+static void test_slow_get_vring_base(Fixture *f, gconstpointer data)
+{
+    VhostUserVringState st = { .index = 0 };
+    struct vring_desc *desc;
+    struct vring_avail *avail;
+    struct vring_used *used;
+    VhostUserMsg reply;
+    uint16_t avail_after;
+    gint64 t_kick, t_done, ms;
+    int r;
+
+    t_kick = submit_slow(f, VIRTIO_BLK_T_IN, &avail_after);
+    g_assert_cmpint(vhost_user_frontend_send_msg_raw(
+                        f->fe, VHOST_USER_GET_VRING_BASE, VHOST_USER_VERSION,
+                        sizeof(st), &st, sizeof(st), NULL, 0), ==, 0);
+    ms = time_other_export(f);
+    t_done = g_get_monotonic_time();
+    g_test_message("export 1 connected and served I/O in %" PRId64 " ms "
+                   "while export 0 drained a %d ms request", ms, SLOW_MS);
+    g_assert_cmpint(ms, <, OTHER_EXPORT_BOUND_MS);
+    if (t_done < t_kick + SLOW_MS * 1000LL) {
+        /* the slow read cannot have completed: no reply yet */
+        g_assert_cmpint(vhost_user_frontend_recv_raw(f->fe, &reply, NULL,
+                                                     NULL, 0), ==,
+                        -ETIMEDOUT);
+    }
+    r = vhost_user_frontend_recv_raw(f->fe, &reply, NULL, NULL,
+                                     SLOW_MS + DROP_TIMEOUT_MS);
+    g_assert_cmpint(r, ==, sizeof(st));
+    g_assert_cmpuint(reply.hdr.request, ==, VHOST_USER_GET_VRING_BASE);
+    /* the reply came after the read completed and covers it */
+    g_assert_cmpint(g_get_monotonic_time() - t_kick, >=, SLOW_MS * 1000LL);
+    vhost_user_frontend_rings(f->fe, 0, &desc, &avail, &used);
+    g_assert_cmpuint(reply.payload.state.num, ==, avail_after);
+    g_assert_cmpuint(__atomic_load_n(&used->idx, __ATOMIC_ACQUIRE), ==,
+                     avail_after);
+    check_survived(f);
+}
+
+/*
+ * Export 0's front-end goes away while a slow request is in flight: the
+ * session's drain must not hold up export 1, and export 0 takes a new
+ * session once the request completed.
+ */
+static void test_slow_disconnect(Fixture *f, gconstpointer data)
+{
+    uint16_t avail_after;
+    gint64 t_kick, ms;
+
+    t_kick = submit_slow(f, VIRTIO_BLK_T_IN, &avail_after);
+    vhost_user_frontend_disconnect(f->fe);
+    ms = time_other_export(f);
+    g_test_message("export 1 connected and served I/O in %" PRId64 " ms "
+                   "while export 0 drained a %d ms request (%" PRId64
+                   " ms after its kick)", ms, SLOW_MS,
+                   (g_get_monotonic_time() - t_kick) / 1000);
+    g_assert_cmpint(ms, <, OTHER_EXPORT_BOUND_MS);
+    check_survived(f);      /* includes a new session on export 0 */
+}
+
+/*
+ * SIGTERM while a slow write is in flight: the daemon's shutdown must
+ * wait for it (the image is closed right after), exit cleanly, and the
+ * data must be in the image.
+ */
+static void test_slow_shutdown(Fixture *f, gconstpointer data)
+{
+    g_autofree uint8_t *img = g_malloc(4096);
+    uint16_t avail_after;
+    gint64 t_kick;
+    int status;
+
+    vb_fill_pattern(f->buf, 4096, 0x5107);
+    t_kick = submit_slow(f, VIRTIO_BLK_T_OUT, &avail_after);
+    g_assert_cmpint(kill(f->d.pid, SIGTERM), ==, 0);
+    g_assert_cmpint(waitpid(f->d.pid, &status, 0), ==, f->d.pid);
+    f->d.pid = 0;
+    g_test_message("daemon exited %" PRId64 " ms after the kick, status "
+                   "0x%x", (g_get_monotonic_time() - t_kick) / 1000, status);
+    g_assert_true(WIFEXITED(status));
+    g_assert_cmpint(WEXITSTATUS(status), ==, 0);
+    g_assert_cmpint(g_get_monotonic_time() - t_kick, >=, SLOW_MS * 1000LL);
+    vb_read_image(&f->d, 0, SLOW_SECTOR * 512ULL, img, 4096);
+    g_assert_true(vb_check_pattern(img, 4096, 0x5107));
+    check_images(f);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -1605,6 +1759,9 @@ int main(int argc, char **argv)
     g_test_add("/vhost-blkd/hostile/" name, Fixture, SLOW_EXTRA, \
                fixture_setup, fn, fixture_teardown)
     ADD_SLOW("slow/in-flight-then-broken", test_slow_request_then_broken);
+    ADD_SLOW("slow/get-vring-base-isolated", test_slow_get_vring_base);
+    ADD_SLOW("slow/disconnect-isolated", test_slow_disconnect);
+    ADD_SLOW("slow/shutdown-waits", test_slow_shutdown);
 #undef ADD_SLOW
 #undef ADD
     return g_test_run();
