@@ -85,7 +85,7 @@ static void vbd_usage(FILE *f)
 "      inject-delay=MS     testing only: hold the matching requests back MS\n"
 "                          milliseconds (0..600000), then do them (or, with\n"
 "                          inject-error, fail them); alone it matches every\n"
-"                          request type; inject-sector/after/count select\n"
+"                          request type, narrowed by inject-sector/after/count\n"
 "  --iothreads N           I/O threads (default 1)\n"
 "  --poll-max-ns N         adaptive busy-poll limit, 0 disables (default 32768)\n"
 "  --pidfile PATH          write the process id to PATH\n"
