@@ -1556,8 +1556,9 @@ static void test_never_reads_replies(Fixture *f, gconstpointer data)
 
 /*
  * Submit a slow read or write (4 KiB of f->buf at SLOW_SECTOR: SLOW_MS)
- * on export 0 and wait until the daemon has popped it: its inflight entry is marked (the pop marks it, then submits
- * it in the same handler run, before anything can stop the queue).
+ * on export 0 and wait until the daemon has popped it: its inflight
+ * entry is marked (the pop marks it, then submits it in the same handler
+ * run, before anything can stop the queue).
  * Returns the time of the kick: the request completes SLOW_MS after it,
  * at the earliest.
  */
