@@ -15,9 +15,12 @@
  * Error injection (BlockOptions.inject, for tests) sits at the same point:
  * after the cheap checks, a matching request is completed with the chosen
  * errno through the same bottom half as a rejected one, so a device sees
- * exactly what a failing engine would give it, never synchronously.  The
- * match counter is shared by every iothread using the backend (one atomic
- * add per candidate request, only while injection is on).
+ * exactly what a failing engine would give it, never synchronously.  With
+ * inject-delay a matching request goes to the thread pool instead, whose
+ * worker sleeps and then does it (or fails it): a slow request, whatever
+ * the aio mode.  The match counter is shared by every iothread using the
+ * backend (one atomic add per candidate request, only while injection is
+ * on).
  */
 #include "qemu/osdep.h"
 #include "qemu/error-report.h"
@@ -193,6 +196,19 @@ bool blk_inject_parse_option(BlockInjectOptions *inj, const char *key,
         }
         return true;
     }
+    if (!strcmp(key, "inject-delay")) {
+        uint64_t ms;
+
+        if (!blk_inject_parse_sector(val, &ms, &end) || *end ||
+            ms > BLOCK_INJECT_MAX_DELAY_MS) {
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for inject-delay: "
+                        "use a number of milliseconds from 0 to %u", val,
+                        BLOCK_INJECT_MAX_DELAY_MS);
+            return false;
+        }
+        inj->delay_ms = ms;
+        return true;
+    }
     if (!strcmp(key, "inject-errno")) {
         if (!blk_inject_parse_errno(val, &inj->err)) {
             g_set_error(errp, VB_ERROR, 0, "bad value '%s' for inject-errno: "
@@ -203,8 +219,8 @@ bool blk_inject_parse_option(BlockInjectOptions *inj, const char *key,
         return true;
     }
     g_set_error(errp, VB_ERROR, 0, "unknown error-injection key '%s' (use "
-                "inject-error, inject-sector, inject-after, inject-count or "
-                "inject-errno)", key);
+                "inject-error, inject-delay, inject-sector, inject-after, "
+                "inject-count or inject-errno)", key);
     return false;
 }
 
@@ -216,10 +232,11 @@ static void blk_inject_setup(BlockBackend *blk, const BlockInjectOptions *inj)
     g_autofree char *range = NULL;
     g_autofree char *times = NULL;
 
-    if (!inj->ops) {
+    if (!inj->ops && !inj->delay_ms) {
         if (inj->has_range || inj->after || inj->count || inj->err) {
             warn_report("%s: inject-sector/after/count/errno given without "
-                        "inject-error: no error is injected", blk->filename);
+                        "inject-error or inject-delay: nothing is injected",
+                        blk->filename);
         }
         return;
     }
@@ -227,9 +244,11 @@ static void blk_inject_setup(BlockBackend *blk, const BlockInjectOptions *inj)
     if (blk->inject.err <= 0) {
         blk->inject.err = EIO;
     }
+    /* inject-delay alone: every request type matches */
+    blk->inject_match_ops = inj->ops ? inj->ops : BLOCK_INJECT_ANY;
     blk->inject_on = true;
     for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
-        if (inj->ops & (1u << i)) {
+        if (blk->inject_match_ops & (1u << i)) {
             g_string_append_printf(what, "%s%s", what->len ? "+" : "",
                                    names[i]);
         }
@@ -245,10 +264,40 @@ static void blk_inject_setup(BlockBackend *blk, const BlockInjectOptions *inj)
     }
     times = inj->count ? g_strdup_printf("at most %" PRIu64 " time(s)",
                                          inj->count) : g_strdup("always");
+    if (inj->delay_ms) {
+        g_autofree char *then = inj->ops ?
+            g_strdup_printf("then fail with errno %d (%s)", blk->inject.err,
+                            g_strerror(blk->inject.err)) :
+            g_strdup("then do them");
+        warn_report("%s: error injection on (for testing): delay %s by %"
+                    PRIu32 " ms, %s, after %" PRIu64 " matching request(s), "
+                    "%s; %s", blk->filename, what->str, inj->delay_ms, range,
+                    inj->after, times, then);
+        return;
+    }
     warn_report("%s: error injection on (for testing): %s, %s, after %"
                 PRIu64 " matching request(s), %s, errno %d (%s)",
                 blk->filename, what->str, range, inj->after, times,
                 blk->inject.err, g_strerror(blk->inject.err));
+}
+
+/* Worker thread. */
+int blk_inject_do_delayed(BlockAIOCB *acb)
+{
+    BlockBackend *blk = acb->blk;
+
+    if (blk->inject.ops) {
+        return -blk->inject.err;
+    }
+    if (blk->is_null) {
+        if (acb->type == BLK_REQ_READ && blk->null_read_zeroes) {
+            for (int i = 0; i < acb->niov; i++) {
+                memset(acb->iov[i].iov_base, 0, acb->iov[i].iov_len);
+            }
+        }
+        return 0;
+    }
+    return raw_do_request(acb);
 }
 
 /* Any thread. */
@@ -280,7 +329,7 @@ static bool blk_inject_hit(BlockBackend *blk, int type, int64_t offset,
         bit = BLOCK_INJECT_DISCARD;
         break;
     }
-    if (!(inj->ops & bit)) {
+    if (!(blk->inject_match_ops & bit)) {
         return false;
     }
     if (inj->has_range) {
@@ -648,6 +697,7 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
     AioContext *ctx = qemu_get_current_aio_context();
     const BlockEngineOps *ops;
     BlockEngine *e;
+    bool delayed = false;
     int ret;
 
     assert(ctx);                /* requests come from an AioContext thread */
@@ -690,11 +740,14 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
         goto fail;
     }
     if (unlikely(blk->inject_on) && blk_inject_hit(blk, type, offset, bytes)) {
-        ret = -blk->inject.err;
-        goto fail;
+        if (!blk->inject.delay_ms) {
+            ret = -blk->inject.err;
+            goto fail;
+        }
+        delayed = true;
     }
 
-    ops = blk_route(blk, type);
+    ops = unlikely(delayed) ? &thread_pool_engine_ops : blk_route(blk, type);
     e = blk_engine_get(ctx, ops, NULL);
     if (unlikely(!e)) {
         static gsize warned;
@@ -716,6 +769,10 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
         }
     }
     e->stats.requests++;
+    if (unlikely(delayed)) {
+        thread_pool_submit_delayed(e, acb);
+        return;
+    }
     e->ops->submit(e, acb);
     return;
 

@@ -32,7 +32,13 @@ static void thread_pool_worker(gpointer data, gpointer unused)
     BlockAIOCB *acb = data;
     ThreadPoolClient *c = (ThreadPoolClient *)(uintptr_t)acb->engine_priv[0];
 
-    acb->ret = raw_do_request(acb);
+    if (unlikely(acb->engine_priv[1])) {
+        /* inject-delay: hold the request, then do it */
+        g_usleep((gulong)acb->blk->inject.delay_ms * 1000);
+        acb->ret = blk_inject_do_delayed(acb);
+    } else {
+        acb->ret = raw_do_request(acb);
+    }
     acb->next = NULL;
     g_mutex_lock(&c->lock);
     *c->done_tailp = acb;
@@ -116,7 +122,19 @@ static void thread_pool_submit(BlockEngine *e, BlockAIOCB *acb)
     ThreadPoolClient *c = container_of(e, ThreadPoolClient, common);
 
     acb->engine_priv[0] = (uintptr_t)c;
+    acb->engine_priv[1] = 0;
     c->common.stats.submit_syscalls++;  /* one worker wake-up per request */
+    g_thread_pool_push(thread_pool_workers, acb, NULL);
+}
+
+/* Owner thread. */
+void thread_pool_submit_delayed(BlockEngine *e, BlockAIOCB *acb)
+{
+    ThreadPoolClient *c = container_of(e, ThreadPoolClient, common);
+
+    acb->engine_priv[0] = (uintptr_t)c;
+    acb->engine_priv[1] = 1;
+    c->common.stats.submit_syscalls++;
     g_thread_pool_push(thread_pool_workers, acb, NULL);
 }
 

@@ -63,6 +63,7 @@ struct VuBlkQueue {
     unsigned int pool_size;
     unsigned int inflight;
     bool notify_deferred;       /* vu_blk_notify_cb registered */
+    bool stopping;              /* stopped; requests may still complete */
     bool broken_reported;
     VuBlkQueueCounters c;
     VirtQueueStats vq_base;     /* virtqueue stats already folded in */
@@ -80,13 +81,32 @@ struct VuBlkExport {
 
 /* ---- dataplane (queue's iothread) ------------------------------------ */
 
+/* The guest broke the queue (or took its memory away): tell the server
+ * once, which drops the session from the main thread. */
+static void vu_blk_report_broken(VuBlkQueue *q)
+{
+    if (!q->broken_reported) {
+        q->broken_reported = true;
+        vu_server_report_broken(q->exp->server);
+    }
+}
+
+/*
+ * End of a section that completed requests.  This also runs for
+ * completions that arrive after vu_blk_queue_stop() (the server drains
+ * in-flight requests after stopping a queue): the queue's kick handler and
+ * bottom half are gone then, so nothing here may use them.  Such late
+ * completions are still pushed to the used ring (the chains were valid and
+ * the I/O is done; the rings stay mapped until the drain ends), even on a
+ * broken queue, whose driver is being dropped anyway.
+ */
 static void vu_blk_notify_cb(void *opaque)
 {
     VuBlkQueue *q = opaque;
 
     q->notify_deferred = false;
     if (unlikely(!virtqueue_check_memory(q->vq))) {
-        qemu_bh_schedule(q->bh);        /* vu_blk_queue_run() reports it */
+        vu_blk_report_broken(q);
         return;
     }
     virtqueue_notify(q->vq);
@@ -102,6 +122,10 @@ static void vu_blk_req_done(VirtioBlkReq *req, uint8_t status,
     r->elem = NULL;
     q->inflight--;
     q->c.completed++;
+    if (unlikely(q->stopping) && q->inflight == 0) {
+        /* The server waits for this to finish the stop. */
+        vu_server_queue_drained(q->exp->server);
+    }
     /* One registration per section, without defer_call()'s search. */
     if (!q->notify_deferred) {
         q->notify_deferred = true;
@@ -142,10 +166,7 @@ static void vu_blk_queue_run(VuBlkQueue *q)
         q->c.requests += n;
     }
     if (unlikely(!virtqueue_check_memory(q->vq))) {
-        if (!q->broken_reported) {
-            q->broken_reported = true;
-            vu_server_report_broken(exp->server);
-        }
+        vu_blk_report_broken(q);
         return;
     }
     if (n == exp->budget) {
@@ -240,6 +261,7 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
     }
     q->vq = vq;
     q->kick_fd = virtqueue_get_kick_fd(vq);
+    q->stopping = false;
     q->broken_reported = false;
     virtqueue_get_stats(vq, &q->vq_base);
     q->bh = aio_bh_new(q->ctx, vu_blk_queue_bh, q, "vu-blk-queue");
@@ -262,6 +284,7 @@ static void vu_blk_queue_stop(void *opaque, unsigned int index,
     qemu_bh_delete(q->bh);
     q->bh = NULL;
     q->kick_fd = -1;
+    q->stopping = true;
 }
 
 static unsigned int vu_blk_queue_inflight(void *opaque, unsigned int index)

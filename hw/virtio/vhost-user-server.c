@@ -26,23 +26,39 @@
  * disabled until SET_VRING_ENABLE; without it they are enabled by the kick
  * fd) and guest memory is mapped: it maps the rings (virtqueue_start()) and
  * then, through aio_run_sync(), lets the device install its kick handler in
- * the owner thread.  Stopping is the reverse: the device removes its
- * handler in the owner thread, then the main thread polls the device's
- * in-flight count (again through aio_run_sync(), with a short sleep in
- * between) until every submitted request completed, and only then forgets
- * the ring pointers.  Any change to what a running queue reads (memory
- * table, ring setup, features, inflight region) is done as stop, change,
- * restart.  The one exception is SET_VRING_CALL, which is swapped inside
- * the owner thread without a drain.
+ * the owner thread.  Stopping is the reverse, and never waits for I/O in
+ * the main thread (one export on slow storage must not hold up the
+ * others' control messages and accepts): the device removes its handler
+ * in the owner thread and reports how many requests are still in flight.
+ * With none, the ring pointers are forgotten at once.  Otherwise the
+ * queue is DRAINING: the device calls vu_server_queue_drained() from the
+ * owner thread when its last request completed, which schedules
+ * vu_drain_bh() in the main context; that checks the count again (through
+ * aio_run_sync()) and finishes the stop.
+ *
+ * Any change to what a running queue reads (memory table, ring setup,
+ * features, inflight region) is done as stop, change, restart.  A handler
+ * whose queues are still draining returns VU_MSG_WAIT before it changes
+ * anything: the session then stops reading its socket, keeps the message,
+ * and vu_drain_bh() runs it again once the queues stopped (so, e.g.,
+ * GET_VRING_BASE is answered only after every request completed, with a
+ * base that covers them).  Messages stay in order; the other queues of
+ * the session keep running meanwhile.  The one exception is
+ * SET_VRING_CALL, which is swapped inside the owner thread without a
+ * drain.
  *
  * A disconnect (EOF, error, malformed message, or a queue the guest broke)
- * stops and drains every queue, unmaps guest memory and the inflight
- * region, closes every fd and waits for the next front-end.
+ * closes the socket at once and stops every queue; once they drained, the
+ * guest memory and the inflight region are unmapped and the server
+ * accepts the next front-end (until then it waits in the listen backlog).
+ * Only vu_server_free() (daemon shutdown) waits for the drain in the main
+ * thread, since the image is closed right after.
  */
 #include "qemu/osdep.h"
 #include "hw/virtio/vhost-user-server.h"
 #include "qemu/error-report.h"
 #include "qemu/iothread.h"
+#include "qemu/sigbus-guard.h"
 
 #include <linux/virtio_ring.h>
 #include <sys/mman.h>
@@ -62,13 +78,19 @@
 /* Messages handled per wake-up before yielding to other handlers. */
 #define VU_MSGS_PER_TURN 32
 
+typedef enum VuQueueState {
+    VU_QUEUE_STOPPED,
+    VU_QUEUE_RUNNING,           /* the device's kick handler is installed */
+    VU_QUEUE_DRAINING,          /* stopped, requests still in flight */
+} VuQueueState;
+
 typedef struct VuQueue {
     VuServer *server;
     unsigned int index;
     VirtQueue *vq;
     AioContext *ctx;
     unsigned int num;
-    bool running;
+    VuQueueState state;
 } VuQueue;
 
 /* A received message: header and payload stored apart so the payload is
@@ -84,6 +106,8 @@ typedef enum VuMsgResult {
     VU_MSG_FAILED,      /* refused; ack nonzero if asked for a reply */
     VU_MSG_REPLIED,     /* the handler sent the request's own reply */
     VU_MSG_DROP,        /* malformed or fatal: drop the session */
+    VU_MSG_WAIT,        /* queues are draining: run it again once they are
+                         * (the handler changed nothing yet) */
 } VuMsgResult;
 
 struct VuServer {
@@ -100,6 +124,9 @@ struct VuServer {
     /* Session */
     int conn_fd;
     bool drop_pending;
+    bool msg_waiting;       /* s->rx waits for queues to drain; the socket
+                             * is not read meanwhile */
+    bool closing;           /* closed; queues still draining, no accept */
     VuMsg rx;
     size_t rx_len;
     int rx_fds[VHOST_USER_MAX_FDS];
@@ -113,17 +140,23 @@ struct VuServer {
     GuestMemory mem;
     void *inflight_addr;
     size_t inflight_size;
+    int inflight_guard;             /* SIGBUS guard handle + 1; 0: none */
+    int inflight_fd;                /* kept to explain a fault; -1: none */
+    uint64_t inflight_offset;
     uint16_t inflight_queue_size;   /* entries per queue in the region */
     unsigned int inflight_nqueues;  /* queues the region covers */
     VuQueue *queues;
 
     QEMUBH *broken_bh;
     _Atomic bool broken;
+    QEMUBH *drain_bh;               /* a draining queue may be done */
     uint64_t unknown_logged[4];     /* bitmap of request numbers < 256 */
     VuServerStats stats;
 };
 
 static void vu_session_close(VuServer *s, const char *why);
+static void vu_conn_read(void *opaque);
+static void vu_accept(void *opaque);
 
 /* ---- queues ---------------------------------------------------------- */
 
@@ -133,14 +166,6 @@ static void vu_queue_start_fn(void *opaque)
     VuServer *s = q->server;
 
     s->cfg.ops->queue_start(s->cfg.opaque, q->index, q->vq, q->num);
-}
-
-static void vu_queue_stop_fn(void *opaque)
-{
-    VuQueue *q = opaque;
-    VuServer *s = q->server;
-
-    s->cfg.ops->queue_stop(s->cfg.opaque, q->index, q->vq);
 }
 
 typedef struct VuQueueCount {
@@ -160,6 +185,15 @@ static void vu_queue_count_fn(void *opaque)
     }
 }
 
+static void vu_queue_stop_fn(void *opaque)
+{
+    VuQueueCount *c = opaque;
+    VuServer *s = c->q->server;
+
+    s->cfg.ops->queue_stop(s->cfg.opaque, c->q->index, c->q->vq);
+    vu_queue_count_fn(c);
+}
+
 static bool vu_queue_can_run(VuServer *s, VuQueue *q)
 {
     return s->conn_fd >= 0 && s->mem.nregions > 0 &&
@@ -173,7 +207,7 @@ static bool vu_queue_update(VuServer *s, VuQueue *q)
 {
     GError *err = NULL;
 
-    if (q->running || !vu_queue_can_run(s, q)) {
+    if (q->state != VU_QUEUE_STOPPED || !vu_queue_can_run(s, q)) {
         return true;
     }
     if (s->inflight_addr && q->index < s->inflight_nqueues &&
@@ -194,7 +228,7 @@ static bool vu_queue_update(VuServer *s, VuQueue *q)
         return false;
     }
     aio_run_sync(q->ctx, vu_queue_start_fn, q);
-    q->running = true;
+    q->state = VU_QUEUE_RUNNING;
     debug_report("%s: queue %u started (size %u)", s->name, q->index,
                  q->num);
     return true;
@@ -210,40 +244,94 @@ static bool vu_update_all(VuServer *s)
     return ok;
 }
 
-/* Stop @q and wait until its in-flight requests completed. */
-static void vu_queue_stop(VuServer *s, VuQueue *q)
+/* Every request of @q completed: forget the rings. */
+static void vu_queue_finish_stop(VuServer *s, VuQueue *q)
 {
-    VuQueueCount c = { .q = q };
-    gint64 start, next_warn;
-
-    if (!q->running) {
-        return;
-    }
-    aio_run_sync(q->ctx, vu_queue_stop_fn, q);
-    start = g_get_monotonic_time();
-    next_warn = start + 5 * G_USEC_PER_SEC;
-    for (;;) {
-        aio_run_sync(q->ctx, vu_queue_count_fn, &c);
-        if (c.inflight == 0) {
-            break;
-        }
-        if (g_get_monotonic_time() > next_warn) {
-            warn_report("%s: queue %u: still waiting for %u requests after "
-                        "%" PRId64 " s", s->name, q->index, c.inflight,
-                        (g_get_monotonic_time() - start) / G_USEC_PER_SEC);
-            next_warn += 5 * G_USEC_PER_SEC;
-        }
-        g_usleep(100);
-    }
     virtqueue_stop(q->vq);
-    q->running = false;
+    q->state = VU_QUEUE_STOPPED;
     debug_report("%s: queue %u stopped", s->name, q->index);
 }
 
-static void vu_stop_all(VuServer *s)
+/*
+ * Stop @q: the device stops taking requests at once (in the owner
+ * thread).  Returns true when the queue is stopped; false while requests
+ * are still in flight (VU_QUEUE_DRAINING): the device then calls
+ * vu_server_queue_drained() after the last one, and vu_drain_bh()
+ * finishes the stop.  Never waits for I/O.
+ */
+static bool vu_queue_stop(VuServer *s, VuQueue *q)
 {
+    VuQueueCount c = { .q = q };
+
+    switch (q->state) {
+    case VU_QUEUE_STOPPED:
+        return true;
+    case VU_QUEUE_DRAINING:
+        return false;
+    case VU_QUEUE_RUNNING:
+        break;
+    }
+    aio_run_sync(q->ctx, vu_queue_stop_fn, &c);
+    if (c.inflight) {
+        q->state = VU_QUEUE_DRAINING;
+        debug_report("%s: queue %u: stopping, %u requests in flight",
+                     s->name, q->index, c.inflight);
+        return false;
+    }
+    vu_queue_finish_stop(s, q);
+    return true;
+}
+
+/* Stop every queue (all at once, so they drain in parallel).  True when
+ * all are stopped. */
+static bool vu_stop_all(VuServer *s)
+{
+    bool stopped = true;
+
     for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
-        vu_queue_stop(s, &s->queues[i]);
+        stopped &= vu_queue_stop(s, &s->queues[i]);
+    }
+    return stopped;
+}
+
+/* Finish the stop of each draining queue whose requests all completed.
+ * True when no queue is draining any more. */
+static bool vu_poll_drained(VuServer *s)
+{
+    bool drained = true;
+
+    for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
+        VuQueue *q = &s->queues[i];
+        VuQueueCount c = { .q = q };
+
+        if (q->state != VU_QUEUE_DRAINING) {
+            continue;
+        }
+        aio_run_sync(q->ctx, vu_queue_count_fn, &c);
+        if (c.inflight) {
+            drained = false;
+        } else {
+            vu_queue_finish_stop(s, q);
+        }
+    }
+    return drained;
+}
+
+/* Server teardown only: wait, blocking the main thread, until every queue
+ * drained (in-flight I/O must land before the image is closed). */
+static void vu_drain_sync(VuServer *s)
+{
+    gint64 start = g_get_monotonic_time();
+    gint64 next_warn = start + 5 * G_USEC_PER_SEC;
+
+    while (!vu_poll_drained(s)) {
+        if (g_get_monotonic_time() > next_warn) {
+            warn_report("%s: still waiting for in-flight requests after "
+                        "%" PRId64 " s", s->name,
+                        (g_get_monotonic_time() - start) / G_USEC_PER_SEC);
+            next_warn += 5 * G_USEC_PER_SEC;
+        }
+        g_usleep(1000);
     }
 }
 
@@ -253,7 +341,7 @@ static void vu_reset_queues(VuServer *s)
     for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
         VuQueue *q = &s->queues[i];
 
-        assert(!q->running);
+        assert(q->state == VU_QUEUE_STOPPED);
         if (q->vq) {
             virtqueue_free(q->vq);
         }
@@ -267,22 +355,57 @@ static void vu_inflight_unmap(VuServer *s)
     for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
         virtqueue_set_inflight(s->queues[i].vq, NULL);
     }
+    if (s->inflight_guard) {
+        sigbus_guard_remove(s->inflight_guard - 1);
+        s->inflight_guard = 0;
+    }
     if (s->inflight_addr) {
         munmap(s->inflight_addr, s->inflight_size);
         s->inflight_addr = NULL;
         s->inflight_size = 0;
     }
+    if (s->inflight_fd >= 0) {
+        close(s->inflight_fd);
+        s->inflight_fd = -1;
+    }
+    s->inflight_offset = 0;
     s->inflight_queue_size = 0;
     s->inflight_nqueues = 0;
 }
 
-/* Queues stopped.  Point each queue at its part of the inflight region. */
+/*
+ * Queues stopped.  Point each queue at its part of the inflight region
+ * (@addr, @size: the mapping of @fd at @offset; @fd is taken).
+ *
+ * The front-end owns the file: one that was not sealed against shrinking
+ * (QEMU hands back the region the back-end made, sealed; a hostile VMM
+ * need not) can be truncated under us, and the next store there would be
+ * SIGBUS for the whole process.  The region is guarded like guest memory
+ * and shares its fault flag, so a fault breaks the queue at the end of
+ * its batch (virtqueue_check_memory()) and costs this session only.
+ */
 static void vu_inflight_install(VuServer *s, void *addr, size_t size,
-                                unsigned int nq, uint16_t queue_size)
+                                unsigned int nq, uint16_t queue_size,
+                                int fd, uint64_t offset)
 {
     size_t per_queue = vhost_user_inflight_queue_size(queue_size);
 
     vu_inflight_unmap(s);
+    if (sigbus_guard_install(NULL)) {
+        /* the mapping, and so a fault, covers whole pages */
+        size_t page = getpagesize();
+        size_t mapped = (size + page - 1) / page * page;
+
+        s->inflight_guard = sigbus_guard_add(addr, mapped,
+                                             &s->mem.faulted) + 1;
+    }
+    if (!s->inflight_guard) {
+        warn_report("%s: inflight region not guarded against SIGBUS "
+                    "(handler or slots unavailable): a front-end that "
+                    "shrinks its file can kill the process", s->name);
+    }
+    s->inflight_fd = fd;
+    s->inflight_offset = offset;
     s->inflight_addr = addr;
     s->inflight_size = size;
     s->inflight_queue_size = queue_size;
@@ -383,7 +506,9 @@ static VuMsgResult vu_set_features(VuServer *s, uint64_t features)
                     " that were not offered", s->name, features & ~offered);
         return VU_MSG_FAILED;
     }
-    vu_stop_all(s);
+    if (!vu_stop_all(s)) {
+        return VU_MSG_WAIT;
+    }
     s->features = features;
     s->features_acked = true;
     if (!(features & (1ULL << VHOST_USER_F_PROTOCOL_FEATURES))) {
@@ -398,7 +523,9 @@ static VuMsgResult vu_set_features(VuServer *s, uint64_t features)
 
 static VuMsgResult vu_reset_session_state(VuServer *s)
 {
-    vu_stop_all(s);
+    if (!vu_stop_all(s)) {
+        return VU_MSG_WAIT;
+    }
     vu_inflight_unmap(s);
     vu_reset_queues(s);
     guest_mem_clear(&s->mem);
@@ -422,7 +549,9 @@ static VuMsgResult vu_set_mem_table(VuServer *s, VuMsg *msg)
                     m->nregions, s->rx_nfds);
         return VU_MSG_DROP;
     }
-    vu_stop_all(s);
+    if (!vu_stop_all(s)) {
+        return VU_MSG_WAIT;
+    }
     guest_mem_clear(&s->mem);
     for (uint32_t i = 0; i < m->nregions; i++) {
         if (!guest_mem_add_region(&s->mem, &m->regions[i], s->rx_fds[i],
@@ -452,7 +581,9 @@ static VuMsgResult vu_add_mem_reg(VuServer *s, VuMsg *msg)
         warn_report("%s: ADD_MEM_REG with %u fds", s->name, s->rx_nfds);
         return VU_MSG_DROP;
     }
-    vu_stop_all(s);
+    if (!vu_stop_all(s)) {
+        return VU_MSG_WAIT;
+    }
     if (!guest_mem_add_region(&s->mem, &msg->payload.memreg.region,
                               s->rx_fds[0], &err)) {
         warn_report("%s: ADD_MEM_REG: %s", s->name, err->message);
@@ -463,12 +594,17 @@ static VuMsgResult vu_add_mem_reg(VuServer *s, VuMsg *msg)
     return ret;
 }
 
+/* The spec: no fd SHOULD come with it, but for front-ends that send one
+ * the back-end MAY accept it and must close it unused (vu_rx_reset() does,
+ * after the reply). */
 static VuMsgResult vu_rem_mem_reg(VuServer *s, VuMsg *msg)
 {
     GError *err = NULL;
     VuMsgResult ret = VU_MSG_OK;
 
-    vu_stop_all(s);
+    if (!vu_stop_all(s)) {
+        return VU_MSG_WAIT;
+    }
     if (!guest_mem_remove_region(&s->mem, &msg->payload.memreg.region,
                                  &err)) {
         warn_report("%s: REM_MEM_REG: %s", s->name, err->message);
@@ -493,7 +629,9 @@ static VuMsgResult vu_set_vring_num(VuServer *s, VuMsg *msg)
                     s->name, q->index, st->num, s->cfg.max_queue_size);
         return VU_MSG_FAILED;
     }
-    vu_queue_stop(s, q);
+    if (!vu_queue_stop(s, q)) {
+        return VU_MSG_WAIT;
+    }
     if (!virtqueue_set_num(q->vq, st->num, &err)) {
         warn_report("%s: queue %u: %s", s->name, q->index, err->message);
         g_error_free(err);
@@ -513,7 +651,9 @@ static VuMsgResult vu_set_vring_addr(VuServer *s, VuMsg *msg)
     if (!q) {
         return VU_MSG_FAILED;
     }
-    vu_queue_stop(s, q);
+    if (!vu_queue_stop(s, q)) {
+        return VU_MSG_WAIT;
+    }
     if (!virtqueue_set_addr(q->vq, &msg->payload.addr, &err)) {
         warn_report("%s: queue %u: %s", s->name, q->index, err->message);
         g_error_free(err);
@@ -537,7 +677,9 @@ static VuMsgResult vu_set_vring_base(VuServer *s, VuMsg *msg)
                     q->index, st->num);
         return VU_MSG_FAILED;
     }
-    vu_queue_stop(s, q);
+    if (!vu_queue_stop(s, q)) {
+        return VU_MSG_WAIT;
+    }
     virtqueue_set_base(q->vq, st->num);
     vu_queue_update(s, q);
     return VU_MSG_OK;
@@ -552,7 +694,10 @@ static VuMsgResult vu_get_vring_base(VuServer *s, VuMsg *msg)
         /* The front-end waits for a reply we cannot give. */
         return VU_MSG_DROP;
     }
-    vu_queue_stop(s, q);
+    /* The base must cover every request: reply once all completed. */
+    if (!vu_queue_stop(s, q)) {
+        return VU_MSG_WAIT;
+    }
     st.num = virtqueue_get_base(q->vq);
     /* The ring is stopped until the front-end sends a new kick fd. */
     virtqueue_set_kick_fd(q->vq, -1);
@@ -592,13 +737,15 @@ static VuMsgResult vu_set_vring_fd(VuServer *s, VuMsg *msg)
     if (!q) {
         return VU_MSG_FAILED;
     }
+    if (req == VHOST_USER_SET_VRING_KICK && !vu_queue_stop(s, q)) {
+        return VU_MSG_WAIT;     /* before taking the fd: run again later */
+    }
     if (!nofd) {
         fd = vu_take_fd(s, 0);
     }
 
     switch (req) {
     case VHOST_USER_SET_VRING_KICK:
-        vu_queue_stop(s, q);
         virtqueue_set_kick_fd(q->vq, fd);
         if (s->features_acked &&
             !(s->features & (1ULL << VHOST_USER_F_PROTOCOL_FEATURES))) {
@@ -610,7 +757,7 @@ static VuMsgResult vu_set_vring_fd(VuServer *s, VuMsg *msg)
         }
         return vu_queue_update(s, q) ? VU_MSG_OK : VU_MSG_FAILED;
     case VHOST_USER_SET_VRING_CALL:
-        if (q->running) {
+        if (q->state != VU_QUEUE_STOPPED) {
             VuSetCall c = { .q = q, .fd = fd };
 
             aio_run_sync(q->ctx, vu_set_call_fn, &c);
@@ -639,8 +786,8 @@ static VuMsgResult vu_set_vring_enable(VuServer *s, VuMsg *msg)
                     q->index, st->num);
         return VU_MSG_FAILED;
     }
-    if (!st->num) {
-        vu_queue_stop(s, q);
+    if (!st->num && !vu_queue_stop(s, q)) {
+        return VU_MSG_WAIT;
     }
     virtqueue_set_enabled(q->vq, st->num);
     return vu_queue_update(s, q) ? VU_MSG_OK : VU_MSG_FAILED;
@@ -713,6 +860,9 @@ static VuMsgResult vu_get_inflight_fd(VuServer *s, VuMsg *msg)
         vu_send(s, msg, &out, sizeof(out), -1);
         return VU_MSG_REPLIED;
     }
+    if (!vu_stop_all(s)) {
+        return VU_MSG_WAIT;
+    }
     size = out.num_queues * vhost_user_inflight_queue_size(out.queue_size);
     fd = memfd_create("vhost-blk-inflight", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0 || ftruncate(fd, size) < 0) {
@@ -728,11 +878,9 @@ static VuMsgResult vu_get_inflight_fd(VuServer *s, VuMsg *msg)
                     g_strerror(errno));
         goto fail;
     }
-    vu_stop_all(s);
-    vu_inflight_install(s, addr, size, out.num_queues, out.queue_size);
+    vu_inflight_install(s, addr, size, out.num_queues, out.queue_size, fd, 0);
     out.mmap_size = size;
     vu_send(s, msg, &out, sizeof(out), fd);
-    close(fd);
     vu_update_all(s);
     return VU_MSG_REPLIED;
 
@@ -741,6 +889,7 @@ fail:
         close(fd);
     }
     vu_send(s, msg, &out, sizeof(out), -1);
+    vu_update_all(s);           /* the old region, if any, goes on */
     return VU_MSG_REPLIED;
 }
 
@@ -772,16 +921,19 @@ static VuMsgResult vu_set_inflight_fd(VuServer *s, VuMsg *msg)
                     in->num_queues, in->queue_size);
         return VU_MSG_FAILED;
     }
+    if (!vu_stop_all(s)) {
+        return VU_MSG_WAIT;
+    }
     addr = mmap(NULL, in->mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
                 in->mmap_offset);
     if (addr == MAP_FAILED) {
         warn_report("%s: SET_INFLIGHT_FD: mmap: %s", s->name,
                     g_strerror(errno));
+        vu_update_all(s);
         return VU_MSG_FAILED;
     }
-    vu_stop_all(s);
     vu_inflight_install(s, addr, in->mmap_size, in->num_queues,
-                        in->queue_size);
+                        in->queue_size, vu_take_fd(s, 0), in->mmap_offset);
     debug_report("%s: inflight region: %u queues of %u entries", s->name,
                  in->num_queues, in->queue_size);
     return vu_update_all(s) ? VU_MSG_OK : VU_MSG_FAILED;
@@ -867,6 +1019,7 @@ static unsigned int vu_max_fds(uint32_t request)
     case VHOST_USER_SET_MEM_TABLE:
         return VHOST_USER_MEM_REGIONS_MAX;
     case VHOST_USER_ADD_MEM_REG:
+    case VHOST_USER_REM_MEM_REG:    /* tolerated, closed unused */
     case VHOST_USER_SET_VRING_KICK:
     case VHOST_USER_SET_VRING_CALL:
     case VHOST_USER_SET_VRING_ERR:
@@ -1009,7 +1162,28 @@ static void vu_rx_collect_fds(VuServer *s, struct msghdr *mh)
     }
 }
 
-/* A whole message is in s->rx: check and run it. */
+/* Stop (false) or resume (true) reading the session's socket. */
+static void vu_conn_set_reading(VuServer *s, bool on)
+{
+    aio_set_fd_handler(s->cfg.main_ctx, s->conn_fd, on ? vu_conn_read : NULL,
+                       NULL, NULL, NULL, s);
+}
+
+/* Accept front-ends (true) or leave them in the backlog (false). */
+static void vu_listen_set_accepting(VuServer *s, bool on)
+{
+    if (s->listen_fd >= 0) {
+        aio_set_fd_handler(s->cfg.main_ctx, s->listen_fd,
+                           on ? vu_accept : NULL, NULL, NULL, NULL, s);
+    }
+}
+
+/*
+ * A whole message is in s->rx: check and run it.  A handler that must
+ * wait for queues to drain returns VU_MSG_WAIT before changing anything:
+ * the message (and its fds) stay in s->rx, the socket is not read, and
+ * vu_drain_bh() runs the message again once the queues are stopped.
+ */
 static void vu_handle_msg(VuServer *s)
 {
     VuMsg *msg = &s->rx;
@@ -1017,10 +1191,13 @@ static void vu_handle_msg(VuServer *s)
     bool need_reply = msg->hdr.flags & VHOST_USER_NEED_REPLY;
     VuMsgResult ret;
 
-    s->stats.messages++;
-    debug_report("%s: %s (%" PRIu32 "), %" PRIu32 " bytes, %u fds", s->name,
-                 vhost_user_request_name(req), req, msg->hdr.size,
-                 s->rx_nfds);
+    if (!s->msg_waiting) {
+        s->stats.messages++;
+        debug_report("%s: %s (%" PRIu32 "), %" PRIu32 " bytes, %u fds",
+                     s->name, vhost_user_request_name(req), req,
+                     msg->hdr.size, s->rx_nfds);
+    }
+    s->msg_waiting = false;
     if (s->rx_fds_lost) {
         warn_report("%s: %s came with more than %d fds", s->name,
                     vhost_user_request_name(req), VHOST_USER_MAX_FDS);
@@ -1033,6 +1210,10 @@ static void vu_handle_msg(VuServer *s)
     }
 
     switch (ret) {
+    case VU_MSG_WAIT:
+        s->msg_waiting = true;
+        vu_conn_set_reading(s, false);
+        return;
     case VU_MSG_OK:
     case VU_MSG_FAILED:
         if (need_reply) {
@@ -1053,6 +1234,9 @@ static void vu_conn_read(void *opaque)
 {
     VuServer *s = opaque;
 
+    if (s->msg_waiting) {
+        return;                 /* not registered then; just in case */
+    }
     for (int handled = 0; handled < VU_MSGS_PER_TURN;) {
         union {
             char buf[CMSG_SPACE(sizeof(int) * VHOST_USER_MAX_FDS)];
@@ -1128,28 +1312,97 @@ static void vu_conn_read(void *opaque)
             vu_session_close(s, "bad message");
             return;
         }
+        if (s->msg_waiting) {
+            return;             /* vu_drain_bh() goes on */
+        }
     }
     /* Budget used up: the fd is still readable, so the loop comes back. */
 }
 
 /* ---- session --------------------------------------------------------- */
 
+/* The closed session's queues are stopped: free its state, accept the
+ * next front-end. */
+static void vu_session_finish_close(VuServer *s)
+{
+    VuMsgResult r = vu_reset_session_state(s);
+
+    assert(r == VU_MSG_OK);
+    s->protocol_features = 0;
+    memset(s->unknown_logged, 0, sizeof(s->unknown_logged));
+    s->closing = false;
+    vu_listen_set_accepting(s, true);
+}
+
+/*
+ * Close the session: the socket at once (so the front-end knows), its
+ * state once its queues drained.  Until then no new front-end is accepted
+ * (it waits in the listen backlog) since it would share the queues; other
+ * exports are not held up.
+ */
 static void vu_session_close(VuServer *s, const char *why)
 {
     if (s->conn_fd < 0) {
         return;
     }
     info_report("%s: session closed: %s", s->name, why);
-    aio_set_fd_handler(s->cfg.main_ctx, s->conn_fd, NULL, NULL, NULL, NULL,
-                       NULL);
-    vu_stop_all(s);
+    vu_conn_set_reading(s, false);
     close(s->conn_fd);
     s->conn_fd = -1;
     s->drop_pending = false;
+    s->msg_waiting = false;
     vu_rx_reset(s);
-    vu_reset_session_state(s);
-    s->protocol_features = 0;
-    memset(s->unknown_logged, 0, sizeof(s->unknown_logged));
+    s->closing = true;
+    vu_listen_set_accepting(s, false);
+    if (vu_stop_all(s)) {
+        vu_session_finish_close(s);
+    } else {
+        debug_report("%s: waiting for in-flight requests before the next "
+                     "front-end", s->name);
+    }
+}
+
+/* Main thread: a draining queue's last request may have completed. */
+static void vu_drain_bh(void *opaque)
+{
+    VuServer *s = opaque;
+
+    if (!vu_poll_drained(s)) {
+        return;
+    }
+    if (s->closing) {
+        vu_session_finish_close(s);
+        return;
+    }
+    if (s->msg_waiting) {
+        vu_handle_msg(s);
+        if (s->drop_pending) {
+            vu_session_close(s, "bad message");
+        } else if (!s->msg_waiting) {
+            /* the next messages may be there already */
+            vu_conn_set_reading(s, true);
+        }
+    }
+}
+
+/* After a queue broke: if the cause was the inflight region's file being
+ * cut short (the queue's own message blames guest memory, which shares
+ * the fault flag), say so. */
+static void vu_inflight_explain_fault(VuServer *s)
+{
+    struct stat st;
+
+    if (s->inflight_fd >= 0 && guest_mem_faulted(&s->mem) &&
+        fstat(s->inflight_fd, &st) == 0 &&
+        (uint64_t)st.st_size < s->inflight_offset + s->inflight_size) {
+        error_report("%s: the front-end shrank the inflight region's file "
+                     "to %lld bytes while it was in use (%" PRIu64 " bytes "
+                     "at offset %" PRIu64 " were shared with "
+                     "SET_INFLIGHT_FD); the VMM must keep it whole: QEMU "
+                     "passes back the sealed region the back-end made",
+                     s->name, (long long)st.st_size,
+                     (uint64_t)s->inflight_size, s->inflight_offset);
+    }
 }
 
 static void vu_broken_bh(void *opaque)
@@ -1157,6 +1410,7 @@ static void vu_broken_bh(void *opaque)
     VuServer *s = opaque;
 
     if (atomic_exchange(&s->broken, false)) {
+        vu_inflight_explain_fault(s);
         vu_session_close(s, "a virtqueue is broken");
     }
 }
@@ -1350,6 +1604,7 @@ VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
     s->cfg.queue_ctx = s->queue_ctx;
     s->listen_fd = -1;
     s->conn_fd = -1;
+    s->inflight_fd = -1;
     guest_mem_init(&s->mem);
     s->queues = g_new0(VuQueue, cfg->num_queues);
     for (unsigned int i = 0; i < cfg->num_queues; i++) {
@@ -1360,6 +1615,8 @@ VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
     vu_reset_queues(s);
     s->broken_bh = aio_bh_new(cfg->main_ctx, vu_broken_bh, s,
                               "vu-server-broken");
+    s->drain_bh = aio_bh_new(cfg->main_ctx, vu_drain_bh, s,
+                             "vu-server-drain");
     if (!vu_socket_listen(s, errp)) {
         vu_server_free(s);
         return NULL;
@@ -1392,6 +1649,11 @@ void vu_server_free(VuServer *s)
     }
     vu_server_stop_listening(s);
     vu_session_close(s, "server shutting down");
+    if (s->closing) {
+        /* Shutdown waits for in-flight I/O: the image closes next. */
+        vu_drain_sync(s);
+        vu_session_finish_close(s);
+    }
     vu_inflight_unmap(s);
     for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
         if (s->queues[i].vq) {
@@ -1400,6 +1662,7 @@ void vu_server_free(VuServer *s)
     }
     guest_mem_clear(&s->mem);
     qemu_bh_delete(s->broken_bh);
+    qemu_bh_delete(s->drain_bh);
     g_free(s->queues);
     g_free(s->queue_ctx);
     g_free(s->name);
@@ -1411,6 +1674,11 @@ void vu_server_report_broken(VuServer *s)
 {
     atomic_store(&s->broken, true);
     qemu_bh_schedule(s->broken_bh);
+}
+
+void vu_server_queue_drained(VuServer *s)
+{
+    qemu_bh_schedule(s->drain_bh);
 }
 
 bool vu_server_is_connected(VuServer *s)
@@ -1442,7 +1710,8 @@ bool vu_server_run_in_queue(VuServer *s, unsigned int index,
 {
     VuRunInQueue r;
 
-    if (index >= s->cfg.num_queues || !s->queues[index].running) {
+    if (index >= s->cfg.num_queues ||
+        s->queues[index].state == VU_QUEUE_STOPPED) {
         return false;
     }
     r = (VuRunInQueue) { .q = &s->queues[index], .fn = fn, .opaque = opaque };

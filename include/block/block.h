@@ -44,12 +44,19 @@ typedef enum BlockAioMode {
  * 0 = no limit) complete with -@err, from a bottom half like every
  * rejected request, without reaching the engine.  Off (@ops == 0) by
  * default; when off it costs one predictable branch per request.
+ *
+ * @delay_ms (inject-delay) makes matching requests slow instead: each is
+ * handed to a thread-pool worker that sleeps @delay_ms, then does the real
+ * I/O (or, when @ops is set too, fails it with -@err).  Without @ops every
+ * request type matches.  It works the same under every aio mode and the
+ * null driver; a sleeping worker holds one of the pool's threads.
  */
 #define BLOCK_INJECT_READ          0x1
 #define BLOCK_INJECT_WRITE         0x2   /* writes and write-zeroes */
 #define BLOCK_INJECT_FLUSH         0x4
 #define BLOCK_INJECT_DISCARD       0x8
 #define BLOCK_INJECT_ANY           0xf
+#define BLOCK_INJECT_MAX_DELAY_MS  600000
 
 typedef struct BlockInjectOptions {
     unsigned int ops;           /* BLOCK_INJECT_* mask; 0 = off */
@@ -59,13 +66,15 @@ typedef struct BlockInjectOptions {
     uint64_t after;             /* matching requests let through first */
     uint64_t count;             /* matching requests failed; 0 = all */
     int err;                    /* positive errno (EIO if 0) */
+    uint32_t delay_ms;          /* hold matching requests back; 0 = off */
 } BlockInjectOptions;
 
 /*
  * Parse one option of the form inject-KEY=VALUE into @inj (@key includes
  * the "inject-" prefix): inject-error=read|write|flush|discard|any (several
  * joined with '+'), inject-sector=START[-END], inject-after=N,
- * inject-count=N, inject-errno=EIO|ENOSPC|EROFS|ENOMEM|EAGAIN or a number.
+ * inject-count=N, inject-errno=EIO|ENOSPC|EROFS|ENOMEM|EAGAIN or a number,
+ * inject-delay=MS (0..600000).
  * Returns false with @errp set on an unknown key or a bad value.  Any
  * thread.
  */
@@ -144,8 +153,8 @@ void blk_aio_pwrite_zeroes(BlockBackend *blk, BlockAIOCB *acb,
                            int64_t offset, uint64_t bytes, int flags,
                            BlockCompletionFunc *cb, void *opaque);
 
-/* Requests failed by error injection so far (0 when it is off).  Any
- * thread. */
+/* Requests failed or delayed by error injection so far (0 when it is
+ * off).  Any thread. */
 uint64_t blk_inject_get_hits(BlockBackend *blk);
 
 /* Counters of one engine instance (the one of @ctx), for tests and

@@ -44,7 +44,8 @@ struct BlockBackend {
     uint32_t mem_align;         /* O_DIRECT buffer alignment, or 1 */
     /* Error injection: the only field read per request while it is off. */
     bool inject_on;
-    BlockInjectOptions inject;
+    BlockInjectOptions inject;  /* ops: what fails; match_ops: what matches */
+    unsigned int inject_match_ops;
     _Atomic uint64_t inject_seen;   /* matching requests so far */
     _Atomic uint64_t inject_hits;   /* of which failed */
 };
@@ -113,6 +114,16 @@ void null_complete_later(AioContext *ctx, BlockAIOCB *acb, int ret);
  * io_uring/linux-aio for what they cannot do, and for the remainder of a
  * short transfer).  The pool starts at acb->done.  Owner thread. */
 void thread_pool_forward(BlockAIOCB *acb);
+
+/* Hand @acb to the thread pool engine @e as a request delayed by error
+ * injection: the worker sleeps blk->inject.delay_ms, then runs
+ * blk_inject_do_delayed().  Owner thread. */
+void thread_pool_submit_delayed(BlockEngine *e, BlockAIOCB *acb);
+
+/* Worker thread: what a delayed request does once its delay is over: fail
+ * with the injected errno (inject-error set), the null driver's nothing,
+ * or the real I/O.  Returns 0 or -errno. */
+int blk_inject_do_delayed(BlockAIOCB *acb);
 
 /* Synchronous execution of @acb from acb->done onwards, in a worker
  * thread: preadv/pwritev loops, fdatasync, fallocate, ioctl, zero writes.

@@ -165,6 +165,8 @@ static void test_parse(void)
         "inject-sector=5-x", "inject-sector=-5", "inject-after=-1",
         "inject-after=1k", "inject-count=", "inject-errno=EWHAT",
         "inject-errno=0", "inject-errno=5000", "inject-bogus=1",
+        "inject-delay=", "inject-delay=-1", "inject-delay=10ms",
+        "inject-delay=600001",
     };
 
     g_assert_true(parse(&inj, "inject-error=read+flush,inject-sector=8-15,"
@@ -191,6 +193,9 @@ static void test_parse(void)
     g_assert_cmpuint(inj.ops, ==, 0);
     g_assert_true(parse(&inj, "inject-errno=28", &err));
     g_assert_cmpint(inj.err, ==, 28);
+    g_assert_true(parse(&inj, "inject-delay=2000,inject-sector=8", &err));
+    g_assert_cmpuint(inj.delay_ms, ==, 2000);
+    g_assert_cmpuint(inj.ops, ==, 0);
     g_assert_no_error(err);
 
     for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
@@ -344,6 +349,56 @@ static void test_off(gconstpointer data)
     free(buf);
 }
 
+/*
+ * inject-delay: a matching request completes no sooner than the delay
+ * (a lower bound, so it cannot fail by chance), with the real I/O done;
+ * others are not held back; with inject-error the delayed one fails.
+ */
+static void test_delay(gconstpointer data)
+{
+    Fixture f;
+    uint8_t *buf = aligned_buf(4096, 0x66);
+    struct iovec iov = { buf, 4096 };
+    Req r = { 0 };
+    uint8_t img[4096];
+    gint64 t0;
+
+    open_with(&f, GPOINTER_TO_INT(data), "inject-delay=200,"
+              "inject-sector=8-15");
+    /* the delayed write lands in the file once it completes */
+    t0 = g_get_monotonic_time();
+    g_assert_cmpint(do_write(f.blk, 8 * 512, buf, 4096), ==, 0);
+    g_assert_cmpint(g_get_monotonic_time() - t0, >=, 200 * 1000);
+    file_read(&f, 8 * 512, img, 4096);
+    assert_filled(img, 4096, 0x66);
+    /* and reads too, with the data */
+    memset(buf, 0, 4096);
+    t0 = g_get_monotonic_time();
+    g_assert_cmpint(do_read(f.blk, 8 * 512, buf, 4096), ==, 0);
+    g_assert_cmpint(g_get_monotonic_time() - t0, >=, 200 * 1000);
+    assert_filled(buf, 4096, 0x66);
+    /* requests outside the range are not matched */
+    g_assert_cmpint(do_write(f.blk, 0, buf, 4096), ==, 0);
+    g_assert_cmpuint(blk_inject_get_hits(f.blk), ==, 2);
+    /* never completed inside the submitting call, even when delayed */
+    blk_aio_preadv(f.blk, &r.acb, 8 * 512, &iov, 1, req_cb, &r);
+    g_assert_cmpint(req_wait(&r), ==, 0);
+    g_assert_cmpuint(blk_inject_get_hits(f.blk), ==, 3);
+    close_fixture(&f);
+
+    /* with inject-error: slow, then failed, the file untouched */
+    open_with(&f, GPOINTER_TO_INT(data), "inject-delay=50,"
+              "inject-error=write,inject-errno=ENOSPC");
+    t0 = g_get_monotonic_time();
+    g_assert_cmpint(do_write(f.blk, 0, buf, 4096), ==, -ENOSPC);
+    g_assert_cmpint(g_get_monotonic_time() - t0, >=, 50 * 1000);
+    file_read(&f, 0, img, 4096);
+    assert_filled(img, 4096, 0);
+    g_assert_cmpint(do_read(f.blk, 0, buf, 4096), ==, 0);
+    close_fixture(&f);
+    free(buf);
+}
+
 /* The null driver honours injection too. */
 static void test_null(void)
 {
@@ -364,6 +419,24 @@ static void test_null(void)
     g_assert_cmpint(do_write(blk, 0, buf, 4096), ==, 0);
     g_assert_cmpuint(blk_inject_get_hits(blk), ==, 1);
     blk_close(blk);
+
+    /* and inject-delay: the read is slow, then zero-filled */
+    blk_options_init(&opts);
+    opts.driver = "null";
+    opts.size = FILE_SIZE;
+    opts.null_read_zeroes = true;
+    g_assert_true(parse(&opts.inject, "inject-delay=50", &err));
+    blk = blk_open(&opts, &err);
+    g_assert_no_error(err);
+    memset(buf, 0x77, sizeof(buf));
+    {
+        gint64 t0 = g_get_monotonic_time();
+
+        g_assert_cmpint(do_read(blk, 0, buf, 4096), ==, 0);
+        g_assert_cmpint(g_get_monotonic_time() - t0, >=, 50 * 1000);
+    }
+    assert_filled(buf, 4096, 0);
+    blk_close(blk);
 }
 
 static void add_engine_tests(const char *name, BlockAioMode mode)
@@ -377,6 +450,7 @@ static void add_engine_tests(const char *name, BlockAioMode mode)
         { "after-count", test_after_count },
         { "flush", test_flush },
         { "off", test_off },
+        { "delay", test_delay },
     };
 
     for (size_t i = 0; i < ARRAY_SIZE(tests); i++) {

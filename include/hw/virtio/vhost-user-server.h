@@ -36,10 +36,13 @@ typedef struct VuDeviceOps {
     void (*queue_start)(void *opaque, unsigned int index, VirtQueue *vq,
                         unsigned int num);
     /* In the queue's iothread: stop taking new requests (remove the kick
-     * handler, cancel scheduled work).  In-flight requests still complete. */
+     * handler, cancel scheduled work).  In-flight requests still complete
+     * (the rings stay mapped until they did); when the last one has, the
+     * device calls vu_server_queue_drained(). */
     void (*queue_stop)(void *opaque, unsigned int index, VirtQueue *vq);
     /* In the queue's iothread: requests submitted and not completed yet.
-     * The server waits for 0 after queue_stop before it unmaps anything. */
+     * After queue_stop the server asks again on each
+     * vu_server_queue_drained() and unmaps nothing before it is 0. */
     unsigned int (*queue_inflight)(void *opaque, unsigned int index);
 } VuDeviceOps;
 
@@ -69,17 +72,24 @@ typedef struct VuServerConfig {
  * or a socket another process still listens on is an error.
  */
 VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp);
-/* Main thread.  Drop the session (stopping and draining every queue),
- * close the listening socket and remove the socket file. */
+/* Main thread.  Drop the session (stopping every queue and waiting, in
+ * this call, until their in-flight requests completed), close the
+ * listening socket and remove the socket file. */
 void vu_server_free(VuServer *server);
 /* Main thread.  Stop accepting new front-ends (the current session goes on;
  * vu_server_free() ends it). */
 void vu_server_stop_listening(VuServer *server);
-/* Main thread.  Drop the current session, if any, as on a disconnect. */
+/* Main thread.  Drop the current session, if any, as on a disconnect
+ * (its queues drain in the background; the next front-end is accepted
+ * once they did). */
 void vu_server_disconnect(VuServer *server);
 /* Any thread (a queue's iothread typically): the device found the guest's
  * rings broken; the session is dropped from the main thread soon after. */
 void vu_server_report_broken(VuServer *server);
+/* Any thread (the queue's iothread): the last in-flight request of a
+ * queue stopped with queue_stop has completed.  Cheap (schedules a bottom
+ * half in the main context); a spurious call is harmless. */
+void vu_server_queue_drained(VuServer *server);
 /* Main thread. */
 bool vu_server_is_connected(VuServer *server);
 const char *vu_server_get_socket_path(VuServer *server);
