@@ -662,7 +662,6 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
     acb->niov = niov;
     acb->done = 0;
     acb->bounce = NULL;
-    acb->next = NULL;
     acb->ret = 0;
 
     if (type != BLK_REQ_READ && type != BLK_REQ_FLUSH && blk->readonly) {

@@ -3,8 +3,8 @@
  * The io_uring engine (liburing): one ring per AioContext.
  *
  * Theory of operation: a request becomes an SQE at once if the submission
- * queue has room, otherwise it waits on a pending list (linked through
- * acb->next).  Inside a defer_call section the engine registers
+ * queue has room, otherwise it waits on a pending list (a QSIMPLEQ linked
+ * through acb->next).  Inside a defer_call section the engine registers
  * luring_submit_cb() once and the whole batch goes to the kernel with one
  * io_uring_submit() when the section ends; a full SQ is submitted early.
  * Completions are reaped from the ring's eventfd handler and from the busy
@@ -43,8 +43,7 @@ typedef struct LuringState {
     struct io_uring ring;
     bool defer_taskrun;         /* completions wait for io_uring_get_events */
     EventNotifier notifier;
-    BlockAIOCB *pending_head;   /* waiting for room in the SQ */
-    BlockAIOCB **pending_tailp;
+    QSIMPLEQ_HEAD(, BlockAIOCB) pending;    /* waiting for room in the SQ */
     QEMUBH *retry_bh;           /* io_uring_submit() failed: try again */
 } LuringState;
 
@@ -110,19 +109,17 @@ static bool luring_prep(LuringState *s, BlockAIOCB *acb)
 /* Queue @acb: an SQE if possible, else the pending list. */
 static void luring_queue(LuringState *s, BlockAIOCB *acb)
 {
-    if (likely(!s->pending_head)) {
+    if (likely(QSIMPLEQ_EMPTY(&s->pending))) {
         if (luring_prep(s, acb)) {
             return;
         }
         /* SQ full: submit early to make room. */
         luring_flush(s);
-        if (!s->pending_head && luring_prep(s, acb)) {
+        if (QSIMPLEQ_EMPTY(&s->pending) && luring_prep(s, acb)) {
             return;
         }
     }
-    acb->next = NULL;
-    *s->pending_tailp = acb;
-    s->pending_tailp = &acb->next;
+    QSIMPLEQ_INSERT_TAIL(&s->pending, acb, next);
 }
 
 /* Submit every queued SQE and as many pending requests as fit. */
@@ -131,11 +128,9 @@ static void luring_flush(LuringState *s)
     for (;;) {
         int ret;
 
-        while (s->pending_head && luring_prep(s, s->pending_head)) {
-            s->pending_head = s->pending_head->next;
-            if (!s->pending_head) {
-                s->pending_tailp = &s->pending_head;
-            }
+        while (!QSIMPLEQ_EMPTY(&s->pending) &&
+               luring_prep(s, QSIMPLEQ_FIRST(&s->pending))) {
+            QSIMPLEQ_REMOVE_HEAD(&s->pending, next);
         }
         if (io_uring_sq_ready(&s->ring) == 0) {
             return;
@@ -154,7 +149,7 @@ static void luring_flush(LuringState *s)
             qemu_bh_schedule(s->retry_bh);
             return;
         }
-        if (!s->pending_head) {
+        if (QSIMPLEQ_EMPTY(&s->pending)) {
             return;
         }
     }
@@ -238,7 +233,7 @@ static void luring_process_completions(LuringState *s)
         io_uring_cqe_seen(&s->ring, cqe);
         luring_complete_one(s, acb, res);
     }
-    if (s->pending_head || qemu_bh_is_scheduled(s->retry_bh)) {
+    if (!QSIMPLEQ_EMPTY(&s->pending) || qemu_bh_is_scheduled(s->retry_bh)) {
         qemu_bh_cancel(s->retry_bh);
         defer_call(luring_submit_cb, s);
     }
@@ -361,7 +356,7 @@ static BlockEngine *luring_create(AioContext *ctx, GError **errp)
         g_free(s);
         return NULL;
     }
-    s->pending_tailp = &s->pending_head;
+    QSIMPLEQ_INIT(&s->pending);
     s->common.ctx = ctx;
     s->retry_bh = aio_bh_new(ctx, luring_retry_bh, s, "io_uring-retry");
     aio_set_fd_handler(ctx, event_notifier_get_fd(&s->notifier),

@@ -21,8 +21,7 @@ typedef struct ThreadPoolClient {
     BlockEngine common;
     EventNotifier notifier;
     GMutex lock;
-    BlockAIOCB *done_head;      /* protected by lock */
-    BlockAIOCB **done_tailp;    /* protected by lock */
+    QSIMPLEQ_HEAD(, BlockAIOCB) done;   /* protected by lock */
 } ThreadPoolClient;
 
 static GThreadPool *thread_pool_workers;
@@ -33,10 +32,8 @@ static void thread_pool_worker(gpointer data, gpointer unused)
     ThreadPoolClient *c = (ThreadPoolClient *)(uintptr_t)acb->engine_priv[0];
 
     acb->ret = raw_do_request(acb);
-    acb->next = NULL;
     g_mutex_lock(&c->lock);
-    *c->done_tailp = acb;
-    c->done_tailp = &acb->next;
+    QSIMPLEQ_INSERT_TAIL(&c->done, acb, next);
     g_mutex_unlock(&c->lock);
     event_notifier_set(&c->notifier);
 }
@@ -53,23 +50,19 @@ static gpointer thread_pool_workers_new(gpointer unused)
 static void thread_pool_completion_cb(void *opaque)
 {
     ThreadPoolClient *c = opaque;
-    BlockAIOCB *acb;
+    QSIMPLEQ_HEAD(, BlockAIOCB) batch = QSIMPLEQ_HEAD_INITIALIZER(batch);
+    BlockAIOCB *acb, *tmp;
 
     event_notifier_test_and_clear(&c->notifier);
     g_mutex_lock(&c->lock);
-    acb = c->done_head;
-    c->done_head = NULL;
-    c->done_tailp = &c->done_head;
+    QSIMPLEQ_CONCAT(&batch, &c->done);
     g_mutex_unlock(&c->lock);
 
     defer_call_begin();
-    while (acb) {
-        BlockAIOCB *next = acb->next;
-
+    QSIMPLEQ_FOREACH_SAFE(acb, &batch, next, tmp) {
         c->common.stats.completions++;
         c->common.stats.completions_direct++;
         blk_acb_complete(acb, acb->ret);
-        acb = next;
     }
     defer_call_end();
 }
@@ -94,7 +87,7 @@ static BlockEngine *thread_pool_create(AioContext *ctx, GError **errp)
         return NULL;
     }
     g_mutex_init(&c->lock);
-    c->done_tailp = &c->done_head;
+    QSIMPLEQ_INIT(&c->done);
     aio_set_fd_handler(ctx, event_notifier_get_fd(&c->notifier),
                        thread_pool_completion_cb, NULL, NULL, NULL, c);
     return &c->common;

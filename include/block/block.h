@@ -25,6 +25,7 @@
 
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
+#include "qemu/queue.h"
 
 typedef struct BlockBackend BlockBackend;
 typedef void BlockCompletionFunc(void *opaque, int ret);
@@ -109,7 +110,7 @@ typedef struct BlockAIOCB {
     size_t done;                /* bytes already transferred (short I/O) */
     void *bounce;               /* aligned bounce buffer, if any */
     struct iovec bounce_iov;
-    struct BlockAIOCB *next;    /* engine queues */
+    QSIMPLEQ_ENTRY(BlockAIOCB) next;    /* engine queues */
     int ret;
     uint64_t engine_priv[10];   /* engine-private (e.g. struct iocb) */
 } BlockAIOCB;
