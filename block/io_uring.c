@@ -10,7 +10,9 @@
  * Completions are reaped from the ring's eventfd handler and from the busy
  * poll handler (io_uring_cq_ready(), no syscall), inside one defer_call
  * section so that callbacks that submit I/O or notify the guest are batched
- * too.  -EAGAIN/-EBUSY results are resubmitted, short transfers are
+ * too.  A submission the kernel refused (-EAGAIN/-EBUSY) or took only
+ * part of is retried from a BH or on the next completion, whichever runs
+ * first.  -EAGAIN/-EBUSY results are resubmitted, short transfers are
  * resubmitted for the remainder, and what io_uring cannot do (discard and
  * write-zeroes fallbacks) is forwarded to the thread pool.
  *
@@ -48,6 +50,37 @@ typedef struct LuringState {
 } LuringState;
 
 static void luring_flush(LuringState *s);
+
+unsigned int luring_test_submit_max;
+
+/*
+ * Testing only: a short submission.  Publish every prepared SQE the way
+ * io_uring_submit() does (identity SQ array, then the tail), but ask the
+ * kernel to consume only @max of them.  Returns what io_uring_enter()
+ * returns: the number consumed or -errno.
+ */
+static int luring_submit_short(LuringState *s, unsigned int max)
+{
+    struct io_uring_sq *sq = &s->ring.sq;
+    unsigned int ready;
+
+    for (unsigned int i = sq->sqe_head; i != sq->sqe_tail; i++) {
+        sq->array[i & sq->ring_mask] = i & sq->ring_mask;
+    }
+    sq->sqe_head = sq->sqe_tail;
+    __atomic_store_n(sq->ktail, sq->sqe_tail, __ATOMIC_RELEASE);
+    ready = sq->sqe_tail - __atomic_load_n(sq->khead, __ATOMIC_ACQUIRE);
+    return io_uring_enter(s->ring.ring_fd, MIN(ready, max), 0, 0, NULL);
+}
+
+/* io_uring_submit(), or a short one when a test asks for it. */
+static inline int luring_submit_sqes(LuringState *s)
+{
+    if (unlikely(luring_test_submit_max)) {
+        return luring_submit_short(s, luring_test_submit_max);
+    }
+    return io_uring_submit(&s->ring);
+}
 
 /* Turn @acb into an SQE; false if the SQ is full. */
 static bool luring_prep(LuringState *s, BlockAIOCB *acb)
@@ -126,16 +159,18 @@ static void luring_queue(LuringState *s, BlockAIOCB *acb)
 static void luring_flush(LuringState *s)
 {
     for (;;) {
+        unsigned int queued;
         int ret;
 
         while (!QSIMPLEQ_EMPTY(&s->pending) &&
                luring_prep(s, QSIMPLEQ_FIRST(&s->pending))) {
             QSIMPLEQ_REMOVE_HEAD(&s->pending, next);
         }
-        if (io_uring_sq_ready(&s->ring) == 0) {
+        queued = io_uring_sq_ready(&s->ring);
+        if (queued == 0) {
             return;
         }
-        ret = io_uring_submit(&s->ring);
+        ret = luring_submit_sqes(s);
         s->common.stats.submit_syscalls++;
         if (ret == -EINTR) {
             continue;
@@ -144,6 +179,18 @@ static void luring_flush(LuringState *s)
             /*
              * -EAGAIN/-EBUSY (or out of memory): the SQEs stay in the ring;
              * try again after the next completions or from a BH.
+             */
+            s->common.stats.retries++;
+            qemu_bh_schedule(s->retry_bh);
+            return;
+        }
+        if ((unsigned int)ret < queued) {
+            /*
+             * Short: the kernel stopped early (no memory for more requests,
+             * or an SQE it failed) and the rest is still in the SQ.  Nothing
+             * else would submit it before the next unrelated request, so
+             * retry from the BH (or the next completion, whichever comes
+             * first) rather than spin here.
              */
             s->common.stats.retries++;
             qemu_bh_schedule(s->retry_bh);
@@ -233,7 +280,8 @@ static void luring_process_completions(LuringState *s)
         io_uring_cqe_seen(&s->ring, cqe);
         luring_complete_one(s, acb, res);
     }
-    if (!QSIMPLEQ_EMPTY(&s->pending) || qemu_bh_is_scheduled(s->retry_bh)) {
+    if (!QSIMPLEQ_EMPTY(&s->pending) || qemu_bh_is_scheduled(s->retry_bh) ||
+        io_uring_sq_ready(&s->ring)) {
         qemu_bh_cancel(s->retry_bh);
         defer_call(luring_submit_cb, s);
     }

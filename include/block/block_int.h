@@ -123,6 +123,14 @@ int raw_do_request(BlockAIOCB *acb);
 bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp);
 void raw_close(BlockBackend *blk);
 
+/*
+ * Testing only: when non-zero, each io_uring submission hands at most this
+ * many SQEs to the kernel and leaves the rest in the submission queue, as
+ * a kernel that ran short of memory for requests would.  Owner thread of
+ * the rings (the tests are single-threaded).
+ */
+extern unsigned int luring_test_submit_max;
+
 /* Engine probes at open time: can this kernel run the engine at all? */
 bool luring_probe(GError **errp);
 bool laio_probe(GError **errp);
