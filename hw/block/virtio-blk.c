@@ -149,7 +149,8 @@ void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg)
         GUINT32_TO_LE(lbs >> VIRTIO_BLK_SECTOR_BITS);
     cfg->max_write_zeroes_sectors = GUINT32_TO_LE(virtio_blk_max_sectors(dev));
     cfg->max_write_zeroes_seg = GUINT32_TO_LE(1);
-    cfg->write_zeroes_may_unmap = 1;
+    /* UNMAP may deallocate only where a DISCARD could. */
+    cfg->write_zeroes_may_unmap = dev->conf.discard ? 1 : 0;
 }
 
 /* Called from: the main thread (SET_CONFIG). */
@@ -281,12 +282,17 @@ static uint8_t virtio_blk_start_dwz(VirtioBlkDev *dev, VirtioBlkReq *req,
         return VIRTIO_BLK_S_OK;
     }
     if (is_wz) {
+        /* UNMAP is a permission, honoured only where write_zeroes_may_unmap
+         * said so (discard enabled and possible). */
+        bool unmap = (flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP) &&
+                     dev->conf.discard;
+
         req->sync_after_write = !atomic_load(&dev->writeback);
         blk_aio_pwrite_zeroes(dev->blk, &req->acb,
                               (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
                               (uint64_t)nsectors << VIRTIO_BLK_SECTOR_BITS,
-                              (flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP) ?
-                              BDRV_REQ_MAY_UNMAP : 0, virtio_blk_io_cb, req);
+                              unmap ? BDRV_REQ_MAY_UNMAP : 0,
+                              virtio_blk_io_cb, req);
     } else {
         blk_aio_pdiscard(dev->blk, &req->acb,
                          (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),

@@ -214,6 +214,58 @@ static void test_config(void)
     test_disk_close(&d);
 }
 
+static blkcnt_t test_disk_blocks(TestDisk *d)
+{
+    struct stat st;
+
+    g_assert_cmpint(stat(d->path, &st), ==, 0);
+    return st.st_blocks;
+}
+
+/*
+ * write_zeroes_may_unmap promises that WRITE_ZEROES with UNMAP may
+ * deallocate: only true when the export may discard (discard=on and a
+ * backing that can).  Without it, UNMAP must not punch holes either.
+ */
+static void test_config_may_unmap(void)
+{
+    g_autofree uint8_t *buf = g_malloc(65536);
+    struct virtio_blk_config cfg;
+    blkcnt_t before;
+    TestDisk d;
+
+    test_disk_open_full(&d, TEST_NULL, false, 512, true);
+    virtio_blk_get_config(&d.dev, &cfg);
+    g_assert_cmpuint(cfg.write_zeroes_may_unmap, ==, 1);
+    test_disk_close(&d);
+
+    test_disk_open_full(&d, TEST_NULL, false, 512, false);
+    virtio_blk_get_config(&d.dev, &cfg);
+    g_assert_cmpuint(cfg.write_zeroes_may_unmap, ==, 0);
+    test_disk_close(&d);
+
+    /* discard=off: an UNMAP write-zeroes zeroes but keeps the blocks */
+    test_disk_open_full(&d, TEST_FILE, false, 512, false);
+    memset(buf, 0x5a, 65536);
+    g_assert_cmpint(test_simple(&d, VIRTIO_BLK_T_OUT, 1024, buf, 65536, NULL,
+                                0, NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpint(test_simple(&d, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, NULL, 0,
+                                NULL), ==, VIRTIO_BLK_S_OK);
+    before = test_disk_blocks(&d);
+    g_assert_cmpint(before, >=, 128);
+    g_assert_cmpint(test_dwz(&d, VIRTIO_BLK_T_WRITE_ZEROES, 1024, 128,
+                             VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP, 1), ==,
+                    VIRTIO_BLK_S_OK);
+    g_assert_cmpint(test_disk_blocks(&d), ==, before);
+    memset(buf, 0xee, 65536);
+    g_assert_cmpint(test_simple(&d, VIRTIO_BLK_T_IN, 1024, NULL, 0, buf,
+                                65536, NULL), ==, VIRTIO_BLK_S_OK);
+    for (unsigned i = 0; i < 65536; i++) {
+        g_assert_cmpint(buf[i], ==, 0);
+    }
+    test_disk_close(&d);
+}
+
 static void test_config_bad(void)
 {
     VirtioBlkConf conf = { .logical_block_size = 1000, .num_queues = 1 };
@@ -640,6 +692,7 @@ int main(int argc, char **argv)
 
     g_test_add_func("/virtio-blk/config", test_config);
     g_test_add_func("/virtio-blk/config-bad", test_config_bad);
+    g_test_add_func("/virtio-blk/config-may-unmap", test_config_may_unmap);
     g_test_add_func("/virtio-blk/features", test_features);
     g_test_add_func("/virtio-blk/get-id", test_get_id);
     g_test_add_func("/virtio-blk/layout/split", test_split_layout);
