@@ -82,6 +82,11 @@ static inline int luring_submit_sqes(LuringState *s)
     return io_uring_submit(&s->ring);
 }
 
+static bool luring_unsupported(int res)
+{
+    return res == -EOPNOTSUPP || res == -EINVAL || res == -ENOSYS;
+}
+
 /* Turn @acb into an SQE; false if the SQ is full. */
 static bool luring_prep(LuringState *s, BlockAIOCB *acb)
 {
@@ -212,10 +217,6 @@ static void luring_retry_bh(void *opaque)
     luring_flush(opaque);
 }
 
-static bool luring_unsupported(int res)
-{
-    return res == -EOPNOTSUPP || res == -EINVAL || res == -ENOSYS;
-}
 
 static void luring_complete_one(LuringState *s, BlockAIOCB *acb, int res)
 {
@@ -228,8 +229,15 @@ static void luring_complete_one(LuringState *s, BlockAIOCB *acb, int res)
         return;
     }
     switch (acb->type) {
-    case BLK_REQ_READ:
     case BLK_REQ_WRITE:
+        if (unlikely((acb->flags & BDRV_REQ_FUA) && luring_unsupported(res))) {
+            /* No RWF_DSYNC here: the pool writes and syncs instead. */
+            s->common.stats.retries++;
+            thread_pool_forward(acb);
+            return;
+        }
+        /* fall through */
+    case BLK_REQ_READ:
         switch (blk_acb_transferred(acb, res, &ret)) {
         case BLK_XFER_COMPLETE:
             break;

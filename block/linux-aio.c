@@ -113,6 +113,17 @@ static BlockAIOCB *laio_dequeue(LaioState *s)
     return acb;
 }
 
+/*
+ * A FUA write the kernel refused for its RWF_DSYNC (aio_rw_flags needs
+ * Linux 4.13): the thread pool writes it with a fallback instead.
+ */
+static bool laio_fua_unsupported(BlockAIOCB *acb, int res)
+{
+    return unlikely(acb->type == BLK_REQ_WRITE &&
+                    (acb->flags & BDRV_REQ_FUA) &&
+                    (res == -EINVAL || res == -EOPNOTSUPP));
+}
+
 /* Submit the pending requests, as many as the kernel takes. */
 static void laio_flush(LaioState *s)
 {
@@ -139,7 +150,13 @@ static void laio_flush(LaioState *s)
         }
         if (ret < 0) {
             /* The first iocb is bad: fail it, go on with the rest. */
-            null_complete_later(s->common.ctx, laio_dequeue(s), ret);
+            acb = laio_dequeue(s);
+            if (laio_fua_unsupported(acb, ret)) {
+                s->common.stats.retries++;
+                thread_pool_forward(acb);
+            } else {
+                null_complete_later(s->common.ctx, acb, ret);
+            }
             continue;
         }
         for (int i = 0; i < ret; i++) {
@@ -165,6 +182,11 @@ static void laio_complete_one(LaioState *s, BlockAIOCB *acb, int res,
     if (unlikely(res == -EAGAIN || res == -EINTR)) {
         s->common.stats.retries++;
         laio_enqueue(s, acb);
+        return;
+    }
+    if (laio_fua_unsupported(acb, res)) {
+        s->common.stats.retries++;
+        thread_pool_forward(acb);
         return;
     }
     switch (blk_acb_transferred(acb, res, &ret)) {
