@@ -344,6 +344,7 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
     const char *driver = opts->driver ? opts->driver : "file";
 
     blk = g_new0(BlockBackend, 1);
+    thread_pool_blk_init(blk);
     blk->fd = -1;
     blk->readonly = opts->readonly;
     blk->batch = opts->batch;
@@ -387,6 +388,7 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
     return blk;
 
 fail:
+    thread_pool_blk_cleanup(blk);
     g_free(blk->filename);
     g_free(blk);
     return NULL;
@@ -399,6 +401,7 @@ void blk_close(BlockBackend *blk)
         return;
     }
     raw_close(blk);
+    thread_pool_blk_cleanup(blk);
     g_free(blk->filename);
     g_free(blk);
 }

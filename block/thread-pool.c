@@ -9,13 +9,19 @@
  * context; raw_do_request() and the list append in worker threads.  Locking
  * and the allocation inside g_thread_pool_push() are accepted here: the
  * fast engines are io_uring and linux-aio.
+ *
+ * Sharing: every export of the process uses the same workers, and some
+ * requests take long (a huge write-zeroes that falls back to writing a
+ * zero buffer, I/O on a hung network file).  So one backend runs at most
+ * THREAD_POOL_MAX_PER_BACKEND requests at a time (of
+ * THREAD_POOL_MAX_WORKERS): the rest wait on the backend's own queue and
+ * are run by its busy workers as they finish, and the other backends keep
+ * the remaining workers.
  */
 #include "qemu/osdep.h"
 #include "qemu/defer-call.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
-
-#define THREAD_POOL_MAX_WORKERS 16
 
 typedef struct ThreadPoolClient {
     BlockEngine common;
@@ -26,16 +32,63 @@ typedef struct ThreadPoolClient {
 
 static GThreadPool *thread_pool_workers;
 
-static void thread_pool_worker(gpointer data, gpointer unused)
+void (*thread_pool_test_hook)(BlockAIOCB *acb);
+
+/* Main thread (blk_open). */
+void thread_pool_blk_init(BlockBackend *blk)
 {
-    BlockAIOCB *acb = data;
+    g_mutex_init(&blk->pool_lock);
+    QSIMPLEQ_INIT(&blk->pool_waiting);
+}
+
+/* Main thread (blk_close): no request in flight. */
+void thread_pool_blk_cleanup(BlockBackend *blk)
+{
+    g_mutex_clear(&blk->pool_lock);
+}
+
+/* Worker: hand @acb's result to its client's context. */
+static void thread_pool_done(BlockAIOCB *acb)
+{
     ThreadPoolClient *c = (ThreadPoolClient *)(uintptr_t)acb->engine_priv[0];
 
-    acb->ret = raw_do_request(acb);
     g_mutex_lock(&c->lock);
     QSIMPLEQ_INSERT_TAIL(&c->done, acb, next);
     g_mutex_unlock(&c->lock);
     event_notifier_set(&c->notifier);
+}
+
+/*
+ * Run @data, then the requests of the same backend that wait for a share
+ * of the pool, one after the other in this worker: the backend keeps at
+ * most THREAD_POOL_MAX_PER_BACKEND workers without another push.
+ */
+static void thread_pool_worker(gpointer data, gpointer unused)
+{
+    BlockAIOCB *acb = data;
+
+    while (acb) {
+        BlockBackend *blk = acb->blk;
+        BlockAIOCB *next;
+
+        if (unlikely(thread_pool_test_hook)) {
+            thread_pool_test_hook(acb);
+        }
+        acb->ret = raw_do_request(acb);
+
+        g_mutex_lock(&blk->pool_lock);
+        next = QSIMPLEQ_FIRST(&blk->pool_waiting);
+        if (next) {
+            QSIMPLEQ_REMOVE_HEAD(&blk->pool_waiting, next);
+        } else {
+            blk->pool_running--;
+        }
+        g_mutex_unlock(&blk->pool_lock);
+        /* Once @acb completes @blk may be closed, unless @next holds it:
+         * nothing below touches @blk. */
+        thread_pool_done(acb);
+        acb = next;
+    }
 }
 
 static gpointer thread_pool_workers_new(gpointer unused)
@@ -107,10 +160,23 @@ static void thread_pool_cleanup(void *opaque)
 static void thread_pool_submit(BlockEngine *e, BlockAIOCB *acb)
 {
     ThreadPoolClient *c = container_of(e, ThreadPoolClient, common);
+    BlockBackend *blk = acb->blk;
+    bool run;
 
     acb->engine_priv[0] = (uintptr_t)c;
-    c->common.stats.submit_syscalls++;  /* one worker wake-up per request */
-    g_thread_pool_push(thread_pool_workers, acb, NULL);
+    g_mutex_lock(&blk->pool_lock);
+    run = blk->pool_running < THREAD_POOL_MAX_PER_BACKEND;
+    if (run) {
+        blk->pool_running++;
+    } else {
+        /* The backend has its share: a worker of it picks this up. */
+        QSIMPLEQ_INSERT_TAIL(&blk->pool_waiting, acb, next);
+    }
+    g_mutex_unlock(&blk->pool_lock);
+    if (run) {
+        c->common.stats.submit_syscalls++;  /* one worker wake-up */
+        g_thread_pool_push(thread_pool_workers, acb, NULL);
+    }
 }
 
 /* Owner thread of the current context. */

@@ -47,6 +47,14 @@ struct BlockBackend {
     BlockInjectOptions inject;
     _Atomic uint64_t inject_seen;   /* matching requests so far */
     _Atomic uint64_t inject_hits;   /* of which failed */
+    /*
+     * Thread pool share: at most THREAD_POOL_MAX_PER_BACKEND requests of
+     * this backend run in workers at a time, the others wait here (from
+     * any iothread), so one export cannot occupy the process-wide pool.
+     */
+    GMutex pool_lock;
+    unsigned int pool_running;                  /* protected by pool_lock */
+    QSIMPLEQ_HEAD(, BlockAIOCB) pool_waiting;   /* protected by pool_lock */
 };
 
 typedef struct BlockEngine BlockEngine;
@@ -108,6 +116,17 @@ bool blk_acb_remainder(BlockAIOCB *acb, void **base, size_t *len);
 /* Complete @acb with @ret from a bottom half of the current context (used
  * for requests rejected before reaching an engine).  Owner thread. */
 void null_complete_later(AioContext *ctx, BlockAIOCB *acb, int ret);
+
+/* Workers of the process-wide pool, and how many one backend may use. */
+#define THREAD_POOL_MAX_WORKERS 64
+#define THREAD_POOL_MAX_PER_BACKEND 16
+
+/* Set up / tear down @blk's thread pool share (blk_open/blk_close). */
+void thread_pool_blk_init(BlockBackend *blk);
+void thread_pool_blk_cleanup(BlockBackend *blk);
+
+/* Testing only: called by a worker before it runs @acb (NULL: off). */
+extern void (*thread_pool_test_hook)(BlockAIOCB *acb);
 
 /* Hand @acb over to the thread pool engine of the current context (used by
  * io_uring/linux-aio for what they cannot do, and for the remainder of a

@@ -452,6 +452,108 @@ static void test_luring_short_submit(void)
 }
 #endif
 
+/*
+ * The thread pool is shared by every export of the process.  A backend
+ * whose requests take long (a huge write-zeroes on the zero-buffer path, a
+ * hung NFS file) must not occupy all its workers: the hook holds every
+ * request in its worker, so the test sees exactly how many of A's run,
+ * and that B's request still gets a worker.
+ */
+static struct {
+    GMutex lock;
+    GCond cond;
+    BlockBackend *a;
+    unsigned int a_running, a_max, b_running;
+    bool open;
+} pool_gate;
+
+static void pool_gate_hook(BlockAIOCB *acb)
+{
+    g_mutex_lock(&pool_gate.lock);
+    if (acb->blk == pool_gate.a) {
+        pool_gate.a_running++;
+        pool_gate.a_max = MAX(pool_gate.a_max, pool_gate.a_running);
+    } else {
+        pool_gate.b_running++;
+    }
+    g_cond_broadcast(&pool_gate.cond);
+    while (!pool_gate.open) {
+        g_cond_wait(&pool_gate.cond, &pool_gate.lock);
+    }
+    if (acb->blk == pool_gate.a) {
+        pool_gate.a_running--;
+    } else {
+        pool_gate.b_running--;
+    }
+    g_mutex_unlock(&pool_gate.lock);
+}
+
+/* Wait (at most 10 s) until *@counter reaches @want; returns its value. */
+static unsigned int pool_gate_wait(unsigned int *counter, unsigned int want)
+{
+    gint64 deadline = g_get_monotonic_time() + 10 * G_USEC_PER_SEC;
+    unsigned int v;
+
+    g_mutex_lock(&pool_gate.lock);
+    while (*counter < want &&
+           g_cond_wait_until(&pool_gate.cond, &pool_gate.lock, deadline)) {
+    }
+    v = *counter;
+    g_mutex_unlock(&pool_gate.lock);
+    return v;
+}
+
+#define NPOOL_A (THREAD_POOL_MAX_WORKERS + 8)
+static void test_threads_pool_share(void)
+{
+    g_autofree char *pa = make_file("pool-a.img", FILE_SIZE);
+    g_autofree char *pb = make_file("pool-b.img", FILE_SIZE);
+    BlockBackend *a = open_file(pa, BLOCK_AIO_THREADS, false, false, true);
+    BlockBackend *b = open_file(pb, BLOCK_AIO_THREADS, false, false, true);
+    Req *ra = g_new0(Req, NPOOL_A);
+    Req rb = { 0 };
+
+    memset(&pool_gate, 0, sizeof(pool_gate));
+    g_mutex_init(&pool_gate.lock);
+    g_cond_init(&pool_gate.cond);
+    pool_gate.a = a;
+    thread_pool_test_hook = pool_gate_hook;
+
+    /* A: more write-zeroes than the pool has workers, all held */
+    for (int i = 0; i < NPOOL_A; i++) {
+        blk_aio_pwrite_zeroes(a, &ra[i].acb, i * 4096, 4096, 0, req_cb,
+                              &ra[i]);
+    }
+    g_assert_cmpuint(pool_gate_wait(&pool_gate.a_running,
+                                    THREAD_POOL_MAX_PER_BACKEND), ==,
+                     THREAD_POOL_MAX_PER_BACKEND);
+    /* B still gets a worker while A's are all busy */
+    blk_aio_pwrite_zeroes(b, &rb.acb, 0, 4096, 0, req_cb, &rb);
+    g_assert_cmpuint(pool_gate_wait(&pool_gate.b_running, 1), ==, 1);
+    g_mutex_lock(&pool_gate.lock);
+    g_assert_cmpuint(pool_gate.a_max, ==, THREAD_POOL_MAX_PER_BACKEND);
+    pool_gate.open = true;
+    g_cond_broadcast(&pool_gate.cond);
+    g_mutex_unlock(&pool_gate.lock);
+
+    req_wait(&rb);
+    g_assert_cmpint(rb.ret, ==, 0);
+    for (int i = 0; i < NPOOL_A; i++) {
+        req_wait(&ra[i]);
+        g_assert_cmpint(ra[i].ret, ==, 0);
+    }
+    /* the queued ones ran at most THREAD_POOL_MAX_PER_BACKEND at a time */
+    g_assert_cmpuint(pool_gate.a_max, ==, THREAD_POOL_MAX_PER_BACKEND);
+    thread_pool_test_hook = NULL;
+    g_mutex_clear(&pool_gate.lock);
+    g_cond_clear(&pool_gate.cond);
+    blk_close(a);
+    blk_close(b);
+    g_free(ra);
+    unlink(pa);
+    unlink(pb);
+}
+
 /* The 2016 lesson: in steady state linux-aio completes without a BH. */
 static void test_native_direct_completion(void)
 {
@@ -732,6 +834,7 @@ int main(int argc, char **argv)
     g_test_add_func("/block/native/budget-bh", test_native_budget_bh);
 #endif
     add_engine_tests("threads", BLOCK_AIO_THREADS);
+    g_test_add_func("/block/threads/pool-share", test_threads_pool_share);
     g_test_add_func("/block/null/requests", test_null);
     g_test_add_func("/block/open/errors", test_open_missing);
 
