@@ -718,9 +718,6 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
         }
     }
     e->stats.requests++;
-    if (flags & BDRV_REQ_FUA) {
-        e->stats.fua_writes++;
-    }
     e->ops->submit(e, acb);
     return;
 

@@ -123,6 +123,7 @@ static bool luring_prep(LuringState *s, BlockAIOCB *acb)
         }
         if (acb->type == BLK_REQ_WRITE && (acb->flags & BDRV_REQ_FUA)) {
             sqe->rw_flags = RWF_DSYNC;
+            s->common.stats.fua_writes++;
         }
         break;
     case BLK_REQ_FLUSH:

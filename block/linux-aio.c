@@ -80,6 +80,7 @@ static void laio_prep(LaioState *s, BlockAIOCB *acb)
         } else {
             io_prep_pwritev2(iocb, fd, iov, niov, acb->offset,
                              (acb->flags & BDRV_REQ_FUA) ? RWF_DSYNC : 0);
+            s->common.stats.fua_writes += !!(acb->flags & BDRV_REQ_FUA);
         }
     } else {
         /* Remainder of a short transfer: one segment (see caller). */

@@ -67,10 +67,14 @@ static void null_submit(BlockEngine *e, BlockAIOCB *acb)
 {
     NullEngine *s = container_of(e, NullEngine, common);
 
-    if (acb->type == BLK_REQ_READ && acb->blk->null_read_zeroes) {
-        for (int i = 0; i < acb->niov; i++) {
-            memset(acb->iov[i].iov_base, 0, acb->iov[i].iov_len);
+    if (acb->type == BLK_REQ_READ) {
+        if (acb->blk->null_read_zeroes) {
+            for (int i = 0; i < acb->niov; i++) {
+                memset(acb->iov[i].iov_base, 0, acb->iov[i].iov_len);
+            }
         }
+    } else if (acb->flags & BDRV_REQ_FUA) {
+        s->common.stats.fua_writes++;
     }
     null_enqueue(s, acb, 0);
 }

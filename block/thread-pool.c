@@ -164,6 +164,9 @@ static void thread_pool_submit(BlockEngine *e, BlockAIOCB *acb)
     bool run;
 
     acb->engine_priv[0] = (uintptr_t)c;
+    if (acb->type == BLK_REQ_WRITE && (acb->flags & BDRV_REQ_FUA)) {
+        c->common.stats.fua_writes++;   /* pwritev2(RWF_DSYNC) */
+    }
     g_mutex_lock(&blk->pool_lock);
     run = blk->pool_running < THREAD_POOL_MAX_PER_BACKEND;
     if (run) {

@@ -160,7 +160,7 @@ typedef struct BlockEngineStats {
     uint64_t bh_scheduled;
     uint64_t retries;            /* EAGAIN/short transfer resubmissions */
     uint64_t bounced;            /* requests bounced for O_DIRECT alignment */
-    uint64_t fua_writes;         /* writes with BDRV_REQ_FUA (RWF_DSYNC) */
+    uint64_t fua_writes;         /* writes queued with RWF_DSYNC (FUA) */
 } BlockEngineStats;
 /* Returns false if @ctx has no instance of that engine. Owner thread. */
 bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,

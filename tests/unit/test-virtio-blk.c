@@ -4,6 +4,7 @@
  * are built as plain iovecs and completed by running the event loop.
  */
 #include "qemu/osdep.h"
+#include <sys/stat.h>
 #include "qemu/aio.h"
 #include "hw/block/virtio-blk.h"
 
