@@ -393,6 +393,7 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
     const char *driver = opts->driver ? opts->driver : "file";
 
     blk = g_new0(BlockBackend, 1);
+    thread_pool_blk_init(blk);
     blk->fd = -1;
     blk->readonly = opts->readonly;
     blk->batch = opts->batch;
@@ -436,6 +437,7 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
     return blk;
 
 fail:
+    thread_pool_blk_cleanup(blk);
     g_free(blk->filename);
     g_free(blk);
     return NULL;
@@ -448,6 +450,7 @@ void blk_close(BlockBackend *blk)
         return;
     }
     raw_close(blk);
+    thread_pool_blk_cleanup(blk);
     g_free(blk->filename);
     g_free(blk);
 }
@@ -712,7 +715,6 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
     acb->niov = niov;
     acb->done = 0;
     acb->bounce = NULL;
-    acb->next = NULL;
     acb->ret = 0;
 
     if (type != BLK_REQ_READ && type != BLK_REQ_FLUSH && blk->readonly) {

@@ -220,7 +220,8 @@ static int raw_do_rw(BlockAIOCB *acb)
             n = preadv(blk->fd, iov, cnt, pos);
         } else if (acb->flags & BDRV_REQ_FUA) {
             n = pwritev2(blk->fd, iov, cnt, pos, RWF_DSYNC);
-            if (n < 0 && errno == EOPNOTSUPP) {
+            if (n < 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {
+                /* No RWF_DSYNC (Linux < 4.7): write, then fdatasync. */
                 n = pwritev(blk->fd, iov, cnt, pos);
                 if (n > 0 && fdatasync(blk->fd) < 0) {
                     return -errno;

@@ -3,14 +3,16 @@
  * The io_uring engine (liburing): one ring per AioContext.
  *
  * Theory of operation: a request becomes an SQE at once if the submission
- * queue has room, otherwise it waits on a pending list (linked through
- * acb->next).  Inside a defer_call section the engine registers
+ * queue has room, otherwise it waits on a pending list (a QSIMPLEQ linked
+ * through acb->next).  Inside a defer_call section the engine registers
  * luring_submit_cb() once and the whole batch goes to the kernel with one
  * io_uring_submit() when the section ends; a full SQ is submitted early.
  * Completions are reaped from the ring's eventfd handler and from the busy
  * poll handler (io_uring_cq_ready(), no syscall), inside one defer_call
  * section so that callbacks that submit I/O or notify the guest are batched
- * too.  -EAGAIN/-EBUSY results are resubmitted, short transfers are
+ * too.  A submission the kernel refused (-EAGAIN/-EBUSY) or took only
+ * part of is retried from a BH or on the next completion, whichever runs
+ * first.  -EAGAIN/-EBUSY results are resubmitted, short transfers are
  * resubmitted for the remainder, and what io_uring cannot do (discard and
  * write-zeroes fallbacks) is forwarded to the thread pool.
  *
@@ -43,12 +45,47 @@ typedef struct LuringState {
     struct io_uring ring;
     bool defer_taskrun;         /* completions wait for io_uring_get_events */
     EventNotifier notifier;
-    BlockAIOCB *pending_head;   /* waiting for room in the SQ */
-    BlockAIOCB **pending_tailp;
+    QSIMPLEQ_HEAD(, BlockAIOCB) pending;    /* waiting for room in the SQ */
     QEMUBH *retry_bh;           /* io_uring_submit() failed: try again */
 } LuringState;
 
 static void luring_flush(LuringState *s);
+
+unsigned int luring_test_submit_max;
+
+/*
+ * Testing only: a short submission.  Publish every prepared SQE the way
+ * io_uring_submit() does (identity SQ array, then the tail), but ask the
+ * kernel to consume only @max of them.  Returns what io_uring_enter()
+ * returns: the number consumed or -errno.
+ */
+static int luring_submit_short(LuringState *s, unsigned int max)
+{
+    struct io_uring_sq *sq = &s->ring.sq;
+    unsigned int ready;
+
+    for (unsigned int i = sq->sqe_head; i != sq->sqe_tail; i++) {
+        sq->array[i & sq->ring_mask] = i & sq->ring_mask;
+    }
+    sq->sqe_head = sq->sqe_tail;
+    __atomic_store_n(sq->ktail, sq->sqe_tail, __ATOMIC_RELEASE);
+    ready = sq->sqe_tail - __atomic_load_n(sq->khead, __ATOMIC_ACQUIRE);
+    return io_uring_enter(s->ring.ring_fd, MIN(ready, max), 0, 0, NULL);
+}
+
+/* io_uring_submit(), or a short one when a test asks for it. */
+static inline int luring_submit_sqes(LuringState *s)
+{
+    if (unlikely(luring_test_submit_max)) {
+        return luring_submit_short(s, luring_test_submit_max);
+    }
+    return io_uring_submit(&s->ring);
+}
+
+static bool luring_unsupported(int res)
+{
+    return res == -EOPNOTSUPP || res == -EINVAL || res == -ENOSYS;
+}
 
 /* Turn @acb into an SQE; false if the SQ is full. */
 static bool luring_prep(LuringState *s, BlockAIOCB *acb)
@@ -86,6 +123,7 @@ static bool luring_prep(LuringState *s, BlockAIOCB *acb)
         }
         if (acb->type == BLK_REQ_WRITE && (acb->flags & BDRV_REQ_FUA)) {
             sqe->rw_flags = RWF_DSYNC;
+            s->common.stats.fua_writes++;
         }
         break;
     case BLK_REQ_FLUSH:
@@ -110,37 +148,35 @@ static bool luring_prep(LuringState *s, BlockAIOCB *acb)
 /* Queue @acb: an SQE if possible, else the pending list. */
 static void luring_queue(LuringState *s, BlockAIOCB *acb)
 {
-    if (likely(!s->pending_head)) {
+    if (likely(QSIMPLEQ_EMPTY(&s->pending))) {
         if (luring_prep(s, acb)) {
             return;
         }
         /* SQ full: submit early to make room. */
         luring_flush(s);
-        if (!s->pending_head && luring_prep(s, acb)) {
+        if (QSIMPLEQ_EMPTY(&s->pending) && luring_prep(s, acb)) {
             return;
         }
     }
-    acb->next = NULL;
-    *s->pending_tailp = acb;
-    s->pending_tailp = &acb->next;
+    QSIMPLEQ_INSERT_TAIL(&s->pending, acb, next);
 }
 
 /* Submit every queued SQE and as many pending requests as fit. */
 static void luring_flush(LuringState *s)
 {
     for (;;) {
+        unsigned int queued;
         int ret;
 
-        while (s->pending_head && luring_prep(s, s->pending_head)) {
-            s->pending_head = s->pending_head->next;
-            if (!s->pending_head) {
-                s->pending_tailp = &s->pending_head;
-            }
+        while (!QSIMPLEQ_EMPTY(&s->pending) &&
+               luring_prep(s, QSIMPLEQ_FIRST(&s->pending))) {
+            QSIMPLEQ_REMOVE_HEAD(&s->pending, next);
         }
-        if (io_uring_sq_ready(&s->ring) == 0) {
+        queued = io_uring_sq_ready(&s->ring);
+        if (queued == 0) {
             return;
         }
-        ret = io_uring_submit(&s->ring);
+        ret = luring_submit_sqes(s);
         s->common.stats.submit_syscalls++;
         if (ret == -EINTR) {
             continue;
@@ -154,7 +190,19 @@ static void luring_flush(LuringState *s)
             qemu_bh_schedule(s->retry_bh);
             return;
         }
-        if (!s->pending_head) {
+        if ((unsigned int)ret < queued) {
+            /*
+             * Short: the kernel stopped early (no memory for more requests,
+             * or an SQE it failed) and the rest is still in the SQ.  Nothing
+             * else would submit it before the next unrelated request, so
+             * retry from the BH (or the next completion, whichever comes
+             * first) rather than spin here.
+             */
+            s->common.stats.retries++;
+            qemu_bh_schedule(s->retry_bh);
+            return;
+        }
+        if (QSIMPLEQ_EMPTY(&s->pending)) {
             return;
         }
     }
@@ -170,10 +218,6 @@ static void luring_retry_bh(void *opaque)
     luring_flush(opaque);
 }
 
-static bool luring_unsupported(int res)
-{
-    return res == -EOPNOTSUPP || res == -EINVAL || res == -ENOSYS;
-}
 
 static void luring_complete_one(LuringState *s, BlockAIOCB *acb, int res)
 {
@@ -186,8 +230,15 @@ static void luring_complete_one(LuringState *s, BlockAIOCB *acb, int res)
         return;
     }
     switch (acb->type) {
-    case BLK_REQ_READ:
     case BLK_REQ_WRITE:
+        if (unlikely((acb->flags & BDRV_REQ_FUA) && luring_unsupported(res))) {
+            /* No RWF_DSYNC here: the pool writes and syncs instead. */
+            s->common.stats.retries++;
+            thread_pool_forward(acb);
+            return;
+        }
+        /* fall through */
+    case BLK_REQ_READ:
         switch (blk_acb_transferred(acb, res, &ret)) {
         case BLK_XFER_COMPLETE:
             break;
@@ -238,7 +289,8 @@ static void luring_process_completions(LuringState *s)
         io_uring_cqe_seen(&s->ring, cqe);
         luring_complete_one(s, acb, res);
     }
-    if (s->pending_head || qemu_bh_is_scheduled(s->retry_bh)) {
+    if (!QSIMPLEQ_EMPTY(&s->pending) || qemu_bh_is_scheduled(s->retry_bh) ||
+        io_uring_sq_ready(&s->ring)) {
         qemu_bh_cancel(s->retry_bh);
         defer_call(luring_submit_cb, s);
     }
@@ -361,7 +413,7 @@ static BlockEngine *luring_create(AioContext *ctx, GError **errp)
         g_free(s);
         return NULL;
     }
-    s->pending_tailp = &s->pending_head;
+    QSIMPLEQ_INIT(&s->pending);
     s->common.ctx = ctx;
     s->retry_bh = aio_bh_new(ctx, luring_retry_bh, s, "io_uring-retry");
     aio_set_fd_handler(ctx, event_notifier_get_fd(&s->notifier),

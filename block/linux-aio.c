@@ -52,8 +52,7 @@ typedef struct LaioState {
     LaioRing *ring;             /* NULL: use io_getevents() */
     EventNotifier notifier;
     QEMUBH *completion_bh;
-    BlockAIOCB *pending_head;
-    BlockAIOCB **pending_tailp;
+    QSIMPLEQ_HEAD(, BlockAIOCB) pending;    /* prepared, not submitted */
     unsigned n_pending;
     unsigned in_flight;
     struct iocb *iocbs[LAIO_MAX_EVENTS];
@@ -81,6 +80,7 @@ static void laio_prep(LaioState *s, BlockAIOCB *acb)
         } else {
             io_prep_pwritev2(iocb, fd, iov, niov, acb->offset,
                              (acb->flags & BDRV_REQ_FUA) ? RWF_DSYNC : 0);
+            s->common.stats.fua_writes += !!(acb->flags & BDRV_REQ_FUA);
         }
     } else {
         /* Remainder of a short transfer: one segment (see caller). */
@@ -101,35 +101,41 @@ static void laio_prep(LaioState *s, BlockAIOCB *acb)
 static void laio_enqueue(LaioState *s, BlockAIOCB *acb)
 {
     laio_prep(s, acb);
-    acb->next = NULL;
-    *s->pending_tailp = acb;
-    s->pending_tailp = &acb->next;
+    QSIMPLEQ_INSERT_TAIL(&s->pending, acb, next);
     s->n_pending++;
 }
 
 static BlockAIOCB *laio_dequeue(LaioState *s)
 {
-    BlockAIOCB *acb = s->pending_head;
+    BlockAIOCB *acb = QSIMPLEQ_FIRST(&s->pending);
 
-    s->pending_head = acb->next;
-    if (!s->pending_head) {
-        s->pending_tailp = &s->pending_head;
-    }
+    QSIMPLEQ_REMOVE_HEAD(&s->pending, next);
     s->n_pending--;
     return acb;
+}
+
+/*
+ * A FUA write the kernel refused for its RWF_DSYNC (aio_rw_flags needs
+ * Linux 4.13): the thread pool writes it with a fallback instead.
+ */
+static bool laio_fua_unsupported(BlockAIOCB *acb, int res)
+{
+    return unlikely(acb->type == BLK_REQ_WRITE &&
+                    (acb->flags & BDRV_REQ_FUA) &&
+                    (res == -EINVAL || res == -EOPNOTSUPP));
 }
 
 /* Submit the pending requests, as many as the kernel takes. */
 static void laio_flush(LaioState *s)
 {
-    while (s->pending_head && s->in_flight < LAIO_MAX_EVENTS) {
+    while (!QSIMPLEQ_EMPTY(&s->pending) && s->in_flight < LAIO_MAX_EVENTS) {
         unsigned max = LAIO_MAX_EVENTS - s->in_flight;
-        BlockAIOCB *acb = s->pending_head;
+        BlockAIOCB *acb = QSIMPLEQ_FIRST(&s->pending);
         int n = 0, ret;
 
         while (acb && (unsigned)n < max) {
             s->iocbs[n++] = laio_iocb(acb);
-            acb = acb->next;
+            acb = QSIMPLEQ_NEXT(acb, next);
         }
         ret = io_submit(s->io_ctx, n, s->iocbs);
         s->common.stats.submit_syscalls++;
@@ -145,7 +151,13 @@ static void laio_flush(LaioState *s)
         }
         if (ret < 0) {
             /* The first iocb is bad: fail it, go on with the rest. */
-            null_complete_later(s->common.ctx, laio_dequeue(s), ret);
+            acb = laio_dequeue(s);
+            if (laio_fua_unsupported(acb, ret)) {
+                s->common.stats.retries++;
+                thread_pool_forward(acb);
+            } else {
+                null_complete_later(s->common.ctx, acb, ret);
+            }
             continue;
         }
         for (int i = 0; i < ret; i++) {
@@ -171,6 +183,11 @@ static void laio_complete_one(LaioState *s, BlockAIOCB *acb, int res,
     if (unlikely(res == -EAGAIN || res == -EINTR)) {
         s->common.stats.retries++;
         laio_enqueue(s, acb);
+        return;
+    }
+    if (laio_fua_unsupported(acb, res)) {
+        s->common.stats.retries++;
+        thread_pool_forward(acb);
         return;
     }
     switch (blk_acb_transferred(acb, res, &ret)) {
@@ -271,7 +288,7 @@ static void laio_process_completions(LaioState *s, bool from_bh)
     } else {
         qemu_bh_cancel(s->completion_bh);   /* drained: no BH needed */
     }
-    if (s->pending_head) {
+    if (!QSIMPLEQ_EMPTY(&s->pending)) {
         defer_call(laio_submit_cb, s);
     }
     defer_call_end();
@@ -327,7 +344,7 @@ static BlockEngine *laio_create(AioContext *ctx, GError **errp)
     if (s->ring->magic != LAIO_RING_MAGIC || s->ring->incompat_features) {
         s->ring = NULL;
     }
-    s->pending_tailp = &s->pending_head;
+    QSIMPLEQ_INIT(&s->pending);
     s->common.ctx = ctx;
     s->completion_bh = aio_bh_new(ctx, laio_completion_bh, s,
                                   "linux-aio-completion");

@@ -16,25 +16,22 @@
 typedef struct NullEngine {
     BlockEngine common;
     QEMUBH *bh;
-    BlockAIOCB *head;
-    BlockAIOCB **tailp;
+    QSIMPLEQ_HEAD(, BlockAIOCB) done;   /* completed from the BH */
 } NullEngine;
 
 static void null_bh(void *opaque)
 {
     NullEngine *s = opaque;
-    BlockAIOCB *acb = s->head;
+    QSIMPLEQ_HEAD(, BlockAIOCB) batch = QSIMPLEQ_HEAD_INITIALIZER(batch);
+    BlockAIOCB *acb, *tmp;
 
-    s->head = NULL;
-    s->tailp = &s->head;
+    /* Callbacks may queue more: those wait for the next BH run. */
+    QSIMPLEQ_CONCAT(&batch, &s->done);
     defer_call_begin();
-    while (acb) {
-        BlockAIOCB *next = acb->next;
-
+    QSIMPLEQ_FOREACH_SAFE(acb, &batch, next, tmp) {
         s->common.stats.completions++;
         s->common.stats.completions_bh++;
         blk_acb_complete(acb, acb->ret);
-        acb = next;
     }
     defer_call_end();
 }
@@ -44,7 +41,7 @@ static BlockEngine *null_create(AioContext *ctx, GError **errp)
     NullEngine *s = g_new0(NullEngine, 1);
 
     s->bh = aio_bh_new(ctx, null_bh, s, "null-completion");
-    s->tailp = &s->head;
+    QSIMPLEQ_INIT(&s->done);
     return &s->common;
 }
 
@@ -59,9 +56,7 @@ static void null_cleanup(void *opaque)
 static void null_enqueue(NullEngine *s, BlockAIOCB *acb, int ret)
 {
     acb->ret = ret;
-    acb->next = NULL;
-    *s->tailp = acb;
-    s->tailp = &acb->next;
+    QSIMPLEQ_INSERT_TAIL(&s->done, acb, next);
     if (!qemu_bh_is_scheduled(s->bh)) {
         s->common.stats.bh_scheduled++;
         qemu_bh_schedule(s->bh);
@@ -72,10 +67,14 @@ static void null_submit(BlockEngine *e, BlockAIOCB *acb)
 {
     NullEngine *s = container_of(e, NullEngine, common);
 
-    if (acb->type == BLK_REQ_READ && acb->blk->null_read_zeroes) {
-        for (int i = 0; i < acb->niov; i++) {
-            memset(acb->iov[i].iov_base, 0, acb->iov[i].iov_len);
+    if (acb->type == BLK_REQ_READ) {
+        if (acb->blk->null_read_zeroes) {
+            for (int i = 0; i < acb->niov; i++) {
+                memset(acb->iov[i].iov_base, 0, acb->iov[i].iov_len);
+            }
         }
+    } else if (acb->flags & BDRV_REQ_FUA) {
+        s->common.stats.fua_writes++;
     }
     null_enqueue(s, acb, 0);
 }

@@ -9,42 +9,92 @@
  * context; raw_do_request() and the list append in worker threads.  Locking
  * and the allocation inside g_thread_pool_push() are accepted here: the
  * fast engines are io_uring and linux-aio.
+ *
+ * Sharing: every export of the process uses the same workers, and some
+ * requests take long (a huge write-zeroes that falls back to writing a
+ * zero buffer, I/O on a hung network file).  So one backend runs at most
+ * THREAD_POOL_MAX_PER_BACKEND requests at a time (of
+ * THREAD_POOL_MAX_WORKERS): the rest wait on the backend's own queue and
+ * are run by its busy workers as they finish, and the other backends keep
+ * the remaining workers.
  */
 #include "qemu/osdep.h"
 #include "qemu/defer-call.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
 
-#define THREAD_POOL_MAX_WORKERS 16
-
 typedef struct ThreadPoolClient {
     BlockEngine common;
     EventNotifier notifier;
     GMutex lock;
-    BlockAIOCB *done_head;      /* protected by lock */
-    BlockAIOCB **done_tailp;    /* protected by lock */
+    QSIMPLEQ_HEAD(, BlockAIOCB) done;   /* protected by lock */
 } ThreadPoolClient;
 
 static GThreadPool *thread_pool_workers;
 
+void (*thread_pool_test_hook)(BlockAIOCB *acb);
+
+/* Main thread (blk_open). */
+void thread_pool_blk_init(BlockBackend *blk)
+{
+    g_mutex_init(&blk->pool_lock);
+    QSIMPLEQ_INIT(&blk->pool_waiting);
+}
+
+/* Main thread (blk_close): no request in flight. */
+void thread_pool_blk_cleanup(BlockBackend *blk)
+{
+    g_mutex_clear(&blk->pool_lock);
+}
+
+/* Worker: hand @acb's result to its client's context. */
+static void thread_pool_done(BlockAIOCB *acb)
+{
+    ThreadPoolClient *c = (ThreadPoolClient *)(uintptr_t)acb->engine_priv[0];
+
+    g_mutex_lock(&c->lock);
+    QSIMPLEQ_INSERT_TAIL(&c->done, acb, next);
+    g_mutex_unlock(&c->lock);
+    event_notifier_set(&c->notifier);
+}
+
+/*
+ * Run @data, then the requests of the same backend that wait for a share
+ * of the pool, one after the other in this worker: the backend keeps at
+ * most THREAD_POOL_MAX_PER_BACKEND workers without another push.
+ */
 static void thread_pool_worker(gpointer data, gpointer unused)
 {
     BlockAIOCB *acb = data;
-    ThreadPoolClient *c = (ThreadPoolClient *)(uintptr_t)acb->engine_priv[0];
 
-    if (unlikely(acb->engine_priv[1])) {
-        /* inject-delay: hold the request, then do it */
-        g_usleep((gulong)acb->blk->inject.delay_ms * 1000);
-        acb->ret = blk_inject_do_delayed(acb);
-    } else {
-        acb->ret = raw_do_request(acb);
+    while (acb) {
+        BlockBackend *blk = acb->blk;
+        BlockAIOCB *next;
+
+        if (unlikely(thread_pool_test_hook)) {
+            thread_pool_test_hook(acb);
+        }
+        if (unlikely(acb->engine_priv[1])) {
+            /* inject-delay: hold the request, then do it */
+            g_usleep((gulong)blk->inject.delay_ms * 1000);
+            acb->ret = blk_inject_do_delayed(acb);
+        } else {
+            acb->ret = raw_do_request(acb);
+        }
+
+        g_mutex_lock(&blk->pool_lock);
+        next = QSIMPLEQ_FIRST(&blk->pool_waiting);
+        if (next) {
+            QSIMPLEQ_REMOVE_HEAD(&blk->pool_waiting, next);
+        } else {
+            blk->pool_running--;
+        }
+        g_mutex_unlock(&blk->pool_lock);
+        /* Once @acb completes @blk may be closed, unless @next holds it:
+         * nothing below touches @blk. */
+        thread_pool_done(acb);
+        acb = next;
     }
-    acb->next = NULL;
-    g_mutex_lock(&c->lock);
-    *c->done_tailp = acb;
-    c->done_tailp = &acb->next;
-    g_mutex_unlock(&c->lock);
-    event_notifier_set(&c->notifier);
 }
 
 static gpointer thread_pool_workers_new(gpointer unused)
@@ -59,23 +109,19 @@ static gpointer thread_pool_workers_new(gpointer unused)
 static void thread_pool_completion_cb(void *opaque)
 {
     ThreadPoolClient *c = opaque;
-    BlockAIOCB *acb;
+    QSIMPLEQ_HEAD(, BlockAIOCB) batch = QSIMPLEQ_HEAD_INITIALIZER(batch);
+    BlockAIOCB *acb, *tmp;
 
     event_notifier_test_and_clear(&c->notifier);
     g_mutex_lock(&c->lock);
-    acb = c->done_head;
-    c->done_head = NULL;
-    c->done_tailp = &c->done_head;
+    QSIMPLEQ_CONCAT(&batch, &c->done);
     g_mutex_unlock(&c->lock);
 
     defer_call_begin();
-    while (acb) {
-        BlockAIOCB *next = acb->next;
-
+    QSIMPLEQ_FOREACH_SAFE(acb, &batch, next, tmp) {
         c->common.stats.completions++;
         c->common.stats.completions_direct++;
         blk_acb_complete(acb, acb->ret);
-        acb = next;
     }
     defer_call_end();
 }
@@ -100,7 +146,7 @@ static BlockEngine *thread_pool_create(AioContext *ctx, GError **errp)
         return NULL;
     }
     g_mutex_init(&c->lock);
-    c->done_tailp = &c->done_head;
+    QSIMPLEQ_INIT(&c->done);
     aio_set_fd_handler(ctx, event_notifier_get_fd(&c->notifier),
                        thread_pool_completion_cb, NULL, NULL, NULL, c);
     return &c->common;
@@ -117,25 +163,47 @@ static void thread_pool_cleanup(void *opaque)
     g_free(c);
 }
 
+/* Run @acb in a worker now, or after the backend's running ones. */
+static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
+{
+    BlockBackend *blk = acb->blk;
+    bool run;
+
+    acb->engine_priv[0] = (uintptr_t)c;
+    g_mutex_lock(&blk->pool_lock);
+    run = blk->pool_running < THREAD_POOL_MAX_PER_BACKEND;
+    if (run) {
+        blk->pool_running++;
+    } else {
+        /* The backend has its share: a worker of it picks this up. */
+        QSIMPLEQ_INSERT_TAIL(&blk->pool_waiting, acb, next);
+    }
+    g_mutex_unlock(&blk->pool_lock);
+    if (run) {
+        c->common.stats.submit_syscalls++;  /* one worker wake-up */
+        g_thread_pool_push(thread_pool_workers, acb, NULL);
+    }
+}
+
 static void thread_pool_submit(BlockEngine *e, BlockAIOCB *acb)
 {
     ThreadPoolClient *c = container_of(e, ThreadPoolClient, common);
 
-    acb->engine_priv[0] = (uintptr_t)c;
+    if (acb->type == BLK_REQ_WRITE && (acb->flags & BDRV_REQ_FUA)) {
+        c->common.stats.fua_writes++;   /* pwritev2(RWF_DSYNC) */
+    }
     acb->engine_priv[1] = 0;
-    c->common.stats.submit_syscalls++;  /* one worker wake-up per request */
-    g_thread_pool_push(thread_pool_workers, acb, NULL);
+    thread_pool_enqueue(c, acb);
 }
 
-/* Owner thread. */
+/* Owner thread: @acb waits inject-delay ms in its worker, then runs
+ * blk_inject_do_delayed(). */
 void thread_pool_submit_delayed(BlockEngine *e, BlockAIOCB *acb)
 {
     ThreadPoolClient *c = container_of(e, ThreadPoolClient, common);
 
-    acb->engine_priv[0] = (uintptr_t)c;
     acb->engine_priv[1] = 1;
-    c->common.stats.submit_syscalls++;
-    g_thread_pool_push(thread_pool_workers, acb, NULL);
+    thread_pool_enqueue(c, acb);
 }
 
 /* Owner thread of the current context. */

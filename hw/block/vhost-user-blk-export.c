@@ -336,10 +336,27 @@ static bool vu_blk_set_config(void *opaque, const uint8_t *data,
     return virtio_blk_set_config(&exp->dev, data, offset, size);
 }
 
+/* The write cache depends on FLUSH being negotiated (virtio-blk.h). */
+static void vu_blk_set_features(void *opaque, uint64_t features)
+{
+    VuBlkExport *exp = opaque;
+
+    virtio_blk_set_features(&exp->dev, features);
+}
+
+static void vu_blk_reset(void *opaque)
+{
+    VuBlkExport *exp = opaque;
+
+    virtio_blk_reset(&exp->dev);
+}
+
 static const VuDeviceOps vu_blk_ops = {
     .get_features = vu_blk_get_features,
     .get_config = vu_blk_get_config,
     .set_config = vu_blk_set_config,
+    .set_features = vu_blk_set_features,
+    .reset = vu_blk_reset,
     .queue_start = vu_blk_queue_start,
     .queue_stop = vu_blk_queue_stop,
     .queue_inflight = vu_blk_queue_inflight,

@@ -15,9 +15,12 @@
  * end of the in part).  When one of those shares an iovec with data, that
  * iovec is trimmed in place and restored when the request completes.
  *
- * Writethrough (the driver cleared "writeback" in the config space) is
- * emulated by following each write with a flush of the image, reusing the
- * request's control block from the write's completion callback.
+ * Writethrough (the driver cleared "writeback" in the config space, or
+ * did not negotiate FLUSH: see VirtioBlkDev) makes each write a FUA write
+ * (RWF_DSYNC: one engine operation; the engines fall back to write plus
+ * fdatasync where the kernel lacks it).  Write-zeroes has no FUA form: it
+ * is followed by a flush of the image, reusing the request's control
+ * block from the completion callback.
  */
 #include "qemu/osdep.h"
 #include "hw/block/virtio-blk.h"
@@ -84,6 +87,7 @@ bool virtio_blk_dev_init(VirtioBlkDev *dev, BlockBackend *blk,
     /* A partial last block is not visible to the guest. */
     dev->capacity = QEMU_ALIGN_DOWN(len, lbs) >> VIRTIO_BLK_SECTOR_BITS;
     atomic_store(&dev->writeback, true);
+    atomic_store(&dev->write_cache, false);     /* nothing negotiated yet */
     return true;
 }
 
@@ -113,6 +117,36 @@ uint64_t virtio_blk_get_features(const VirtioBlkDev *dev)
     return f;
 }
 
+/* Whether the driver may rely on a volatile cache: it can flush it. */
+static bool virtio_blk_can_flush(const VirtioBlkDev *dev)
+{
+    return dev->features_acked &&
+           (dev->features & (1ull << VIRTIO_BLK_F_FLUSH));
+}
+
+/* Main thread: recompute the cache the dataplane uses. */
+static void virtio_blk_update_write_cache(VirtioBlkDev *dev)
+{
+    atomic_store(&dev->write_cache,
+                 atomic_load(&dev->writeback) && virtio_blk_can_flush(dev));
+}
+
+/* Called from: the main thread. */
+void virtio_blk_set_features(VirtioBlkDev *dev, uint64_t features)
+{
+    dev->features = features;
+    dev->features_acked = true;
+    virtio_blk_update_write_cache(dev);
+}
+
+/* Called from: the main thread. */
+void virtio_blk_reset(VirtioBlkDev *dev)
+{
+    dev->features = 0;
+    dev->features_acked = false;
+    virtio_blk_update_write_cache(dev);
+}
+
 static uint32_t virtio_blk_max_sectors(const VirtioBlkDev *dev)
 {
     uint32_t align = dev->conf.logical_block_size >> VIRTIO_BLK_SECTOR_BITS;
@@ -120,7 +154,7 @@ static uint32_t virtio_blk_max_sectors(const VirtioBlkDev *dev)
     return QEMU_ALIGN_DOWN(VIRTIO_BLK_MAX_DISCARD_SECTORS, align);
 }
 
-/* Called from: any thread (reads the atomic writeback flag). */
+/* Called from: the main thread (reads the negotiated features). */
 void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg)
 {
     uint32_t lbs = dev->conf.logical_block_size;
@@ -141,7 +175,13 @@ void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg)
     /* in logical blocks: one physical block */
     cfg->min_io_size = GUINT16_TO_LE(1u << exp);
     cfg->opt_io_size = 0;
-    cfg->wce = atomic_load(&dev->writeback) ? 1 : 0;
+    /* Before negotiation: the driver's choice (what a front-end caches
+     * when the device is created); a driver without FLUSH: writethrough. */
+    if (dev->features_acked && !virtio_blk_can_flush(dev)) {
+        cfg->wce = 0;
+    } else {
+        cfg->wce = atomic_load(&dev->writeback) ? 1 : 0;
+    }
     cfg->num_queues = GUINT16_TO_LE(dev->conf.num_queues);
     cfg->max_discard_sectors = GUINT32_TO_LE(virtio_blk_max_sectors(dev));
     cfg->max_discard_seg = GUINT32_TO_LE(1);
@@ -149,7 +189,8 @@ void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg)
         GUINT32_TO_LE(lbs >> VIRTIO_BLK_SECTOR_BITS);
     cfg->max_write_zeroes_sectors = GUINT32_TO_LE(virtio_blk_max_sectors(dev));
     cfg->max_write_zeroes_seg = GUINT32_TO_LE(1);
-    cfg->write_zeroes_may_unmap = 1;
+    /* UNMAP may deallocate only where a DISCARD could. */
+    cfg->write_zeroes_may_unmap = dev->conf.discard ? 1 : 0;
 }
 
 /* Called from: the main thread (SET_CONFIG). */
@@ -160,6 +201,7 @@ bool virtio_blk_set_config(VirtioBlkDev *dev, const uint8_t *data,
         return false;
     }
     atomic_store(&dev->writeback, data[0] != 0);
+    virtio_blk_update_write_cache(dev);
     return true;
 }
 
@@ -229,11 +271,12 @@ static uint8_t virtio_blk_start_rw(VirtioBlkDev *dev, VirtioBlkReq *req,
         return VIRTIO_BLK_S_OK;
     }
     if (is_write) {
-        req->sync_after_write = !atomic_load(&dev->writeback);
         blk_aio_pwritev(dev->blk, &req->acb,
                         (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
-                        req->data_iov, req->data_niov, 0,
-                        virtio_blk_io_cb, req);
+                        req->data_iov, req->data_niov,
+                        atomic_load_explicit(&dev->write_cache,
+                                             memory_order_relaxed) ?
+                        0 : BDRV_REQ_FUA, virtio_blk_io_cb, req);
     } else {
         blk_aio_preadv(dev->blk, &req->acb,
                        (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
@@ -281,12 +324,18 @@ static uint8_t virtio_blk_start_dwz(VirtioBlkDev *dev, VirtioBlkReq *req,
         return VIRTIO_BLK_S_OK;
     }
     if (is_wz) {
-        req->sync_after_write = !atomic_load(&dev->writeback);
+        /* UNMAP is a permission, honoured only where write_zeroes_may_unmap
+         * said so (discard enabled and possible). */
+        bool unmap = (flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP) &&
+                     dev->conf.discard;
+
+        req->sync_after_write = !atomic_load_explicit(&dev->write_cache,
+                                                      memory_order_relaxed);
         blk_aio_pwrite_zeroes(dev->blk, &req->acb,
                               (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
                               (uint64_t)nsectors << VIRTIO_BLK_SECTOR_BITS,
-                              (flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP) ?
-                              BDRV_REQ_MAY_UNMAP : 0, virtio_blk_io_cb, req);
+                              unmap ? BDRV_REQ_MAY_UNMAP : 0,
+                              virtio_blk_io_cb, req);
     } else {
         blk_aio_pdiscard(dev->blk, &req->acb,
                          (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),

@@ -511,6 +511,9 @@ static VuMsgResult vu_set_features(VuServer *s, uint64_t features)
     }
     s->features = features;
     s->features_acked = true;
+    if (s->cfg.ops->set_features) {
+        s->cfg.ops->set_features(s->cfg.opaque, features);
+    }
     if (!(features & (1ULL << VHOST_USER_F_PROTOCOL_FEATURES))) {
         /* Without the protocol feature, rings are enabled from the start. */
         for (unsigned int i = 0; i < s->cfg.num_queues; i++) {
@@ -532,6 +535,9 @@ static VuMsgResult vu_reset_session_state(VuServer *s)
     s->features = 0;
     s->features_acked = false;
     s->status = 0;
+    if (s->cfg.ops->reset) {
+        s->cfg.ops->reset(s->cfg.opaque);
+    }
     return VU_MSG_OK;
 }
 

@@ -25,6 +25,7 @@
 
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
+#include "qemu/queue.h"
 
 typedef struct BlockBackend BlockBackend;
 typedef void BlockCompletionFunc(void *opaque, int ret);
@@ -118,7 +119,7 @@ typedef struct BlockAIOCB {
     size_t done;                /* bytes already transferred (short I/O) */
     void *bounce;               /* aligned bounce buffer, if any */
     struct iovec bounce_iov;
-    struct BlockAIOCB *next;    /* engine queues */
+    QSIMPLEQ_ENTRY(BlockAIOCB) next;    /* engine queues */
     int ret;
     uint64_t engine_priv[10];   /* engine-private (e.g. struct iocb) */
 } BlockAIOCB;
@@ -168,6 +169,7 @@ typedef struct BlockEngineStats {
     uint64_t bh_scheduled;
     uint64_t retries;            /* EAGAIN/short transfer resubmissions */
     uint64_t bounced;            /* requests bounced for O_DIRECT alignment */
+    uint64_t fua_writes;         /* writes queued with RWF_DSYNC (FUA) */
 } BlockEngineStats;
 /* Returns false if @ctx has no instance of that engine. Owner thread. */
 bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,

@@ -48,6 +48,14 @@ struct BlockBackend {
     unsigned int inject_match_ops;
     _Atomic uint64_t inject_seen;   /* matching requests so far */
     _Atomic uint64_t inject_hits;   /* of which failed */
+    /*
+     * Thread pool share: at most THREAD_POOL_MAX_PER_BACKEND requests of
+     * this backend run in workers at a time, the others wait here (from
+     * any iothread), so one export cannot occupy the process-wide pool.
+     */
+    GMutex pool_lock;
+    unsigned int pool_running;                  /* protected by pool_lock */
+    QSIMPLEQ_HEAD(, BlockAIOCB) pool_waiting;   /* protected by pool_lock */
 };
 
 typedef struct BlockEngine BlockEngine;
@@ -110,6 +118,17 @@ bool blk_acb_remainder(BlockAIOCB *acb, void **base, size_t *len);
  * for requests rejected before reaching an engine).  Owner thread. */
 void null_complete_later(AioContext *ctx, BlockAIOCB *acb, int ret);
 
+/* Workers of the process-wide pool, and how many one backend may use. */
+#define THREAD_POOL_MAX_WORKERS 64
+#define THREAD_POOL_MAX_PER_BACKEND 16
+
+/* Set up / tear down @blk's thread pool share (blk_open/blk_close). */
+void thread_pool_blk_init(BlockBackend *blk);
+void thread_pool_blk_cleanup(BlockBackend *blk);
+
+/* Testing only: called by a worker before it runs @acb (NULL: off). */
+extern void (*thread_pool_test_hook)(BlockAIOCB *acb);
+
 /* Hand @acb over to the thread pool engine of the current context (used by
  * io_uring/linux-aio for what they cannot do, and for the remainder of a
  * short transfer).  The pool starts at acb->done.  Owner thread. */
@@ -133,6 +152,14 @@ int raw_do_request(BlockAIOCB *acb);
 /* file-posix.c: open/close the file or block device of @blk. */
 bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp);
 void raw_close(BlockBackend *blk);
+
+/*
+ * Testing only: when non-zero, each io_uring submission hands at most this
+ * many SQEs to the kernel and leaves the rest in the submission queue, as
+ * a kernel that ran short of memory for requests would.  Owner thread of
+ * the rings (the tests are single-threaded).
+ */
+extern unsigned int luring_test_submit_max;
 
 /* Engine probes at open time: can this kernel run the engine at all? */
 bool luring_probe(GError **errp);

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Small intrusive lists: QLIST (doubly linked, O(1) removal) and QSLIST
- * (singly linked, push/pop at the head).  The element embeds the link
- * (QLIST_ENTRY / QSLIST_ENTRY), so insertion never allocates.  Not
- * thread-safe: the owner of the list serialises access.
+ * Small intrusive lists: QLIST (doubly linked, O(1) removal), QSLIST
+ * (singly linked, push/pop at the head) and QSIMPLEQ (singly linked with a
+ * tail pointer: FIFO queues, O(1) append and removal at the head).  The
+ * element embeds the link (QLIST_ENTRY / QSLIST_ENTRY / QSIMPLEQ_ENTRY),
+ * so insertion never allocates.  Not thread-safe: the owner of the list
+ * serialises access.
  */
 #ifndef QEMU_QUEUE_H
 #define QEMU_QUEUE_H
@@ -87,6 +89,64 @@
 #define QSLIST_FOREACH_SAFE(var, head, field, next_var)                 \
     for ((var) = (head)->slh_first;                                     \
          (var) && ((next_var) = (var)->field.sle_next, 1);              \
+         (var) = (next_var))
+
+/*
+ * Simple queue: FIFO.  sqh_last points at the link to fill on the next
+ * append (&sqh_first when empty), so appending needs no branch.
+ */
+#define QSIMPLEQ_HEAD(name, type)                                       \
+    struct name {                                                       \
+        struct type *sqh_first;                                         \
+        struct type **sqh_last;                                         \
+    }
+
+#define QSIMPLEQ_HEAD_INITIALIZER(head) { NULL, &(head).sqh_first }
+
+#define QSIMPLEQ_ENTRY(type)                                            \
+    struct {                                                            \
+        struct type *sqe_next;                                          \
+    }
+
+#define QSIMPLEQ_INIT(head) do {                                        \
+        (head)->sqh_first = NULL;                                       \
+        (head)->sqh_last = &(head)->sqh_first;                          \
+    } while (0)
+
+#define QSIMPLEQ_EMPTY(head) ((head)->sqh_first == NULL)
+#define QSIMPLEQ_FIRST(head) ((head)->sqh_first)
+#define QSIMPLEQ_NEXT(elm, field) ((elm)->field.sqe_next)
+
+#define QSIMPLEQ_INSERT_TAIL(head, elm, field) do {                     \
+        (elm)->field.sqe_next = NULL;                                   \
+        *(head)->sqh_last = (elm);                                      \
+        (head)->sqh_last = &(elm)->field.sqe_next;                      \
+    } while (0)
+
+/* Unlink the first element (the queue must not be empty). */
+#define QSIMPLEQ_REMOVE_HEAD(head, field) do {                          \
+        (head)->sqh_first = (head)->sqh_first->field.sqe_next;          \
+        if ((head)->sqh_first == NULL) {                                \
+            (head)->sqh_last = &(head)->sqh_first;                      \
+        }                                                               \
+    } while (0)
+
+/* Append every element of @head2 to @head1 and leave @head2 empty. */
+#define QSIMPLEQ_CONCAT(head1, head2) do {                              \
+        if (!QSIMPLEQ_EMPTY(head2)) {                                   \
+            *(head1)->sqh_last = (head2)->sqh_first;                    \
+            (head1)->sqh_last = (head2)->sqh_last;                      \
+            QSIMPLEQ_INIT(head2);                                       \
+        }                                                               \
+    } while (0)
+
+#define QSIMPLEQ_FOREACH(var, head, field)                              \
+    for ((var) = (head)->sqh_first; (var); (var) = (var)->field.sqe_next)
+
+/* Safe against the removal or reuse of @var by the loop body. */
+#define QSIMPLEQ_FOREACH_SAFE(var, head, field, next_var)               \
+    for ((var) = (head)->sqh_first;                                     \
+         (var) && ((next_var) = (var)->field.sqe_next, 1);              \
          (var) = (next_var))
 
 #endif

@@ -119,6 +119,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
                                  &err)) {
             g_error("virtio_blk_dev_init: %s", err->message);
         }
+        /* a driver that acked everything: the write cache is on */
+        virtio_blk_set_features(&fvb.dev[i],
+                                virtio_blk_get_features(&fvb.dev[i]));
     }
     fvb.arena = g_malloc(FVB_BUF_SIZE + 2 * FVB_GUARD);
     fvb.buf = fvb.arena + FVB_GUARD;

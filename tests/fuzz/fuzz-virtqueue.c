@@ -554,7 +554,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     fvq_load_image(&in);
 
-    atomic_store(&fvq.cur_dev->writeback, !(flags & FVQ_F_WRITETHROUGH));
+    {
+        uint8_t wce = !(flags & FVQ_F_WRITETHROUGH);
+
+        virtio_blk_set_features(fvq.cur_dev,
+                                virtio_blk_get_features(fvq.cur_dev));
+        virtio_blk_set_config(fvq.cur_dev, &wce,
+                              offsetof(struct virtio_blk_config, wce), 1);
+    }
     fvq_reset_reqs();
     fvq.pending = 0;
     fvq.vq = NULL;

@@ -9,6 +9,7 @@
 #include "qemu/aio.h"
 #include "qemu/defer-call.h"
 #include "block/block.h"
+#include "block/block_int.h"      /* test hooks */
 
 #define FILE_SIZE (4 * 1024 * 1024)
 #define NREQ 64
@@ -384,6 +385,175 @@ static void test_batch_off(gconstpointer data)
     unlink(path);
 }
 
+/*
+ * Run the loop without blocking until @n requests are done or @secs
+ * seconds passed (a request the engine forgot must fail the test, not hang
+ * it).  Returns how many are done.
+ */
+static int reqs_wait_bounded(Req *req, int n, int secs)
+{
+    gint64 deadline = g_get_monotonic_time() + secs * G_USEC_PER_SEC;
+    int done;
+
+    for (;;) {
+        done = 0;
+        for (int i = 0; i < n; i++) {
+            done += req[i].done;
+        }
+        if (done == n || g_get_monotonic_time() > deadline) {
+            return done;
+        }
+        if (!aio_poll(ctx, false)) {
+            g_usleep(1000);
+        }
+    }
+}
+
+#if CONFIG_LINUX_IO_URING
+/*
+ * The kernel consumed fewer SQEs than were queued: the rest must go out
+ * promptly (from the retry BH or the next completion), not wait for the
+ * next, unrelated, request.  A test hook limits each submission to 1 SQE.
+ */
+#define NSHORT 8
+static void test_luring_short_submit(void)
+{
+    g_autofree char *path = make_file("short.img", FILE_SIZE);
+    BlockBackend *blk = open_file(path, BLOCK_AIO_IO_URING, true, false,
+                                  true);
+    char *buf = aligned_buf(NSHORT * 4096, 0);
+    Req req[NSHORT] = { 0 };
+    struct iovec iov[NSHORT];
+    BlockEngineStats before, after;
+
+    g_assert_cmpint(do_read(blk, 0, buf, 4096), ==, 0);   /* warm up */
+    get_stats(BLOCK_AIO_IO_URING, &before);
+    luring_test_submit_max = 1;
+    defer_call_begin();
+    for (int i = 0; i < NSHORT; i++) {
+        iov[i] = (struct iovec) { buf + i * 4096, 4096 };
+        blk_aio_preadv(blk, &req[i].acb, i * 4096, &iov[i], 1, req_cb,
+                       &req[i]);
+    }
+    defer_call_end();
+    g_assert_cmpint(reqs_wait_bounded(req, NSHORT, 10), ==, NSHORT);
+    luring_test_submit_max = 0;
+    get_stats(BLOCK_AIO_IO_URING, &after);
+    for (int i = 0; i < NSHORT; i++) {
+        g_assert_cmpint(req[i].ret, ==, 0);
+    }
+    /* one SQE per submission, each short one retried */
+    g_assert_cmpuint(after.submit_syscalls - before.submit_syscalls, ==,
+                     NSHORT);
+    g_assert_cmpuint(after.retries - before.retries, ==, NSHORT - 1);
+    blk_close(blk);
+    free(buf);
+    unlink(path);
+}
+#endif
+
+/*
+ * The thread pool is shared by every export of the process.  A backend
+ * whose requests take long (a huge write-zeroes on the zero-buffer path, a
+ * hung NFS file) must not occupy all its workers: the hook holds every
+ * request in its worker, so the test sees exactly how many of A's run,
+ * and that B's request still gets a worker.
+ */
+static struct {
+    GMutex lock;
+    GCond cond;
+    BlockBackend *a;
+    unsigned int a_running, a_max, b_running;
+    bool open;
+} pool_gate;
+
+static void pool_gate_hook(BlockAIOCB *acb)
+{
+    g_mutex_lock(&pool_gate.lock);
+    if (acb->blk == pool_gate.a) {
+        pool_gate.a_running++;
+        pool_gate.a_max = MAX(pool_gate.a_max, pool_gate.a_running);
+    } else {
+        pool_gate.b_running++;
+    }
+    g_cond_broadcast(&pool_gate.cond);
+    while (!pool_gate.open) {
+        g_cond_wait(&pool_gate.cond, &pool_gate.lock);
+    }
+    if (acb->blk == pool_gate.a) {
+        pool_gate.a_running--;
+    } else {
+        pool_gate.b_running--;
+    }
+    g_mutex_unlock(&pool_gate.lock);
+}
+
+/* Wait (at most 10 s) until *@counter reaches @want; returns its value. */
+static unsigned int pool_gate_wait(unsigned int *counter, unsigned int want)
+{
+    gint64 deadline = g_get_monotonic_time() + 10 * G_USEC_PER_SEC;
+    unsigned int v;
+
+    g_mutex_lock(&pool_gate.lock);
+    while (*counter < want &&
+           g_cond_wait_until(&pool_gate.cond, &pool_gate.lock, deadline)) {
+    }
+    v = *counter;
+    g_mutex_unlock(&pool_gate.lock);
+    return v;
+}
+
+#define NPOOL_A (THREAD_POOL_MAX_WORKERS + 8)
+static void test_threads_pool_share(void)
+{
+    g_autofree char *pa = make_file("pool-a.img", FILE_SIZE);
+    g_autofree char *pb = make_file("pool-b.img", FILE_SIZE);
+    BlockBackend *a = open_file(pa, BLOCK_AIO_THREADS, false, false, true);
+    BlockBackend *b = open_file(pb, BLOCK_AIO_THREADS, false, false, true);
+    Req *ra = g_new0(Req, NPOOL_A);
+    Req rb = { 0 };
+
+    memset(&pool_gate, 0, sizeof(pool_gate));
+    g_mutex_init(&pool_gate.lock);
+    g_cond_init(&pool_gate.cond);
+    pool_gate.a = a;
+    thread_pool_test_hook = pool_gate_hook;
+
+    /* A: more write-zeroes than the pool has workers, all held */
+    for (int i = 0; i < NPOOL_A; i++) {
+        blk_aio_pwrite_zeroes(a, &ra[i].acb, i * 4096, 4096, 0, req_cb,
+                              &ra[i]);
+    }
+    g_assert_cmpuint(pool_gate_wait(&pool_gate.a_running,
+                                    THREAD_POOL_MAX_PER_BACKEND), ==,
+                     THREAD_POOL_MAX_PER_BACKEND);
+    /* B still gets a worker while A's are all busy */
+    blk_aio_pwrite_zeroes(b, &rb.acb, 0, 4096, 0, req_cb, &rb);
+    g_assert_cmpuint(pool_gate_wait(&pool_gate.b_running, 1), ==, 1);
+    g_mutex_lock(&pool_gate.lock);
+    g_assert_cmpuint(pool_gate.a_max, ==, THREAD_POOL_MAX_PER_BACKEND);
+    pool_gate.open = true;
+    g_cond_broadcast(&pool_gate.cond);
+    g_mutex_unlock(&pool_gate.lock);
+
+    req_wait(&rb);
+    g_assert_cmpint(rb.ret, ==, 0);
+    for (int i = 0; i < NPOOL_A; i++) {
+        req_wait(&ra[i]);
+        g_assert_cmpint(ra[i].ret, ==, 0);
+    }
+    /* the queued ones ran at most THREAD_POOL_MAX_PER_BACKEND at a time */
+    g_assert_cmpuint(pool_gate.a_max, ==, THREAD_POOL_MAX_PER_BACKEND);
+    thread_pool_test_hook = NULL;
+    g_mutex_clear(&pool_gate.lock);
+    g_cond_clear(&pool_gate.cond);
+    blk_close(a);
+    blk_close(b);
+    g_free(ra);
+    unlink(pa);
+    unlink(pb);
+}
+
 /* The 2016 lesson: in steady state linux-aio completes without a BH. */
 static void test_native_direct_completion(void)
 {
@@ -655,6 +825,7 @@ int main(int argc, char **argv)
 
 #if CONFIG_LINUX_IO_URING
     add_engine_tests("io_uring", BLOCK_AIO_IO_URING);
+    g_test_add_func("/block/io_uring/short-submit", test_luring_short_submit);
 #endif
 #if CONFIG_LINUX_AIO
     add_engine_tests("native", BLOCK_AIO_NATIVE);
@@ -663,6 +834,7 @@ int main(int argc, char **argv)
     g_test_add_func("/block/native/budget-bh", test_native_budget_bh);
 #endif
     add_engine_tests("threads", BLOCK_AIO_THREADS);
+    g_test_add_func("/block/threads/pool-share", test_threads_pool_share);
     g_test_add_func("/block/null/requests", test_null);
     g_test_add_func("/block/open/errors", test_open_missing);
 

@@ -4,6 +4,7 @@
  * are built as plain iovecs and completed by running the event loop.
  */
 #include "qemu/osdep.h"
+#include <sys/stat.h>
 #include "qemu/aio.h"
 #include "hw/block/virtio-blk.h"
 
@@ -214,6 +215,58 @@ static void test_config(void)
     test_disk_close(&d);
 }
 
+static blkcnt_t test_disk_blocks(TestDisk *d)
+{
+    struct stat st;
+
+    g_assert_cmpint(stat(d->path, &st), ==, 0);
+    return st.st_blocks;
+}
+
+/*
+ * write_zeroes_may_unmap promises that WRITE_ZEROES with UNMAP may
+ * deallocate: only true when the export may discard (discard=on and a
+ * backing that can).  Without it, UNMAP must not punch holes either.
+ */
+static void test_config_may_unmap(void)
+{
+    g_autofree uint8_t *buf = g_malloc(65536);
+    struct virtio_blk_config cfg;
+    blkcnt_t before;
+    TestDisk d;
+
+    test_disk_open_full(&d, TEST_NULL, false, 512, true);
+    virtio_blk_get_config(&d.dev, &cfg);
+    g_assert_cmpuint(cfg.write_zeroes_may_unmap, ==, 1);
+    test_disk_close(&d);
+
+    test_disk_open_full(&d, TEST_NULL, false, 512, false);
+    virtio_blk_get_config(&d.dev, &cfg);
+    g_assert_cmpuint(cfg.write_zeroes_may_unmap, ==, 0);
+    test_disk_close(&d);
+
+    /* discard=off: an UNMAP write-zeroes zeroes but keeps the blocks */
+    test_disk_open_full(&d, TEST_FILE, false, 512, false);
+    memset(buf, 0x5a, 65536);
+    g_assert_cmpint(test_simple(&d, VIRTIO_BLK_T_OUT, 1024, buf, 65536, NULL,
+                                0, NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpint(test_simple(&d, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, NULL, 0,
+                                NULL), ==, VIRTIO_BLK_S_OK);
+    before = test_disk_blocks(&d);
+    g_assert_cmpint(before, >=, 128);
+    g_assert_cmpint(test_dwz(&d, VIRTIO_BLK_T_WRITE_ZEROES, 1024, 128,
+                             VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP, 1), ==,
+                    VIRTIO_BLK_S_OK);
+    g_assert_cmpint(test_disk_blocks(&d), ==, before);
+    memset(buf, 0xee, 65536);
+    g_assert_cmpint(test_simple(&d, VIRTIO_BLK_T_IN, 1024, NULL, 0, buf,
+                                65536, NULL), ==, VIRTIO_BLK_S_OK);
+    for (unsigned i = 0; i < 65536; i++) {
+        g_assert_cmpint(buf[i], ==, 0);
+    }
+    test_disk_close(&d);
+}
+
 static void test_config_bad(void)
 {
     VirtioBlkConf conf = { .logical_block_size = 1000, .num_queues = 1 };
@@ -363,6 +416,7 @@ static void test_writethrough(void)
 
     memset(wbuf, 0x3c, 4096);
     test_disk_open(&d, TEST_FILE, false);
+    virtio_blk_set_features(&d.dev, virtio_blk_get_features(&d.dev));
     /* writeback: one request per write */
     g_assert_cmpint(test_simple(&d, VIRTIO_BLK_T_OUT, 16, wbuf, 4096, NULL, 0,
                                 NULL), ==, VIRTIO_BLK_S_OK);
@@ -371,21 +425,121 @@ static void test_writethrough(void)
                                 NULL), ==, VIRTIO_BLK_S_OK);
     g_assert_true(blk_engine_get_stats(ctx, BLOCK_AIO_THREADS, &st1));
     g_assert_cmpuint(st1.requests - st0.requests, ==, 1);
+    g_assert_cmpuint(st1.fua_writes - st0.fua_writes, ==, 0);
 
-    /* writethrough: each write is followed by a flush */
+    /* writethrough: each write is one FUA (RWF_DSYNC) write, no flush */
     g_assert_true(virtio_blk_set_config(&d.dev, &wce,
                   offsetof(struct virtio_blk_config, wce), 1));
     g_assert_cmpint(test_simple(&d, VIRTIO_BLK_T_OUT, 16, wbuf, 4096, NULL, 0,
                                 NULL), ==, VIRTIO_BLK_S_OK);
     g_assert_true(blk_engine_get_stats(ctx, BLOCK_AIO_THREADS, &st0));
-    g_assert_cmpuint(st0.requests - st1.requests, ==, 2);
+    g_assert_cmpuint(st0.requests - st1.requests, ==, 1);
+    g_assert_cmpuint(st0.fua_writes - st1.fua_writes, ==, 1);
+    /* write-zeroes has no FUA: it is followed by a flush */
     g_assert_cmpint(test_dwz(&d, VIRTIO_BLK_T_WRITE_ZEROES, 16, 1, 0, 1), ==,
                     VIRTIO_BLK_S_OK);
+    g_assert_true(blk_engine_get_stats(ctx, BLOCK_AIO_THREADS, &st1));
+    g_assert_cmpuint(st1.requests - st0.requests, ==, 2);
     g_assert_cmpint(test_simple(&d, VIRTIO_BLK_T_IN, 16, NULL, 0, rbuf, 4096,
                                 NULL), ==, VIRTIO_BLK_S_OK);
     g_assert_cmpint(rbuf[0], ==, 0);
     g_assert_cmpint(rbuf[511], ==, 0);
     g_assert_cmpmem(rbuf + 512, 4096 - 512, wbuf + 512, 4096 - 512);
+    test_disk_close(&d);
+}
+
+/* One 4K write at sector 0; the engine counters it moved. */
+static void test_write_delta(TestDisk *d, BlockEngineStats *delta)
+{
+    g_autofree uint8_t *buf = g_malloc0(4096);
+    BlockEngineStats a, b;
+
+    /* the first request creates the engine instance */
+    if (!blk_engine_get_stats(ctx, BLOCK_AIO_THREADS, &a)) {
+        memset(&a, 0, sizeof(a));
+    }
+    g_assert_cmpint(test_simple(d, VIRTIO_BLK_T_OUT, 0, buf, 4096, NULL, 0,
+                                NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_true(blk_engine_get_stats(ctx, BLOCK_AIO_THREADS, &b));
+    delta->requests = b.requests - a.requests;
+    delta->fua_writes = b.fua_writes - a.fua_writes;
+}
+
+static uint8_t test_wce(TestDisk *d)
+{
+    struct virtio_blk_config cfg;
+
+    virtio_blk_get_config(&d->dev, &cfg);
+    return cfg.wce;
+}
+
+/*
+ * The write cache follows the negotiation: a driver without FLUSH gets
+ * writethrough (and sees writeback = 0), so does I/O before negotiation
+ * and after a reset; the driver's own CONFIG_WCE choice is kept across
+ * resets, like the copy of the config space the front-end keeps.
+ */
+static void test_write_cache_features(void)
+{
+    uint64_t all, no_flush;
+    uint8_t wce = 0;
+    BlockEngineStats d1;
+    TestDisk d;
+
+    test_disk_open(&d, TEST_FILE, false);
+    all = virtio_blk_get_features(&d.dev);
+    no_flush = all & ~((1ull << VIRTIO_BLK_F_FLUSH) |
+                       (1ull << VIRTIO_BLK_F_CONFIG_WCE));
+
+    /* before any negotiation: the config shows the default; I/O is
+     * writethrough, since nobody promised to flush */
+    g_assert_cmpuint(test_wce(&d), ==, 1);
+    test_write_delta(&d, &d1);
+    g_assert_cmpuint(d1.requests, ==, 1);
+    g_assert_cmpuint(d1.fua_writes, ==, 1);
+
+    /* a driver with FLUSH: writeback, plain writes */
+    virtio_blk_set_features(&d.dev, all);
+    g_assert_cmpuint(test_wce(&d), ==, 1);
+    test_write_delta(&d, &d1);
+    g_assert_cmpuint(d1.requests, ==, 1);
+    g_assert_cmpuint(d1.fua_writes, ==, 0);
+
+    /* a driver without FLUSH cannot flush a volatile cache */
+    virtio_blk_reset(&d.dev);
+    virtio_blk_set_features(&d.dev, no_flush);
+    g_assert_cmpuint(test_wce(&d), ==, 0);
+    test_write_delta(&d, &d1);
+    g_assert_cmpuint(d1.requests, ==, 1);
+    g_assert_cmpuint(d1.fua_writes, ==, 1);
+
+    /* the next driver with FLUSH: writeback again */
+    virtio_blk_reset(&d.dev);
+    virtio_blk_set_features(&d.dev, all);
+    g_assert_cmpuint(test_wce(&d), ==, 1);
+    test_write_delta(&d, &d1);
+    g_assert_cmpuint(d1.fua_writes, ==, 0);
+
+    /* the driver chooses writethrough: kept across a reset, because the
+     * front-end's copy of the config still says 0 to the next driver */
+    g_assert_true(virtio_blk_set_config(&d.dev, &wce,
+                  offsetof(struct virtio_blk_config, wce), 1));
+    virtio_blk_reset(&d.dev);
+    test_write_delta(&d, &d1);
+    g_assert_cmpuint(d1.fua_writes, ==, 1);
+    virtio_blk_set_features(&d.dev, all);
+    g_assert_cmpuint(test_wce(&d), ==, 0);
+    test_write_delta(&d, &d1);
+    g_assert_cmpuint(d1.requests, ==, 1);
+    g_assert_cmpuint(d1.fua_writes, ==, 1);
+
+    /* and back to writeback when it asks */
+    wce = 1;
+    g_assert_true(virtio_blk_set_config(&d.dev, &wce,
+                  offsetof(struct virtio_blk_config, wce), 1));
+    g_assert_cmpuint(test_wce(&d), ==, 1);
+    test_write_delta(&d, &d1);
+    g_assert_cmpuint(d1.fua_writes, ==, 0);
     test_disk_close(&d);
 }
 
@@ -640,11 +794,14 @@ int main(int argc, char **argv)
 
     g_test_add_func("/virtio-blk/config", test_config);
     g_test_add_func("/virtio-blk/config-bad", test_config_bad);
+    g_test_add_func("/virtio-blk/config-may-unmap", test_config_may_unmap);
     g_test_add_func("/virtio-blk/features", test_features);
     g_test_add_func("/virtio-blk/get-id", test_get_id);
     g_test_add_func("/virtio-blk/layout/split", test_split_layout);
     g_test_add_func("/virtio-blk/layout/bad", test_bad_layout);
     g_test_add_func("/virtio-blk/file/writethrough", test_writethrough);
+    g_test_add_func("/virtio-blk/file/write-cache-features",
+                    test_write_cache_features);
     add_backend_tests("null", TEST_NULL);
     add_backend_tests("file", TEST_FILE);
 

@@ -40,11 +40,31 @@ typedef struct VirtioBlkConf {
     char serial[VIRTIO_BLK_ID_BYTES + 1];
 } VirtioBlkConf;
 
+/*
+ * Write cache.  @writeback is the config space's "writeback" field: the
+ * cache mode a driver chose through CONFIG_WCE (true at start).  The
+ * cache the dataplane uses, @write_cache, is on only while the driver has
+ * negotiated VIRTIO_BLK_F_FLUSH as well: a driver that cannot flush gets
+ * writethrough (VIRTIO 1.2 5.2.5, 5.2.6), and so does I/O before any
+ * feature negotiation.  Writethrough writes are FUA (RWF_DSYNC).
+ *
+ * @writeback is kept across device resets and sessions on purpose: the
+ * front-ends (QEMU's vhost-user-blk, vhost-pci-blk) read the config once
+ * when the device is created, cache it, and let the guest's driver read
+ * that copy on every probe; they update it on the driver's writes and
+ * never re-read it, neither on a guest reset nor on a reconnect.  Going
+ * back to writeback behind such a copy that says writethrough would
+ * leave a guest that never flushes on a volatile cache.  See
+ * docs/architecture.md, "Write cache".
+ */
 typedef struct VirtioBlkDev {
     BlockBackend *blk;
     VirtioBlkConf conf;
     uint64_t capacity;              /* in 512-byte sectors */
-    _Atomic bool writeback;         /* CONFIG_WCE; SET_CONFIG may change it */
+    _Atomic bool writeback;         /* config "writeback": SET_CONFIG */
+    _Atomic bool write_cache;       /* writeback && FLUSH negotiated */
+    bool features_acked;            /* main thread */
+    uint64_t features;              /* acked by the driver; main thread */
 } VirtioBlkDev;
 
 typedef struct VirtioBlkReq VirtioBlkReq;
@@ -63,7 +83,7 @@ struct VirtioBlkReq {
     uint8_t *status;                /* where the status byte goes */
     struct iovec *data_iov;         /* payload: part of the caller's iovecs */
     int data_niov;
-    bool sync_after_write;          /* writethrough: flush after write */
+    bool sync_after_write;          /* writethrough: flush after it */
     /* The caller's iovec trimmed in place to exclude the header or the
      * status byte (NULL if none), and its value to restore before @done. */
     struct iovec *trimmed;
@@ -78,6 +98,18 @@ bool virtio_blk_dev_init(VirtioBlkDev *dev, BlockBackend *blk,
                          const VirtioBlkConf *conf, GError **errp);
 /* Feature bits the device offers (virtio-blk and ring features, VERSION_1). */
 uint64_t virtio_blk_get_features(const VirtioBlkDev *dev);
+/*
+ * The driver acked @features (VIRTIO feature bits); recompute what
+ * depends on them.  Main thread, while no queue runs.
+ */
+void virtio_blk_set_features(VirtioBlkDev *dev, uint64_t features);
+/*
+ * Device reset (or the end of a session): nothing is negotiated any more,
+ * so the cache is off until the next virtio_blk_set_features().  The
+ * driver's writeback choice stays (see VirtioBlkDev).  Main thread, while
+ * no queue runs.
+ */
+void virtio_blk_reset(VirtioBlkDev *dev);
 /* Fill the config space in little-endian. */
 void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg);
 /* A driver write to the config space; only "writeback" is writable.

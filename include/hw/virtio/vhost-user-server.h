@@ -31,6 +31,13 @@ typedef struct VuDeviceOps {
     /* Main thread.  A driver write to the config space. */
     bool (*set_config)(void *opaque, const uint8_t *data, uint32_t offset,
                        uint32_t size);
+    /* Main thread, no queue running (optional).  The front-end acked
+     * @features (SET_FEATURES). */
+    void (*set_features)(void *opaque, uint64_t features);
+    /* Main thread, no queue running (optional).  The session state was
+     * reset: RESET_OWNER/RESET_DEVICE or the end of the session; nothing
+     * is negotiated until the next set_features. */
+    void (*reset)(void *opaque);
     /* In the queue's iothread: the queue has started (rings mapped, kick fd
      * set); install the kick handler.  @num is the queue size. */
     void (*queue_start)(void *opaque, unsigned int index, VirtQueue *vq,
