@@ -20,6 +20,8 @@
 # QEMU, reconnect=1) running fio randwrite 32 MiB with crc32c verify; once
 # fio has run for 2 s the backend is stopped with SIGNAL and started again
 # on the same socket and image.  A run survives when the guest job passes.
+# The host's load matters (qsd's outcome changes with it), so each run
+# records the 1-minute load average at its start.
 # Prints one line per run and a Markdown table; the exit status is 0
 # whatever the guests did (non-zero only if the script itself cannot run).
 #
@@ -128,10 +130,12 @@ for b in "${backends[@]}"; do
     ok[$b]=0
     restore_msgs=0
     for n in $(seq 1 "$runs"); do
+        load=$(cut -d' ' -f1 /proc/loadavg)
         one_run "$b" "$n"
-        echo "$b run $n: $res"
+        echo "$b run $n: $res (load $load at the start)"
         [ "$res" = survived ] && ok[$b]=$((ok[$b] + 1))
-        printf '{"backend": "%s", "signal": "%s", "run": %d, "survived": %s, "detail": "%s"}\n' \
+        printf '{"utc": "%s", "load1": %s, "backend": "%s", "signal": "%s", "run": %d, "survived": %s, "detail": "%s"}\n' \
+            "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$load" \
             "$b" "$sig" "$n" "$([ "$res" = survived ] && echo true || echo false)" \
             "$(echo "$res" | tr -d '"\\')" >> "$results"
     done
