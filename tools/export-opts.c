@@ -253,10 +253,9 @@ void export_opts_free(ExportOpts *e)
     g_free(e);
 }
 
-/* Parse one --export argument; NULL with @errp set.  Any thread. */
-ExportOpts *export_opts_parse(const char *arg, GError **errp)
+/* An export with every key at its default (socket= and file= unset). */
+static ExportOpts *export_opts_new_default(void)
 {
-    g_auto(GStrv) items = g_strsplit(arg, ",", -1);
     ExportOpts *e = g_new0(ExportOpts, 1);
 
     e->driver = g_strdup("file");
@@ -272,11 +271,196 @@ ExportOpts *export_opts_parse(const char *arg, GError **errp)
     e->socket_mode = 0600;
     e->socket_uid = (uid_t)-1;
     e->socket_gid = (gid_t)-1;
+    return e;
+}
+
+/* What a valid value of @key looks like, for "bad value" errors. */
+static const char *export_opts_value_hint(const char *key)
+{
+    static const struct {
+        const char *key, *hint;
+    } hints[] = {
+        { "socket", "give a path" },
+        { "file", "give a path" },
+        { "driver", "use file or null" },
+        { "size", "use a positive number with an optional k, M, G "
+          "or T suffix" },
+        { "num-queues", "use 1 to 64" },
+        { "queue-size", "use a power of 2 from 2 to 1024" },
+        { "aio", "use io_uring, native or threads" },
+        { "cache", "use none or writeback" },
+        { "readonly", "use on or off" },
+        { "serial", "use at most 20 bytes" },
+        { "logical-block-size", "use 512 or 4096" },
+        { "discard", "use on or off" },
+        { "write-zeroes", "use on or off" },
+        { "batch", "use on or off" },
+        { "iothread", "use an iothread number" },
+        { "socket-mode", "use octal permissions from 1 to 0777, "
+          "e.g. 0660" },
+    };
+    const char *hint = "";
+
+    for (size_t i = 0; i < ARRAY_SIZE(hints); i++) {
+        if (!strcmp(hints[i].key, key)) {
+            hint = hints[i].hint;
+        }
+    }
+    return hint;
+}
+
+/*
+ * Apply one KEY=VALUE item of --export to @e.  False with @errp set for
+ * an unknown key or a value that is not valid for it.
+ */
+static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
+                            GError **errp)
+{
+    bool ok = true;
+
+    if (!strcmp(key, "socket")) {
+        g_free(e->socket);
+        e->socket = g_strdup(val);
+        ok = *val;
+    } else if (!strcmp(key, "file")) {
+        g_free(e->file);
+        e->file = g_strdup(val);
+        ok = *val;
+    } else if (!strcmp(key, "driver")) {
+        ok = !strcmp(val, "file") || !strcmp(val, "null");
+        g_free(e->driver);
+        e->driver = g_strdup(val);
+    } else if (!strcmp(key, "size")) {
+        ok = export_opts_parse_size(val, &e->size) && e->size > 0;
+    } else if (!strcmp(key, "num-queues")) {
+        ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUES, &e->num_queues) &&
+             e->num_queues > 0;
+    } else if (!strcmp(key, "queue-size")) {
+        ok = export_opts_parse_uint(val, 1024, &e->queue_size) &&
+             e->queue_size >= 2 &&
+             !(e->queue_size & (e->queue_size - 1));
+    } else if (!strcmp(key, "aio")) {
+        ok = blk_aio_mode_parse(val, &e->aio);
+    } else if (!strcmp(key, "cache")) {
+        if (!strcmp(val, "none")) {
+            e->cache_direct = true;
+        } else if (!strcmp(val, "writeback")) {
+            e->cache_direct = false;
+        } else {
+            ok = false;
+        }
+    } else if (!strcmp(key, "readonly")) {
+        ok = export_opts_parse_bool(val, &e->readonly);
+    } else if (!strcmp(key, "serial")) {
+        ok = strlen(val) <= VIRTIO_BLK_ID_BYTES;
+        g_free(e->serial);
+        e->serial = g_strdup(val);
+        e->serial_set = true;
+    } else if (!strcmp(key, "logical-block-size")) {
+        ok = export_opts_parse_uint(val, 4096, &e->logical_block_size) &&
+             (e->logical_block_size == 512 ||
+              e->logical_block_size == 4096);
+    } else if (!strcmp(key, "discard")) {
+        ok = export_opts_parse_bool(val, &e->discard);
+    } else if (!strcmp(key, "write-zeroes")) {
+        ok = export_opts_parse_bool(val, &e->write_zeroes);
+    } else if (!strcmp(key, "batch")) {
+        ok = export_opts_parse_bool(val, &e->batch);
+    } else if (!strcmp(key, "socket-mode")) {
+        char *end;
+        unsigned long m;
+
+        errno = 0;
+        m = strtoul(val, &end, 8);
+        ok = *val && g_ascii_isdigit(*val) && !*end && !errno &&
+             m > 0 && m <= 0777;
+        e->socket_mode = m;
+    } else if (!strcmp(key, "socket-owner")) {
+        gid_t unused;
+
+        if (!export_opts_lookup_user(val, &e->socket_uid, &unused, errp)) {
+            g_prefix_error(errp, "socket-owner=%s: ", val);
+            return false;
+        }
+        e->socket_chown = true;
+    } else if (!strcmp(key, "socket-group")) {
+        if (!export_opts_lookup_group(val, &e->socket_gid, errp)) {
+            g_prefix_error(errp, "socket-group=%s: ", val);
+            return false;
+        }
+        e->socket_chown = true;
+    } else if (!strcmp(key, "iothread")) {
+        unsigned int n = 0;
+
+        ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_IOTHREADS - 1, &n);
+        e->iothread = n;
+    } else if (g_str_has_prefix(key, "inject-")) {
+        if (!blk_inject_parse_option(&e->inject, key, val, errp)) {
+            return false;
+        }
+    } else {
+        g_set_error(errp, VB_ERROR, 0, "unknown key '%s' (see "
+                    "vhost-blkd --help)", key);
+        return false;
+    }
+    if (!ok) {
+        g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: %s", val,
+                    key, export_opts_value_hint(key));
+        return false;
+    }
+    return true;
+}
+
+/*
+ * Check what no single key can: the keys an export needs, and that its
+ * file exists.  False with @errp set.
+ */
+static bool export_opts_check(const ExportOpts *e, GError **errp)
+{
+    if (!e->socket) {
+        g_set_error(errp, VB_ERROR, 0, "socket=PATH is missing");
+        return false;
+    }
+    if (!strcmp(e->driver, "file")) {
+        struct stat st;
+
+        if (!e->file) {
+            g_set_error(errp, VB_ERROR, 0, "file=PATH is missing (or use "
+                        "driver=null,size=N)");
+            return false;
+        }
+        if (stat(e->file, &st) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", e->file,
+                        g_strerror(errno));
+            return false;
+        }
+    } else if (!e->size) {
+        g_set_error(errp, VB_ERROR, 0, "driver=null needs size=N");
+        return false;
+    }
+    return true;
+}
+
+/* Without serial=, the serial is the image's file name (cut to fit). */
+static void export_opts_default_serial(ExportOpts *e)
+{
+    g_autofree char *base = e->file ? g_path_get_basename(e->file) :
+                                      g_strdup("");
+
+    if (strlen(base) > VIRTIO_BLK_ID_BYTES) {
+        base[VIRTIO_BLK_ID_BYTES] = '\0';
+    }
+    e->serial = g_strdup(base);
+}
+
+/* Parse one --export argument; NULL with @errp set.  Any thread. */
+ExportOpts *export_opts_parse(const char *arg, GError **errp)
+{
+    g_auto(GStrv) items = g_strsplit(arg, ",", -1);
+    ExportOpts *e = export_opts_new_default();
 
     for (char **it = items; *it; it++) {
         char *eq = strchr(*it, '=');
-        const char *key, *val;
-        bool ok = true;
 
         if (!**it) {
             continue;
@@ -286,158 +470,15 @@ ExportOpts *export_opts_parse(const char *arg, GError **errp)
             goto fail;
         }
         *eq = '\0';
-        key = *it;
-        val = eq + 1;
-        if (!strcmp(key, "socket")) {
-            g_free(e->socket);
-            e->socket = g_strdup(val);
-            ok = *val;
-        } else if (!strcmp(key, "file")) {
-            g_free(e->file);
-            e->file = g_strdup(val);
-            ok = *val;
-        } else if (!strcmp(key, "driver")) {
-            ok = !strcmp(val, "file") || !strcmp(val, "null");
-            g_free(e->driver);
-            e->driver = g_strdup(val);
-        } else if (!strcmp(key, "size")) {
-            ok = export_opts_parse_size(val, &e->size) && e->size > 0;
-        } else if (!strcmp(key, "num-queues")) {
-            ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUES, &e->num_queues) &&
-                 e->num_queues > 0;
-        } else if (!strcmp(key, "queue-size")) {
-            ok = export_opts_parse_uint(val, 1024, &e->queue_size) &&
-                 e->queue_size >= 2 &&
-                 !(e->queue_size & (e->queue_size - 1));
-        } else if (!strcmp(key, "aio")) {
-            ok = blk_aio_mode_parse(val, &e->aio);
-        } else if (!strcmp(key, "cache")) {
-            if (!strcmp(val, "none")) {
-                e->cache_direct = true;
-            } else if (!strcmp(val, "writeback")) {
-                e->cache_direct = false;
-            } else {
-                ok = false;
-            }
-        } else if (!strcmp(key, "readonly")) {
-            ok = export_opts_parse_bool(val, &e->readonly);
-        } else if (!strcmp(key, "serial")) {
-            ok = strlen(val) <= VIRTIO_BLK_ID_BYTES;
-            g_free(e->serial);
-            e->serial = g_strdup(val);
-            e->serial_set = true;
-        } else if (!strcmp(key, "logical-block-size")) {
-            ok = export_opts_parse_uint(val, 4096, &e->logical_block_size) &&
-                 (e->logical_block_size == 512 ||
-                  e->logical_block_size == 4096);
-        } else if (!strcmp(key, "discard")) {
-            ok = export_opts_parse_bool(val, &e->discard);
-        } else if (!strcmp(key, "write-zeroes")) {
-            ok = export_opts_parse_bool(val, &e->write_zeroes);
-        } else if (!strcmp(key, "batch")) {
-            ok = export_opts_parse_bool(val, &e->batch);
-        } else if (!strcmp(key, "socket-mode")) {
-            char *end;
-            unsigned long m;
-
-            errno = 0;
-            m = strtoul(val, &end, 8);
-            ok = *val && g_ascii_isdigit(*val) && !*end && !errno &&
-                 m > 0 && m <= 0777;
-            e->socket_mode = m;
-        } else if (!strcmp(key, "socket-owner")) {
-            gid_t unused;
-
-            if (!export_opts_lookup_user(val, &e->socket_uid, &unused, errp)) {
-                g_prefix_error(errp, "socket-owner=%s: ", val);
-                goto fail;
-            }
-            e->socket_chown = true;
-        } else if (!strcmp(key, "socket-group")) {
-            if (!export_opts_lookup_group(val, &e->socket_gid, errp)) {
-                g_prefix_error(errp, "socket-group=%s: ", val);
-                goto fail;
-            }
-            e->socket_chown = true;
-        } else if (!strcmp(key, "iothread")) {
-            unsigned int n = 0;
-
-            ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_IOTHREADS - 1, &n);
-            e->iothread = n;
-        } else if (g_str_has_prefix(key, "inject-")) {
-            if (!blk_inject_parse_option(&e->inject, key, val, errp)) {
-                goto fail;
-            }
-        } else {
-            g_set_error(errp, VB_ERROR, 0, "unknown key '%s' (see "
-                        "vhost-blkd --help)", key);
-            goto fail;
-        }
-        if (!ok) {
-            static const struct {
-                const char *key, *hint;
-            } hints[] = {
-                { "socket", "give a path" },
-                { "file", "give a path" },
-                { "driver", "use file or null" },
-                { "size", "use a positive number with an optional k, M, G "
-                  "or T suffix" },
-                { "num-queues", "use 1 to 64" },
-                { "queue-size", "use a power of 2 from 2 to 1024" },
-                { "aio", "use io_uring, native or threads" },
-                { "cache", "use none or writeback" },
-                { "readonly", "use on or off" },
-                { "serial", "use at most 20 bytes" },
-                { "logical-block-size", "use 512 or 4096" },
-                { "discard", "use on or off" },
-                { "write-zeroes", "use on or off" },
-                { "batch", "use on or off" },
-                { "iothread", "use an iothread number" },
-                { "socket-mode", "use octal permissions from 1 to 0777, "
-                  "e.g. 0660" },
-            };
-            const char *hint = "";
-
-            for (size_t i = 0; i < ARRAY_SIZE(hints); i++) {
-                if (!strcmp(hints[i].key, key)) {
-                    hint = hints[i].hint;
-                }
-            }
-            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: %s", val,
-                        key, hint);
+        if (!export_opts_set(e, *it, eq + 1, errp)) {
             goto fail;
         }
     }
-
-    if (!e->socket) {
-        g_set_error(errp, VB_ERROR, 0, "socket=PATH is missing");
-        goto fail;
-    }
-    if (!strcmp(e->driver, "file")) {
-        struct stat st;
-
-        if (!e->file) {
-            g_set_error(errp, VB_ERROR, 0, "file=PATH is missing (or use "
-                        "driver=null,size=N)");
-            goto fail;
-        }
-        if (stat(e->file, &st) < 0) {
-            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", e->file,
-                        g_strerror(errno));
-            goto fail;
-        }
-    } else if (!e->size) {
-        g_set_error(errp, VB_ERROR, 0, "driver=null needs size=N");
+    if (!export_opts_check(e, errp)) {
         goto fail;
     }
     if (!e->serial_set) {
-        g_autofree char *base = e->file ? g_path_get_basename(e->file) :
-                                          g_strdup("");
-
-        if (strlen(base) > VIRTIO_BLK_ID_BYTES) {
-            base[VIRTIO_BLK_ID_BYTES] = '\0';
-        }
-        e->serial = g_strdup(base);
+        export_opts_default_serial(e);
     }
     return e;
 

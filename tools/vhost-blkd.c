@@ -486,12 +486,150 @@ static void vbd_daemonize_finish(Vbd *d)
     d->ready_fd = -1;
 }
 
-int main(int argc, char **argv)
+/* ---- command line ---------------------------------------------------- */
+
+/* What the command line asks for, once parsed. */
+typedef enum VbdArgs {
+    VBD_ARGS_RUN,               /* valid: serve the exports */
+    VBD_ARGS_DONE,              /* --help or --version printed: exit 0 */
+    VBD_ARGS_BAD,               /* an error was printed: exit 1 */
+} VbdArgs;
+
+enum {
+    OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
+    OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP,
+};
+
+/* --user USER[:GROUP]; false after printing why it is not usable. */
+static bool vbd_parse_user(Vbd *d, const char *arg)
 {
-    enum {
-        OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
-        OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP,
-    };
+    g_auto(GStrv) parts = g_strsplit(arg, ":", 2);
+    GError *err = NULL;
+    gid_t gid;
+
+    if (!parts[0] || !*parts[0] ||
+        !export_opts_lookup_user(parts[0], &d->runas_uid, &d->runas_gid,
+                                 &err) ||
+        (parts[1] && !export_opts_lookup_group(parts[1], &gid, &err))) {
+        fprintf(stderr, "vhost-blkd: --user %s: %s\n", arg,
+                err ? err->message : "give USER or USER:GROUP");
+        return false;
+    }
+    if (parts[1]) {
+        d->runas_gid = gid;
+        d->runas_group_set = true;
+    } else if (d->runas_gid == (gid_t)-1) {
+        fprintf(stderr, "vhost-blkd: --user %s: uid %s has no "
+                "passwd entry, so give its group too: --user "
+                "UID:GROUP\n", arg, parts[0]);
+        return false;
+    }
+    g_free(d->runas_user);
+    d->runas_user = g_strdup(parts[0]);
+    return true;
+}
+
+/*
+ * Apply one option that takes effect when the daemon runs (every OPT_*);
+ * false after printing why @arg is not valid for it.
+ */
+static bool vbd_set_option(Vbd *d, int opt, const char *arg)
+{
+    GError *err = NULL;
+
+    switch (opt) {
+    case OPT_EXPORT:
+        if (!export_opts_list_add(d->specs, arg, &err)) {
+            fprintf(stderr, "vhost-blkd: --export %s: %s\n", arg,
+                    err->message);
+            return false;
+        }
+        break;
+    case OPT_IOTHREADS: {
+        unsigned int n;
+
+        if (!export_opts_parse_uint(arg, VBD_MAX_IOTHREADS, &n) || n == 0) {
+            fprintf(stderr, "vhost-blkd: --iothreads %s: use 1 to %d\n",
+                    arg, VBD_MAX_IOTHREADS);
+            return false;
+        }
+        d->n_iothreads = n;
+        break;
+    }
+    case OPT_POLL_MAX_NS: {
+        uint64_t v;
+
+        if (!export_opts_parse_size(arg, &v) || v > INT64_MAX) {
+            fprintf(stderr, "vhost-blkd: --poll-max-ns %s: use a number "
+                    "of nanoseconds (0 disables polling)\n", arg);
+            return false;
+        }
+        d->poll_max_ns = v;
+        break;
+    }
+    case OPT_PIDFILE:
+        g_free(d->pidfile);
+        d->pidfile = g_strdup(arg);
+        break;
+    case OPT_DAEMONIZE:
+        d->daemonize = true;
+        break;
+    case OPT_LOG_LEVEL: {
+        LogLevel level;
+
+        if (!log_level_parse(arg, &level)) {
+            fprintf(stderr, "vhost-blkd: --log-level %s: use error, warn, "
+                    "info or debug\n", arg);
+            return false;
+        }
+        log_set_level(level);
+        break;
+    }
+    case OPT_USER:
+        return vbd_parse_user(d, arg);
+    case OPT_SECCOMP:
+        if (!export_opts_parse_bool(arg, &d->seccomp)) {
+            fprintf(stderr, "vhost-blkd: --seccomp %s: use on or off\n",
+                    arg);
+            return false;
+        }
+        if (d->seccomp && !sandbox_available()) {
+            fprintf(stderr, "vhost-blkd: --seccomp on: this build has "
+                    "no libseccomp support (install libseccomp-dev and "
+                    "rebuild)\n");
+            return false;
+        }
+        break;
+    default:
+        g_assert_not_reached();
+    }
+    return true;
+}
+
+/* What only the whole command line can tell; false after printing why. */
+static bool vbd_check_config(Vbd *d)
+{
+    if (d->specs->len == 0) {
+        fprintf(stderr, "vhost-blkd: no --export given; add at least one "
+                "--export socket=PATH,file=PATH (see vhost-blkd --help)\n");
+        return false;
+    }
+    for (guint i = 0; i < d->specs->len; i++) {
+        ExportOpts *e = g_ptr_array_index(d->specs, i);
+
+        if (e->iothread >= (int)d->n_iothreads) {
+            fprintf(stderr, "vhost-blkd: --export socket=%s: iothread=%d, but "
+                    "there are only %u iothreads; raise --iothreads\n",
+                    e->socket, e->iothread, d->n_iothreads);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Parse the command line into @d, printing any error or --help text. */
+static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
+{
     static const struct option longopts[] = {
         { "export", required_argument, NULL, OPT_EXPORT },
         { "iothreads", required_argument, NULL, OPT_IOTHREADS },
@@ -506,157 +644,84 @@ int main(int argc, char **argv)
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
     };
+    int opt;
+
+    while ((opt = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'h':
+            vbd_usage(stdout);
+            return VBD_ARGS_DONE;
+        case 'V':
+            printf("vhost-blkd %s\n", VHOST_BLK_VERSION);
+            return VBD_ARGS_DONE;
+        case '?':
+            fprintf(stderr, "Try 'vhost-blkd --help' for more information.\n");
+            return VBD_ARGS_BAD;
+        default:
+            if (!vbd_set_option(d, opt, optarg)) {
+                return VBD_ARGS_BAD;
+            }
+            break;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "vhost-blkd: unexpected argument '%s' (options "
+                "start with --; see vhost-blkd --help)\n", argv[optind]);
+        return VBD_ARGS_BAD;
+    }
+    return vbd_check_config(d) ? VBD_ARGS_RUN : VBD_ARGS_BAD;
+}
+
+/* Serve the exports of @d until SIGTERM/SIGINT; the exit status. */
+static int vbd_run(Vbd *d)
+{
+    GError *err = NULL;
+
+    if (d->daemonize) {
+        vbd_daemonize_start(d);
+    }
+    if (!vbd_setup(d, &err)) {
+        error_report("%s", err->message);
+        g_clear_error(&err);
+        vbd_cleanup(d);
+        return 1;
+    }
+    info_report("ready: %u export(s), %u iothread(s)", d->specs->len,
+                d->n_iothreads);
+    if (d->daemonize) {
+        vbd_daemonize_finish(d);
+    }
+
+    while (!d->quit) {
+        aio_poll(d->main_ctx, true);
+    }
+
+    vbd_cleanup(d);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
     Vbd d = {
         .n_iothreads = 1,
         .poll_max_ns = 32768,
         .sig_fd = -1,
         .ready_fd = -1,
     };
-    GError *err = NULL;
-    int opt, ret = 0;
+    int ret;
 
     log_set_program_name("vhost-blkd");
     d.specs = g_ptr_array_new_with_free_func((GDestroyNotify)export_opts_free);
 
-    while ((opt = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_EXPORT:
-            if (!export_opts_list_add(d.specs, optarg, &err)) {
-                fprintf(stderr, "vhost-blkd: --export %s: %s\n", optarg,
-                        err->message);
-                return 1;
-            }
-            break;
-        case OPT_IOTHREADS: {
-            unsigned int n;
-
-            if (!export_opts_parse_uint(optarg, VBD_MAX_IOTHREADS, &n) || n == 0) {
-                fprintf(stderr, "vhost-blkd: --iothreads %s: use 1 to %d\n",
-                        optarg, VBD_MAX_IOTHREADS);
-                return 1;
-            }
-            d.n_iothreads = n;
-            break;
-        }
-        case OPT_POLL_MAX_NS: {
-            uint64_t v;
-
-            if (!export_opts_parse_size(optarg, &v) || v > INT64_MAX) {
-                fprintf(stderr, "vhost-blkd: --poll-max-ns %s: use a number "
-                        "of nanoseconds (0 disables polling)\n", optarg);
-                return 1;
-            }
-            d.poll_max_ns = v;
-            break;
-        }
-        case OPT_PIDFILE:
-            g_free(d.pidfile);
-            d.pidfile = g_strdup(optarg);
-            break;
-        case OPT_DAEMONIZE:
-            d.daemonize = true;
-            break;
-        case OPT_LOG_LEVEL: {
-            LogLevel level;
-
-            if (!log_level_parse(optarg, &level)) {
-                fprintf(stderr, "vhost-blkd: --log-level %s: use error, warn, "
-                        "info or debug\n", optarg);
-                return 1;
-            }
-            log_set_level(level);
-            break;
-        }
-        case OPT_USER: {
-            g_auto(GStrv) parts = g_strsplit(optarg, ":", 2);
-            gid_t gid;
-
-            if (!parts[0] || !*parts[0] ||
-                !export_opts_lookup_user(parts[0], &d.runas_uid, &d.runas_gid,
-                                 &err) ||
-                (parts[1] && !export_opts_lookup_group(parts[1], &gid, &err))) {
-                fprintf(stderr, "vhost-blkd: --user %s: %s\n", optarg,
-                        err ? err->message : "give USER or USER:GROUP");
-                return 1;
-            }
-            if (parts[1]) {
-                d.runas_gid = gid;
-                d.runas_group_set = true;
-            } else if (d.runas_gid == (gid_t)-1) {
-                fprintf(stderr, "vhost-blkd: --user %s: uid %s has no "
-                        "passwd entry, so give its group too: --user "
-                        "UID:GROUP\n", optarg, parts[0]);
-                return 1;
-            }
-            g_free(d.runas_user);
-            d.runas_user = g_strdup(parts[0]);
-            break;
-        }
-        case OPT_SECCOMP:
-            if (!export_opts_parse_bool(optarg, &d.seccomp)) {
-                fprintf(stderr, "vhost-blkd: --seccomp %s: use on or off\n",
-                        optarg);
-                return 1;
-            }
-            if (d.seccomp && !sandbox_available()) {
-                fprintf(stderr, "vhost-blkd: --seccomp on: this build has "
-                        "no libseccomp support (install libseccomp-dev and "
-                        "rebuild)\n");
-                return 1;
-            }
-            break;
-        case 'h':
-            vbd_usage(stdout);
-            return 0;
-        case 'V':
-            printf("vhost-blkd %s\n", VHOST_BLK_VERSION);
-            return 0;
-        default:
-            fprintf(stderr, "Try 'vhost-blkd --help' for more information.\n");
-            return 1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "vhost-blkd: unexpected argument '%s' (options "
-                "start with --; see vhost-blkd --help)\n", argv[optind]);
+    switch (vbd_parse_args(&d, argc, argv)) {
+    case VBD_ARGS_DONE:
+        return 0;
+    case VBD_ARGS_BAD:
         return 1;
+    case VBD_ARGS_RUN:
+        break;
     }
-    if (d.specs->len == 0) {
-        fprintf(stderr, "vhost-blkd: no --export given; add at least one "
-                "--export socket=PATH,file=PATH (see vhost-blkd --help)\n");
-        return 1;
-    }
-    for (guint i = 0; i < d.specs->len; i++) {
-        ExportOpts *e = g_ptr_array_index(d.specs, i);
-
-        if (e->iothread >= (int)d.n_iothreads) {
-            fprintf(stderr, "vhost-blkd: --export socket=%s: iothread=%d, but "
-                    "there are only %u iothreads; raise --iothreads\n",
-                    e->socket, e->iothread, d.n_iothreads);
-            return 1;
-        }
-    }
-
-    if (d.daemonize) {
-        vbd_daemonize_start(&d);
-    }
-    if (!vbd_setup(&d, &err)) {
-        error_report("%s", err->message);
-        g_clear_error(&err);
-        vbd_cleanup(&d);
-        return 1;
-    }
-    info_report("ready: %u export(s), %u iothread(s)", d.specs->len,
-                d.n_iothreads);
-    if (d.daemonize) {
-        vbd_daemonize_finish(&d);
-    }
-
-    while (!d.quit) {
-        aio_poll(d.main_ctx, true);
-    }
-
-    vbd_cleanup(&d);
+    ret = vbd_run(&d);
     g_ptr_array_free(d.specs, true);
     g_free(d.pidfile);
     g_free(d.runas_user);

@@ -4,7 +4,7 @@
 # sum up their "N passed, N failed" lines; exit 1 if anything failed.
 #
 # Usage: [VHOST_BLK_BUILD=build] tests/functional/run-all.sh [NAME...]
-#   NAME is a test script name or a substring of one (e.g. qsd, vhost-blkd).
+#   NAME is a test script name or a substring of one (e.g. harness, vhost-blkd).
 # A script that exits non-zero without reporting a failure, or prints no
 # summary line, counts as one failure; one that exits 0 after printing the
 # TAP line "1..0 # SKIP reason" is skipped.

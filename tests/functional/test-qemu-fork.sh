@@ -68,9 +68,22 @@ out=$("$FORK_QEMU" -device help 2>&1)
 vb_check "-device help lists $DEV" grep -q "name \"$DEV\"" <<< "$out"
 vb_check "-device help lists the (non-)transitional variants" \
     test "$(grep -Ec "name \"$DEV-(non-)?transitional\"" <<< "$out")" = 2
+# The properties docs/qemu-fork.md documents: the backquoted names in the
+# first column of the table under "## The device".
+doc_props=$(sed -n '/^## The device/,/^## /p' "$VB_ROOT/docs/qemu-fork.md" |
+            grep '^| `' | cut -d'|' -f2 | grep -o '`[a-z-]*`' | tr -d '`' |
+            sort -u)
+# The properties the overlay defines itself (class, vectors, chardev, ...).
+src_props=$(grep -ho 'DEFINE_PROP_[A-Z0-9]*("[a-z-]*"' -r "$VB_ROOT/qemu/overlay" |
+            sed 's/.*("//; s/"$//' | sort -u)
+vb_check "docs/qemu-fork.md lists properties ($(echo $doc_props))" \
+    test -n "$doc_props"
+for p in $src_props; do
+    vb_check "docs/qemu-fork.md documents the overlay's property $p" \
+        grep -qx -- "$p" <<< "$doc_props"
+done
 out=$("$FORK_QEMU" -device "$DEV,help" 2>&1)
-for p in chardev drive vhostfd vhostdev num-queues queue-size config-wce \
-         serial bootindex; do
+for p in $doc_props; do
     vb_check "$DEV,help lists $p" grep -Eq "^ +$p=" <<< "$out"
 done
 

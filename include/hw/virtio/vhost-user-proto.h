@@ -2,8 +2,8 @@
 /*
  * vhost-user wire format (QEMU docs/interop/vhost-user.rst), shared by the
  * back-end server (hw/virtio/vhost-user-server.c) and the front-end library
- * (hw/virtio/vhost-user-frontend.c).  All fields are little-endian; this
- * project only builds on little-endian hosts.
+ * (contrib/vhost-user-frontend/vhost-user-frontend.c).  All fields are
+ * little-endian; this project only builds on little-endian hosts.
  */
 #ifndef HW_VIRTIO_VHOST_USER_PROTO_H
 #define HW_VIRTIO_VHOST_USER_PROTO_H

@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
-# Proves the guest harness against the reference backend,
-# qemu-storage-daemon's vhost-user-blk export: fio write+verify with 1 and
-# 2 queues, the queues the guest sees, write-zeroes/discard, data that
-# survives a backend restart, and a read-only export.
+# The guest harness against the reference backend, qemu-storage-daemon's
+# vhost-user-blk export: fio write+verify with 1 and 2 queues, the queues
+# the guest sees, write-zeroes/discard, data that survives a clean backend
+# restart, a corrupted block that fio must catch, and a read-only export.
+#
+# A reference run by hand (e.g. on a new QEMU or harness change), not part
+# of CI: it tests someone else's program, so its result must not gate this
+# project.  It used to be tests/functional/test-qsd.sh; the restart of qsd
+# while the guest writes, which does not always keep the data, is measured
+# by scripts/bench/restart-survival.sh instead (docs/benchmarks.md).
+#
+# Usage: [VHOST_BLK_GUEST_ASSETS=DIR] scripts/bench/qsd-reference.sh
 set -u
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../../tests/functional/lib.sh"
 
 vb_setup
 command -v qemu-storage-daemon >/dev/null || vb_bail "qemu-storage-daemon not installed"
@@ -72,22 +80,6 @@ if vb_qsd_start "$sock" "$img" 1; then
     vb_check "qsd: corrupted data makes the verify job fail" \
         vb_guest -s "$sock" -j fio-verify vbrw=write vbsize=8M vbbs=64k \
         vbverifyonly=1 vbexpectfail=1
-    vb_stop "$VB_LAST_PID"
-fi
-
-# Backend restart while the guest is writing: with reconnect=1 QEMU
-# reconnects and the job still verifies (the reference behaviour a
-# vhost-user-blk backend's reconnect test can compare with).
-sock=$VB_TMP/qsd-rc.sock
-img=$(vb_mkimg rc 64M)
-if vb_qsd_start "$sock" "$img" 1; then
-    pid=$VB_LAST_PID
-    vb_guest_bg -r -s "$sock" -j fio-verify vbrw=randwrite vbsize=32M -t 90
-    sleep 7
-    vb_stop "$pid"
-    sleep 1
-    vb_qsd_start "$sock" "$img" 1
-    vb_check "qsd: backend restarted during the job, guest data verifies" wait "$VB_GUEST_PID"
     vb_stop "$VB_LAST_PID"
 fi
 
