@@ -12,20 +12,18 @@
  * zeroes under linux-aio); the null engine for driver=null.  The engine
  * instance lives in the context's engine slot and is created on first use.
  *
- * Error injection (BlockOptions.inject, for tests) sits at the same point:
- * after the cheap checks, a matching request is completed with the chosen
- * errno through the same bottom half as a rejected one, so a device sees
- * exactly what a failing engine would give it, never synchronously.  With
- * inject-delay a matching request goes to the thread pool instead, whose
- * worker sleeps and then does it (or fails it): a slow request, whatever
- * the aio mode.  The match counter is shared by every iothread using the
- * backend (one atomic add per candidate request, only while injection is
- * on).
+ * Error injection (BlockOptions.inject, for tests) is a filter of its own,
+ * blkdebug.c.  The backend only holds its state (NULL when injection is
+ * off) and, after the cheap checks, asks blkdebug_check() what to do with
+ * the request: pass it on, fail it through the same bottom half as a
+ * rejected request, or hand it to the thread pool as a delayed request.
+ * Without injection that costs one predictable branch.
  */
 #include "qemu/osdep.h"
 #include "qemu/error-report.h"
 #include "block/block.h"
 #include "block/block_int.h"
+#include "block/blkdebug.h"
 
 /* Any thread. */
 void blk_options_init(BlockOptions *opts)
@@ -66,287 +64,6 @@ bool blk_aio_mode_parse(const char *s, BlockAioMode *mode)
     } else {
         return false;
     }
-    return true;
-}
-
-static bool blk_inject_parse_sector(const char *s, uint64_t *out,
-                                    const char **end)
-{
-    char *e;
-
-    if (!g_ascii_isdigit(*s)) {
-        return false;
-    }
-    errno = 0;
-    *out = g_ascii_strtoull(s, &e, 0);
-    if (errno) {
-        return false;
-    }
-    *end = e;
-    return true;
-}
-
-static bool blk_inject_parse_errno(const char *val, int *err)
-{
-    static const struct {
-        const char *name;
-        int err;
-    } names[] = {
-        { "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EROFS", EROFS },
-        { "ENOMEM", ENOMEM }, { "EAGAIN", EAGAIN }, { "EDQUOT", EDQUOT },
-        { "EINVAL", EINVAL }, { "ENXIO", ENXIO },
-    };
-    char *end;
-    uint64_t v;
-
-    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
-        if (!g_ascii_strcasecmp(val, names[i].name)) {
-            *err = names[i].err;
-            return true;
-        }
-    }
-    if (!g_ascii_isdigit(*val)) {
-        return false;
-    }
-    v = g_ascii_strtoull(val, &end, 10);
-    if (*end || v == 0 || v > 4095) {
-        return false;
-    }
-    *err = v;
-    return true;
-}
-
-/* Any thread. */
-bool blk_inject_parse_option(BlockInjectOptions *inj, const char *key,
-                             const char *val, GError **errp)
-{
-    const char *end;
-
-    if (!strcmp(key, "inject-error")) {
-        g_auto(GStrv) ops = g_strsplit(val, "+", -1);
-        unsigned int mask = 0;
-
-        if (!*val) {
-            g_set_error(errp, VB_ERROR, 0, "inject-error needs a value: "
-                        "read, write, flush, discard or any, or none");
-            return false;
-        }
-        for (char **op = ops; *op; op++) {
-            if (!strcmp(*op, "read")) {
-                mask |= BLOCK_INJECT_READ;
-            } else if (!strcmp(*op, "write")) {
-                mask |= BLOCK_INJECT_WRITE;
-            } else if (!strcmp(*op, "flush")) {
-                mask |= BLOCK_INJECT_FLUSH;
-            } else if (!strcmp(*op, "discard")) {
-                mask |= BLOCK_INJECT_DISCARD;
-            } else if (!strcmp(*op, "any")) {
-                mask |= BLOCK_INJECT_ANY;
-            } else if (!strcmp(*op, "none") && !op[1] && op == ops) {
-                mask = 0;
-            } else {
-                g_set_error(errp, VB_ERROR, 0, "bad value '%s' for "
-                            "inject-error: use read, write, flush, discard "
-                            "or any (several joined with '+'), or none", val);
-                return false;
-            }
-        }
-        inj->ops = mask;
-        return true;
-    }
-    if (!strcmp(key, "inject-sector")) {
-        uint64_t start, last;
-
-        if (!blk_inject_parse_sector(val, &start, &end)) {
-            goto bad_sector;
-        }
-        if (!*end) {
-            last = start;
-        } else if (end[0] == '-' && !end[1]) {
-            last = UINT64_MAX;
-        } else if (end[0] == '-' &&
-                   blk_inject_parse_sector(end + 1, &last, &end) && !*end &&
-                   last >= start) {
-            /* START-END */
-        } else {
-            goto bad_sector;
-        }
-        inj->has_range = true;
-        inj->sector_start = start;
-        inj->sector_end = last;
-        return true;
-    bad_sector:
-        g_set_error(errp, VB_ERROR, 0, "bad value '%s' for inject-sector: "
-                    "use START, START-END (END >= START) or START- in "
-                    "512-byte sectors", val);
-        return false;
-    }
-    if (!strcmp(key, "inject-after") || !strcmp(key, "inject-count")) {
-        uint64_t n;
-
-        if (!blk_inject_parse_sector(val, &n, &end) || *end) {
-            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: use a "
-                        "number of requests", val, key);
-            return false;
-        }
-        if (key[7] == 'a') {
-            inj->after = n;
-        } else {
-            inj->count = n;
-        }
-        return true;
-    }
-    if (!strcmp(key, "inject-delay")) {
-        uint64_t ms;
-
-        if (!blk_inject_parse_sector(val, &ms, &end) || *end ||
-            ms > BLOCK_INJECT_MAX_DELAY_MS) {
-            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for inject-delay: "
-                        "use a number of milliseconds from 0 to %u", val,
-                        BLOCK_INJECT_MAX_DELAY_MS);
-            return false;
-        }
-        inj->delay_ms = ms;
-        return true;
-    }
-    if (!strcmp(key, "inject-errno")) {
-        if (!blk_inject_parse_errno(val, &inj->err)) {
-            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for inject-errno: "
-                        "use EIO, ENOSPC, EROFS, ENOMEM, EAGAIN, EDQUOT, "
-                        "EINVAL, ENXIO or an errno number", val);
-            return false;
-        }
-        return true;
-    }
-    g_set_error(errp, VB_ERROR, 0, "unknown error-injection key '%s' (use "
-                "inject-error, inject-delay, inject-sector, inject-after, "
-                "inject-count or inject-errno)", key);
-    return false;
-}
-
-/* Main thread, from blk_open(). */
-static void blk_inject_setup(BlockBackend *blk, const BlockInjectOptions *inj)
-{
-    static const char *const names[] = { "read", "write", "flush", "discard" };
-    g_autoptr(GString) what = g_string_new(NULL);
-    g_autofree char *range = NULL;
-    g_autofree char *times = NULL;
-
-    if (!inj->ops && !inj->delay_ms) {
-        if (inj->has_range || inj->after || inj->count || inj->err) {
-            warn_report("%s: inject-sector/after/count/errno given without "
-                        "inject-error or inject-delay: nothing is injected",
-                        blk->filename);
-        }
-        return;
-    }
-    blk->inject = *inj;
-    if (blk->inject.err <= 0) {
-        blk->inject.err = EIO;
-    }
-    /* inject-delay alone: every request type matches */
-    blk->inject_match_ops = inj->ops ? inj->ops : BLOCK_INJECT_ANY;
-    blk->inject_on = true;
-    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
-        if (blk->inject_match_ops & (1u << i)) {
-            g_string_append_printf(what, "%s%s", what->len ? "+" : "",
-                                   names[i]);
-        }
-    }
-    if (!inj->has_range) {
-        range = g_strdup("any sector");
-    } else if (inj->sector_end == UINT64_MAX) {
-        range = g_strdup_printf("sectors %" PRIu64 " to the end",
-                                inj->sector_start);
-    } else {
-        range = g_strdup_printf("sectors %" PRIu64 "-%" PRIu64,
-                                inj->sector_start, inj->sector_end);
-    }
-    times = inj->count ? g_strdup_printf("at most %" PRIu64 " time(s)",
-                                         inj->count) : g_strdup("always");
-    if (inj->delay_ms) {
-        g_autofree char *then = inj->ops ?
-            g_strdup_printf("then fail with errno %d (%s)", blk->inject.err,
-                            g_strerror(blk->inject.err)) :
-            g_strdup("then do them");
-        warn_report("%s: error injection on (for testing): delay %s by %"
-                    PRIu32 " ms, %s, after %" PRIu64 " matching request(s), "
-                    "%s; %s", blk->filename, what->str, inj->delay_ms, range,
-                    inj->after, times, then);
-        return;
-    }
-    warn_report("%s: error injection on (for testing): %s, %s, after %"
-                PRIu64 " matching request(s), %s, errno %d (%s)",
-                blk->filename, what->str, range, inj->after, times,
-                blk->inject.err, g_strerror(blk->inject.err));
-}
-
-/* Worker thread. */
-int blk_inject_do_delayed(BlockAIOCB *acb)
-{
-    BlockBackend *blk = acb->blk;
-
-    if (blk->inject.ops) {
-        return -blk->inject.err;
-    }
-    if (blk->is_null) {
-        if (acb->type == BLK_REQ_READ && blk->null_read_zeroes) {
-            for (int i = 0; i < acb->niov; i++) {
-                memset(acb->iov[i].iov_base, 0, acb->iov[i].iov_len);
-            }
-        }
-        return 0;
-    }
-    return raw_do_request(acb);
-}
-
-/* Any thread. */
-uint64_t blk_inject_get_hits(BlockBackend *blk)
-{
-    return atomic_load_explicit(&blk->inject_hits, memory_order_relaxed);
-}
-
-/* Submitting thread: does error injection fail this request? */
-static bool blk_inject_hit(BlockBackend *blk, int type, int64_t offset,
-                           uint64_t bytes)
-{
-    const BlockInjectOptions *inj = &blk->inject;
-    unsigned int bit;
-    uint64_t first, last, n;
-
-    switch (type) {
-    case BLK_REQ_READ:
-        bit = BLOCK_INJECT_READ;
-        break;
-    case BLK_REQ_WRITE:
-    case BLK_REQ_WRITE_ZEROES:
-        bit = BLOCK_INJECT_WRITE;
-        break;
-    case BLK_REQ_FLUSH:
-        bit = BLOCK_INJECT_FLUSH;
-        break;
-    default:
-        bit = BLOCK_INJECT_DISCARD;
-        break;
-    }
-    if (!(blk->inject_match_ops & bit)) {
-        return false;
-    }
-    if (inj->has_range) {
-        if (type == BLK_REQ_FLUSH) {
-            return false;
-        }
-        first = (uint64_t)offset / 512;
-        last = bytes ? ((uint64_t)offset + bytes - 1) / 512 : first;
-        if (last < inj->sector_start || first > inj->sector_end) {
-            return false;
-        }
-    }
-    n = atomic_fetch_add_explicit(&blk->inject_seen, 1, memory_order_relaxed);
-    if (n < inj->after || (inj->count && n - inj->after >= inj->count)) {
-        return false;
-    }
-    atomic_fetch_add_explicit(&blk->inject_hits, 1, memory_order_relaxed);
     return true;
 }
 
@@ -414,7 +131,7 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
         blk->can_discard = true;
         blk->aio = opts->aio;
         blk->filename = g_strdup("null");
-        blk_inject_setup(blk, &opts->inject);
+        blk->inject = blkdebug_new(&opts->inject, blk->filename);
         return blk;
     }
     if (strcmp(driver, "file")) {
@@ -433,7 +150,7 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
         goto fail;
     }
     blk->aio = blk_choose_aio_mode(opts->aio, blk->direct);
-    blk_inject_setup(blk, &opts->inject);
+    blk->inject = blkdebug_new(&opts->inject, blk->filename);
     return blk;
 
 fail:
@@ -450,6 +167,7 @@ void blk_close(BlockBackend *blk)
         return;
     }
     raw_close(blk);
+    blkdebug_free(blk->inject);
     thread_pool_blk_cleanup(blk);
     g_free(blk->filename);
     g_free(blk);
@@ -692,15 +410,58 @@ static int blk_bounce_if_needed(BlockBackend *blk, BlockAIOCB *acb,
     return 0;
 }
 
+/*
+ * The engine instance of @ops in @ctx, or the thread pool's if that one
+ * cannot be created here (warned once), or NULL.  Owner thread of @ctx.
+ */
+static BlockEngine *blk_engine_get_or_pool(AioContext *ctx,
+                                           const BlockEngineOps *ops)
+{
+    BlockEngine *e = blk_engine_get(ctx, ops, NULL);
+
+    if (unlikely(!e)) {
+        static gsize warned;
+        if (g_once_init_enter(&warned)) {
+            g_once_init_leave(&warned, 1);
+            warn_report("cannot create the %s engine in this thread; using "
+                        "the thread pool", ops->name);
+        }
+        e = blk_engine_get(ctx, &thread_pool_engine_ops, NULL);
+    }
+    return e;
+}
+
+/* Owner thread of @ctx: @acb, held back by blkdebug, to the thread pool. */
+static void blk_submit_delayed(AioContext *ctx, BlockAIOCB *acb)
+{
+    BlockEngine *e = blk_engine_get_or_pool(ctx, &thread_pool_engine_ops);
+    int ret;
+
+    if (!e) {
+        ret = -EIO;
+        goto fail;
+    }
+    if (acb->type == BLK_REQ_READ || acb->type == BLK_REQ_WRITE) {
+        ret = blk_bounce_if_needed(acb->blk, acb, e);
+        if (ret < 0) {
+            goto fail;
+        }
+    }
+    e->stats.requests++;
+    thread_pool_submit_delayed(e, acb);
+    return;
+
+fail:
+    null_complete_later(ctx, acb, ret);
+}
+
 static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
                        int flags, int64_t offset, uint64_t bytes,
                        struct iovec *iov, int niov,
                        BlockCompletionFunc *cb, void *opaque)
 {
     AioContext *ctx = qemu_get_current_aio_context();
-    const BlockEngineOps *ops;
     BlockEngine *e;
-    bool delayed = false;
     int ret;
 
     assert(ctx);                /* requests come from an AioContext thread */
@@ -741,28 +502,23 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
         ret = -EINVAL;
         goto fail;
     }
-    if (unlikely(blk->inject_on) && blk_inject_hit(blk, type, offset, bytes)) {
-        if (!blk->inject.delay_ms) {
-            ret = -blk->inject.err;
+    /* The error-injection filter; NULL unless configured (tests). */
+    if (unlikely(blk->inject)) {
+        switch (blkdebug_check(blk->inject, acb, &ret)) {
+        case BLKDEBUG_PASS:
+            break;
+        case BLKDEBUG_FAIL:
             goto fail;
+        case BLKDEBUG_DELAY:
+            blk_submit_delayed(ctx, acb);
+            return;
         }
-        delayed = true;
     }
 
-    ops = unlikely(delayed) ? &thread_pool_engine_ops : blk_route(blk, type);
-    e = blk_engine_get(ctx, ops, NULL);
+    e = blk_engine_get_or_pool(ctx, blk_route(blk, type));
     if (unlikely(!e)) {
-        static gsize warned;
-        if (g_once_init_enter(&warned)) {
-            g_once_init_leave(&warned, 1);
-            warn_report("cannot create the %s engine in this thread; using "
-                        "the thread pool", ops->name);
-        }
-        e = blk_engine_get(ctx, &thread_pool_engine_ops, NULL);
-        if (!e) {
-            ret = -EIO;
-            goto fail;
-        }
+        ret = -EIO;
+        goto fail;
     }
     if (type == BLK_REQ_READ || type == BLK_REQ_WRITE) {
         ret = blk_bounce_if_needed(blk, acb, e);
@@ -771,10 +527,6 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
         }
     }
     e->stats.requests++;
-    if (unlikely(delayed)) {
-        thread_pool_submit_delayed(e, acb);
-        return;
-    }
     e->ops->submit(e, acb);
     return;
 

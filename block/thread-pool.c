@@ -22,6 +22,7 @@
 #include "qemu/defer-call.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
+#include "block/blkdebug.h"
 
 typedef struct ThreadPoolClient {
     BlockEngine common;
@@ -75,9 +76,8 @@ static void thread_pool_worker(gpointer data, gpointer unused)
             thread_pool_test_hook(acb);
         }
         if (unlikely(acb->engine_priv[1])) {
-            /* inject-delay: hold the request, then do it */
-            g_usleep((gulong)blk->inject.delay_ms * 1000);
-            acb->ret = blk_inject_do_delayed(acb);
+            /* inject-delay: blkdebug holds the request, then does it */
+            acb->ret = blkdebug_do_delayed(acb);
         } else {
             acb->ret = raw_do_request(acb);
         }
@@ -197,7 +197,7 @@ static void thread_pool_submit(BlockEngine *e, BlockAIOCB *acb)
 }
 
 /* Owner thread: @acb waits inject-delay ms in its worker, then runs
- * blk_inject_do_delayed(). */
+ * blkdebug_do_delayed(). */
 void thread_pool_submit_delayed(BlockEngine *e, BlockAIOCB *acb)
 {
     ThreadPoolClient *c = container_of(e, ThreadPoolClient, common);

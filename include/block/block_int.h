@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Internals of the block layer shared by block-backend.c, file-posix.c and
- * the engines (io_uring.c, linux-aio.c, thread-pool.c, null.c).  Not for
- * devices: they use include/block/block.h only.
+ * Internals of the block layer shared by block-backend.c, file-posix.c,
+ * the error-injection filter (blkdebug.c) and the engines (io_uring.c,
+ * linux-aio.c, thread-pool.c, null.c).  Not for devices: they use
+ * include/block/block.h only.
  *
  * An engine is a per-AioContext object (stored in the context's engine
  * slot, created on the first request submitted from that context) that
@@ -16,6 +17,7 @@
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
 #include "block/block.h"
+#include "block/blkdebug.h"
 
 /* BlockAIOCB.type */
 typedef enum BlockReqType {
@@ -42,12 +44,9 @@ struct BlockBackend {
     uint32_t physical_block_size;
     uint32_t req_align;         /* O_DIRECT offset/length alignment, or 1 */
     uint32_t mem_align;         /* O_DIRECT buffer alignment, or 1 */
-    /* Error injection: the only field read per request while it is off. */
-    bool inject_on;
-    BlockInjectOptions inject;  /* ops: what fails; match_ops: what matches */
-    unsigned int inject_match_ops;
-    _Atomic uint64_t inject_seen;   /* matching requests so far */
-    _Atomic uint64_t inject_hits;   /* of which failed */
+    /* Error-injection filter (blkdebug.c), NULL when off: the only field
+     * read per request for it. */
+    BlkDebugState *inject;
     /*
      * Thread pool share: at most THREAD_POOL_MAX_PER_BACKEND requests of
      * this backend run in workers at a time, the others wait here (from
@@ -135,14 +134,9 @@ extern void (*thread_pool_test_hook)(BlockAIOCB *acb);
 void thread_pool_forward(BlockAIOCB *acb);
 
 /* Hand @acb to the thread pool engine @e as a request delayed by error
- * injection: the worker sleeps blk->inject.delay_ms, then runs
- * blk_inject_do_delayed().  Owner thread. */
+ * injection (BLKDEBUG_DELAY): the worker runs blkdebug_do_delayed(), which
+ * sleeps, then does or fails it.  Owner thread. */
 void thread_pool_submit_delayed(BlockEngine *e, BlockAIOCB *acb);
-
-/* Worker thread: what a delayed request does once its delay is over: fail
- * with the injected errno (inject-error set), the null driver's nothing,
- * or the real I/O.  Returns 0 or -errno. */
-int blk_inject_do_delayed(BlockAIOCB *acb);
 
 /* Synchronous execution of @acb from acb->done onwards, in a worker
  * thread: preadv/pwritev loops, fdatasync, fallocate, ioctl, zero writes.

@@ -1,0 +1,334 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * blkdebug: error injection for tests, a filter in front of the engines.
+ *
+ * Theory of operation: blk_open() builds a BlkDebugState from
+ * BlockOptions.inject only when something is to be injected; otherwise
+ * blk->inject stays NULL and a request costs the backend one predictable
+ * branch.  With a state, blk_submit() calls blkdebug_check() after its
+ * cheap checks (read-only, bounds, alignment): a matching request is
+ * either failed with the chosen errno, through the same bottom half as a
+ * rejected one, so a device sees exactly what a failing engine would give
+ * it and never synchronously; or, with inject-delay, handed to the thread
+ * pool, whose worker runs blkdebug_do_delayed(): sleep, then do the
+ * request (or fail it).  That makes a slow request whatever the aio mode.
+ *
+ * Threads: the state is written once in the main thread (blk_open()) and
+ * read by every thread that submits to the backend; the match and hit
+ * counters are shared by them (one relaxed atomic add per candidate
+ * request).  blkdebug_do_delayed() runs in thread-pool workers.
+ */
+#include "qemu/osdep.h"
+#include "qemu/error-report.h"
+#include "block/block.h"
+#include "block/block_int.h"
+#include "block/blkdebug.h"
+
+struct BlkDebugState {
+    BlockInjectOptions opts;    /* ops: what fails; err: set (EIO if 0) */
+    unsigned int match_ops;     /* what matches: ops, or all for a delay */
+    _Atomic uint64_t seen;      /* matching requests so far */
+    _Atomic uint64_t hits;      /* of which failed or delayed */
+};
+
+/* A number (decimal, 0x hex or 0 octal) at @s; *@end: what follows. */
+static bool blkdebug_parse_number(const char *s, uint64_t *out,
+                                  const char **end)
+{
+    char *e;
+
+    if (!g_ascii_isdigit(*s)) {
+        return false;
+    }
+    errno = 0;
+    *out = g_ascii_strtoull(s, &e, 0);
+    if (errno) {
+        return false;
+    }
+    *end = e;
+    return true;
+}
+
+/* An errno name from the list below, or a number in 1..4095. */
+static bool blkdebug_parse_errno(const char *val, int *err)
+{
+    static const struct {
+        const char *name;
+        int err;
+    } names[] = {
+        { "EIO", EIO }, { "ENOSPC", ENOSPC }, { "EROFS", EROFS },
+        { "ENOMEM", ENOMEM }, { "EAGAIN", EAGAIN }, { "EDQUOT", EDQUOT },
+        { "EINVAL", EINVAL }, { "ENXIO", ENXIO },
+    };
+    char *end;
+    uint64_t v;
+
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+        if (!g_ascii_strcasecmp(val, names[i].name)) {
+            *err = names[i].err;
+            return true;
+        }
+    }
+    if (!g_ascii_isdigit(*val)) {
+        return false;
+    }
+    v = g_ascii_strtoull(val, &end, 10);
+    if (*end || v == 0 || v > 4095) {
+        return false;
+    }
+    *err = v;
+    return true;
+}
+
+/* Any thread. */
+bool blk_inject_parse_option(BlockInjectOptions *inj, const char *key,
+                             const char *val, GError **errp)
+{
+    const char *end;
+
+    if (!strcmp(key, "inject-error")) {
+        g_auto(GStrv) ops = g_strsplit(val, "+", -1);
+        unsigned int mask = 0;
+
+        if (!*val) {
+            g_set_error(errp, VB_ERROR, 0, "inject-error needs a value: "
+                        "read, write, flush, discard or any, or none");
+            return false;
+        }
+        for (char **op = ops; *op; op++) {
+            if (!strcmp(*op, "read")) {
+                mask |= BLOCK_INJECT_READ;
+            } else if (!strcmp(*op, "write")) {
+                mask |= BLOCK_INJECT_WRITE;
+            } else if (!strcmp(*op, "flush")) {
+                mask |= BLOCK_INJECT_FLUSH;
+            } else if (!strcmp(*op, "discard")) {
+                mask |= BLOCK_INJECT_DISCARD;
+            } else if (!strcmp(*op, "any")) {
+                mask |= BLOCK_INJECT_ANY;
+            } else if (!strcmp(*op, "none") && !op[1] && op == ops) {
+                mask = 0;
+            } else {
+                g_set_error(errp, VB_ERROR, 0, "bad value '%s' for "
+                            "inject-error: use read, write, flush, discard "
+                            "or any (several joined with '+'), or none", val);
+                return false;
+            }
+        }
+        inj->ops = mask;
+        return true;
+    }
+    if (!strcmp(key, "inject-sector")) {
+        uint64_t start, last;
+
+        if (!blkdebug_parse_number(val, &start, &end)) {
+            goto bad_sector;
+        }
+        if (!*end) {
+            last = start;
+        } else if (end[0] == '-' && !end[1]) {
+            last = UINT64_MAX;
+        } else if (end[0] == '-' &&
+                   blkdebug_parse_number(end + 1, &last, &end) && !*end &&
+                   last >= start) {
+            /* START-END */
+        } else {
+            goto bad_sector;
+        }
+        inj->has_range = true;
+        inj->sector_start = start;
+        inj->sector_end = last;
+        return true;
+    bad_sector:
+        g_set_error(errp, VB_ERROR, 0, "bad value '%s' for inject-sector: "
+                    "use START, START-END (END >= START) or START- in "
+                    "512-byte sectors", val);
+        return false;
+    }
+    if (!strcmp(key, "inject-after") || !strcmp(key, "inject-count")) {
+        uint64_t n;
+
+        if (!blkdebug_parse_number(val, &n, &end) || *end) {
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: use a "
+                        "number of requests", val, key);
+            return false;
+        }
+        if (key[7] == 'a') {
+            inj->after = n;
+        } else {
+            inj->count = n;
+        }
+        return true;
+    }
+    if (!strcmp(key, "inject-delay")) {
+        uint64_t ms;
+
+        if (!blkdebug_parse_number(val, &ms, &end) || *end ||
+            ms > BLOCK_INJECT_MAX_DELAY_MS) {
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for inject-delay: "
+                        "use a number of milliseconds from 0 to %u", val,
+                        BLOCK_INJECT_MAX_DELAY_MS);
+            return false;
+        }
+        inj->delay_ms = ms;
+        return true;
+    }
+    if (!strcmp(key, "inject-errno")) {
+        if (!blkdebug_parse_errno(val, &inj->err)) {
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for inject-errno: "
+                        "use EIO, ENOSPC, EROFS, ENOMEM, EAGAIN, EDQUOT, "
+                        "EINVAL, ENXIO or an errno number", val);
+            return false;
+        }
+        return true;
+    }
+    g_set_error(errp, VB_ERROR, 0, "unknown error-injection key '%s' (use "
+                "inject-error, inject-delay, inject-sector, inject-after, "
+                "inject-count or inject-errno)", key);
+    return false;
+}
+
+/* Main thread, from blk_open(). */
+BlkDebugState *blkdebug_new(const BlockInjectOptions *inj,
+                            const char *filename)
+{
+    static const char *const names[] = { "read", "write", "flush", "discard" };
+    g_autoptr(GString) what = g_string_new(NULL);
+    g_autofree char *range = NULL;
+    g_autofree char *times = NULL;
+    BlkDebugState *s;
+
+    if (!inj->ops && !inj->delay_ms) {
+        if (inj->has_range || inj->after || inj->count || inj->err) {
+            warn_report("%s: inject-sector/after/count/errno given without "
+                        "inject-error or inject-delay: nothing is injected",
+                        filename);
+        }
+        return NULL;
+    }
+    s = g_new0(BlkDebugState, 1);
+    s->opts = *inj;
+    if (s->opts.err <= 0) {
+        s->opts.err = EIO;
+    }
+    /* inject-delay alone: every request type matches */
+    s->match_ops = inj->ops ? inj->ops : BLOCK_INJECT_ANY;
+    for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+        if (s->match_ops & (1u << i)) {
+            g_string_append_printf(what, "%s%s", what->len ? "+" : "",
+                                   names[i]);
+        }
+    }
+    if (!inj->has_range) {
+        range = g_strdup("any sector");
+    } else if (inj->sector_end == UINT64_MAX) {
+        range = g_strdup_printf("sectors %" PRIu64 " to the end",
+                                inj->sector_start);
+    } else {
+        range = g_strdup_printf("sectors %" PRIu64 "-%" PRIu64,
+                                inj->sector_start, inj->sector_end);
+    }
+    times = inj->count ? g_strdup_printf("at most %" PRIu64 " time(s)",
+                                         inj->count) : g_strdup("always");
+    if (inj->delay_ms) {
+        g_autofree char *then = inj->ops ?
+            g_strdup_printf("then fail with errno %d (%s)", s->opts.err,
+                            g_strerror(s->opts.err)) :
+            g_strdup("then do them");
+        warn_report("%s: error injection on (for testing): delay %s by %"
+                    PRIu32 " ms, %s, after %" PRIu64 " matching request(s), "
+                    "%s; %s", filename, what->str, inj->delay_ms, range,
+                    inj->after, times, then);
+        return s;
+    }
+    warn_report("%s: error injection on (for testing): %s, %s, after %"
+                PRIu64 " matching request(s), %s, errno %d (%s)",
+                filename, what->str, range, inj->after, times,
+                s->opts.err, g_strerror(s->opts.err));
+    return s;
+}
+
+/* Main thread, from blk_close(): no request in flight. */
+void blkdebug_free(BlkDebugState *s)
+{
+    g_free(s);
+}
+
+/* Submitting thread. */
+BlkDebugAction blkdebug_check(BlkDebugState *s, const BlockAIOCB *acb,
+                              int *ret)
+{
+    const BlockInjectOptions *inj = &s->opts;
+    unsigned int bit;
+    uint64_t first, last, n;
+
+    switch (acb->type) {
+    case BLK_REQ_READ:
+        bit = BLOCK_INJECT_READ;
+        break;
+    case BLK_REQ_WRITE:
+    case BLK_REQ_WRITE_ZEROES:
+        bit = BLOCK_INJECT_WRITE;
+        break;
+    case BLK_REQ_FLUSH:
+        bit = BLOCK_INJECT_FLUSH;
+        break;
+    default:
+        bit = BLOCK_INJECT_DISCARD;
+        break;
+    }
+    if (!(s->match_ops & bit)) {
+        return BLKDEBUG_PASS;
+    }
+    if (inj->has_range) {
+        if (acb->type == BLK_REQ_FLUSH) {
+            return BLKDEBUG_PASS;
+        }
+        first = (uint64_t)acb->offset / 512;
+        last = acb->bytes ? ((uint64_t)acb->offset + acb->bytes - 1) / 512
+                          : first;
+        if (last < inj->sector_start || first > inj->sector_end) {
+            return BLKDEBUG_PASS;
+        }
+    }
+    n = atomic_fetch_add_explicit(&s->seen, 1, memory_order_relaxed);
+    if (n < inj->after || (inj->count && n - inj->after >= inj->count)) {
+        return BLKDEBUG_PASS;
+    }
+    atomic_fetch_add_explicit(&s->hits, 1, memory_order_relaxed);
+    if (inj->delay_ms) {
+        return BLKDEBUG_DELAY;
+    }
+    *ret = -inj->err;
+    return BLKDEBUG_FAIL;
+}
+
+/* Worker thread. */
+int blkdebug_do_delayed(BlockAIOCB *acb)
+{
+    BlockBackend *blk = acb->blk;
+    const BlockInjectOptions *inj = &blk->inject->opts;
+
+    g_usleep((gulong)inj->delay_ms * 1000);
+    if (inj->ops) {
+        return -inj->err;
+    }
+    if (blk->is_null) {
+        if (acb->type == BLK_REQ_READ && blk->null_read_zeroes) {
+            for (int i = 0; i < acb->niov; i++) {
+                memset(acb->iov[i].iov_base, 0, acb->iov[i].iov_len);
+            }
+        }
+        return 0;
+    }
+    return raw_do_request(acb);
+}
+
+/* Any thread. */
+uint64_t blk_inject_get_hits(BlockBackend *blk)
+{
+    if (!blk->inject) {
+        return 0;
+    }
+    return atomic_load_explicit(&blk->inject->hits, memory_order_relaxed);
+}

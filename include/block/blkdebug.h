@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * blkdebug: the error-injection filter of the block layer (testing only),
+ * as QEMU's blkdebug driver is for its block graph.  Internal to block/:
+ * devices and tools configure it through BlockOptions.inject and
+ * blk_inject_parse_option(), and read it through blk_inject_get_hits()
+ * (include/block/block.h).
+ *
+ * The interface to the BlockBackend is small: blk_open() creates the
+ * filter's state (none when nothing is to be injected, so blk->inject is
+ * NULL), blk_submit() asks blkdebug_check() about each request that passed
+ * the cheap checks, behind one unlikely(blk->inject) branch, and does what
+ * it is told: pass the request on, fail it, or hand it to the thread pool
+ * with thread_pool_submit_delayed(), whose worker then runs
+ * blkdebug_do_delayed().
+ */
+#ifndef BLOCK_BLKDEBUG_H
+#define BLOCK_BLKDEBUG_H
+
+#include "qemu/osdep.h"
+#include "block/block.h"
+
+typedef struct BlkDebugState BlkDebugState;
+
+/* What blk_submit() does with a request, according to the filter. */
+typedef enum BlkDebugAction {
+    BLKDEBUG_PASS,              /* route it to its engine as usual */
+    BLKDEBUG_FAIL,              /* complete it with *ret, from a BH */
+    BLKDEBUG_DELAY,             /* thread_pool_submit_delayed() */
+} BlkDebugAction;
+
+/*
+ * The filter state for @inj, or NULL when @inj asks for nothing (with a
+ * warning if it has keys that only make sense with inject-error or
+ * inject-delay).  Warns that injection is on otherwise.  @filename names
+ * the backend in the messages.  Main thread, from blk_open().
+ */
+BlkDebugState *blkdebug_new(const BlockInjectOptions *inj,
+                            const char *filename);
+
+/* Free @s (NULL is fine).  Main thread; no request in flight. */
+void blkdebug_free(BlkDebugState *s);
+
+/*
+ * The submission hook: does @acb (type, offset and bytes filled in)
+ * match, and what happens to it then?  Sets *@ret to the negative errno
+ * for BLKDEBUG_FAIL.  Counts matches with one relaxed atomic add, shared
+ * by every submitting thread.  Any thread that runs an AioContext.
+ */
+BlkDebugAction blkdebug_check(BlkDebugState *s, const BlockAIOCB *acb,
+                              int *ret);
+
+/*
+ * Worker thread: what a request handed over by BLKDEBUG_DELAY does: sleep
+ * inject-delay ms, then fail with the injected errno (inject-error set),
+ * do the null driver's nothing, or the real I/O.  Returns 0 or -errno.
+ */
+int blkdebug_do_delayed(BlockAIOCB *acb);
+
+#endif
