@@ -26,6 +26,12 @@
  * pop has already published avail_event, fenced and looked again (see
  * virtqueue_empty_recheck()), so the driver kicks for anything later.  A
  * budget yield does not sleep: the bottom half runs on the next iteration.
+ *
+ * Write cache across back-end restarts: the driver's "writeback" choice
+ * is saved in the inflight region (vu_server_save_state()) whenever it
+ * changes, and a process that has not been told by a driver itself takes
+ * it from the region the front-end hands back (vu_blk_load_state()).
+ * See docs/architecture.md, "Write cache".
  */
 #include "qemu/osdep.h"
 #include "hw/block/vhost-user-blk-export.h"
@@ -77,6 +83,18 @@ struct VuBlkExport {
     VuBlkQueue *queues;
     unsigned int num_queues;
     unsigned int budget;
+    bool writeback_set_here;    /* a driver wrote "writeback" to this
+                                 * process (main thread) */
+};
+
+/*
+ * Device state kept in the inflight region, byte by byte: what the driver
+ * chose and the front-end would not tell a restarted back-end.  New fields
+ * go at the end; a reader treats missing bytes as not saved.
+ */
+enum {
+    VU_BLK_STATE_WRITEBACK,     /* config "writeback": 0 or 1 */
+    VU_BLK_STATE_LEN,
 };
 
 /* ---- dataplane (queue's iothread) ------------------------------------ */
@@ -328,12 +346,26 @@ static bool vu_blk_get_config(void *opaque, uint8_t *buf, uint32_t offset,
     return true;
 }
 
+static void vu_blk_save_state(VuBlkExport *exp)
+{
+    uint8_t st[VU_BLK_STATE_LEN] = {
+        [VU_BLK_STATE_WRITEBACK] = virtio_blk_get_writeback(&exp->dev),
+    };
+
+    vu_server_save_state(exp->server, st, sizeof(st));
+}
+
 static bool vu_blk_set_config(void *opaque, const uint8_t *data,
                               uint32_t offset, uint32_t size)
 {
     VuBlkExport *exp = opaque;
 
-    return virtio_blk_set_config(&exp->dev, data, offset, size);
+    if (!virtio_blk_set_config(&exp->dev, data, offset, size)) {
+        return false;
+    }
+    exp->writeback_set_here = true;
+    vu_blk_save_state(exp);
+    return true;
 }
 
 /* The write cache depends on FLUSH being negotiated (virtio-blk.h). */
@@ -342,6 +374,38 @@ static void vu_blk_set_features(void *opaque, uint64_t features)
     VuBlkExport *exp = opaque;
 
     virtio_blk_set_features(&exp->dev, features);
+    vu_blk_save_state(exp);
+}
+
+/*
+ * The front-end handed back an inflight region with saved device state:
+ * after a back-end restart, what the driver told the previous process.
+ * Front-end memory: every byte is checked.  A choice a driver made in this
+ * process is newer than the region's and stays.
+ */
+static void vu_blk_load_state(void *opaque, const uint8_t *data, size_t len)
+{
+    VuBlkExport *exp = opaque;
+    const char *name = vu_server_get_socket_path(exp->server);
+    bool writeback = virtio_blk_get_writeback(&exp->dev);
+
+    if (len <= VU_BLK_STATE_WRITEBACK || data[VU_BLK_STATE_WRITEBACK] > 1) {
+        warn_report("%s: the inflight region's device state holds no valid "
+                    "write-cache mode (%zu bytes, writeback byte %d); "
+                    "ignored, write cache: %s", name, len,
+                    len > VU_BLK_STATE_WRITEBACK ?
+                    data[VU_BLK_STATE_WRITEBACK] : -1,
+                    writeback ? "writeback" : "writethrough");
+    } else if (exp->writeback_set_here) {
+        /* Our own region, or one a driver has overruled since. */
+    } else if (data[VU_BLK_STATE_WRITEBACK] != writeback) {
+        writeback = data[VU_BLK_STATE_WRITEBACK];
+        info_report("%s: write cache: %s, as the driver chose before the "
+                    "back-end restarted (kept in the inflight region)", name,
+                    writeback ? "writeback" : "writethrough");
+        virtio_blk_set_writeback(&exp->dev, writeback);
+    }
+    vu_blk_save_state(exp);
 }
 
 static void vu_blk_reset(void *opaque)
@@ -357,6 +421,7 @@ static const VuDeviceOps vu_blk_ops = {
     .set_config = vu_blk_set_config,
     .set_features = vu_blk_set_features,
     .reset = vu_blk_reset,
+    .load_state = vu_blk_load_state,
     .queue_start = vu_blk_queue_start,
     .queue_stop = vu_blk_queue_stop,
     .queue_inflight = vu_blk_queue_inflight,
@@ -427,6 +492,7 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
     if (!exp->server) {
         goto fail;
     }
+    vu_blk_save_state(exp);     /* for the first inflight region */
     return exp;
 
 fail:

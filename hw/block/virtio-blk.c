@@ -193,6 +193,19 @@ void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg)
     cfg->write_zeroes_may_unmap = dev->conf.discard ? 1 : 0;
 }
 
+/* Called from: the main thread. */
+bool virtio_blk_get_writeback(VirtioBlkDev *dev)
+{
+    return atomic_load(&dev->writeback);
+}
+
+/* Called from: the main thread (SET_CONFIG, restored state). */
+void virtio_blk_set_writeback(VirtioBlkDev *dev, bool writeback)
+{
+    atomic_store(&dev->writeback, writeback);
+    virtio_blk_update_write_cache(dev);
+}
+
 /* Called from: the main thread (SET_CONFIG). */
 bool virtio_blk_set_config(VirtioBlkDev *dev, const uint8_t *data,
                            uint32_t offset, uint32_t size)
@@ -200,8 +213,7 @@ bool virtio_blk_set_config(VirtioBlkDev *dev, const uint8_t *data,
     if (offset != offsetof(struct virtio_blk_config, wce) || size != 1) {
         return false;
     }
-    atomic_store(&dev->writeback, data[0] != 0);
-    virtio_blk_update_write_cache(dev);
+    virtio_blk_set_writeback(dev, data[0] != 0);
     return true;
 }
 

@@ -51,6 +51,17 @@
  * closes the socket at once and stops every queue; once they drained, the
  * guest memory and the inflight region are unmapped and the server
  * accepts the next front-end (until then it waits in the listen backlog).
+ *
+ * Device state.  The inflight region this server makes has room, after
+ * the queues' parts, for a few bytes of device state
+ * (VhostUserInflightState): what the driver told the device and the
+ * front-end will not tell a restarted back-end again.  The device saves it
+ * with vu_server_save_state() whenever it changes; the server writes it to
+ * the current region and to every region it maps later.  When
+ * SET_INFLIGHT_FD hands a region back (after a back-end restart, or on
+ * each start of the same session), the area is copied out once, checked
+ * and given to the device's load_state; a missing or malformed area is
+ * reported and ignored.
  * Only vu_server_free() (daemon shutdown) waits for the drain in the main
  * thread, since the image is closed right after.
  */
@@ -145,6 +156,12 @@ struct VuServer {
     uint64_t inflight_offset;
     uint16_t inflight_queue_size;   /* entries per queue in the region */
     unsigned int inflight_nqueues;  /* queues the region covers */
+    uint16_t inflight_region_nq;    /* num_queues the region was made for */
+    /* Device-state area of the region (NULL: the region has no room) */
+    VhostUserInflightState *inflight_state;
+    /* Last vu_server_save_state(); kept across sessions */
+    uint8_t dev_state[VHOST_USER_INFLIGHT_STATE_DATA_MAX];
+    uint16_t dev_state_len;
     VuQueue *queues;
 
     QEMUBH *broken_bh;
@@ -371,6 +388,8 @@ static void vu_inflight_unmap(VuServer *s)
     s->inflight_offset = 0;
     s->inflight_queue_size = 0;
     s->inflight_nqueues = 0;
+    s->inflight_region_nq = 0;
+    s->inflight_state = NULL;
 }
 
 /*
@@ -410,9 +429,77 @@ static void vu_inflight_install(VuServer *s, void *addr, size_t size,
     s->inflight_size = size;
     s->inflight_queue_size = queue_size;
     s->inflight_nqueues = MIN(nq, s->cfg.num_queues);
+    s->inflight_region_nq = nq;
+    if (size >= vhost_user_inflight_state_offset(nq, queue_size) +
+                sizeof(VhostUserInflightState)) {
+        s->inflight_state = (VhostUserInflightState *)
+            ((uint8_t *)addr + vhost_user_inflight_state_offset(nq,
+                                                                queue_size));
+    }
     for (unsigned int i = 0; i < nq && i < s->cfg.num_queues; i++) {
         virtqueue_set_inflight(s->queues[i].vq,
             (VhostUserQueueRegionSplit *)((uint8_t *)addr + i * per_queue));
+    }
+}
+
+/*
+ * Write the device-state area of the current region, if it has one, from
+ * the last saved state.  One memcpy of the whole area: the header bytes
+ * are the same each time, so a back-end killed in the middle leaves each
+ * data byte either old or new, never a broken header.
+ */
+static void vu_inflight_state_write(VuServer *s)
+{
+    VhostUserInflightState st = {
+        .magic = VHOST_USER_INFLIGHT_STATE_MAGIC,
+        .version = VHOST_USER_INFLIGHT_STATE_VERSION,
+        .data_len = s->dev_state_len,
+        .num_queues = s->inflight_region_nq,
+        .queue_size = s->inflight_queue_size,
+    };
+
+    if (!s->inflight_state) {
+        return;
+    }
+    memcpy(st.data, s->dev_state, s->dev_state_len);
+    /* Guarded like the rest of the region: a front-end that shrank the
+     * file makes this store land in a private zero page, not SIGBUS. */
+    memcpy(s->inflight_state, &st, sizeof(st));
+}
+
+/*
+ * SET_INFLIGHT_FD installed a region made for @in's geometry: give the
+ * device the state saved in it, if the area is there and well-formed.
+ * The front-end can change the region at any time, so the area is copied
+ * out once and only the copy is checked and used.
+ */
+static void vu_inflight_state_load(VuServer *s, const VhostUserInflight *in)
+{
+    VhostUserInflightState st;
+
+    if (!s->inflight_state) {
+        warn_report("%s: the inflight region (%" PRIu64 " bytes) has no "
+                    "device state after its %u queues of %u entries (made "
+                    "by an older back-end?): the driver's settings, such "
+                    "as the write-cache mode, are not restored", s->name,
+                    in->mmap_size, in->num_queues, in->queue_size);
+        return;
+    }
+    memcpy(&st, s->inflight_state, sizeof(st));
+    if (st.magic != VHOST_USER_INFLIGHT_STATE_MAGIC ||
+        st.version != VHOST_USER_INFLIGHT_STATE_VERSION ||
+        st.num_queues != in->num_queues || st.queue_size != in->queue_size ||
+        st.data_len > VHOST_USER_INFLIGHT_STATE_DATA_MAX) {
+        warn_report("%s: the inflight region's device state is not valid "
+                    "(magic 0x%08" PRIx32 ", version %u, %u bytes, for %u "
+                    "queues of %u entries); ignored: the driver's settings, "
+                    "such as the write-cache mode, are not restored",
+                    s->name, st.magic, st.version, st.data_len,
+                    st.num_queues, st.queue_size);
+        return;
+    }
+    if (s->cfg.ops->load_state) {
+        s->cfg.ops->load_state(s->cfg.opaque, st.data, st.data_len);
     }
 }
 
@@ -869,7 +956,8 @@ static VuMsgResult vu_get_inflight_fd(VuServer *s, VuMsg *msg)
     if (!vu_stop_all(s)) {
         return VU_MSG_WAIT;
     }
-    size = out.num_queues * vhost_user_inflight_queue_size(out.queue_size);
+    size = vhost_user_inflight_state_offset(out.num_queues, out.queue_size) +
+           VHOST_USER_INFLIGHT_STATE_SIZE;
     fd = memfd_create("vhost-blk-inflight", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0 || ftruncate(fd, size) < 0) {
         warn_report("%s: cannot create the inflight region: %s", s->name,
@@ -885,6 +973,7 @@ static VuMsgResult vu_get_inflight_fd(VuServer *s, VuMsg *msg)
         goto fail;
     }
     vu_inflight_install(s, addr, size, out.num_queues, out.queue_size, fd, 0);
+    vu_inflight_state_write(s);
     out.mmap_size = size;
     vu_send(s, msg, &out, sizeof(out), fd);
     vu_update_all(s);
@@ -915,7 +1004,9 @@ static VuMsgResult vu_set_inflight_fd(VuServer *s, VuMsg *msg)
         return VU_MSG_FAILED;
     }
     fd = s->rx_fds[0];
-    need = in->num_queues * vhost_user_inflight_queue_size(in->queue_size);
+    /* A region without a device-state area (an older back-end's) is
+     * still used for the queues. */
+    need = vhost_user_inflight_state_offset(in->num_queues, in->queue_size);
     if (in->mmap_size < need || in->mmap_size > SIZE_MAX / 2 ||
         in->mmap_offset % getpagesize() ||
         in->mmap_offset > UINT64_MAX - in->mmap_size ||
@@ -940,6 +1031,10 @@ static VuMsgResult vu_set_inflight_fd(VuServer *s, VuMsg *msg)
     }
     vu_inflight_install(s, addr, in->mmap_size, in->num_queues,
                         in->queue_size, vu_take_fd(s, 0), in->mmap_offset);
+    vu_inflight_state_load(s, in);
+    /* A good area now holds what the device went on with; a bad one (with
+     * room) gets a good one. */
+    vu_inflight_state_write(s);
     debug_report("%s: inflight region: %u queues of %u entries", s->name,
                  in->num_queues, in->queue_size);
     return vu_update_all(s) ? VU_MSG_OK : VU_MSG_FAILED;
@@ -1728,4 +1823,12 @@ bool vu_server_run_in_queue(VuServer *s, unsigned int index,
 void vu_server_get_stats(VuServer *s, VuServerStats *stats)
 {
     *stats = s->stats;
+}
+
+void vu_server_save_state(VuServer *s, const void *data, size_t len)
+{
+    assert(len <= sizeof(s->dev_state));
+    memcpy(s->dev_state, data, len);
+    s->dev_state_len = len;
+    vu_inflight_state_write(s);
 }

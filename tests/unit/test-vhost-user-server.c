@@ -4,6 +4,7 @@
 #include "qemu/iothread.h"
 #include "hw/virtio/vhost-user-server.h"
 
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -44,9 +45,21 @@ static unsigned int test_queue_inflight(void *opaque, unsigned int index)
     return 0;
 }
 
+/* What load_state was last given (-1 bytes: not called). */
+static int loaded_len = -1;
+static uint8_t loaded[VHOST_USER_INFLIGHT_STATE_DATA_MAX];
+
+static void test_load_state(void *opaque, const uint8_t *data, size_t len)
+{
+    g_assert_cmpuint(len, <=, sizeof(loaded));
+    memcpy(loaded, data, len);
+    loaded_len = len;
+}
+
 static const VuDeviceOps test_ops = {
     .get_features = test_get_features,
     .get_config = test_get_config,
+    .load_state = test_load_state,
     .queue_start = test_queue_start,
     .queue_stop = test_queue_stop,
     .queue_inflight = test_queue_inflight,
@@ -134,6 +147,174 @@ static ssize_t test_recv(TestFixture *f, int fd, VhostUserHeader *h,
         g_usleep(1000);
     }
     g_assert_not_reached();
+}
+
+/* Like test_send, with one fd attached. */
+static void test_send_fd(int fd, uint32_t req, uint32_t flags, const void *p,
+                         uint32_t size, int sfd)
+{
+    VhostUserHeader h = { .request = req, .flags = flags, .size = size };
+    struct iovec iov[2] = {
+        { .iov_base = &h, .iov_len = sizeof(h) },
+        { .iov_base = (void *)p, .iov_len = size },
+    };
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control = { 0 };
+    struct msghdr mh = {
+        .msg_iov = iov, .msg_iovlen = 2,
+        .msg_control = control.buf, .msg_controllen = sizeof(control.buf),
+    };
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&mh);
+
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &sfd, sizeof(int));
+    g_assert_cmpint(sendmsg(fd, &mh, MSG_NOSIGNAL), ==, sizeof(h) + size);
+}
+
+/* Run the server until the GET_INFLIGHT_FD reply; returns its fd. */
+static int test_recv_inflight(TestFixture *f, int fd, VhostUserInflight *inf)
+{
+    VhostUserHeader h;
+    struct iovec iov[2] = {
+        { .iov_base = &h, .iov_len = sizeof(h) },
+        { .iov_base = inf, .iov_len = sizeof(*inf) },
+    };
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr mh = {
+        .msg_iov = iov, .msg_iovlen = 2,
+        .msg_control = control.buf, .msg_controllen = sizeof(control.buf),
+    };
+    int rfd = -1;
+
+    for (int i = 0; i < 100; i++) {
+        aio_poll(f->main_ctx, false);
+        if (recvmsg(fd, &mh, MSG_DONTWAIT) == sizeof(h) + sizeof(*inf)) {
+            struct cmsghdr *cmsg = CMSG_FIRSTHDR(&mh);
+
+            g_assert_nonnull(cmsg);
+            memcpy(&rfd, CMSG_DATA(cmsg), sizeof(int));
+            return rfd;
+        }
+        g_usleep(1000);
+    }
+    g_assert_not_reached();
+}
+
+/* SET_INFLIGHT_FD of @mfd with an ack; the ack must be 0. */
+static void test_set_inflight(TestFixture *f, int fd, int mfd,
+                              uint64_t mmap_size)
+{
+    VhostUserInflight in = {
+        .mmap_size = mmap_size, .num_queues = 2, .queue_size = 64,
+    };
+    VhostUserHeader h;
+    uint64_t ack = 1;
+
+    test_send_fd(fd, VHOST_USER_SET_INFLIGHT_FD,
+                 VHOST_USER_VERSION | VHOST_USER_NEED_REPLY, &in, sizeof(in),
+                 mfd);
+    g_assert_cmpint(test_recv(f, fd, &h, &ack, sizeof(ack)), ==, 8);
+    g_assert_cmpuint(ack, ==, 0);
+}
+
+/*
+ * Device state in the inflight region: made with the saved bytes, given
+ * back to load_state on SET_INFLIGHT_FD, and a bad, short or missing area
+ * is ignored (and never read or written past the region's end).
+ */
+static void test_inflight_state(TestFixture *f, gconstpointer data)
+{
+    size_t off = vhost_user_inflight_state_offset(2, 64);
+    size_t page = getpagesize();
+    VhostUserInflight in = { .num_queues = 2, .queue_size = 64 };
+    VhostUserInflightState *st;
+    const uint8_t saved[2] = { 0x5a, 0x01 };
+    uint8_t *sentinel;
+    uint8_t *map;
+    int fd, mfd;
+
+    vu_server_save_state(f->server, saved, sizeof(saved));
+    fd = test_connect(f);
+
+    /* A new region holds the saved state after the queues' parts. */
+    test_send(fd, VHOST_USER_GET_INFLIGHT_FD, VHOST_USER_VERSION, &in,
+              sizeof(in));
+    mfd = test_recv_inflight(f, fd, &in);
+    g_assert_cmpint(mfd, >=, 0);
+    g_assert_cmpuint(in.mmap_size, ==, off + VHOST_USER_INFLIGHT_STATE_SIZE);
+    map = mmap(NULL, in.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    g_assert_true(map != MAP_FAILED);
+    st = (VhostUserInflightState *)(map + off);
+    g_assert_cmphex(st->magic, ==, VHOST_USER_INFLIGHT_STATE_MAGIC);
+    g_assert_cmpuint(st->version, ==, VHOST_USER_INFLIGHT_STATE_VERSION);
+    g_assert_cmpuint(st->num_queues, ==, 2);
+    g_assert_cmpuint(st->queue_size, ==, 64);
+    g_assert_cmpuint(st->data_len, ==, 2);
+    g_assert_cmpmem(st->data, 2, saved, 2);
+
+    /* Handed back: load_state gets the bytes; a later save updates it. */
+    loaded_len = -1;
+    test_set_inflight(f, fd, mfd, in.mmap_size);
+    g_assert_cmpint(loaded_len, ==, 2);
+    g_assert_cmpmem(loaded, 2, saved, 2);
+    vu_server_save_state(f->server, "\x11", 1);
+    g_assert_cmpuint(st->data_len, ==, 1);
+    g_assert_cmpuint(st->data[0], ==, 0x11);
+
+    /* Bad magic, version, geometry or length: ignored, then rewritten. */
+    for (int i = 0; i < 4; i++) {
+        switch (i) {
+        case 0:
+            st->magic ^= 1;
+            break;
+        case 1:
+            st->version = 2;
+            break;
+        case 2:
+            st->queue_size = 128;
+            break;
+        default:
+            st->data_len = VHOST_USER_INFLIGHT_STATE_DATA_MAX + 1;
+            break;
+        }
+        loaded_len = -1;
+        test_set_inflight(f, fd, mfd, in.mmap_size);
+        g_assert_cmpint(loaded_len, ==, -1);
+        g_assert_cmphex(st->magic, ==, VHOST_USER_INFLIGHT_STATE_MAGIC);
+        g_assert_cmpuint(st->data_len, ==, 1);
+    }
+    munmap(map, in.mmap_size);
+    close(mfd);
+
+    /* A region with room for the queues only (an older back-end's, or a
+     * front-end that cut it short): no state, and nothing is written
+     * after its end. */
+    mfd = memfd_create("test-inflight", MFD_CLOEXEC);
+    g_assert_cmpint(ftruncate(mfd, QEMU_ALIGN_UP(off, page) + page), ==, 0);
+    map = mmap(NULL, QEMU_ALIGN_UP(off, page) + page, PROT_READ | PROT_WRITE,
+               MAP_SHARED, mfd, 0);
+    g_assert_true(map != MAP_FAILED);
+    sentinel = map + off;
+    memset(sentinel, 0xa5, QEMU_ALIGN_UP(off, page) + page - off);
+    for (size_t size = off; size < off + sizeof(*st); size += 24) {
+        loaded_len = -1;
+        test_set_inflight(f, fd, mfd, size);
+        g_assert_cmpint(loaded_len, ==, -1);
+        vu_server_save_state(f->server, saved, sizeof(saved));
+        for (size_t i = 0; i < sizeof(*st); i++) {
+            g_assert_cmpuint(sentinel[i], ==, 0xa5);
+        }
+    }
+    munmap(map, QEMU_ALIGN_UP(off, page) + page);
+    close(mfd);
+    close(fd);
 }
 
 static void test_socket_mode(TestFixture *f, gconstpointer data)
@@ -252,5 +433,7 @@ int main(int argc, char **argv)
                fixture_setup, test_second_connection, fixture_teardown);
     g_test_add("/vhost-user-server/bad-messages", TestFixture, NULL,
                fixture_setup, test_bad_messages, fixture_teardown);
+    g_test_add("/vhost-user-server/inflight-state", TestFixture, NULL,
+               fixture_setup, test_inflight_state, fixture_teardown);
     return g_test_run();
 }

@@ -54,8 +54,9 @@ typedef struct VirtioBlkConf {
  * that copy on every probe; they update it on the driver's writes and
  * never re-read it, neither on a guest reset nor on a reconnect.  Going
  * back to writeback behind such a copy that says writethrough would
- * leave a guest that never flushes on a volatile cache.  See
- * docs/architecture.md, "Write cache".
+ * leave a guest that never flushes on a volatile cache.  The vhost-user
+ * export keeps it across back-end restarts too, in the inflight region.
+ * See docs/architecture.md, "Write cache".
  */
 typedef struct VirtioBlkDev {
     BlockBackend *blk;
@@ -112,6 +113,12 @@ void virtio_blk_set_features(VirtioBlkDev *dev, uint64_t features);
 void virtio_blk_reset(VirtioBlkDev *dev);
 /* Fill the config space in little-endian. */
 void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg);
+/* The config space's "writeback" field (the driver's choice, whatever
+ * was negotiated).  Main thread. */
+bool virtio_blk_get_writeback(VirtioBlkDev *dev);
+/* Set it, as the driver's config write does (the vhost-user export
+ * restores it after a back-end restart).  Main thread. */
+void virtio_blk_set_writeback(VirtioBlkDev *dev, bool writeback);
 /* A driver write to the config space; only "writeback" is writable.
  * Returns false for writes outside it. */
 bool virtio_blk_set_config(VirtioBlkDev *dev, const uint8_t *data,

@@ -175,6 +175,49 @@ static inline size_t vhost_user_inflight_queue_size(uint16_t queue_size)
                          sizeof(VhostUserDescStateSplit) * queue_size, 64);
 }
 
+/*
+ * Device state after the queue regions (this back-end's own addition: the
+ * specification leaves the region's layout to the back-end).  The front-end
+ * keeps the region across back-end restarts and hands it back with
+ * SET_INFLIGHT_FD, so a restarted back-end finds there what the driver
+ * told the old process and the front-end will not repeat (the write-cache
+ * mode of a virtio-blk device).  It starts at
+ * vhost_user_inflight_state_offset() and is read back only when the
+ * header matches exactly: magic, version, the geometry of the region it
+ * ends, and a data_len that fits.  The data bytes belong to the device,
+ * which checks them again.  Host byte order (the region never leaves
+ * the host).
+ *
+ * No checksum on purpose: the data is updated in place, one byte per
+ * field, so a back-end killed at any instant leaves either the old or the
+ * new value; a checksum stored apart would make such a kill look like a
+ * corrupt area, and the choice would be lost.  The fields other than
+ * data[] never change after the region was made.
+ */
+#define VHOST_USER_INFLIGHT_STATE_MAGIC     0x53444256u  /* "VBDS" */
+#define VHOST_USER_INFLIGHT_STATE_VERSION   1
+#define VHOST_USER_INFLIGHT_STATE_DATA_MAX  48
+
+typedef struct VhostUserInflightState {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t data_len;          /* valid bytes of data[] */
+    uint16_t num_queues;        /* geometry of the region it ends */
+    uint16_t queue_size;
+    uint32_t reserved;          /* 0 */
+    uint8_t data[VHOST_USER_INFLIGHT_STATE_DATA_MAX];
+} VhostUserInflightState;
+
+/* Bytes the device-state area takes at the end of the region. */
+#define VHOST_USER_INFLIGHT_STATE_SIZE \
+    QEMU_ALIGN_UP(sizeof(VhostUserInflightState), 64)
+
+static inline size_t vhost_user_inflight_state_offset(uint16_t num_queues,
+                                                      uint16_t queue_size)
+{
+    return (size_t)num_queues * vhost_user_inflight_queue_size(queue_size);
+}
+
 const char *vhost_user_request_name(uint32_t request);
 
 #endif

@@ -38,6 +38,14 @@ typedef struct VuDeviceOps {
      * reset: RESET_OWNER/RESET_DEVICE or the end of the session; nothing
      * is negotiated until the next set_features. */
     void (*reset)(void *opaque);
+    /* Main thread, no queue running (optional).  SET_INFLIGHT_FD handed
+     * back a region whose device-state area (see VhostUserInflightState)
+     * holds @len bytes that vu_server_save_state() stored, maybe in an
+     * earlier process of the back-end.  The front-end can write anything
+     * there: check every byte.  The device calls vu_server_save_state()
+     * with the state it goes on with (the area is rewritten from the
+     * last saved state after this returns). */
+    void (*load_state)(void *opaque, const uint8_t *data, size_t len);
     /* In the queue's iothread: the queue has started (rings mapped, kick fd
      * set); install the kick handler.  @num is the queue size. */
     void (*queue_start)(void *opaque, unsigned int index, VirtQueue *vq,
@@ -105,6 +113,15 @@ const char *vu_server_get_socket_path(VuServer *server);
 bool vu_server_run_in_queue(VuServer *server, unsigned int index,
                             void (*fn)(VirtQueue *vq, void *opaque),
                             void *opaque);
+
+/*
+ * Main thread.  Keep @len (at most VHOST_USER_INFLIGHT_STATE_DATA_MAX)
+ * bytes of device state in the inflight region's device-state area, now
+ * if a region is mapped and in every region the session maps later, so
+ * that a restarted back-end gets them back through load_state.  Call it
+ * whenever the state changes; the bytes are copied.
+ */
+void vu_server_save_state(VuServer *server, const void *data, size_t len);
 
 typedef struct VuServerStats {
     uint64_t sessions;          /* front-ends accepted */
