@@ -2,7 +2,8 @@
 /*
  * vhost-user front-end library: shared "guest" memory, driver-side split
  * virtqueues and the vhost-user control protocol, as a VMM would do them.
- * See include/hw/virtio/vhost-user-frontend.h for the theory of operation.
+ * See include/hw/virtio/vhost-user-frontend.h (in this folder) for the
+ * theory of operation.
  */
 #include "qemu/osdep.h"
 #include "hw/virtio/vhost-user-frontend.h"
