@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <grp.h>
 #include "qemu/sandbox.h"
+#include "qemu/systemd.h"
 
 #define VBD_MAX_IOTHREADS EXPORT_OPTS_MAX_IOTHREADS
 
@@ -36,6 +37,8 @@ typedef struct Vbd {
     gid_t runas_gid;
     bool runas_group_set;       /* GROUP given: no supplementary groups */
     bool seccomp;               /* --seccomp=on */
+    SystemdSockets sd;          /* sockets passed by the service manager */
+    int notify_fd;              /* $NOTIFY_SOCKET, or -1 */
 
     AioContext *main_ctx;
     IOThread **iothreads;
@@ -317,6 +320,10 @@ static bool vbd_setup(Vbd *d, GError **errp)
         }
     }
 
+    if (!systemd_notify_open(&d->notify_fd, errp) ||
+        !systemd_sockets_init(&d->sd, errp)) {
+        return false;
+    }
     d->exports = g_ptr_array_new();
     for (guint i = 0; i < d->specs->len; i++) {
         ExportOpts *e = g_ptr_array_index(d->specs, i);
@@ -354,6 +361,12 @@ static bool vbd_setup(Vbd *d, GError **errp)
         o.conf.discard = e->discard;
         o.conf.write_zeroes = e->write_zeroes;
         g_strlcpy(o.conf.serial, e->serial, sizeof(o.conf.serial));
+        /* Socket activation: the manager's socket bound to this path. */
+        o.listen_fd = systemd_sockets_take_path(&d->sd, e->socket, errp);
+        o.listen_fd_set = o.listen_fd >= 0;
+        if (errp && *errp) {
+            return false;
+        }
 
         exp = vu_blk_export_new(&o, errp);
         if (!exp) {
@@ -361,6 +374,15 @@ static bool vbd_setup(Vbd *d, GError **errp)
             return false;
         }
         g_ptr_array_add(d->exports, exp);
+    }
+
+    for (unsigned int i = 0; i < d->sd.n; i++) {
+        if (!d->sd.taken[i]) {
+            warn_report("socket %s (fd %u) from the service manager is "
+                        "not bound to any --export socket= path; it stays "
+                        "unused", d->sd.names[i],
+                        SYSTEMD_LISTEN_FDS_START + i);
+        }
     }
 
     if (d->pidfile && !vbd_write_pidfile(d, errp)) {
@@ -428,6 +450,8 @@ static void vbd_cleanup(Vbd *d)
         unlink(d->pidfile);
         d->pidfile_written = false;
     }
+    systemd_sockets_clear(&d->sd);
+    systemd_notify_close(&d->notify_fd);
 }
 
 /* Fork; the parent waits until the child reports that setup is done. */
@@ -672,6 +696,22 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
     return vbd_check_config(d) ? VBD_ARGS_RUN : VBD_ARGS_BAD;
 }
 
+/* Tell the service manager (Type=notify); a failure is only logged. */
+static void G_GNUC_PRINTF(2, 3) vbd_notify(Vbd *d, const char *fmt, ...)
+{
+    g_autofree char *state = NULL;
+    GError *err = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    state = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    if (!systemd_notify_send(d->notify_fd, state, &err)) {
+        warn_report("%s", err->message);
+        g_clear_error(&err);
+    }
+}
+
 /* Serve the exports of @d until SIGTERM/SIGINT; the exit status. */
 static int vbd_run(Vbd *d)
 {
@@ -691,10 +731,12 @@ static int vbd_run(Vbd *d)
     if (d->daemonize) {
         vbd_daemonize_finish(d);
     }
+    vbd_notify(d, "READY=1\nSTATUS=serving %u export(s)", d->specs->len);
 
     while (!d->quit) {
         aio_poll(d->main_ctx, true);
     }
+    vbd_notify(d, "STOPPING=1\nSTATUS=draining in-flight I/O");
 
     vbd_cleanup(d);
     return 0;
@@ -707,6 +749,7 @@ int main(int argc, char **argv)
         .poll_max_ns = 32768,
         .sig_fd = -1,
         .ready_fd = -1,
+        .notify_fd = -1,
     };
     int ret;
 

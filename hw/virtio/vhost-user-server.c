@@ -1663,6 +1663,42 @@ static bool vu_socket_listen(VuServer *s, GError **errp)
     return true;
 }
 
+/* Accept on cfg.listen_fd, after checking it is what we can serve on. */
+static bool vu_socket_adopt(VuServer *s, GError **errp)
+{
+    int fd = s->cfg.listen_fd;
+    int type = 0, domain = 0, acc = 0;
+    socklen_t len = sizeof(int);
+    int flags;
+
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "fd %d is not a socket: %s", fd,
+                    g_strerror(errno));
+        return false;
+    }
+    len = sizeof(int);
+    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len);
+    len = sizeof(int);
+    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len);
+    if (domain != AF_UNIX || type != SOCK_STREAM || !acc) {
+        g_set_error(errp, VB_ERROR, 0, "fd %d is not a listening unix stream "
+                    "socket (vhost-user passes fds over unix sockets; in a "
+                    ".socket unit use ListenStream=/path)", fd);
+        return false;
+    }
+    flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "fd %d: fcntl: %s", fd,
+                    g_strerror(errno));
+        return false;
+    }
+    s->listen_fd = fd;
+    s->cfg.listen_fd = -1;
+    aio_set_fd_handler(s->cfg.main_ctx, fd, vu_accept, NULL, NULL, NULL, s);
+    return true;
+}
+
 static void vu_socket_unlink(VuServer *s)
 {
     struct stat st;
@@ -1682,19 +1718,24 @@ VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
 {
     VuServer *s;
 
-    if (!cfg->socket_path || !cfg->socket_path[0]) {
+    if (!cfg->listen_fd_set && (!cfg->socket_path || !cfg->socket_path[0])) {
         g_set_error(errp, VB_ERROR, 0, "no socket path given");
         return NULL;
     }
     if (cfg->num_queues == 0 || cfg->num_queues > 64) {
         g_set_error(errp, VB_ERROR, 0, "%u queues: use 1 to 64",
                     cfg->num_queues);
+        if (cfg->listen_fd_set) {
+            close(cfg->listen_fd);
+        }
         return NULL;
     }
     s = g_new0(VuServer, 1);
     s->cfg = *cfg;
-    s->path = g_strdup(cfg->socket_path);
-    s->name = g_strdup(cfg->name ? cfg->name : cfg->socket_path);
+    s->path = cfg->socket_path && cfg->socket_path[0] ?
+              g_strdup(cfg->socket_path) :
+              g_strdup_printf("fd:%d", cfg->listen_fd);
+    s->name = g_strdup(cfg->name ? cfg->name : s->path);
     s->cfg.socket_path = s->path;
     s->cfg.name = s->name;
     if (!s->cfg.max_queue_size || s->cfg.max_queue_size > VIRTQUEUE_MAX_SIZE) {
@@ -1718,12 +1759,21 @@ VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
                               "vu-server-broken");
     s->drain_bh = aio_bh_new(cfg->main_ctx, vu_drain_bh, s,
                              "vu-server-drain");
-    if (!vu_socket_listen(s, errp)) {
+    if (cfg->listen_fd_set ? !vu_socket_adopt(s, errp) :
+                             !vu_socket_listen(s, errp)) {
+        if (s->cfg.listen_fd_set && s->cfg.listen_fd >= 0) {
+            close(s->cfg.listen_fd);
+        }
         vu_server_free(s);
         return NULL;
     }
-    info_report("%s: listening on %s (%u queues)", s->name, s->path,
-                cfg->num_queues);
+    if (cfg->listen_fd_set) {
+        info_report("%s: listening on %s (socket passed as fd %d, %u queues)",
+                    s->name, s->path, s->listen_fd, cfg->num_queues);
+    } else {
+        info_report("%s: listening on %s (%u queues)", s->name, s->path,
+                    cfg->num_queues);
+    }
     return s;
 }
 

@@ -26,6 +26,8 @@ typedef struct VuBlkExportOptions {
     bool socket_chown;          /* see VuServerConfig */
     uid_t socket_uid;
     gid_t socket_gid;
+    bool listen_fd_set;         /* see VuServerConfig */
+    int listen_fd;
     BlockOptions blk;           /* what to open */
     VirtioBlkConf conf;         /* num_queues, queue_size, ... */
     AioContext *main_ctx;

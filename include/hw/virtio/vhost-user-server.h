@@ -71,6 +71,13 @@ typedef struct VuServerConfig {
     bool socket_chown;
     uid_t socket_uid;
     gid_t socket_gid;
+    /* listen_fd_set: accept on listen_fd, a unix stream socket someone else
+     * made and already listens on (socket activation), instead of creating
+     * socket_path; socket_path may then be NULL (it names the socket in
+     * log lines only) and the socket file is never removed.  The server
+     * owns listen_fd from vu_server_new() on, even when it fails. */
+    bool listen_fd_set;
+    int listen_fd;
     const char *name;           /* for log lines (default: socket path) */
     unsigned int num_queues;    /* 1..64 */
     unsigned int max_queue_size; /* largest SET_VRING_NUM accepted */
