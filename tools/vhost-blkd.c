@@ -13,6 +13,7 @@
 #include "qemu/iothread.h"
 #include "hw/block/vhost-user-blk-export.h"
 #include "tools/export-opts.h"
+#include "tools/config-file.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -100,6 +101,8 @@ static void vbd_usage(FILE *f)
 "                          line (default off)\n"
 "  --daemonize             run in the background once every socket listens\n"
 "  --log-level LEVEL       error|warn|info|debug (default info)\n"
+"  --config FILE           read options from FILE, one per line: the option\n"
+"                          name without --, a space, its value (vhost-blkd(8))\n"
 "  -h, --help              this text\n"
 "  -V, --version           print the version\n"
 "\n"
@@ -751,9 +754,15 @@ int main(int argc, char **argv)
         .ready_fd = -1,
         .notify_fd = -1,
     };
+    GError *err = NULL;
     int ret;
 
     log_set_program_name("vhost-blkd");
+    if (!config_file_expand_args(&argc, &argv, &err)) {
+        fprintf(stderr, "vhost-blkd: %s\n", err->message);
+        g_error_free(err);
+        return 1;
+    }
     d.specs = g_ptr_array_new_with_free_func((GDestroyNotify)export_opts_free);
 
     switch (vbd_parse_args(&d, argc, argv)) {
