@@ -337,6 +337,7 @@ static bool vbd_setup(Vbd *d, GError **errp)
             .queue_ctx = ctx,
         };
         VuBlkExport *exp;
+        int fd;
 
         for (unsigned int q = 0; q < e->num_queues; q++) {
             unsigned int t = e->iothread >= 0 ? (unsigned int)e->iothread :
@@ -365,11 +366,11 @@ static bool vbd_setup(Vbd *d, GError **errp)
         o.conf.write_zeroes = e->write_zeroes;
         g_strlcpy(o.conf.serial, e->serial, sizeof(o.conf.serial));
         /* Socket activation: the manager's socket bound to this path. */
-        o.listen_fd = systemd_sockets_take_path(&d->sd, e->socket, errp);
-        o.listen_fd_set = o.listen_fd >= 0;
-        if (errp && *errp) {
+        fd = systemd_sockets_take_path(&d->sd, e->socket, errp);
+        if (*errp) {
             return false;
         }
+        o.listen_fd = fd > 0 ? fd : 0;
 
         exp = vu_blk_export_new(&o, errp);
         if (!exp) {

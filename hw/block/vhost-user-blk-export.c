@@ -477,10 +477,9 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
 
     scfg = (VuServerConfig) {
         .socket_path = opts->socket_path,
+        .listen_fd = opts->listen_fd,
         .socket_mode = opts->socket_mode,
         .socket_chown = opts->socket_chown,
-        .listen_fd_set = opts->listen_fd_set,
-        .listen_fd = opts->listen_fd,
         .socket_uid = opts->socket_uid,
         .socket_gid = opts->socket_gid,
         .num_queues = conf.num_queues,

@@ -1663,7 +1663,8 @@ static bool vu_socket_listen(VuServer *s, GError **errp)
     return true;
 }
 
-/* Accept on cfg.listen_fd, after checking it is what we can serve on. */
+/* Accept on cfg.listen_fd, after checking it is what we can serve on: a
+ * passed fd of the wrong kind is an error at startup, not a busy loop. */
 static bool vu_socket_adopt(VuServer *s, GError **errp)
 {
     int fd = s->cfg.listen_fd;
@@ -1694,7 +1695,6 @@ static bool vu_socket_adopt(VuServer *s, GError **errp)
         return false;
     }
     s->listen_fd = fd;
-    s->cfg.listen_fd = -1;
     aio_set_fd_handler(s->cfg.main_ctx, fd, vu_accept, NULL, NULL, NULL, s);
     return true;
 }
@@ -1718,24 +1718,19 @@ VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
 {
     VuServer *s;
 
-    if (!cfg->listen_fd_set && (!cfg->socket_path || !cfg->socket_path[0])) {
+    if (!cfg->socket_path || !cfg->socket_path[0]) {
         g_set_error(errp, VB_ERROR, 0, "no socket path given");
         return NULL;
     }
     if (cfg->num_queues == 0 || cfg->num_queues > 64) {
         g_set_error(errp, VB_ERROR, 0, "%u queues: use 1 to 64",
                     cfg->num_queues);
-        if (cfg->listen_fd_set) {
-            close(cfg->listen_fd);
-        }
         return NULL;
     }
     s = g_new0(VuServer, 1);
     s->cfg = *cfg;
-    s->path = cfg->socket_path && cfg->socket_path[0] ?
-              g_strdup(cfg->socket_path) :
-              g_strdup_printf("fd:%d", cfg->listen_fd);
-    s->name = g_strdup(cfg->name ? cfg->name : s->path);
+    s->path = g_strdup(cfg->socket_path);
+    s->name = g_strdup(cfg->name ? cfg->name : cfg->socket_path);
     s->cfg.socket_path = s->path;
     s->cfg.name = s->name;
     if (!s->cfg.max_queue_size || s->cfg.max_queue_size > VIRTQUEUE_MAX_SIZE) {
@@ -1759,15 +1754,15 @@ VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
                               "vu-server-broken");
     s->drain_bh = aio_bh_new(cfg->main_ctx, vu_drain_bh, s,
                              "vu-server-drain");
-    if (cfg->listen_fd_set ? !vu_socket_adopt(s, errp) :
+    if (cfg->listen_fd > 0 ? !vu_socket_adopt(s, errp) :
                              !vu_socket_listen(s, errp)) {
-        if (s->cfg.listen_fd_set && s->cfg.listen_fd >= 0) {
-            close(s->cfg.listen_fd);
+        if (cfg->listen_fd > 0) {
+            close(cfg->listen_fd);      /* ours since the call */
         }
         vu_server_free(s);
         return NULL;
     }
-    if (cfg->listen_fd_set) {
+    if (cfg->listen_fd > 0) {
         info_report("%s: listening on %s (socket passed as fd %d, %u queues)",
                     s->name, s->path, s->listen_fd, cfg->num_queues);
     } else {

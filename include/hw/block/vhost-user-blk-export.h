@@ -21,13 +21,13 @@ typedef struct VuBlkExport VuBlkExport;
 #define VU_BLK_DEFAULT_BUDGET 128
 
 typedef struct VuBlkExportOptions {
-    const char *socket_path;
+    const char *socket_path;    /* or the name for log lines, with: */
+    int listen_fd;              /* > 0: inherited listening socket (taken
+                                 * over); 0: create socket_path */
     mode_t socket_mode;         /* 0 = 0600 */
     bool socket_chown;          /* see VuServerConfig */
     uid_t socket_uid;
     gid_t socket_gid;
-    bool listen_fd_set;         /* see VuServerConfig */
-    int listen_fd;
     BlockOptions blk;           /* what to open */
     VirtioBlkConf conf;         /* num_queues, queue_size, ... */
     AioContext *main_ctx;

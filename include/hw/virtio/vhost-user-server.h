@@ -64,6 +64,12 @@ typedef struct VuDeviceOps {
 /* Copied by vu_server_new() (queue_ctx included). */
 typedef struct VuServerConfig {
     const char *socket_path;
+    /* listen_fd >= 0: serve on this inherited listening unix socket
+     * (addr.type=fd, socket activation) instead of creating socket_path;
+     * the server owns it from then on and never unlinks anything.
+     * socket_path then only names the export in log lines.  Set it to -1
+     * otherwise (0 is stdin, never a listening socket we could take). */
+    int listen_fd;
     mode_t socket_mode;         /* 0 = 0600 */
     /* socket_chown: after bind, give the socket file to socket_uid and
      * socket_gid ((uid_t)-1 / (gid_t)-1 keeps that one; needs CAP_CHOWN
@@ -71,13 +77,6 @@ typedef struct VuServerConfig {
     bool socket_chown;
     uid_t socket_uid;
     gid_t socket_gid;
-    /* listen_fd_set: accept on listen_fd, a unix stream socket someone else
-     * made and already listens on (socket activation), instead of creating
-     * socket_path; socket_path may then be NULL (it names the socket in
-     * log lines only) and the socket file is never removed.  The server
-     * owns listen_fd from vu_server_new() on, even when it fails. */
-    bool listen_fd_set;
-    int listen_fd;
     const char *name;           /* for log lines (default: socket path) */
     unsigned int num_queues;    /* 1..64 */
     unsigned int max_queue_size; /* largest SET_VRING_NUM accepted */
