@@ -16,7 +16,7 @@ blkd=$(vb_bin vhost-blkd) || vb_bail "vhost-blkd is not built in $VHOST_BLK_BUIL
 bench=$(vb_bin vhost-blk-bench) || vb_bail "vhost-blk-bench is not built in $VHOST_BLK_BUILD"
 command -v python3 > /dev/null || vb_bail "python3 is not installed"
 
-python3 "$VB_FUNC/systemd-manager.py" "$blkd" "$bench" "$VB_TMP"
+python3 "$VB_FUNC/systemd-manager.py" test "$blkd" "$bench" "$VB_TMP"
 rc=$?
 [ $rc -eq 0 ] || VB_FAILED=1
 exit $rc
