@@ -57,8 +57,11 @@ vb_check_eq "the package holds the tools, units, man pages and example" \
 unresolved=$(ldd "$root/usr/sbin/vhost-blkd" "$root/usr/bin/vhost-blk-ctl" \
              "$root/usr/bin/vhost-blk-bench" 2>&1 | grep "not found")
 vb_check_eq "its programs' libraries are all found" "${unresolved:-none}" none
-vb_check "vhost-blkd --version runs from the package" \
-    "$root/usr/sbin/vhost-blkd" --version
+installed_version() {
+    "$root/usr/sbin/vhost-blkd" --version | sed 's/^/# /'
+    return "${PIPESTATUS[0]}"
+}
+vb_check "vhost-blkd --version runs from the package" installed_version
 manwarn=$(for m in "$root"/usr/share/man/man*/*.gz; do
               LC_ALL=C.UTF-8 man --warnings -l -Tutf8 "$m" 2>&1 > /dev/null
           done)
