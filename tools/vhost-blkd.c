@@ -756,6 +756,7 @@ int main(int argc, char **argv)
         .notify_fd = -1,
     };
     GError *err = NULL;
+    char **argv_orig = argv;
     int ret;
 
     log_set_program_name("vhost-blkd");
@@ -768,13 +769,19 @@ int main(int argc, char **argv)
 
     switch (vbd_parse_args(&d, argc, argv)) {
     case VBD_ARGS_DONE:
-        return 0;
+        ret = 0;
+        break;
     case VBD_ARGS_BAD:
-        return 1;
+        ret = 1;
+        break;
     case VBD_ARGS_RUN:
+    default:
+        ret = vbd_run(&d);
         break;
     }
-    ret = vbd_run(&d);
+    if (argv != argv_orig) {
+        g_strfreev(argv);       /* the --config expansion */
+    }
     g_ptr_array_free(d.specs, true);
     g_free(d.pidfile);
     g_free(d.runas_user);

@@ -102,6 +102,7 @@ static void test_expand(void)
     joined = g_strjoinv("|", argv);
     g_assert_cmpstr(joined, ==, "vhost-blkd|--log-level|debug|--iothreads|2|"
                     "--export|socket=/s,file=/f|--iothreads|4");
+    g_strfreev(argv);
 
     /* --config=FILE, and no --config at all leaves argv alone */
     {
@@ -112,6 +113,7 @@ static void test_expand(void)
         g_assert_true(config_file_expand_args(&c, &vp, &err));
         g_assert_cmpint(c, ==, 5);
         g_assert_cmpstr(vp[1], ==, "--iothreads");
+        g_strfreev(vp);
         vp = v;
         c = 1;
         g_assert_true(config_file_expand_args(&c, &vp, &err));
