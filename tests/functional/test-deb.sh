@@ -12,7 +12,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 
 vb_setup
-for tool in dpkg-buildpackage dh lintian systemd-analyze python3 git; do
+for tool in dpkg-buildpackage dh lintian systemd-analyze python3; do
     command -v "$tool" > /dev/null ||
         vb_bail "$tool is missing (scripts/install-deps.sh installs it)"
 done
@@ -20,8 +20,12 @@ done
 # --- build the .deb from the tree's files (not from build dirs) ---------
 src=$VB_TMP/pkg/vhost-blk
 mkdir -p "$src"
-(cd "$VB_ROOT" && git ls-files -z | tar --null -cf - -T -) | tar -xf - -C "$src" ||
-    vb_bail "copying the source tree failed"
+# The files git tracks; outside a git checkout, everything but build dirs.
+if git -C "$VB_ROOT" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+    (cd "$VB_ROOT" && git ls-files -z | tar --null -cf - -T -)
+else
+    (cd "$VB_ROOT" && tar --exclude='./build*' --exclude='./obj-*' -cf - .)
+fi | tar -xf - -C "$src" || vb_bail "copying the source tree failed"
 echo "# dpkg-buildpackage -b -us -uc (log: $VB_TMP/pkg/build.log)"
 if (cd "$src" && DEB_BUILD_OPTIONS="nocheck parallel=2" \
         dpkg-buildpackage -b -us -uc > ../build.log 2>&1); then
