@@ -287,6 +287,42 @@ def run_tests(blkd_path, bench_path, tmp_dir):
     ok("restart: second daemon exits 0", wait_exit(pid) == 0)
     ns.close()
 
+    # 3b. The QEMU syntax names the passed socket by number (addr.str=3).
+    helptext = subprocess.run([blkd, "--help"], capture_output=True,
+                              text=True).stdout
+    if "addr.type=fd" in helptext:
+        ns, npath = notify_socket("notify-fd")
+        sock = os.path.join(tmp, "byfd.sock")
+        held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        held.bind(sock)
+        held.listen(16)
+        log = os.path.join(tmp, "byfd.log")
+        pid = spawn([blkd, "--blockdev",
+                     f"driver=file,node-name=n0,filename={img}",
+                     "--export", "type=vhost-user-blk,id=e0,node-name=n0,"
+                     "addr.type=fd,addr.str=3,writable=on"], log,
+                    {"NOTIFY_SOCKET": npath}, pass_fd=held.fileno())
+        msg = recv_notify(ns)
+        try:
+            c = fe_connect(sock)
+            feats = fe_get_features(c)
+            c.close()
+        except OSError as e:
+            feats = f"connect: {e}"
+        ok("addr.type=fd,addr.str=3: READY=1, then served",
+           msg is not None and msg.startswith("READY=1") and
+           features_ok(feats), f"{msg!r} {feats!r}")
+        ok("addr.type=fd,addr.str=3: I/O verifies",
+           run_bench(sock, os.path.join(tmp, "bench3.log")) == 0)
+        os.kill(pid, signal.SIGTERM)
+        ok("addr.type=fd,addr.str=3: STOPPING=1, exit 0",
+           (recv_notify(ns) or "").startswith("STOPPING=1") and
+           wait_exit(pid) == 0)
+        ok("addr.type=fd,addr.str=3: the socket file is left to the manager",
+           os.path.exists(sock))
+        held.close()
+        ns.close()
+
     # 4. A broken environment is refused before anything is served.
     ns, npath = notify_socket("notify3")
     for env, want in (({"LISTEN_PID": "self", "LISTEN_FDS": "x"},
