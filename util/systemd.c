@@ -138,6 +138,19 @@ static bool systemd_fd_is_unix_listener(int fd, const char *path)
     return len == plen && memcmp(sa.sun_path, path, plen) == 0;
 }
 
+/* An event loop accepts on it: never block in accept(). */
+static bool systemd_fd_set_nonblock(int fd, GError **errp)
+{
+    int fl = fcntl(fd, F_GETFL);
+
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "fd %d from the service manager: "
+                    "fcntl: %s", fd, g_strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 int systemd_sockets_take_path(SystemdSockets *s, const char *path,
                               GError **errp)
 {
@@ -151,6 +164,9 @@ int systemd_sockets_take_path(SystemdSockets *s, const char *path,
             g_set_error(errp, VB_ERROR, 0, "socket %s (fd %d from the "
                         "service manager) is already used by another export",
                         path, fd);
+            return -1;
+        }
+        if (!systemd_fd_set_nonblock(fd, errp)) {
             return -1;
         }
         s->taken[i] = true;

@@ -1663,42 +1663,6 @@ static bool vu_socket_listen(VuServer *s, GError **errp)
     return true;
 }
 
-/* Accept on cfg.listen_fd, after checking it is what we can serve on: a
- * passed fd of the wrong kind is an error at startup, not a busy loop. */
-static bool vu_socket_adopt(VuServer *s, GError **errp)
-{
-    int fd = s->cfg.listen_fd;
-    int type = 0, domain = 0, acc = 0;
-    socklen_t len = sizeof(int);
-    int flags;
-
-    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0) {
-        g_set_error(errp, VB_ERROR, 0, "fd %d is not a socket: %s", fd,
-                    g_strerror(errno));
-        return false;
-    }
-    len = sizeof(int);
-    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len);
-    len = sizeof(int);
-    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len);
-    if (domain != AF_UNIX || type != SOCK_STREAM || !acc) {
-        g_set_error(errp, VB_ERROR, 0, "fd %d is not a listening unix stream "
-                    "socket (vhost-user passes fds over unix sockets; in a "
-                    ".socket unit use ListenStream=/path)", fd);
-        return false;
-    }
-    flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
-        fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-        g_set_error(errp, VB_ERROR, 0, "fd %d: fcntl: %s", fd,
-                    g_strerror(errno));
-        return false;
-    }
-    s->listen_fd = fd;
-    aio_set_fd_handler(s->cfg.main_ctx, fd, vu_accept, NULL, NULL, NULL, s);
-    return true;
-}
-
 static void vu_socket_unlink(VuServer *s)
 {
     struct stat st;
@@ -1754,21 +1718,16 @@ VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
                               "vu-server-broken");
     s->drain_bh = aio_bh_new(cfg->main_ctx, vu_drain_bh, s,
                              "vu-server-drain");
-    if (cfg->listen_fd > 0 ? !vu_socket_adopt(s, errp) :
-                             !vu_socket_listen(s, errp)) {
-        if (cfg->listen_fd > 0) {
-            close(cfg->listen_fd);      /* ours since the call */
-        }
+    if (cfg->listen_fd > 0) {
+        s->listen_fd = cfg->listen_fd;
+        aio_set_fd_handler(cfg->main_ctx, s->listen_fd, vu_accept, NULL,
+                           NULL, NULL, s);
+    } else if (!vu_socket_listen(s, errp)) {
         vu_server_free(s);
         return NULL;
     }
-    if (cfg->listen_fd > 0) {
-        info_report("%s: listening on %s (socket passed as fd %d, %u queues)",
-                    s->name, s->path, s->listen_fd, cfg->num_queues);
-    } else {
-        info_report("%s: listening on %s (%u queues)", s->name, s->path,
-                    cfg->num_queues);
-    }
+    info_report("%s: listening on %s (%u queues)", s->name, s->path,
+                cfg->num_queues);
     return s;
 }
 

@@ -35,9 +35,9 @@ bool systemd_sockets_init(SystemdSockets *s, GError **errp);
 /* Free what init allocated; the fds stay open (their users own them). */
 void systemd_sockets_clear(SystemdSockets *s);
 /*
- * The passed listening unix stream socket bound to @path, marked taken;
- * -1 when none is (the caller then creates its own socket).  Taking one
- * twice is an error (two exports on one socket).
+ * The passed listening unix stream socket bound to @path, marked taken and
+ * made non-blocking; -1 when none is (the caller then creates its own
+ * socket).  Taking one twice is an error (two exports on one socket).
  */
 int systemd_sockets_take_path(SystemdSockets *s, const char *path,
                               GError **errp);

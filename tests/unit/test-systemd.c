@@ -176,8 +176,10 @@ static void test_take(void)
     g_assert_cmpstr(s.names[1], ==, "vm2");
     g_assert_cmpint(fcntl(3, F_GETFD) & FD_CLOEXEC, ==, FD_CLOEXEC);
 
-    /* by path; a second export on the same path is refused */
+    /* by path (made non-blocking); a second export on the path is refused */
+    g_assert_cmpint(fcntl(4, F_GETFL) & O_NONBLOCK, ==, 0);
     g_assert_cmpint(systemd_sockets_take_path(&s, p1, &err), ==, 4);
+    g_assert_cmpint(fcntl(4, F_GETFL) & O_NONBLOCK, ==, O_NONBLOCK);
     g_assert_cmpint(systemd_sockets_take_path(&s, p1, &err), ==, -1);
     g_assert_nonnull(strstr(err->message, "already used"));
     g_clear_error(&err);
