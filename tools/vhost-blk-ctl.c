@@ -953,33 +953,37 @@ static int ctl_cmd_log_level(Ctl *c, int argc, char **argv)
     return 0;
 }
 
-static int ctl_cmd_qmp(Ctl *c, int argc, char **argv)
+/* qmp's arguments, checked before connecting: NULL when none given. */
+static JsonNode *ctl_qmp_args(int argc, char **argv)
 {
-    g_autofree char *cls = NULL, *desc = NULL;
-    g_autoptr(JsonNode) r = NULL;
-    JsonNode *args = NULL;
+    g_autoptr(JsonParser) p = json_parser_new();
+    GError *err = NULL;
 
     if (argc < 1 || argc > 2) {
         ctl_usage_error("qmp: give COMMAND and optionally its arguments as "
                         "a JSON object");
     }
-    if (argc == 2) {
-        g_autoptr(JsonParser) p = json_parser_new();
-        GError *err = NULL;
-
-        if (!json_parser_load_from_data(p, argv[1], -1, &err)) {
-            ctl_usage_error("qmp %s: the arguments are not JSON: %s",
-                            argv[0], err->message);
-        }
-        if (!JSON_NODE_HOLDS_OBJECT(json_parser_get_root(p))) {
-            ctl_usage_error("qmp %s: the arguments must be a JSON object, "
-                            "e.g. '{\"id\": \"vm1\"}'", argv[0]);
-        }
-        args = json_node_copy(json_parser_get_root(p));
+    if (argc == 1) {
+        return NULL;
     }
-    r = ctl_execute(c, argv[0], args, &cls, &desc);
+    if (!json_parser_load_from_data(p, argv[1], -1, &err)) {
+        ctl_usage_error("qmp %s: the arguments are not JSON: %s", argv[0],
+                        err->message);
+    }
+    if (!JSON_NODE_HOLDS_OBJECT(json_parser_get_root(p))) {
+        ctl_usage_error("qmp %s: the arguments must be a JSON object, e.g. "
+                        "'{\"id\": \"vm1\"}'", argv[0]);
+    }
+    return json_node_copy(json_parser_get_root(p));
+}
+
+static int ctl_cmd_qmp(Ctl *c, const char *cmd, JsonNode *args)
+{
+    g_autofree char *cls = NULL, *desc = NULL;
+    g_autoptr(JsonNode) r = ctl_execute(c, cmd, args, &cls, &desc);
+
     if (!r) {
-        fprintf(stderr, "%s: %s: %s: %s\n", prog, argv[0], cls, desc);
+        fprintf(stderr, "%s: %s: %s: %s\n", prog, cmd, cls, desc);
         return 1;
     }
     ctl_print_json(r);
@@ -999,6 +1003,7 @@ int main(int argc, char **argv)
     };
     Ctl c = { .fd = -1, .timeout_ms = 30000 };
     g_autofree char *inst_path = NULL;
+    JsonNode *qmp_args = NULL;
     const char *cmd;
     int opt, ret;
 
@@ -1065,6 +1070,9 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "exports") && argc > 0) {
         ctl_usage_error("exports takes no arguments");
     }
+    if (!strcmp(cmd, "qmp")) {
+        qmp_args = ctl_qmp_args(argc, argv);
+    }
 
     signal(SIGPIPE, SIG_IGN);
     c.in = g_string_new(NULL);
@@ -1085,7 +1093,7 @@ int main(int argc, char **argv)
     } else if (!strcmp(cmd, "log-level")) {
         ret = ctl_cmd_log_level(&c, argc, argv);
     } else {
-        ret = ctl_cmd_qmp(&c, argc, argv);
+        ret = ctl_cmd_qmp(&c, argv[0], qmp_args);
     }
     close(c.fd);
     g_string_free(c.in, true);

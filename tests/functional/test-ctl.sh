@@ -63,8 +63,14 @@ vb_check "  ...shows d1, 32M, active" \
     grep -Eq "^d1 +vhost-user-blk +d1 +32M +no +active +$img1$" "$out"
 run "add d1 again: the daemon's error" 1 "$ctl" add d1 "$img1" --socket "$sock1"
 
+# bench ARGS...: vhost-blk-bench with its report as TAP comments.
+bench() {
+    "$bench" "$@" 2>&1 | sed 's/^/#   /'
+    return "${PIPESTATUS[0]}"
+}
+
 vb_check "vhost-blk-bench: 3000 verified requests on d1" \
-    "$bench" --socket "$sock1" --queues 2 --rw randrw --verify --ios 3000 \
+    bench --socket "$sock1" --queues 2 --rw randrw --verify --ios 3000 \
     --size 8M --bs 4k
 run "stats" 0 "$ctl" stats
 reads=$(awk '$1 == "d1" { print $2 }' "$out")
@@ -103,7 +109,7 @@ run "resize with a bad size" 2 "$ctl" resize d1 12Q
 
 run "log-level debug" 0 "$ctl" log-level debug
 vb_check "vhost-blk-bench after log-level debug: 100 requests" \
-    "$bench" --socket "$sock1" --ios 100 --size 1M
+    bench --socket "$sock1" --ios 100 --size 1M
 vb_check "  ...the daemon now logs vhost-user messages (debug)" \
     grep -q "debug:" "$VB_TMP/blkd.log"
 run "log-level loud: refused" 2 "$ctl" log-level loud
