@@ -25,6 +25,13 @@
  * and checks every read against that table.  When the job reads, a
  * sequential fill pass writes the whole slice first.
  *
+ * Kernel mode (--vhost-dev /dev/vhost-blk --file IMAGE) drives the
+ * vhost_blk module instead: the same library lays out the same rings in
+ * this process's memory, which the module sees as the guest memory
+ * (VHOST_SET_MEM_TABLE maps it 1:1 to our addresses), and the image is
+ * attached to every queue with VHOST_BLK_SET_BACKEND.  Everything else
+ * (workers, --verify, the figures) is the same code as for vhost-user.
+ *
  * The client's own CPU time (getrusage RUSAGE_THREAD per worker) is
  * reported next to the I/O figures so that its cost is not mistaken for
  * the server's.
@@ -35,7 +42,10 @@
 #include <endian.h>
 #include <getopt.h>
 #include <math.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define BENCH_SECTOR 512
@@ -64,6 +74,11 @@ static const char *const bench_rw_names[] = {
 
 typedef struct BenchOptions {
     const char *socket;
+    const char *vhost_dev;      /* kernel mode */
+    const char *file;
+    bool read_only;
+    bool buffered;
+    int file_fd;
     BenchRw rw;
     unsigned int rwmixread;     /* percent of reads for randrw */
     uint64_t bs;
@@ -705,7 +720,7 @@ static void bench_print_json(const BenchOptions *o, const BenchResult *r,
     double cpu = r->cpu_user + r->cpu_sys;
 
     printf("{\"socket\": ");
-    bench_print_json_string(o->socket);
+    bench_print_json_string(o->socket ? o->socket : o->file);
     printf(", \"rw\": \"%s\", \"rwmixread\": %u, \"bs\": %" PRIu64
            ", \"iodepth\": %u, \"queues\": %u, \"queue_size\": %u"
            ", \"size\": %" PRIu64 ", \"verify\": %s, \"poll\": %s",
@@ -770,11 +785,19 @@ static void bench_usage(FILE *f)
 {
     fprintf(f,
 "Usage: vhost-blk-bench --socket PATH [options]\n"
+"       vhost-blk-bench --vhost-dev /dev/vhost-blk --file IMAGE [options]\n"
 "\n"
-"Drive a vhost-user-blk back-end (vhost-blkd, qemu-storage-daemon) as a VM's\n"
-"virtio-blk driver would, and measure it.  One thread per queue.\n"
+"Drive a vhost-user-blk back-end (vhost-blkd, qemu-storage-daemon) or the\n"
+"vhost_blk kernel module as a VM's virtio-blk driver would, and measure it.\n"
+"One thread per queue.\n"
 "\n"
 "  --socket PATH        vhost-user-blk socket of the back-end\n"
+"  --vhost-dev PATH     kernel mode: the vhost_blk device (/dev/vhost-blk);\n"
+"                       this process's memory is the guest memory\n"
+"  --file IMAGE         kernel mode: raw image file or block device the\n"
+"                       module serves (opened O_DIRECT unless --buffered)\n"
+"  --read-only          kernel mode: open IMAGE read-only\n"
+"  --buffered           kernel mode: open IMAGE without O_DIRECT\n"
 "  --rw MODE            read|write|randread|randwrite|randrw (default randread)\n"
 "  --rwmixread N        randrw: percent of reads (default 50)\n"
 "  --bs N               block size, multiple of 512 (default 4k)\n"
@@ -800,11 +823,16 @@ static void bench_usage(FILE *f)
 
 static int bench_parse_args(int argc, char **argv, BenchOptions *o)
 {
-    enum { OPT_SOCKET = 256, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
+    enum { OPT_SOCKET = 256, OPT_VHOST_DEV, OPT_FILE, OPT_READ_ONLY,
+           OPT_BUFFERED, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
            OPT_POLL, OPT_SEED };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
+        { "vhost-dev", required_argument, NULL, OPT_VHOST_DEV },
+        { "file", required_argument, NULL, OPT_FILE },
+        { "read-only", no_argument, NULL, OPT_READ_ONLY },
+        { "buffered", no_argument, NULL, OPT_BUFFERED },
         { "rw", required_argument, NULL, OPT_RW },
         { "rwmixread", required_argument, NULL, OPT_MIX },
         { "bs", required_argument, NULL, OPT_BS },
@@ -825,7 +853,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
 
     *o = (BenchOptions) {
         .rw = BENCH_RW_RANDREAD, .rwmixread = 50, .bs = 4096, .iodepth = 32,
-        .queues = 1, .runtime = 5, .seed = 1,
+        .queues = 1, .runtime = 5, .seed = 1, .file_fd = -1,
     };
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *end;
@@ -834,6 +862,18 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         switch (c) {
         case OPT_SOCKET:
             o->socket = optarg;
+            break;
+        case OPT_VHOST_DEV:
+            o->vhost_dev = optarg;
+            break;
+        case OPT_FILE:
+            o->file = optarg;
+            break;
+        case OPT_READ_ONLY:
+            o->read_only = true;
+            break;
+        case OPT_BUFFERED:
+            o->buffered = true;
             break;
         case OPT_RW:
             for (i = 0; i < ARRAY_SIZE(bench_rw_names); i++) {
@@ -933,9 +973,15 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
                 argv[optind]);
         return 2;
     }
-    if (!o->socket) {
-        fprintf(stderr, "vhost-blk-bench: --socket PATH is required "
-                "(see --help)\n");
+    if (!o->socket == !o->vhost_dev) {
+        fprintf(stderr, "vhost-blk-bench: give either --socket PATH or "
+                "--vhost-dev PATH --file IMAGE (see --help)\n");
+        return 2;
+    }
+    if (!o->vhost_dev != !o->file ||
+        (!o->vhost_dev && (o->read_only || o->buffered))) {
+        fprintf(stderr, "vhost-blk-bench: --file, --read-only and --buffered "
+                "go with --vhost-dev, which needs --file\n");
         return 2;
     }
     if (o->verify && o->bs < sizeof(BenchVerifyHdr) + 8) {
@@ -957,10 +1003,46 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
     return 0;
 }
 
+/* Kernel mode: open the image, learn its size. */
+static bool bench_open_file(BenchOptions *o, uint64_t *capacity, GError **errp)
+{
+    int flags = (o->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC |
+                (o->buffered ? 0 : O_DIRECT);
+    struct stat st;
+
+    o->file_fd = open(o->file, flags);
+    if (o->file_fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: %s%s", o->file, g_strerror(errno),
+                    errno == EINVAL && !o->buffered ?
+                    " (no O_DIRECT on this file system? try --buffered)" : "");
+        return false;
+    }
+    if (fstat(o->file_fd, &st) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: %s", o->file, g_strerror(errno));
+        return false;
+    }
+    if (S_ISBLK(st.st_mode)) {
+        if (ioctl(o->file_fd, BLKGETSIZE64, capacity) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "%s: BLKGETSIZE64: %s", o->file,
+                        g_strerror(errno));
+            return false;
+        }
+    } else if (S_ISREG(st.st_mode)) {
+        *capacity = st.st_size;
+    } else {
+        g_set_error(errp, VB_ERROR, 0, "%s: not a regular file or block "
+                    "device", o->file);
+        return false;
+    }
+    *capacity -= *capacity % BENCH_SECTOR;
+    return true;
+}
+
 static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
 {
     VhostUserFrontendOptions fo = {
         .socket_path = o->socket,
+        .vhost_dev = o->vhost_dev,
         .connect_timeout_ms = 5000,
         .num_queues = o->queues,
         .queue_size = o->queue_size,
@@ -975,10 +1057,29 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
                                 (uint64_t)o->queues * o->queue_size * 64,
                                 2ull << 20);
     fo.mem_size = MAX(fo.mem_size, 64ull << 20);
+    if (o->vhost_dev) {
+        if (!bench_open_file(o, &capacity, errp)) {
+            return NULL;
+        }
+        fo.kernel_backend_fd = o->file_fd;
+    }
     fe = vhost_user_frontend_new(&fo, errp);
     if (!fe) {
-        g_prefix_error(errp, "%s: ", o->socket);
+        if (o->socket) {
+            g_prefix_error(errp, "%s: ", o->socket);
+        }
         return NULL;
+    }
+    if (o->vhost_dev) {
+        /* No config space: the image is ours. */
+        if (!o->size) {
+            o->size = capacity;
+        } else if (o->size > capacity) {
+            g_set_error(errp, VB_ERROR, 0, "--size %" PRIu64 " is larger than "
+                        "%s (%" PRIu64 " bytes)", o->size, o->file, capacity);
+            goto fail;
+        }
+        goto sized;
     }
     if (vhost_user_frontend_num_queues(fe) < o->queues) {
         g_set_error(errp, VB_ERROR, 0, "%s: the back-end offers %u queue(s), "
@@ -1002,6 +1103,7 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
             goto fail;
         }
     }
+sized:
     if (o->size / o->bs / o->queues == 0) {
         g_set_error(errp, VB_ERROR, 0, "the disk (%" PRIu64 " bytes) has "
                     "fewer blocks of %" PRIu64 " bytes than queues", o->size,
@@ -1107,5 +1209,8 @@ int main(int argc, char **argv)
         bench_worker_destroy(&w[q]);
     }
     vhost_user_frontend_free(fe);
+    if (o.file_fd >= 0) {
+        close(o.file_fd);
+    }
     return ret;
 }
