@@ -12,7 +12,7 @@
  * Per-queue parallelism: the 6.1 vhost core runs one worker kthread per
  * device, and every kick of every queue is a work item on it.  Serving the
  * rings there would serialise all queues on one CPU.  Here each attached
- * queue has its own kthread ("vhost-blk-<pid>-q<n>") that adopts the
+ * queue has its own kthread ("vblk-<pid>-q<n>") that adopts the
  * owner's mm and does all the ring work of that queue; the core's worker
  * only runs the kick handler, which sets a bit and wakes the queue's
  * thread.  Queues therefore proceed in parallel, each on whatever CPU the
@@ -60,6 +60,7 @@
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/rcupdate.h>
 #include <linux/sched/mm.h>
 #include <linux/slab.h>
 #include <linux/uio.h>
@@ -192,15 +193,23 @@ static void vhost_blk_rw_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *r
 			 ok && req->in ? req->len : 0);
 }
 
-/* ki_complete: any context; only queue the request for the thread. */
+/*
+ * ki_complete: any context; only queue the request for the thread.  Once
+ * the request is on the list the thread may finish it and a detach may
+ * return, so what follows the llist_add() runs under RCU and teardown waits
+ * for a grace period (vhost_blk_detach) before stopping the thread or
+ * freeing the device.
+ */
 static void vhost_blk_rw_done(struct kiocb *iocb, long ret)
 {
 	struct vhost_blk_req *req = container_of(iocb, struct vhost_blk_req, iocb);
 	struct vhost_blk_vq *bq = req->bq;
 
 	req->res = ret;
+	rcu_read_lock();
 	llist_add(&req->node, &bq->done);
-	wake_up_process(bq->thread);
+	wake_up_process(READ_ONCE(bq->thread));
+	rcu_read_unlock();
 }
 
 /* Queue thread, vq mutex held. */
@@ -535,6 +544,8 @@ static void vhost_blk_detach(struct vhost_blk_vq *bq)
 		return;
 	/* The thread keeps reaping completions while we wait. */
 	wait_event(bq->drain_wq, atomic_read(&bq->inflight) == 0);
+	/* ... and no completion callback still holds a pointer to us. */
+	synchronize_rcu();
 	mutex_lock(&vq->mutex);
 	vhost_blk_reap(bq);
 	vhost_blk_flush_used(bq);
@@ -583,7 +594,7 @@ static long vhost_blk_attach(struct vhost_blk *b, struct vhost_blk_vq *bq, int f
 		goto err_file;
 
 	if (!bq->thread) {
-		t = kthread_create(vhost_blk_thread, bq, "vhost-blk-%d-q%u",
+		t = kthread_create(vhost_blk_thread, bq, "vblk-%d-q%u",
 				   current->pid, bq->index);
 		if (IS_ERR(t)) {
 			ret = PTR_ERR(t);

@@ -28,6 +28,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #define KC_QSIZE 64
 #define KC_HI 32                /* hand-built chains use descriptors >= this */
@@ -872,11 +873,138 @@ static bool kc_h_detach_inflight(Kc *k)
     return true;
 }
 
+
+/* ---------------------------------------------------- hostile VMM (ioctls) */
+
+static int kc_dev_open(void)
+{
+    return open(kc_dev, O_RDWR | O_CLOEXEC);
+}
+
+static bool kc_v_open_close(Kc *k)
+{
+    int fd = kc_dev_open();
+
+    if (fd < 0) {
+        KC_FAIL("open %s: %s", kc_dev, strerror(errno));
+    }
+    close(fd);
+    return true;
+}
+
+static bool kc_v_no_owner(Kc *k)
+{
+    struct vhost_vring_file f = { .index = 0 };
+    int fd = kc_dev_open(), img = open(kc_file, O_RDWR);
+    bool ok;
+
+    f.fd = img;
+    ok = ioctl(fd, VHOST_BLK_SET_BACKEND, &f) < 0 && errno == EPERM;
+    close(img);
+    close(fd);
+    if (!ok) {
+        KC_FAIL("SET_BACKEND before SET_OWNER was not refused with EPERM");
+    }
+    return true;
+}
+
+static bool kc_v_bad_backends(Kc *k)
+{
+    struct vhost_vring_file f = { .index = 0 };
+    int fd = kc_dev_open();
+    int pipefd[2] = { -1, -1 };
+    int dir = open("/", O_RDONLY | O_DIRECTORY);
+    int app = open(kc_file, O_RDWR | O_APPEND);
+    int wo = open(kc_file, O_WRONLY);
+    uint64_t bad = 1ULL << 63;
+    bool ok = true;
+
+    if (fd < 0 || ioctl(fd, VHOST_SET_OWNER) < 0 || pipe(pipefd) < 0) {
+        ok = false;
+        snprintf(kc_why, sizeof(kc_why), "setup: %s", strerror(errno));
+    }
+    /* no ring set up: the attach must fail, not touch address 0 */
+    {
+        int img = open(kc_file, O_RDWR);
+
+        f.fd = img;
+        if (ok && ioctl(fd, VHOST_BLK_SET_BACKEND, &f) == 0) {
+            ok = false;
+            snprintf(kc_why, sizeof(kc_why), "attach without a ring worked");
+        }
+        close(img);
+    }
+    f.fd = pipefd[0];
+    if (ok && (ioctl(fd, VHOST_BLK_SET_BACKEND, &f) == 0 || errno != EINVAL)) {
+        ok = false;
+        snprintf(kc_why, sizeof(kc_why), "a pipe was not refused with EINVAL");
+    }
+    f.fd = dir;
+    if (ok && (ioctl(fd, VHOST_BLK_SET_BACKEND, &f) == 0 || errno != EINVAL)) {
+        ok = false;
+        snprintf(kc_why, sizeof(kc_why), "a directory was not refused");
+    }
+    f.fd = app;
+    if (ok && (ioctl(fd, VHOST_BLK_SET_BACKEND, &f) == 0 || errno != EINVAL)) {
+        ok = false;
+        snprintf(kc_why, sizeof(kc_why), "an O_APPEND fd was not refused");
+    }
+    f.fd = wo;
+    if (ok && (ioctl(fd, VHOST_BLK_SET_BACKEND, &f) == 0 || errno != EINVAL)) {
+        ok = false;
+        snprintf(kc_why, sizeof(kc_why), "a write-only fd was not refused");
+    }
+    if (ok && (ioctl(fd, VHOST_SET_FEATURES, &bad) == 0 ||
+               errno != EOPNOTSUPP)) {
+        ok = false;
+        snprintf(kc_why, sizeof(kc_why), "an unknown feature bit was accepted");
+    }
+    close(pipefd[0]);
+    close(pipefd[1]);
+    close(dir);
+    close(app);
+    close(wo);
+    close(fd);
+    return ok;
+}
+
+/* RESET_OWNER with requests in flight, then close. */
+static bool kc_v_reset_inflight(Kc *k)
+{
+    if (!kc_h_close_inflight(k)) {
+        return false;
+    }
+    if (ioctl(vhost_user_frontend_kernel_fd(k->fe), VHOST_RESET_OWNER) < 0) {
+        KC_FAIL("VHOST_RESET_OWNER: %s", strerror(errno));
+    }
+    return true;
+}
+
+/* A second process (a fork) may not drive the device. */
+static bool kc_v_other_process(Kc *k)
+{
+    struct vhost_vring_file f = { .index = 0, .fd = -1 };
+    int kfd = vhost_user_frontend_kernel_fd(k->fe);
+    pid_t pid = fork();
+    int st;
+
+    if (pid == 0) {
+        _exit(ioctl(kfd, VHOST_BLK_SET_BACKEND, &f) < 0 && errno == EPERM ?
+              0 : 1);
+    }
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+        WEXITSTATUS(st) != 0) {
+        KC_FAIL("a child process could detach the owner's image");
+    }
+    return kc_rw(k, 32, 4096, 0x33);
+}
+
 typedef struct KcCase {
     const char *name;
     bool (*fn)(Kc *k);
     bool read_only;
     bool hostile;
+    bool raw;                   /* fn opens what it needs */
 } KcCase;
 
 static const KcCase kc_cases[] = {
@@ -915,6 +1043,11 @@ static const KcCase kc_cases[] = {
     { "hostile-duplicate-head", kc_h_dup_head, false, true },
     { "hostile-close-in-flight", kc_h_close_inflight, false, true },
     { "hostile-detach-in-flight", kc_h_detach_inflight, false, true },
+    { "vmm-open-close", kc_v_open_close, false, true, true },
+    { "vmm-backend-without-owner", kc_v_no_owner, false, true, true },
+    { "vmm-bad-backends", kc_v_bad_backends, false, true, true },
+    { "vmm-reset-owner-in-flight", kc_v_reset_inflight, false, true },
+    { "vmm-other-process", kc_v_other_process, false, true },
 };
 
 static bool kc_run(const KcCase *c)
@@ -923,7 +1056,7 @@ static bool kc_run(const KcCase *c)
     bool ok;
 
     kc_why[0] = 0;
-    ok = kc_open(&k, c->read_only, 0) && c->fn(&k);
+    ok = (c->raw || kc_open(&k, c->read_only, 0)) && c->fn(&k);
     kc_close(&k);
     /* after a hostile case a fresh device must still work */
     if (ok && c->hostile) {

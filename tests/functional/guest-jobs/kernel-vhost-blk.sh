@@ -74,6 +74,22 @@ if [ "${vbkquick:-0}" != 1 ]; then
             $v --bs \$bs --queues 1 --iodepth 32 || exit 1; done"
 fi
 
+# one kthread per queue: 4 queues -> vblk-<pid>-q0..q3 while the bench runs
+/usr/bin/vhost-blk-bench --vhost-dev /dev/vhost-blk --file /tmp/img --buffered \
+    --queues 4 --rw randread --runtime 120 > /dev/null 2>&1 &
+bp=$!
+n=0
+i=0
+while [ $i -lt 600 ] && kill -0 $bp 2>/dev/null; do
+    n=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^vblk-[0-9]*-q[0-3]$')
+    [ "$n" -ge 4 ] && break
+    usleep 100000
+    i=$((i + 1))
+done
+kill $bp 2>/dev/null
+wait $bp 2>/dev/null
+vb_info queue_threads "$n"
+
 # read-only: reads work, the write job fails with I/O errors
 step bench_ro_read bench --file "$dev" --read-only --rw randread --ios 500 --queues 2
 step_fails bench_ro_write_refused bench --file "$dev" --read-only --rw randwrite --ios 50
