@@ -58,20 +58,21 @@ truncate -s 64M /tmp/img
 kcheck kcheck_file --file /tmp/img --buffered
 kcheck kcheck_bdev --file "$dev" --block
 
-# bench --verify, randrw, sizes from 512 bytes to 64 KiB, 1 and 4 queues
+# bench --verify, randrw with mixed sizes inside each run (--bs 512
+# --bs-max 64k: every request covers 1 to 128 random sectors), 1 and 4
+# queues, then fixed 4 KiB and 128 KiB runs
 v="--verify --rw randrw --ios 1500"
-step bench_file_q1_4k bench --file /tmp/img --buffered $v --bs 4k --queues 1 --iodepth 16
-step bench_file_q4_mixed sh -c "for bs in 512 16k 64k; do
-    /usr/bin/vhost-blk-bench --vhost-dev /dev/vhost-blk --file /tmp/img --buffered \
-        $v --bs \$bs --queues 4 --iodepth 8 --seed \$RANDOM || exit 1; done"
-step bench_bdev_q1_4k bench --file "$dev" $v --bs 4k --queues 1 --iodepth 16
-step bench_bdev_q4_mixed sh -c "for bs in 512 16k 64k; do
-    /usr/bin/vhost-blk-bench --vhost-dev /dev/vhost-blk --file $dev \
-        $v --bs \$bs --queues 4 --iodepth 8 --seed \$RANDOM || exit 1; done"
+step bench_file_q1_mixed bench --file /tmp/img --buffered $v --bs 512 --bs-max 64k --queues 1 --iodepth 16
+step bench_file_q4_mixed bench --file /tmp/img --buffered $v --bs 512 --bs-max 64k --queues 4 --iodepth 8 --seed 7
+step bench_bdev_q1_mixed bench --file "$dev" $v --bs 512 --bs-max 64k --queues 1 --iodepth 16
+step bench_bdev_q4_mixed bench --file "$dev" $v --bs 512 --bs-max 64k --queues 4 --iodepth 8 --seed 7
 if [ "${vbkquick:-0}" != 1 ]; then
-    step bench_file_q1_mixed sh -c "for bs in 512 8k 128k; do
+    step bench_file_fixed sh -c "for bs in 4k 128k; do
         /usr/bin/vhost-blk-bench --vhost-dev /dev/vhost-blk --file /tmp/img --buffered \
-            $v --bs \$bs --queues 1 --iodepth 32 || exit 1; done"
+            $v --bs \$bs --queues 2 --iodepth 16 || exit 1; done"
+    step bench_bdev_fixed sh -c "for bs in 4k 128k; do
+        /usr/bin/vhost-blk-bench --vhost-dev /dev/vhost-blk --file $dev \
+            $v --bs \$bs --queues 2 --iodepth 16 || exit 1; done"
 fi
 
 # one kthread per queue: 4 queues -> vblk-<pid>-q0..q3 while the bench runs
