@@ -1005,6 +1005,7 @@ typedef struct KcCase {
     bool read_only;
     bool hostile;
     bool raw;                   /* fn opens what it needs */
+    uint64_t features;          /* 0 = the library's default set */
 } KcCase;
 
 static const KcCase kc_cases[] = {
@@ -1017,6 +1018,9 @@ static const KcCase kc_cases[] = {
     { "unsupported-type", kc_case_unsupported },
     { "write-cache", kc_case_write_cache },
     { "read-only", kc_case_read_only, true },
+    { "no-event-idx", kc_case_rw, .features = (1ULL << VIRTIO_F_VERSION_1) |
+      (1ULL << VIRTIO_BLK_F_FLUSH) | (1ULL << VIRTIO_RING_F_INDIRECT_DESC) },
+    { "minimal-features", kc_case_rw, .features = 1ULL << VIRTIO_F_VERSION_1 },
     { "hostile-data-outside-memory", kc_h_data_outside, false, true },
     { "hostile-data-past-region", kc_h_data_past_region, false, true },
     { "hostile-header-outside-memory", kc_h_header_outside, false, true },
@@ -1056,7 +1060,7 @@ static bool kc_run(const KcCase *c)
     bool ok;
 
     kc_why[0] = 0;
-    ok = (c->raw || kc_open(&k, c->read_only, 0)) && c->fn(&k);
+    ok = (c->raw || kc_open(&k, c->read_only, c->features)) && c->fn(&k);
     kc_close(&k);
     /* after a hostile case a fresh device must still work */
     if (ok && c->hostile) {
