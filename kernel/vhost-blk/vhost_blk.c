@@ -71,8 +71,10 @@
 #include "../../include/uapi/linux/vhost_blk.h"
 
 #define VHOST_BLK_SECTOR_SHIFT 9
-/* Requests a queue thread takes from the ring before it looks at its
- * completions again (fairness between submission and completion). */
+/*
+ * Requests a queue thread takes from the ring before it looks at its
+ * completions again (fairness between submission and completion).
+ */
 #define VHOST_BLK_BATCH 64
 
 enum {
