@@ -479,6 +479,13 @@ static int vhost_blk_thread(void *data)
 	for (;;) {
 		bool kicked;
 
+		/*
+		 * set_current_state() is a full barrier before the checks
+		 * below; it pairs with wake_up_process() after set_bit() in
+		 * vhost_blk_handle_kick() and after llist_add() in
+		 * vhost_blk_rw_done(): either we see their work here or their
+		 * wake-up finds us no longer running and makes us runnable.
+		 */
 		set_current_state(TASK_INTERRUPTIBLE);
 		if (kthread_should_stop()) {
 			__set_current_state(TASK_RUNNING);
