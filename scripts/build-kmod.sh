@@ -182,7 +182,10 @@ cp "$VDIR/source" "$B/vhost-core-source"
 touch "$B/.complete"
 rm -rf "$OUT"
 mv "$B" "$OUT"
-# Keep the 4 newest builds.
-ls -dt "$CACHE"/build-*/ 2>/dev/null | tail -n +5 | xargs -r rm -rf
+# Keep the 4 newest builds, and any used in the last hour (another checkout
+# may be about to load it).
+ls -dt "$CACHE"/build-*/ 2>/dev/null | tail -n +5 | while read -r d; do
+    if [ -n "$(find "$d" -maxdepth 0 -mmin +60)" ]; then rm -rf "$d"; fi
+done
 log "built $OUT/kernel/vhost-blk/vhost_blk.ko"
 print_result
