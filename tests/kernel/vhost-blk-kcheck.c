@@ -32,7 +32,7 @@
 
 #define KC_QSIZE 64
 #define KC_HI 32                /* hand-built chains use descriptors >= this */
-#define KC_WAIT_STEPS 300       /* x 100 ms: a hang detector, not a timing */
+#define KC_WAIT_STEPS 600       /* x 100 ms: a hang detector, not a timing */
 
 static const char *kc_dev;
 static const char *kc_file;
