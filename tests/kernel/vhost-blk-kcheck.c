@@ -521,11 +521,23 @@ static bool kc_h_data_outside(Kc *k)
 
 static bool kc_h_data_past_region(Kc *k)
 {
+    uint8_t *tail = vhost_user_frontend_gpa_to_host(k->fe, (8 << 20) - 4096,
+                                                    4096);
     uint8_t *st;
 
+    if (!tail) {
+        KC_FAIL("the last page of guest memory has no host address");
+    }
+    memset(tail, 0x5a, 4096);
     /* starts inside guest memory, runs 4 KiB past its end */
     kc_chain3(k, VIRTIO_BLK_T_IN, 0, (8 << 20) - 4096, 8192, true, &st);
-    return kc_expect_vqerr(k, KC_HI);
+    if (!kc_expect_vqerr(k, KC_HI)) {
+        return false;
+    }
+    if (!kc_is(tail, 4096, 0x5a)) {
+        KC_FAIL("the part inside guest memory was written anyway");
+    }
+    return true;
 }
 
 static bool kc_h_header_outside(Kc *k)
@@ -658,12 +670,25 @@ static bool kc_h_status_zero_len(Kc *k)
     return true;
 }
 
-static bool kc_h_sector_beyond(Kc *k)
+/* An IN that must fail leaves its data buffer alone. */
+static bool kc_in_untouched(Kc *k, uint64_t sector, uint32_t len)
 {
     uint8_t *st;
 
-    kc_chain3(k, VIRTIO_BLK_T_IN, kc_cap / 512, k->buf_gpa, 4096, true, &st);
-    return kc_expect_status(k, st, VIRTIO_BLK_S_IOERR, false);
+    memset(k->buf, 0x5a, len);
+    kc_chain3(k, VIRTIO_BLK_T_IN, sector, k->buf_gpa, len, true, &st);
+    if (!kc_expect_status(k, st, VIRTIO_BLK_S_IOERR, false)) {
+        return false;
+    }
+    if (!kc_is(k->buf, len, 0x5a)) {
+        KC_FAIL("a failed read wrote into guest memory");
+    }
+    return true;
+}
+
+static bool kc_h_sector_beyond(Kc *k)
+{
+    return kc_in_untouched(k, kc_cap / 512, 4096);
 }
 
 static bool kc_h_sector_wrap(Kc *k)
@@ -677,11 +702,7 @@ static bool kc_h_sector_wrap(Kc *k)
 
 static bool kc_h_length_past_end(Kc *k)
 {
-    uint8_t *st;
-
-    kc_chain3(k, VIRTIO_BLK_T_IN, kc_cap / 512 - 1, k->buf_gpa, 8192, true,
-              &st);
-    return kc_expect_status(k, st, VIRTIO_BLK_S_IOERR, false);
+    return kc_in_untouched(k, kc_cap / 512 - 1, 8192);
 }
 
 static bool kc_h_length_unaligned(Kc *k)
@@ -1062,6 +1083,15 @@ static bool kc_run(const KcCase *c)
     kc_why[0] = 0;
     ok = (c->raw || kc_open(&k, c->read_only, c->features)) && c->fn(&k);
     kc_close(&k);
+    /* the image keeps its size (nothing written past its end) */
+    if (ok && !kc_block) {
+        struct stat st2;
+
+        if (stat(kc_file, &st2) < 0 || (uint64_t)st2.st_size != kc_cap) {
+            ok = false;
+            snprintf(kc_why, sizeof(kc_why), "the image's size changed");
+        }
+    }
     /* after a hostile case a fresh device must still work */
     if (ok && c->hostile) {
         char why[sizeof(kc_why)];
