@@ -13,9 +13,10 @@
 # TCG emulates every guest instruction: the absolute figures are the
 # emulator's, only ratios inside one run mean anything.
 #
-# Usage: scripts/bench/kernel-guest.sh [-t SECONDS] [-d DEPTH] [-c CPUS]
-#            [-o OUTDIR] [-b BUILDDIR]
+# Usage: scripts/bench/kernel-guest.sh [-t SECONDS] [-r REPS] [-d DEPTH]
+#            [-c CPUS] [-o OUTDIR] [-b BUILDDIR]
 #   -t  seconds per run (default 5)        -d  iodepth per queue/job (default 16)
+#   -r  repetitions, interleaved in the same boot; cells are medians (default 1)
 #   -c  guest vCPUs (default 4)            -o  output dir (default /var/tmp/vhost-blk-kguest)
 # Output: OUTDIR/kernel-guest.md (also printed), OUTDIR/guest.log.
 set -u
@@ -23,12 +24,14 @@ set -u
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 out=/var/tmp/vhost-blk-kguest
 secs=5
+reps=1
 depth=16
 cpus=4
 builddir=$srcdir/build
 while [ $# -gt 0 ]; do
     case $1 in
     -t) secs=$2; shift ;;
+    -r) reps=$2; shift ;;
     -d) depth=$2; shift ;;
     -c) cpus=$2; shift ;;
     -o) out=$2; shift ;;
@@ -59,7 +62,7 @@ cp "$builddir/tools/vhost-blk-bench" "$builddir/tools/vhost-blkd" "$P/usr/bin/"
 strip "$P/usr/bin/"*
 cat > "$P/jobs/kernel-bench.sh" <<'EOF'
 # kernel-bench (scripts/bench/kernel-guest.sh): one line per run,
-# VBTEST-INFO: kb_PATH_BACKING_qN=IOPS,CPU_US_PER_IO
+# VBTEST-INFO: kb_PATH_BACKING_qN_rR=IOPS,CPU_US_PER_IO
 for m in vhost_iotlb vhost vhost_blk; do insmod /kmod/$m.ko || vb_fail "insmod $m"; done
 dev=/dev/$vbdev
 truncate -s 256M /tmp/img
@@ -97,13 +100,17 @@ fiorun() {  # KEY FILE JOBS DIRECT
 /usr/bin/vhost-blkd --export socket=/tmp/bdev.sock,file=$dev,num-queues=4,queue-size=256 \
     --export socket=/tmp/file.sock,file=/tmp/img,cache=writeback,num-queues=4,queue-size=256 \
     --iothreads 4 > /tmp/blkd.log 2>&1 &
-for q in 1 2 4; do
-    fiorun kb_bare_bdev_q$q $dev $q 1
-    fiorun kb_bare_file_q$q /tmp/img $q 0
-    benchrun kb_kernel_bdev_q$q --vhost-dev /dev/vhost-blk --file $dev --queues $q
-    benchrun kb_kernel_file_q$q --vhost-dev /dev/vhost-blk --file /tmp/img --buffered --queues $q
-    benchrun kb_blkd_bdev_q$q --socket /tmp/bdev.sock --queues $q --queue-size 256
-    benchrun kb_blkd_file_q$q --socket /tmp/file.sock --queues $q --queue-size 256
+r=1
+while [ $r -le $vbkreps ]; do
+    for q in 1 2 4; do
+        fiorun kb_bare_bdev_q${q}_r$r $dev $q 1
+        fiorun kb_bare_file_q${q}_r$r /tmp/img $q 0
+        benchrun kb_kernel_bdev_q${q}_r$r --vhost-dev /dev/vhost-blk --file $dev --queues $q
+        benchrun kb_kernel_file_q${q}_r$r --vhost-dev /dev/vhost-blk --file /tmp/img --buffered --queues $q
+        benchrun kb_blkd_bdev_q${q}_r$r --socket /tmp/bdev.sock --queues $q --queue-size 256
+        benchrun kb_blkd_file_q${q}_r$r --socket /tmp/file.sock --queues $q --queue-size 256
+    done
+    r=$((r + 1))
 done
 kill %1 2>/dev/null
 return 0
@@ -116,19 +123,26 @@ truncate -s 512M "$tmp/disk.img"
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 "$srcdir/tests/functional/run-guest.sh" -a "$tmp" -j kernel-bench -c "$cpus" -m 1536M \
-    -t 900 -l "$out/guest.log" -i "$tmp/info" vbdev=vda vbksecs="$secs" vbkdepth="$depth" -- \
+    -t $((300 + reps * 18 * (secs + 10))) -l "$out/guest.log" -i "$tmp/info" vbdev=vda vbksecs="$secs" vbkdepth="$depth" vbkreps="$reps" -- \
     -drive "file=$tmp/disk.img,if=none,id=kd0,format=raw,cache=none,aio=threads" \
     -device virtio-blk-pci,drive=kd0,num-queues=4 >&2 || die "the guest run failed (log: $out/guest.log)"
+# cell KEY: median IOPS / median CPU us per I/O over the repetitions
 cell() {
-    local v
-    v=$(grep -m1 "^$1=" "$tmp/info" | cut -d= -f2)
-    [ -n "$v" ] || { echo "n/a"; return; }
-    awk -v v="$v" 'BEGIN { split(v, a, ","); printf "%.0f / %s", a[1], a[2] }'
+    grep "^$1_r[0-9]*=" "$tmp/info" | cut -d= -f2 | awk -F, '
+        { iops[NR] = $1; cpu[NR] = $2 }
+        function median(a, n,   i, j, t) {
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+                if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+            return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+        }
+        END { if (NR == 0) print "n/a";
+              else printf "%.0f / %.1f\n", median(iops, NR), median(cpu, NR) }'
 }
 {
-    echo "4 KiB random reads, iodepth $depth per queue/job, $secs s per run, one TCG guest"
+    echo "4 KiB random reads, iodepth $depth per queue/job, $secs s per run, median of $reps interleaved, one TCG guest"
     echo "($cpus vCPUs, Debian 12 cloud kernel $(sed -n 's/^kernel=//p' "$assets/info")),"
-    echo "started $started, host load $load.  Cell: IOPS / guest CPU us per I/O."
+    echo "started $started, host load $load (at the end: $(cut -d' ' -f1-3 /proc/loadavg))."
+    echo "Cell: IOPS / guest CPU us per I/O."
     echo
     echo "| path | backing | 1 queue | 2 queues | 4 queues |"
     echo "|---|---|---|---|---|"
