@@ -706,6 +706,11 @@ static bool fe_kernel_open(VhostUserFrontend *fe, GError **errp)
     fe->backend_features = features;
     fe->features = fe->wanted_features & features &
                    ~(1ULL << VHOST_USER_F_PROTOCOL_FEATURES);
+    /* The module offers RO as "can be made read-only"; acking it makes the
+     * device read-only, so only an explicit request does. */
+    if (!fe->opts.features) {
+        fe->features &= ~(1ULL << VIRTIO_BLK_F_RO);
+    }
     if (!(fe->features & (1ULL << VIRTIO_F_VERSION_1))) {
         g_set_error(errp, VB_ERROR, 0, "%s: no VIRTIO_F_VERSION_1 in the "
                     "device features 0x%" PRIx64, fe->socket_path, features);

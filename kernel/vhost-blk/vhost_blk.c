@@ -79,8 +79,12 @@
 
 enum {
 	VHOST_BLK_FEATURES = (VHOST_FEATURES & ~(1ULL << VHOST_F_LOG_ALL)) |
+			     (1ULL << VIRTIO_BLK_F_SIZE_MAX) |
 			     (1ULL << VIRTIO_BLK_F_SEG_MAX) |
+			     (1ULL << VIRTIO_BLK_F_GEOMETRY) |
+			     (1ULL << VIRTIO_BLK_F_RO) |
 			     (1ULL << VIRTIO_BLK_F_BLK_SIZE) |
+			     (1ULL << VIRTIO_BLK_F_TOPOLOGY) |
 			     (1ULL << VIRTIO_BLK_F_FLUSH) |
 			     (1ULL << VIRTIO_BLK_F_CONFIG_WCE) |
 			     (1ULL << VIRTIO_BLK_F_MQ) |
@@ -235,6 +239,15 @@ static void vhost_blk_reap(struct vhost_blk_vq *bq)
 
 /* ---------------------------------------------------------------- requests */
 
+/*
+ * Writes, DISCARD and WRITE_ZEROES need a writable fd and a device the VMM
+ * did not make read-only (VIRTIO_BLK_F_RO acked).
+ */
+static bool vhost_blk_can_write(struct vhost_blk_vq *bq)
+{
+	return bq->writable && !vhost_has_feature(&bq->vq, VIRTIO_BLK_F_RO);
+}
+
 /* [sector, sector + nr) inside the image?  No overflow: nr <= capacity first. */
 static bool vhost_blk_range_ok(struct vhost_blk_vq *bq, u64 sector, u64 nr)
 {
@@ -291,7 +304,7 @@ static u8 vhost_blk_do_segments(struct vhost_blk_vq *bq, u32 type,
 
 	if (!n || n % sizeof(seg) || n / sizeof(seg) > VHOST_BLK_MAX_DISCARD_SEG)
 		return VIRTIO_BLK_S_IOERR;
-	if (!bq->writable)
+	if (!vhost_blk_can_write(bq))
 		return VIRTIO_BLK_S_IOERR;
 	nseg = n / sizeof(seg);
 	for (i = 0; i < nseg; i++) {
@@ -368,7 +381,7 @@ static void vhost_blk_handle_req(struct vhost_blk_vq *bq,
 
 		if ((len & ((1u << VHOST_BLK_SECTOR_SHIFT) - 1)) || len > U32_MAX ||
 		    !vhost_blk_range_ok(bq, sector, len >> VHOST_BLK_SECTOR_SHIFT) ||
-		    (!is_in && !bq->writable)) {
+		    (!is_in && !vhost_blk_can_write(bq))) {
 			vhost_blk_finish(bq, req, VIRTIO_BLK_S_IOERR, 0);
 			return;
 		}

@@ -409,6 +409,15 @@ static bool kc_case_read_only(Kc *k)
     return true;
 }
 
+/* VIRTIO_BLK_F_RO acked on a writable image: the device is read-only. */
+static bool kc_case_ro_feature(Kc *k)
+{
+    if (!vhost_user_frontend_has_feature(k->fe, VIRTIO_BLK_F_RO)) {
+        KC_FAIL("the module does not offer VIRTIO_BLK_F_RO");
+    }
+    return kc_case_read_only(k);
+}
+
 /* -------------------------------------------------------------- hostile */
 
 /*
@@ -1042,6 +1051,9 @@ static const KcCase kc_cases[] = {
     { "no-event-idx", kc_case_rw, .features = (1ULL << VIRTIO_F_VERSION_1) |
       (1ULL << VIRTIO_BLK_F_FLUSH) | (1ULL << VIRTIO_RING_F_INDIRECT_DESC) },
     { "minimal-features", kc_case_rw, .features = 1ULL << VIRTIO_F_VERSION_1 },
+    { "ro-feature", kc_case_ro_feature, .features =
+      (1ULL << VIRTIO_F_VERSION_1) | (1ULL << VIRTIO_BLK_F_RO) |
+      (1ULL << VIRTIO_BLK_F_DISCARD) | (1ULL << VIRTIO_BLK_F_WRITE_ZEROES) },
     { "hostile-data-outside-memory", kc_h_data_outside, false, true },
     { "hostile-data-past-region", kc_h_data_past_region, false, true },
     { "hostile-header-outside-memory", kc_h_header_outside, false, true },

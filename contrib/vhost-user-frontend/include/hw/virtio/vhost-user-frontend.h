@@ -85,7 +85,9 @@ typedef struct VhostUserFrontendOptions {
      * attaches kernel_backend_fd (a raw image file or block device, opened
      * as the caller wants: O_DIRECT or not, read-only or not) to every
      * queue with VHOST_BLK_SET_BACKEND; stop detaches it.  There is no
-     * config space: the caller knows the image.
+     * config space: the caller knows the image.  The default feature set
+     * leaves out VIRTIO_BLK_F_RO here (acking it makes the module refuse
+     * writes); ask for it in .features to get a read-only device.
      */
     const char *vhost_dev;
     int kernel_backend_fd;
