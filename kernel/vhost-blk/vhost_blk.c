@@ -636,9 +636,9 @@ static long vhost_blk_attach(struct vhost_blk *b, struct vhost_blk_vq *bq, int f
 	if (!num)
 		goto err_vq;
 	ret = -ENOMEM;
-	bq->reqs = kvcalloc(num, sizeof(*bq->reqs), GFP_KERNEL);
-	bq->free = kvcalloc(num, sizeof(*bq->free), GFP_KERNEL);
-	bq->used = kvcalloc(num, sizeof(*bq->used), GFP_KERNEL);
+	bq->reqs = kvcalloc(num, sizeof(*bq->reqs), GFP_KERNEL_ACCOUNT);
+	bq->free = kvcalloc(num, sizeof(*bq->free), GFP_KERNEL_ACCOUNT);
+	bq->used = kvcalloc(num, sizeof(*bq->used), GFP_KERNEL_ACCOUNT);
 	if (!bq->reqs || !bq->free || !bq->used)
 		goto err_reqs;
 	for (i = 0; i < num; i++) {
@@ -819,7 +819,7 @@ static int vhost_blk_open(struct inode *inode, struct file *f)
 	struct vhost_blk *b;
 	int i;
 
-	b = kvzalloc(sizeof(*b), GFP_KERNEL);
+	b = kvzalloc(sizeof(*b), GFP_KERNEL_ACCOUNT);
 	if (!b)
 		return -ENOMEM;
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
