@@ -56,6 +56,7 @@ typedef struct VuBlkQueueCounters {
     uint64_t poll_hits;
     uint64_t budget_yields;
     VuBlkOpStats ops[VU_BLK_OP__MAX];
+    uint64_t wr_highest_offset;
 } VuBlkQueueCounters;
 
 struct VuBlkQueue {
@@ -81,6 +82,7 @@ struct VuBlkQueue {
 struct VuBlkExport {
     VirtioBlkDev dev;
     BlockBackend *blk;
+    bool blk_borrowed;          /* opts->blk_backend: not ours to close */
     VuServer *server;
     VuBlkQueue *queues;
     unsigned int num_queues;
@@ -174,6 +176,10 @@ static void vu_blk_account(VuBlkQueue *q, VuBlkReq *r, uint8_t status)
     st->ops++;
     if (status == VIRTIO_BLK_S_OK) {
         st->bytes += r->req.bytes;
+        if ((op == VU_BLK_OP_WRITE || op == VU_BLK_OP_WRITE_ZEROES) &&
+            r->req.offset + r->req.bytes > q->c.wr_highest_offset) {
+            q->c.wr_highest_offset = r->req.offset + r->req.bytes;
+        }
     } else {
         st->failed++;
     }
@@ -524,9 +530,14 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
         exp->queues[i].kick_fd = -1;
     }
 
-    exp->blk = blk_open(&opts->blk, errp);
-    if (!exp->blk) {
-        goto fail;
+    if (opts->blk_backend) {
+        exp->blk = opts->blk_backend;
+        exp->blk_borrowed = true;
+    } else {
+        exp->blk = blk_open(&opts->blk, errp);
+        if (!exp->blk) {
+            goto fail;
+        }
     }
     if (!virtio_blk_dev_init(&exp->dev, exp->blk, &conf, errp)) {
         goto fail;
@@ -565,7 +576,7 @@ void vu_blk_export_free(VuBlkExport *exp)
     }
     /* Stops and drains every queue before anything below goes away. */
     vu_server_free(exp->server);
-    if (exp->blk) {
+    if (exp->blk && !exp->blk_borrowed) {
         blk_close(exp->blk);
     }
     for (unsigned int i = 0; i < exp->num_queues; i++) {
@@ -694,6 +705,8 @@ void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats)
             stats->ops[o].total_ns += snap.c.ops[o].total_ns;
         }
         stats->inflight += snap.inflight;
+        stats->wr_highest_offset = MAX(stats->wr_highest_offset,
+                                       snap.c.wr_highest_offset);
         stats->requests += snap.c.requests;
         stats->completed += snap.c.completed;
         stats->batches += snap.c.batches;

@@ -305,6 +305,7 @@ static uint8_t virtio_blk_start_rw(VirtioBlkDev *dev, VirtioBlkReq *req,
         return VIRTIO_BLK_S_OK;
     }
     req->bytes = len;
+    req->offset = sector << VIRTIO_BLK_SECTOR_BITS;
     if (is_write) {
         blk_aio_pwritev(dev->blk, &req->acb,
                         (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
@@ -359,6 +360,7 @@ static uint8_t virtio_blk_start_dwz(VirtioBlkDev *dev, VirtioBlkReq *req,
         return VIRTIO_BLK_S_OK;
     }
     req->bytes = (uint64_t)nsectors << VIRTIO_BLK_SECTOR_BITS;
+    req->offset = sector << VIRTIO_BLK_SECTOR_BITS;
     if (is_wz) {
         /* UNMAP is a permission, honoured only where write_zeroes_may_unmap
          * said so (discard enabled and possible). */
@@ -457,6 +459,7 @@ void virtio_blk_process_req(VirtioBlkDev *dev, VirtioBlkReq *req,
     req->type = UINT32_MAX;
     req->in_len = 0;
     req->bytes = 0;
+    req->offset = 0;
     req->data_iov = NULL;
     req->data_niov = 0;
     req->sync_after_write = false;

@@ -28,7 +28,9 @@ typedef struct VuBlkExportOptions {
     bool socket_chown;          /* see VuServerConfig */
     uid_t socket_uid;
     gid_t socket_gid;
-    BlockOptions blk;           /* what to open */
+    BlockOptions blk;           /* what to open, unless: */
+    BlockBackend *blk_backend;  /* already open (a named node): the export
+                                 * uses it and leaves it open */
     VirtioBlkConf conf;         /* num_queues, queue_size, ... */
     AioContext *main_ctx;
     AioContext **queue_ctx;     /* conf.num_queues entries */
@@ -79,6 +81,7 @@ typedef struct VuBlkExportStats {
     uint64_t sessions;          /* front-ends accepted */
     uint64_t inflight;          /* requests submitted, not completed */
     uint64_t config_changes;    /* resizes told to the front-end */
+    uint64_t wr_highest_offset; /* end of the highest write, bytes */
     VuBlkOpStats ops[VU_BLK_OP__MAX];
 } VuBlkExportStats;
 

@@ -84,6 +84,7 @@ struct VirtioBlkReq {
     uint32_t in_len;
     uint64_t bytes;                 /* data, discard or write-zeroes bytes
                                      * sent to the block layer (statistics) */
+    uint64_t offset;                /* ... and where, in bytes */
     uint8_t *status;                /* where the status byte goes */
     struct iovec *data_iov;         /* payload: part of the caller's iovecs */
     int data_niov;
