@@ -227,7 +227,13 @@ VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
     n->name = g_strdup(name);
     n->driver = g_strdup(is_null ? "null-co" :
                          blk_is_block_device(blk) ? "host_device" : "file");
-    n->filename = g_strdup(is_null ? "null-co://" : opts->filename);
+    if (is_null && opts->size != VB_NULL_DEFAULT_SIZE) {
+        /* QEMU names a node with non-default options by its options. */
+        n->filename = g_strdup_printf("json:{\"driver\": \"null-co\", "
+                                      "\"size\": %" PRIu64 "}", opts->size);
+    } else {
+        n->filename = g_strdup(is_null ? "null-co://" : opts->filename);
+    }
     n->blk = blk;
     n->readonly = opts->readonly;
     n->cache_direct = !is_null && opts->cache_direct;
