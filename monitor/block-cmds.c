@@ -543,6 +543,7 @@ VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
     VbNode *node;
     VbExport *e;
     int fd = -1;
+    g_autofree char *fdname = NULL;
 
     qmp_args_init(&a, args, keyval, NULL);
     if (!qmp_args_enum(&a, "type", types, true, &type, errp)) {
@@ -640,7 +641,10 @@ VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
     }
     p.id = id;
     p.node = node;
-    p.socket_path = path ? path : fdstr;
+    if (fdstr) {
+        fdname = g_strdup_printf("fd:%s", fdstr);    /* for log lines */
+    }
+    p.socket_path = path ? path : fdname;
     p.listen_fd = fd;
     p.conf.logical_block_size = lbs;
     p.conf.num_queues = nq;
