@@ -15,7 +15,7 @@
  *                                is the sector of the failed chunk
  *     unlink:PATH                remove a file (e.g. free space)
  *     sleep:MS
- *     waitcfg:BYTES          wait (10 s at most) for the back-end's
+ *     waitcfg:BYTES          wait (60 s at most) for the back-end's
  *                            CONFIG_CHANGE_MSG, then check that the config
  *                            space's capacity is BYTES (a resize); asks for
  *                            the back-end channel when given
@@ -217,7 +217,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(a[0], "waitcfg") && n == 2) {
             uint64_t want_bytes = vbio_num(a[1], "length");
             g_autoptr(GError) werr = NULL;
-            int req = vhost_user_frontend_wait_backend_msg(fe, 10000, &werr);
+            int req = vhost_user_frontend_wait_backend_msg(fe, 60000, &werr);
 
             if (req != VHOST_USER_BACKEND_CONFIG_CHANGE_MSG ||
                 !vhost_user_frontend_get_blk_config(fe, &cfg, &werr)) {
