@@ -1093,6 +1093,36 @@ static JsonNode *vb_qmp_quit(void *opaque, JsonObject *args, GError **errp)
     return vb_empty();
 }
 
+/* x-vhost-blk-log-level [level=error|warn|info|debug]: set (if given) and
+ * return the log level. */
+static JsonNode *vb_qmp_x_log_level(void *opaque, JsonObject *args,
+                                    GError **errp)
+{
+    static const char *const levels[] = {
+        [LOG_LEVEL_ERROR] = "error",
+        [LOG_LEVEL_WARN] = "warn",
+        [LOG_LEVEL_INFO] = "info",
+        [LOG_LEVEL_DEBUG] = "debug",
+        NULL,
+    };
+    g_auto(QmpArgs) a = { 0 };
+    int level = -1;
+    JsonObject *ret;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_enum(&a, "level", levels, false, &level, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (level >= 0) {
+        log_set_level(level);
+        info_report("log level set to %s over QMP", levels[level]);
+    }
+    ret = json_object_new();
+    json_object_set_string_member(ret, "level", levels[log_get_level()]);
+    return json_node_init_object(json_node_alloc(), ret);
+}
+
 const QmpCommand vb_qmp_commands[] = {
     { "blockdev-add", vb_qmp_blockdev_add },
     { "blockdev-del", vb_qmp_blockdev_del },
@@ -1103,6 +1133,7 @@ const QmpCommand vb_qmp_commands[] = {
     { "block_resize", vb_qmp_block_resize },
     { "query-blockstats", vb_qmp_query_blockstats },
     { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
+    { "x-vhost-blk-log-level", vb_qmp_x_log_level },
     { "quit", vb_qmp_quit },
     { NULL, NULL },
 };

@@ -272,6 +272,14 @@ def test_runtime(tmp):
        and e["in-flight"] == 0 and any(g["engine"] for g in x["engines"]),
        "x-query-vhost-blk-stats: per-op, per-queue, engine counters", x)
 
+    r1 = q.cmd("x-vhost-blk-log-level", level="debug")
+    r2 = q.cmd("x-vhost-blk-log-level")
+    r3 = q.cmd("x-vhost-blk-log-level", level="loud")
+    q.cmd("x-vhost-blk-log-level", level="info")
+    ok(r1 == r2 == {"return": {"level": "debug"}} and
+       "does not accept value 'loud'" in r3["error"]["desc"],
+       "x-vhost-blk-log-level sets and reads the log level", [r1, r2, r3])
+
     # resize while a front-end is connected
     new = 48 * MiB
     res = subprocess.Popen([VBIO, sock, "write:0:4096:4", "ready",
