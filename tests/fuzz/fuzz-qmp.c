@@ -6,13 +6,18 @@
  * keyval_parse() (qemu-storage-daemon's command-line syntax) followed by
  * the same getters in keyval mode.
  *
+ * and qemu-storage-daemon's option checks (tools/qsd-cli.c: --chardev and
+ * --monitor fully, the others' syntax).
+ *
  * Input: byte 0 picks the mode (bit 0: keyval; bits 1-2: the implied key
- * and flag syntax for keyval, or the feed chunk size for QMP).  The rest
+ * and flag syntax for keyval, or the feed chunk size for QMP; bit 4 with
+ * bit 0: a qemu-storage-daemon option instead, bits 5-7 which).  The rest
  * is the stream or the option string.
  */
 #include "qemu/osdep.h"
 #include "monitor/qmp.h"
 #include "qemu/error-report.h"
+#include "tools/qsd-cli.h"
 
 static AioContext *fuzz_ctx;
 static QmpServer *fuzz_server;
@@ -91,7 +96,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++;
     size--;
 
-    if (mode & 1) {
+    if ((mode & 0x11) == 0x11) {
+        g_autofree char *str = g_strndup((const char *)data, size);
+        QsdCli cli;
+
+        qsd_cli_init(&cli);
+        /* Twice: the second may collide with the first (duplicates). */
+        for (int i = 0; i < 2; i++) {
+            if (qsd_cli_add(&cli, (QsdOptKind)((mode >> 5) % 5), str,
+                            NULL)) {
+                qsd_cli_check(&cli, NULL);
+            }
+        }
+        qsd_cli_cleanup(&cli);
+    } else if (mode & 1) {
         g_autofree char *str = g_strndup((const char *)data, size);
         g_autoptr(JsonObject) obj = NULL;
         g_autoptr(JsonObject) ret = json_object_new();
