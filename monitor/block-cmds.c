@@ -263,6 +263,7 @@ VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
     uint64_t size = VB_NULL_DEFAULT_SIZE;
     BlockOptions o;
     struct stat st;
+    VbNode *n;
 
     qmp_args_init(&a, args, keyval, NULL);
     if (qmp_args_has(&a, "driver")) {
@@ -363,7 +364,22 @@ VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
         o.size = size;
         o.null_read_zeroes = rz;
     }
-    return vb_node_open(s, name, &o, discard == 1 || discard == 3, errp);
+    n = vb_node_open(s, name, &o, discard == 1 || discard == 3, errp);
+    if (n && driver == 3) {
+        /* null-aio and null-co behave the same here; keep the name. */
+        g_free(n->driver);
+        n->driver = g_strdup("null-aio");
+        if (!strcmp(n->filename, "null-co://")) {
+            g_free(n->filename);
+            n->filename = g_strdup("null-aio://");
+        } else {
+            g_autofree char *old = n->filename;
+
+            n->filename = g_strdup_printf("json:{\"driver\": \"null-aio\", "
+                                          "\"size\": %" PRIu64 "}", size);
+        }
+    }
+    return n;
 }
 
 static JsonNode *vb_qmp_blockdev_add(void *opaque, JsonObject *args,
@@ -729,7 +745,7 @@ static JsonObject *vb_node_info(VbNode *n)
     JsonObject *o = json_object_new();
     JsonObject *img = json_object_new();
     JsonObject *cache = json_object_new();
-    bool is_null = !strcmp(n->driver, "null-co");
+    bool is_null = g_str_has_prefix(n->driver, "null-");
     struct stat st;
     uint64_t actual = 0;
 
@@ -892,7 +908,7 @@ static JsonObject *vb_node_blockstats(VbNode *n, bool device_level)
     }
     json_object_set_string_member(o, "node-name", n->name);
     json_object_set_object_member(o, "stats", st);
-    if (strcmp(n->driver, "null-co")) {
+    if (!g_str_has_prefix(n->driver, "null-")) {
         JsonObject *ds = json_object_new();
         const VuBlkOpStats *un = &x.ops[VU_BLK_OP_DISCARD];
 
