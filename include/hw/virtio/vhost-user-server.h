@@ -129,6 +129,15 @@ bool vu_server_run_in_queue(VuServer *server, unsigned int index,
  */
 void vu_server_save_state(VuServer *server, const void *data, size_t len);
 
+/*
+ * Main thread.  Tell the front-end that the config space changed (a
+ * resize), with VHOST_USER_BACKEND_CONFIG_CHANGE_MSG on the back-end
+ * channel; the front-end reads it again with GET_CONFIG and interrupts the
+ * driver.  False (nothing sent) without a session, or when the session
+ * did not negotiate BACKEND_REQ and CONFIG or gave no channel.
+ */
+bool vu_server_notify_config_change(VuServer *server);
+
 typedef struct VuServerStats {
     uint64_t sessions;          /* front-ends accepted */
     uint64_t refused;           /* second connections refused */
