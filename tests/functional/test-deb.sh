@@ -132,8 +132,21 @@ fi
 # own, it would have found the path in use and stopped.
 vb_check "it serves the socket passed by the service manager" \
     grep -q "listening on $sock" "$notify.out"
+ctl() {
+    "$root/usr/bin/vhost-blk-ctl" -s "$run/test.qmp" "$@" > "$VB_TMP/ctl.out" 2>&1
+    local rc=$?
+    sed 's/^/#   /' "$VB_TMP/ctl.out"
+    return $rc
+}
+vb_check "the installed vhost-blk-ctl lists the export on the conf's monitor" \
+    sh -c "\"$root/usr/bin/vhost-blk-ctl\" -s \"$run/test.qmp\" exports | grep -q \"$lib/test.img\""
 vb_check "a guest on it runs fio randwrite + verify ($nq queues)" \
     vb_guest -s "$sock" -q "${nq:-1}" -j fio-verify vbsize=64M
+ctl stats
+ctl --json stats > /dev/null
+wbytes=$(grep -o '"wr_bytes" *: *[0-9]*' "$VB_TMP/ctl.out" | head -n1 | grep -o '[0-9]*$')
+vb_check_eq "vhost-blk-ctl stats counted the guest's 64 MiB of writes" \
+    "$(( ${wbytes:-0} >= 67108864 ))" 1
 kill -TERM "$mgr"
 wait "$mgr"
 rc=$?
