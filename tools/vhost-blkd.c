@@ -16,7 +16,6 @@
 #include "tools/qsd-cli.h"
 #include "monitor/block-cmds.h"
 #include "monitor/qmp.h"
-#include "monitor/log-cmds.h"
 #include "tools/config-file.h"
 
 #include <getopt.h>
@@ -364,24 +363,6 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
     return true;
 }
 
-/* The monitor's commands: the block ones and x-vhost-blk-set-log-level. */
-static const QmpCommand *vbd_qmp_commands(void)
-{
-    static QmpCommand *all;
-    size_t n = 0;
-
-    if (!all) {
-        while (vb_qmp_commands[n].name) {
-            n++;
-        }
-        all = g_new0(QmpCommand, n + 2);
-        memcpy(all, vb_qmp_commands, n * sizeof(*all));
-        all[n].name = "x-vhost-blk-set-log-level";
-        all[n].fn = vb_qmp_x_set_log_level;
-    }
-    return all;
-}
-
 static bool vbd_setup(Vbd *d, GError **errp)
 {
     sigset_t mask;
@@ -436,7 +417,7 @@ static bool vbd_setup(Vbd *d, GError **errp)
     if (d->qsd.monitors->len) {
         QmpServerConfig qcfg = {
             .ctx = d->main_ctx,
-            .commands = vbd_qmp_commands(),
+            .commands = vb_qmp_commands,
             .opaque = &d->state,
             .package = "vhost-blkd " VHOST_BLK_VERSION,
         };
