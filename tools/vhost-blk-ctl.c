@@ -69,7 +69,8 @@ static void ctl_usage(FILE *f)
 "                             disconnects a connected front-end first\n"
 "  resize ID SIZE             set the size of node ID (k, M, G, T suffixes);\n"
 "                             the guest is told through a config change\n"
-"  log-level LEVEL            error, warn, info or debug (vhost-blkd only)\n"
+"  log-level [LEVEL]          show or set the log level: error, warn, info\n"
+"                             or debug (vhost-blkd only)\n"
 "  qmp COMMAND [ARGS-JSON]    run any QMP command, print its \"return\" as\n"
 "                             JSON (for scripts)\n"
 "\n"
@@ -939,17 +940,25 @@ static int ctl_cmd_resize(Ctl *c, int argc, char **argv)
 static int ctl_cmd_log_level(Ctl *c, int argc, char **argv)
 {
     g_autoptr(JsonNode) r = NULL;
+    const char *now;
 
-    if (argc != 1) {
-        ctl_usage_error("log-level: give error, warn, info or debug");
+    if (argc > 1) {
+        ctl_usage_error("log-level: give error, warn, info or debug, or "
+                        "nothing to see the current level");
     }
-    if (strcmp(argv[0], "error") && strcmp(argv[0], "warn") &&
+    if (argc == 1 && strcmp(argv[0], "error") && strcmp(argv[0], "warn") &&
         strcmp(argv[0], "info") && strcmp(argv[0], "debug")) {
         ctl_usage_error("log-level %s: use error, warn, info or debug",
                         argv[0]);
     }
-    r = ctl_run(c, "log-level", "x-vhost-blk-set-log-level",
-                ctl_args_str("level", argv[0]));
+    r = ctl_run(c, "log-level", "x-vhost-blk-log-level",
+                argc ? ctl_args_str("level", argv[0]) : NULL);
+    now = ctl_str(ctl_obj(r), "level");
+    if (c->json) {
+        ctl_print_json(r);
+    } else {
+        printf("log level: %s\n", now ? now : "?");
+    }
     return 0;
 }
 

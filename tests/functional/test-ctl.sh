@@ -112,6 +112,8 @@ vb_check "vhost-blk-bench after log-level debug: 100 requests" \
     bench --socket "$sock1" --ios 100 --size 1M
 vb_check "  ...the daemon now logs vhost-user messages (debug)" \
     grep -q "debug:" "$VB_TMP/blkd.log"
+run "log-level without a level" 0 "$ctl" log-level
+vb_check "  ...shows debug" grep -qx "log level: debug" "$out"
 run "log-level loud: refused" 2 "$ctl" log-level loud
 
 run "qmp query-version" 0 "$ctl" qmp query-version
