@@ -67,8 +67,9 @@ static void ctl_usage(FILE *f)
 "                             (default " CTL_DEFAULT_DIR "/ID.sock)\n"
 "  del ID [--force]           remove export ID and its node; --force\n"
 "                             disconnects a connected front-end first\n"
-"  resize ID SIZE             set the size of node ID (k, M, G, T suffixes);\n"
-"                             the guest is told through a config change\n"
+"  resize ID SIZE             set the size of export (or node) ID's image\n"
+"                             (k, M, G, T suffixes); the guest is told\n"
+"                             through a config change\n"
 "  log-level [LEVEL]          show or set the log level: error, warn, info\n"
 "                             or debug (vhost-blkd only)\n"
 "  qmp COMMAND [ARGS-JSON]    run any QMP command, print its \"return\" as\n"
@@ -870,11 +871,31 @@ static bool ctl_saw_deleted(Ctl *c, const char *id)
     return false;
 }
 
+/* The node-name of export @id (newly allocated), or NULL if there is no
+ * such export. */
+static char *ctl_export_node(Ctl *c, const char *id)
+{
+    g_autoptr(JsonNode) exps = ctl_run(c, "query-block-exports",
+                                       "query-block-exports", NULL);
+    JsonArray *ea = ctl_array(exps, "query-block-exports");
+
+    for (guint i = 0; i < json_array_get_length(ea); i++) {
+        JsonObject *e = ctl_obj(json_array_get_element(ea, i));
+
+        if (!g_strcmp0(ctl_str(e, "id"), id) && ctl_str(e, "node-name")) {
+            return g_strdup(ctl_str(e, "node-name"));
+        }
+    }
+    return NULL;
+}
+
 static int ctl_cmd_del(Ctl *c, int argc, char **argv)
 {
     const char *id;
     bool force = false;
     JsonNode *args;
+    g_autofree char *node = NULL;
+    g_autofree char *cls = NULL, *desc = NULL;
     g_autoptr(JsonNode) r = NULL;
     g_autoptr(JsonNode) r2 = NULL;
 
@@ -889,12 +910,21 @@ static int ctl_cmd_del(Ctl *c, int argc, char **argv)
             ctl_usage_error("del: unknown argument '%s'", argv[i]);
         }
     }
+    node = ctl_export_node(c, id);
+    if (!node) {
+        ctl_die("del: there is no export '%s' (see vhost-blk-ctl exports)",
+                id);
+    }
     args = ctl_args_str("id", id);
     if (force) {
         json_object_set_string_member(json_node_get_object(args), "mode",
                                       "hard");
     }
-    r = ctl_run(c, "del", "block-export-del", args);
+    r = ctl_execute(c, "block-export-del", args, &cls, &desc);
+    if (!r) {
+        ctl_die("del: %s%s%s%s", desc, force ? "" : "; here: vhost-blk-ctl del ",
+                force ? "" : id, force ? "" : " --force");
+    }
     /* The export is gone once its front-end is: wait for the event. */
     while (!ctl_saw_deleted(c, id)) {
         JsonNode *msg = ctl_read_msg_soft(c, true);
@@ -902,8 +932,9 @@ static int ctl_cmd_del(Ctl *c, int argc, char **argv)
         if (!msg) {
             ctl_die("del: export %s is being deleted, but a front-end is "
                     "still connected: it goes when the VM lets go of the "
-                    "disk (then run 'del %s' again to drop the node), or "
-                    "use --force to disconnect it", id, id);
+                    "disk (then remove the node: vhost-blk-ctl qmp "
+                    "blockdev-del '{\"node-name\": \"%s\"}'), or use "
+                    "--force to disconnect it", id, node);
         }
         if (json_object_has_member(json_node_get_object(msg), "event")) {
             g_ptr_array_add(c->events, msg);
@@ -912,13 +943,14 @@ static int ctl_cmd_del(Ctl *c, int argc, char **argv)
         }
     }
     r2 = ctl_run(c, "del: blockdev-del", "blockdev-del",
-                 ctl_args_str("node-name", id));
-    printf("deleted %s\n", id);
+                 ctl_args_str("node-name", node));
+    printf("deleted export %s and node %s\n", id, node);
     return 0;
 }
 
 static int ctl_cmd_resize(Ctl *c, int argc, char **argv)
 {
+    g_autofree char *node = NULL;
     uint64_t size;
     JsonNode *args;
     g_autoptr(JsonNode) r = NULL;
@@ -930,7 +962,9 @@ static int ctl_cmd_resize(Ctl *c, int argc, char **argv)
         ctl_usage_error("resize: '%s' is not a size (bytes, or with a k, M, "
                         "G or T suffix)", argv[1]);
     }
-    args = ctl_args_str("node-name", argv[0]);
+    /* An export's id stands for its node. */
+    node = ctl_export_node(c, argv[0]);
+    args = ctl_args_str("node-name", node ? node : argv[0]);
     json_object_set_int_member(json_node_get_object(args), "size", size);
     r = ctl_run(c, "resize", "block_resize", args);
     printf("%s is now %" PRIu64 " bytes\n", argv[0], size);

@@ -127,6 +127,34 @@ run "exports after del" 0 "$ctl" exports
 vb_check "  ...d1 is not listed" sh -c "! grep -q '^d1 ' '$out'"
 run "del of an unknown export" 1 "$ctl" del d1
 
+# del with a front-end connected: refused with a hint, then --force.
+img3=$(vb_mkimg d3 16M)
+sock3=$VB_TMP/d3.sock
+run "add d3" 0 "$ctl" add d3 "$img3" --socket "$sock3"
+# A front-end that is answered once (so its session runs), then holds on.
+python3 -c '
+import socket, struct, sys, time
+c = socket.socket(socket.AF_UNIX)
+c.connect(sys.argv[1])
+c.sendall(struct.pack("<III", 1, 1, 0))
+c.recv(20)
+open(sys.argv[2], "w").close()
+time.sleep(600)
+' "$sock3" "$VB_TMP/fe.ready" &
+fe=$!
+n=0
+until [ -e "$VB_TMP/fe.ready" ] || [ $n -ge 600 ]; do sleep 0.1; n=$((n + 1)); done
+run "del d3 while a front-end holds it" 1 "$ctl" del d3
+vb_check "  ...says so and suggests --force" grep -q "del d3 --force" "$out"
+run "del d3 --force" 0 "$ctl" del d3 --force
+vb_check "  ...export and node are gone" grep -q "deleted export d3 and node d3" "$out"
+kill "$fe" 2>/dev/null
+wait "$fe" 2>/dev/null
+
+# an export from the command line: resize and del find its node (node0)
+run "resize export0 (a command-line export) to 32M" 0 "$ctl" resize export0 32M
+vb_check_eq "  ...its image is 32 MiB" "$(stat -c %s "$img0")" 33554432
+
 vb_stop "$pid"
 
 # --- the same commands against qemu-storage-daemon: a report ------------
