@@ -357,7 +357,9 @@ bool guest_mem_set_log(GuestMemory *mem, int fd, uint64_t size,
     /* QEMU seals its log memfd; a front-end that does not and shrinks the
      * file costs its own session (the fault flag), not the process. */
     if (sigbus_guard_install(NULL)) {
-        mem->log_guard = sigbus_guard_add(addr, size + delta,
+        /* the mapping, and so a fault, covers whole pages */
+        mem->log_guard = sigbus_guard_add(addr,
+                                          QEMU_ALIGN_UP(size + delta, page),
                                           &mem->faulted) + 1;
     }
     if (!mem->log_guard) {
