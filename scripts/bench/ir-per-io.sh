@@ -3,6 +3,9 @@
 # Instructions per I/O of vhost-blkd (null back-end, 4 KiB random reads,
 # depth 32) under callgrind: (Ir(2N) - Ir(N)) / N, so start-up and
 # connection costs cancel (the method of scripts/bench/compare.sh).
+# Also prints the self cost per I/O of the split ring's hot functions and
+# the dirty-log helpers, which unlike the total does not depend on how the
+# requests happened to batch.
 # Usage: scripts/bench/ir-per-io.sh [-b BUILDDIR] [-n IOS] [-- BENCH-ARGS...]
 #   BENCH-ARGS go to vhost-blk-bench, e.g. --dirty-log to run with the
 #   front-end's dirty log set and VHOST_F_LOG_ALL on.
@@ -39,3 +42,16 @@ for ios in "$n" $((2 * n)); do
     irs+=("$ir")
 done
 echo "Ir($n)=${irs[0]} Ir($((2 * n)))=${irs[1]} instructions/IO=$(( (irs[1] - irs[0]) / n ))"
+# self Ir of FUNCTION in a callgrind output file (0 if it never ran)
+fn_ir() {
+    callgrind_annotate --threshold=100 "$1" 2>/dev/null |
+        awk -v f="$2" '{ gsub(",", "", $1) } $0 ~ ("[ :]" f " ") || $0 ~ ("[ :]" f "$") { s += $1 } END { print s + 0 }'
+}
+line=
+for f in virtqueue_pop virtqueue_push virtqueue_notify virtqueue_log_used \
+         guest_mem_log_iov guest_mem_log_gpa; do
+    a=$(fn_ir "$tmp/cg.$n" "$f")
+    b=$(fn_ir "$tmp/cg.$((2 * n))" "$f")
+    line+=" $f=$(awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "%.1f", (b - a) / n }')"
+done
+echo "self instructions/IO:$line"
