@@ -381,7 +381,7 @@ bool virtqueue_is_started(VirtQueue *vq)
  * Dirty logging of a used ring store of @len bytes at @p (a pointer into
  * vq->used), after the store.  Logging on only (callers test vq->log).
  */
-static void __attribute__((noinline))
+static void __attribute__((noinline, cold))
 virtqueue_log_used(VirtQueue *vq, const void *p, size_t len)
 {
     if (vq->log_used) {
@@ -389,6 +389,21 @@ virtqueue_log_used(VirtQueue *vq, const void *p, size_t len)
                           ((const uint8_t *)p - (const uint8_t *)vq->used),
                           len);
     }
+}
+
+/*
+ * Dirty logging of a push (logging on only): the element's device-writable
+ * buffers, which the device filled before it pushed, and the used ring
+ * element and index just stored.  Out of line and cold, so that with
+ * logging off virtqueue_push() keeps its short prologue.
+ */
+static void __attribute__((noinline, cold))
+virtqueue_log_push(VirtQueue *vq, const VirtQueueElement *elem,
+                   const struct vring_used_elem *ue)
+{
+    guest_mem_log_iov(vq->mem, elem->in_sg, elem->in_num);
+    virtqueue_log_used(vq, ue, sizeof(*ue));
+    virtqueue_log_used(vq, &vq->used->idx, sizeof(vq->used->idx));
 }
 
 static uint16_t *virtqueue_used_event(VirtQueue *vq)
@@ -855,12 +870,6 @@ void virtqueue_push(VirtQueue *vq, VirtQueueElement *elem, uint32_t len)
     /* Release: the used element is visible before the index that covers
      * it; pairs with the driver's read barrier after loading used->idx. */
     VQ_STORE_RELEASE(&vq->used->idx, vq->used_idx);
-    if (unlikely(vq->log)) {
-        /* After the stores: the device wrote in_sg before it pushed. */
-        guest_mem_log_iov(vq->mem, elem->in_sg, elem->in_num);
-        virtqueue_log_used(vq, ue, sizeof(*ue));
-        virtqueue_log_used(vq, &vq->used->idx, sizeof(vq->used->idx));
-    }
     if (r) {
         /* Crash consistency only (a later instance reads this), so a
          * compiler barrier keeps the steps in order. */
@@ -870,6 +879,12 @@ void virtqueue_push(VirtQueue *vq, VirtQueueElement *elem, uint32_t len)
     }
     vq->stats.pushed++;
     vq->pushed_since_notify++;
+    if (unlikely(vq->log)) {
+        /* After the stores (the device wrote in_sg before it pushed).
+         * Last, so that it is a tail call and the path without logging
+         * saves no registers. */
+        virtqueue_log_push(vq, elem, ue);
+    }
 }
 
 /* Called from: the owner thread.  Once per batch. */
