@@ -10,6 +10,17 @@
 # final destination verifies and the guest reports its result on that
 # QEMU's serial console.  Both sides use share=on memfd guest memory.
 #
+# Before fio starts, during the first migration, the guest reads 64 KiB
+# that the source's vhost-blkd holds back for 20 s (inject-delay): the
+# migration starts slowly (8 MiB/s), the host lets the guest issue the read
+# once dirty logging is on (a "go" marker in the image), waits until the
+# read is in vhost-blkd, then lets the migration run at full speed with a
+# 10 ms downtime limit, so QEMU copies all of the guest's memory before it
+# stops the VM.  The stop waits for the read, whose data then lands in
+# guest pages QEMU has already sent: only the
+# dirty log makes QEMU send them again, so the guest's checksum of the read
+# on the destination shows whether vhost-blkd logged what it wrote.
+#
 # Nothing here depends on timing: the guest job runs until the host stops
 # it, and every wait polls with a generous timeout and fails saying what
 # it waited for.
@@ -38,15 +49,36 @@ vb_setup
 BLKD=$(vb_bin vhost-blkd) || vb_bail "vhost-blkd is not built in $VHOST_BLK_BUILD"
 
 img=$(vb_mkimg mig 64M)
+# the held read: 64 KiB of random data at 62 MiB (sectors 126976-127103)
+head -c 65536 /dev/urandom > "$VB_TMP/held.bin"
+dd if="$VB_TMP/held.bin" of="$img" bs=65536 seek=$((62 * 16)) conv=notrunc \
+    status=none || vb_bail "cannot write the image"
+held_md5=$(md5sum < "$VB_TMP/held.bin" | cut -d' ' -f1)
 socks=("$VB_TMP/blkd-a.sock" "$VB_TMP/blkd-b.sock")
+hold=(",inject-delay=20000,inject-sector=126976-127103,inject-count=1" "")
+BLKD_PIDS=()
 for i in 0 1; do
     vb_daemon_start "blkd-$i" "${socks[$i]}" "$BLKD" --log-level info \
-        --export "socket=${socks[$i]},file=$img" ||
+        --export "socket=${socks[$i]},file=$img${hold[$i]}" ||
         vb_bail "vhost-blkd $i did not start"
+    BLKD_PIDS[$i]=$VB_LAST_PID
 done
+
+# held_in_flight: vhost-blkd 0 has a request it has not completed (its
+# SIGUSR1 counters: requests > completed), i.e. the held read is in it.
+held_in_flight() {
+    local line req done_
+    kill -USR1 "${BLKD_PIDS[0]}" || return 1
+    sleep 0.1
+    line=$(grep "blkd-a.sock: .*requests [0-9]*, completed" "$VB_TMP/blkd-0.log" | tail -n1)
+    req=$(echo "$line" | sed -n 's/.*requests \([0-9]*\), completed \([0-9]*\).*/\1/p')
+    done_=$(echo "$line" | sed -n 's/.*requests \([0-9]*\), completed \([0-9]*\).*/\2/p')
+    [ -n "$req" ] && [ "$req" -gt "$done_" ]
+}
 
 cmdline="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off"
 cmdline+=" vbjob=fio-until-stop vbtimeout=900 vbsize=16M vbstopoff=60M"
+cmdline+=" vbheldread=62M:65536 vbgooff=61M"
 common=(-accel tcg -machine q35,memory-backend=vbmem
         -object memory-backend-memfd,id=vbmem,size=256M,share=on
         -cpu max -smp 1 -m 256M
@@ -75,10 +107,16 @@ qemu_start() {
 qmp() { "$QMP" "$VB_TMP/qmp-$1.sock" "${@:2}"; }
 
 # wait_for SECS DESCRIPTION CMD...: poll CMD every 0.2 s until it succeeds.
+# With QWATCH set to a QEMU number, give up as soon as that QEMU exited.
+QWATCH=
 wait_for() {
     local secs=$1 what=$2 n=0
     shift 2
     until "$@" >/dev/null 2>&1; do
+        if [ -n "$QWATCH" ] && ! kill -0 "${QPIDS[$QWATCH]}" 2>/dev/null; then
+            echo "# QEMU $QWATCH exited while waiting for: $what"
+            return 1
+        fi
         if [ $n -ge $((secs * 5)) ]; then
             echo "# timed out after ${secs}s waiting for: $what"
             return 1
@@ -120,27 +158,61 @@ show_logs() {
 
 echo "# device $device, QEMU $qemu, $migrations migrations"
 qemu_start 0 "${socks[0]}"
-if ! wait_for 300 "the guest's fio job to start (QEMU 0)" \
-        grep -q "VBTEST-LOG: fio pass" "$VB_TMP/serial-0.log"; then
-    show_logs
-    vb_bail "the guest job did not start"
-fi
-vb_ok "guest boots on vhost-blkd socket a and fio runs"
 
 cur=0
 for m in $(seq 1 "$migrations"); do
     dst_sock=${socks[$((m % 2))]}
+    QWATCH=$m
     qemu_start "$m" "$dst_sock" -incoming "unix:$VB_TMP/mig-$m.sock"
     if ! wait_for 120 "QEMU $m to wait for the incoming migration" \
             status_is "$m" inmigrate; then
         show_logs
         vb_bail "destination QEMU $m did not start"
     fi
+    QWATCH=$cur
+    if [ "$m" = 1 ]; then
+        # the destination is ready: migrate as soon as the read is held
+        if ! wait_for 300 "the guest job to start (QEMU 0)" \
+                grep -q "VBTEST-LOG: waiting for go" "$VB_TMP/serial-0.log"; then
+            show_logs
+            vb_bail "the guest job did not start"
+        fi
+        vb_ok "guest boots on vhost-blkd socket a"
+    elif ! wait_for 300 "fio to run on QEMU $cur" \
+            grep -q "VBTEST-LOG: fio pass" "$VB_TMP/serial-$cur.log"; then
+        show_logs
+        vb_bail "fio did not start on QEMU $cur"
+    fi
+    QWATCH=$m
     MIG_FAILED=0
+    bw=4294967296
+    [ "$m" = 1 ] && bw=8388608     # slow until the read is held
     qmp "$cur" migrate-set-parameters \
-        '{"max-bandwidth": 4294967296, "downtime-limit": 2000}' >/dev/null &&
+        "{\"max-bandwidth\": $bw, \"downtime-limit\": 2000}" >/dev/null &&
     qmp "$cur" migrate "{\"uri\": \"unix:$VB_TMP/mig-$m.sock\"}" >/dev/null ||
         vb_bail "QMP migrate on QEMU $cur failed"
+    if [ "$m" = 1 ]; then
+        { printf VBGO; head -c 4092 /dev/zero; } > "$VB_TMP/go.blk"
+        if ! wait_for 120 "dirty logging to start in vhost-blkd 0" \
+                grep -q "dirty logging on" "$VB_TMP/blkd-0.log" ||
+           ! dd if="$VB_TMP/go.blk" of="$img" bs=4096 seek=$((61 * 256)) \
+                conv=notrunc oflag=direct status=none ||
+           ! wait_for 120 "the guest's read to be held in vhost-blkd 0" \
+                held_in_flight; then
+            show_logs
+            vb_bail "the held read did not start during migration 1"
+        fi
+        if grep -q '"status": "completed"' <(qmp "$cur" query-migrate); then
+            echo "# migration 1 completed before the held read (not checked)"
+        fi
+        vb_ok "migration 1 started, dirty logging on, the guest's read held in vhost-blkd"
+        # full speed, but a downtime limit so short that QEMU stops the VM
+        # only after its first pass sent every page (the read's buffer
+        # included) while the read is still held
+        qmp "$cur" migrate-set-parameters \
+            '{"max-bandwidth": 4294967296, "downtime-limit": 10}' \
+            >/dev/null || vb_bail "QMP migrate-set-parameters failed"
+    fi
     if wait_for 600 "migration $m (QEMU $cur -> QEMU $m) to end" \
             migration_done "$cur" && [ $MIG_FAILED = 0 ] &&
        wait_for 120 "QEMU $m to run the guest" status_is "$m" running; then
@@ -160,6 +232,7 @@ for m in $(seq 1 "$migrations"); do
     wait "${QPIDS[$cur]}" 2>/dev/null
     cur=$m
 done
+QWATCH=
 
 # Stop the job: the pass running now, on the final destination, verifies.
 { printf VBSTOP; head -c 4090 /dev/zero; } > "$VB_TMP/stop.blk"
@@ -175,7 +248,11 @@ passes=$(tr -d '\r' < "$VB_TMP/serial-$cur.log" | sed -n 's/^VBTEST-INFO: passes
 vb_check_eq "fio verify passes finish on the final destination (QEMU $cur, ${passes:-?} passes in all)" \
     "$result" "VBTEST-RESULT: PASS"
 [ "$result" = "VBTEST-RESULT: PASS" ] || show_logs
+got_md5=$(cat "$VB_TMP"/serial-*.log | tr -d '\r' | sed -n 's/^VBTEST-INFO: heldread_md5=//p' | head -n1)
+vb_check_eq "the read held in vhost-blkd across the stop of migration 1 has the image's data on the destination" \
+    "${got_md5:-none}" "$held_md5"
 for i in 0 1; do
+    [ "$i" -lt "$migrations" ] || break    # daemon 1 is a source from migration 2
     vb_check "vhost-blkd $i logged dirty pages while the VM migrated" \
         grep -q "dirty logging on" "$VB_TMP/blkd-$i.log"
 done

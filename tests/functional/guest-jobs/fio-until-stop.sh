@@ -11,12 +11,38 @@
 #                     range): the job ends after the pass during which the
 #                     block starts with "VBSTOP"
 #   vbmaxpasses=500   give up (FAIL) after this many passes
+#   vbheldread=OFF:LEN  first read LEN bytes at byte offset OFF (M suffix
+#                     allowed) with O_DIRECT and report their md5sum as
+#                     heldread_md5; the host holds that read back in the
+#                     back-end and migrates meanwhile (the read's data
+#                     reaches guest memory only while the VM stops)
+#   vbgooff=61M       with vbheldread: wait until the 4 KiB block at this
+#                     byte offset starts with "VBGO" before that read
 size=${vbsize:-16M}
 stopoff=${vbstopoff:-60M}
-case $stopoff in
-    *M) stopblk=$(( ${stopoff%M} * 256 )) ;;
-    *) stopblk=$(( stopoff / 4096 )) ;;
-esac
+tobytes() {
+    case $1 in
+        *M) echo $(( ${1%M} * 1048576 )) ;;
+        *) echo "$1" ;;
+    esac
+}
+# marker_at OFFSET: the first 6 bytes of the 4 KiB block at OFFSET
+marker_at() {
+    dd if="/dev/$vbdev" bs=4096 skip=$(( $(tobytes "$1") / 4096 )) count=1 \
+        iflag=direct 2>/dev/null | head -c 6
+}
+if [ -n "${vbheldread:-}" ]; then
+    hoff=$(tobytes "${vbheldread%%:*}")
+    hlen=$(tobytes "${vbheldread#*:}")
+    vb_log "waiting for go"
+    until [ "$(marker_at "${vbgooff:-61M}")" = VBGO ]; do
+        usleep 200000
+    done
+    vb_log "held read of $hlen bytes at $hoff"
+    sum=$(dd if="/dev/$vbdev" bs="$hlen" skip=$((hoff / hlen)) count=1 \
+          iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
+    vb_info heldread_md5 "$sum"
+fi
 pass=0
 while :; do
     pass=$((pass + 1))
@@ -30,9 +56,7 @@ while :; do
         cat /tmp/fio.out
         vb_fail "fio pass $pass exited with status $st"
     fi
-    marker=$(dd if="/dev/$vbdev" bs=4096 skip="$stopblk" count=1 \
-             iflag=direct 2>/dev/null | head -c 6)
-    [ "$marker" = VBSTOP ] && break
+    [ "$(marker_at "$stopoff")" = VBSTOP ] && break
     [ "$pass" -ge "${vbmaxpasses:-500}" ] &&
         vb_fail "no stop marker after $pass passes"
 done
