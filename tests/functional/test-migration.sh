@@ -17,13 +17,18 @@
 # read is in vhost-blkd, then lets the migration run at full speed with a
 # 10 ms downtime limit, so QEMU copies all of the guest's memory before it
 # stops the VM.  The stop waits for the read, whose data then lands in
-# guest pages QEMU has already sent: only the
-# dirty log makes QEMU send them again, so the guest's checksum of the read
-# on the destination shows whether vhost-blkd logged what it wrote.
+# guest pages QEMU has already sent: only the dirty log makes QEMU send
+# them again, so the guest's checksum of the read on the destination shows
+# whether vhost-blkd logged what it wrote (a build without data logging
+# fails here with the checksum of stale zeros).
 #
-# Nothing here depends on timing: the guest job runs until the host stops
-# it, and every wait polls with a generous timeout and fails saying what
-# it waited for.
+# No result depends on timing: the guest job runs until the host stops it,
+# every wait polls with a generous timeout and fails saying what it waited
+# for, and every check holds for a correct daemon whatever the speed.  Only
+# how sharp the held-read check is depends on the machine: on one so slow
+# that more than 20 s pass between the read reaching vhost-blkd and the VM
+# stopping, the read completes before the stop and the check proves less
+# (it still passes).
 #
 # Usage: test-migration.sh [--device TYPE] [--qemu BIN]
 #   --device  vhost-user-blk-pci (default) or vhost-pci-blk-pci (the
