@@ -125,5 +125,14 @@ void guest_mem_log_gpa(const GuestMemory *mem, uint64_t gpa, uint64_t len);
  * pointers from this table's translations, e.g. an element's in_sg). */
 void guest_mem_log_iov(const GuestMemory *mem, const struct iovec *iov,
                        unsigned int n);
+/* Mark the pages under [p, p + len), a host pointer into guest memory
+ * (e.g. a ring entry the device just wrote, found by its VMM address). */
+static inline void guest_mem_log_host(const GuestMemory *mem, const void *p,
+                                      size_t len)
+{
+    struct iovec iov = { .iov_base = (void *)p, .iov_len = len };
+
+    guest_mem_log_iov(mem, &iov, 1);
+}
 
 #endif
