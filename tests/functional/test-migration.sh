@@ -109,7 +109,12 @@ qemu_start() {
     QPIDS[$n]=$!
 }
 
-qmp() { "$QMP" "$VB_TMP/qmp-$1.sock" "${@:2}"; }
+# qmp N COMMAND [ARGUMENTS-JSON]: one QMP command on QEMU N's monitor;
+# prints the reply (and any event before it) as JSON.
+qmp() {
+    local msg="{\"execute\": \"$2\"${3:+, \"arguments\": $3}}"
+    "$QMP" "$VB_TMP/qmp-$1.sock" "$msg"
+}
 
 # wait_for SECS DESCRIPTION CMD...: poll CMD every 0.2 s until it succeeds.
 # With QWATCH set to a QEMU number, give up as soon as that QEMU exited.
