@@ -92,6 +92,7 @@ typedef struct BenchOptions {
     bool verify;
     bool json;
     bool poll;
+    bool dirty_log;
     uint64_t seed;
 } BenchOptions;
 
@@ -872,6 +873,8 @@ static void bench_usage(FILE *f)
 "                       check every read; reads start with a fill pass\n"
 "  --poll               busy-poll the used ring instead of waiting on the\n"
 "                       call eventfd\n"
+"  --dirty-log          run with a dirty log set and VHOST_F_LOG_ALL on, as\n"
+"                       a VMM does while it migrates the VM\n"
 "  --seed N             random seed (default 1)\n"
 "  --json               print one JSON object instead of text\n"
 "  -h, --help           this text\n"
@@ -885,7 +888,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
     enum { OPT_SOCKET = 256, OPT_VHOST_DEV, OPT_FILE, OPT_READ_ONLY,
            OPT_BUFFERED, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
-           OPT_POLL, OPT_SEED, OPT_BS_MAX };
+           OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_DIRTY_LOG };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
         { "vhost-dev", required_argument, NULL, OPT_VHOST_DEV },
@@ -905,6 +908,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         { "verify", no_argument, NULL, OPT_VERIFY },
         { "json", no_argument, NULL, OPT_JSON },
         { "poll", no_argument, NULL, OPT_POLL },
+        { "dirty-log", no_argument, NULL, OPT_DIRTY_LOG },
         { "seed", required_argument, NULL, OPT_SEED },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -1021,6 +1025,9 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
             break;
         case OPT_JSON:
             o->json = true;
+            break;
+        case OPT_DIRTY_LOG:
+            o->dirty_log = true;
             break;
         case OPT_POLL:
             o->poll = true;
@@ -1227,6 +1234,10 @@ int main(int argc, char **argv)
     if (!vhost_user_frontend_start(fe, &err)) {
         fprintf(stderr, "vhost-blk-bench: starting the queues: %s\n",
                 err->message);
+        return 1;
+    }
+    if (o.dirty_log && !vhost_user_frontend_log_start(fe, 0, &err)) {
+        fprintf(stderr, "vhost-blk-bench: --dirty-log: %s\n", err->message);
         return 1;
     }
 

@@ -683,19 +683,29 @@ static void vhost_pci_blk_realize(DeviceState *dev, Error **errp)
         goto fail;
     }
 
-    error_setg(&s->migration_blocker, "vhost-pci-blk does not support live "
-               "migration yet: the vhost_blk backend's ring and in-flight "
-               "state are not transferred");
+    if (user) {
+        /*
+         * vhost-user migrates as vhost-user-blk does: the virtio state
+         * goes in vmstate_vhost_pci_blk, vhost_dev_stop() takes the ring
+         * positions back from the backend (GET_VRING_BASE, after its
+         * requests completed), and QEMU's vhost core logs the backend's
+         * guest memory writes (LOG_ALL, SET_LOG_BASE).  A backend without
+         * VHOST_F_LOG_ALL gets vhost_dev_init()'s own blocker.
+         */
+        return;
+    }
+    /* See docs/qemu-fork.md, "Live migration". */
+    error_setg(&s->migration_blocker, "vhost-pci-blk with drive= (kernel "
+               "vhost_blk) cannot be live-migrated: the module does not log "
+               "the guest pages it writes (no VHOST_F_LOG_ALL, and its rings "
+               "refuse SET_VRING_ADDR while attached); use chardev= with "
+               "vhost-blkd to migrate");
     if (migrate_add_blocker(s->migration_blocker, errp) < 0) {
         error_free(s->migration_blocker);
         s->migration_blocker = NULL;
         if (s->connected) {
             vhost_dev_cleanup(&s->dev);
             s->connected = false;
-        }
-        if (user) {
-            qemu_chr_fe_set_handlers(&s->chardev, NULL, NULL, NULL, NULL,
-                                     NULL, NULL, false);
         }
         goto fail;
     }
