@@ -71,10 +71,10 @@ vb_check "-device help lists the (non-)transitional variants" \
 # The properties docs/qemu-fork.md documents: the backquoted names in the
 # first column of the table under "## The device".
 doc_props=$(sed -n '/^## The device/,/^## /p' "$VB_ROOT/docs/qemu-fork.md" |
-            grep '^| `' | cut -d'|' -f2 | grep -o '`[a-z-]*`' | tr -d '`' |
+            grep '^| `' | cut -d'|' -f2 | grep -o '`[a-z_-]*`' | tr -d '`' |
             sort -u)
 # The properties the overlay defines itself (class, vectors, chardev, ...).
-src_props=$(grep -ho 'DEFINE_PROP_[A-Z0-9]*("[a-z-]*"' -r "$VB_ROOT/qemu/overlay" |
+src_props=$(grep -ho 'DEFINE_PROP_[A-Z0-9]*("[a-z_-]*"' -r "$VB_ROOT/qemu/overlay" |
             sed 's/.*("//; s/"$//' | sort -u)
 vb_check "docs/qemu-fork.md lists properties ($(echo $doc_props))" \
     test -n "$doc_props"
@@ -108,6 +108,59 @@ else
 fi
 qemu_fails "error: kernel backend without drive=" "needs drive=" \
     -device "$DEV,vhostdev=/dev/null"
+
+# The kernel serves a whole fd from byte 0: a raw window (offset=/size=)
+# and image formats are refused before /dev/vhost-blk is even opened.
+qemu_fails "error: drive= with raw offset= is refused" \
+    "drive=d0 uses the raw driver's offset=/size= to expose 16773120 of the 16777216 bytes" \
+    -drive "if=none,id=d0,file=$img,format=raw,offset=4096" -device "$DEV,drive=d0"
+qemu_fails "error: drive= with raw size= is refused" \
+    "drive=d0 uses the raw driver's offset=/size= to expose 8388608 of the 16777216 bytes" \
+    -drive "if=none,id=d0,file=$img,format=raw,size=8M" -device "$DEV,drive=d0"
+qemu_fails "error: -blockdev raw node with offset= is refused" \
+    "drive=r0 uses the raw driver's offset=/size=" \
+    -blockdev "driver=file,node-name=f0,filename=$img" \
+    -blockdev "driver=raw,node-name=r0,file=f0,offset=512" -device "$DEV,drive=r0"
+if command -v qemu-img > /dev/null; then
+    qemu-img create -q -f qcow2 "$VB_TMP/err.qcow2" 16M
+    qemu_fails "error: drive= in qcow2 format is refused" \
+        "drive=d0 has format qcow2.*must be format=raw" \
+        -drive "if=none,id=d0,file=$VB_TMP/err.qcow2,format=qcow2" -device "$DEV,drive=d0"
+else
+    vb_skip "error: drive= in qcow2 format is refused" "no qemu-img"
+fi
+qemu_fails "error: logical_block_size= with chardev= is refused" \
+    "logical_block_size= applies to the kernel backend" \
+    -chardev "socket,id=c0,path=$VB_TMP/absent.sock,reconnect=1" \
+    -device "$DEV,chardev=c0,logical_block_size=4096"
+# serial= with the kernel backend: the warning must not send the user to
+# vhost-blkd (QEMU then stops at the missing module or at vhostdev=).
+out=$(timeout 60 "$FORK_QEMU" -accel tcg -machine q35 -display none \
+          -nodefaults -nic none "${QEMU_L[@]}" \
+          -drive "if=none,id=d0,file=$img,format=raw" \
+          -device "$DEV,drive=d0,serial=kserial,vhostdev=/dev/null" 2>&1 < /dev/null)
+echo "$out" | sed 's/^/#   qemu: /'
+vb_check "kernel backend: serial= warning says the kernel answers GET_ID" \
+    grep -q 'warning: vhost-pci-blk: serial=kserial is ignored: the kernel vhost_blk answers GET_ID' <<< "$out"
+vb_check "kernel backend: serial= warning does not name vhost-blkd" \
+    test "$(grep warning <<< "$out" | grep -c vhost-blkd)" = 0
+# Block size from the backing: a loop device with 4096-byte sectors,
+# opened O_DIRECT (cache=none), cannot be offered as 512-byte blocks.
+loopdev=
+if [ "$(id -u)" = 0 ] && command -v losetup > /dev/null; then
+    loopdev=$(losetup -f --show --sector-size 4096 "$img" 2>/dev/null)
+fi
+if [ -n "$loopdev" ]; then
+    echo "# $loopdev: $(cat "/sys/block/${loopdev#/dev/}/queue/logical_block_size")-byte sectors"
+    qemu_fails "error: logical_block_size=512 on a 4096-byte-sector device with cache=none" \
+        "logical_block_size=512 is smaller than the 4096-byte logical block size of $loopdev" \
+        -drive "if=none,id=d0,file=$loopdev,format=raw,cache=none" \
+        -device "$DEV,drive=d0,logical_block_size=512"
+    losetup -d "$loopdev"
+else
+    vb_skip "error: logical_block_size=512 on a 4096-byte-sector device" \
+        "needs root and losetup --sector-size (loop devices)"
+fi
 
 # ------------------------------------------------------------ guests on the backend
 
