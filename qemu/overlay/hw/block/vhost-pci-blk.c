@@ -446,14 +446,17 @@ static void vhost_pci_blk_user_disconnect(DeviceState *dev)
     VirtIODevice *vdev = VIRTIO_DEVICE(dev);
     VHostPciBlk *s = VHOST_PCI_BLK(vdev);
 
-    if (!s->connected) {
-        return;
+    if (s->connected) {
+        s->connected = false;
+        vhost_pci_blk_stop(vdev);
+        vhost_dev_cleanup(&s->dev);
     }
-    s->connected = false;
-    vhost_pci_blk_stop(vdev);
-    vhost_dev_cleanup(&s->dev);
 
-    /* Wait for the next connection (chardev reconnect=N). */
+    /*
+     * Wait for the next connection (chardev reconnect=N), also when there
+     * was nothing to tear down: the backend may die while the device is
+     * stopped or before it was first started (qemu/patches/0002-*).
+     */
     qemu_chr_fe_set_handlers(&s->chardev, NULL, NULL, vhost_pci_blk_chr_event,
                              NULL, dev, NULL, true);
 }
