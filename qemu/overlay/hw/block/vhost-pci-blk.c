@@ -223,6 +223,10 @@ static int vhost_pci_blk_start(VirtIODevice *vdev, Error **errp)
     }
 
     s->dev.acked_features = vdev->guest_features;
+    if (s->backend == VHOST_PCI_BLK_BACKEND_KERNEL) {
+        /* Only bits the module offered: it refuses others (EOPNOTSUPP). */
+        s->dev.acked_features &= s->dev.features;
+    }
 
     if (s->backend == VHOST_PCI_BLK_BACKEND_USER) {
         /* The inflight region lets a restarted backend resume requests. */
@@ -372,7 +376,17 @@ static uint64_t vhost_pci_blk_get_features(VirtIODevice *vdev,
     if (s->num_queues > 1) {
         virtio_add_feature(&features, VIRTIO_BLK_F_MQ);
     }
-    return vhost_get_features(&s->dev, vhost_pci_blk_feature_bits, features);
+    features = vhost_get_features(&s->dev, vhost_pci_blk_feature_bits, features);
+    /*
+     * Read-only is QEMU's decision on this path (the image fd is opened
+     * O_RDONLY and the kernel fails writes on it): tell the guest even when
+     * the module does not list the bit.  It is not passed on to the module
+     * (vhost_pci_blk_start acks only what the module offered).
+     */
+    if (s->backend == VHOST_PCI_BLK_BACKEND_KERNEL && !blk_is_writable(s->blk)) {
+        virtio_add_feature(&features, VIRTIO_BLK_F_RO);
+    }
+    return features;
 }
 
 /* A guest that kicks before DRIVER_OK: start vhost now. */
@@ -643,6 +657,7 @@ static int vhost_pci_blk_open_image(VHostPciBlk *s, Error **errp)
     const char *proto, *drive = blk_name(s->blk);
     int64_t len, file_len;
     int flags, fd, bsize;
+    bool ro;
 
     if (bs && bs->drv && !strcmp(bs->drv->format_name, "raw") && bs->file) {
         file_bs = bs->file->bs;
@@ -700,6 +715,19 @@ static int vhost_pci_blk_open_image(VHostPciBlk *s, Error **errp)
         return -1;
     }
 
+    /*
+     * Take the permissions a disk needs, as virtio-blk does: without WRITE
+     * blk_is_writable() is false and the kernel would get a read-only fd.
+     * The kernel writes the image behind the block layer's back, so nobody
+     * else may write it meanwhile (as with share-rw=off).
+     */
+    ro = !blk_supports_write_perm(s->blk);
+    if (blk_set_perm(s->blk, BLK_PERM_CONSISTENT_READ | (ro ? 0 : BLK_PERM_WRITE),
+                     BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+                     errp) < 0) {
+        error_prepend(errp, "vhost-pci-blk: drive=%s: ", drive);
+        return -1;
+    }
     flags = blk_is_writable(s->blk) ? O_RDWR : O_RDONLY;
     if (blk_get_flags(s->blk) & BDRV_O_NOCACHE) {
         flags |= O_DIRECT;
@@ -756,6 +784,25 @@ static int vhost_pci_blk_kernel_realize(VHostPciBlk *s, Error **errp)
         return ret;
     }
     s->connected = true;
+
+    if (s->serial) {
+        /* Like virtio-blk: up to 20 bytes, not NUL-terminated when full. */
+        struct vhost_blk_serial serial = { };
+
+        memcpy(serial.serial, s->serial,
+               MIN(strlen(s->serial), sizeof(serial.serial)));
+        if (strlen(s->serial) > sizeof(serial.serial)) {
+            warn_report("vhost-pci-blk: serial=%s is longer than the %zu "
+                        "bytes virtio-blk carries; the guest sees the first "
+                        "%zu", s->serial, sizeof(serial.serial),
+                        sizeof(serial.serial));
+        }
+        if (ioctl(vhostfd, VHOST_BLK_SET_SERIAL, &serial) < 0) {
+            warn_report("vhost-pci-blk: the vhost_blk module did not take "
+                        "serial=%s (VHOST_BLK_SET_SERIAL: %s); the guest "
+                        "sees an empty serial", s->serial, strerror(errno));
+        }
+    }
     return 0;
 }
 
@@ -837,15 +884,14 @@ static void vhost_pci_blk_realize(DeviceState *dev, Error **errp)
                    "--export ...,logical-block-size=N or its default)");
         return;
     }
-    /* Neither vhost-user nor the kernel ABI carries the serial. */
+    /*
+     * vhost-user carries no serial: the backend answers GET_ID.  The kernel
+     * backend gets it with VHOST_BLK_SET_SERIAL (vhost_pci_blk_kernel_realize).
+     */
     if (s->serial && user) {
         warn_report("vhost-pci-blk: serial= is answered by the backend, not "
                     "by QEMU: set it on vhost-blkd (--export ...,serial=%s); "
                     "ignored here", s->serial);
-    } else if (s->serial) {
-        warn_report("vhost-pci-blk: serial=%s is ignored: the kernel vhost_blk "
-                    "answers GET_ID itself and its ABI carries no serial "
-                    "number", s->serial);
     }
 
     virtio_init(vdev, VIRTIO_ID_BLOCK,
