@@ -63,7 +63,7 @@ echo "# nested assets: $assets ($(sed -n 's/^initramfs_bytes=//p' "$assets/info"
 img=$(vb_mkimg outer 64M)
 start=$(date +%s)
 vb_check "nested guest on vhost-pci-blk-pci,drive= (vhost_blk.ko): fio randwrite + crc32c verify" \
-    vb_guest -a "$assets" -m 1536M -c 2 -j nested -t 600 \
+    vb_guest -a "$assets" -m 1536M -c 2 -j nested -t 900 \
         vbnmode=kernel vbnjob=fio-cache vbnserial=vbnested01 \
         vbnargs=vbwce=0+vbsize=4M+vbbs=16k+vbinfo=1 -- \
         -drive "if=none,id=od0,file=$img,format=raw,cache=none,aio=native" \
@@ -83,7 +83,7 @@ vb_check_info "nested disk's serial is the device's serial= (vbnested01)" \
 if [ "${VB_NESTED_CONTRAST:-0}" = 1 ]; then
     img=$(vb_mkimg outer-wb 64M)
     vb_check "contrast: nested guest in write back, fio randwrite + crc32c verify" \
-        vb_guest -a "$assets" -m 1536M -c 2 -j nested -t 600 \
+        vb_guest -a "$assets" -m 1536M -c 2 -j nested -t 900 \
             vbnmode=kernel vbnjob=fio-cache vbnargs=vbwce=1+vbsize=4M+vbbs=16k -- \
             -drive "if=none,id=od0,file=$img,format=raw,cache=none,aio=native" \
             -device virtio-blk-pci,drive=od0,num-queues=1,logical_block_size=4096,physical_block_size=4096
