@@ -3,7 +3,8 @@
 # by scripts/guest/build-nested.sh, sourced by /init): switch the disk's
 # write cache the way a user does (virtio-blk's cache_type attribute, which
 # writes the config space's writeback byte), check that the device took it,
-# then run the fio-verify job.
+# then run the fio-verify job, and with vbthendiscard=1 the discard job
+# (WRITE_ZEROES and DISCARD; give it a range of its own with vboffset=).
 #   vbwce=0   write through (0) or write back (1)
 # Facts reported: cache_type (write_through / write_back), then those of
 # fio-verify (and device-info with vbinfo=1).
@@ -20,3 +21,7 @@ vb_info cache_type "$(echo "$got" | tr ' ' _)"
 [ "$got" = "$want" ] || vb_fail "$f reads '$got' after '$want' was written (the device kept its mode)"
 vb_log "cache_type: $got"
 . /jobs/fio-verify.sh
+if [ "${vbthendiscard:-0}" = 1 ]; then
+    . /jobs/discard.sh
+fi
+return 0

@@ -18,6 +18,8 @@
 #     (VHOST_BLK_SET_WRITE_CACHE 0 from the device);
 #   - the nested disk's logical block size is the backing's 4096 (BLKSSZGET);
 #   - the nested disk's serial is the one given to the device;
+#   - it offers DISCARD and WRITE_ZEROES, and the discard job passes on it
+#     (blkdiscard -z reads back as zeros, blkdiscard succeeds);
 #   - no BUG/WARNING/Oops in the outer guest's kernel log.
 # Nested TCG is slow: the run takes about 2 minutes here (figures in
 # docs/qemu-fork.md); the time is printed.
@@ -65,7 +67,7 @@ start=$(date +%s)
 vb_check "nested guest on vhost-pci-blk-pci,drive= (vhost_blk.ko): fio randwrite + crc32c verify" \
     vb_guest -a "$assets" -m 1536M -c 2 -j nested -t 900 \
         vbnmode=kernel vbnjob=fio-cache vbnserial=vbnested01 \
-        vbnargs=vbwce=0+vbsize=4M+vbbs=16k+vbinfo=1 -- \
+        vbnargs=vbwce=0+vbsize=4M+vbbs=16k+vbinfo=1+vbthendiscard=1+vboffset=8M+vblen=256K -- \
         -drive "if=none,id=od0,file=$img,format=raw,cache=none,aio=native" \
         -device virtio-blk-pci,drive=od0,num-queues=1,logical_block_size=4096,physical_block_size=4096
 echo "# outer guest run: $(( $(date +%s) - start )) s; nested QEMU run: $(vb_info_get nested_secs || echo ?) s"
@@ -79,6 +81,13 @@ vb_check_info "nested disk's logical block size is the backing's (4096)" \
     nested_logical_block_size 4096
 vb_check_info "nested disk's serial is the device's serial= (vbnested01)" \
     nested_serial vbnested01
+dmax=$(vb_info_get nested_discard_max_bytes || echo 0)
+zmax=$(vb_info_get nested_write_zeroes_max_bytes || echo 0)
+vb_check "nested disk offers DISCARD and WRITE_ZEROES (max bytes $dmax, $zmax)" \
+    test "$dmax" -gt 0 -a "$zmax" -gt 0
+vb_check_info "nested WRITE_ZEROES: the zeroed half reads back as zeros, the rest unchanged" \
+    nested_write_zeroes ok
+vb_check_info "nested DISCARD (blkdiscard) succeeds" nested_discard ok
 
 if [ "${VB_NESTED_CONTRAST:-0}" = 1 ]; then
     img=$(vb_mkimg outer-wb 64M)

@@ -366,10 +366,16 @@ static uint64_t vhost_pci_blk_get_features(VirtIODevice *vdev,
         virtio_add_feature(&features, VIRTIO_BLK_F_TOPOLOGY);
         virtio_add_feature(&features, VIRTIO_BLK_F_RO);
     } else {
-        /* The kernel ABI has no discard / write-zeroes (yet). */
-        virtio_clear_feature(&features, VIRTIO_BLK_F_DISCARD);
-        virtio_clear_feature(&features, VIRTIO_BLK_F_WRITE_ZEROES);
+        /*
+         * The module serves DISCARD and WRITE_ZEROES (if it lists them);
+         * discard only where the backing can.  A read-only drive gets
+         * neither: the module fails both on a read-only fd.
+         */
+        if (!s->kernel_discard || !blk_is_writable(s->blk)) {
+            virtio_clear_feature(&features, VIRTIO_BLK_F_DISCARD);
+        }
         if (!blk_is_writable(s->blk)) {
+            virtio_clear_feature(&features, VIRTIO_BLK_F_WRITE_ZEROES);
             virtio_add_feature(&features, VIRTIO_BLK_F_RO);
         }
     }
@@ -649,6 +655,40 @@ static int vhost_pci_blk_block_size(VHostPciBlk *s, int fd, bool direct,
     return bs;
 }
 
+/*
+ * Can the backing discard?  A regular file: the module punches holes
+ * (a file system without them fails the request with UNSUPP).  A block
+ * device: when its queue takes discards (discard_max_bytes, which a
+ * partition inherits from its disk).
+ */
+static bool vhost_pci_blk_can_discard(int fd)
+{
+    struct stat st;
+    int i;
+
+    if (fstat(fd, &st) < 0) {
+        return false;
+    }
+    if (S_ISREG(st.st_mode)) {
+        return true;
+    }
+    if (!S_ISBLK(st.st_mode)) {
+        return false;
+    }
+    for (i = 0; i < 2; i++) {
+        g_autofree char *path = g_strdup_printf(
+            "/sys/dev/block/%u:%u/%squeue/discard_max_bytes",
+            major(st.st_rdev), minor(st.st_rdev), i ? "../" : "");
+        g_autofree char *text = NULL;
+        uint64_t max;
+
+        if (g_file_get_contents(path, &text, NULL, NULL)) {
+            return !qemu_strtou64(g_strstrip(text), NULL, 10, &max) && max > 0;
+        }
+    }
+    return false;
+}
+
 /* Open the image behind drive= for the kernel and fill the config space. */
 static int vhost_pci_blk_open_image(VHostPciBlk *s, Error **errp)
 {
@@ -657,6 +697,7 @@ static int vhost_pci_blk_open_image(VHostPciBlk *s, Error **errp)
     const char *proto, *drive = blk_name(s->blk);
     int64_t len, file_len;
     int flags, fd, bsize;
+    uint32_t max_sectors;
     bool ro;
 
     if (bs && bs->drv && !strcmp(bs->drv->format_name, "raw") && bs->file) {
@@ -749,6 +790,24 @@ static int vhost_pci_blk_open_image(VHostPciBlk *s, Error **errp)
     virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.seg_max,
                  s->queue_size > 2 ? s->queue_size - 2 : 1);
     s->blkcfg.wce = 1;
+
+    /*
+     * DISCARD / WRITE_ZEROES limits (used only if the features are
+     * negotiated): whole blocks, up to 2 GiB and VHOST_BLK_MAX_DISCARD_SEG
+     * segments per request, which is what the module accepts.
+     */
+    s->kernel_discard = vhost_pci_blk_can_discard(fd);
+    max_sectors = (INT32_MAX >> BDRV_SECTOR_BITS) & ~(bsize / 512 - 1);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_discard_sectors, max_sectors);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_discard_seg,
+                 VHOST_BLK_MAX_DISCARD_SEG);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.discard_sector_alignment,
+                 bsize / 512);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_write_zeroes_sectors,
+                 max_sectors);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_write_zeroes_seg,
+                 VHOST_BLK_MAX_DISCARD_SEG);
+    s->blkcfg.write_zeroes_may_unmap = 1;
     return fd;
 }
 

@@ -68,6 +68,7 @@ struct VHostPciBlk {
     struct vhost_inflight *inflight;    /* vhost-user only */
     VhostUserState vhost_user;          /* vhost-user only */
     int image_fd;                       /* kernel only, else -1 */
+    bool kernel_discard;                /* kernel: the backing can discard */
     Error *migration_blocker;
     bool connected;                     /* vhost_dev initialised */
     bool started;                       /* vhost_dev started */
