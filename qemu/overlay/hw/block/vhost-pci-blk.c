@@ -386,8 +386,8 @@ static uint64_t vhost_pci_blk_get_features(VirtIODevice *vdev,
     /*
      * Read-only is QEMU's decision on this path (the image fd is opened
      * O_RDONLY and the kernel fails writes on it): tell the guest even when
-     * the module does not list the bit.  It is not passed on to the module
-     * (vhost_pci_blk_start acks only what the module offered).
+     * the module does not list the bit.  The module hears of it only if
+     * it lists it (vhost_pci_blk_start acks only what the module offered).
      */
     if (s->backend == VHOST_PCI_BLK_BACKEND_KERNEL && !blk_is_writable(s->blk)) {
         virtio_add_feature(&features, VIRTIO_BLK_F_RO);
