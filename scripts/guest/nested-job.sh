@@ -16,6 +16,8 @@
 #   vbntimeout=         nested guest watchdog (default: this job's vbtimeout - 60)
 #   vbnmem=256M         nested guest RAM
 #   vbnserial=          serial= of vhost-pci-blk-pci (kernel)
+#   vbnro=              a second disk of this guest (e.g. vdb) given to the
+#                       nested guest read-only (readonly=on), as its vdb
 # Facts reported: nested_secs (wall time of the nested QEMU run), nested_rc,
 # outer_writes and outer_flushes (requests this guest's /dev/$vbdev
 # completed during the run: with the nested disk in writethrough mode,
@@ -49,14 +51,23 @@ esac
 append="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off"
 append="$append vbjob=$njob vbtimeout=$ntimeout"
 [ -n "${vbnargs:-}" ] && append="$append $(echo "$vbnargs" | tr '+' ' ')"
-vb_log "nested: -device $dev -drive $drive ($append)"
+rodisk=
+if [ -n "${vbnro:-}" ]; then
+    [ -b "/dev/$vbnro" ] || vb_fail "vbnro=$vbnro: no /dev/$vbnro"
+    case $mode in
+        virtio) rodev=virtio-blk-pci,drive=nd1 ;;
+        kernel) rodev=vhost-pci-blk-pci,drive=nd1 ;;
+    esac
+    rodisk="-drive if=none,id=nd1,file=/dev/$vbnro,format=raw,readonly=on,cache=none -device $rodev"
+fi
+vb_log "nested: -device $dev -drive $drive $rodisk ($append)"
 # /sys/block/X/stat: field 5 writes completed, field 16 flushes completed.
 stat0=$(cat /sys/block/$vbdev/stat)
 t0=$(cut -d' ' -f1 /proc/uptime)
 $N/bin/qemu-system-x86_64 -accel tcg -machine q35 -cpu max -smp 1 \
     -m "${vbnmem:-256M}" -nodefaults -display none -no-reboot -L $N/fw \
     -kernel $N/vmlinux -initrd $N/initramfs.img -append "$append" \
-    -serial file:/tmp/nested.log -drive "$drive" -device "$dev" \
+    -serial file:/tmp/nested.log -drive "$drive" -device "$dev" $rodisk \
     > /tmp/nested.err 2>&1
 rc=$?
 t1=$(cut -d' ' -f1 /proc/uptime)

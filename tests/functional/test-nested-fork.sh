@@ -20,6 +20,8 @@
 #   - the nested disk's serial is the one given to the device;
 #   - it offers DISCARD and WRITE_ZEROES, and the discard job passes on it
 #     (blkdiscard -z reads back as zeros, blkdiscard succeeds);
+#   - a second disk, readonly=on, is read-only in the nested guest, reads,
+#     and refuses a write;
 #   - no BUG/WARNING/Oops in the outer guest's kernel log.
 # Nested TCG is slow: the run takes about 2 minutes here (figures in
 # docs/qemu-fork.md); the time is printed.
@@ -63,13 +65,16 @@ fi
 echo "# nested assets: $assets ($(sed -n 's/^initramfs_bytes=//p' "$assets/info") byte initramfs)"
 
 img=$(vb_mkimg outer 64M)
+roimg=$(vb_mkimg outer-ro 4M)
 start=$(date +%s)
 vb_check "nested guest on vhost-pci-blk-pci,drive= (vhost_blk.ko): fio randwrite + crc32c verify" \
     vb_guest -a "$assets" -m 1536M -c 2 -j nested -t 900 \
-        vbnmode=kernel vbnjob=fio-cache vbnserial=vbnested01 \
-        vbnargs=vbwce=0+vbsize=4M+vbbs=16k+vbinfo=1+vbthendiscard=1+vboffset=8M+vblen=256K -- \
+        vbnmode=kernel vbnjob=fio-cache vbnserial=vbnested01 vbnro=vdb \
+        vbnargs=vbwce=0+vbsize=4M+vbbs=16k+vbinfo=1+vbthendiscard=1+vboffset=8M+vblen=256K+vbrodev=vdb -- \
         -drive "if=none,id=od0,file=$img,format=raw,cache=none,aio=native" \
-        -device virtio-blk-pci,drive=od0,num-queues=1,logical_block_size=4096,physical_block_size=4096
+        -device virtio-blk-pci,drive=od0,num-queues=1,logical_block_size=4096,physical_block_size=4096 \
+        -drive "if=none,id=od1,file=$roimg,format=raw,cache=none,aio=native" \
+        -device virtio-blk-pci,drive=od1,num-queues=1
 echo "# outer guest run: $(( $(date +%s) - start )) s; nested QEMU run: $(vb_info_get nested_secs || echo ?) s"
 vb_check_info "nested guest kept its write cache off (cache_type write through)" \
     nested_cache_type write_through
@@ -88,6 +93,10 @@ vb_check "nested disk offers DISCARD and WRITE_ZEROES (max bytes $dmax, $zmax)" 
 vb_check_info "nested WRITE_ZEROES: the zeroed half reads back as zeros, the rest unchanged" \
     nested_write_zeroes ok
 vb_check_info "nested DISCARD (blkdiscard) succeeds" nested_discard ok
+vb_check_info "readonly=on drive: the nested guest sees a read-only disk" \
+    nested_rodev_ro 1
+vb_check_info "readonly=on drive: it reads through vhost_blk" nested_rodev_read ok
+vb_check_info "readonly=on drive: a write to it is refused" nested_rodev_write refused
 
 if [ "${VB_NESTED_CONTRAST:-0}" = 1 ]; then
     img=$(vb_mkimg outer-wb 64M)
