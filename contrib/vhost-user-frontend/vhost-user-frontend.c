@@ -69,6 +69,7 @@ struct VhostUserFrontend {
     unsigned int num_queues;
     FrontendQueue *queues;
     int inflight_fd;
+    int backend_fd;             /* our end of the back-end channel; -1 */
     uint64_t inflight_size;
     uint64_t inflight_offset;
     int kfd;                    /* kernel mode: /dev/vhost-blk, else -1 */
@@ -464,6 +465,26 @@ static bool fe_negotiate(VhostUserFrontend *fe, GError **errp)
         return false;
     }
     fe->protocol_features = proto;
+    if (proto & (1ULL << VHOST_USER_PROTOCOL_F_BACKEND_REQ)) {
+        int sv[2];
+
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "socketpair: %s",
+                        g_strerror(errno));
+            return false;
+        }
+        if (!fe_call(fe, VHOST_USER_SET_BACKEND_REQ_FD, NULL, 0, &sv[1], 1,
+                     NULL, 0, NULL, NULL, errp)) {
+            close(sv[0]);
+            close(sv[1]);
+            return false;
+        }
+        close(sv[1]);
+        if (fe->backend_fd >= 0) {
+            close(fe->backend_fd);
+        }
+        fe->backend_fd = sv[0];
+    }
     if (proto & (1ULL << VHOST_USER_PROTOCOL_F_MQ)) {
         if (!fe_get_u64(fe, VHOST_USER_GET_QUEUE_NUM, &qnum, errp)) {
             return false;
@@ -827,6 +848,7 @@ VhostUserFrontend *vhost_user_frontend_new(const VhostUserFrontendOptions *opts,
     fe->sock = -1;
     fe->kfd = -1;
     fe->inflight_fd = -1;
+    fe->backend_fd = -1;
     for (unsigned int i = 0; i < VHOST_USER_MEM_REGIONS_MAX; i++) {
         fe->regions[i].fd = -1;
     }
@@ -956,9 +978,44 @@ void vhost_user_frontend_disconnect(VhostUserFrontend *fe)
         close(fe->sock);
         fe->sock = -1;
     }
+    if (fe->backend_fd >= 0) {
+        close(fe->backend_fd);
+        fe->backend_fd = -1;
+    }
     for (unsigned int q = 0; fe->queues && q < fe->num_queues; q++) {
         fe->queues[q].started = false;
     }
+}
+
+int vhost_user_frontend_wait_backend_msg(VhostUserFrontend *fe,
+                                         unsigned int timeout_ms,
+                                         GError **errp)
+{
+    VhostUserHeader hdr;
+    uint8_t payload[sizeof(VhostUserPayload)];
+    struct pollfd pfd = { .fd = fe->backend_fd, .events = POLLIN };
+    ssize_t n;
+
+    if (fe->backend_fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "no back-end channel (the back-end "
+                    "did not offer PROTOCOL_F_BACKEND_REQ, or it was not "
+                    "asked for)");
+        return -1;
+    }
+    if (poll(&pfd, 1, timeout_ms) <= 0) {
+        g_set_error(errp, VB_ERROR, 0, "no back-end message within %u ms",
+                    timeout_ms);
+        return -1;
+    }
+    n = recv(fe->backend_fd, &hdr, sizeof(hdr), MSG_WAITALL);
+    if (n != (ssize_t)sizeof(hdr) || hdr.size > sizeof(payload) ||
+        (hdr.size &&
+         recv(fe->backend_fd, payload, hdr.size, MSG_WAITALL) !=
+         (ssize_t)hdr.size)) {
+        g_set_error(errp, VB_ERROR, 0, "malformed back-end message");
+        return -1;
+    }
+    return hdr.request;
 }
 
 uint64_t vhost_user_frontend_get_features(VhostUserFrontend *fe)

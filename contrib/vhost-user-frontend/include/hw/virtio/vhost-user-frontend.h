@@ -150,6 +150,14 @@ bool vhost_user_frontend_set_config(VhostUserFrontend *fe, uint32_t offset,
                                     const void *buf, uint32_t size,
                                     GError **errp);
 
+/* With PROTOCOL_F_BACKEND_REQ asked for (in protocol_features), the
+ * library hands the back-end a channel (SET_BACKEND_REQ_FD).  Wait up to
+ * @timeout_ms for one message on it (VHOST_USER_BACKEND_*, e.g.
+ * CONFIG_CHANGE_MSG); returns its request number, or -1 + @errp. */
+int vhost_user_frontend_wait_backend_msg(VhostUserFrontend *fe,
+                                         unsigned int timeout_ms,
+                                         GError **errp);
+
 /* Set up every queue on the back-end (see the top of this file). */
 bool vhost_user_frontend_start(VhostUserFrontend *fe, GError **errp);
 /* SET_VRING_ENABLE 0 and GET_VRING_BASE for every queue; the back-end
