@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <grp.h>
 #include "qemu/sandbox.h"
+#include "qemu/host-load.h"
 
 #define VBD_MAX_IOTHREADS EXPORT_OPTS_MAX_IOTHREADS
 
@@ -36,6 +37,8 @@ typedef struct Vbd {
     gid_t runas_gid;
     bool runas_group_set;       /* GROUP given: no supplementary groups */
     bool seccomp;               /* --seccomp=on */
+    bool poll_host_check;       /* --poll-host-check on (default) */
+    HostLoadMonitor *host_load; /* pauses polling when no CPU is idle */
 
     AioContext *main_ctx;
     IOThread **iothreads;
@@ -88,6 +91,8 @@ static void vbd_usage(FILE *f)
 "                          request type, narrowed by inject-sector/after/count\n"
 "  --iothreads N           I/O threads (default 1)\n"
 "  --poll-max-ns N         adaptive busy-poll limit, 0 disables (default 32768)\n"
+"  --poll-host-check on|off  pause busy polling while the host has no idle\n"
+"                          CPU (CPU pressure, /proc/pressure/cpu; default on)\n"
 "  --pidfile PATH          write the process id to PATH\n"
 "  --user USER[:GROUP]     once every image and socket is open, switch to\n"
 "                          USER (its groups, or only GROUP); needs root.\n"
@@ -146,6 +151,15 @@ static void vbd_dump_stats(Vbd *d)
         iothread_run_sync(d->iothreads[i], vbd_engine_stats_cb, &job);
     }
 
+    if (d->host_load) {
+        const HostLoadPolicy *p = host_load_monitor_policy(d->host_load);
+
+        log_msg(LOG_LEVEL_INFO, "host load: %s, CPU pressure %.0f%%, %.2f "
+                "CPUs idle (last %d ms); %" PRIu64 " changes, %" PRIu64
+                " ms with polling paused", p->busy ? "busy" : "idle CPU",
+                100 * p->pressure, p->idle_cpus, HOST_LOAD_INTERVAL_MS,
+                p->transitions, host_load_monitor_busy_ms(d->host_load));
+    }
     for (guint i = 0; i < d->exports->len; i++) {
         VuBlkExport *exp = g_ptr_array_index(d->exports, i);
         VuBlkExportStats st;
@@ -317,6 +331,17 @@ static bool vbd_setup(Vbd *d, GError **errp)
         }
     }
 
+    if (d->poll_host_check && d->poll_max_ns > 0) {
+        GError *lerr = NULL;
+
+        d->host_load = host_load_monitor_new(d->main_ctx, &lerr);
+        if (!d->host_load) {
+            warn_report("--poll-host-check: %s; polling will not pause on "
+                        "a busy host", lerr->message);
+            g_clear_error(&lerr);
+        }
+    }
+
     d->exports = g_ptr_array_new();
     for (guint i = 0; i < d->specs->len; i++) {
         ExportOpts *e = g_ptr_array_index(d->specs, i);
@@ -409,6 +434,8 @@ static void vbd_cleanup(Vbd *d)
         g_free(d->iothreads);
         d->iothreads = NULL;
     }
+    host_load_monitor_free(d->host_load);
+    d->host_load = NULL;
     if (d->main_ctx) {
         if (d->sig_fd >= 0) {
             aio_set_fd_handler(d->main_ctx, d->sig_fd, NULL, NULL, NULL,
@@ -497,7 +524,7 @@ typedef enum VbdArgs {
 
 enum {
     OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
-    OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP,
+    OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP, OPT_POLL_HOST_CHECK,
 };
 
 /* --user USER[:GROUP]; false after printing why it is not usable. */
@@ -587,6 +614,13 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
     }
     case OPT_USER:
         return vbd_parse_user(d, arg);
+    case OPT_POLL_HOST_CHECK:
+        if (!export_opts_parse_bool(arg, &d->poll_host_check)) {
+            fprintf(stderr, "vhost-blkd: --poll-host-check %s: use on or "
+                    "off\n", arg);
+            return false;
+        }
+        break;
     case OPT_SECCOMP:
         if (!export_opts_parse_bool(arg, &d->seccomp)) {
             fprintf(stderr, "vhost-blkd: --seccomp %s: use on or off\n",
@@ -640,6 +674,7 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
         { "user", required_argument, NULL, OPT_USER },
         { "runas", required_argument, NULL, OPT_USER },
         { "seccomp", required_argument, NULL, OPT_SECCOMP },
+        { "poll-host-check", required_argument, NULL, OPT_POLL_HOST_CHECK },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
@@ -705,6 +740,7 @@ int main(int argc, char **argv)
     Vbd d = {
         .n_iothreads = 1,
         .poll_max_ns = 32768,
+        .poll_host_check = true,
         .sig_fd = -1,
         .ready_fd = -1,
     };

@@ -95,6 +95,7 @@ struct AioContext {
     _Atomic uint64_t epoll_waits;
     _Atomic uint64_t poll_hits;
     _Atomic uint64_t bh_runs;
+    _Atomic uint64_t poll_host_busy;
 
     AioEngineSlot engines[AIO_ENGINE_MAX];
 };

@@ -83,11 +83,19 @@ void aio_notify(AioContext *ctx);
 void aio_context_set_poll_params(AioContext *ctx, int64_t max_ns,
                                  int64_t grow, int64_t shrink);
 
+/*
+ * The host has no idle CPU (process-wide, any thread; see host-load.h):
+ * while true no context busy-polls, whatever its poll_max_ns.
+ */
+void aio_set_host_busy(bool busy);
+bool aio_get_host_busy(void);
+
 /* Statistics, for tests and benchmarks. */
 typedef struct AioContextStats {
     uint64_t iterations;        /* aio_poll() calls */
     uint64_t epoll_waits;       /* epoll_wait() syscalls */
     uint64_t poll_hits;         /* io_poll() returned true in the window */
+    uint64_t poll_host_busy;    /* iterations that did not poll: host busy */
     uint64_t notify_writes;     /* eventfd writes done by aio_notify() */
     uint64_t bh_runs;           /* bottom half callbacks run */
     int64_t  poll_ns;           /* current poll window */
