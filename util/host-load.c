@@ -5,6 +5,7 @@
  * HOST_LOAD_INTERVAL_MS); nothing here runs per request.
  */
 #include "qemu/osdep.h"
+#include <sys/resource.h>
 #include <sys/timerfd.h>
 #include "qemu/aio.h"
 #include "qemu/error-report.h"
@@ -37,7 +38,7 @@ static double host_load_interval_pressure(HostLoadPolicy *p,
 bool host_load_update(HostLoadPolicy *p, const HostLoadSample *s)
 {
     uint64_t dt_us, dticks;
-    double pressure;
+    double pressure, spare;
 
     if (!p->have_prev) {
         p->prev = *s;
@@ -58,19 +59,22 @@ bool host_load_update(HostLoadPolicy *p, const HostLoadSample *s)
     pressure = host_load_interval_pressure(p, s, dt_us);
     p->idle_cpus = dticks ? (double)(s->idle_ticks - p->prev.idle_ticks) /
                             dticks * s->online_cpus : 0;
+    p->self_cpus = s->self_cpu_us >= p->prev.self_cpu_us ?
+                   (double)(s->self_cpu_us - p->prev.self_cpu_us) / dt_us : 0;
+    spare = p->idle_cpus + p->self_cpus;
     p->pressure = pressure;
     p->prev = *s;
     p->samples++;
 
     if (!p->busy) {
         if (pressure >= HOST_LOAD_BUSY_PRESSURE &&
-            p->idle_cpus < HOST_LOAD_IDLE_CPUS) {
+            spare < HOST_LOAD_IDLE_CPUS) {
             p->busy = true;
             p->calm_run = 0;
             p->transitions++;
         }
     } else if (pressure < HOST_LOAD_CALM_PRESSURE ||
-               p->idle_cpus >= HOST_LOAD_IDLE_CPUS) {
+               spare >= HOST_LOAD_IDLE_CPUS) {
         if (++p->calm_run >= HOST_LOAD_CALM_SAMPLES) {
             p->busy = false;
             p->calm_run = 0;
@@ -171,6 +175,7 @@ bool host_load_read(int psi_fd, int stat_fd, HostLoadSample *s)
      * procs_running are what we need, so read enough for 256 CPUs. */
     static char buf[64 * 1024];
     struct timespec ts;
+    struct rusage ru;
     long n;
 
     memset(s, 0, sizeof(*s));
@@ -178,6 +183,10 @@ bool host_load_read(int psi_fd, int stat_fd, HostLoadSample *s)
     s->now_us = ts.tv_sec * 1000000ULL + ts.tv_nsec / 1000;
     n = sysconf(_SC_NPROCESSORS_ONLN);
     s->online_cpus = n > 0 ? n : 1;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        s->self_cpu_us = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000ULL +
+                         ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+    }
     if (psi_fd >= 0 && host_load_pread_all(psi_fd, buf, 256) > 0) {
         s->have_psi = host_load_parse_psi(buf, &s->psi_some_us);
     }
@@ -224,13 +233,16 @@ static void host_load_monitor_cb(void *opaque)
     if (busy && !m->logged_busy) {
         m->logged_busy = true;
         info_report("the host has no idle CPU (CPU pressure %.0f%%, %.2f "
-                    "CPUs idle): busy polling paused while it lasts "
-                    "(--poll-host-check off keeps polling)",
-                    100 * m->policy.pressure, m->policy.idle_cpus);
+                    "CPUs idle, %.2f used by vhost-blkd): busy polling "
+                    "paused while it lasts (--poll-host-check off keeps "
+                    "polling)", 100 * m->policy.pressure,
+                    m->policy.idle_cpus, m->policy.self_cpus);
     } else {
-        debug_report("host load: %s (CPU pressure %.0f%%, %.2f CPUs idle)",
+        debug_report("host load: %s (CPU pressure %.0f%%, %.2f CPUs idle, "
+                     "%.2f used by vhost-blkd)",
                      busy ? "busy, polling paused" : "idle CPU, polling on",
-                     100 * m->policy.pressure, m->policy.idle_cpus);
+                     100 * m->policy.pressure, m->policy.idle_cpus,
+                     m->policy.self_cpus);
     }
 }
 

@@ -14,8 +14,11 @@
  *   - Without PSI (kernel without CONFIG_PSI, or psi=0): runnable tasks
  *     (/proc/stat procs_running, which counts the sampling thread itself)
  *     beyond the online CPUs, as a 0/1 reading smoothed over samples.
- *   - Idle CPUs (/proc/stat idle + iowait ticks): reported, and a host with
- *     at least one whole CPU idle is never called busy.
+ *   - Idle CPUs (/proc/stat idle + iowait ticks) plus the CPU time of this
+ *     process (getrusage): what would be idle if we did not run.  A host
+ *     where that is at least one whole CPU is never called busy: our own
+ *     polling must not talk us out of polling (it eats the idle time it
+ *     measures).
  * The policy has hysteresis: busy after one interval at or above
  * HOST_LOAD_BUSY_PRESSURE, calm again only after HOST_LOAD_CALM_SAMPLES
  * intervals in a row below HOST_LOAD_CALM_PRESSURE, so it does not flap
@@ -40,6 +43,7 @@ typedef struct HostLoadSample {
     uint64_t idle_ticks;        /* idle + iowait */
     unsigned int procs_running; /* /proc/stat, includes the reader */
     unsigned int online_cpus;
+    uint64_t self_cpu_us;       /* this process, user + sys */
 } HostLoadSample;
 
 typedef struct HostLoadPolicy {
@@ -50,6 +54,7 @@ typedef struct HostLoadPolicy {
     /* last interval, for logs and the probe tool */
     double pressure;            /* 0..1, share of time something waited */
     double idle_cpus;           /* CPUs' worth of idle time */
+    double self_cpus;           /* CPUs' worth used by this process */
     uint64_t samples;
     uint64_t transitions;       /* busy <-> calm changes */
 } HostLoadPolicy;

@@ -91,6 +91,26 @@ static void test_idle_cpu_is_never_busy(void)
     g_assert_false(host_load_update(&p, &s));
 }
 
+/* Our own polling eats the idle time: what we use counts as spare. */
+static void test_own_cpu_counts_as_spare(void)
+{
+    HostLoadPolicy p;
+    HostLoadSample s = first(2);
+
+    host_load_policy_init(&p);
+    host_load_update(&p, &s);
+    /* 0.3 CPUs idle, but we use 0.9 of a CPU: one would be idle. */
+    s = next(&s, 500, 0.3, 0.3, 2);
+    s.self_cpu_us += 450000;
+    g_assert_false(host_load_update(&p, &s));
+    g_assert_cmpfloat_with_epsilon(p.self_cpus, 0.9, 1e-6);
+    /* We use little (polling paused) and nothing is idle: busy. */
+    s = next(&s, 500, 0.3, 0.3, 2);
+    s.self_cpu_us += 100000;
+    g_assert_true(host_load_update(&p, &s));
+    g_assert_cmpfloat_with_epsilon(p.self_cpus, 0.2, 1e-6);
+}
+
 static void test_hysteresis(void)
 {
     HostLoadPolicy p;
@@ -367,6 +387,8 @@ int main(int argc, char **argv)
     g_test_add_func("/host-load/idle-cpu-never-busy",
                     test_idle_cpu_is_never_busy);
     g_test_add_func("/host-load/hysteresis", test_hysteresis);
+    g_test_add_func("/host-load/own-cpu-counts-as-spare",
+                    test_own_cpu_counts_as_spare);
     g_test_add_func("/host-load/interval-length", test_interval_length);
     g_test_add_func("/host-load/backwards-ignored", test_backwards_ignored);
     g_test_add_func("/host-load/no-psi-fallback", test_no_psi_fallback);
