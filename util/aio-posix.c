@@ -65,7 +65,8 @@ static int64_t aio_clock_ns(void)
 
 static uint32_t aio_handler_events(const AioHandler *h)
 {
-    return (h->io_read ? EPOLLIN : 0) | (h->io_write ? EPOLLOUT : 0);
+    return (h->io_read ? EPOLLIN : 0) | (h->io_write ? EPOLLOUT : 0) |
+           (h->edge ? EPOLLET : 0);
 }
 
 static AioHandler *aio_find_handler(AioContext *ctx, int fd)
@@ -189,6 +190,29 @@ void aio_set_fd_handler(AioContext *ctx, int fd,
 {
     aio_set_fd_handler_internal(ctx, fd, io_read, io_write, io_poll,
                                 io_poll_ready, opaque);
+}
+
+/* Owner thread. */
+bool aio_set_fd_edge_triggered(AioContext *ctx, int fd)
+{
+    AioHandler *h = aio_find_handler(ctx, fd);
+    struct epoll_event ev;
+
+    if (!h || h->deleted) {
+        return false;
+    }
+    if (h->edge) {
+        return true;
+    }
+    h->edge = true;
+    ev.events = aio_handler_events(h);
+    ev.data.ptr = h;
+    if (epoll_ctl(ctx->epollfd, EPOLL_CTL_MOD, fd, &ev) < 0) {
+        h->edge = false;
+        return false;
+    }
+    h->events = ev.events;
+    return true;
 }
 
 /* Owner thread. */

@@ -67,6 +67,16 @@ void aio_set_fd_handler(AioContext *ctx, int fd,
  * with aio_set_fd_handler() keeps the callbacks; removing it drops them
  * without calling @io_poll_end (the owner resets its notifications).
  */
+/*
+ * Make the handler of @fd edge-triggered (EPOLLET): its io_read runs once
+ * per new event, so it need not drain the fd.  For an eventfd this means
+ * each write wakes the loop once and the counter is never read: the
+ * handler saves the read syscall (the counter cannot reach its 2^64 - 2
+ * limit in practice).  Stays until the handler is removed.  False if
+ * there is no such handler or epoll refused.  Owner thread only.
+ */
+bool aio_set_fd_edge_triggered(AioContext *ctx, int fd);
+
 void aio_set_fd_poll_notify(AioContext *ctx, int fd,
                             IOHandler *io_poll_begin,
                             IOHandler *io_poll_end);
