@@ -184,8 +184,9 @@ bool host_load_read(int psi_fd, int stat_fd, HostLoadSample *s)
     n = sysconf(_SC_NPROCESSORS_ONLN);
     s->online_cpus = n > 0 ? n : 1;
     if (getrusage(RUSAGE_SELF, &ru) == 0) {
-        s->self_cpu_us = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000ULL +
-                         ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+        s->self_cpu_us = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) *
+                         1000000ULL + ru.ru_utime.tv_usec +
+                         ru.ru_stime.tv_usec;
     }
     if (psi_fd >= 0 && host_load_pread_all(psi_fd, buf, 256) > 0) {
         s->have_psi = host_load_parse_psi(buf, &s->psi_some_us);
