@@ -202,9 +202,18 @@ qsd() {
 }
 
 stop() {
-    local name=$1
+    local name=$1 n=0
     [ -n "${PID[$name]:-}" ] || return 0
     kill -TERM "${PID[$name]}" 2>/dev/null
+    # A daemon under valgrind may never exit (qemu-storage-daemon 7.2 once
+    # hung there on a syscall valgrind does not know): 60 s, then KILL.
+    while kill -0 "${PID[$name]}" 2>/dev/null && [ $n -lt 600 ]; do
+        sleep 0.1; n=$((n + 1))
+    done
+    if kill -0 "${PID[$name]}" 2>/dev/null; then
+        log "$name did not exit 60 s after SIGTERM: killed"
+        kill -KILL "${PID[$name]}" 2>/dev/null
+    fi
     wait "${PID[$name]}" 2>/dev/null
     unset "PID[$name]"
 }
