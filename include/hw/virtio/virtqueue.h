@@ -86,6 +86,11 @@ void virtqueue_set_kick_fd(VirtQueue *vq, int fd);
 void virtqueue_set_call_fd(VirtQueue *vq, int fd);
 int virtqueue_get_kick_fd(VirtQueue *vq);
 void virtqueue_set_event_idx(VirtQueue *vq, bool on);   /* negotiated */
+/* VHOST_F_LOG_ALL negotiated: from the next start, mark every guest page
+ * the queue writes in the dirty log of the GuestMemory it starts with (if
+ * one is mapped), and the used ring at the address's log_guest_addr when
+ * its flags have VHOST_VRING_F_LOG. */
+void virtqueue_set_log(VirtQueue *vq, bool on);
 void virtqueue_set_enabled(VirtQueue *vq, bool on);
 bool virtqueue_is_enabled(VirtQueue *vq);
 /* Per-queue inflight region (NULL = none).  Laid out as in
