@@ -20,6 +20,8 @@ PKGS=(
     clang libclang-rt-14-dev
     # the patched QEMU (scripts/build-qemu.sh)
     ccache libpixman-1-dev libfdt-dev dpkg-dev
+    # the Debian package (debian/, tests/functional/test-deb.sh)
+    debhelper lintian
     # benchmarks
     valgrind gnuplot-nox procps
 )

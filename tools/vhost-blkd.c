@@ -16,6 +16,7 @@
 #include "tools/qsd-cli.h"
 #include "monitor/block-cmds.h"
 #include "monitor/qmp.h"
+#include "tools/config-file.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include <sys/stat.h>
 #include <grp.h>
 #include "qemu/sandbox.h"
+#include "qemu/systemd.h"
 #include "qemu/host-load.h"
 
 #define VBD_MAX_IOTHREADS EXPORT_OPTS_MAX_IOTHREADS
@@ -40,6 +42,8 @@ typedef struct Vbd {
     gid_t runas_gid;
     bool runas_group_set;       /* GROUP given: no supplementary groups */
     bool seccomp;               /* --seccomp=on */
+    SystemdSockets sd;          /* sockets passed by the service manager */
+    int notify_fd;              /* $NOTIFY_SOCKET, or -1 */
     bool poll_host_check;       /* --poll-host-check on (default) */
     HostLoadMonitor *host_load; /* pauses polling when no CPU is idle */
 
@@ -123,6 +127,8 @@ static void vbd_usage(FILE *f)
 "                          line (default off)\n"
 "  --daemonize             run in the background once every socket listens\n"
 "  --log-level LEVEL       error|warn|info|debug (default info)\n"
+"  --config FILE           read options from FILE, one per line: the option\n"
+"                          name without --, a space, its value (vhost-blkd(8))\n"
 "  -h, --help              this text\n"
 "  -V, --version           print the version\n"
 "\n"
@@ -326,6 +332,7 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
     g_autofree char *node_name = g_strdup_printf("node%u", i);
     g_autofree char *id = g_strdup_printf("export%u", i);
     BlockOptions bo;
+    int fd;
     VbExportParams p = {
         .id = id,
         .socket_path = e->socket,
@@ -350,6 +357,12 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
         g_prefix_error(errp, "--export socket=%s: ", e->socket);
         return false;
     }
+    /* Socket activation: the manager's socket bound to this path. */
+    fd = systemd_sockets_take_path(&d->sd, e->socket, errp);
+    if (*errp) {
+        return false;
+    }
+    p.listen_fd = fd > 0 ? fd : 0;
     p.conf.logical_block_size = e->logical_block_size;
     p.conf.num_queues = e->num_queues;
     p.conf.queue_size = e->queue_size;
@@ -399,6 +412,10 @@ static bool vbd_setup(Vbd *d, GError **errp)
         }
     }
 
+    if (!systemd_notify_open(&d->notify_fd, errp) ||
+        !systemd_sockets_init(&d->sd, errp)) {
+        return false;
+    }
     /* Also with --poll-max-ns 0: iothreads of --object / object-add may
      * poll with their own poll-max-ns. */
     if (d->poll_host_check) {
@@ -444,6 +461,16 @@ static bool vbd_setup(Vbd *d, GError **errp)
                 g_prefix_error(errp, "--monitor chardev=%s: ", m->chardev);
                 return false;
             }
+        }
+    }
+
+    for (unsigned int i = 0; i < d->sd.n; i++) {
+        if (!d->sd.taken[i]) {
+            info_report("socket %s (fd %u) from the service manager is not "
+                        "bound to any --export socket= path; it is left for "
+                        "addr.type=fd,addr.str=%u", d->sd.names[i],
+                        SYSTEMD_LISTEN_FDS_START + i,
+                        SYSTEMD_LISTEN_FDS_START + i);
         }
     }
 
@@ -523,6 +550,8 @@ static void vbd_cleanup(Vbd *d)
         unlink(d->pidfile);
         d->pidfile_written = false;
     }
+    systemd_sockets_clear(&d->sd);
+    systemd_notify_close(&d->notify_fd);
 }
 
 /* Fork; the parent waits until the child reports that setup is done. */
@@ -827,6 +856,22 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
 }
 
 /* Serve the exports of @d until SIGTERM/SIGINT; the exit status. */
+/* Tell the service manager (Type=notify); a failure is only logged. */
+static void G_GNUC_PRINTF(2, 3) vbd_notify(Vbd *d, const char *fmt, ...)
+{
+    g_autofree char *state = NULL;
+    GError *err = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    state = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    if (!systemd_notify_send(d->notify_fd, state, &err)) {
+        warn_report("%s", err->message);
+        g_clear_error(&err);
+    }
+}
+
 static int vbd_run(Vbd *d)
 {
     GError *err = NULL;
@@ -847,10 +892,13 @@ static int vbd_run(Vbd *d)
     if (d->daemonize) {
         vbd_daemonize_finish(d);
     }
+    vbd_notify(d, "READY=1\nSTATUS=serving %u export(s)",
+               d->state.exports->len);
 
     while (!d->quit && !d->state.quit) {
         aio_poll(d->main_ctx, true);
     }
+    vbd_notify(d, "STOPPING=1\nSTATUS=draining in-flight I/O");
     if (d->state.quit) {
         info_report("quit requested on the monitor: shutting down");
     }
@@ -867,22 +915,36 @@ int main(int argc, char **argv)
         .poll_host_check = true,
         .sig_fd = -1,
         .ready_fd = -1,
+        .notify_fd = -1,
     };
+    GError *err = NULL;
+    char **argv_orig = argv;
     int ret;
 
     log_set_program_name("vhost-blkd");
+    if (!config_file_expand_args(&argc, &argv, &err)) {
+        fprintf(stderr, "vhost-blkd: %s\n", err->message);
+        g_error_free(err);
+        return 1;
+    }
     d.specs = g_ptr_array_new_with_free_func((GDestroyNotify)export_opts_free);
     qsd_cli_init(&d.qsd);
 
     switch (vbd_parse_args(&d, argc, argv)) {
     case VBD_ARGS_DONE:
-        return 0;
+        ret = 0;
+        break;
     case VBD_ARGS_BAD:
-        return 1;
+        ret = 1;
+        break;
     case VBD_ARGS_RUN:
+    default:
+        ret = vbd_run(&d);
         break;
     }
-    ret = vbd_run(&d);
+    if (argv != argv_orig) {
+        g_strfreev(argv);       /* the --config expansion */
+    }
     g_ptr_array_free(d.specs, true);
     qsd_cli_cleanup(&d.qsd);
     g_free(d.pidfile);

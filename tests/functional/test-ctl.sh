@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# vhost-blk-ctl against vhost-blkd's QMP monitor (no guest): exports, add
+# with I/O through vhost-blk-bench, stats counting that I/O, stats --watch,
+# resize, log-level, del, the raw qmp passthrough, and its errors (no
+# socket, QMP errors shown with their description, bad usage).  The same
+# commands against qemu-storage-daemon are run as a report only (someone
+# else's program is never a pass/fail gate here).
+set -u
+. "$(dirname "$0")/lib.sh"
+
+VB_TMP=$(mktemp -d "${TMPDIR:-/tmp}/vbtest.XXXXXX")
+trap vb_cleanup EXIT
+trap 'exit 130' INT TERM
+echo "# tmp: $VB_TMP"
+
+blkd=$(vb_bin vhost-blkd) || vb_bail "vhost-blkd is not built in $VHOST_BLK_BUILD"
+ctl=$(vb_bin vhost-blk-ctl) || vb_bail "vhost-blk-ctl is not built in $VHOST_BLK_BUILD (needs libjson-glib-dev)"
+bench=$(vb_bin vhost-blk-bench) || vb_bail "vhost-blk-bench is not built in $VHOST_BLK_BUILD"
+"$blkd" --help | grep -q -- "--monitor" ||
+    vb_skip_all "this vhost-blkd has no QMP monitor (--monitor)"
+
+qmp=$VB_TMP/mon.qmp
+export VHOST_BLK_CTL_SOCKET=$qmp
+out=$VB_TMP/out.txt
+
+# run NAME WANT_STATUS CMD...: run CMD, output in $out; check its status.
+run() {
+    local name=$1 want=$2 rc
+    shift 2
+    "$@" > "$out" 2>&1
+    rc=$?
+    sed 's/^/#   /' "$out"
+    vb_check_eq "$name (exit $want)" "$rc" "$want"
+}
+
+# --- errors before any daemon runs --------------------------------------
+run "no monitor socket: clear error" 1 "$ctl" exports
+vb_check "  ...naming the socket and how to get one" \
+    grep -q "no monitor socket at $qmp: is the daemon running" "$out"
+run "unknown command" 2 "$ctl" frobnicate
+run "qmp with arguments that are not JSON" 2 "$ctl" qmp query-version '{oops'
+
+# --- a daemon with one export and a monitor -----------------------------
+img0=$(vb_mkimg d0 16M)
+sock0=$VB_TMP/d0.sock
+vb_daemon_start blkd "$qmp" "$blkd" \
+    --export "socket=$sock0,file=$img0,cache=writeback" \
+    --chardev "socket,id=mon,path=$qmp,server=on,wait=off" \
+    --monitor chardev=mon || vb_bail "vhost-blkd with a monitor did not start"
+pid=$VB_LAST_PID
+
+run "exports" 0 "$ctl" exports
+vb_check "  ...lists the command-line export with its file" \
+    grep -q "$img0" "$out"
+
+img1=$(vb_mkimg d1 32M)
+sock1=$VB_TMP/d1.sock
+run "add d1 (file, 2 queues, writeback)" 0 \
+    "$ctl" add d1 "$img1" --socket "$sock1" --num-queues 2 --cache writeback
+run "exports after add" 0 "$ctl" exports
+vb_check "  ...shows d1, 32M, active" \
+    grep -Eq "^d1 +vhost-user-blk +d1 +32M +no +active +$img1$" "$out"
+run "add d1 again: the daemon's error" 1 "$ctl" add d1 "$img1" --socket "$sock1"
+
+# bench ARGS...: vhost-blk-bench with its report as TAP comments.
+bench() {
+    "$bench" "$@" 2>&1 | sed 's/^/#   /'
+    return "${PIPESTATUS[0]}"
+}
+
+vb_check "vhost-blk-bench: 3000 verified requests on d1" \
+    bench --socket "$sock1" --queues 2 --rw randrw --verify --ios 3000 \
+    --size 8M --bs 4k
+run "stats" 0 "$ctl" stats
+reads=$(awk '$1 == "d1" { print $2 }' "$out")
+writes=$(awk '$1 == "d1" { print $3 }' "$out")
+vb_check_eq "  ...d1 counted the bench's requests (reads + writes >= 3000)" \
+    "$(( ${reads:-0} + ${writes:-0} >= 3000 ))" 1
+run "stats --json" 0 "$ctl" --json stats
+vb_check "  ...raw query-blockstats with rd_operations" \
+    grep -q '"rd_operations"' "$out"
+
+# stats --watch: refreshes until interrupted, then exits 0.
+"$ctl" stats --watch 0.2 > "$VB_TMP/watch.txt" 2>&1 &
+wpid=$!
+n=0
+until [ "$(grep -c '^EXPORT' "$VB_TMP/watch.txt")" -ge 3 ] ||
+      [ $n -ge 600 ] || ! kill -0 "$wpid" 2>/dev/null; do
+    sleep 0.1
+    n=$((n + 1))
+done
+kill -INT "$wpid" 2>/dev/null
+wait "$wpid"
+wrc=$?
+sed -n '1,6p' "$VB_TMP/watch.txt" | sed 's/^/#   /'
+vb_check_eq "stats --watch refreshed 3 times and stopped on SIGINT" \
+    "$(grep -c '^EXPORT' "$VB_TMP/watch.txt" | awk '{print ($1 >= 3)}')/$wrc" "1/0"
+vb_check "  ...with a rate row for d1" \
+    grep -Eq "^d1 +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+ " "$VB_TMP/watch.txt"
+
+run "resize d1 64M" 0 "$ctl" resize d1 64M
+vb_check_eq "  ...the image file is 64 MiB" "$(stat -c %s "$img1")" 67108864
+run "exports after resize" 0 "$ctl" exports
+vb_check "  ...d1 is 64M" grep -Eq "^d1 .* 64M " "$out"
+run "resize of an unknown node: the daemon's error" 1 "$ctl" resize nope 1G
+vb_check "  ...shows the QMP desc" grep -q "nope" "$out"
+run "resize with a bad size" 2 "$ctl" resize d1 12Q
+
+run "log-level debug" 0 "$ctl" log-level debug
+vb_check "vhost-blk-bench after log-level debug: 100 requests" \
+    bench --socket "$sock1" --ios 100 --size 1M
+vb_check "  ...the daemon now logs vhost-user messages (debug)" \
+    grep -q "debug:" "$VB_TMP/blkd.log"
+run "log-level without a level" 0 "$ctl" log-level
+vb_check "  ...shows debug" grep -qx "log level: debug" "$out"
+run "log-level loud: refused" 2 "$ctl" log-level loud
+
+run "qmp query-version" 0 "$ctl" qmp query-version
+vb_check "  ...prints the return value as JSON" grep -q '"qemu"' "$out"
+run "qmp unknown command" 1 "$ctl" qmp no-such-command
+vb_check "  ...shows CommandNotFound" grep -q "CommandNotFound" "$out"
+
+run "del d1" 0 "$ctl" del d1
+vb_check "  ...its socket is gone" test ! -e "$sock1"
+run "exports after del" 0 "$ctl" exports
+vb_check "  ...d1 is not listed" sh -c "! grep -q '^d1 ' '$out'"
+run "del of an unknown export" 1 "$ctl" del d1
+
+# del with a front-end connected: refused with a hint, then --force.
+img3=$(vb_mkimg d3 16M)
+sock3=$VB_TMP/d3.sock
+run "add d3" 0 "$ctl" add d3 "$img3" --socket "$sock3"
+# A front-end that is answered once (so its session runs), then holds on.
+python3 -c '
+import socket, struct, sys, time
+c = socket.socket(socket.AF_UNIX)
+c.connect(sys.argv[1])
+c.sendall(struct.pack("<III", 1, 1, 0))
+c.recv(20)
+open(sys.argv[2], "w").close()
+time.sleep(600)
+' "$sock3" "$VB_TMP/fe.ready" &
+fe=$!
+n=0
+until [ -e "$VB_TMP/fe.ready" ] || [ $n -ge 600 ]; do sleep 0.1; n=$((n + 1)); done
+run "del d3 while a front-end holds it" 1 "$ctl" del d3
+vb_check "  ...says so and suggests --force" grep -q "del d3 --force" "$out"
+run "del d3 --force" 0 "$ctl" del d3 --force
+vb_check "  ...export and node are gone" grep -q "deleted export d3 and node d3" "$out"
+kill "$fe" 2>/dev/null
+wait "$fe" 2>/dev/null
+
+# an export from the command line: resize and del find its node (node0)
+run "resize export0 (a command-line export) to 32M" 0 "$ctl" resize export0 32M
+vb_check_eq "  ...its image is 32 MiB" "$(stat -c %s "$img0")" 33554432
+
+vb_stop "$pid"
+
+# --- the same commands against qemu-storage-daemon: a report ------------
+if command -v qemu-storage-daemon > /dev/null; then
+    qsdq=$VB_TMP/qsd.qmp
+    img2=$(vb_mkimg q 16M)
+    if vb_daemon_start qsd "$qsdq" qemu-storage-daemon \
+            --chardev "socket,id=m,path=$qsdq,server=on,wait=off" \
+            --monitor chardev=m; then
+        for c in "exports" "add q $img2 --socket $VB_TMP/q.sock" "exports" \
+                 "stats" "resize q 32M" "qmp query-version" "del q"; do
+            # shellcheck disable=SC2086
+            "$ctl" -s "$qsdq" $c > "$out" 2>&1
+            echo "# qemu-storage-daemon: vhost-blk-ctl $c: exit $?"
+            sed 's/^/#   /' "$out"
+        done
+        vb_stop "$VB_LAST_PID"
+    fi
+fi
+
+vb_done
