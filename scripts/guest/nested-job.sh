@@ -48,7 +48,7 @@ case $mode in
     *) vb_fail "unknown vbnmode=$mode (virtio or kernel)" ;;
 esac
 
-append="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off"
+append="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off no_timer_check"
 append="$append vbjob=$njob vbtimeout=$ntimeout"
 [ -n "${vbnargs:-}" ] && append="$append $(echo "$vbnargs" | tr '+' ' ')"
 rodisk=

@@ -107,7 +107,7 @@ else
 fi
 errlog=$log.qemu-stderr
 
-cmdline="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off"
+cmdline="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off no_timer_check"
 cmdline+=" vbjob=$job vbtimeout=$timeout"
 for p in "${params[@]}"; do cmdline+=" $p"; done
 

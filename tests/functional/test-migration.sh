@@ -81,7 +81,7 @@ held_in_flight() {
     [ -n "$req" ] && [ "$req" -gt "$done_" ]
 }
 
-cmdline="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off"
+cmdline="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off no_timer_check"
 cmdline+=" vbjob=fio-until-stop vbtimeout=900 vbsize=16M vbstopoff=60M"
 cmdline+=" vbheldread=62M:65536 vbgooff=61M"
 common=(-accel tcg -machine q35,memory-backend=vbmem
