@@ -76,6 +76,7 @@ typedef struct BenchOptions {
     bool verify;
     bool json;
     bool poll;
+    bool packed;                /* VIRTIO_F_RING_PACKED */
     uint64_t seed;
 } BenchOptions;
 
@@ -708,10 +709,11 @@ static void bench_print_json(const BenchOptions *o, const BenchResult *r,
     bench_print_json_string(o->socket);
     printf(", \"rw\": \"%s\", \"rwmixread\": %u, \"bs\": %" PRIu64
            ", \"iodepth\": %u, \"queues\": %u, \"queue_size\": %u"
-           ", \"size\": %" PRIu64 ", \"verify\": %s, \"poll\": %s",
+           ", \"size\": %" PRIu64 ", \"verify\": %s, \"poll\": %s"
+           ", \"ring\": \"%s\"",
            bench_rw_names[o->rw], o->rwmixread, o->bs, o->iodepth, o->queues,
            o->queue_size, o->size, o->verify ? "true" : "false",
-           o->poll ? "true" : "false");
+           o->poll ? "true" : "false", o->packed ? "packed" : "split");
     printf(", \"seconds\": %.6f, \"ios\": %" PRIu64 ", \"reads\": %" PRIu64
            ", \"writes\": %" PRIu64 ", \"errors\": %" PRIu64
            ", \"verify_errors\": %" PRIu64,
@@ -743,10 +745,10 @@ static void bench_print_text(const BenchOptions *o, const BenchResult *r)
 {
     double cpu = r->cpu_user + r->cpu_sys;
 
-    printf("%s bs=%" PRIu64 " iodepth=%u queues=%u%s%s: %" PRIu64
+    printf("%s bs=%" PRIu64 " iodepth=%u queues=%u%s%s%s: %" PRIu64
            " I/Os in %.2f s\n", bench_rw_names[o->rw], o->bs, o->iodepth,
-           o->queues, o->verify ? " verify" : "", o->poll ? " poll" : "",
-           r->ios, r->seconds);
+           o->queues, o->packed ? " packed" : "", o->verify ? " verify" : "",
+           o->poll ? " poll" : "", r->ios, r->seconds);
     printf("  IOPS %.0f, %.1f MiB/s (reads %" PRIu64 ", writes %" PRIu64
            ", errors %" PRIu64 ", verify errors %" PRIu64 ")\n",
            r->iops, r->mib_s, r->reads, r->writes, r->errors,
@@ -790,6 +792,8 @@ static void bench_usage(FILE *f)
 "                       check every read; reads start with a fill pass\n"
 "  --poll               busy-poll the used ring instead of waiting on the\n"
 "                       call eventfd\n"
+"  --packed             use packed virtqueues (VIRTIO_F_RING_PACKED); an\n"
+"                       error if the back-end does not offer them\n"
 "  --seed N             random seed (default 1)\n"
 "  --json               print one JSON object instead of text\n"
 "  -h, --help           this text\n"
@@ -802,7 +806,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
 {
     enum { OPT_SOCKET = 256, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
-           OPT_POLL, OPT_SEED };
+           OPT_POLL, OPT_SEED, OPT_PACKED };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
         { "rw", required_argument, NULL, OPT_RW },
@@ -817,6 +821,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         { "verify", no_argument, NULL, OPT_VERIFY },
         { "json", no_argument, NULL, OPT_JSON },
         { "poll", no_argument, NULL, OPT_POLL },
+        { "packed", no_argument, NULL, OPT_PACKED },
         { "seed", required_argument, NULL, OPT_SEED },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -917,6 +922,9 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         case OPT_POLL:
             o->poll = true;
             break;
+        case OPT_PACKED:
+            o->packed = true;
+            break;
         case OPT_SEED:
             o->seed = g_ascii_strtoull(optarg, NULL, 10);
             break;
@@ -964,6 +972,7 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
         .connect_timeout_ms = 5000,
         .num_queues = o->queues,
         .queue_size = o->queue_size,
+        .packed = o->packed,
     };
     struct virtio_blk_config cfg;
     VhostUserFrontend *fe;
