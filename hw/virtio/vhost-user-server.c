@@ -616,6 +616,16 @@ static VuMsgResult vu_set_features(VuServer *s, uint64_t features)
     if (!vu_stop_all(s)) {
         return VU_MSG_WAIT;
     }
+    if (!s->features_acked || s->features != features) {
+        /* Once per change (control path): which ring format is in use is
+         * the first thing to know when a guest misbehaves. */
+        info_report("%s: features 0x%" PRIx64 " negotiated: %s virtqueues%s",
+                    s->name, features,
+                    features & (1ULL << VIRTIO_F_RING_PACKED) ? "packed"
+                                                               : "split",
+                    features & (1ULL << VIRTIO_RING_F_EVENT_IDX) ?
+                    ", event-idx" : "");
+    }
     s->features = features;
     s->features_acked = true;
     if (s->cfg.ops->set_features) {
