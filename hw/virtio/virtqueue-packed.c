@@ -22,9 +22,10 @@
  * and used_idx catches up with last_avail_idx when nothing is in flight.
  *
  * The buffer id is in the buffer's last descriptor, known only at the end
- * of the walk: a chain is mapped into vq->scratch and moved to the
- * element of its id (the inline iovecs are copied; a long slot is swapped
- * with the spare one, no copy).
+ * of the walk.  Drivers put it in every descriptor, so a chain is mapped
+ * into the element its head's id names (if that one is free; else into
+ * vq->scratch) and moved only if the last descriptor names another (the
+ * inline iovecs are copied; a long slot is swapped, no copy).
  *
  * Hostile input: a chain descriptor not marked available for the current
  * wrap counter, more descriptors in flight than the ring holds (which also
@@ -77,10 +78,17 @@
 #define VQ_F_USED       (1u << VRING_PACKED_DESC_F_USED)
 #define VQ_WRAP_BIT     (1u << VRING_PACKED_EVENT_F_WRAP_CTR)
 
-/* Is a descriptor with @flags available to a device reading lap @wrap? */
+/* The AVAIL/USED bits of a descriptor available in lap @wrap. */
+static inline uint16_t vq_packed_avail_bits(bool wrap)
+{
+    return wrap ? VQ_F_AVAIL : VQ_F_USED;
+}
+
+/* Is a descriptor with @flags available to a device reading lap @wrap
+ * (AVAIL equal to the wrap counter, USED not)? */
 static inline bool vq_packed_is_avail(uint16_t flags, bool wrap)
 {
-    return !!(flags & VQ_F_AVAIL) == wrap && !!(flags & VQ_F_USED) != wrap;
+    return (flags & (VQ_F_AVAIL | VQ_F_USED)) == vq_packed_avail_bits(wrap);
 }
 
 /* Step a ring position. */
@@ -388,31 +396,6 @@ bool virtqueue_packed_start(VirtQueue *vq, GError **errp)
     return true;
 }
 
-/*
- * Record descriptor @d (buffer id @id) of the buffer being fetched in the
- * next free region entry; @k: its place in the buffer.
- */
-static inline void vq_packed_inflight_fetch(VirtQueue *vq, unsigned int k,
-                                            const VirtQueueDesc *d,
-                                            uint16_t id, uint16_t *head_e,
-                                            uint16_t *last_e)
-{
-    VhostUserQueueRegionPacked *r = vq->pinflight;
-    uint16_t e = vq->pfree_head;
-
-    if (k == 0) {
-        *head_e = e;
-        VQ_STORE(&r->desc[e].counter, ++vq->inflight_counter);
-        VQ_STORE(&r->desc[e].inflight, 1);
-    }
-    VQ_STORE(&r->desc[e].addr, d->addr);
-    VQ_STORE(&r->desc[e].len, d->len);
-    VQ_STORE(&r->desc[e].flags, d->flags);
-    VQ_STORE(&r->desc[e].id, id);
-    *last_e = e;
-    vq->pfree_head = vq->pnext[e];
-}
-
 /* The buffer's entries are all in the region: commit the fetch. */
 static inline void vq_packed_inflight_commit(VirtQueue *vq, uint16_t head_e,
                                              uint16_t last_e,
@@ -467,23 +450,26 @@ static bool vq_packed_map_indirect(VirtQueue *vq, VirtQueueElement *elem,
     return true;
 }
 
-/* Move the chain mapped into vq->scratch to the element of buffer @id. */
-static VirtQueueElement *vq_packed_take_scratch(VirtQueue *vq, uint16_t id,
-                                                const VirtQueueSgList *s)
+/*
+ * The chain was mapped into @from (vq->scratch, or the free element its
+ * head's id named) but its buffer id, in the last descriptor, is another
+ * one: move it to the element of @id.  The inline iovecs are copied; a long
+ * slot is swapped with @from's, which is not in flight.
+ */
+static VirtQueueElement *vq_packed_move(VirtQueue *vq, VirtQueueElement *from,
+                                        uint16_t id, const VirtQueueSgList *s)
 {
     VirtQueueElement *elem = &vq->elems[id];
     VirtQueueSgList moved = *s;
 
-    if (s->sg == vq->scratch.inline_sg) {
+    if (s->sg == from->inline_sg) {
         memcpy(elem->inline_sg, s->sg, s->nsg * sizeof(s->sg[0]));
         moved.sg = elem->inline_sg;
     } else {
-        /* The chain is in the spare long slot: it becomes this id's, and
-         * the id's old one becomes the spare. */
         uint16_t slot = elem->long_slot;
 
-        elem->long_slot = vq->scratch.long_slot;
-        vq->scratch.long_slot = slot;
+        elem->long_slot = from->long_slot;
+        from->long_slot = slot;
     }
     virtqueue_elem_finish(elem, id, &moved);
     return elem;
@@ -548,14 +534,16 @@ static VirtQueueElement *vq_packed_pop_resubmit(VirtQueue *vq)
 /* Called from: the owner thread.  Hot path. */
 VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
 {
-    VirtQueueSgList s = { .sg = vq->scratch.inline_sg,
-                          .cap = VIRTQUEUE_INLINE_SG };
     const struct vring_packed_desc *ring = vq->pdesc;
+    VhostUserQueueRegionPacked *r = vq->pinflight;
     uint16_t slot = vq->last_avail_idx, i = slot;
     bool wrap = vq->avail_wrap;
-    uint16_t head_e = 0, last_e = 0, id;
+    uint16_t avail_bits = vq_packed_avail_bits(wrap);
+    unsigned int room = vq->num - vq->inflight_slots;
+    uint16_t e = vq->pfree_head, head_e = e, last_e = e, id;
     unsigned int count = 0;
-    VirtQueueElement *elem;
+    VirtQueueElement *tgt, *elem;
+    VirtQueueSgList s;
     VirtQueueDesc d;
 
     if (unlikely(vq->resubmit_pos < vq->resubmit_num)) {
@@ -570,11 +558,21 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
         }
         d.flags = VQ_LOAD_ACQUIRE(&ring[slot].flags);
     }
+    /*
+     * The buffer id is the last descriptor's.  Drivers put it in every
+     * descriptor (Linux does), so map straight into the element the head's
+     * id names if that one is free, and move the chain only if the last
+     * descriptor says otherwise; else map into the scratch element.
+     */
+    id = VQ_LOAD(&ring[slot].id);
+    tgt = likely(id < vq->num && vq->elem_state[id] == VQ_ELEM_FREE) ?
+          &vq->elems[id] : &vq->scratch;
+    s = (VirtQueueSgList) { .sg = tgt->inline_sg, .cap = VIRTQUEUE_INLINE_SG };
 
     for (;;) {
         if (count > 0) {
             d.flags = VQ_LOAD(&ring[i].flags);
-            if (unlikely(!vq_packed_is_avail(d.flags, wrap))) {
+            if (unlikely((d.flags & (VQ_F_AVAIL | VQ_F_USED)) != avail_bits)) {
                 virtqueue_set_broken(vq, "descriptor %u of the buffer at "
                                      "slot %u is not available (flags 0x%x, "
                                      "wrap counter %u)", i, slot, d.flags,
@@ -585,16 +583,30 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
         d.addr = VQ_LOAD(&ring[i].addr);
         d.len = VQ_LOAD(&ring[i].len);
         id = VQ_LOAD(&ring[i].id);
-        if (unlikely(vq->inflight_slots + ++count > vq->num)) {
+        if (unlikely(++count > room)) {
             virtqueue_set_broken(vq, "buffer at slot %u makes more than %u "
                                  "descriptors available (chain loop or a "
                                  "driver lapping the device)", slot, vq->num);
             return NULL;
         }
-        if (vq->pinflight) {
-            vq_packed_inflight_fetch(vq, count - 1, &d, id, &head_e, &last_e);
+        if (r) {
+            /* Copy the descriptor into the next free region entry. */
+            if (count == 1) {
+                VQ_STORE(&r->desc[e].counter, ++vq->inflight_counter);
+                VQ_STORE(&r->desc[e].inflight, 1);
+            }
+            VQ_STORE(&r->desc[e].addr, d.addr);
+            VQ_STORE(&r->desc[e].len, d.len);
+            VQ_STORE(&r->desc[e].flags, d.flags);
+            VQ_STORE(&r->desc[e].id, id);
+            last_e = e;
+            e = vq->pnext[e];
         }
-        vq_packed_advance(vq, &i, &wrap, 1);
+        if (++i == vq->num) {
+            i = 0;
+            wrap = !wrap;
+            avail_bits ^= VQ_F_AVAIL | VQ_F_USED;
+        }
 
         if (unlikely(d.flags & VRING_DESC_F_INDIRECT)) {
             if (count != 1 || (d.flags & VRING_DESC_F_NEXT)) {
@@ -603,12 +615,12 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
                                      slot);
                 return NULL;
             }
-            if (!vq_packed_map_indirect(vq, &vq->scratch, slot, &d, &s)) {
+            if (!vq_packed_map_indirect(vq, tgt, slot, &d, &s)) {
                 return NULL;
             }
             break;
         }
-        if (unlikely(!virtqueue_map_desc(vq, &vq->scratch, slot, &d, &s))) {
+        if (unlikely(!virtqueue_map_desc(vq, tgt, slot, &d, &s))) {
             return NULL;
         }
         if (!(d.flags & VRING_DESC_F_NEXT)) {
@@ -626,8 +638,14 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
                              "in flight", id);
         return NULL;
     }
-    elem = vq_packed_take_scratch(vq, id, &s);
-    if (vq->pinflight) {
+    elem = &vq->elems[id];
+    if (likely(tgt == elem)) {
+        virtqueue_elem_finish(elem, id, &s);
+    } else {
+        elem = vq_packed_move(vq, tgt, id, &s);
+    }
+    if (r) {
+        vq->pfree_head = e;
         vq_packed_inflight_commit(vq, head_e, last_e, count);
     }
     vq->chain_len[id] = count;

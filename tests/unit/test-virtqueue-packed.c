@@ -357,6 +357,60 @@ static void test_long_chain(void)
     tpq_cleanup(&t);
 }
 
+/* Only the last descriptor's buffer id counts (VIRTIO 1.2 2.8.6): a driver
+ * that leaves other ids stale or pointing at another buffer still gets its
+ * buffer back under the last one, short chains and long ones alike. */
+static void test_id_in_last(void)
+{
+    TestPQ t;
+    uint64_t gpa[12];
+    uint32_t len[12];
+    uint16_t fl[12];
+    VirtQueueElement *a, *b;
+    uint16_t id;
+    uint32_t ulen;
+
+    tpq_init(&t, 32, false);
+    for (unsigned int k = 0; k < 12; k++) {
+        gpa[k] = GPA_DATA + k * 0x1000;
+        len[k] = 512;
+        fl[k] = k ? VRING_DESC_F_WRITE : 0;
+    }
+    tpq_add(&t, 7, 3, gpa, len, fl);      /* 3 descriptors */
+    t.ring[0].id = 9;                   /* head names another buffer */
+    t.ring[1].id = 9;
+    tpq_add(&t, 4, 12, gpa, len, fl);     /* long: spills to a long slot */
+    t.ring[3].id = 7;                   /* head names buffer 7 (in flight) */
+    a = virtqueue_pop(t.vq);
+    b = virtqueue_pop(t.vq);
+    g_assert_nonnull(a);
+    g_assert_nonnull(b);
+    g_assert_cmpuint(a->head, ==, 7);
+    g_assert_cmpuint(a->in_num, ==, 2);
+    g_assert_true(a->in_sg[0].iov_base == tpq_host(&t, GPA_DATA + 0x1000));
+    g_assert_cmpuint(b->head, ==, 4);
+    g_assert_cmpuint(b->out_num + b->in_num, ==, 12);
+    for (unsigned int k = 0; k < 12; k++) {
+        g_assert_true(b->sg[k].iov_base ==
+                      tpq_host(&t, GPA_DATA + k * 0x1000));
+    }
+    virtqueue_push(t.vq, b, 1);
+    virtqueue_push(t.vq, a, 2);
+    g_assert_true(tpq_get_used(&t, 12, &id, &ulen));
+    g_assert_cmpuint(id, ==, 4);
+    g_assert_true(tpq_get_used(&t, 3, &id, &ulen));
+    g_assert_cmpuint(id, ==, 7);
+    /* buffer 9, whose element held a chain for a moment, is fine too */
+    tpq_add(&t, 9, 12, gpa, len, fl);
+    a = virtqueue_pop(t.vq);
+    g_assert_nonnull(a);
+    g_assert_cmpuint(a->head, ==, 9);
+    g_assert_true(a->sg[11].iov_base == tpq_host(&t, GPA_DATA + 11 * 0x1000));
+    virtqueue_push(t.vq, a, 0);
+    g_assert_false(virtqueue_is_broken(t.vq));
+    tpq_cleanup(&t);
+}
+
 static void test_unpop(void)
 {
     TestPQ t;
@@ -772,6 +826,7 @@ int main(int argc, char **argv)
                     test_out_of_order_wrap);
     g_test_add_func("/virtqueue-packed/pop/indirect", test_indirect);
     g_test_add_func("/virtqueue-packed/pop/long-chain", test_long_chain);
+    g_test_add_func("/virtqueue-packed/pop/id-in-last", test_id_in_last);
     g_test_add_func("/virtqueue-packed/pop/unpop", test_unpop);
     g_test_add_func("/virtqueue-packed/notify/driver-event",
                     test_notify_driver_event);
