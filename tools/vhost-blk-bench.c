@@ -77,6 +77,7 @@ typedef struct BenchOptions {
     bool json;
     bool poll;
     bool packed;                /* VIRTIO_F_RING_PACKED */
+    bool no_inflight;           /* skip GET/SET_INFLIGHT_FD */
     uint64_t seed;
 } BenchOptions;
 
@@ -794,6 +795,8 @@ static void bench_usage(FILE *f)
 "                       call eventfd\n"
 "  --packed             use packed virtqueues (VIRTIO_F_RING_PACKED); an\n"
 "                       error if the back-end does not offer them\n"
+"  --no-inflight        do not set up the inflight region (QEMU does when\n"
+"                       the back-end offers it): measures its cost\n"
 "  --seed N             random seed (default 1)\n"
 "  --json               print one JSON object instead of text\n"
 "  -h, --help           this text\n"
@@ -806,7 +809,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
 {
     enum { OPT_SOCKET = 256, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
-           OPT_POLL, OPT_SEED, OPT_PACKED };
+           OPT_POLL, OPT_SEED, OPT_PACKED, OPT_NO_INFLIGHT };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
         { "rw", required_argument, NULL, OPT_RW },
@@ -822,6 +825,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         { "json", no_argument, NULL, OPT_JSON },
         { "poll", no_argument, NULL, OPT_POLL },
         { "packed", no_argument, NULL, OPT_PACKED },
+        { "no-inflight", no_argument, NULL, OPT_NO_INFLIGHT },
         { "seed", required_argument, NULL, OPT_SEED },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -925,6 +929,9 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         case OPT_PACKED:
             o->packed = true;
             break;
+        case OPT_NO_INFLIGHT:
+            o->no_inflight = true;
+            break;
         case OPT_SEED:
             o->seed = g_ascii_strtoull(optarg, NULL, 10);
             break;
@@ -973,6 +980,7 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
         .num_queues = o->queues,
         .queue_size = o->queue_size,
         .packed = o->packed,
+        .no_inflight = o->no_inflight,
     };
     struct virtio_blk_config cfg;
     VhostUserFrontend *fe;

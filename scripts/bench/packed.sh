@@ -6,7 +6,9 @@
 # interleaved, repetition after repetition, so both ring formats see the
 # same machine; the table gives min / median / max.  Then instructions per
 # I/O: the daemon under valgrind --tool=callgrind, once for N and once for
-# 2N I/Os, (Ir(2N) - Ir(N)) / N, so start-up and connection costs cancel.
+# 2N I/Os, (Ir(2N) - Ir(N)) / N, so start-up and connection costs cancel;
+# also without the inflight region (vhost-blk-bench --no-inflight; QEMU
+# always sets one up), to show what its bookkeeping costs.
 #
 # Usage: scripts/bench/packed.sh [-t SECONDS] [-r REPS] [-n CALLGRIND_IOS]
 #                                [-f FILE] [-m SIZE_MIB] [-b BUILDDIR]
@@ -96,7 +98,13 @@ stop_daemon() {
     DPID=
 }
 
-ring_arg() { [ "$1" = packed ] && echo --packed; }
+ring_arg() {
+    case $1 in
+    packed) echo --packed ;;
+    packed-noinflight) echo --packed --no-inflight ;;
+    split-noinflight) echo --no-inflight ;;
+    esac
+}
 
 echo "4 KiB random reads, 1 queue of 256, $runtime s per run, $reps" \
      "interleaved repetitions; $(nproc) CPUs, kernel $(uname -r); file" \
@@ -126,7 +134,7 @@ done
 if [ "$do_callgrind" = 1 ]; then
     for be in null file; do
         for depth in 1 32; do
-            for ring in split packed; do
+            for ring in split packed split-noinflight packed-noinflight; do
                 irs=()
                 for n in "$cg_ios" $((2 * cg_ios)); do
                     name=cg-$be-$depth-$ring-$n
@@ -170,12 +178,12 @@ def mmm(v):
     return "%.0fk / %.0fk / %.0fk" % (min(v) / 1e3, statistics.median(v) / 1e3,
                                       max(v) / 1e3)
 
-print("| back-end | depth | split IOPS min / median / max | packed IOPS min / median / max | packed / split (median) | instructions / I/O split | instructions / I/O packed |")
-print("|---|---|---|---|---|---|---|")
+print("| back-end | depth | split IOPS min / median / max | packed IOPS min / median / max | packed / split (median) | instructions / I/O split | instructions / I/O packed | without inflight region: split / packed |")
+print("|---|---|---|---|---|---:|---:|---:|")
 for be in ("null", "file"):
     for depth in (1, 32):
         s, p = runs[(be, depth, "split")], runs[(be, depth, "packed")]
         ratio = statistics.median(p) / statistics.median(s)
         ci = lambda ring: str(cg[(be, depth, ring)]) if (be, depth, ring) in cg else "-"
-        print(f"| {be} | {depth} | {mmm(s)} | {mmm(p)} | {ratio:.2f} | {ci('split')} | {ci('packed')} |")
+        print(f"| {be} | {depth} | {mmm(s)} | {mmm(p)} | {ratio:.2f} | {ci('split')} | {ci('packed')} | {ci('split-noinflight')} / {ci('packed-noinflight')} |")
 EOF
