@@ -212,6 +212,13 @@ static inline bool virtqueue_map_desc(VirtQueue *vq, VirtQueueElement *elem,
     return true;
 }
 
+/* The long slot an element's long chains go to. */
+static inline unsigned int virtqueue_elem_long_slot(const VirtQueue *vq,
+                                                    const VirtQueueElement *e)
+{
+    return e->long_slot ? e->long_slot - 1u : (unsigned int)(e - vq->elems);
+}
+
 /* A mapped chain becomes element @head. */
 static inline void virtqueue_elem_finish(VirtQueueElement *elem,
                                          uint16_t head,

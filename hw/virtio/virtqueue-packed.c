@@ -466,10 +466,10 @@ static VirtQueueElement *vq_packed_move(VirtQueue *vq, VirtQueueElement *from,
         memcpy(elem->inline_sg, s->sg, s->nsg * sizeof(s->sg[0]));
         moved.sg = elem->inline_sg;
     } else {
-        uint16_t slot = elem->long_slot;
+        unsigned int slot = virtqueue_elem_long_slot(vq, elem);
 
-        elem->long_slot = from->long_slot;
-        from->long_slot = slot;
+        elem->long_slot = virtqueue_elem_long_slot(vq, from) + 1;
+        from->long_slot = slot + 1;
     }
     virtqueue_elem_finish(elem, id, &moved);
     return elem;

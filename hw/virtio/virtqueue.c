@@ -358,8 +358,9 @@ static struct iovec *virtqueue_elem_spill(VirtQueue *vq,
                                           VirtQueueElement *elem,
                                           unsigned int nsg)
 {
-    struct iovec *sg = vq->long_sg + (size_t)elem->long_slot *
-                                     VIRTQUEUE_MAX_SG;
+    struct iovec *sg = vq->long_sg +
+                       (size_t)virtqueue_elem_long_slot(vq, elem) *
+                       VIRTQUEUE_MAX_SG;
 
     memcpy(sg, elem->inline_sg, nsg * sizeof(sg[0]));
     return sg;
@@ -1008,10 +1009,9 @@ static bool virtqueue_alloc_pool(VirtQueue *vq, unsigned int num,
     vq->inflight_entry = g_new0(uint16_t, num);
     vq->inflight_last = g_new0(uint16_t, num);
     vq->pnext = g_new0(uint16_t, num);
-    for (unsigned int i = 0; i < num; i++) {
-        vq->elems[i].long_slot = i;
-    }
-    vq->scratch.long_slot = num;
+    /* the elements use the slots of their index (long_slot 0: not
+     * written, so their pages stay untouched until used); the spare */
+    vq->scratch.long_slot = num + 1;
     vq->long_sg = long_sg;
     vq->long_sg_bytes = bytes;
     vq->pool_num = num;

@@ -58,7 +58,9 @@ typedef struct VirtQueueElement {
     struct iovec *out_sg;       /* = sg */
     struct iovec *in_sg;        /* = sg + out_num */
     struct iovec *sg;           /* inline_sg or the element's long slot */
-    uint16_t long_slot;         /* index of its long slot in the queue */
+    /* its long slot in the queue + 1; 0: the slot of its own index (so
+     * that starting a queue does not touch the element pool) */
+    uint16_t long_slot;
     struct iovec inline_sg[VIRTQUEUE_INLINE_SG];
 } VirtQueueElement;
 
