@@ -173,10 +173,37 @@ void blk_close(BlockBackend *blk)
     g_free(blk);
 }
 
-/* Getters: any thread (the fields are immutable after blk_open()). */
+/* Getters: any thread (the fields are immutable after blk_open(), except
+ * the size, which blk_truncate() changes). */
 uint64_t blk_getlength(BlockBackend *blk)
 {
-    return blk->size;
+    /* Pairs with the store in blk_truncate(). */
+    return __atomic_load_n(&blk->size, __ATOMIC_RELAXED);
+}
+
+/*
+ * Main thread.  Grow the image to @size bytes: a file is extended
+ * (sparse), a block device must already be that large, the null driver
+ * just takes the size.  Requests in flight are not affected: the bounds
+ * check below only gets wider.  Shrinking is refused; see
+ * include/block/block.h.
+ */
+bool blk_truncate(BlockBackend *blk, uint64_t size, GError **errp)
+{
+    uint64_t cur = blk_getlength(blk);
+
+    if (size < cur) {
+        g_set_error(errp, VB_ERROR, 0, "cannot shrink '%s' from %" PRIu64
+                    " to %" PRIu64 " bytes: shrinking an image under a "
+                    "running guest loses its data; stop the guest and use "
+                    "qemu-img resize --shrink", blk->filename, cur, size);
+        return false;
+    }
+    if (!blk->is_null && !raw_truncate(blk, size, errp)) {
+        return false;
+    }
+    __atomic_store_n(&blk->size, size, __ATOMIC_RELAXED);
+    return true;
 }
 
 bool blk_is_read_only(BlockBackend *blk)
@@ -488,7 +515,8 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
      * past the end of a file would grow it.
      */
     if (type != BLK_REQ_FLUSH &&
-        (offset < 0 || bytes > blk->size || (uint64_t)offset > blk->size - bytes)) {
+        (offset < 0 || bytes > blk_getlength(blk) ||
+         (uint64_t)offset > blk_getlength(blk) - bytes)) {
         ret = -EINVAL;
         goto fail;
     }

@@ -177,6 +177,48 @@ fail:
 }
 
 /* Main thread. */
+/* Main thread: grow the file (sparse) or check that the device is at
+ * least @size bytes; blk->size is the caller's to update. */
+bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp)
+{
+    struct stat st;
+
+    if (blk->is_blockdev) {
+        uint64_t dev_size;
+
+        if (ioctl(blk->fd, BLKGETSIZE64, &dev_size) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "cannot get the size of '%s': %s",
+                        blk->filename, g_strerror(errno));
+            return false;
+        }
+        if (size > dev_size) {
+            g_set_error(errp, VB_ERROR, 0, "cannot grow device files: '%s' "
+                        "has %" PRIu64 " bytes; grow the device first",
+                        blk->filename, dev_size);
+            return false;
+        }
+        return true;
+    }
+    if (fstat(blk->fd, &st) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot stat '%s': %s", blk->filename,
+                    g_strerror(errno));
+        return false;
+    }
+    /* A file grown by someone else already is picked up as it is. */
+    if ((uint64_t)st.st_size < size && blk->readonly) {
+        g_set_error(errp, VB_ERROR, 0, "'%s' is open read-only and has %"
+                    PRIu64 " bytes: grow the file first", blk->filename,
+                    (uint64_t)st.st_size);
+        return false;
+    }
+    if ((uint64_t)st.st_size < size && ftruncate(blk->fd, size) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot resize '%s' to %" PRIu64
+                    " bytes: %s", blk->filename, size, g_strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 void raw_close(BlockBackend *blk)
 {
     if (blk->fd >= 0) {

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # Build with ThreadSanitizer (build-tsan) and run the tests that exercise
 # several threads: the iothread and event-loop unit tests, and the
-# multi-iothread and reconnect integration tests.  Any TSan report fails
+# multi-iothread, reconnect and QMP monitor (run-time exports, resize,
+# statistics read across threads) integration tests.  Any TSan report fails
 # the run (halt_on_error=1, and the test logs are searched for reports the
 # daemon printed before it was killed).
 #
@@ -32,7 +33,7 @@ ninja -C "$builddir" >/dev/null
 # exitcode=66 is TSan's default; said here so a report is never mistaken
 # for a test's own failure code.
 export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
-tests=(test-iothread test-aio test-blkd-mq test-blkd-reconnect)
+tests=(test-iothread test-aio test-blkd-mq test-blkd-reconnect test-qmp-monitor)
 
 set +e
 meson test -C "$builddir" --print-errorlogs "${tests[@]}"

@@ -5,9 +5,9 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
 # SECONDS per target (default 60); TARGETs default to all of them
-# (fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts).
-# fuzz-virtqueue covers both ring formats: split, and packed (header flag
-# 0x40, seeds tests/fuzz/corpus/fuzz-virtqueue/packed-*).  Each
+# (fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts
+# fuzz-qmp).  fuzz-virtqueue covers both ring formats: split, and packed
+# (header flag 0x40, seeds tests/fuzz/corpus/fuzz-virtqueue/packed-*).  Each
 # run starts from a copy of tests/fuzz/corpus/<target> plus
 # tests/fuzz/regressions/<target> in a temporary directory, so the
 # committed corpus never grows.  On a crash the
@@ -22,7 +22,7 @@ builddir=${BUILDDIR:-build-fuzz}
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts fuzz-qmp)
 
 case "$seconds" in
 ''|*[!0-9]*) echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2 ;;
@@ -40,6 +40,7 @@ max_len() {
     case "$1" in
     fuzz-virtqueue|fuzz-vhost-user) echo 4096 ;;
     fuzz-export-opts) echo 1024 ;;
+    fuzz-qmp) echo 4096 ;;
     *) echo 2048 ;;
     esac
 }

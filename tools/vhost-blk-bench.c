@@ -25,6 +25,13 @@
  * and checks every read against that table.  When the job reads, a
  * sequential fill pass writes the whole slice first.
  *
+ * Kernel mode (--vhost-dev /dev/vhost-blk --file IMAGE) drives the
+ * vhost_blk module instead: the same library lays out the same rings in
+ * this process's memory, which the module sees as the guest memory
+ * (VHOST_SET_MEM_TABLE maps it 1:1 to our addresses), and the image is
+ * attached to every queue with VHOST_BLK_SET_BACKEND.  Everything else
+ * (workers, --verify, the figures) is the same code as for vhost-user.
+ *
  * The client's own CPU time (getrusage RUSAGE_THREAD per worker) is
  * reported next to the I/O figures so that its cost is not mistaken for
  * the server's.
@@ -35,7 +42,10 @@
 #include <endian.h>
 #include <getopt.h>
 #include <math.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define BENCH_SECTOR 512
@@ -64,9 +74,15 @@ static const char *const bench_rw_names[] = {
 
 typedef struct BenchOptions {
     const char *socket;
+    const char *vhost_dev;      /* kernel mode */
+    const char *file;
+    bool read_only;
+    bool buffered;
+    int file_fd;
     BenchRw rw;
     unsigned int rwmixread;     /* percent of reads for randrw */
     uint64_t bs;
+    uint64_t bs_max;            /* mixed sizes: bs .. bs_max, in bs steps */
     unsigned int iodepth;
     unsigned int queues;
     unsigned int queue_size;    /* 0 = derived from iodepth */
@@ -92,6 +108,7 @@ typedef struct BenchVerifyHdr {
 typedef struct BenchReq {
     uint8_t *buf;
     uint64_t block;             /* block index in the disk */
+    uint32_t nblk;              /* blocks of --bs it covers (--bs-max) */
     uint64_t start_ns;
     uint32_t seq;               /* verify: write sequence number */
     bool is_write;
@@ -121,6 +138,7 @@ typedef struct BenchWorker {
 
     /* results */
     uint64_t ios_done;
+    uint64_t bytes_done;
     uint64_t reads;
     uint64_t writes;
     uint64_t errors;            /* status != OK */
@@ -275,12 +293,15 @@ static bool bench_parse_uint(const char *s, unsigned int min, unsigned int max,
 
 /* ---------------------------------------------------------------- verify */
 
-static void bench_verify_fill(BenchWorker *w, BenchReq *r)
+/* Each block of --bs carries its own header: a request of several blocks
+ * (--bs-max) is checked block by block. */
+static void bench_verify_fill_block(BenchWorker *w, uint8_t *buf,
+                                    uint64_t block, uint32_t seq)
 {
-    BenchVerifyHdr *h = (BenchVerifyHdr *)r->buf;
-    uint64_t s = (r->block * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)r->seq << 1) ^
+    BenchVerifyHdr *h = (BenchVerifyHdr *)buf;
+    uint64_t s = (block * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)seq << 1) ^
                  0x5bd1e995ull;
-    uint64_t *p = (uint64_t *)(r->buf + sizeof(*h));
+    uint64_t *p = (uint64_t *)(buf + sizeof(*h));
     size_t n = (w->opts->bs - sizeof(*h)) / 8;
 
     s |= 1;
@@ -288,17 +309,27 @@ static void bench_verify_fill(BenchWorker *w, BenchReq *r)
         p[i] = bench_rand(&s);
     }
     h->magic = BENCH_VERIFY_MAGIC;
-    h->offset = r->block * w->opts->bs;
-    h->seq = r->seq;
-    h->crc = bench_crc32(r->buf + sizeof(*h), w->opts->bs - sizeof(*h));
+    h->offset = block * w->opts->bs;
+    h->seq = seq;
+    h->crc = bench_crc32(buf + sizeof(*h), w->opts->bs - sizeof(*h));
 }
 
-/* Check a completed read; false (and a message) on a mismatch. */
-static bool bench_verify_check(BenchWorker *w, BenchReq *r)
+static void bench_verify_fill(BenchWorker *w, BenchReq *r)
 {
-    const BenchVerifyHdr *h = (const BenchVerifyHdr *)r->buf;
-    uint64_t offset = r->block * w->opts->bs;
-    uint32_t want_seq = w->last_seq[r->block - w->first_block];
+    for (uint32_t i = 0; i < r->nblk; i++) {
+        bench_verify_fill_block(w, r->buf + i * w->opts->bs, r->block + i,
+                                r->seq);
+    }
+}
+
+/* Check one block of a completed read; false (and a message) on a
+ * mismatch. */
+static bool bench_verify_check_block(BenchWorker *w, const uint8_t *buf,
+                                     uint64_t block)
+{
+    const BenchVerifyHdr *h = (const BenchVerifyHdr *)buf;
+    uint64_t offset = block * w->opts->bs;
+    uint32_t want_seq = w->last_seq[block - w->first_block];
     const char *what = NULL;
 
     if (h->magic != BENCH_VERIFY_MAGIC) {
@@ -307,7 +338,7 @@ static bool bench_verify_check(BenchWorker *w, BenchReq *r)
         what = "block carries another offset (misplaced write or read)";
     } else if (h->seq != want_seq) {
         what = "stale or future data (sequence number mismatch)";
-    } else if (h->crc != bench_crc32(r->buf + sizeof(*h),
+    } else if (h->crc != bench_crc32(buf + sizeof(*h),
                                      w->opts->bs - sizeof(*h))) {
         what = "payload crc32 mismatch (corrupted data)";
     }
@@ -325,6 +356,17 @@ static bool bench_verify_check(BenchWorker *w, BenchReq *r)
     return false;
 }
 
+static bool bench_verify_check(BenchWorker *w, BenchReq *r)
+{
+    for (uint32_t i = 0; i < r->nblk; i++) {
+        if (!bench_verify_check_block(w, r->buf + i * w->opts->bs,
+                                      r->block + i)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* ---------------------------------------------------------------- worker */
 
 /* Choose the next request's block and direction.  False when verify finds
@@ -332,6 +374,7 @@ static bool bench_verify_check(BenchWorker *w, BenchReq *r)
 static bool bench_pick(BenchWorker *w, BenchRw rw, BenchReq *r)
 {
     uint64_t b;
+    uint32_t k = 1;
 
     switch (rw) {
     case BENCH_RW_READ:
@@ -351,19 +394,39 @@ static bool bench_pick(BenchWorker *w, BenchRw rw, BenchReq *r)
         b = bench_rand(&w->rng) % w->nblocks;
         break;
     }
+    if (w->opts->bs_max > w->opts->bs && rw != BENCH_RW_READ &&
+        rw != BENCH_RW_WRITE) {
+        /* mixed sizes: 1 .. bs_max / bs blocks, inside the slice */
+        k = 1 + bench_rand(&w->rng) % (w->opts->bs_max / w->opts->bs);
+        if (k > w->nblocks - b) {
+            k = w->nblocks - b;
+        }
+    }
     if (w->busy) {
         /* never two requests on one block at once: probe forward */
         unsigned int tries = 0;
 
-        while (w->busy[b]) {
+        for (;;) {
+            uint32_t i = 0;
+
+            if (b + k > w->nblocks) {
+                b = 0;
+            }
+            while (i < k && !w->busy[b + i]) {
+                i++;
+            }
+            if (i == k) {
+                break;
+            }
             if (++tries > w->opts->iodepth) {
                 return false;
             }
-            b = b + 1 == w->nblocks ? 0 : b + 1;
+            b = b + i + 1 >= w->nblocks ? 0 : b + i + 1;
         }
-        w->busy[b] = 1;
+        memset(&w->busy[b], 1, k);
     }
     r->block = w->first_block + b;
+    r->nblk = k;
     return true;
 }
 
@@ -389,11 +452,12 @@ static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
             now = bench_now_ns();
             while (w->nfree && (total == 0 || issued < total)) {
                 BenchReq *req = w->free_reqs[w->nfree - 1];
-                struct iovec iov = { req->buf, o->bs };
+                struct iovec iov;
 
                 if (!bench_pick(w, rw, req)) {
                     break;
                 }
+                iov = (struct iovec) { req->buf, req->nblk * o->bs };
                 if (w->last_seq && req->is_write) {
                     req->seq = ++w->write_seq ? w->write_seq : ++w->write_seq;
                     bench_verify_fill(w, req);
@@ -406,7 +470,8 @@ static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
                         !req->is_write, req);
                 if (unlikely(r < 0)) {
                     if (w->busy) {
-                        w->busy[req->block - w->first_block] = 0;
+                        memset(&w->busy[req->block - w->first_block], 0,
+                               req->nblk);
                     }
                     if (r == -ENOSPC) {
                         break;      /* ring full: reap first */
@@ -476,13 +541,15 @@ static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
                 }
             } else if (w->last_seq) {
                 if (req->is_write) {
-                    w->last_seq[idx] = req->seq;
+                    for (uint32_t b = 0; b < req->nblk; b++) {
+                        w->last_seq[idx + b] = req->seq;
+                    }
                 } else if (!bench_verify_check(w, req)) {
                     w->verify_errors++;
                 }
             }
             if (w->busy) {
-                w->busy[idx] = 0;
+                memset(&w->busy[idx], 0, req->nblk);
             }
             if (record) {
                 w->hist[bench_hist_index(lat)]++;
@@ -496,6 +563,7 @@ static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
                     w->reads++;
                 }
                 w->ios_done++;
+                w->bytes_done += req->nblk * o->bs;
             }
             w->free_reqs[w->nfree++] = req;
         }
@@ -574,8 +642,8 @@ static bool bench_worker_init(BenchWorker *w, VhostUserFrontend *fe,
     w->nblocks = blocks_per_queue;
     w->rng = (o->seed + 1) * 0x9e3779b97f4a7c15ull + q * 0xbf58476d1ce4e5b9ull;
     w->rng |= 1;
-    bufs = vhost_user_frontend_mem_alloc(fe, (size_t)o->iodepth * o->bs, 4096,
-                                         errp);
+    bufs = vhost_user_frontend_mem_alloc(fe, (size_t)o->iodepth * o->bs_max,
+                                         4096, errp);
     if (!bufs) {
         g_prefix_error(errp, "buffers for queue %u: ", q);
         return false;
@@ -585,7 +653,7 @@ static bool bench_worker_init(BenchWorker *w, VhostUserFrontend *fe,
     w->comps = g_new(VhostUserFrontendCompletion, o->iodepth);
     w->hist = g_new0(uint64_t, BENCH_HIST_BUCKETS);
     for (unsigned int i = 0; i < o->iodepth; i++) {
-        w->reqs[i].buf = bufs + (size_t)i * o->bs;
+        w->reqs[i].buf = bufs + (size_t)i * o->bs_max;
         w->free_reqs[i] = &w->reqs[o->iodepth - 1 - i];
     }
     w->nfree = o->iodepth;
@@ -640,7 +708,7 @@ static void bench_summarize(BenchWorker *w, unsigned int nw, double proc_cpu,
                             BenchResult *res)
 {
     g_autofree uint64_t *hist = g_new0(uint64_t, BENCH_HIST_BUCKETS);
-    uint64_t t0 = UINT64_MAX, t1 = 0, lat_sum = 0, lat_max = 0;
+    uint64_t t0 = UINT64_MAX, t1 = 0, lat_sum = 0, lat_max = 0, bytes = 0;
 
     memset(res, 0, sizeof(*res));
     for (unsigned int i = 0; i < nw; i++) {
@@ -651,6 +719,7 @@ static void bench_summarize(BenchWorker *w, unsigned int nw, double proc_cpu,
             t1 = w[i].t_end_ns;
         }
         res->ios += w[i].ios_done;
+        bytes += w[i].bytes_done;
         res->reads += w[i].reads;
         res->writes += w[i].writes;
         res->errors += w[i].errors;
@@ -669,7 +738,7 @@ static void bench_summarize(BenchWorker *w, unsigned int nw, double proc_cpu,
     res->seconds = t1 > t0 ? (t1 - t0) / 1e9 : 0;
     if (res->seconds > 0) {
         res->iops = res->ios / res->seconds;
-        res->mib_s = res->iops * w[0].opts->bs / (1024.0 * 1024.0);
+        res->mib_s = bytes / res->seconds / (1024.0 * 1024.0);
     }
     if (res->ios) {
         res->lat_mean_us = lat_sum / 1e3 / res->ios;
@@ -707,12 +776,14 @@ static void bench_print_json(const BenchOptions *o, const BenchResult *r,
     double cpu = r->cpu_user + r->cpu_sys;
 
     printf("{\"socket\": ");
-    bench_print_json_string(o->socket);
+    bench_print_json_string(o->socket ? o->socket : o->file);
     printf(", \"rw\": \"%s\", \"rwmixread\": %u, \"bs\": %" PRIu64
+           ", \"bs_max\": %" PRIu64
            ", \"iodepth\": %u, \"queues\": %u, \"queue_size\": %u"
            ", \"size\": %" PRIu64 ", \"verify\": %s, \"poll\": %s"
            ", \"ring\": \"%s\"",
-           bench_rw_names[o->rw], o->rwmixread, o->bs, o->iodepth, o->queues,
+           bench_rw_names[o->rw], o->rwmixread, o->bs, o->bs_max, o->iodepth,
+           o->queues,
            o->queue_size, o->size, o->verify ? "true" : "false",
            o->poll ? "true" : "false", o->packed ? "packed" : "split");
     printf(", \"seconds\": %.6f, \"ios\": %" PRIu64 ", \"reads\": %" PRIu64
@@ -746,10 +817,12 @@ static void bench_print_text(const BenchOptions *o, const BenchResult *r)
 {
     double cpu = r->cpu_user + r->cpu_sys;
 
-    printf("%s bs=%" PRIu64 " iodepth=%u queues=%u%s%s%s: %" PRIu64
-           " I/Os in %.2f s\n", bench_rw_names[o->rw], o->bs, o->iodepth,
-           o->queues, o->packed ? " packed" : "", o->verify ? " verify" : "",
-           o->poll ? " poll" : "", r->ios, r->seconds);
+    printf("%s bs=%" PRIu64 "%s%.0" PRIu64 " iodepth=%u queues=%u%s%s%s: %"
+           PRIu64 " I/Os in %.2f s\n", bench_rw_names[o->rw], o->bs,
+           o->bs_max > o->bs ? "-" : "", o->bs_max > o->bs ? o->bs_max : 0,
+           o->iodepth, o->queues, o->packed ? " packed" : "",
+           o->verify ? " verify" : "", o->poll ? " poll" : "",
+           r->ios, r->seconds);
     printf("  IOPS %.0f, %.1f MiB/s (reads %" PRIu64 ", writes %" PRIu64
            ", errors %" PRIu64 ", verify errors %" PRIu64 ")\n",
            r->iops, r->mib_s, r->reads, r->writes, r->errors,
@@ -773,14 +846,24 @@ static void bench_usage(FILE *f)
 {
     fprintf(f,
 "Usage: vhost-blk-bench --socket PATH [options]\n"
+"       vhost-blk-bench --vhost-dev /dev/vhost-blk --file IMAGE [options]\n"
 "\n"
-"Drive a vhost-user-blk back-end (vhost-blkd, qemu-storage-daemon) as a VM's\n"
-"virtio-blk driver would, and measure it.  One thread per queue.\n"
+"Drive a vhost-user-blk back-end (vhost-blkd, qemu-storage-daemon) or the\n"
+"vhost_blk kernel module as a VM's virtio-blk driver would, and measure it.\n"
+"One thread per queue.\n"
 "\n"
 "  --socket PATH        vhost-user-blk socket of the back-end\n"
+"  --vhost-dev PATH     kernel mode: the vhost_blk device (/dev/vhost-blk);\n"
+"                       this process's memory is the guest memory\n"
+"  --file IMAGE         kernel mode: raw image file or block device the\n"
+"                       module serves (opened O_DIRECT unless --buffered)\n"
+"  --read-only          kernel mode: open IMAGE read-only\n"
+"  --buffered           kernel mode: open IMAGE without O_DIRECT\n"
 "  --rw MODE            read|write|randread|randwrite|randrw (default randread)\n"
 "  --rwmixread N        randrw: percent of reads (default 50)\n"
 "  --bs N               block size, multiple of 512 (default 4k)\n"
+"  --bs-max N           mixed sizes: random requests cover 1 to N / bs\n"
+"                       consecutive blocks of --bs (a multiple of it)\n"
 "  --iodepth N          requests in flight per queue (default 32)\n"
 "  --queues N           virtqueues and worker threads (default 1)\n"
 "  --queue-size N       ring size (default: smallest power of two >= 128\n"
@@ -807,14 +890,20 @@ static void bench_usage(FILE *f)
 
 static int bench_parse_args(int argc, char **argv, BenchOptions *o)
 {
-    enum { OPT_SOCKET = 256, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
+    enum { OPT_SOCKET = 256, OPT_VHOST_DEV, OPT_FILE, OPT_READ_ONLY,
+           OPT_BUFFERED, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
-           OPT_POLL, OPT_SEED, OPT_PACKED, OPT_NO_INFLIGHT };
+           OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_PACKED, OPT_NO_INFLIGHT };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
+        { "vhost-dev", required_argument, NULL, OPT_VHOST_DEV },
+        { "file", required_argument, NULL, OPT_FILE },
+        { "read-only", no_argument, NULL, OPT_READ_ONLY },
+        { "buffered", no_argument, NULL, OPT_BUFFERED },
         { "rw", required_argument, NULL, OPT_RW },
         { "rwmixread", required_argument, NULL, OPT_MIX },
         { "bs", required_argument, NULL, OPT_BS },
+        { "bs-max", required_argument, NULL, OPT_BS_MAX },
         { "iodepth", required_argument, NULL, OPT_DEPTH },
         { "queues", required_argument, NULL, OPT_QUEUES },
         { "queue-size", required_argument, NULL, OPT_QSIZE },
@@ -834,7 +923,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
 
     *o = (BenchOptions) {
         .rw = BENCH_RW_RANDREAD, .rwmixread = 50, .bs = 4096, .iodepth = 32,
-        .queues = 1, .runtime = 5, .seed = 1,
+        .queues = 1, .runtime = 5, .seed = 1, .file_fd = -1,
     };
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *end;
@@ -843,6 +932,18 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         switch (c) {
         case OPT_SOCKET:
             o->socket = optarg;
+            break;
+        case OPT_VHOST_DEV:
+            o->vhost_dev = optarg;
+            break;
+        case OPT_FILE:
+            o->file = optarg;
+            break;
+        case OPT_READ_ONLY:
+            o->read_only = true;
+            break;
+        case OPT_BUFFERED:
+            o->buffered = true;
             break;
         case OPT_RW:
             for (i = 0; i < ARRAY_SIZE(bench_rw_names); i++) {
@@ -869,6 +970,14 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
                 o->bs % BENCH_SECTOR || o->bs > (16u << 20)) {
                 fprintf(stderr, "vhost-blk-bench: --bs %s: expected a "
                         "multiple of 512 up to 16M (e.g. 4k)\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_BS_MAX:
+            if (!bench_parse_size(optarg, &o->bs_max) || o->bs_max == 0 ||
+                o->bs_max % BENCH_SECTOR || o->bs_max > (16u << 20)) {
+                fprintf(stderr, "vhost-blk-bench: --bs-max %s: expected a "
+                        "multiple of 512 up to 16M\n", optarg);
                 return 2;
             }
             break;
@@ -948,9 +1057,23 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
                 argv[optind]);
         return 2;
     }
-    if (!o->socket) {
-        fprintf(stderr, "vhost-blk-bench: --socket PATH is required "
-                "(see --help)\n");
+    if (!o->socket == !o->vhost_dev) {
+        fprintf(stderr, "vhost-blk-bench: give either --socket PATH or "
+                "--vhost-dev PATH --file IMAGE (see --help)\n");
+        return 2;
+    }
+    if (!o->vhost_dev != !o->file ||
+        (!o->vhost_dev && (o->read_only || o->buffered))) {
+        fprintf(stderr, "vhost-blk-bench: --file, --read-only and --buffered "
+                "go with --vhost-dev, which needs --file\n");
+        return 2;
+    }
+    if (!o->bs_max) {
+        o->bs_max = o->bs;
+    }
+    if (o->bs_max < o->bs || o->bs_max % o->bs) {
+        fprintf(stderr, "vhost-blk-bench: --bs-max %" PRIu64 " must be a "
+                "multiple of --bs %" PRIu64 "\n", o->bs_max, o->bs);
         return 2;
     }
     if (o->verify && o->bs < sizeof(BenchVerifyHdr) + 8) {
@@ -972,10 +1095,46 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
     return 0;
 }
 
+/* Kernel mode: open the image, learn its size. */
+static bool bench_open_file(BenchOptions *o, uint64_t *capacity, GError **errp)
+{
+    int flags = (o->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC |
+                (o->buffered ? 0 : O_DIRECT);
+    struct stat st;
+
+    o->file_fd = open(o->file, flags);
+    if (o->file_fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: %s%s", o->file, g_strerror(errno),
+                    errno == EINVAL && !o->buffered ?
+                    " (no O_DIRECT on this file system? try --buffered)" : "");
+        return false;
+    }
+    if (fstat(o->file_fd, &st) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: %s", o->file, g_strerror(errno));
+        return false;
+    }
+    if (S_ISBLK(st.st_mode)) {
+        if (ioctl(o->file_fd, BLKGETSIZE64, capacity) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "%s: BLKGETSIZE64: %s", o->file,
+                        g_strerror(errno));
+            return false;
+        }
+    } else if (S_ISREG(st.st_mode)) {
+        *capacity = st.st_size;
+    } else {
+        g_set_error(errp, VB_ERROR, 0, "%s: not a regular file or block "
+                    "device", o->file);
+        return false;
+    }
+    *capacity -= *capacity % BENCH_SECTOR;
+    return true;
+}
+
 static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
 {
     VhostUserFrontendOptions fo = {
         .socket_path = o->socket,
+        .vhost_dev = o->vhost_dev,
         .connect_timeout_ms = 5000,
         .num_queues = o->queues,
         .queue_size = o->queue_size,
@@ -984,7 +1143,7 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
     };
     struct virtio_blk_config cfg;
     VhostUserFrontend *fe;
-    uint64_t bufs = (uint64_t)o->queues * o->iodepth * o->bs;
+    uint64_t bufs = (uint64_t)o->queues * o->iodepth * o->bs_max;
     uint64_t capacity;
 
     /* rings and request slots live in region 0 too: keep ample room */
@@ -992,10 +1151,29 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
                                 (uint64_t)o->queues * o->queue_size * 64,
                                 2ull << 20);
     fo.mem_size = MAX(fo.mem_size, 64ull << 20);
+    if (o->vhost_dev) {
+        if (!bench_open_file(o, &capacity, errp)) {
+            return NULL;
+        }
+        fo.kernel_backend_fd = o->file_fd;
+    }
     fe = vhost_user_frontend_new(&fo, errp);
     if (!fe) {
-        g_prefix_error(errp, "%s: ", o->socket);
+        if (o->socket) {
+            g_prefix_error(errp, "%s: ", o->socket);
+        }
         return NULL;
+    }
+    if (o->vhost_dev) {
+        /* No config space: the image is ours. */
+        if (!o->size) {
+            o->size = capacity;
+        } else if (o->size > capacity) {
+            g_set_error(errp, VB_ERROR, 0, "--size %" PRIu64 " is larger than "
+                        "%s (%" PRIu64 " bytes)", o->size, o->file, capacity);
+            goto fail;
+        }
+        goto sized;
     }
     if (vhost_user_frontend_num_queues(fe) < o->queues) {
         g_set_error(errp, VB_ERROR, 0, "%s: the back-end offers %u queue(s), "
@@ -1019,6 +1197,7 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
             goto fail;
         }
     }
+sized:
     if (o->size / o->bs / o->queues == 0) {
         g_set_error(errp, VB_ERROR, 0, "the disk (%" PRIu64 " bytes) has "
                     "fewer blocks of %" PRIu64 " bytes than queues", o->size,
@@ -1124,5 +1303,8 @@ int main(int argc, char **argv)
         bench_worker_destroy(&w[q]);
     }
     vhost_user_frontend_free(fe);
+    if (o.file_fd >= 0) {
+        close(o.file_fd);
+    }
     return ret;
 }

@@ -13,6 +13,9 @@
 #include "qemu/iothread.h"
 #include "hw/block/vhost-user-blk-export.h"
 #include "tools/export-opts.h"
+#include "tools/qsd-cli.h"
+#include "monitor/block-cmds.h"
+#include "monitor/qmp.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -37,9 +40,13 @@ typedef struct Vbd {
     bool runas_group_set;       /* GROUP given: no supplementary groups */
     bool seccomp;               /* --seccomp=on */
 
+    QsdCli qsd;                 /* --blockdev, --export type=..., ... */
+
     AioContext *main_ctx;
     IOThread **iothreads;
-    GPtrArray *exports;         /* VuBlkExport */
+    VbState state;              /* nodes and exports (QMP's view) */
+    bool state_ready;
+    QmpServer *qmp;
     int sig_fd;
     bool quit;
 } Vbd;
@@ -86,6 +93,20 @@ static void vbd_usage(FILE *f)
 "                          milliseconds (0..600000), then do them (or, with\n"
 "                          inject-error, fail them); alone it matches every\n"
 "                          request type, narrowed by inject-sector/after/count\n"
+"\n"
+"qemu-storage-daemon's syntax works too (docs/user-guide.md, \"Migrating\n"
+"from qemu-storage-daemon\"):\n"
+"  --blockdev driver=file|host_device|null-co,node-name=N,filename=PATH\n"
+"             [,cache.direct=on|off][,aio=io_uring|native|threads]\n"
+"             [,read-only=on|off][,discard=ignore|unmap][,detect-zeroes=off]\n"
+"             (null-co: [,size=N][,read-zeroes=on|off])\n"
+"  --object iothread,id=ID[,poll-max-ns=N]\n"
+"  --export type=vhost-user-blk,id=ID,node-name=N,addr.type=unix,\n"
+"           addr.path=PATH (or addr.type=fd,addr.str=FD)[,writable=on]\n"
+"           [,num-queues=N][,logical-block-size=512|4096][,iothread=ID]\n"
+"  --chardev socket,id=ID,path=PATH,server=on,wait=off\n"
+"  --monitor [chardev=]ID[,pretty=on]   QMP monitor on that socket\n"
+"\n"
 "  --iothreads N           I/O threads (default 1)\n"
 "  --poll-max-ns N         adaptive busy-poll limit, 0 disables (default 32768)\n"
 "  --pidfile PATH          write the process id to PATH\n"
@@ -146,8 +167,9 @@ static void vbd_dump_stats(Vbd *d)
         iothread_run_sync(d->iothreads[i], vbd_engine_stats_cb, &job);
     }
 
-    for (guint i = 0; i < d->exports->len; i++) {
-        VuBlkExport *exp = g_ptr_array_index(d->exports, i);
+    for (guint i = 0; i < d->state.exports->len; i++) {
+        VuBlkExport *exp = vb_export_get_vu(g_ptr_array_index(
+                                                d->state.exports, i));
         VuBlkExportStats st;
 
         vu_blk_export_get_stats(exp, &st);
@@ -282,6 +304,52 @@ static void vbd_sandbox_cb(void *opaque)
     job->ok = sandbox_apply_iothread_filter(&job->err);
 }
 
+/* --export socket=...,file=...: node "node<i>" and export "export<i>"
+ * in the QMP model. */
+static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
+                                  GError **errp)
+{
+    g_autofree char *node_name = g_strdup_printf("node%u", i);
+    g_autofree char *id = g_strdup_printf("export%u", i);
+    BlockOptions bo;
+    VbExportParams p = {
+        .id = id,
+        .socket_path = e->socket,
+        .socket_mode = e->socket_mode,
+        .socket_chown = e->socket_chown,
+        .socket_uid = e->socket_uid,
+        .socket_gid = e->socket_gid,
+        .pool_index = e->iothread,
+    };
+
+    blk_options_init(&bo);
+    bo.driver = e->driver;
+    bo.filename = e->file;
+    bo.cache_direct = e->cache_direct;
+    bo.aio = e->aio;
+    bo.readonly = e->readonly;
+    bo.size = e->size;
+    bo.batch = e->batch;
+    bo.inject = e->inject;
+    p.node = vb_node_open(&d->state, node_name, &bo, e->discard, errp);
+    if (!p.node) {
+        g_prefix_error(errp, "--export socket=%s: ", e->socket);
+        return false;
+    }
+    p.conf.logical_block_size = e->logical_block_size;
+    p.conf.num_queues = e->num_queues;
+    p.conf.queue_size = e->queue_size;
+    p.conf.readonly = e->readonly;
+    p.conf.discard = e->discard;
+    p.conf.write_zeroes = e->write_zeroes;
+    g_strlcpy(p.conf.serial, e->serial, sizeof(p.conf.serial));
+    if (!vb_export_create(&d->state, &p, errp)) {
+        g_prefix_error(errp, "--export socket=%s: ", e->socket);
+        return false;
+    }
+    return true;
+}
+
 static bool vbd_setup(Vbd *d, GError **errp)
 {
     sigset_t mask;
@@ -317,50 +385,39 @@ static bool vbd_setup(Vbd *d, GError **errp)
         }
     }
 
-    d->exports = g_ptr_array_new();
+    vb_state_init(&d->state, d->main_ctx, d->iothreads, d->n_iothreads,
+                  d->poll_max_ns);
+    d->state_ready = true;
     for (guint i = 0; i < d->specs->len; i++) {
-        ExportOpts *e = g_ptr_array_index(d->specs, i);
-        g_autofree AioContext **ctx = g_new0(AioContext *, e->num_queues);
-        VuBlkExportOptions o = {
-            .socket_path = e->socket,
-            .main_ctx = d->main_ctx,
-            .queue_ctx = ctx,
-        };
-        VuBlkExport *exp;
-
-        for (unsigned int q = 0; q < e->num_queues; q++) {
-            unsigned int t = e->iothread >= 0 ? (unsigned int)e->iothread :
-                             q % d->n_iothreads;
-
-            ctx[q] = iothread_get_aio_context(d->iothreads[t]);
-        }
-        blk_options_init(&o.blk);
-        o.blk.driver = e->driver;
-        o.blk.filename = e->file;
-        o.blk.cache_direct = e->cache_direct;
-        o.blk.aio = e->aio;
-        o.blk.readonly = e->readonly;
-        o.blk.size = e->size;
-        o.blk.batch = e->batch;
-        o.socket_mode = e->socket_mode;
-        o.socket_chown = e->socket_chown;
-        o.socket_uid = e->socket_uid;
-        o.socket_gid = e->socket_gid;
-        o.blk.inject = e->inject;
-        o.conf.logical_block_size = e->logical_block_size;
-        o.conf.num_queues = e->num_queues;
-        o.conf.queue_size = e->queue_size;
-        o.conf.readonly = e->readonly;
-        o.conf.discard = e->discard;
-        o.conf.write_zeroes = e->write_zeroes;
-        g_strlcpy(o.conf.serial, e->serial, sizeof(o.conf.serial));
-
-        exp = vu_blk_export_new(&o, errp);
-        if (!exp) {
-            g_prefix_error(errp, "--export socket=%s: ", e->socket);
+        if (!vbd_add_legacy_export(d, i, g_ptr_array_index(d->specs, i),
+                                   errp)) {
             return false;
         }
-        g_ptr_array_add(d->exports, exp);
+    }
+    if (!qsd_cli_apply(&d->qsd, &d->state, errp)) {
+        return false;
+    }
+    if (d->qsd.monitors->len) {
+        QmpServerConfig qcfg = {
+            .ctx = d->main_ctx,
+            .commands = vb_qmp_commands,
+            .opaque = &d->state,
+            .package = "vhost-blkd " VHOST_BLK_VERSION,
+        };
+
+        sscanf(VHOST_BLK_VERSION, "%d.%d.%d", &qcfg.version_major,
+               &qcfg.version_minor, &qcfg.version_micro);
+        d->qmp = qmp_server_new(&qcfg);
+        d->state.qmp = d->qmp;
+        for (guint i = 0; i < d->qsd.monitors->len; i++) {
+            QsdMonitorOpts *m = g_ptr_array_index(d->qsd.monitors, i);
+
+            if (!qmp_server_listen(d->qmp, qsd_cli_monitor_path(&d->qsd, i),
+                                   -1, m->pretty, errp)) {
+                g_prefix_error(errp, "--monitor chardev=%s: ", m->chardev);
+                return false;
+            }
+        }
     }
 
     if (d->pidfile && !vbd_write_pidfile(d, errp)) {
@@ -381,24 +438,33 @@ static bool vbd_setup(Vbd *d, GError **errp)
                 return false;
             }
         }
+        for (guint i = 0; i < d->state.iothreads->len; i++) {
+            VbIOThreadObj *t = g_ptr_array_index(d->state.iothreads, i);
+            VbdSandboxJob job = { .err = NULL };
+
+            iothread_run_sync(t->iothread, vbd_sandbox_cb, &job);
+            if (!job.ok) {
+                g_propagate_prefixed_error(errp, job.err, "--seccomp on: ");
+                return false;
+            }
+        }
         info_report("seccomp: %u iothread(s) confined to the allowlist",
-                    d->n_iothreads);
+                    d->n_iothreads + d->state.iothreads->len);
     }
     return true;
 }
 
 static void vbd_cleanup(Vbd *d)
 {
-    if (d->exports) {
-        /* Stop accepting everywhere first, then drain each export. */
-        for (guint i = 0; i < d->exports->len; i++) {
-            vu_blk_export_stop_listening(g_ptr_array_index(d->exports, i));
-        }
-        for (guint i = 0; i < d->exports->len; i++) {
-            vu_blk_export_free(g_ptr_array_index(d->exports, i));
-        }
-        g_ptr_array_free(d->exports, true);
-        d->exports = NULL;
+    if (d->qmp) {
+        d->state.qmp = NULL;
+        qmp_server_free(d->qmp);
+        d->qmp = NULL;
+    }
+    if (d->state_ready) {
+        /* Stops accepting everywhere first, then drains each export. */
+        vb_state_cleanup(&d->state);
+        d->state_ready = false;
     }
     if (d->iothreads) {
         for (unsigned int i = 0; i < d->n_iothreads; i++) {
@@ -498,6 +564,7 @@ typedef enum VbdArgs {
 enum {
     OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
     OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP,
+    OPT_BLOCKDEV, OPT_OBJECT, OPT_CHARDEV, OPT_MONITOR, OPT_QSD_UNSUPPORTED,
 };
 
 /* --user USER[:GROUP]; false after printing why it is not usable. */
@@ -538,8 +605,35 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
     GError *err = NULL;
 
     switch (opt) {
+    case OPT_BLOCKDEV:
+    case OPT_OBJECT:
+    case OPT_CHARDEV:
+    case OPT_MONITOR: {
+        static const QsdOptKind kinds[] = {
+            [OPT_BLOCKDEV - OPT_BLOCKDEV] = QSD_OPT_BLOCKDEV,
+            [OPT_OBJECT - OPT_BLOCKDEV] = QSD_OPT_OBJECT,
+            [OPT_CHARDEV - OPT_BLOCKDEV] = QSD_OPT_CHARDEV,
+            [OPT_MONITOR - OPT_BLOCKDEV] = QSD_OPT_MONITOR,
+        };
+        QsdOptKind kind = kinds[opt - OPT_BLOCKDEV];
+
+        if (!qsd_cli_add(&d->qsd, kind, arg, &err)) {
+            fprintf(stderr, "vhost-blkd: %s %s: %s\n", qsd_opt_name(kind),
+                    arg, err->message);
+            g_error_free(err);
+            return false;
+        }
+        break;
+    }
     case OPT_EXPORT:
-        if (!export_opts_list_add(d->specs, arg, &err)) {
+        if (qsd_cli_export_is_qsd(arg)) {
+            if (!qsd_cli_add(&d->qsd, QSD_OPT_EXPORT, arg, &err)) {
+                fprintf(stderr, "vhost-blkd: --export %s: %s\n", arg,
+                        err->message);
+                g_error_free(err);
+                return false;
+            }
+        } else if (!export_opts_list_add(d->specs, arg, &err)) {
             fprintf(stderr, "vhost-blkd: --export %s: %s\n", arg,
                     err->message);
             return false;
@@ -609,9 +703,18 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
 /* What only the whole command line can tell; false after printing why. */
 static bool vbd_check_config(Vbd *d)
 {
-    if (d->specs->len == 0) {
+    GError *err = NULL;
+
+    if (d->specs->len == 0 && d->qsd.n_exports == 0 &&
+        d->qsd.monitors->len == 0) {
         fprintf(stderr, "vhost-blkd: no --export given; add at least one "
-                "--export socket=PATH,file=PATH (see vhost-blkd --help)\n");
+                "--export socket=PATH,file=PATH, or a --monitor to add "
+                "exports at run time (see vhost-blkd --help)\n");
+        return false;
+    }
+    if (!qsd_cli_check(&d->qsd, &err)) {
+        fprintf(stderr, "vhost-blkd: %s\n", err->message);
+        g_error_free(err);
         return false;
     }
     for (guint i = 0; i < d->specs->len; i++) {
@@ -640,14 +743,28 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
         { "user", required_argument, NULL, OPT_USER },
         { "runas", required_argument, NULL, OPT_USER },
         { "seccomp", required_argument, NULL, OPT_SECCOMP },
+        { "blockdev", required_argument, NULL, OPT_BLOCKDEV },
+        { "object", required_argument, NULL, OPT_OBJECT },
+        { "chardev", required_argument, NULL, OPT_CHARDEV },
+        { "monitor", required_argument, NULL, OPT_MONITOR },
+        { "nbd-server", required_argument, NULL, OPT_QSD_UNSUPPORTED },
+        { "trace", required_argument, NULL, OPT_QSD_UNSUPPORTED },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
     };
-    int opt;
+    int opt, idx = 0;
 
-    while ((opt = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "hVT:", longopts, &idx)) != -1) {
         switch (opt) {
+        case 'T':
+        case OPT_QSD_UNSUPPORTED:
+            fprintf(stderr, "vhost-blkd: %s%s: this qemu-storage-daemon "
+                    "option is not supported (vhost-blkd serves "
+                    "vhost-user-blk exports only; it logs with "
+                    "--log-level)\n", opt == 'T' ? "-T" : "--",
+                    opt == 'T' ? "" : longopts[idx].name);
+            return VBD_ARGS_BAD;
         case 'h':
             vbd_usage(stdout);
             return VBD_ARGS_DONE;
@@ -686,14 +803,19 @@ static int vbd_run(Vbd *d)
         vbd_cleanup(d);
         return 1;
     }
-    info_report("ready: %u export(s), %u iothread(s)", d->specs->len,
-                d->n_iothreads);
+    info_report("ready: %u export(s), %u iothread(s)%s",
+                d->state.exports->len,
+                d->n_iothreads + d->state.iothreads->len,
+                d->qmp ? ", QMP monitor" : "");
     if (d->daemonize) {
         vbd_daemonize_finish(d);
     }
 
-    while (!d->quit) {
+    while (!d->quit && !d->state.quit) {
         aio_poll(d->main_ctx, true);
+    }
+    if (d->state.quit) {
+        info_report("quit requested on the monitor: shutting down");
     }
 
     vbd_cleanup(d);
@@ -712,6 +834,7 @@ int main(int argc, char **argv)
 
     log_set_program_name("vhost-blkd");
     d.specs = g_ptr_array_new_with_free_func((GDestroyNotify)export_opts_free);
+    qsd_cli_init(&d.qsd);
 
     switch (vbd_parse_args(&d, argc, argv)) {
     case VBD_ARGS_DONE:
@@ -723,6 +846,7 @@ int main(int argc, char **argv)
     }
     ret = vbd_run(&d);
     g_ptr_array_free(d.specs, true);
+    qsd_cli_cleanup(&d.qsd);
     g_free(d.pidfile);
     g_free(d.runas_user);
     return ret;

@@ -13,6 +13,9 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/ioctl.h>
+#include <linux/vhost.h>
+#include "uapi/linux/vhost_blk.h"
 
 #define FE_REPLY_TIMEOUT_MS 10000
 #define FE_SLOT_SIZE 32         /* virtio_blk_outhdr (16) + status byte */
@@ -86,8 +89,10 @@ struct VhostUserFrontend {
     unsigned int num_queues;
     FrontendQueue *queues;
     int inflight_fd;
+    int backend_fd;             /* our end of the back-end channel; -1 */
     uint64_t inflight_size;
     uint64_t inflight_offset;
+    int kfd;                    /* kernel mode: /dev/vhost-blk, else -1 */
 };
 
 static uint64_t fe_default_features(void)
@@ -480,6 +485,26 @@ static bool fe_negotiate(VhostUserFrontend *fe, GError **errp)
         return false;
     }
     fe->protocol_features = proto;
+    if (proto & (1ULL << VHOST_USER_PROTOCOL_F_BACKEND_REQ)) {
+        int sv[2];
+
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "socketpair: %s",
+                        g_strerror(errno));
+            return false;
+        }
+        if (!fe_call(fe, VHOST_USER_SET_BACKEND_REQ_FD, NULL, 0, &sv[1], 1,
+                     NULL, 0, NULL, NULL, errp)) {
+            close(sv[0]);
+            close(sv[1]);
+            return false;
+        }
+        close(sv[1]);
+        if (fe->backend_fd >= 0) {
+            close(fe->backend_fd);
+        }
+        fe->backend_fd = sv[0];
+    }
     if (proto & (1ULL << VHOST_USER_PROTOCOL_F_MQ)) {
         if (!fe_get_u64(fe, VHOST_USER_GET_QUEUE_NUM, &qnum, errp)) {
             return false;
@@ -712,6 +737,148 @@ static bool fe_create_queue(VhostUserFrontend *fe, FrontendQueue *vq,
 }
 
 /* ---------------------------------------------------------------------- */
+/* Kernel mode (/dev/vhost-blk)                                           */
+
+static bool fe_kioctl(VhostUserFrontend *fe, unsigned long req,
+                      const char *name, void *arg, GError **errp)
+{
+    if (ioctl(fe->kfd, req, arg) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: %s: %s", fe->socket_path, name,
+                    g_strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+static bool fe_kernel_open(VhostUserFrontend *fe, GError **errp)
+{
+    uint64_t features;
+
+    fe->kfd = open(fe->socket_path, O_RDWR | O_CLOEXEC);
+    if (fe->kfd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: %s%s", fe->socket_path,
+                    g_strerror(errno), errno == ENOENT ?
+                    " (is the vhost_blk module loaded?)" : "");
+        return false;
+    }
+    if (!fe_kioctl(fe, VHOST_SET_OWNER, "VHOST_SET_OWNER", NULL, errp) ||
+        !fe_kioctl(fe, VHOST_GET_FEATURES, "VHOST_GET_FEATURES", &features,
+                   errp)) {
+        return false;
+    }
+    fe->backend_features = features;
+    fe->features = fe->wanted_features & features &
+                   ~(1ULL << VHOST_USER_F_PROTOCOL_FEATURES);
+    /* The module offers RO as "can be made read-only"; acking it makes the
+     * device read-only, so only an explicit request does. */
+    if (!fe->opts.features) {
+        fe->features &= ~(1ULL << VIRTIO_BLK_F_RO);
+    }
+    if (!(fe->features & (1ULL << VIRTIO_F_VERSION_1))) {
+        g_set_error(errp, VB_ERROR, 0, "%s: no VIRTIO_F_VERSION_1 in the "
+                    "device features 0x%" PRIx64, fe->socket_path, features);
+        return false;
+    }
+    fe->event_idx = fe->features & (1ULL << VIRTIO_RING_F_EVENT_IDX);
+    return true;
+}
+
+static bool fe_kernel_set_backend(VhostUserFrontend *fe, int fd,
+                                  GError **errp)
+{
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        struct vhost_vring_file f = { .index = q, .fd = fd };
+
+        if (!fe_kioctl(fe, VHOST_BLK_SET_BACKEND, "VHOST_BLK_SET_BACKEND",
+                       &f, errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool fe_kernel_start(VhostUserFrontend *fe, GError **errp)
+{
+    g_autofree struct vhost_memory *mem =
+        g_malloc0(sizeof(*mem) + fe->nregions * sizeof(mem->regions[0]));
+
+    if (!fe_kioctl(fe, VHOST_SET_FEATURES, "VHOST_SET_FEATURES",
+                   &fe->features, errp)) {
+        return false;
+    }
+    mem->nregions = fe->nregions;
+    for (unsigned int i = 0; i < fe->nregions; i++) {
+        mem->regions[i].guest_phys_addr = fe->regions[i].gpa;
+        mem->regions[i].memory_size = fe->regions[i].size;
+        mem->regions[i].userspace_addr = (uintptr_t)fe->regions[i].host;
+    }
+    if (!fe_kioctl(fe, VHOST_SET_MEM_TABLE, "VHOST_SET_MEM_TABLE", mem,
+                   errp)) {
+        return false;
+    }
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        FrontendQueue *vq = &fe->queues[q];
+        struct vhost_vring_state num = { .index = q, .num = vq->size };
+        struct vhost_vring_state base = { .index = q,
+                                          .num = vq->avail_published };
+        struct vhost_vring_addr addr = {
+            .index = q,
+            .desc_user_addr = (uintptr_t)vq->desc,
+            .used_user_addr = (uintptr_t)vq->used,
+            .avail_user_addr = (uintptr_t)vq->avail,
+        };
+        struct vhost_vring_file kick = { .index = q, .fd = vq->kick_fd };
+        struct vhost_vring_file call = { .index = q, .fd = vq->call_fd };
+
+        if (!fe_kioctl(fe, VHOST_SET_VRING_NUM, "VHOST_SET_VRING_NUM", &num,
+                       errp) ||
+            !fe_kioctl(fe, VHOST_SET_VRING_BASE, "VHOST_SET_VRING_BASE",
+                       &base, errp) ||
+            !fe_kioctl(fe, VHOST_SET_VRING_ADDR, "VHOST_SET_VRING_ADDR",
+                       &addr, errp) ||
+            !fe_kioctl(fe, VHOST_SET_VRING_KICK, "VHOST_SET_VRING_KICK",
+                       &kick, errp) ||
+            !fe_kioctl(fe, VHOST_SET_VRING_CALL, "VHOST_SET_VRING_CALL",
+                       &call, errp)) {
+            return false;
+        }
+    }
+    if (!fe_kernel_set_backend(fe, fe->opts.kernel_backend_fd, errp)) {
+        return false;
+    }
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        fe->queues[q].started = true;
+    }
+    return true;
+}
+
+static bool fe_kernel_stop(VhostUserFrontend *fe, uint16_t *bases,
+                           GError **errp)
+{
+    if (!fe_kernel_set_backend(fe, -1, errp)) {
+        return false;
+    }
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        struct vhost_vring_state s = { .index = q };
+
+        if (!fe_kioctl(fe, VHOST_GET_VRING_BASE, "VHOST_GET_VRING_BASE", &s,
+                       errp)) {
+            return false;
+        }
+        fe->queues[q].started = false;
+        if (bases) {
+            bases[q] = s.num;
+        }
+    }
+    return true;
+}
+
+int vhost_user_frontend_kernel_fd(VhostUserFrontend *fe)
+{
+    return fe->kfd;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Life cycle                                                             */
 
 VhostUserFrontend *vhost_user_frontend_new(const VhostUserFrontendOptions *opts,
@@ -721,15 +888,18 @@ VhostUserFrontend *vhost_user_frontend_new(const VhostUserFrontendOptions *opts,
 
     fe->opts = *opts;
     fe->sock = -1;
+    fe->kfd = -1;
     fe->inflight_fd = -1;
+    fe->backend_fd = -1;
     for (unsigned int i = 0; i < VHOST_USER_MEM_REGIONS_MAX; i++) {
         fe->regions[i].fd = -1;
     }
-    if (!opts->socket_path) {
+    if (!opts->socket_path && !opts->vhost_dev) {
         g_set_error(errp, VB_ERROR, 0, "no vhost-user socket path given");
         goto fail;
     }
-    fe->socket_path = g_strdup(opts->socket_path);
+    fe->socket_path = g_strdup(opts->vhost_dev ? opts->vhost_dev :
+                                        opts->socket_path);
     fe->opts.socket_path = fe->socket_path;
     if (!fe->opts.connect_timeout_ms) {
         fe->opts.connect_timeout_ms = 5000;
@@ -790,8 +960,12 @@ VhostUserFrontend *vhost_user_frontend_new(const VhostUserFrontendOptions *opts,
             goto fail;
         }
     }
-    if (!fe_connect(fe, fe->opts.connect_timeout_ms, errp) ||
-        !fe_negotiate(fe, errp)) {
+    if (opts->vhost_dev) {
+        if (!fe_kernel_open(fe, errp)) {
+            goto fail;
+        }
+    } else if (!fe_connect(fe, fe->opts.connect_timeout_ms, errp) ||
+               !fe_negotiate(fe, errp)) {
         goto fail;
     }
     fe->negotiated = true;
@@ -808,6 +982,10 @@ void vhost_user_frontend_free(VhostUserFrontend *fe)
         return;
     }
     vhost_user_frontend_disconnect(fe);
+    if (fe->kfd >= 0) {
+        /* The module waits for requests in flight and frees everything. */
+        close(fe->kfd);
+    }
     for (unsigned int q = 0; fe->queues && q < fe->num_queues; q++) {
         FrontendQueue *vq = &fe->queues[q];
 
@@ -847,9 +1025,44 @@ void vhost_user_frontend_disconnect(VhostUserFrontend *fe)
         close(fe->sock);
         fe->sock = -1;
     }
+    if (fe->backend_fd >= 0) {
+        close(fe->backend_fd);
+        fe->backend_fd = -1;
+    }
     for (unsigned int q = 0; fe->queues && q < fe->num_queues; q++) {
         fe->queues[q].started = false;
     }
+}
+
+int vhost_user_frontend_wait_backend_msg(VhostUserFrontend *fe,
+                                         unsigned int timeout_ms,
+                                         GError **errp)
+{
+    VhostUserHeader hdr;
+    uint8_t payload[sizeof(VhostUserPayload)];
+    struct pollfd pfd = { .fd = fe->backend_fd, .events = POLLIN };
+    ssize_t n;
+
+    if (fe->backend_fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "no back-end channel (the back-end "
+                    "did not offer PROTOCOL_F_BACKEND_REQ, or it was not "
+                    "asked for)");
+        return -1;
+    }
+    if (poll(&pfd, 1, timeout_ms) <= 0) {
+        g_set_error(errp, VB_ERROR, 0, "no back-end message within %u ms",
+                    timeout_ms);
+        return -1;
+    }
+    n = recv(fe->backend_fd, &hdr, sizeof(hdr), MSG_WAITALL);
+    if (n != (ssize_t)sizeof(hdr) || hdr.size > sizeof(payload) ||
+        (hdr.size &&
+         recv(fe->backend_fd, payload, hdr.size, MSG_WAITALL) !=
+         (ssize_t)hdr.size)) {
+        g_set_error(errp, VB_ERROR, 0, "malformed back-end message");
+        return -1;
+    }
+    return hdr.request;
 }
 
 uint64_t vhost_user_frontend_get_features(VhostUserFrontend *fe)
@@ -1155,6 +1368,9 @@ static bool fe_start_queues(VhostUserFrontend *fe, bool reconnect,
 
 bool vhost_user_frontend_start(VhostUserFrontend *fe, GError **errp)
 {
+    if (fe->kfd >= 0) {
+        return fe_kernel_start(fe, errp);
+    }
     return fe_start_queues(fe, false, errp);
 }
 
@@ -1188,6 +1404,9 @@ bool vhost_user_frontend_get_vring_base(VhostUserFrontend *fe, unsigned int q,
 bool vhost_user_frontend_stop(VhostUserFrontend *fe, uint16_t *bases,
                               GError **errp)
 {
+    if (fe->kfd >= 0) {
+        return fe_kernel_stop(fe, bases, errp);
+    }
     if (fe->features & (1ULL << VHOST_USER_F_PROTOCOL_FEATURES)) {
         for (unsigned int q = 0; q < fe->num_queues; q++) {
             if (!fe_call_state(fe, VHOST_USER_SET_VRING_ENABLE, q, 0, errp)) {

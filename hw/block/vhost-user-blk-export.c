@@ -45,6 +45,7 @@ typedef struct VuBlkQueue VuBlkQueue;
 typedef struct VuBlkReq {
     VirtioBlkReq req;
     VirtQueueElement *elem;
+    int64_t start_ns;           /* when its batch was popped */
 } VuBlkReq;
 
 typedef struct VuBlkQueueCounters {
@@ -54,6 +55,8 @@ typedef struct VuBlkQueueCounters {
     uint64_t kicks;
     uint64_t poll_hits;
     uint64_t budget_yields;
+    VuBlkOpStats ops[VU_BLK_OP__MAX];
+    uint64_t wr_highest_offset;
 } VuBlkQueueCounters;
 
 struct VuBlkQueue {
@@ -69,6 +72,8 @@ struct VuBlkQueue {
     unsigned int pool_size;
     unsigned int inflight;
     bool notify_deferred;       /* vu_blk_notify_cb registered */
+    int64_t done_ns;            /* clock at the first completion of the
+                                 * current section (statistics) */
     bool stopping;              /* stopped; requests may still complete */
     bool broken_reported;
     VuBlkQueueCounters c;
@@ -79,12 +84,14 @@ struct VuBlkQueue {
 struct VuBlkExport {
     VirtioBlkDev dev;
     BlockBackend *blk;
+    bool blk_borrowed;          /* opts->blk_backend: not ours to close */
     VuServer *server;
     VuBlkQueue *queues;
     unsigned int num_queues;
     unsigned int budget;
     bool writeback_set_here;    /* a driver wrote "writeback" to this
                                  * process (main thread) */
+    uint64_t config_changes;    /* CONFIG_CHANGE_MSG sent (main thread) */
 };
 
 /*
@@ -130,11 +137,71 @@ static void vu_blk_notify_cb(void *opaque)
     virtqueue_notify(q->vq);
 }
 
+static int64_t vu_blk_clock_ns(void)
+{
+    struct timespec ts;
+
+    /* vDSO: no system call. */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Per-type accounting, in the queue's iothread: plain stores to counters
+ * only this thread writes (the main thread reads them through
+ * vu_server_run_in_queue()). */
+static void vu_blk_account(VuBlkQueue *q, VuBlkReq *r, uint8_t status,
+                           int64_t now)
+{
+    VuBlkOpStats *st;
+    VuBlkOp op;
+
+    switch (r->req.type) {
+    case VIRTIO_BLK_T_IN:
+        op = VU_BLK_OP_READ;
+        break;
+    case VIRTIO_BLK_T_OUT:
+        op = VU_BLK_OP_WRITE;
+        break;
+    case VIRTIO_BLK_T_FLUSH:
+        op = VU_BLK_OP_FLUSH;
+        break;
+    case VIRTIO_BLK_T_DISCARD:
+        op = VU_BLK_OP_DISCARD;
+        break;
+    case VIRTIO_BLK_T_WRITE_ZEROES:
+        op = VU_BLK_OP_WRITE_ZEROES;
+        break;
+    default:
+        op = VU_BLK_OP_OTHER;
+        break;
+    }
+    st = &q->c.ops[op];
+    st->ops++;
+    if (status == VIRTIO_BLK_S_OK) {
+        st->bytes += r->req.bytes;
+        if ((op == VU_BLK_OP_WRITE || op == VU_BLK_OP_WRITE_ZEROES) &&
+            r->req.offset + r->req.bytes > q->c.wr_highest_offset) {
+            q->c.wr_highest_offset = r->req.offset + r->req.bytes;
+        }
+    } else {
+        st->failed++;
+    }
+    st->total_ns += now - r->start_ns;
+}
+
 static void vu_blk_req_done(VirtioBlkReq *req, uint8_t status,
                             uint32_t in_len, void *opaque)
 {
     VuBlkQueue *q = opaque;
     VuBlkReq *r = container_of(req, VuBlkReq, req);
+
+    /* One clock read per section of completions (the first one
+     * registers the notify below; outside a section that runs at once,
+     * so every completion reads the clock). */
+    if (!q->notify_deferred) {
+        q->done_ns = vu_blk_clock_ns();
+    }
+    vu_blk_account(q, r, status, q->done_ns);
 
     virtqueue_push(q->vq, r->elem, in_len);
     r->elem = NULL;
@@ -155,6 +222,7 @@ static void vu_blk_queue_run(VuBlkQueue *q)
 {
     VuBlkExport *exp = q->exp;
     unsigned int n = 0;
+    int64_t now = 0;
 
     defer_call_begin();
     while (n < exp->budget) {
@@ -171,6 +239,10 @@ static void vu_blk_queue_run(VuBlkQueue *q)
         }
         r = &q->reqs[elem->head];
         r->elem = elem;
+        if (!n) {
+            now = vu_blk_clock_ns();    /* one clock read per batch */
+        }
+        r->start_ns = now;
         q->inflight++;
         n++;
         virtio_blk_process_req(&exp->dev, &r->req, elem->out_sg,
@@ -467,9 +539,14 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
         exp->queues[i].kick_fd = -1;
     }
 
-    exp->blk = blk_open(&opts->blk, errp);
-    if (!exp->blk) {
-        goto fail;
+    if (opts->blk_backend) {
+        exp->blk = opts->blk_backend;
+        exp->blk_borrowed = true;
+    } else {
+        exp->blk = blk_open(&opts->blk, errp);
+        if (!exp->blk) {
+            goto fail;
+        }
     }
     if (!virtio_blk_dev_init(&exp->dev, exp->blk, &conf, errp)) {
         goto fail;
@@ -477,6 +554,7 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
 
     scfg = (VuServerConfig) {
         .socket_path = opts->socket_path,
+        .listen_fd = opts->listen_fd,
         .socket_mode = opts->socket_mode,
         .socket_chown = opts->socket_chown,
         .socket_uid = opts->socket_uid,
@@ -507,7 +585,7 @@ void vu_blk_export_free(VuBlkExport *exp)
     }
     /* Stops and drains every queue before anything below goes away. */
     vu_server_free(exp->server);
-    if (exp->blk) {
+    if (exp->blk && !exp->blk_borrowed) {
         blk_close(exp->blk);
     }
     for (unsigned int i = 0; i < exp->num_queues; i++) {
@@ -536,6 +614,7 @@ typedef struct VuBlkStatsSnap {
     VuBlkQueue *q;
     VuBlkQueueCounters c;
     VirtQueueStats vq;
+    unsigned int inflight;
 } VuBlkStatsSnap;
 
 static void vu_blk_snap_fn(VirtQueue *vq, void *opaque)
@@ -547,6 +626,76 @@ static void vu_blk_snap_fn(VirtQueue *vq, void *opaque)
     }
     snap->c = snap->q->c;
     snap->vq = snap->q->vq_total;
+    snap->inflight = snap->q->inflight;
+}
+
+/* Main thread: one queue's counters, read in its iothread if it runs. */
+static bool vu_blk_snap(VuBlkExport *exp, unsigned int i,
+                        VuBlkStatsSnap *snap)
+{
+    *snap = (VuBlkStatsSnap) { .q = &exp->queues[i] };
+    if (vu_server_run_in_queue(exp->server, i, vu_blk_snap_fn, snap)) {
+        return true;
+    }
+    /* Not running: nothing else touches the counters now. */
+    snap->c = exp->queues[i].c;
+    snap->vq = exp->queues[i].vq_total;
+    snap->inflight = exp->queues[i].inflight;
+    return false;
+}
+
+void vu_blk_export_get_queue_stats(VuBlkExport *exp, unsigned int index,
+                                   VuBlkQueueStats *stats)
+{
+    VuBlkStatsSnap snap;
+
+    assert(index < exp->num_queues);
+    stats->running = vu_blk_snap(exp, index, &snap);
+    stats->requests = snap.c.requests;
+    stats->completed = snap.c.completed;
+    stats->inflight = snap.inflight;
+    stats->batches = snap.c.batches;
+    stats->kicks = snap.c.kicks;
+    stats->poll_hits = snap.c.poll_hits;
+    stats->budget_yields = snap.c.budget_yields;
+    stats->notifies = snap.vq.notifies;
+    stats->notifies_suppressed = snap.vq.notifies_suppressed;
+}
+
+unsigned int vu_blk_export_get_num_queues(VuBlkExport *exp)
+{
+    return exp->num_queues;
+}
+
+BlockBackend *vu_blk_export_get_blk(VuBlkExport *exp)
+{
+    return exp->blk;
+}
+
+bool vu_blk_export_resize(VuBlkExport *exp, uint64_t size, bool *notified,
+                          GError **errp)
+{
+    uint32_t lbs = exp->dev.conf.logical_block_size;
+
+    *notified = false;
+    if (size % lbs) {
+        g_set_error(errp, VB_ERROR, 0, "size %" PRIu64 " is not a multiple "
+                    "of the export's logical block size (%u)", size, lbs);
+        return false;
+    }
+    if (!blk_truncate(exp->blk, size, errp)) {
+        return false;
+    }
+    if (virtio_blk_update_capacity(&exp->dev)) {
+        info_report("%s: capacity now %" PRIu64 " sectors (%" PRIu64
+                    " bytes)", vu_server_get_socket_path(exp->server),
+                    virtio_blk_get_capacity(&exp->dev), size);
+        *notified = vu_server_notify_config_change(exp->server);
+        if (*notified) {
+            exp->config_changes++;
+        }
+    }
+    return true;
 }
 
 void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats)
@@ -555,13 +704,18 @@ void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats)
 
     memset(stats, 0, sizeof(*stats));
     for (unsigned int i = 0; i < exp->num_queues; i++) {
-        VuBlkStatsSnap snap = { .q = &exp->queues[i] };
+        VuBlkStatsSnap snap;
 
-        if (!vu_server_run_in_queue(exp->server, i, vu_blk_snap_fn, &snap)) {
-            /* Not running: nothing else touches the counters now. */
-            snap.c = exp->queues[i].c;
-            snap.vq = exp->queues[i].vq_total;
+        vu_blk_snap(exp, i, &snap);
+        for (unsigned int o = 0; o < VU_BLK_OP__MAX; o++) {
+            stats->ops[o].ops += snap.c.ops[o].ops;
+            stats->ops[o].failed += snap.c.ops[o].failed;
+            stats->ops[o].bytes += snap.c.ops[o].bytes;
+            stats->ops[o].total_ns += snap.c.ops[o].total_ns;
         }
+        stats->inflight += snap.inflight;
+        stats->wr_highest_offset = MAX(stats->wr_highest_offset,
+                                       snap.c.wr_highest_offset);
         stats->requests += snap.c.requests;
         stats->completed += snap.c.completed;
         stats->batches += snap.c.batches;
@@ -574,4 +728,5 @@ void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats)
     }
     vu_server_get_stats(exp->server, &ss);
     stats->sessions = ss.sessions;
+    stats->config_changes = exp->config_changes;
 }

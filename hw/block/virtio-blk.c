@@ -91,6 +91,27 @@ bool virtio_blk_dev_init(VirtioBlkDev *dev, BlockBackend *blk,
     return true;
 }
 
+/* Called from: any thread.  Pairs with the store in
+ * virtio_blk_update_capacity(); a request sees the old or the new size. */
+uint64_t virtio_blk_get_capacity(const VirtioBlkDev *dev)
+{
+    return __atomic_load_n(&dev->capacity, __ATOMIC_RELAXED);
+}
+
+/* Called from: the main thread, after blk_truncate(). */
+bool virtio_blk_update_capacity(VirtioBlkDev *dev)
+{
+    uint64_t len = blk_getlength(dev->blk);
+    uint64_t cap = QEMU_ALIGN_DOWN(len, dev->conf.logical_block_size) >>
+                   VIRTIO_BLK_SECTOR_BITS;
+
+    if (cap == virtio_blk_get_capacity(dev)) {
+        return false;
+    }
+    __atomic_store_n(&dev->capacity, cap, __ATOMIC_RELAXED);
+    return true;
+}
+
 /* Called from: any thread. */
 uint64_t virtio_blk_get_features(const VirtioBlkDev *dev)
 {
@@ -167,7 +188,7 @@ void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg)
     }
 
     memset(cfg, 0, sizeof(*cfg));
-    cfg->capacity = GUINT64_TO_LE(dev->capacity);
+    cfg->capacity = GUINT64_TO_LE(virtio_blk_get_capacity(dev));
     cfg->size_max = 0;                      /* SIZE_MAX not offered */
     cfg->seg_max = GUINT32_TO_LE(dev->conf.seg_max);
     cfg->blk_size = GUINT32_TO_LE(lbs);
@@ -265,9 +286,10 @@ static bool virtio_blk_range_ok(VirtioBlkDev *dev, uint64_t sector,
                                 uint64_t nsectors)
 {
     uint64_t align = dev->conf.logical_block_size >> VIRTIO_BLK_SECTOR_BITS;
+    uint64_t capacity = virtio_blk_get_capacity(dev);
 
     return sector % align == 0 && nsectors % align == 0 &&
-           sector <= dev->capacity && nsectors <= dev->capacity - sector;
+           sector <= capacity && nsectors <= capacity - sector;
 }
 
 /* Read or write: @len bytes of data in req->data_iov, checked against
@@ -283,6 +305,8 @@ static uint8_t virtio_blk_start_rw(VirtioBlkDev *dev, VirtioBlkReq *req,
     if (len == 0) {
         return VIRTIO_BLK_S_OK;
     }
+    req->bytes = len;
+    req->offset = sector << VIRTIO_BLK_SECTOR_BITS;
     if (is_write) {
         blk_aio_pwritev(dev->blk, &req->acb,
                         (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
@@ -336,6 +360,8 @@ static uint8_t virtio_blk_start_dwz(VirtioBlkDev *dev, VirtioBlkReq *req,
     if (nsectors == 0) {
         return VIRTIO_BLK_S_OK;
     }
+    req->bytes = (uint64_t)nsectors << VIRTIO_BLK_SECTOR_BITS;
+    req->offset = sector << VIRTIO_BLK_SECTOR_BITS;
     if (is_wz) {
         /* UNMAP is a permission, honoured only where write_zeroes_may_unmap
          * said so (discard enabled and possible). */
@@ -433,6 +459,8 @@ void virtio_blk_process_req(VirtioBlkDev *dev, VirtioBlkReq *req,
     req->opaque = opaque;
     req->type = UINT32_MAX;
     req->in_len = 0;
+    req->bytes = 0;
+    req->offset = 0;
     req->data_iov = NULL;
     req->data_niov = 0;
     req->sync_after_write = false;

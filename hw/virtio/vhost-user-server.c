@@ -81,6 +81,7 @@
 #define VU_PROTOCOL_FEATURES \
     ((1ULL << VHOST_USER_PROTOCOL_F_MQ) | \
      (1ULL << VHOST_USER_PROTOCOL_F_REPLY_ACK) | \
+     (1ULL << VHOST_USER_PROTOCOL_F_BACKEND_REQ) | \
      (1ULL << VHOST_USER_PROTOCOL_F_CONFIG) | \
      (1ULL << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) | \
      (1ULL << VHOST_USER_PROTOCOL_F_RESET_DEVICE) | \
@@ -135,6 +136,7 @@ struct VuServer {
 
     /* Session */
     int conn_fd;
+    int backend_fd;         /* back-end channel (SET_BACKEND_REQ_FD); -1 */
     bool drop_pending;
     bool msg_waiting;       /* s->rx waits for queues to drain; the socket
                              * is not read meanwhile */
@@ -958,6 +960,39 @@ static VuMsgResult vu_set_config(VuServer *s, VuMsg *msg)
     return VU_MSG_OK;
 }
 
+/* The front-end's end of the back-end channel: we only send on it. */
+static VuMsgResult vu_set_backend_req_fd(VuServer *s, VuMsg *msg)
+{
+    int fd;
+
+    if (s->rx_nfds != 1) {
+        warn_report("%s: SET_BACKEND_REQ_FD without a file descriptor",
+                    s->name);
+        return VU_MSG_DROP;
+    }
+    fd = vu_take_fd(s, 0);
+    if (s->backend_fd >= 0) {
+        close(s->backend_fd);
+    }
+    /* A front-end that stops reading must not block the main thread. */
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
+        warn_report("%s: back-end channel: %s", s->name, g_strerror(errno));
+        close(fd);
+        s->backend_fd = -1;
+        return VU_MSG_FAILED;
+    }
+    s->backend_fd = fd;
+    return VU_MSG_OK;
+}
+
+static void vu_backend_channel_close(VuServer *s)
+{
+    if (s->backend_fd >= 0) {
+        close(s->backend_fd);
+        s->backend_fd = -1;
+    }
+}
+
 static bool vu_inflight_geometry_ok(VuServer *s, const VhostUserInflight *in)
 {
     if (in->num_queues == 0 || in->num_queues > s->cfg.num_queues ||
@@ -1165,6 +1200,7 @@ static unsigned int vu_max_fds(uint32_t request)
     case VHOST_USER_SET_INFLIGHT_FD:
     case VHOST_USER_SET_LOG_BASE:
     case VHOST_USER_SET_LOG_FD:
+    case VHOST_USER_SET_BACKEND_REQ_FD:
         return 1;
     default:
         return 0;
@@ -1250,6 +1286,8 @@ static VuMsgResult vu_dispatch(VuServer *s, VuMsg *msg)
     case VHOST_USER_GET_STATUS:
         vu_reply_u64(s, msg, s->status);
         return VU_MSG_REPLIED;
+    case VHOST_USER_SET_BACKEND_REQ_FD:
+        return vu_set_backend_req_fd(s, msg);
     case VHOST_USER_SET_LOG_BASE:
     case VHOST_USER_SET_LOG_FD:
         warn_report("%s: %s: dirty logging is not supported", s->name,
@@ -1488,6 +1526,7 @@ static void vu_session_close(VuServer *s, const char *why)
     vu_conn_set_reading(s, false);
     close(s->conn_fd);
     s->conn_fd = -1;
+    vu_backend_channel_close(s);
     s->drop_pending = false;
     s->msg_waiting = false;
     vu_rx_reset(s);
@@ -1743,6 +1782,7 @@ VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
     s->cfg.queue_ctx = s->queue_ctx;
     s->listen_fd = -1;
     s->conn_fd = -1;
+    s->backend_fd = -1;
     s->inflight_fd = -1;
     guest_mem_init(&s->mem);
     s->queues = g_new0(VuQueue, cfg->num_queues);
@@ -1756,7 +1796,11 @@ VuServer *vu_server_new(const VuServerConfig *cfg, GError **errp)
                               "vu-server-broken");
     s->drain_bh = aio_bh_new(cfg->main_ctx, vu_drain_bh, s,
                              "vu-server-drain");
-    if (!vu_socket_listen(s, errp)) {
+    if (cfg->listen_fd > 0) {
+        s->listen_fd = cfg->listen_fd;
+        aio_set_fd_handler(cfg->main_ctx, s->listen_fd, vu_accept, NULL,
+                           NULL, NULL, s);
+    } else if (!vu_socket_listen(s, errp)) {
         vu_server_free(s);
         return NULL;
     }
@@ -1855,6 +1899,35 @@ bool vu_server_run_in_queue(VuServer *s, unsigned int index,
     }
     r = (VuRunInQueue) { .q = &s->queues[index], .fn = fn, .opaque = opaque };
     aio_run_sync(s->queues[index].ctx, vu_run_in_queue_fn, &r);
+    return true;
+}
+
+bool vu_server_notify_config_change(VuServer *s)
+{
+    const uint64_t need = (1ULL << VHOST_USER_PROTOCOL_F_BACKEND_REQ) |
+                          (1ULL << VHOST_USER_PROTOCOL_F_CONFIG);
+    VhostUserHeader hdr = {
+        .request = VHOST_USER_BACKEND_CONFIG_CHANGE_MSG,
+        .flags = VHOST_USER_VERSION,
+        .size = 0,
+    };
+    ssize_t n;
+
+    if (s->conn_fd < 0 || s->backend_fd < 0 ||
+        (s->protocol_features & need) != need) {
+        return false;
+    }
+    /* No NEED_REPLY: the front-end's answer would have to be read back
+     * here, and it has nothing to tell us. */
+    do {
+        n = send(s->backend_fd, &hdr, sizeof(hdr), MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(hdr)) {
+        warn_report("%s: cannot send CONFIG_CHANGE_MSG on the back-end "
+                    "channel: %s", s->name,
+                    n < 0 ? g_strerror(errno) : "short write");
+        return false;
+    }
     return true;
 }
 

@@ -128,6 +128,13 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp);
 void blk_close(BlockBackend *blk);
 
 uint64_t blk_getlength(BlockBackend *blk);
+/*
+ * Main thread: grow to @size bytes (a file is extended, a block device
+ * must be large enough already; the same size picks up a file grown
+ * behind our back).  Shrinking is refused: blocks a running guest uses
+ * would vanish under it.
+ */
+bool blk_truncate(BlockBackend *blk, uint64_t size, GError **errp);
 bool blk_is_read_only(BlockBackend *blk);
 bool blk_is_block_device(BlockBackend *blk);
 /* Logical block size of the device (512 for files); O_DIRECT alignment. */

@@ -146,6 +146,7 @@ int raw_do_request(BlockAIOCB *acb);
 /* file-posix.c: open/close the file or block device of @blk. */
 bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp);
 void raw_close(BlockBackend *blk);
+bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp);
 
 /*
  * Testing only: when non-zero, each io_uring submission hands at most this

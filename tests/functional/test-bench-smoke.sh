@@ -95,6 +95,9 @@ if vb_daemon_start blkd-file "$sock" "$blkd" \
         --rw randrw --queues 2 --iodepth 8 --verify
     run_bench "vhost-blkd file randrw --verify --packed, 2 queues" "$sock" \
         --runtime 1 --rw randrw --queues 2 --iodepth 8 --verify --packed
+    run_bench "vhost-blkd file randrw --verify, sizes 512 B to 32 KiB mixed" \
+        "$sock" --runtime 1 --rw randrw --queues 2 --iodepth 8 --verify \
+        --bs 512 --bs-max 32k
     vb_stop "$VB_LAST_PID"
 else
     vb_not_ok "vhost-blkd file: daemon starts"
@@ -111,6 +114,14 @@ if vb_daemon_start blkd-null2 "$sock" "$blkd" \
     else
         vb_check "--verify fails against a back-end that drops writes" \
             grep -q "verify failed" "$VB_TMP/neg.out"
+    fi
+    if "$bench" --socket "$sock" --ios 64 --size 1M --verify --rw randrw \
+            --bs 512 --bs-max 16k > "$VB_TMP/neg2.out" 2>&1; then
+        vb_not_ok "--verify with mixed sizes fails against it too" \
+            "vhost-blk-bench exited 0"
+    else
+        vb_check "--verify with mixed sizes fails against it too" \
+            grep -q "verify failed" "$VB_TMP/neg2.out"
     fi
     vb_stop "$VB_LAST_PID"
 fi

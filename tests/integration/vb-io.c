@@ -15,6 +15,12 @@
  *                                is the sector of the failed chunk
  *     unlink:PATH                remove a file (e.g. free space)
  *     sleep:MS
+ *     waitcfg:BYTES          wait (60 s at most) for the back-end's
+ *                            CONFIG_CHANGE_MSG, then check that the config
+ *                            space's capacity is BYTES (a resize); asks for
+ *                            the back-end channel when given
+ *     ready                  print "ready" and flush (a script can act
+ *                            once the session is up)
  *   STATUS: ok (default), ioerr, unsupp, any.
  */
 #include "qemu/osdep.h"
@@ -105,6 +111,15 @@ int main(int argc, char **argv)
         return 2;
     }
     opts.socket_path = argv[1];
+    for (int i = 2; i < argc; i++) {
+        if (g_str_has_prefix(argv[i], "waitcfg:")) {
+            opts.protocol_features = (1ULL << VHOST_USER_PROTOCOL_F_MQ) |
+                (1ULL << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
+                (1ULL << VHOST_USER_PROTOCOL_F_CONFIG) |
+                (1ULL << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) |
+                (1ULL << VHOST_USER_PROTOCOL_F_BACKEND_REQ);
+        }
+    }
     fe = vhost_user_frontend_new(&opts, &err);
     if (!fe || !vhost_user_frontend_start(fe, &err) ||
         !vhost_user_frontend_get_blk_config(fe, &cfg, &err)) {
@@ -198,6 +213,29 @@ int main(int argc, char **argv)
             } else {
                 printf("%s: done\n", argv[i]);
             }
+            continue;
+        } else if (!strcmp(a[0], "waitcfg") && n == 2) {
+            uint64_t want_bytes = vbio_num(a[1], "length");
+            g_autoptr(GError) werr = NULL;
+            int req = vhost_user_frontend_wait_backend_msg(fe, 60000, &werr);
+
+            if (req != VHOST_USER_BACKEND_CONFIG_CHANGE_MSG ||
+                !vhost_user_frontend_get_blk_config(fe, &cfg, &werr)) {
+                printf("%s: %s\n", argv[i], werr ? werr->message :
+                       "another back-end message came");
+                failed = 1;
+                continue;
+            }
+            printf("%s: capacity %" PRIu64 " sectors%s\n", argv[i],
+                   (uint64_t)cfg.capacity,
+                   cfg.capacity * 512 == want_bytes ? "" : " (UNEXPECTED)");
+            if (cfg.capacity * 512 != want_bytes) {
+                failed = 1;
+            }
+            continue;
+        } else if (!strcmp(a[0], "ready")) {
+            printf("ready\n");
+            fflush(stdout);
             continue;
         } else if (!strcmp(a[0], "sleep") && n == 2) {
             g_usleep(vbio_num(a[1], "milliseconds") * 1000);

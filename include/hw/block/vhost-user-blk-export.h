@@ -21,17 +21,52 @@ typedef struct VuBlkExport VuBlkExport;
 #define VU_BLK_DEFAULT_BUDGET 128
 
 typedef struct VuBlkExportOptions {
-    const char *socket_path;
+    const char *socket_path;    /* or the name for log lines, with: */
+    int listen_fd;              /* > 0: inherited listening socket (taken
+                                 * over); 0: create socket_path */
     mode_t socket_mode;         /* 0 = 0600 */
     bool socket_chown;          /* see VuServerConfig */
     uid_t socket_uid;
     gid_t socket_gid;
-    BlockOptions blk;           /* what to open */
+    BlockOptions blk;           /* what to open, unless: */
+    BlockBackend *blk_backend;  /* already open (a named node): the export
+                                 * uses it and leaves it open */
     VirtioBlkConf conf;         /* num_queues, queue_size, ... */
     AioContext *main_ctx;
     AioContext **queue_ctx;     /* conf.num_queues entries */
     unsigned int budget;        /* 0 = VU_BLK_DEFAULT_BUDGET */
 } VuBlkExportOptions;
+
+/* Request types counted apart (query-blockstats). */
+typedef enum VuBlkOp {
+    VU_BLK_OP_READ,
+    VU_BLK_OP_WRITE,
+    VU_BLK_OP_FLUSH,
+    VU_BLK_OP_DISCARD,
+    VU_BLK_OP_WRITE_ZEROES,
+    VU_BLK_OP_OTHER,            /* GET_ID, unknown types, malformed */
+    VU_BLK_OP__MAX,
+} VuBlkOp;
+
+typedef struct VuBlkOpStats {
+    uint64_t ops;               /* completed */
+    uint64_t failed;            /* completed with a status other than OK */
+    uint64_t bytes;             /* of the successful ones */
+    uint64_t total_ns;          /* pop to completion, summed */
+} VuBlkOpStats;
+
+typedef struct VuBlkQueueStats {
+    uint64_t requests;
+    uint64_t completed;
+    uint64_t inflight;
+    uint64_t batches;
+    uint64_t kicks;
+    uint64_t poll_hits;
+    uint64_t budget_yields;
+    uint64_t notifies;
+    uint64_t notifies_suppressed;
+    bool running;
+} VuBlkQueueStats;
 
 typedef struct VuBlkExportStats {
     uint64_t requests;          /* requests started */
@@ -44,6 +79,10 @@ typedef struct VuBlkExportStats {
     uint64_t notifies_suppressed;
     uint64_t resubmitted;       /* replayed from the inflight region */
     uint64_t sessions;          /* front-ends accepted */
+    uint64_t inflight;          /* requests submitted, not completed */
+    uint64_t config_changes;    /* resizes told to the front-end */
+    uint64_t wr_highest_offset; /* end of the highest write, bytes */
+    VuBlkOpStats ops[VU_BLK_OP__MAX];
 } VuBlkExportStats;
 
 /* Main thread.  Open the image and start listening.  On failure nothing is
@@ -59,5 +98,18 @@ const char *vu_blk_export_get_socket_path(VuBlkExport *exp);
 bool vu_blk_export_is_connected(VuBlkExport *exp);
 /* Main thread.  Sums over queues (collected in their iothreads). */
 void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats);
+/* Main thread.  Counters of queue @index (< num_queues). */
+void vu_blk_export_get_queue_stats(VuBlkExport *exp, unsigned int index,
+                                   VuBlkQueueStats *stats);
+unsigned int vu_blk_export_get_num_queues(VuBlkExport *exp);
+BlockBackend *vu_blk_export_get_blk(VuBlkExport *exp);
+/*
+ * Main thread.  Grow the image to @size bytes (blk_truncate()), update the
+ * capacity and tell the front-end (CONFIG_CHANGE_MSG) so the guest sees
+ * the new size.  A front-end that did not negotiate the back-end channel
+ * learns it on its next GET_CONFIG only; *notified says which.
+ */
+bool vu_blk_export_resize(VuBlkExport *exp, uint64_t size, bool *notified,
+                          GError **errp);
 
 #endif

@@ -61,7 +61,8 @@ typedef struct VirtioBlkConf {
 typedef struct VirtioBlkDev {
     BlockBackend *blk;
     VirtioBlkConf conf;
-    uint64_t capacity;              /* in 512-byte sectors */
+    uint64_t capacity;              /* in 512-byte sectors; atomic, see
+                                     * virtio_blk_get_capacity() */
     _Atomic bool writeback;         /* config "writeback": SET_CONFIG */
     _Atomic bool write_cache;       /* writeback && FLUSH negotiated */
     bool features_acked;            /* main thread */
@@ -81,6 +82,9 @@ struct VirtioBlkReq {
     void *opaque;
     uint32_t type;
     uint32_t in_len;
+    uint64_t bytes;                 /* data, discard or write-zeroes bytes
+                                     * sent to the block layer (statistics) */
+    uint64_t offset;                /* ... and where, in bytes */
     uint8_t *status;                /* where the status byte goes */
     struct iovec *data_iov;         /* payload: part of the caller's iovecs */
     int data_niov;
@@ -97,6 +101,11 @@ struct VirtioBlkReq {
 /* Fill @dev from @blk and @conf (capacity from the image). */
 bool virtio_blk_dev_init(VirtioBlkDev *dev, BlockBackend *blk,
                          const VirtioBlkConf *conf, GError **errp);
+/* Capacity in 512-byte sectors (any thread). */
+uint64_t virtio_blk_get_capacity(const VirtioBlkDev *dev);
+/* Main thread: take the capacity from the block backend's (new) length;
+ * true if it changed.  Requests check against the new value from then on. */
+bool virtio_blk_update_capacity(VirtioBlkDev *dev);
 /* Feature bits the device offers (virtio-blk and ring features, VERSION_1). */
 uint64_t virtio_blk_get_features(const VirtioBlkDev *dev);
 /*

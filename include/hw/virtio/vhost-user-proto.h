@@ -48,10 +48,18 @@ typedef enum VhostUserRequest {
     VHOST_USER_MAX
 } VhostUserRequest;
 
+/* Requests the back-end sends on the back-end channel (SET_BACKEND_REQ_FD) */
+typedef enum VhostUserBackendRequest {
+    VHOST_USER_BACKEND_NONE = 0,
+    VHOST_USER_BACKEND_IOTLB_MSG = 1,
+    VHOST_USER_BACKEND_CONFIG_CHANGE_MSG = 2,
+} VhostUserBackendRequest;
+
 /* Protocol feature bits (GET/SET_PROTOCOL_FEATURES) */
 #define VHOST_USER_PROTOCOL_F_MQ                  0
 #define VHOST_USER_PROTOCOL_F_LOG_SHMFD           1
 #define VHOST_USER_PROTOCOL_F_REPLY_ACK           3
+#define VHOST_USER_PROTOCOL_F_BACKEND_REQ         5
 #define VHOST_USER_PROTOCOL_F_CONFIG              9
 #define VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD     12
 #define VHOST_USER_PROTOCOL_F_RESET_DEVICE       13

@@ -64,6 +64,12 @@ typedef struct VuDeviceOps {
 /* Copied by vu_server_new() (queue_ctx included). */
 typedef struct VuServerConfig {
     const char *socket_path;
+    /* listen_fd >= 0: serve on this inherited listening unix socket
+     * (addr.type=fd, socket activation) instead of creating socket_path;
+     * the server owns it from then on and never unlinks anything.
+     * socket_path then only names the export in log lines.  Set it to -1
+     * otherwise (0 is stdin, never a listening socket we could take). */
+    int listen_fd;
     mode_t socket_mode;         /* 0 = 0600 */
     /* socket_chown: after bind, give the socket file to socket_uid and
      * socket_gid ((uid_t)-1 / (gid_t)-1 keeps that one; needs CAP_CHOWN
@@ -122,6 +128,15 @@ bool vu_server_run_in_queue(VuServer *server, unsigned int index,
  * whenever the state changes; the bytes are copied.
  */
 void vu_server_save_state(VuServer *server, const void *data, size_t len);
+
+/*
+ * Main thread.  Tell the front-end that the config space changed (a
+ * resize), with VHOST_USER_BACKEND_CONFIG_CHANGE_MSG on the back-end
+ * channel; the front-end reads it again with GET_CONFIG and interrupts the
+ * driver.  False (nothing sent) without a session, or when the session
+ * did not negotiate BACKEND_REQ and CONFIG or gave no channel.
+ */
+bool vu_server_notify_config_change(VuServer *server);
 
 typedef struct VuServerStats {
     uint64_t sessions;          /* front-ends accepted */

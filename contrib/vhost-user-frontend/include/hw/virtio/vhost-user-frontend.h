@@ -84,6 +84,22 @@ typedef struct VhostUserFrontendOptions {
     unsigned int mem_regions;          /* 0 = 1, at most 8 */
     bool packed;                       /* add VIRTIO_F_RING_PACKED; fail if
                                         * the back-end does not offer it */
+    /*
+     * Kernel mode: drive the vhost_blk module through this character
+     * device (e.g. /dev/vhost-blk) with the generic vhost ioctls instead
+     * of a vhost-user socket (socket_path and the vhost-user options are
+     * then ignored).  This process's own memory is the guest memory
+     * (SET_MEM_TABLE maps each region's guest-physical address to its
+     * address here), as the kernel's tools/virtio vhost_test does.  Start
+     * attaches kernel_backend_fd (a raw image file or block device, opened
+     * as the caller wants: O_DIRECT or not, read-only or not) to every
+     * queue with VHOST_BLK_SET_BACKEND; stop detaches it.  There is no
+     * config space: the caller knows the image.  The default feature set
+     * leaves out VIRTIO_BLK_F_RO here (acking it makes the module refuse
+     * writes); ask for it in .features to get a read-only device.
+     */
+    const char *vhost_dev;
+    int kernel_backend_fd;
 } VhostUserFrontendOptions;
 
 /* Data buffers per request the packed ring path takes. */
@@ -117,6 +133,10 @@ VhostUserFrontend *vhost_user_frontend_new(const VhostUserFrontendOptions *opts,
 /* Close the connection, unmap and free everything (no messages sent). */
 void vhost_user_frontend_free(VhostUserFrontend *fe);
 
+/* Kernel mode: the /dev/vhost-blk fd (for further ioctls, e.g.
+ * VHOST_BLK_SET_SERIAL or VHOST_SET_VRING_ERR), or -1 in vhost-user mode. */
+int vhost_user_frontend_kernel_fd(VhostUserFrontend *fe);
+
 /* Negotiated values. */
 uint64_t vhost_user_frontend_get_features(VhostUserFrontend *fe);
 uint64_t vhost_user_frontend_get_backend_features(VhostUserFrontend *fe);
@@ -141,6 +161,14 @@ bool vhost_user_frontend_get_blk_config(VhostUserFrontend *fe,
 bool vhost_user_frontend_set_config(VhostUserFrontend *fe, uint32_t offset,
                                     const void *buf, uint32_t size,
                                     GError **errp);
+
+/* With PROTOCOL_F_BACKEND_REQ asked for (in protocol_features), the
+ * library hands the back-end a channel (SET_BACKEND_REQ_FD).  Wait up to
+ * @timeout_ms for one message on it (VHOST_USER_BACKEND_*, e.g.
+ * CONFIG_CHANGE_MSG); returns its request number, or -1 + @errp. */
+int vhost_user_frontend_wait_backend_msg(VhostUserFrontend *fe,
+                                         unsigned int timeout_ms,
+                                         GError **errp);
 
 /* Set up every queue on the back-end (see the top of this file). */
 bool vhost_user_frontend_start(VhostUserFrontend *fe, GError **errp);

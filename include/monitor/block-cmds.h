@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The daemon's block objects as QMP sees them: named nodes (blockdev-add:
+ * an open image), exports (block-export-add: a vhost-user-blk server on a
+ * node) and iothread objects; the QMP commands over them.  The command
+ * line (--blockdev, --export type=..., --object iothread) goes through the
+ * same functions in keyval mode, so both accept the same keys and give the
+ * same errors.
+ *
+ * Threads: main thread only.
+ */
+#ifndef MONITOR_BLOCK_CMDS_H
+#define MONITOR_BLOCK_CMDS_H
+
+#include "qemu/osdep.h"
+#include "qemu/iothread.h"
+#include "hw/block/vhost-user-blk-export.h"
+#include "monitor/qmp.h"
+
+typedef struct VbNode VbNode;
+typedef struct VbExport VbExport;
+
+typedef struct VbIOThreadObj {
+    char *id;
+    IOThread *iothread;
+} VbIOThreadObj;
+
+typedef struct VbState {
+    AioContext *main_ctx;
+    IOThread **pool;            /* --iothreads: exports without iothread= */
+    unsigned int n_pool;
+    int64_t poll_max_ns;        /* default for --object iothread */
+    GPtrArray *iothreads;       /* VbIOThreadObj, --object iothread */
+    GPtrArray *nodes;           /* VbNode */
+    GPtrArray *exports;         /* VbExport */
+    QmpServer *qmp;             /* events go here (NULL: none yet) */
+    bool quit;                  /* "quit" was asked for */
+} VbState;
+
+/* How to create one export; filled by block-export-add or by the
+ * legacy --export socket=...,file=... syntax. */
+typedef struct VbExportParams {
+    const char *id;
+    VbNode *node;
+    const char *socket_path;    /* unix socket to create, or the name */
+    int listen_fd;              /* > 0: inherited listening socket */
+    mode_t socket_mode;
+    bool socket_chown;
+    uid_t socket_uid;
+    gid_t socket_gid;
+    VirtioBlkConf conf;
+    IOThread *iothread;         /* every queue there; NULL: the pool */
+    int pool_index;             /* pool iothread for every queue; -1:
+                                 * queue q in q mod n_pool */
+} VbExportParams;
+
+void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
+                   unsigned int n_pool, int64_t poll_max_ns);
+/* Delete every export (draining it), node and iothread object. */
+void vb_state_cleanup(VbState *s);
+
+/* --object iothread,id=...[,poll-max-ns=...] (command line only: an
+ * iothread made later would miss the seccomp filter). */
+bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp);
+/* blockdev-add / --blockdev. */
+VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
+                        GError **errp);
+/* block-export-add / --export type=vhost-user-blk,... */
+VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
+                              GError **errp);
+
+/* The legacy syntax: a node named @name opened with @opts. */
+VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
+                     bool discard, GError **errp);
+VbExport *vb_export_create(VbState *s, const VbExportParams *p,
+                           GError **errp);
+VbExport *vb_export_find(VbState *s, const char *id);
+/* Stop it, drain, free, then send BLOCK_EXPORT_DELETED. */
+void vb_export_delete(VbState *s, VbExport *e);
+VuBlkExport *vb_export_get_vu(VbExport *e);
+/* "fd" from addr.type=fd,addr.str=FD: a listening AF_UNIX stream socket
+ * this process inherited (socket activation passes fd 3).  Returns it,
+ * close-on-exec and non-blocking, or -1 with @errp set. */
+int vb_listen_fd_take(const char *str, GError **errp);
+
+/* The QMP commands (QmpCommand table, ends with { NULL }). */
+extern const QmpCommand vb_qmp_commands[];
+
+#endif

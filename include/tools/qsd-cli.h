@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * qemu-storage-daemon's command line, for what vhost-blkd serves:
+ * --blockdev, --object iothread, --export type=vhost-user-blk, --chardev
+ * socket and --monitor.  Options are checked for syntax when they are
+ * added (keyval, the chardev and monitor keys) and applied in command-line
+ * order once the daemon's iothreads exist, through the same functions as
+ * the QMP commands (include/monitor/block-cmds.h).  No printing, no
+ * exit(): errors are GErrors naming the option.
+ *
+ * Threads: main thread.
+ */
+#ifndef TOOLS_QSD_CLI_H
+#define TOOLS_QSD_CLI_H
+
+#include "qemu/osdep.h"
+#include "monitor/block-cmds.h"
+
+typedef enum QsdOptKind {
+    QSD_OPT_BLOCKDEV,
+    QSD_OPT_OBJECT,
+    QSD_OPT_EXPORT,
+    QSD_OPT_CHARDEV,
+    QSD_OPT_MONITOR,
+} QsdOptKind;
+
+typedef struct QsdChardev {
+    char *id;
+    char *path;
+} QsdChardev;
+
+typedef struct QsdMonitorOpts {
+    char *chardev;
+    bool pretty;
+} QsdMonitorOpts;
+
+typedef struct QsdCli {
+    GPtrArray *opts;            /* QsdOpt, in command-line order */
+    GPtrArray *chardevs;        /* QsdChardev */
+    GPtrArray *monitors;        /* QsdMonitorOpts */
+    unsigned int n_exports;
+} QsdCli;
+
+void qsd_cli_init(QsdCli *cli);
+void qsd_cli_cleanup(QsdCli *cli);
+/* The option's name for messages ("--blockdev"). */
+const char *qsd_opt_name(QsdOptKind kind);
+/* Whether an --export argument is QSD's syntax (type=..., or an implied
+ * type as first element) rather than vhost-blkd's socket=...,file=... */
+bool qsd_cli_export_is_qsd(const char *arg);
+/* Check and remember one option; false with @errp set. */
+bool qsd_cli_add(QsdCli *cli, QsdOptKind kind, const char *arg,
+                 GError **errp);
+/* Whole-command-line checks (every --monitor names a --chardev, every
+ * chardev is used by a monitor). */
+bool qsd_cli_check(QsdCli *cli, GError **errp);
+/* Create the iothread objects, nodes and exports in order. */
+bool qsd_cli_apply(QsdCli *cli, VbState *s, GError **errp);
+/* The socket path of monitor @i's chardev. */
+const char *qsd_cli_monitor_path(QsdCli *cli, unsigned int i);
+
+#endif

@@ -1,0 +1,884 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vhost_blk: a virtio-blk dataplane in the kernel (/dev/vhost-blk).
+ *
+ * Theory of operation
+ * -------------------
+ * The VMM (QEMU's vhost-pci-blk, or vhost-blk-bench) opens /dev/vhost-blk,
+ * sets the device up with the generic vhost ioctls (handled by the kernel's
+ * vhost core) and attaches an image to each virtqueue with
+ * VHOST_BLK_SET_BACKEND (include/uapi/linux/vhost_blk.h).
+ *
+ * Per-queue parallelism: the 6.1 vhost core runs one worker kthread per
+ * device, and every kick of every queue is a work item on it.  Serving the
+ * rings there would serialise all queues on one CPU.  Here each attached
+ * queue has its own kthread ("vblk-<pid>-q<n>") that adopts the
+ * owner's mm and does all the ring work of that queue; the core's worker
+ * only runs the kick handler, which sets a bit and wakes the queue's
+ * thread.  Queues therefore proceed in parallel, each on whatever CPU the
+ * scheduler gives its thread.
+ *
+ * A queue thread's loop: take the completions that arrived (a lock-free
+ * list filled by the I/O completion callbacks, which may run in interrupt
+ * context and so never touch guest memory), write their status bytes, put
+ * them on the used ring; then, if kicked, pop requests from the avail ring
+ * with guest notifications disabled and submit them inside one block plug
+ * (blk_start_plug/blk_finish_plug) per batch; finally publish the used
+ * entries with one vhost_add_used_n() and signal the guest at most once
+ * (vhost_signal() honours VIRTIO_RING_F_EVENT_IDX).
+ *
+ * Reads and writes are asynchronous kiocbs on the backing file's
+ * read_iter/write_iter, over an iov_iter of the guest's buffers (user
+ * addresses of the owner, translated by the vhost core): O_DIRECT or
+ * buffered exactly as the fd was opened, a regular file or a block device.
+ * FLUSH (vfs_fsync), GET_ID, DISCARD and WRITE_ZEROES (fallocate on files,
+ * blkdev discard/zeroout on block devices) run synchronously in the queue's
+ * thread.  Request contexts are preallocated per queue (one per ring
+ * entry) at attach time: nothing is allocated and nothing is logged per
+ * request.
+ *
+ * Guest input is untrusted.  Descriptor chains are walked and translated
+ * by the vhost core (loops, bad indexes, addresses outside the memory
+ * table: vq_err, the queue stops).  This file checks the rest: the header
+ * must be 16 device-readable bytes, the last device-writable byte is the
+ * status (a request without one is returned with used length 0 and
+ * vq_err), data lengths must be whole sectors, and sector ranges are
+ * checked against the capacity with overflow-safe arithmetic.  Bad
+ * requests complete with VIRTIO_BLK_S_IOERR (or UNSUPP for unknown types).
+ *
+ * Teardown: detaching a queue (fd -1, RESET_OWNER, close) first stops
+ * taking requests, then waits for every request in flight on it to
+ * complete and be returned to the used ring, then drops the image.
+ */
+#include <linux/compat.h>
+#include <linux/falloc.h>
+#include <linux/file.h>
+#include <linux/blkdev.h>
+#include <linux/fs.h>
+#include <linux/kthread.h>
+#include <linux/llist.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/rcupdate.h>
+#include <linux/sched/mm.h>
+#include <linux/slab.h>
+#include <linux/uio.h>
+#include <linux/virtio_blk.h>
+#include <linux/vmalloc.h>
+
+#include "vhost.h"
+#include "../../include/uapi/linux/vhost_blk.h"
+
+#define VHOST_BLK_SECTOR_SHIFT 9
+/*
+ * Requests a queue thread takes from the ring before it looks at its
+ * completions again (fairness between submission and completion).
+ */
+#define VHOST_BLK_BATCH 64
+
+enum {
+	VHOST_BLK_FEATURES = (VHOST_FEATURES & ~(1ULL << VHOST_F_LOG_ALL)) |
+			     (1ULL << VIRTIO_BLK_F_SIZE_MAX) |
+			     (1ULL << VIRTIO_BLK_F_SEG_MAX) |
+			     (1ULL << VIRTIO_BLK_F_GEOMETRY) |
+			     (1ULL << VIRTIO_BLK_F_RO) |
+			     (1ULL << VIRTIO_BLK_F_BLK_SIZE) |
+			     (1ULL << VIRTIO_BLK_F_TOPOLOGY) |
+			     (1ULL << VIRTIO_BLK_F_FLUSH) |
+			     (1ULL << VIRTIO_BLK_F_CONFIG_WCE) |
+			     (1ULL << VIRTIO_BLK_F_MQ) |
+			     (1ULL << VIRTIO_BLK_F_DISCARD) |
+			     (1ULL << VIRTIO_BLK_F_WRITE_ZEROES),
+};
+
+/* queue thread flags */
+enum {
+	VHOST_BLK_KICKED,
+};
+
+struct vhost_blk_vq;
+
+struct vhost_blk_req {
+	struct kiocb iocb;
+	struct llist_node node;
+	struct vhost_blk_vq *bq;
+	u8 __user *status;
+	long res;		/* bytes transferred or -errno */
+	u32 len;		/* data bytes expected */
+	u16 head;
+	bool in;		/* device writes guest memory (IN) */
+};
+
+struct vhost_blk_vq {
+	struct vhost_virtqueue vq;
+	struct vhost_blk *blk;
+	unsigned int index;
+
+	/* set while attached; protected by vq.mutex */
+	struct file *file;
+	struct block_device *bdev;	/* NULL for a regular file */
+	bool writable;
+	u64 nr_sectors;
+
+	struct task_struct *thread;
+	unsigned long flags;
+	struct llist_head done;
+	atomic_t inflight;
+	wait_queue_head_t drain_wq;
+
+	/* owned by the queue thread */
+	struct vhost_blk_req *reqs;
+	u16 *free;
+	unsigned int nfree;
+	unsigned int nreqs;
+	bool starved;
+	struct vring_used_elem *used;
+	unsigned int nused;
+};
+
+struct vhost_blk {
+	struct vhost_dev dev;
+	struct vhost_blk_vq vqs[VHOST_BLK_MAX_QUEUES];
+	struct vhost_virtqueue *vq_ptrs[VHOST_BLK_MAX_QUEUES];
+	bool writeback;
+	bool wc_explicit;
+	char serial[VHOST_BLK_SERIAL_LEN];
+};
+
+/* ------------------------------------------------------------ completion */
+
+static void vhost_blk_flush_used(struct vhost_blk_vq *bq)
+{
+	if (!bq->nused)
+		return;
+	vhost_add_used_n(&bq->vq, bq->used, bq->nused);
+	bq->nused = 0;
+	vhost_signal(&bq->blk->dev, &bq->vq);
+}
+
+static void vhost_blk_push_used(struct vhost_blk_vq *bq, u16 head, u32 len)
+{
+	if (bq->nused == bq->nreqs)
+		vhost_blk_flush_used(bq);
+	bq->used[bq->nused].id = cpu_to_vhost32(&bq->vq, head);
+	bq->used[bq->nused].len = cpu_to_vhost32(&bq->vq, len);
+	bq->nused++;
+}
+
+static void vhost_blk_req_put(struct vhost_blk_vq *bq, struct vhost_blk_req *req)
+{
+	bq->free[bq->nfree++] = req - bq->reqs;
+}
+
+/* Finish @req with @status; @written: data bytes put in guest memory. */
+static void vhost_blk_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
+			     u8 status, u32 written)
+{
+	u32 len = written;
+
+	if (req->status) {
+		if (put_user(status, req->status)) {
+			vq_err(&bq->vq, "vhost-blk: cannot write the status byte\n");
+			len = 0;
+		} else {
+			len += 1;
+		}
+	} else {
+		len = 0;
+	}
+	vhost_blk_push_used(bq, req->head, len);
+	vhost_blk_req_put(bq, req);
+}
+
+static void vhost_blk_rw_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req)
+{
+	bool ok = req->res >= 0 && (u64)req->res == req->len;
+
+	vhost_blk_finish(bq, req, ok ? VIRTIO_BLK_S_OK : VIRTIO_BLK_S_IOERR,
+			 ok && req->in ? req->len : 0);
+}
+
+/*
+ * ki_complete: any context; only queue the request for the thread.  Once
+ * the request is on the list the thread may finish it and a detach may
+ * return, so what follows the llist_add() runs under RCU and teardown waits
+ * for a grace period (vhost_blk_detach) before stopping the thread or
+ * freeing the device.
+ */
+static void vhost_blk_rw_done(struct kiocb *iocb, long ret)
+{
+	struct vhost_blk_req *req = container_of(iocb, struct vhost_blk_req, iocb);
+	struct vhost_blk_vq *bq = req->bq;
+
+	req->res = ret;
+	rcu_read_lock();
+	llist_add(&req->node, &bq->done);
+	wake_up_process(READ_ONCE(bq->thread));
+	rcu_read_unlock();
+}
+
+/* Queue thread, vq mutex held. */
+static void vhost_blk_reap(struct vhost_blk_vq *bq)
+{
+	struct llist_node *list = llist_del_all(&bq->done);
+	struct vhost_blk_req *req, *tmp;
+	int n = 0;
+
+	if (!list)
+		return;
+	list = llist_reverse_order(list);
+	llist_for_each_entry_safe(req, tmp, list, node) {
+		vhost_blk_rw_finish(bq, req);
+		n++;
+	}
+	vhost_blk_flush_used(bq);
+	if (atomic_sub_and_test(n, &bq->inflight))
+		wake_up_all(&bq->drain_wq);
+}
+
+/* ---------------------------------------------------------------- requests */
+
+/*
+ * Writes, DISCARD and WRITE_ZEROES need a writable fd and a device the VMM
+ * did not make read-only (VIRTIO_BLK_F_RO acked).
+ */
+static bool vhost_blk_can_write(struct vhost_blk_vq *bq)
+{
+	return bq->writable && !vhost_has_feature(&bq->vq, VIRTIO_BLK_F_RO);
+}
+
+/* [sector, sector + nr) inside the image?  No overflow: nr <= capacity first. */
+static bool vhost_blk_range_ok(struct vhost_blk_vq *bq, u64 sector, u64 nr)
+{
+	return nr <= bq->nr_sectors && sector <= bq->nr_sectors - nr;
+}
+
+static u8 vhost_blk_errno_status(int err)
+{
+	if (!err)
+		return VIRTIO_BLK_S_OK;
+	if (err == -EOPNOTSUPP)
+		return VIRTIO_BLK_S_UNSUPP;
+	return VIRTIO_BLK_S_IOERR;
+}
+
+static int vhost_blk_zero_or_discard(struct vhost_blk_vq *bq, u32 type,
+				     u64 sector, u64 nr, bool unmap)
+{
+	loff_t off = sector << VHOST_BLK_SECTOR_SHIFT;
+	loff_t len = nr << VHOST_BLK_SECTOR_SHIFT;
+	int ret;
+
+	if (bq->bdev) {
+		if (type == VIRTIO_BLK_T_DISCARD) {
+			if (!bdev_max_discard_sectors(bq->bdev))
+				return -EOPNOTSUPP;
+			return blkdev_issue_discard(bq->bdev, sector, nr, GFP_KERNEL);
+		}
+		return blkdev_issue_zeroout(bq->bdev, sector, nr, GFP_KERNEL,
+					    unmap ? 0 : BLKDEV_ZERO_NOUNMAP);
+	}
+	if (type == VIRTIO_BLK_T_DISCARD)
+		return vfs_fallocate(bq->file, FALLOC_FL_PUNCH_HOLE |
+				     FALLOC_FL_KEEP_SIZE, off, len);
+	ret = vfs_fallocate(bq->file, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+			    off, len);
+	/* tmpfs and others have no ZERO_RANGE; a hole reads as zeroes too. */
+	if (ret == -EOPNOTSUPP)
+		ret = vfs_fallocate(bq->file, FALLOC_FL_PUNCH_HOLE |
+				    FALLOC_FL_KEEP_SIZE, off, len);
+	return ret;
+}
+
+/* DISCARD / WRITE_ZEROES: @iter holds the segments. */
+static u8 vhost_blk_do_segments(struct vhost_blk_vq *bq, u32 type,
+				struct iov_iter *iter)
+{
+	struct virtio_blk_discard_write_zeroes seg;
+	size_t n = iov_iter_count(iter);
+	unsigned int i, nseg;
+	u32 flags;
+	u64 sector, nr;
+	int ret;
+
+	if (!n || n % sizeof(seg) || n / sizeof(seg) > VHOST_BLK_MAX_DISCARD_SEG)
+		return VIRTIO_BLK_S_IOERR;
+	if (!vhost_blk_can_write(bq))
+		return VIRTIO_BLK_S_IOERR;
+	nseg = n / sizeof(seg);
+	for (i = 0; i < nseg; i++) {
+		if (copy_from_iter(&seg, sizeof(seg), iter) != sizeof(seg))
+			return VIRTIO_BLK_S_IOERR;
+		sector = le64_to_cpu(seg.sector);
+		nr = le32_to_cpu(seg.num_sectors);
+		flags = le32_to_cpu(seg.flags);
+		if (flags & ~VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP)
+			return VIRTIO_BLK_S_UNSUPP;
+		/* The spec: DISCARD with the unmap flag is unsupported. */
+		if (type == VIRTIO_BLK_T_DISCARD && flags)
+			return VIRTIO_BLK_S_UNSUPP;
+		if (!vhost_blk_range_ok(bq, sector, nr))
+			return VIRTIO_BLK_S_IOERR;
+		if (!nr)
+			continue;
+		ret = vhost_blk_zero_or_discard(bq, type, sector, nr,
+						flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP);
+		if (ret)
+			return vhost_blk_errno_status(ret);
+	}
+	return VIRTIO_BLK_S_OK;
+}
+
+/*
+ * Start one request: vq->iov[0, out) device-readable, [out, out + in)
+ * device-writable.  Either submits it (async), or finishes it here.
+ */
+static void vhost_blk_handle_req(struct vhost_blk_vq *bq,
+				 struct vhost_blk_req *req,
+				 unsigned int out, unsigned int in)
+{
+	struct vhost_virtqueue *vq = &bq->vq;
+	struct iovec *iov = vq->iov;
+	struct virtio_blk_outhdr hdr;
+	struct iov_iter oiter, iiter;
+	size_t olen, ilen;
+	u32 type;
+	u64 sector;
+	ssize_t ret;
+	u8 status;
+
+	req->status = NULL;
+	/* The status byte: the last byte of the last non-empty in buffer. */
+	while (in && !iov[out + in - 1].iov_len)
+		in--;
+	if (!in) {
+		vq_err(vq, "vhost-blk: request %u has no status byte\n", req->head);
+		vhost_blk_finish(bq, req, 0, 0);
+		return;
+	}
+	iov[out + in - 1].iov_len--;
+	req->status = (u8 __user *)iov[out + in - 1].iov_base +
+		      iov[out + in - 1].iov_len;
+
+	olen = iov_length(iov, out);
+	ilen = iov_length(iov + out, in);
+	iov_iter_init(&oiter, ITER_SOURCE, iov, out, olen);
+	iov_iter_init(&iiter, ITER_DEST, iov + out, in, ilen);
+	if (copy_from_iter(&hdr, sizeof(hdr), &oiter) != sizeof(hdr)) {
+		vhost_blk_finish(bq, req, VIRTIO_BLK_S_IOERR, 0);
+		return;
+	}
+	type = vhost32_to_cpu(vq, hdr.type);
+	sector = vhost64_to_cpu(vq, hdr.sector);
+
+	switch (type) {
+	case VIRTIO_BLK_T_IN:
+	case VIRTIO_BLK_T_OUT: {
+		bool is_in = type == VIRTIO_BLK_T_IN;
+		struct iov_iter *iter = is_in ? &iiter : &oiter;
+		size_t len = iov_iter_count(iter);
+
+		if ((len & ((1u << VHOST_BLK_SECTOR_SHIFT) - 1)) || len > U32_MAX ||
+		    !vhost_blk_range_ok(bq, sector, len >> VHOST_BLK_SECTOR_SHIFT) ||
+		    (!is_in && !vhost_blk_can_write(bq))) {
+			vhost_blk_finish(bq, req, VIRTIO_BLK_S_IOERR, 0);
+			return;
+		}
+		if (!len) {
+			vhost_blk_finish(bq, req, VIRTIO_BLK_S_OK, 0);
+			return;
+		}
+		req->in = is_in;
+		req->len = len;
+		init_sync_kiocb(&req->iocb, bq->file);
+		req->iocb.ki_pos = sector << VHOST_BLK_SECTOR_SHIFT;
+		req->iocb.ki_complete = vhost_blk_rw_done;
+		if (!is_in) {
+			req->iocb.ki_flags |= IOCB_WRITE;
+			if (!READ_ONCE(bq->blk->writeback))
+				req->iocb.ki_flags |= IOCB_DSYNC;
+		}
+		atomic_inc(&bq->inflight);
+		if (is_in)
+			ret = call_read_iter(bq->file, &req->iocb, iter);
+		else
+			ret = call_write_iter(bq->file, &req->iocb, iter);
+		if (ret != -EIOCBQUEUED) {
+			/* Completed (buffered I/O) or failed at submission. */
+			atomic_dec(&bq->inflight);
+			req->res = ret;
+			vhost_blk_rw_finish(bq, req);
+		}
+		return;
+	}
+	case VIRTIO_BLK_T_FLUSH:
+		status = vhost_blk_errno_status(vfs_fsync(bq->file, 0));
+		vhost_blk_finish(bq, req, status, 0);
+		return;
+	case VIRTIO_BLK_T_GET_ID: {
+		size_t n = min_t(size_t, iov_iter_count(&iiter),
+				 VHOST_BLK_SERIAL_LEN);
+		char serial[VHOST_BLK_SERIAL_LEN];
+
+		memcpy(serial, bq->blk->serial, sizeof(serial));
+		if (copy_to_iter(serial, n, &iiter) != n) {
+			vhost_blk_finish(bq, req, VIRTIO_BLK_S_IOERR, 0);
+			return;
+		}
+		vhost_blk_finish(bq, req, VIRTIO_BLK_S_OK, n);
+		return;
+	}
+	case VIRTIO_BLK_T_DISCARD:
+	case VIRTIO_BLK_T_WRITE_ZEROES:
+		status = vhost_blk_do_segments(bq, type, &oiter);
+		vhost_blk_finish(bq, req, status, 0);
+		return;
+	default:
+		vhost_blk_finish(bq, req, VIRTIO_BLK_S_UNSUPP, 0);
+		return;
+	}
+}
+
+/* Queue thread, vq mutex held: take requests from the avail ring. */
+static void vhost_blk_handle_vq(struct vhost_blk_vq *bq)
+{
+	struct vhost_virtqueue *vq = &bq->vq;
+	struct vhost_dev *dev = &bq->blk->dev;
+	struct blk_plug plug;
+	unsigned int out, in, n = 0;
+	int head;
+
+	if (!vhost_vq_get_backend(vq))
+		return;
+	vhost_disable_notify(dev, vq);
+	blk_start_plug(&plug);
+	for (;;) {
+		if (!bq->nfree) {
+			/* Every context busy: a completion restarts us. */
+			bq->starved = true;
+			break;
+		}
+		if (n == VHOST_BLK_BATCH) {
+			set_bit(VHOST_BLK_KICKED, &bq->flags);
+			break;
+		}
+		head = vhost_get_vq_desc(vq, vq->iov, ARRAY_SIZE(vq->iov),
+					 &out, &in, NULL, NULL);
+		if (unlikely(head < 0))
+			break;		/* the core reported it (vq_err) */
+		if (head == vq->num) {
+			if (unlikely(vhost_enable_notify(dev, vq))) {
+				vhost_disable_notify(dev, vq);
+				continue;
+			}
+			break;
+		}
+		bq->nfree--;
+		bq->reqs[bq->free[bq->nfree]].head = head;
+		vhost_blk_handle_req(bq, &bq->reqs[bq->free[bq->nfree]], out, in);
+		n++;
+	}
+	blk_finish_plug(&plug);
+	vhost_blk_flush_used(bq);
+}
+
+static int vhost_blk_thread(void *data)
+{
+	struct vhost_blk_vq *bq = data;
+	struct vhost_virtqueue *vq = &bq->vq;
+
+	kthread_use_mm(bq->blk->dev.mm);
+	for (;;) {
+		bool kicked;
+
+		/*
+		 * set_current_state() is a full barrier before the checks
+		 * below; it pairs with wake_up_process() after set_bit() in
+		 * vhost_blk_handle_kick() and after llist_add() in
+		 * vhost_blk_rw_done(): either we see their work here or their
+		 * wake-up finds us no longer running and makes us runnable.
+		 */
+		set_current_state(TASK_INTERRUPTIBLE);
+		if (kthread_should_stop()) {
+			__set_current_state(TASK_RUNNING);
+			break;
+		}
+		kicked = test_and_clear_bit(VHOST_BLK_KICKED, &bq->flags);
+		if (!kicked && llist_empty(&bq->done)) {
+			schedule();
+			continue;
+		}
+		__set_current_state(TASK_RUNNING);
+		mutex_lock(&vq->mutex);
+		vhost_blk_reap(bq);
+		if (bq->starved && bq->nfree) {
+			bq->starved = false;
+			kicked = true;
+		}
+		if (kicked)
+			vhost_blk_handle_vq(bq);
+		mutex_unlock(&vq->mutex);
+		cond_resched();
+	}
+	kthread_unuse_mm(bq->blk->dev.mm);
+	return 0;
+}
+
+/* vhost core worker: a guest kick.  Hand it to the queue's thread. */
+static void vhost_blk_handle_kick(struct vhost_work *work)
+{
+	struct vhost_virtqueue *vq = container_of(work, struct vhost_virtqueue,
+						  poll.work);
+	struct vhost_blk_vq *bq = container_of(vq, struct vhost_blk_vq, vq);
+	struct task_struct *t = READ_ONCE(bq->thread);
+
+	if (!t)
+		return;
+	set_bit(VHOST_BLK_KICKED, &bq->flags);
+	wake_up_process(t);
+}
+
+/* ------------------------------------------------------------ attach/detach */
+
+static void vhost_blk_free_reqs(struct vhost_blk_vq *bq)
+{
+	kvfree(bq->reqs);
+	kvfree(bq->free);
+	kvfree(bq->used);
+	bq->reqs = NULL;
+	bq->free = NULL;
+	bq->used = NULL;
+	bq->nreqs = bq->nfree = bq->nused = 0;
+}
+
+/* dev mutex held.  Stop taking requests, wait for those in flight. */
+static void vhost_blk_detach(struct vhost_blk_vq *bq)
+{
+	struct vhost_virtqueue *vq = &bq->vq;
+	struct file *file;
+
+	mutex_lock(&vq->mutex);
+	file = vhost_vq_get_backend(vq);
+	vhost_vq_set_backend(vq, NULL);
+	mutex_unlock(&vq->mutex);
+	if (!file)
+		return;
+	/* The thread keeps reaping completions while we wait. */
+	wait_event(bq->drain_wq, atomic_read(&bq->inflight) == 0);
+	/* ... and no completion callback still holds a pointer to us. */
+	synchronize_rcu();
+	mutex_lock(&vq->mutex);
+	vhost_blk_reap(bq);
+	vhost_blk_flush_used(bq);
+	bq->file = NULL;
+	bq->bdev = NULL;
+	bq->starved = false;
+	clear_bit(VHOST_BLK_KICKED, &bq->flags);
+	vhost_blk_free_reqs(bq);
+	mutex_unlock(&vq->mutex);
+	fput(file);
+}
+
+static void vhost_blk_stop_thread(struct vhost_blk_vq *bq)
+{
+	struct task_struct *t = bq->thread;
+
+	if (!t)
+		return;
+	WRITE_ONCE(bq->thread, NULL);
+	kthread_stop(t);
+	put_task_struct(t);
+}
+
+/* dev mutex held, owner checked. */
+static long vhost_blk_attach(struct vhost_blk *b, struct vhost_blk_vq *bq, int fd)
+{
+	struct vhost_virtqueue *vq = &bq->vq;
+	struct file *file;
+	struct inode *inode;
+	struct task_struct *t;
+	unsigned int i, num;
+	long ret;
+
+	file = fget(fd);
+	if (!file)
+		return -EBADF;
+	inode = file_inode(file);
+	ret = -EINVAL;
+	if (!(file->f_mode & FMODE_READ) || !file->f_op->read_iter ||
+	    (!S_ISREG(inode->i_mode) && !S_ISBLK(inode->i_mode)))
+		goto err_file;
+	if ((file->f_mode & FMODE_WRITE) && !file->f_op->write_iter)
+		goto err_file;
+	/* O_APPEND would send every write to the end of the image. */
+	if (file->f_flags & O_APPEND)
+		goto err_file;
+
+	if (!bq->thread) {
+		t = kthread_create(vhost_blk_thread, bq, "vblk-%d-q%u",
+				   current->pid, bq->index);
+		if (IS_ERR(t)) {
+			ret = PTR_ERR(t);
+			goto err_file;
+		}
+		get_task_struct(t);
+		WRITE_ONCE(bq->thread, t);
+		wake_up_process(t);
+	}
+
+	mutex_lock(&vq->mutex);
+	ret = -EFAULT;
+	if (!vhost_vq_access_ok(vq))
+		goto err_vq;
+	num = vq->num;
+	ret = -EINVAL;
+	if (!num)
+		goto err_vq;
+	ret = -ENOMEM;
+	bq->reqs = kvcalloc(num, sizeof(*bq->reqs), GFP_KERNEL_ACCOUNT);
+	bq->free = kvcalloc(num, sizeof(*bq->free), GFP_KERNEL_ACCOUNT);
+	bq->used = kvcalloc(num, sizeof(*bq->used), GFP_KERNEL_ACCOUNT);
+	if (!bq->reqs || !bq->free || !bq->used)
+		goto err_reqs;
+	for (i = 0; i < num; i++) {
+		bq->reqs[i].bq = bq;
+		bq->free[i] = num - 1 - i;
+	}
+	bq->nreqs = bq->nfree = num;
+	bq->nused = 0;
+
+	bq->file = file;
+	bq->writable = file->f_mode & FMODE_WRITE;
+	if (S_ISBLK(inode->i_mode)) {
+		bq->bdev = I_BDEV(file->f_mapping->host);
+		bq->nr_sectors = bdev_nr_bytes(bq->bdev) >> VHOST_BLK_SECTOR_SHIFT;
+	} else {
+		bq->bdev = NULL;
+		bq->nr_sectors = i_size_read(inode) >> VHOST_BLK_SECTOR_SHIFT;
+	}
+	vhost_vq_set_backend(vq, file);
+	ret = vhost_vq_init_access(vq);
+	if (ret) {
+		vhost_vq_set_backend(vq, NULL);
+		bq->file = NULL;
+		goto err_reqs;
+	}
+	mutex_unlock(&vq->mutex);
+	/* Requests may already wait in the ring. */
+	set_bit(VHOST_BLK_KICKED, &bq->flags);
+	wake_up_process(bq->thread);
+	return 0;
+
+err_reqs:
+	vhost_blk_free_reqs(bq);
+err_vq:
+	mutex_unlock(&vq->mutex);
+err_file:
+	fput(file);
+	return ret;
+}
+
+static long vhost_blk_set_backend(struct vhost_blk *b, void __user *argp)
+{
+	struct vhost_vring_file backend;
+	struct vhost_blk_vq *bq;
+	long ret;
+
+	if (copy_from_user(&backend, argp, sizeof(backend)))
+		return -EFAULT;
+	mutex_lock(&b->dev.mutex);
+	ret = vhost_dev_check_owner(&b->dev);
+	if (ret)
+		goto out;
+	ret = -ENOBUFS;
+	if (backend.index >= VHOST_BLK_MAX_QUEUES)
+		goto out;
+	bq = &b->vqs[backend.index];
+	vhost_blk_detach(bq);
+	ret = 0;
+	if (backend.fd != -1)
+		ret = vhost_blk_attach(b, bq, backend.fd);
+out:
+	mutex_unlock(&b->dev.mutex);
+	return ret;
+}
+
+/* dev mutex held: every queue detached and its thread gone. */
+static void vhost_blk_stop_all(struct vhost_blk *b)
+{
+	int i;
+
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
+		vhost_blk_detach(&b->vqs[i]);
+	vhost_dev_stop(&b->dev);
+	vhost_dev_flush(&b->dev);	/* no kick handler still running */
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++)
+		vhost_blk_stop_thread(&b->vqs[i]);
+}
+
+/* ------------------------------------------------------------------ ioctls */
+
+static long vhost_blk_set_features(struct vhost_blk *b, u64 features)
+{
+	int i;
+
+	if (features & ~(u64)VHOST_BLK_FEATURES)
+		return -EOPNOTSUPP;
+	mutex_lock(&b->dev.mutex);
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		mutex_lock(&b->vqs[i].vq.mutex);
+		b->vqs[i].vq.acked_features = features;
+		mutex_unlock(&b->vqs[i].vq.mutex);
+	}
+	if (!b->wc_explicit)
+		WRITE_ONCE(b->writeback,
+			   !!(features & (1ULL << VIRTIO_BLK_F_FLUSH)));
+	mutex_unlock(&b->dev.mutex);
+	return 0;
+}
+
+static long vhost_blk_reset_owner(struct vhost_blk *b)
+{
+	struct vhost_iotlb *umem;
+	long ret;
+
+	mutex_lock(&b->dev.mutex);
+	ret = vhost_dev_check_owner(&b->dev);
+	if (ret)
+		goto out;
+	umem = vhost_dev_reset_owner_prepare();
+	if (!umem) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	vhost_blk_stop_all(b);
+	vhost_dev_reset_owner(&b->dev, umem);
+	b->wc_explicit = false;
+	b->writeback = false;
+out:
+	mutex_unlock(&b->dev.mutex);
+	return ret;
+}
+
+static long vhost_blk_ioctl(struct file *f, unsigned int ioctl,
+			    unsigned long arg)
+{
+	struct vhost_blk *b = f->private_data;
+	void __user *argp = (void __user *)arg;
+	u64 __user *featurep = argp;
+	struct vhost_blk_serial serial;
+	u64 features;
+	int wc;
+	long ret;
+
+	switch (ioctl) {
+	case VHOST_GET_FEATURES:
+		features = VHOST_BLK_FEATURES;
+		return copy_to_user(featurep, &features, sizeof(features)) ?
+		       -EFAULT : 0;
+	case VHOST_SET_FEATURES:
+		if (copy_from_user(&features, featurep, sizeof(features)))
+			return -EFAULT;
+		return vhost_blk_set_features(b, features);
+	case VHOST_RESET_OWNER:
+		return vhost_blk_reset_owner(b);
+	case VHOST_BLK_SET_BACKEND:
+		return vhost_blk_set_backend(b, argp);
+	case VHOST_BLK_SET_WRITE_CACHE:
+		if (get_user(wc, (int __user *)argp))
+			return -EFAULT;
+		if (wc != 0 && wc != 1)
+			return -EINVAL;
+		mutex_lock(&b->dev.mutex);
+		b->wc_explicit = true;
+		WRITE_ONCE(b->writeback, wc);
+		mutex_unlock(&b->dev.mutex);
+		return 0;
+	case VHOST_BLK_SET_SERIAL:
+		if (copy_from_user(&serial, argp, sizeof(serial)))
+			return -EFAULT;
+		mutex_lock(&b->dev.mutex);
+		memcpy(b->serial, serial.serial, sizeof(b->serial));
+		mutex_unlock(&b->dev.mutex);
+		return 0;
+	default:
+		mutex_lock(&b->dev.mutex);
+		ret = vhost_dev_ioctl(&b->dev, ioctl, argp);
+		if (ret == -ENOIOCTLCMD)
+			ret = vhost_vring_ioctl(&b->dev, ioctl, argp);
+		mutex_unlock(&b->dev.mutex);
+		return ret;
+	}
+}
+
+/* ------------------------------------------------------------- open/close */
+
+static int vhost_blk_open(struct inode *inode, struct file *f)
+{
+	struct vhost_blk *b;
+	int i;
+
+	b = kvzalloc(sizeof(*b), GFP_KERNEL_ACCOUNT);
+	if (!b)
+		return -ENOMEM;
+	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
+		struct vhost_blk_vq *bq = &b->vqs[i];
+
+		bq->blk = b;
+		bq->index = i;
+		init_llist_head(&bq->done);
+		init_waitqueue_head(&bq->drain_wq);
+		atomic_set(&bq->inflight, 0);
+		bq->vq.handle_kick = vhost_blk_handle_kick;
+		b->vq_ptrs[i] = &bq->vq;
+	}
+	vhost_dev_init(&b->dev, b->vq_ptrs, VHOST_BLK_MAX_QUEUES, UIO_MAXIOV,
+		       0, 0, true, NULL);
+	f->private_data = b;
+	return 0;
+}
+
+static int vhost_blk_release(struct inode *inode, struct file *f)
+{
+	struct vhost_blk *b = f->private_data;
+
+	mutex_lock(&b->dev.mutex);
+	vhost_blk_stop_all(b);
+	mutex_unlock(&b->dev.mutex);
+	vhost_dev_cleanup(&b->dev);
+	kvfree(b);
+	return 0;
+}
+
+static const struct file_operations vhost_blk_fops = {
+	.owner		= THIS_MODULE,
+	.open		= vhost_blk_open,
+	.release	= vhost_blk_release,
+	.unlocked_ioctl	= vhost_blk_ioctl,
+	.compat_ioctl	= compat_ptr_ioctl,
+	.llseek		= noop_llseek,
+};
+
+static struct miscdevice vhost_blk_misc = {
+	.minor	= MISC_DYNAMIC_MINOR,
+	.name	= "vhost-blk",
+	.fops	= &vhost_blk_fops,
+};
+
+static int __init vhost_blk_init(void)
+{
+	return misc_register(&vhost_blk_misc);
+}
+
+static void __exit vhost_blk_exit(void)
+{
+	misc_deregister(&vhost_blk_misc);
+}
+
+module_init(vhost_blk_init);
+module_exit(vhost_blk_exit);
+
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("vhost_blk: virtio-blk dataplane in the kernel");
+MODULE_VERSION("1");

@@ -1,0 +1,1155 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Block nodes, exports and iothread objects, and the QMP commands over
+ * them (see include/monitor/block-cmds.h).  Names, arguments, replies and
+ * error texts follow qemu-storage-daemon 7.2 so that its tooling works
+ * unchanged; docs/user-guide.md lists the deliberate differences.
+ *
+ * A node is an open BlockBackend.  An export borrows its node's backend
+ * (one export per node) and runs a vhost-user-blk server on it; deleting
+ * the export drains its queues in this call, then BLOCK_EXPORT_DELETED
+ * goes to the monitor.  Other exports keep serving meanwhile: their
+ * queues live in iothreads, and this thread only drains the one being
+ * deleted.
+ */
+#include "qemu/osdep.h"
+#include "monitor/block-cmds.h"
+#include "qemu/error-report.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+struct VbNode {
+    char *name;
+    char *driver;               /* "file", "host_device", "null-co", ... */
+    char *filename;             /* as given; "null-co://" for null */
+    BlockBackend *blk;
+    bool readonly;
+    bool cache_direct;
+    bool discard;               /* discard=unmap */
+    VbExport *user;             /* the export on it, if any */
+};
+
+struct VbExport {
+    char *id;
+    VbNode *node;
+    VuBlkExport *exp;
+};
+
+#define VB_NULL_DEFAULT_SIZE (1ULL << 30)   /* QEMU's null-co default */
+
+static void vb_set_error(GError **errp, const char *fmt, ...)
+    G_GNUC_PRINTF(2, 3);
+
+static void vb_set_error(GError **errp, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    g_propagate_error(errp, g_error_new_valist(QMP_ERROR, QMP_ERROR_GENERIC,
+                                               fmt, ap));
+    va_end(ap);
+}
+
+static JsonNode *vb_empty(void)
+{
+    return json_node_init_object(json_node_alloc(), json_object_new());
+}
+
+/* ---- state ------------------------------------------------------------ */
+
+void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
+                   unsigned int n_pool, int64_t poll_max_ns)
+{
+    memset(s, 0, sizeof(*s));
+    s->main_ctx = main_ctx;
+    s->pool = pool;
+    s->n_pool = n_pool;
+    s->poll_max_ns = poll_max_ns;
+    s->iothreads = g_ptr_array_new();
+    s->nodes = g_ptr_array_new();
+    s->exports = g_ptr_array_new();
+}
+
+static VbNode *vb_node_find(VbState *s, const char *name)
+{
+    for (guint i = 0; name && i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if (!strcmp(n->name, name)) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+VbExport *vb_export_find(VbState *s, const char *id)
+{
+    for (guint i = 0; id && i < s->exports->len; i++) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+
+        if (!strcmp(e->id, id)) {
+            return e;
+        }
+    }
+    return NULL;
+}
+
+static VbIOThreadObj *vb_iothread_find(VbState *s, const char *id)
+{
+    for (guint i = 0; id && i < s->iothreads->len; i++) {
+        VbIOThreadObj *t = g_ptr_array_index(s->iothreads, i);
+
+        if (!strcmp(t->id, id)) {
+            return t;
+        }
+    }
+    return NULL;
+}
+
+static void vb_node_free(VbNode *n)
+{
+    blk_close(n->blk);
+    g_free(n->name);
+    g_free(n->driver);
+    g_free(n->filename);
+    g_free(n);
+}
+
+void vb_state_cleanup(VbState *s)
+{
+    /* Stop accepting everywhere first, then drain each export. */
+    for (guint i = 0; i < s->exports->len; i++) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+
+        vu_blk_export_stop_listening(e->exp);
+    }
+    while (s->exports->len) {
+        vb_export_delete(s, g_ptr_array_index(s->exports, 0));
+    }
+    while (s->nodes->len) {
+        vb_node_free(g_ptr_array_steal_index(s->nodes, 0));
+    }
+    while (s->iothreads->len) {
+        VbIOThreadObj *t = g_ptr_array_steal_index(s->iothreads, 0);
+
+        iothread_destroy(t->iothread);
+        g_free(t->id);
+        g_free(t);
+    }
+    g_ptr_array_free(s->exports, true);
+    g_ptr_array_free(s->nodes, true);
+    g_ptr_array_free(s->iothreads, true);
+}
+
+/* ---- iothread objects -------------------------------------------------- */
+
+bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
+{
+    static const char *const types[] = { "iothread", NULL };
+    g_auto(QmpArgs) a = { 0 };
+    const char *id = NULL;
+    int64_t poll_max_ns = s->poll_max_ns;
+    int type;
+    VbIOThreadObj *t;
+    IOThread *it;
+    g_autofree char *name = NULL;
+
+    qmp_args_init(&a, args, keyval, NULL);
+    if (qmp_args_has(&a, "qom-type")) {
+        JsonNode *n = json_object_get_member(args, "qom-type");
+
+        if (JSON_NODE_HOLDS_VALUE(n) &&
+            json_node_get_value_type(n) == G_TYPE_STRING &&
+            strcmp(json_node_get_string(n), "iothread")) {
+            vb_set_error(errp, "object type '%s' is not supported: "
+                         "vhost-blkd has only iothread objects",
+                         json_node_get_string(n));
+            return false;
+        }
+    }
+    if (!qmp_args_enum(&a, "qom-type", types, true, &type, errp) ||
+        !qmp_args_str(&a, "id", true, &id, errp) ||
+        !qmp_args_int(&a, "poll-max-ns", false, &poll_max_ns, NULL, errp)) {
+        return false;
+    }
+    if (qmp_args_has(&a, "poll-grow") || qmp_args_has(&a, "poll-shrink") ||
+        qmp_args_has(&a, "aio-max-batch")) {
+        vb_set_error(errp, "iothread '%s': poll-grow, poll-shrink and "
+                     "aio-max-batch are not supported (the polling window "
+                     "adapts by itself; batches are whole virtqueue turns)",
+                     id);
+        return false;
+    }
+    if (!qmp_args_check_done(&a, errp)) {
+        return false;
+    }
+    if (poll_max_ns < 0) {
+        vb_set_error(errp, "iothread '%s': poll-max-ns must not be "
+                     "negative", id);
+        return false;
+    }
+    if (vb_iothread_find(s, id)) {
+        vb_set_error(errp, "attempt to add duplicate property '%s' to "
+                     "object (type 'container')", id);
+        return false;
+    }
+    name = g_strdup_printf("vb-%s", id);
+    it = iothread_create(name, poll_max_ns, errp);
+    if (!it) {
+        return false;
+    }
+    t = g_new0(VbIOThreadObj, 1);
+    t->id = g_strdup(id);
+    t->iothread = it;
+    g_ptr_array_add(s->iothreads, t);
+    return true;
+}
+
+/* ---- nodes ------------------------------------------------------------- */
+
+VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
+                     bool discard, GError **errp)
+{
+    VbNode *n;
+    BlockBackend *blk;
+    bool is_null = opts->driver && !strcmp(opts->driver, "null");
+
+    if (vb_node_find(s, name)) {
+        vb_set_error(errp, "Duplicate nodes with node-name='%s'", name);
+        return NULL;
+    }
+    blk = blk_open(opts, errp);
+    if (!blk) {
+        return NULL;
+    }
+    n = g_new0(VbNode, 1);
+    n->name = g_strdup(name);
+    n->driver = g_strdup(is_null ? "null-co" :
+                         blk_is_block_device(blk) ? "host_device" : "file");
+    if (is_null && opts->size != VB_NULL_DEFAULT_SIZE) {
+        /* QEMU names a node with non-default options by its options. */
+        n->filename = g_strdup_printf("json:{\"driver\": \"null-co\", "
+                                      "\"size\": %" PRIu64 "}", opts->size);
+    } else {
+        n->filename = g_strdup(is_null ? "null-co://" : opts->filename);
+    }
+    n->blk = blk;
+    n->readonly = opts->readonly;
+    n->cache_direct = !is_null && opts->cache_direct;
+    n->discard = discard;
+    g_ptr_array_add(s->nodes, n);
+    return n;
+}
+
+VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
+                        GError **errp)
+{
+    static const char *const drivers[] = {
+        "file", "host_device", "null-co", "null-aio", NULL
+    };
+    static const char *const aios[] = {
+        "threads", "native", "io_uring", NULL
+    };
+    static const char *const discards[] = { "ignore", "unmap", "off", "on",
+                                            NULL };
+    static const char *const dzs[] = { "off", "on", "unmap", NULL };
+    g_auto(QmpArgs) a = { 0 };
+    g_auto(QmpArgs) cache = { 0 };
+    const char *name = NULL, *filename = NULL, *dname;
+    int driver, aio = 2, discard = 0, dz = 0;
+    bool ro = false, direct = false, no_flush = false, rz = false;
+    bool auto_ro = false, has_size;
+    uint64_t size = VB_NULL_DEFAULT_SIZE;
+    BlockOptions o;
+    struct stat st;
+    VbNode *n;
+
+    qmp_args_init(&a, args, keyval, NULL);
+    if (qmp_args_has(&a, "driver")) {
+        JsonNode *d = json_object_get_member(args, "driver");
+        static const char *const qemu_only[] = {
+            "raw", "qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed",
+            "luks", "nbd", "iscsi", "rbd", "nfs", "ssh", "http", "https",
+            "gluster", "blkdebug", "throttle", "copy-on-read", "compress",
+            "nvme", "io_uring", "host_cdrom", "preallocate", NULL,
+        };
+
+        dname = JSON_NODE_HOLDS_VALUE(d) &&
+                json_node_get_value_type(d) == G_TYPE_STRING ?
+                json_node_get_string(d) : NULL;
+        if (dname && g_strv_contains(qemu_only, dname)) {
+            vb_set_error(errp, "Driver '%s' is not supported by vhost-blkd: "
+                         "it serves raw images and block devices (use "
+                         "driver=file, host_device or null-co; convert "
+                         "with qemu-img convert -O raw)", dname);
+            return NULL;
+        }
+    }
+    if (!qmp_args_enum(&a, "driver", drivers, true, &driver, errp) ||
+        !qmp_args_str(&a, "node-name", false, &name, errp) ||
+        !qmp_args_bool(&a, "read-only", &ro, errp) ||
+        !qmp_args_bool(&a, "auto-read-only", &auto_ro, errp) ||
+        !qmp_args_enum(&a, "discard", discards, false, &discard, errp) ||
+        !qmp_args_enum(&a, "detect-zeroes", dzs, false, &dz, errp) ||
+        !qmp_args_object(&a, "cache", false, &cache, NULL, errp) ||
+        !qmp_args_bool(&cache, "direct", &direct, errp) ||
+        !qmp_args_bool(&cache, "no-flush", &no_flush, errp) ||
+        !qmp_args_check_done(&cache, errp)) {
+        return NULL;
+    }
+    if (driver <= 1) {
+        if (!qmp_args_str(&a, "filename", true, &filename, errp) ||
+            !qmp_args_enum(&a, "aio", aios, false, &aio, errp)) {
+            return NULL;
+        }
+    } else if (!qmp_args_size(&a, "size", false, &size, &has_size, errp) ||
+               !qmp_args_bool(&a, "read-zeroes", &rz, errp)) {
+        return NULL;
+    }
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (!name) {
+        vb_set_error(errp, "'node-name' must be specified for the root "
+                     "node");
+        return NULL;
+    }
+    if (auto_ro) {
+        vb_set_error(errp, "auto-read-only=on is not supported: say "
+                     "read-only=on or off");
+        return NULL;
+    }
+    if (dz != 0) {
+        vb_set_error(errp, "detect-zeroes=%s is not supported (only off): "
+                     "it would scan every written buffer", dzs[dz]);
+        return NULL;
+    }
+    if (no_flush) {
+        vb_set_error(errp, "cache.no-flush=on is not supported: flushes "
+                     "always reach the image");
+        return NULL;
+    }
+    if (driver <= 1) {
+        if (stat(filename, &st) < 0) {
+            vb_set_error(errp, "Could not open '%s': %s", filename,
+                         g_strerror(errno));
+            return NULL;
+        }
+        if (driver == 0 && S_ISBLK(st.st_mode)) {
+            vb_set_error(errp, "'%s' is a block device: use "
+                         "driver=host_device", filename);
+            return NULL;
+        }
+        if (driver == 1 && !S_ISBLK(st.st_mode)) {
+            vb_set_error(errp, "'%s' is not a block device: use "
+                         "driver=file", filename);
+            return NULL;
+        }
+    }
+
+    blk_options_init(&o);
+    o.readonly = ro;
+    if (driver <= 1) {
+        o.driver = "file";
+        o.filename = filename;
+        o.cache_direct = direct;
+        o.aio = aio == 0 ? BLOCK_AIO_THREADS :
+                aio == 1 ? BLOCK_AIO_NATIVE : BLOCK_AIO_IO_URING;
+        if (!qmp_args_has(&a, "aio")) {
+            o.aio = BLOCK_AIO_IO_URING;
+        }
+    } else {
+        o.driver = "null";
+        o.size = size;
+        o.null_read_zeroes = rz;
+    }
+    n = vb_node_open(s, name, &o, discard == 1 || discard == 3, errp);
+    if (n && driver == 3) {
+        /* null-aio and null-co behave the same here; keep the name. */
+        g_free(n->driver);
+        n->driver = g_strdup("null-aio");
+        if (!strcmp(n->filename, "null-co://")) {
+            g_free(n->filename);
+            n->filename = g_strdup("null-aio://");
+        } else {
+            g_autofree char *old = n->filename;
+
+            n->filename = g_strdup_printf("json:{\"driver\": \"null-aio\", "
+                                          "\"size\": %" PRIu64 "}", size);
+        }
+    }
+    return n;
+}
+
+static JsonNode *vb_qmp_blockdev_add(void *opaque, JsonObject *args,
+                                     GError **errp)
+{
+    return vb_blockdev_add(opaque, args, false, errp) ? vb_empty() : NULL;
+}
+
+static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
+                                     GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *name = NULL;
+    VbNode *n;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "node-name", true, &name, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    n = vb_node_find(s, name);
+    if (!n) {
+        vb_set_error(errp, "Failed to find node with node-name='%s'", name);
+        return NULL;
+    }
+    if (n->user) {
+        vb_set_error(errp, "Node %s is in use", name);
+        return NULL;
+    }
+    g_ptr_array_remove(s->nodes, n);
+    vb_node_free(n);
+    return vb_empty();
+}
+
+/* ---- exports ----------------------------------------------------------- */
+
+int vb_listen_fd_take(const char *str, GError **errp)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    int fd, v = 0, fl;
+    socklen_t vlen = sizeof(v);
+    char *end;
+    long l;
+
+    errno = 0;
+    l = strtol(str, &end, 10);
+    if (!*str || *end || errno || l < 0 || l > INT_MAX) {
+        vb_set_error(errp, "addr.str='%s': give the number of an inherited "
+                     "file descriptor (fd names are not supported)", str);
+        return -1;
+    }
+    fd = l;
+    if (fd <= STDERR_FILENO) {
+        vb_set_error(errp, "addr.str=%d: fds 0 to 2 are stdin, stdout and "
+                     "stderr, not a listening socket", fd);
+        return -1;
+    }
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+        vb_set_error(errp, "addr.str=%d: not a socket this process "
+                     "inherited: %s", fd, g_strerror(errno));
+        return -1;
+    }
+    if (sa.ss_family != AF_UNIX ||
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &vlen) < 0 ||
+        v != SOCK_STREAM) {
+        vb_set_error(errp, "addr.str=%d: not a unix stream socket", fd);
+        return -1;
+    }
+    vlen = sizeof(v);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &vlen) < 0 || !v) {
+        vb_set_error(errp, "addr.str=%d: the socket is not listening", fd);
+        return -1;
+    }
+    fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+        fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+        vb_set_error(errp, "addr.str=%d: %s", fd, g_strerror(errno));
+        return -1;
+    }
+    return fd;
+}
+
+VbExport *vb_export_create(VbState *s, const VbExportParams *p,
+                           GError **errp)
+{
+    unsigned int nq = p->conf.num_queues;
+    g_autofree AioContext **ctx = g_new0(AioContext *, nq ? nq : 1);
+    VuBlkExportOptions o = {
+        .socket_path = p->socket_path,
+        .listen_fd = p->listen_fd,
+        .socket_mode = p->socket_mode,
+        .socket_chown = p->socket_chown,
+        .socket_uid = p->socket_uid,
+        .socket_gid = p->socket_gid,
+        .blk_backend = p->node->blk,
+        .conf = p->conf,
+        .main_ctx = s->main_ctx,
+        .queue_ctx = ctx,
+    };
+    VbExport *e;
+    VuBlkExport *exp;
+
+    if (vb_export_find(s, p->id)) {
+        vb_set_error(errp, "Block export id '%s' is already in use", p->id);
+        return NULL;
+    }
+    if (p->node->user) {
+        vb_set_error(errp, "node '%s' is exported already (by '%s'); "
+                     "vhost-blkd serves a node through one export",
+                     p->node->name, p->node->user->id);
+        return NULL;
+    }
+    for (unsigned int q = 0; q < nq; q++) {
+        IOThread *t = p->iothread;
+
+        if (!t) {
+            t = s->pool[p->pool_index >= 0 ? (unsigned int)p->pool_index :
+                        q % s->n_pool];
+        }
+        ctx[q] = iothread_get_aio_context(t);
+    }
+    exp = vu_blk_export_new(&o, errp);
+    if (!exp) {
+        return NULL;
+    }
+    e = g_new0(VbExport, 1);
+    e->id = g_strdup(p->id);
+    e->node = p->node;
+    e->exp = exp;
+    p->node->user = e;
+    g_ptr_array_add(s->exports, e);
+    return e;
+}
+
+VuBlkExport *vb_export_get_vu(VbExport *e)
+{
+    return e->exp;
+}
+
+void vb_export_delete(VbState *s, VbExport *e)
+{
+    g_autoptr(JsonObject) data = json_object_new();
+
+    g_ptr_array_remove(s->exports, e);
+    /* Ends the session, waits for its requests, removes the socket. */
+    vu_blk_export_free(e->exp);
+    e->node->user = NULL;
+    json_object_set_string_member(data, "id", e->id);
+    if (s->qmp) {
+        qmp_server_emit_event(s->qmp, "BLOCK_EXPORT_DELETED", data);
+    }
+    g_free(e->id);
+    g_free(e);
+}
+
+VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
+                              GError **errp)
+{
+    static const char *const types[] = {
+        "nbd", "vhost-user-blk", "fuse", "vduse-blk", NULL
+    };
+    static const char *const addr_types[] = {
+        "inet", "unix", "vsock", "fd", NULL
+    };
+    g_auto(QmpArgs) a = { 0 };
+    g_auto(QmpArgs) addr = { 0 };
+    const char *id = NULL, *node_name = NULL, *iothread = NULL;
+    const char *path = NULL, *fdstr = NULL;
+    bool writable = false, writethrough = false, fixed = false;
+    bool abstract = false, tight = true;
+    int type, atype;
+    uint64_t lbs = 512;
+    int64_t nq = 1;
+    VbExportParams p = { .pool_index = -1 };
+    VbNode *node;
+    VbExport *e;
+    int fd = -1;
+    g_autofree char *fdname = NULL;
+
+    qmp_args_init(&a, args, keyval, NULL);
+    if (!qmp_args_enum(&a, "type", types, true, &type, errp)) {
+        return NULL;
+    }
+    if (type != 1) {
+        vb_set_error(errp, "export type '%s' is not supported: vhost-blkd "
+                     "exports only vhost-user-blk", types[type]);
+        return NULL;
+    }
+    if (!qmp_args_str(&a, "id", true, &id, errp) ||
+        !qmp_args_str(&a, "node-name", true, &node_name, errp) ||
+        !qmp_args_bool(&a, "writable", &writable, errp) ||
+        !qmp_args_bool(&a, "writethrough", &writethrough, errp) ||
+        !qmp_args_str(&a, "iothread", false, &iothread, errp) ||
+        !qmp_args_bool(&a, "fixed-iothread", &fixed, errp) ||
+        !qmp_args_object(&a, "addr", true, &addr, NULL, errp) ||
+        !qmp_args_enum(&addr, "type", addr_types, true, &atype, errp)) {
+        return NULL;
+    }
+    if (atype == 1) {
+        if (!qmp_args_str(&addr, "path", true, &path, errp) ||
+            !qmp_args_bool(&addr, "abstract", &abstract, errp) ||
+            !qmp_args_bool(&addr, "tight", &tight, errp)) {
+            return NULL;
+        }
+    } else if (atype == 3) {
+        if (!qmp_args_str(&addr, "str", true, &fdstr, errp)) {
+            return NULL;
+        }
+    } else {
+        vb_set_error(errp, "Only socket address types 'unix' and 'fd' are "
+                     "supported");
+        return NULL;
+    }
+    if (!qmp_args_check_done(&addr, errp) ||
+        !qmp_args_size(&a, "logical-block-size", false, &lbs, NULL, errp) ||
+        !qmp_args_int(&a, "num-queues", false, &nq, NULL, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (abstract) {
+        vb_set_error(errp, "addr.abstract=on is not supported: give a "
+                     "socket path");
+        return NULL;
+    }
+    if (writethrough) {
+        vb_set_error(errp, "writethrough=on is not supported: the guest "
+                     "driver chooses the cache mode (virtio-blk "
+                     "CONFIG_WCE), and FUA writes are honoured");
+        return NULL;
+    }
+    if (lbs < 512 || lbs > 32768 || (lbs & (lbs - 1))) {
+        vb_set_error(errp, "Property %s.logical-block-size doesn't take "
+                     "value '%" PRIu64 "', it's not a power of 2", id, lbs);
+        return NULL;
+    }
+    if (lbs != 512 && lbs != 4096) {
+        vb_set_error(errp, "logical-block-size=%" PRIu64 " is not "
+                     "supported: use 512 or 4096", lbs);
+        return NULL;
+    }
+    if (nq < 1 || nq > 64) {
+        vb_set_error(errp, "num-queues=%" PRId64 ": use 1 to 64", nq);
+        return NULL;
+    }
+    node = vb_node_find(s, node_name);
+    if (!node) {
+        vb_set_error(errp, "Cannot find device='' nor node-name='%s'",
+                     node_name);
+        return NULL;
+    }
+    if (writable && node->readonly) {
+        vb_set_error(errp, "Block node is read-only");
+        return NULL;
+    }
+    if (iothread) {
+        VbIOThreadObj *t = vb_iothread_find(s, iothread);
+
+        if (!t) {
+            vb_set_error(errp, "iothread \"%s\" not found", iothread);
+            return NULL;
+        }
+        p.iothread = t->iothread;
+    }
+    if (vb_export_find(s, id)) {
+        vb_set_error(errp, "Block export id '%s' is already in use", id);
+        return NULL;
+    }
+    if (fdstr) {
+        fd = vb_listen_fd_take(fdstr, errp);
+        if (fd < 0) {
+            return NULL;
+        }
+    }
+    p.id = id;
+    p.node = node;
+    if (fdstr) {
+        fdname = g_strdup_printf("fd:%s", fdstr);    /* for log lines */
+    }
+    p.socket_path = path ? path : fdname;
+    p.listen_fd = fd;
+    p.conf.logical_block_size = lbs;
+    p.conf.num_queues = nq;
+    p.conf.queue_size = 128;
+    p.conf.readonly = !writable;
+    p.conf.discard = node->discard;
+    p.conf.write_zeroes = writable;
+    g_strlcpy(p.conf.serial, id, sizeof(p.conf.serial));
+    e = vb_export_create(s, &p, errp);
+    if (!e && fd >= 0) {
+        close(fd);
+    }
+    return e;
+}
+
+static JsonNode *vb_qmp_block_export_add(void *opaque, JsonObject *args,
+                                         GError **errp)
+{
+    return vb_block_export_add(opaque, args, false, errp) ? vb_empty() :
+           NULL;
+}
+
+static JsonNode *vb_qmp_block_export_del(void *opaque, JsonObject *args,
+                                         GError **errp)
+{
+    static const char *const modes[] = { "safe", "hard", NULL };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *id = NULL;
+    int mode = 0;
+    VbExport *e;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "id", true, &id, errp) ||
+        !qmp_args_enum(&a, "mode", modes, false, &mode, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    e = vb_export_find(s, id);
+    if (!e) {
+        vb_set_error(errp, "Export '%s' is not found", id);
+        return NULL;
+    }
+    if (mode == 0 && vu_blk_export_is_connected(e->exp)) {
+        vb_set_error(errp, "export '%s' still in use (use mode='hard' to "
+                     "disconnect the front-end)", id);
+        return NULL;
+    }
+    vb_export_delete(s, e);
+    return vb_empty();
+}
+
+static JsonNode *vb_qmp_query_block_exports(void *opaque, JsonObject *args,
+                                            GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    JsonArray *arr;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    arr = json_array_new();
+    for (guint i = 0; i < s->exports->len; i++) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+        JsonObject *o = json_object_new();
+
+        json_object_set_string_member(o, "type", "vhost-user-blk");
+        json_object_set_string_member(o, "id", e->id);
+        json_object_set_string_member(o, "node-name", e->node->name);
+        json_object_set_boolean_member(o, "shutting-down", false);
+        json_array_add_object_element(arr, o);
+    }
+    return json_node_init_array(json_node_alloc(), arr);
+}
+
+/* ---- nodes: queries and resize ----------------------------------------- */
+
+static JsonObject *vb_node_info(VbNode *n)
+{
+    JsonObject *o = json_object_new();
+    JsonObject *img = json_object_new();
+    JsonObject *cache = json_object_new();
+    bool is_null = g_str_has_prefix(n->driver, "null-");
+    struct stat st;
+    uint64_t actual = 0;
+
+    json_object_set_string_member(o, "file", n->filename);
+    json_object_set_string_member(o, "node-name", n->name);
+    json_object_set_boolean_member(o, "ro", n->readonly);
+    json_object_set_string_member(o, "drv", n->driver);
+    json_object_set_boolean_member(o, "encrypted", false);
+    json_object_set_string_member(o, "detect_zeroes", "off");
+    static const char *const zeroes[] = {
+        "bps", "bps_rd", "bps_wr", "iops", "iops_rd", "iops_wr",
+        "write_threshold", "backing_file_depth",
+    };
+    for (size_t i = 0; i < G_N_ELEMENTS(zeroes); i++) {
+        /* No throttling, no write threshold, no backing chain. */
+        json_object_set_int_member(o, zeroes[i], 0);
+    }
+    json_object_set_string_member(img, "filename", n->filename);
+    json_object_set_string_member(img, "format", n->driver);
+    json_object_set_int_member(img, "virtual-size", blk_getlength(n->blk));
+    if (!is_null && stat(n->filename, &st) == 0 && S_ISREG(st.st_mode)) {
+        actual = (uint64_t)st.st_blocks * 512;
+    }
+    json_object_set_int_member(img, "actual-size", actual);
+    if (!is_null) {
+        json_object_set_boolean_member(img, "dirty-flag", false);
+    }
+    json_object_set_object_member(o, "image", img);
+    json_object_set_boolean_member(cache, "writeback", true);
+    json_object_set_boolean_member(cache, "direct", n->cache_direct);
+    json_object_set_boolean_member(cache, "no-flush", false);
+    json_object_set_object_member(o, "cache", cache);
+    return o;
+}
+
+static JsonNode *vb_qmp_query_named_block_nodes(void *opaque,
+                                                JsonObject *args,
+                                                GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    bool flat = false;
+    JsonArray *arr;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_bool(&a, "flat", &flat, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    arr = json_array_new();
+    for (guint i = 0; i < s->nodes->len; i++) {
+        json_array_add_object_element(arr,
+                                      vb_node_info(g_ptr_array_index(s->nodes,
+                                                                     i)));
+    }
+    return json_node_init_array(json_node_alloc(), arr);
+}
+
+static JsonNode *vb_qmp_block_resize(void *opaque, JsonObject *args,
+                                     GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *device = NULL, *name = NULL;
+    int64_t size = 0;
+    VbNode *n;
+    bool notified = false;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "device", false, &device, errp) ||
+        !qmp_args_str(&a, "node-name", false, &name, errp) ||
+        !qmp_args_int(&a, "size", true, &size, NULL, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    /* vhost-blkd has no named BlockBackends ("devices"), as QSD. */
+    n = device ? NULL : vb_node_find(s, name);
+    if (!n) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     device ? device : "", name && !device ? name : "");
+        return NULL;
+    }
+    if (size < 0) {
+        vb_set_error(errp, "Parameter 'size' expects a >0 size");
+        return NULL;
+    }
+    if (n->user) {
+        if (!vu_blk_export_resize(n->user->exp, size, &notified, errp)) {
+            return NULL;
+        }
+        if (!notified && vu_blk_export_is_connected(n->user->exp) &&
+            (uint64_t)size != 0) {
+            info_report("export '%s': the front-end has no back-end channel "
+                        "(CONFIG_CHANGE_MSG); the guest sees the new size "
+                        "when it reads the config space again",
+                        n->user->id);
+        }
+    } else if (!blk_truncate(n->blk, size, errp)) {
+        return NULL;
+    }
+    return vb_empty();
+}
+
+/* ---- statistics -------------------------------------------------------- */
+
+static void vb_stats_fill(JsonObject *st, const VuBlkExportStats *x)
+{
+    const VuBlkOpStats *rd = &x->ops[VU_BLK_OP_READ];
+    const VuBlkOpStats *wr = &x->ops[VU_BLK_OP_WRITE];
+    const VuBlkOpStats *wz = &x->ops[VU_BLK_OP_WRITE_ZEROES];
+    const VuBlkOpStats *fl = &x->ops[VU_BLK_OP_FLUSH];
+    const VuBlkOpStats *un = &x->ops[VU_BLK_OP_DISCARD];
+
+    /* As QEMU's virtio-blk accounts: write-zeroes count as writes,
+     * discards as unmaps. */
+    json_object_set_int_member(st, "rd_bytes", rd->bytes);
+    json_object_set_int_member(st, "wr_bytes", wr->bytes + wz->bytes);
+    json_object_set_int_member(st, "unmap_bytes", un->bytes);
+    json_object_set_int_member(st, "rd_operations", rd->ops);
+    json_object_set_int_member(st, "wr_operations", wr->ops + wz->ops);
+    json_object_set_int_member(st, "flush_operations", fl->ops);
+    json_object_set_int_member(st, "unmap_operations", un->ops);
+    json_object_set_int_member(st, "rd_total_time_ns", rd->total_ns);
+    json_object_set_int_member(st, "wr_total_time_ns",
+                               wr->total_ns + wz->total_ns);
+    json_object_set_int_member(st, "flush_total_time_ns", fl->total_ns);
+    json_object_set_int_member(st, "unmap_total_time_ns", un->total_ns);
+    json_object_set_int_member(st, "wr_highest_offset", x->wr_highest_offset);
+    json_object_set_int_member(st, "rd_merged", 0);
+    json_object_set_int_member(st, "wr_merged", 0);
+    json_object_set_int_member(st, "unmap_merged", 0);
+    json_object_set_int_member(st, "failed_rd_operations", rd->failed);
+    json_object_set_int_member(st, "failed_wr_operations",
+                               wr->failed + wz->failed);
+    json_object_set_int_member(st, "failed_flush_operations", fl->failed);
+    json_object_set_int_member(st, "failed_unmap_operations", un->failed);
+    /* Requests outside the disk are counted as failed, not apart. */
+    json_object_set_int_member(st, "invalid_rd_operations", 0);
+    json_object_set_int_member(st, "invalid_wr_operations", 0);
+    json_object_set_int_member(st, "invalid_flush_operations", 0);
+    json_object_set_int_member(st, "invalid_unmap_operations", 0);
+    json_object_set_boolean_member(st, "account_invalid", false);
+    json_object_set_boolean_member(st, "account_failed", true);
+    json_object_set_array_member(st, "timed_stats", json_array_new());
+}
+
+static JsonObject *vb_node_blockstats(VbNode *n, bool device_level)
+{
+    JsonObject *o = json_object_new();
+    JsonObject *st = json_object_new();
+    VuBlkExportStats x = { 0 };
+
+    if (n->user) {
+        vu_blk_export_get_stats(n->user->exp, &x);
+    }
+    vb_stats_fill(st, &x);
+    if (device_level) {
+        json_object_set_string_member(o, "device", "");
+        json_object_set_string_member(o, "qdev", n->user->id);
+    }
+    json_object_set_string_member(o, "node-name", n->name);
+    json_object_set_object_member(o, "stats", st);
+    if (!g_str_has_prefix(n->driver, "null-")) {
+        JsonObject *ds = json_object_new();
+        const VuBlkOpStats *un = &x.ops[VU_BLK_OP_DISCARD];
+
+        json_object_set_string_member(ds, "driver", n->driver);
+        json_object_set_int_member(ds, "discard-nb-ok", un->ops - un->failed);
+        json_object_set_int_member(ds, "discard-nb-failed", un->failed);
+        json_object_set_int_member(ds, "discard-bytes-ok", un->bytes);
+        json_object_set_object_member(o, "driver-specific", ds);
+    }
+    return o;
+}
+
+static JsonNode *vb_qmp_query_blockstats(void *opaque, JsonObject *args,
+                                         GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    bool nodes = false;
+    JsonArray *arr;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_bool(&a, "query-nodes", &nodes, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    arr = json_array_new();
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        /* Without query-nodes: what the guests use, one entry per
+         * export ("qdev" is the export id). */
+        if (nodes || n->user) {
+            json_array_add_object_element(arr,
+                                          vb_node_blockstats(n, !nodes));
+        }
+    }
+    return json_node_init_array(json_node_alloc(), arr);
+}
+
+typedef struct VbEngineJob {
+    AioContext *ctx;
+    JsonArray *arr;
+    const char *iothread;
+} VbEngineJob;
+
+/* In the iothread: its engines' counters. */
+static void vb_engine_stats_cb(void *opaque)
+{
+    VbEngineJob *job = opaque;
+    static const BlockAioMode modes[] = {
+        BLOCK_AIO_IO_URING, BLOCK_AIO_NATIVE, BLOCK_AIO_THREADS,
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
+        BlockEngineStats st;
+        JsonObject *o;
+
+        if (!blk_engine_get_stats(job->ctx, modes[i], &st)) {
+            continue;
+        }
+        o = json_object_new();
+        json_object_set_string_member(o, "iothread", job->iothread);
+        json_object_set_string_member(o, "engine",
+                                      blk_aio_mode_name(modes[i]));
+        json_object_set_int_member(o, "requests", st.requests);
+        json_object_set_int_member(o, "submit-syscalls", st.submit_syscalls);
+        json_object_set_int_member(o, "completions", st.completions);
+        json_object_set_int_member(o, "completions-direct",
+                                   st.completions_direct);
+        json_object_set_int_member(o, "completions-bh", st.completions_bh);
+        json_object_set_int_member(o, "bh-scheduled", st.bh_scheduled);
+        json_object_set_int_member(o, "retries", st.retries);
+        json_object_set_int_member(o, "bounced", st.bounced);
+        json_object_set_int_member(o, "fua-writes", st.fua_writes);
+        json_array_add_object_element(job->arr, o);
+    }
+}
+
+static JsonObject *vb_op_stats_json(const VuBlkOpStats *st)
+{
+    JsonObject *o = json_object_new();
+
+    json_object_set_int_member(o, "operations", st->ops);
+    json_object_set_int_member(o, "failed", st->failed);
+    json_object_set_int_member(o, "bytes", st->bytes);
+    json_object_set_int_member(o, "total-time-ns", st->total_ns);
+    return o;
+}
+
+static JsonNode *vb_qmp_x_query_stats(void *opaque, JsonObject *args,
+                                      GError **errp)
+{
+    static const char *const op_names[VU_BLK_OP__MAX] = {
+        [VU_BLK_OP_READ] = "read",
+        [VU_BLK_OP_WRITE] = "write",
+        [VU_BLK_OP_FLUSH] = "flush",
+        [VU_BLK_OP_DISCARD] = "discard",
+        [VU_BLK_OP_WRITE_ZEROES] = "write-zeroes",
+        [VU_BLK_OP_OTHER] = "other",
+    };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    JsonObject *ret;
+    JsonArray *exps, *engines;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    ret = json_object_new();
+    exps = json_array_new();
+    for (guint i = 0; i < s->exports->len; i++) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+        VuBlkExportStats x;
+        JsonObject *o = json_object_new();
+        JsonObject *ops = json_object_new();
+        JsonArray *queues = json_array_new();
+
+        vu_blk_export_get_stats(e->exp, &x);
+        json_object_set_string_member(o, "id", e->id);
+        json_object_set_string_member(o, "node-name", e->node->name);
+        json_object_set_string_member(o, "socket",
+                                      vu_blk_export_get_socket_path(e->exp));
+        json_object_set_boolean_member(o, "connected",
+                                       vu_blk_export_is_connected(e->exp));
+        json_object_set_int_member(o, "sessions", x.sessions);
+        json_object_set_int_member(o, "in-flight", x.inflight);
+        json_object_set_int_member(o, "capacity-bytes",
+                                   blk_getlength(e->node->blk));
+        json_object_set_int_member(o, "config-change-messages",
+                                   x.config_changes);
+        json_object_set_int_member(o, "resubmitted", x.resubmitted);
+        for (int op = 0; op < VU_BLK_OP__MAX; op++) {
+            json_object_set_object_member(ops, op_names[op],
+                                          vb_op_stats_json(&x.ops[op]));
+        }
+        json_object_set_object_member(o, "operations", ops);
+        for (unsigned int q = 0; q < vu_blk_export_get_num_queues(e->exp);
+             q++) {
+            VuBlkQueueStats qs;
+            JsonObject *qo = json_object_new();
+
+            vu_blk_export_get_queue_stats(e->exp, q, &qs);
+            json_object_set_int_member(qo, "index", q);
+            json_object_set_boolean_member(qo, "running", qs.running);
+            json_object_set_int_member(qo, "requests", qs.requests);
+            json_object_set_int_member(qo, "completed", qs.completed);
+            json_object_set_int_member(qo, "in-flight", qs.inflight);
+            json_object_set_int_member(qo, "batches", qs.batches);
+            json_object_set_int_member(qo, "kicks", qs.kicks);
+            json_object_set_int_member(qo, "poll-hits", qs.poll_hits);
+            json_object_set_int_member(qo, "budget-yields", qs.budget_yields);
+            json_object_set_int_member(qo, "notifies", qs.notifies);
+            json_object_set_int_member(qo, "notifies-suppressed",
+                                       qs.notifies_suppressed);
+            json_array_add_object_element(queues, qo);
+        }
+        json_object_set_array_member(o, "queues", queues);
+        json_array_add_object_element(exps, o);
+    }
+    json_object_set_array_member(ret, "exports", exps);
+
+    engines = json_array_new();
+    for (unsigned int i = 0; i < s->n_pool; i++) {
+        g_autofree char *name = g_strdup_printf("pool%u", i);
+        VbEngineJob job = {
+            .ctx = iothread_get_aio_context(s->pool[i]),
+            .arr = engines,
+            .iothread = name,
+        };
+
+        iothread_run_sync(s->pool[i], vb_engine_stats_cb, &job);
+    }
+    for (guint i = 0; i < s->iothreads->len; i++) {
+        VbIOThreadObj *t = g_ptr_array_index(s->iothreads, i);
+        VbEngineJob job = {
+            .ctx = iothread_get_aio_context(t->iothread),
+            .arr = engines,
+            .iothread = t->id,
+        };
+
+        iothread_run_sync(t->iothread, vb_engine_stats_cb, &job);
+    }
+    json_object_set_array_member(ret, "engines", engines);
+    return json_node_init_object(json_node_alloc(), ret);
+}
+
+static JsonNode *vb_qmp_quit(void *opaque, JsonObject *args, GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    s->quit = true;
+    return vb_empty();
+}
+
+/* x-vhost-blk-log-level [level=error|warn|info|debug]: set (if given) and
+ * return the log level. */
+static JsonNode *vb_qmp_x_log_level(void *opaque, JsonObject *args,
+                                    GError **errp)
+{
+    static const char *const levels[] = {
+        [LOG_LEVEL_ERROR] = "error",
+        [LOG_LEVEL_WARN] = "warn",
+        [LOG_LEVEL_INFO] = "info",
+        [LOG_LEVEL_DEBUG] = "debug",
+        NULL,
+    };
+    g_auto(QmpArgs) a = { 0 };
+    int level = -1;
+    JsonObject *ret;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_enum(&a, "level", levels, false, &level, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (level >= 0) {
+        log_set_level(level);
+        info_report("log level set to %s over QMP", levels[level]);
+    }
+    ret = json_object_new();
+    json_object_set_string_member(ret, "level", levels[log_get_level()]);
+    return json_node_init_object(json_node_alloc(), ret);
+}
+
+const QmpCommand vb_qmp_commands[] = {
+    { "blockdev-add", vb_qmp_blockdev_add },
+    { "blockdev-del", vb_qmp_blockdev_del },
+    { "block-export-add", vb_qmp_block_export_add },
+    { "block-export-del", vb_qmp_block_export_del },
+    { "query-block-exports", vb_qmp_query_block_exports },
+    { "query-named-block-nodes", vb_qmp_query_named_block_nodes },
+    { "block_resize", vb_qmp_block_resize },
+    { "query-blockstats", vb_qmp_query_blockstats },
+    { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
+    { "x-vhost-blk-log-level", vb_qmp_x_log_level },
+    { "quit", vb_qmp_quit },
+    { NULL, NULL },
+};

@@ -1,0 +1,456 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""vhost-blkd's QMP monitor and qemu-storage-daemon command line, with
+vb-io (the front-end library) as the VMM.  TAP.
+
+- qemu-storage-daemon's command line, unchanged, and variants (implied
+  type, server/nowait flags, iothread objects, null-co, addr.type=fd);
+  unsupported options and keys are refused, naming them;
+- exports added and deleted at run time while another export serves I/O;
+- block_resize: the front-end gets CONFIG_CHANGE_MSG and the new capacity,
+  I/O past the old end works; shrinking is refused;
+- query-blockstats counts exactly the requests vb-io made;
+- hostile monitor clients (malformed JSON, a message over 1 MiB, wrong
+  types, a client that never reads) get errors or are dropped while the
+  dataplane keeps serving and other clients keep working;
+- quit.
+Env: VHOST_BLKD, VB_IO.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qmp_conversation import Qmp  # noqa: E402
+
+BLKD = os.environ.get("VHOST_BLKD", "vhost-blkd")
+VBIO = os.environ.get("VB_IO", "vb-io")
+MiB = 1 << 20
+n_test = 0
+n_fail = 0
+procs = []
+
+
+def ok(cond, name, detail=""):
+    global n_test, n_fail
+    n_test += 1
+    if not cond:
+        n_fail += 1
+        for line in str(detail).splitlines():
+            print("# " + line)
+    print("%s %d - %s" % ("ok" if cond else "not ok", n_test, name))
+    sys.stdout.flush()
+    return cond
+
+
+def mkimg(tmp, name, size):
+    p = os.path.join(tmp, name)
+    with open(p, "wb") as f:
+        f.truncate(size)
+    return p
+
+
+def start(tmp, args, name="blkd", pass_fds=()):
+    log = open(os.path.join(tmp, name + ".log"), "w")
+    p = subprocess.Popen([BLKD] + args, stdout=log, stderr=subprocess.STDOUT,
+                         pass_fds=pass_fds)
+    procs.append(p)
+    return p
+
+
+def log_of(tmp, name="blkd"):
+    try:
+        return open(os.path.join(tmp, name + ".log")).read()
+    except OSError:
+        return ""
+
+
+def wait_sock(path, proc, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def vbio(sock, *cmds, timeout=120):
+    r = subprocess.run([VBIO, sock] + list(cmds), capture_output=True,
+                       text=True, timeout=timeout)
+    return r.returncode, r.stdout + r.stderr
+
+
+def monitor(tmp, path="qmp.sock"):
+    q = Qmp(os.path.join(tmp, path))
+    q.read_msg()
+    r = q.cmd("qmp_capabilities")
+    assert r == {"return": {}}, r
+    return q
+
+
+def stop(p):
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def qsd_args(tmp, img, sock, extra_export="", mon=True):
+    a = []
+    if mon:
+        a += ["--chardev", "socket,id=m0,path=%s,server=on,wait=off" %
+              os.path.join(tmp, "qmp.sock"), "--monitor", "chardev=m0"]
+    a += ["--blockdev", "driver=file,node-name=f,filename=" + img,
+          "--export", "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,"
+          "addr.path=%s,writable=on,num-queues=1%s" % (sock, extra_export)]
+    return a
+
+
+# ---- command line -------------------------------------------------------
+
+def test_cmdline(tmp):
+    img = mkimg(tmp, "c.img", 16 * MiB)
+    sock = os.path.join(tmp, "c.sock")
+    # DESIGN.md's qemu-storage-daemon command line, unchanged
+    p = start(tmp, qsd_args(tmp, img, sock, mon=False), "c1")
+    if ok(wait_sock(sock, p), "QSD's command line starts", log_of(tmp, "c1")):
+        rc, out = vbio(sock, "write:8:65536:3", "read:8:65536:3", "flush")
+        ok(rc == 0, "I/O through the QSD-style export", out)
+    stop(p)
+    ok(p.returncode == 0 and not os.path.exists(sock),
+       "SIGTERM: exit 0, socket removed", log_of(tmp, "c1"))
+
+    # variants: implied type, QemuOpts flags, iothread object, null-co,
+    # cache.direct + aio=native, pretty monitor
+    nsock = os.path.join(tmp, "n.sock")
+    p = start(tmp, [
+        "--chardev", "socket,id=m0,path=%s,server,nowait" %
+        os.path.join(tmp, "qmp.sock"),
+        "--monitor", "m0,pretty=on",
+        "--object", "iothread,id=io0,poll-max-ns=0",
+        "--blockdev", "file,node-name=f,filename=%s,cache.direct=on,"
+        "aio=native,discard=unmap" % img,
+        "--blockdev", "driver=null-co,node-name=n,size=8M,read-zeroes=on",
+        "--export", "vhost-user-blk,id=e,node-name=f,addr.type=unix,"
+        "addr.path=%s,writable=on,iothread=io0,logical-block-size=4096" % sock,
+        "--export", "type=vhost-user-blk,id=n,node-name=n,addr.type=unix,"
+        "addr.path=%s" % nsock], "c2")
+    if ok(wait_sock(nsock, p) and wait_sock(sock, p),
+          "variants start (implied keys, flags, iothread, null-co)",
+          log_of(tmp, "c2")):
+        rc, out = vbio(sock, "write:0:8192:5", "read:0:8192:5")
+        ok(rc == 0, "I/O on the iothread=io0 export, 4k blocks", out)
+        rc, out = vbio(nsock, "read:0:4096", "write:0:4096=ioerr")
+        ok(rc == 0, "null-co export reads, read-only by default (writable "
+           "off)", out)
+        q = Qmp(os.path.join(tmp, "qmp.sock"))
+        q.read_msg()
+        q.cmd("qmp_capabilities")
+        # pretty=on: replies span lines, still one JSON text each
+        q.send_raw('{"execute": "query-block-exports"}')
+        raw = b""
+        while b"}\n]" not in raw and b"]\n}" not in raw:
+            raw += q.sock.recv(65536)
+        ok(b"\n  " in raw, "pretty=on indents replies", raw[:200])
+        q.sock.close()
+    stop(p)
+
+    # addr.type=fd: an inherited listening socket (socket activation)
+    lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fpath = os.path.join(tmp, "fd.sock")
+    lsock.bind(fpath)
+    lsock.listen(1)
+    fd = lsock.fileno()
+    p = start(tmp, ["--blockdev", "driver=file,node-name=f,filename=" + img,
+                    "--export", "type=vhost-user-blk,id=e,node-name=f,"
+                    "addr.type=fd,addr.str=%d,writable=on" % fd], "c3",
+              pass_fds=(fd,))
+    time.sleep(0)   # the socket listens already: no wait needed
+    rc, out = vbio(fpath, "write:0:4096:9", "read:0:4096:9")
+    ok(rc == 0, "addr.type=fd serves on the inherited socket", out +
+       log_of(tmp, "c3"))
+    stop(p)
+    lsock.close()
+
+    # refused: each error names what is wrong
+    bad = [
+        (["--blockdev", "driver=qcow2,node-name=f,file=x"], "qcow2"),
+        (["--blockdev", "driver=file,node-name=f,filename=%s,locking=off" %
+          img], "locking"),
+        (["--blockdev", "driver=file,node-name=f,filename=%s,"
+          "detect-zeroes=on" % img], "detect-zeroes"),
+        (["--export", "type=nbd,id=e,node-name=f"], "nbd"),
+        (["--blockdev", "driver=file,node-name=f,filename=" + img,
+          "--export", "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,"
+          "addr.path=%s,bogus=1" % sock], "bogus"),
+        (["--nbd-server", "addr.type=unix,addr.path=/x"], "--nbd-server"),
+        (["--chardev", "socket,id=m,path=/x,server=on,wait=off"],
+         "--monitor"),
+        (["--chardev", "stdio,id=m", "--monitor", "m"], "stdio"),
+        (["--monitor", "chardev=m0,mode=readline"], "readline"),
+        (["--object", "memory-backend-memfd,id=m,size=1M"],
+         "memory-backend-memfd"),
+        (["--export", "type=vhost-user-blk,id=e,node-name=nope,"
+          "addr.type=unix,addr.path=" + sock], "nope"),
+        (["--blockdev", "driver=file,node-name=f,filename=" + img,
+          "--export", "type=vhost-user-blk,id=e,node-name=f,addr.type=fd,"
+          "addr.str=0"], "addr.str"),
+    ]
+    # a valid export beside them, so that only the bad option can fail
+    plain = ["--export", "socket=%s,file=%s" % (os.path.join(tmp, "p.sock"),
+                                                img)]
+    for i, (args, word) in enumerate(bad):
+        r = subprocess.run([BLKD] + args + plain, capture_output=True, text=True,
+                           timeout=30)
+        ok(r.returncode == 1 and word in r.stderr,
+           "refused, naming '%s'" % word, r.stderr)
+
+
+# ---- run-time exports, resize, statistics --------------------------------
+
+def test_runtime(tmp):
+    img = mkimg(tmp, "r.img", 32 * MiB)
+    sock = os.path.join(tmp, "r.sock")
+    p = start(tmp, qsd_args(tmp, img, sock), "r")
+    if not ok(wait_sock(sock, p) and
+              wait_sock(os.path.join(tmp, "qmp.sock"), p),
+              "daemon with a monitor starts", log_of(tmp, "r")):
+        return
+    q = monitor(tmp)
+
+    # A long verified run on export e while exports come and go.
+    busy = subprocess.Popen([VBIO, sock, "fill:0:65536:7=any",
+                             "read:0:65536:7", "read:32640:65536:262"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    img2 = mkimg(tmp, "r2.img", 8 * MiB)
+    sock2 = os.path.join(tmp, "r2.sock")
+    for rnd in range(3):
+        r1 = q.cmd("blockdev-add", driver="file", filename=img2,
+                   **{"node-name": "g"})
+        r2 = q.cmd("block-export-add", type="vhost-user-blk", id="e2",
+                   writable=True, addr={"type": "unix", "path": sock2},
+                   **{"node-name": "g"})
+        rc, out = vbio(sock2, "write:0:65536:%d" % (rnd + 20),
+                       "read:0:65536:%d" % (rnd + 20))
+        msgs = q.exchange({"execute": "block-export-del",
+                           "arguments": {"id": "e2"}})
+        ev = [m for m in msgs if m.get("event") == "BLOCK_EXPORT_DELETED"]
+        r3 = q.cmd("blockdev-del", **{"node-name": "g"})
+        ok(r1 == r2 == r3 == {"return": {}} and rc == 0 and
+           msgs[-1] == {"return": {}} and len(ev) == 1 and
+           ev[0]["data"] == {"id": "e2"} and not os.path.exists(sock2),
+           "round %d: add node+export, I/O, delete (event), socket gone" %
+           rnd, [r1, r2, r3, msgs, out])
+    out, _ = busy.communicate(timeout=300)
+    ok(busy.returncode == 0, "the other export's verified run went on "
+       "undisturbed", out)
+
+    # statistics: exactly what a fresh session does
+    base = q.cmd("query-blockstats")["return"][0]["stats"]
+    rc, out = vbio(sock, "write:0:4096:1", "write:8:8192:2", "read:0:4096:1",
+                   "flush", "read:99999999:512=ioerr")
+    st = q.cmd("query-blockstats")["return"][0]["stats"]
+    d = {k: st[k] - base[k] for k in st if isinstance(st[k], int)
+         and not isinstance(st[k], bool)}
+    ok(rc == 0 and d["wr_operations"] == 2 and d["wr_bytes"] == 12288 and
+       d["rd_operations"] == 2 and d["rd_bytes"] == 4096 and
+       d["failed_rd_operations"] == 1 and d["flush_operations"] == 1 and
+       st["wr_highest_offset"] >= 8 * 512 + 8192,
+       "query-blockstats counts the session's requests", [out, d])
+    x = q.cmd("x-query-vhost-blk-stats")["return"]
+    e = [e for e in x["exports"] if e["id"] == "e"][0]
+    ok(e["operations"]["write"]["operations"] >= 2 and len(e["queues"]) == 1
+       and e["in-flight"] == 0 and any(g["engine"] for g in x["engines"]),
+       "x-query-vhost-blk-stats: per-op, per-queue, engine counters", x)
+
+    r1 = q.cmd("x-vhost-blk-log-level", level="debug")
+    r2 = q.cmd("x-vhost-blk-log-level")
+    r3 = q.cmd("x-vhost-blk-log-level", level="loud")
+    q.cmd("x-vhost-blk-log-level", level="info")
+    ok(r1 == r2 == {"return": {"level": "debug"}} and
+       "does not accept value 'loud'" in r3["error"]["desc"],
+       "x-vhost-blk-log-level sets and reads the log level", [r1, r2, r3])
+
+    # resize while a front-end is connected
+    new = 48 * MiB
+    res = subprocess.Popen([VBIO, sock, "write:0:4096:4", "ready",
+                            "waitcfg:%d" % new,
+                            "write:%d:65536:11" % (40 * MiB // 512),
+                            "read:%d:65536:11" % (40 * MiB // 512),
+                            "read:0:4096:4"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    line = res.stdout.readline()
+    while line and line.strip() != "ready":
+        line = res.stdout.readline()
+    r = q.cmd("block_resize", size=new, **{"node-name": "f"})
+    rest = res.stdout.read()
+    res.wait(timeout=60)
+    ok(r == {"return": {}} and res.returncode == 0,
+       "block_resize: CONFIG_CHANGE_MSG, new capacity, I/O past the old end",
+       [r, rest])
+    nodes = q.cmd("query-named-block-nodes")["return"]
+    ok(nodes[0]["image"]["virtual-size"] == new and
+       os.path.getsize(img) == new, "the node and the file have the new "
+       "size", nodes)
+    r = q.cmd("block_resize", size=16 * MiB, **{"node-name": "f"})
+    ok(r.get("error", {}).get("class") == "GenericError" and
+       "shrink" in r["error"]["desc"], "shrinking is refused", r)
+    # a file grown behind the daemon's back, picked up on request
+    os.truncate(img, 64 * MiB)
+    r = q.cmd("block_resize", size=64 * MiB, **{"node-name": "f"})
+    rc, out = vbio(sock, "write:%d:4096:3" % (60 * MiB // 512),
+                   "read:%d:4096:3" % (60 * MiB // 512))
+    ok(r == {"return": {}} and rc == 0, "a grown file is picked up", out)
+
+    # safe delete of a connected export is refused; hard is not
+    held = subprocess.Popen([VBIO, sock, "ready", "sleep:3000"],
+                            stdout=subprocess.PIPE, text=True)
+    held.stdout.readline()
+    r = q.cmd("block-export-del", id="e")
+    ok("still in use" in r.get("error", {}).get("desc", ""),
+       "block-export-del (safe) refuses a connected export", r)
+    msgs = q.exchange({"execute": "block-export-del",
+                       "arguments": {"id": "e", "mode": "hard"}})
+    ok(msgs[-1] == {"return": {}} and
+       any(m.get("event") == "BLOCK_EXPORT_DELETED" for m in msgs),
+       "mode=hard disconnects and deletes", msgs)
+    held.wait(timeout=30)
+
+    msgs = q.exchange({"execute": "quit"})
+    p.wait(timeout=30)
+    ok(msgs[-1] == {"return": {}} and p.returncode == 0 and
+       not os.path.exists(os.path.join(tmp, "qmp.sock")),
+       "quit: exit 0, monitor socket removed", log_of(tmp, "r"))
+
+
+# ---- hostile monitor clients --------------------------------------------
+
+def test_hostile(tmp):
+    img = mkimg(tmp, "h.img", 32 * MiB)
+    sock = os.path.join(tmp, "h.sock")
+    p = start(tmp, qsd_args(tmp, img, sock), "h")
+    if not ok(wait_sock(sock, p) and
+              wait_sock(os.path.join(tmp, "qmp.sock"), p),
+              "daemon starts", log_of(tmp, "h")):
+        return
+    good = monitor(tmp)
+    busy = subprocess.Popen([VBIO, sock, "fill:0:65536:3=any",
+                             "read:0:65536:3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+    q = monitor(tmp)
+    cases = [
+        ('{"execute": "query-version"', None),     # completed below
+        ('}', "vhost-blkd"),
+        ('{"execute": }', "JSON parse error"),
+        ('[1, 2', None),
+        (']', "must be a JSON object"),
+        ('"\\u0000"', "must be a JSON object"),
+        ('{"execute": "block_resize", "arguments": {"node-name": 1, '
+         '"size": 1}}', "expected: string"),
+        ('{"execute": "blockdev-add", "arguments": {"driver": "file", '
+         '"node-name": "x", "filename": "/dev/null", "cache": 5}}',
+         "expected: object"),
+        ('{"execute": "' + "x" * 10000 + '"}', "has not been found"),
+        ('{"execute": "query-version", "arguments": null}',
+         "must be an object"),
+        ('{"execute": "query-version", "id": "a\\"b"}', None),
+    ]
+    for text, want in cases:
+        q.send_raw(text)
+        if want is None:
+            continue
+        m = q.read_msg()
+        s = json.dumps(m)
+        ok(want in s, "hostile input %r answered" % text[:40], s)
+    m = q.read_msg()
+    ok(m.get("id") == 'a"b', "an id with a quote is echoed", m)
+
+    # a message over 1 MiB: error, then closed
+    big = socket.socket(socket.AF_UNIX)
+    big.connect(os.path.join(tmp, "qmp.sock"))
+    big.settimeout(30)
+    big.recv(4096)
+    chunk = b'{"execute": "qmp_capabilities", "arguments": {"a": "' + \
+        b"x" * (1100 * 1024)
+    try:
+        big.sendall(chunk)
+    except OSError:
+        pass
+    data = b""
+    try:
+        while True:
+            d = big.recv(65536)
+            if not d:
+                break
+            data += d
+    except OSError:
+        pass
+    ok(b"too large" in data, "a message over 1 MiB: error and close", data)
+    big.close()
+
+    # a client that sends and never reads: dropped, nothing stalls
+    lazy = socket.socket(socket.AF_UNIX)
+    lazy.connect(os.path.join(tmp, "qmp.sock"))
+    lazy.settimeout(60)
+    req = (b'{"execute": "qmp_capabilities"}\n' +
+           b'{"execute": "x-query-vhost-blk-stats"}\n' * 4000)
+    try:
+        lazy.sendall(req)
+        # the daemon reads everything; replies pile up until it gives up
+        lazy.sendall(b'{"execute": "x-query-vhost-blk-stats"}\n' * 4000)
+    except OSError:
+        pass
+    deadline = time.monotonic() + 60
+    while "left more than" not in log_of(tmp, "h") and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    ok("left more than" in log_of(tmp, "h"),
+       "a client that never reads is disconnected", log_of(tmp, "h")[-500:])
+    lazy.close()
+
+    r = good.cmd("query-block-exports")
+    ok(r.get("return", [{}])[0].get("id") == "e",
+       "another client is served meanwhile", r)
+    out, _ = busy.communicate(timeout=300)
+    ok(busy.returncode == 0 and p.poll() is None,
+       "the dataplane kept serving a verified run throughout", out)
+    # many clients at once
+    qs = [monitor(tmp) for _ in range(8)]
+    ok(all(c.cmd("query-version")["return"]["package"].startswith(
+        "vhost-blkd") for c in qs), "8 clients at once")
+    stop(p)
+    ok(p.returncode == 0, "clean exit after all that", log_of(tmp, "h"))
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="vb-qmp.", dir="/var/tmp")
+    os.environ.setdefault("TMPDIR", "/var/tmp")
+    try:
+        test_cmdline(tmp)
+        test_runtime(tmp)
+        test_hostile(tmp)
+    finally:
+        for p in procs:
+            stop(p)
+        if n_fail == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print("# logs kept in " + tmp)
+    print("1..%d" % n_test)
+    return 1 if n_fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The QMP monitor without sockets (monitor/qmp.c, monitor/qmp-args.c) and
+ * qemu-storage-daemon's command-line parser (tools/qsd-cli.c): keyval,
+ * argument checks and their QEMU error texts, framing across reads,
+ * negotiation, id echoing, oversized messages.
+ */
+#include "qemu/osdep.h"
+#include "monitor/qmp.h"
+#include "tools/qsd-cli.h"
+
+static AioContext *ctx;
+
+static JsonNode *echo_cmd(void *opaque, JsonObject *args, GError **errp)
+{
+    static const char *const modes[] = { "safe", "hard", NULL };
+    g_auto(QmpArgs) a = { 0 };
+    g_auto(QmpArgs) o = { 0 };
+    const char *s = "", *p = "";
+    int64_t n = 0;
+    uint64_t z = 0;
+    bool b = false, has_addr = false;
+    int m = 0;
+    JsonObject *ret;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "s", true, &s, errp) ||
+        !qmp_args_int(&a, "n", false, &n, NULL, errp) ||
+        !qmp_args_size(&a, "z", false, &z, NULL, errp) ||
+        !qmp_args_bool(&a, "b", &b, errp) ||
+        !qmp_args_enum(&a, "mode", modes, false, &m, errp) ||
+        !qmp_args_object(&a, "addr", false, &o, &has_addr, errp) ||
+        !qmp_args_str(&o, "path", has_addr, &p, errp) ||
+        !qmp_args_check_done(&o, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    ret = json_object_new();
+    json_object_set_string_member(ret, "s", s);
+    json_object_set_int_member(ret, "n", n);
+    return json_node_init_object(json_node_alloc(), ret);
+}
+
+static const QmpCommand cmds[] = {
+    { "echo", echo_cmd },
+    { NULL, NULL },
+};
+
+static QmpServer *new_server(void)
+{
+    QmpServerConfig cfg = {
+        .ctx = ctx,
+        .commands = cmds,
+        .version_major = 1, .version_minor = 2, .version_micro = 3,
+        .package = "test",
+    };
+
+    return qmp_server_new(&cfg);
+}
+
+/* Feed @in to a negotiated session; the replies after negotiation. */
+static char *talk(const char *in)
+{
+    QmpServer *s = new_server();
+    g_autoptr(GString) out = g_string_new(NULL);
+    QmpSession *ss = qmp_session_new(s, NULL);
+    static const char caps[] = "{\"execute\": \"qmp_capabilities\"}\n";
+
+    g_assert_true(qmp_session_feed(ss, caps, strlen(caps), out));
+    g_assert_cmpstr(out->str, ==, "{\"return\":{}}\n");
+    g_string_truncate(out, 0);
+    g_assert_true(qmp_session_feed(ss, in, strlen(in), out));
+    qmp_session_free(ss);
+    qmp_server_free(s);
+    return g_string_free(g_steal_pointer(&out), false);
+}
+
+static void test_greeting(void)
+{
+    QmpServer *s = new_server();
+    g_autoptr(GString) out = g_string_new(NULL);
+    QmpSession *ss = qmp_session_new(s, out);
+    static const char q[] = "{\"execute\":\"query-version\"}\n";
+
+    g_assert_cmpstr(out->str, ==, "{\"QMP\":{\"version\":{\"qemu\":{\"micro\":3,"
+                    "\"minor\":2,\"major\":1},\"package\":\"test\"},"
+                    "\"capabilities\":[]}}\n");
+    g_string_truncate(out, 0);
+    g_assert_true(qmp_session_feed(ss, q, strlen(q), out));
+    g_assert_cmpstr(out->str, ==, "{\"error\":{\"class\":\"CommandNotFound\","
+                    "\"desc\":\"Expecting capabilities negotiation with "
+                    "'qmp_capabilities'\"}}\n");
+    qmp_session_free(ss);
+    qmp_server_free(s);
+}
+
+static void test_dispatch(void)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"x\",\"n\":-4,"
+          "\"addr\":{\"path\":\"p\"}},\"id\":[1,\"a\"]}",
+          "{\"return\":{\"s\":\"x\",\"n\":-4},\"id\":[1,\"a\"]}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":1}}",
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"Invalid "
+          "parameter type for 's', expected: string\"}}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":{}}",
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"Parameter 's' "
+          "is missing\"}}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"\",\"x\":1}}",
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"Parameter 'x' "
+          "is unexpected\"}}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"\",\"addr\":{}}}",
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"Parameter "
+          "'addr.path' is missing\"}}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"\",\"mode\":\"x\"}}",
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"Parameter "
+          "'mode' does not accept value 'x'\"}}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"\",\"z\":-1}}",
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"Invalid "
+          "parameter type for 'z', expected: size\"}}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"\",\"b\":\"on\"}}",
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"Invalid "
+          "parameter type for 'b', expected: boolean\"}}\n" },
+        { "{\"execute\":\"nope\",\"id\":7}",
+          "{\"error\":{\"class\":\"CommandNotFound\",\"desc\":\"The command "
+          "nope has not been found\"},\"id\":7}\n" },
+        { "{\"execute\":\"qmp_capabilities\"}",
+          "{\"error\":{\"class\":\"CommandNotFound\",\"desc\":\"Capabilities "
+          "negotiation is already complete, command ignored\"}}\n" },
+        { "[1]", "{\"error\":{\"class\":\"GenericError\",\"desc\":\"QMP "
+          "input must be a JSON object\"}}\n" },
+        { "{\"execute\":1}", "{\"error\":{\"class\":\"GenericError\","
+          "\"desc\":\"QMP input member 'execute' must be a string\"}}\n" },
+        { "{\"arguments\":{}}", "{\"error\":{\"class\":\"GenericError\","
+          "\"desc\":\"QMP input lacks member 'execute'\"}}\n" },
+        { "{\"execute\":\"echo\",\"foo\":0}", "{\"error\":{\"class\":"
+          "\"GenericError\",\"desc\":\"QMP input member 'foo' is "
+          "unexpected\"}}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":5}", "{\"error\":{\"class\":"
+          "\"GenericError\",\"desc\":\"QMP input member 'arguments' must be "
+          "an object\"}}\n" },
+        /* Strings hide brackets from the framing. */
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"}{\\\"]\","
+          "\"addr\":{\"path\":\"[\"}}}",
+          "{\"return\":{\"s\":\"}{\\\"]\",\"n\":0}}\n" },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autofree char *out = talk(cases[i].in);
+
+        g_assert_cmpstr(out, ==, cases[i].out);
+    }
+}
+
+static void test_framing(void)
+{
+    QmpServer *s = new_server();
+    g_autoptr(GString) out = g_string_new(NULL);
+    QmpSession *ss = qmp_session_new(s, NULL);
+    static const char in[] = "  {\"execute\": \"qmp_capabilities\"}"
+                             "{\"execute\":\"query-version\",\"id\":\"}\"}"
+                             "\r\n junk\n{\"execute\": }";
+    g_auto(GStrv) lines = NULL;
+
+    /* One byte at a time: the same replies as one read. */
+    for (size_t i = 0; i < strlen(in); i++) {
+        g_assert_true(qmp_session_feed(ss, in + i, 1, out));
+    }
+    lines = g_strsplit(out->str, "\n", -1);
+    g_assert_cmpuint(g_strv_length(lines), ==, 5);
+    g_assert_cmpstr(lines[0], ==, "{\"return\":{}}");
+    g_assert_true(g_str_has_prefix(lines[1], "{\"return\":{\"qemu\""));
+    g_assert_true(g_str_has_suffix(lines[1], "\"id\":\"}\"}"));
+    g_assert_true(g_str_has_prefix(lines[2], "{\"error\":{\"class\":"
+                                   "\"GenericError\",\"desc\":\"JSON parse "
+                                   "error, "));
+    g_assert_true(g_str_has_prefix(lines[3], "{\"error\":{\"class\":"
+                                   "\"GenericError\",\"desc\":\"JSON parse "
+                                   "error, "));
+    g_assert_cmpstr(lines[4], ==, "");
+    qmp_session_free(ss);
+    qmp_server_free(s);
+}
+
+static void test_oversized(void)
+{
+    QmpServer *s = new_server();
+    g_autoptr(GString) out = g_string_new(NULL);
+    QmpSession *ss = qmp_session_new(s, NULL);
+    g_autofree char *big = g_malloc(QMP_MAX_INPUT + 2);
+
+    memset(big, ' ', QMP_MAX_INPUT + 2);
+    big[0] = '{';
+    g_assert_false(qmp_session_feed(ss, big, QMP_MAX_INPUT + 2, out));
+    g_assert_nonnull(strstr(out->str, "QMP message too large"));
+    qmp_session_free(ss);
+    qmp_server_free(s);
+}
+
+static void test_keyval(void)
+{
+    static const struct {
+        const char *in, *implied;
+        bool flags;
+        const char *json;       /* NULL: error */
+    } cases[] = {
+        { "a=1,b.c=x,b.d=y", NULL, false,
+          "{\"a\":\"1\",\"b\":{\"c\":\"x\",\"d\":\"y\"}}" },
+        { "vhost-user-blk,id=e", "type", false,
+          "{\"type\":\"vhost-user-blk\",\"id\":\"e\"}" },
+        { "path=a,,b,id=c", NULL, false, "{\"path\":\"a,b\",\"id\":\"c\"}" },
+        { "socket,server,nowait", "backend", true,
+          "{\"backend\":\"socket\",\"server\":\"on\",\"wait\":\"off\"}" },
+        { "a=", NULL, false, "{\"a\":\"\"}" },
+        { "a=1,a=2", NULL, false, NULL },
+        { "a=1,a.b=2", NULL, false, NULL },
+        { "a.b=1,a=2", NULL, false, NULL },
+        { "=1", NULL, false, NULL },
+        { "a..b=1", NULL, false, NULL },
+        { "a=1,", NULL, false, NULL },
+        { "a=1,b", NULL, false, NULL },
+        { "", NULL, false, "{}" },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autoptr(GError) err = NULL;
+        g_autoptr(JsonObject) o = keyval_parse(cases[i].in, cases[i].implied,
+                                               cases[i].flags, &err);
+
+        if (!cases[i].json) {
+            g_assert_null(o);
+            g_assert_nonnull(err);
+            continue;
+        }
+        g_assert_no_error(err);
+        {
+            g_autoptr(JsonNode) n = json_node_init_object(json_node_alloc(),
+                                                          o);
+            g_autofree char *s = json_to_string(n, false);
+
+            g_assert_cmpstr(s, ==, cases[i].json);
+        }
+    }
+}
+
+static void test_keyval_args(void)
+{
+    g_autoptr(GError) err = NULL;
+    g_autoptr(JsonObject) o = keyval_parse("b=on,n=-3,z=4k,s=x", NULL, false,
+                                           &err);
+    g_auto(QmpArgs) a = { 0 };
+    bool b = false;
+    int64_t n = 0;
+    uint64_t z = 0;
+    const char *s = NULL;
+
+    qmp_args_init(&a, o, true, NULL);
+    g_assert_true(qmp_args_bool(&a, "b", &b, &err));
+    g_assert_true(qmp_args_int(&a, "n", false, &n, NULL, &err));
+    g_assert_true(qmp_args_size(&a, "z", false, &z, NULL, &err));
+    g_assert_true(qmp_args_str(&a, "s", false, &s, &err));
+    g_assert_true(qmp_args_check_done(&a, &err));
+    g_assert_true(b);
+    g_assert_cmpint(n, ==, -3);
+    g_assert_cmpuint(z, ==, 4096);
+    g_assert_cmpstr(s, ==, "x");
+
+    {
+        g_autoptr(JsonObject) o2 = keyval_parse("b=maybe", NULL, false, &err);
+        g_auto(QmpArgs) a2 = { 0 };
+
+        qmp_args_init(&a2, o2, true, NULL);
+        g_assert_false(qmp_args_bool(&a2, "b", &b, &err));
+        g_assert_cmpstr(err->message, ==, "Parameter 'b' expects 'on' or "
+                        "'off'");
+    }
+}
+
+static void test_qsd_cli(void)
+{
+    static const struct {
+        QsdOptKind kind;
+        const char *arg;
+        const char *error;      /* substring; NULL: accepted */
+    } cases[] = {
+        { QSD_OPT_CHARDEV, "socket,id=m,path=/tmp/x,server=on,wait=off", NULL },
+        { QSD_OPT_CHARDEV, "socket,id=m2,path=/tmp/y,server,nowait", NULL },
+        { QSD_OPT_CHARDEV, "socket,id=m,path=/tmp/z,server=on", "duplicate" },
+        { QSD_OPT_CHARDEV, "stdio,id=s", "backend 'stdio'" },
+        { QSD_OPT_CHARDEV, "socket,id=c,path=/x", "server=on" },
+        { QSD_OPT_CHARDEV, "socket,id=c,host=h,port=1,server=on",
+          "Parameter 'path' is missing" },
+        { QSD_OPT_CHARDEV, "socket,id=c,path=/x,server=on,telnet=on",
+          "'telnet' is unexpected" },
+        { QSD_OPT_MONITOR, "chardev=m", NULL },
+        { QSD_OPT_MONITOR, "m2,mode=control,pretty=on", NULL },
+        { QSD_OPT_MONITOR, "m,mode=readline", "readline" },
+        { QSD_OPT_MONITOR, "m,nope=1", "'nope' is unexpected" },
+        { QSD_OPT_BLOCKDEV, "driver=file,node-name=a,filename=/x", NULL },
+        { QSD_OPT_BLOCKDEV, "file,node-name=a,,b=1", NULL },
+        { QSD_OPT_BLOCKDEV, "driver=file,driver=file", "more than once" },
+        { QSD_OPT_EXPORT, "type=vhost-user-blk,id=e,node-name=a", NULL },
+        { QSD_OPT_OBJECT, "iothread,id=i", NULL },
+    };
+    QsdCli cli;
+    g_autoptr(GError) err = NULL;
+
+    qsd_cli_init(&cli);
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autoptr(GError) e = NULL;
+        bool r = qsd_cli_add(&cli, cases[i].kind, cases[i].arg, &e);
+
+        if (!cases[i].error) {
+            g_assert_no_error(e);
+            g_assert_true(r);
+        } else {
+            g_assert_false(r);
+            g_assert_nonnull(e);
+            if (!strstr(e->message, cases[i].error)) {
+                g_error("%s %s: '%s' lacks '%s'", qsd_opt_name(cases[i].kind),
+                        cases[i].arg, e->message, cases[i].error);
+            }
+        }
+    }
+    g_assert_true(qsd_cli_check(&cli, &err));
+    g_assert_cmpstr(qsd_cli_monitor_path(&cli, 0), ==, "/tmp/x");
+    g_assert_cmpstr(qsd_cli_monitor_path(&cli, 1), ==, "/tmp/y");
+    g_assert_cmpuint(cli.n_exports, ==, 1);
+    qsd_cli_add(&cli, QSD_OPT_MONITOR, "chardev=none", &err);
+    g_assert_no_error(err);
+    g_assert_false(qsd_cli_check(&cli, &err));
+    g_assert_nonnull(strstr(err->message, "chardev=none"));
+    qsd_cli_cleanup(&cli);
+
+    g_assert_true(qsd_cli_export_is_qsd("type=vhost-user-blk,id=e"));
+    g_assert_true(qsd_cli_export_is_qsd("vhost-user-blk,id=e"));
+    g_assert_true(qsd_cli_export_is_qsd("id=e,type=vhost-user-blk"));
+    g_assert_false(qsd_cli_export_is_qsd("socket=/s,file=/f"));
+    g_assert_false(qsd_cli_export_is_qsd("file=/f,socket=/x,typo=1"));
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    ctx = aio_context_new(NULL);
+    g_test_add_func("/qmp/greeting", test_greeting);
+    g_test_add_func("/qmp/dispatch", test_dispatch);
+    g_test_add_func("/qmp/framing", test_framing);
+    g_test_add_func("/qmp/oversized", test_oversized);
+    g_test_add_func("/qmp/keyval", test_keyval);
+    g_test_add_func("/qmp/keyval-args", test_keyval_args);
+    g_test_add_func("/qmp/qsd-cli", test_qsd_cli);
+    return g_test_run();
+}

@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * qemu-storage-daemon's command-line options in vhost-blkd (see
+ * include/tools/qsd-cli.h).
+ */
+#include "qemu/osdep.h"
+#include "tools/qsd-cli.h"
+
+typedef struct QsdOpt {
+    QsdOptKind kind;
+    char *arg;
+    JsonObject *obj;
+} QsdOpt;
+
+static void qsd_opt_free(QsdOpt *o)
+{
+    g_free(o->arg);
+    if (o->obj) {
+        json_object_unref(o->obj);
+    }
+    g_free(o);
+}
+
+static void qsd_chardev_free(QsdChardev *c)
+{
+    g_free(c->id);
+    g_free(c->path);
+    g_free(c);
+}
+
+static void qsd_monitor_free(QsdMonitorOpts *m)
+{
+    g_free(m->chardev);
+    g_free(m);
+}
+
+void qsd_cli_init(QsdCli *cli)
+{
+    cli->opts = g_ptr_array_new_with_free_func((GDestroyNotify)qsd_opt_free);
+    cli->chardevs =
+        g_ptr_array_new_with_free_func((GDestroyNotify)qsd_chardev_free);
+    cli->monitors =
+        g_ptr_array_new_with_free_func((GDestroyNotify)qsd_monitor_free);
+    cli->n_exports = 0;
+}
+
+void qsd_cli_cleanup(QsdCli *cli)
+{
+    g_clear_pointer(&cli->opts, g_ptr_array_unref);
+    g_clear_pointer(&cli->chardevs, g_ptr_array_unref);
+    g_clear_pointer(&cli->monitors, g_ptr_array_unref);
+}
+
+const char *qsd_opt_name(QsdOptKind kind)
+{
+    switch (kind) {
+    case QSD_OPT_BLOCKDEV:
+        return "--blockdev";
+    case QSD_OPT_OBJECT:
+        return "--object";
+    case QSD_OPT_EXPORT:
+        return "--export";
+    case QSD_OPT_CHARDEV:
+        return "--chardev";
+    case QSD_OPT_MONITOR:
+        return "--monitor";
+    }
+    g_assert_not_reached();
+}
+
+bool qsd_cli_export_is_qsd(const char *arg)
+{
+    const char *comma = strchr(arg, ',');
+    size_t first = comma ? (size_t)(comma - arg) : strlen(arg);
+
+    /* "vhost-user-blk,id=..." (implied type) or any type= key. */
+    return !memchr(arg, '=', first) || g_str_has_prefix(arg, "type=") ||
+           strstr(arg, ",type=") != NULL;
+}
+
+static QsdChardev *qsd_chardev_find(QsdCli *cli, const char *id)
+{
+    for (guint i = 0; i < cli->chardevs->len; i++) {
+        QsdChardev *c = g_ptr_array_index(cli->chardevs, i);
+
+        if (!strcmp(c->id, id)) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* --chardev socket,id=ID,path=PATH,server=on,wait=off */
+static bool qsd_parse_chardev(QsdCli *cli, JsonObject *obj, GError **errp)
+{
+    static const char *const backends[] = { "socket", NULL };
+    g_auto(QmpArgs) a = { 0 };
+    const char *id = NULL, *path = NULL;
+    bool server = false, wait = true;
+    int backend;
+    JsonNode *b = json_object_get_member(obj, "backend");
+    QsdChardev *c;
+
+    if (b && JSON_NODE_HOLDS_VALUE(b) &&
+        json_node_get_value_type(b) == G_TYPE_STRING &&
+        strcmp(json_node_get_string(b), "socket")) {
+        g_set_error(errp, VB_ERROR, 0, "chardev backend '%s' is not "
+                    "supported: the monitor takes 'socket' (a unix socket "
+                    "path with server=on)", json_node_get_string(b));
+        return false;
+    }
+    qmp_args_init(&a, obj, true, NULL);
+    if (!qmp_args_enum(&a, "backend", backends, true, &backend, errp) ||
+        !qmp_args_str(&a, "id", true, &id, errp) ||
+        !qmp_args_str(&a, "path", true, &path, errp) ||
+        !qmp_args_bool(&a, "server", &server, errp) ||
+        !qmp_args_bool(&a, "wait", &wait, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return false;
+    }
+    if (!server) {
+        g_set_error(errp, VB_ERROR, 0, "chardev '%s': server=on is needed "
+                    "(vhost-blkd listens; it does not connect out)", id);
+        return false;
+    }
+    if (qsd_chardev_find(cli, id)) {
+        g_set_error(errp, VB_ERROR, 0, "duplicate chardev id '%s'", id);
+        return false;
+    }
+    /* wait=on (QEMU's default) would block startup until a client comes;
+     * vhost-blkd never waits, which is what wait=off asks for. */
+    c = g_new0(QsdChardev, 1);
+    c->id = g_strdup(id);
+    c->path = g_strdup(path);
+    g_ptr_array_add(cli->chardevs, c);
+    return true;
+}
+
+/* --monitor [chardev=]ID[,mode=control][,pretty=on|off][,id=...] */
+static bool qsd_parse_monitor(QsdCli *cli, JsonObject *obj, GError **errp)
+{
+    static const char *const modes[] = { "control", "readline", NULL };
+    g_auto(QmpArgs) a = { 0 };
+    const char *chardev = NULL, *id = NULL;
+    bool pretty = false;
+    int mode = 0;
+    QsdMonitorOpts *m;
+
+    qmp_args_init(&a, obj, true, NULL);
+    if (!qmp_args_str(&a, "chardev", true, &chardev, errp) ||
+        !qmp_args_enum(&a, "mode", modes, false, &mode, errp) ||
+        !qmp_args_bool(&a, "pretty", &pretty, errp) ||
+        !qmp_args_str(&a, "id", false, &id, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return false;
+    }
+    if (mode != 0) {
+        g_set_error(errp, VB_ERROR, 0, "mode=readline (the human monitor) "
+                    "is not supported: use mode=control (QMP)");
+        return false;
+    }
+    m = g_new0(QsdMonitorOpts, 1);
+    m->chardev = g_strdup(chardev);
+    m->pretty = pretty;
+    g_ptr_array_add(cli->monitors, m);
+    return true;
+}
+
+bool qsd_cli_add(QsdCli *cli, QsdOptKind kind, const char *arg,
+                 GError **errp)
+{
+    static const char *const implied[] = {
+        [QSD_OPT_BLOCKDEV] = "driver",
+        [QSD_OPT_OBJECT] = "qom-type",
+        [QSD_OPT_EXPORT] = "type",
+        [QSD_OPT_CHARDEV] = "backend",
+        [QSD_OPT_MONITOR] = "chardev",
+    };
+    g_autoptr(JsonObject) obj = NULL;
+    QsdOpt *o;
+
+    obj = keyval_parse(arg, implied[kind], kind == QSD_OPT_CHARDEV, errp);
+    if (!obj) {
+        return false;
+    }
+    switch (kind) {
+    case QSD_OPT_CHARDEV:
+        return qsd_parse_chardev(cli, obj, errp);
+    case QSD_OPT_MONITOR:
+        return qsd_parse_monitor(cli, obj, errp);
+    case QSD_OPT_EXPORT:
+        cli->n_exports++;
+        break;
+    default:
+        break;
+    }
+    o = g_new0(QsdOpt, 1);
+    o->kind = kind;
+    o->arg = g_strdup(arg);
+    o->obj = g_steal_pointer(&obj);
+    g_ptr_array_add(cli->opts, o);
+    return true;
+}
+
+bool qsd_cli_check(QsdCli *cli, GError **errp)
+{
+    for (guint i = 0; i < cli->monitors->len; i++) {
+        QsdMonitorOpts *m = g_ptr_array_index(cli->monitors, i);
+
+        if (!qsd_chardev_find(cli, m->chardev)) {
+            g_set_error(errp, VB_ERROR, 0, "--monitor chardev=%s: no "
+                        "--chardev socket,id=%s,... was given", m->chardev,
+                        m->chardev);
+            return false;
+        }
+    }
+    for (guint i = 0; i < cli->chardevs->len; i++) {
+        QsdChardev *c = g_ptr_array_index(cli->chardevs, i);
+        bool used = false;
+
+        for (guint j = 0; j < cli->monitors->len; j++) {
+            QsdMonitorOpts *m = g_ptr_array_index(cli->monitors, j);
+
+            used |= !strcmp(m->chardev, c->id);
+        }
+        if (!used) {
+            g_set_error(errp, VB_ERROR, 0, "--chardev id=%s: no --monitor "
+                        "chardev=%s uses it (chardevs serve only the "
+                        "monitor here)", c->id, c->id);
+            return false;
+        }
+    }
+    return true;
+}
+
+bool qsd_cli_apply(QsdCli *cli, VbState *s, GError **errp)
+{
+    for (guint i = 0; i < cli->opts->len; i++) {
+        QsdOpt *o = g_ptr_array_index(cli->opts, i);
+        bool ok;
+
+        switch (o->kind) {
+        case QSD_OPT_OBJECT:
+            ok = vb_object_add(s, o->obj, true, errp);
+            break;
+        case QSD_OPT_BLOCKDEV:
+            ok = vb_blockdev_add(s, o->obj, true, errp) != NULL;
+            break;
+        case QSD_OPT_EXPORT:
+            ok = vb_block_export_add(s, o->obj, true, errp) != NULL;
+            break;
+        default:
+            g_assert_not_reached();
+        }
+        if (!ok) {
+            g_prefix_error(errp, "%s %s: ", qsd_opt_name(o->kind), o->arg);
+            return false;
+        }
+    }
+    return true;
+}
+
+const char *qsd_cli_monitor_path(QsdCli *cli, unsigned int i)
+{
+    QsdMonitorOpts *m = g_ptr_array_index(cli->monitors, i);
+
+    return qsd_chardev_find(cli, m->chardev)->path;
+}
