@@ -9,9 +9,11 @@
 #   1. apt-get source (pinned version, .dsc sha256 checked; the deb-src line
 #      is added when missing) into $CACHE/qemu-src/dl/
 #   2. dpkg-source -x (Debian's patches applied) into $CACHE/qemu-src/<ver>/
-#   3. copy qemu/overlay/ into it (only files whose contents changed) and
-#      apply qemu/patches/series with patch -p1 (re-applied only when the
-#      series changed; the previous series is reverted first)
+#   3. copy qemu/overlay/ and the vhost_blk ABI header
+#      (include/uapi/linux/vhost_blk.h -> linux-headers/linux/) into it
+#      (only files whose contents changed) and apply qemu/patches/series
+#      with patch -p1 (re-applied only when the series changed; the
+#      previous series is reverted first)
 #   4. configure x86_64-softmmu with a small feature set into build/qemu/
 #      (only when the flags changed or build/qemu has no build.ninja)
 #   5. ninja qemu-system-x86_64, through ccache ($CACHE/ccache)
@@ -42,7 +44,7 @@ while [ $# -gt 0 ]; do
         --fetch-only) fetch_only=1; shift ;;
         --source-only) source_only=1; shift ;;
         -j) JOBS=$2; shift 2 ;;
-        -h|--help) sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '3,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-qemu: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -175,6 +177,17 @@ while read -r f; do
     fi
 done < "$STATE/overlay.new"
 mv "$STATE/overlay.new" "$STATE/overlay.list"
+# The kernel ABI header that the vhost_blk module and vhost-blk-bench use
+# too: QEMU includes it as <linux/vhost_blk.h> from its linux-headers/.
+# Copied by content like the overlay, so ninja's depfiles recompile what
+# includes it whenever it changes (and ccache hashes its contents).
+abi_src=$ROOT/include/uapi/linux/vhost_blk.h
+abi_dst=$SRC/linux-headers/linux/vhost_blk.h
+[ -f "$abi_src" ] || die "missing $abi_src (the vhost_blk ABI header)"
+if ! cmp -s "$abi_src" "$abi_dst"; then
+    cp "$abi_src" "$abi_dst"
+    say "abi header: include/uapi/linux/vhost_blk.h -> linux-headers/linux/vhost_blk.h"
+fi
 [ $source_only -eq 1 ] && { say "source ready in $SRC"; exit 0; }
 
 # ---------------------------------------------------------------- 4. configure

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # Build with ThreadSanitizer (build-tsan) and run the tests that exercise
 # several threads: the iothread and event-loop unit tests, and the
-# multi-iothread, reconnect and QMP monitor (run-time exports, resize,
-# statistics read across threads) integration tests.  Any TSan report fails
+# multi-iothread, reconnect, QMP monitor (run-time exports, resize,
+# statistics read across threads) and dirty-log (switched with requests
+# in flight) integration tests.  Any TSan report fails
 # the run (halt_on_error=1, and the test logs are searched for reports the
 # daemon printed before it was killed).
 #
@@ -33,7 +34,8 @@ ninja -C "$builddir" >/dev/null
 # exitcode=66 is TSan's default; said here so a report is never mistaken
 # for a test's own failure code.
 export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
-tests=(test-iothread test-aio test-blkd-mq test-blkd-reconnect test-qmp-monitor)
+tests=(test-iothread test-aio test-blkd-mq test-blkd-reconnect test-qmp-monitor
+       test-blkd-log)
 
 set +e
 meson test -C "$builddir" --print-errorlogs "${tests[@]}"

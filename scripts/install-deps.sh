@@ -12,6 +12,7 @@ PKGS=(
     # tests and the guest harness
     qemu-system-x86 qemu-utils qemu-system-data seabios fio busybox-static
     cpio zstd xz-utils kmod dpkg-dev util-linux e2fsprogs strace
+    python3     # QMP client of tests/functional/test-migration.sh
     # guest assets (scripts/guest/build-assets.sh): kernel unpacking, static fio
     lz4 gzip binutils make zlib1g-dev apt
     libvirt-clients libvirt-daemon libxml2-utils

@@ -50,6 +50,7 @@
 
 #define BENCH_SECTOR 512
 #define BENCH_WAIT_TIMEOUT_MS 10000
+#define BENCH_CPU_WARN 0.70     /* a worker above this share of a CPU */
 #define BENCH_VERIFY_MAGIC 0x76626c6b62656e63ULL   /* "vblkbenc" */
 /* log-linear latency histogram: 32 linear sub-buckets per power of two */
 #define BENCH_HIST_SUB_BITS 5
@@ -94,6 +95,7 @@ typedef struct BenchOptions {
     bool poll;
     bool packed;                /* VIRTIO_F_RING_PACKED */
     bool no_inflight;           /* skip GET/SET_INFLIGHT_FD */
+    bool dirty_log;
     uint64_t seed;
 } BenchOptions;
 
@@ -677,6 +679,7 @@ static void bench_worker_destroy(BenchWorker *w)
 /* ---------------------------------------------------------------- report */
 
 typedef struct BenchResult {
+    double max_thread_util;     /* busiest worker: CPU time / wall time */
     double seconds;
     uint64_t ios, reads, writes, errors, verify_errors;
     uint64_t kicks, kicks_suppressed, waits;
@@ -750,6 +753,37 @@ static void bench_summarize(BenchWorker *w, unsigned int nw, double proc_cpu,
     res->proc_cpu = proc_cpu;
 }
 
+/*
+ * The client's own CPU: a worker thread that is busy most of the time
+ * measures itself, not the back-end.  Returns the busiest worker's share
+ * of one CPU and warns (stderr) above BENCH_CPU_WARN.
+ */
+static double bench_check_client_cpu(const BenchWorker *w, unsigned int nw)
+{
+    double max = 0;
+    unsigned int max_q = 0;
+
+    for (unsigned int i = 0; i < nw; i++) {
+        double wall = w[i].t_end_ns > w[i].t_start_ns ?
+                      (w[i].t_end_ns - w[i].t_start_ns) / 1e9 : 0;
+        double util = wall > 0 ? (w[i].cpu_user + w[i].cpu_sys) / wall : 0;
+
+        if (util > max) {
+            max = util;
+            max_q = i;
+        }
+    }
+    if (max > BENCH_CPU_WARN) {
+        fprintf(stderr, "vhost-blk-bench: warning: queue %u's thread used "
+                "%.0f%% of a CPU (above %.0f%%): the client, not the "
+                "back-end, may be the limit of this run%s\n", max_q,
+                100 * max, 100 * BENCH_CPU_WARN,
+                w[0].opts->poll ? " (--poll spins by design: compare "
+                "back-ends by IOPS, not by this)" : "");
+    }
+    return max;
+}
+
 static double bench_per_io(uint64_t v, uint64_t ios)
 {
     return ios ? (double)v / ios : 0;
@@ -804,6 +838,9 @@ static void bench_print_json(const BenchOptions *o, const BenchResult *r,
            ", \"util\": %.3f, \"us_per_io\": %.3f, \"process_s\": %.3f}",
            r->cpu_user, r->cpu_sys, r->seconds > 0 ? cpu / r->seconds : 0,
            r->ios ? cpu * 1e6 / r->ios : 0, r->proc_cpu);
+    printf(", \"client_thread_util_max\": %.3f, \"client_cpu_bound\": %s",
+           r->max_thread_util,
+           r->max_thread_util > BENCH_CPU_WARN ? "true" : "false");
     printf(", \"error\": ");
     if (error) {
         bench_print_json_string(error);
@@ -838,6 +875,9 @@ static void bench_print_text(const BenchOptions *o, const BenchResult *r)
            r->cpu_user, r->cpu_sys,
            r->seconds > 0 ? 100 * cpu / r->seconds : 0,
            r->ios ? cpu * 1e6 / r->ios : 0);
+    printf("  busiest client thread: %.0f%% of a CPU%s\n",
+           100 * r->max_thread_util, r->max_thread_util > BENCH_CPU_WARN ?
+           " (client-bound: see the warning)" : "");
 }
 
 /* ---------------------------------------------------------------- main */
@@ -880,6 +920,8 @@ static void bench_usage(FILE *f)
 "                       error if the back-end does not offer them\n"
 "  --no-inflight        do not set up the inflight region (QEMU does when\n"
 "                       the back-end offers it): measures its cost\n"
+"  --dirty-log          run with a dirty log set and VHOST_F_LOG_ALL on, as\n"
+"                       a VMM does while it migrates the VM\n"
 "  --seed N             random seed (default 1)\n"
 "  --json               print one JSON object instead of text\n"
 "  -h, --help           this text\n"
@@ -893,7 +935,8 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
     enum { OPT_SOCKET = 256, OPT_VHOST_DEV, OPT_FILE, OPT_READ_ONLY,
            OPT_BUFFERED, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
-           OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_PACKED, OPT_NO_INFLIGHT };
+           OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_PACKED, OPT_NO_INFLIGHT,
+           OPT_DIRTY_LOG };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
         { "vhost-dev", required_argument, NULL, OPT_VHOST_DEV },
@@ -915,6 +958,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         { "poll", no_argument, NULL, OPT_POLL },
         { "packed", no_argument, NULL, OPT_PACKED },
         { "no-inflight", no_argument, NULL, OPT_NO_INFLIGHT },
+        { "dirty-log", no_argument, NULL, OPT_DIRTY_LOG },
         { "seed", required_argument, NULL, OPT_SEED },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -1031,6 +1075,9 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
             break;
         case OPT_JSON:
             o->json = true;
+            break;
+        case OPT_DIRTY_LOG:
+            o->dirty_log = true;
             break;
         case OPT_POLL:
             o->poll = true;
@@ -1247,6 +1294,10 @@ int main(int argc, char **argv)
                 err->message);
         return 1;
     }
+    if (o.dirty_log && !vhost_user_frontend_log_start(fe, 0, &err)) {
+        fprintf(stderr, "vhost-blk-bench: --dirty-log: %s\n", err->message);
+        return 1;
+    }
 
     for (unsigned int q = 0; q < o.queues; q++) {
         w[q].thread = g_thread_new("bench-queue", bench_worker_run, &w[q]);
@@ -1274,6 +1325,7 @@ int main(int argc, char **argv)
 
     bench_summarize(w, o.queues, bench_tv_s(&ru.ru_utime) +
                     bench_tv_s(&ru.ru_stime), &res);
+    res.max_thread_util = bench_check_client_cpu(w, o.queues);
     for (unsigned int q = 0; q < o.queues && !failure; q++) {
         if (w[q].first_failure[0]) {
             failure = w[q].first_failure;

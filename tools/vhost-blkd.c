@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <grp.h>
 #include "qemu/sandbox.h"
+#include "qemu/host-load.h"
 
 #define VBD_MAX_IOTHREADS EXPORT_OPTS_MAX_IOTHREADS
 
@@ -39,6 +40,8 @@ typedef struct Vbd {
     gid_t runas_gid;
     bool runas_group_set;       /* GROUP given: no supplementary groups */
     bool seccomp;               /* --seccomp=on */
+    bool poll_host_check;       /* --poll-host-check on (default) */
+    HostLoadMonitor *host_load; /* pauses polling when no CPU is idle */
 
     QsdCli qsd;                 /* --blockdev, --export type=..., ... */
 
@@ -109,6 +112,8 @@ static void vbd_usage(FILE *f)
 "\n"
 "  --iothreads N           I/O threads (default 1)\n"
 "  --poll-max-ns N         adaptive busy-poll limit, 0 disables (default 32768)\n"
+"  --poll-host-check on|off  pause busy polling while the host has no idle\n"
+"                          CPU (CPU pressure, /proc/pressure/cpu; default on)\n"
 "  --pidfile PATH          write the process id to PATH\n"
 "  --user USER[:GROUP]     once every image and socket is open, switch to\n"
 "                          USER (its groups, or only GROUP); needs root.\n"
@@ -167,6 +172,15 @@ static void vbd_dump_stats(Vbd *d)
         iothread_run_sync(d->iothreads[i], vbd_engine_stats_cb, &job);
     }
 
+    if (d->host_load) {
+        const HostLoadPolicy *p = host_load_monitor_policy(d->host_load);
+
+        log_msg(LOG_LEVEL_INFO, "host load: %s, CPU pressure %.0f%%, %.2f "
+                "CPUs idle (last %d ms); %" PRIu64 " changes, %" PRIu64
+                " ms with polling paused", p->busy ? "busy" : "idle CPU",
+                100 * p->pressure, p->idle_cpus, HOST_LOAD_INTERVAL_MS,
+                p->transitions, host_load_monitor_busy_ms(d->host_load));
+    }
     for (guint i = 0; i < d->state.exports->len; i++) {
         VuBlkExport *exp = vb_export_get_vu(g_ptr_array_index(
                                                 d->state.exports, i));
@@ -385,6 +399,19 @@ static bool vbd_setup(Vbd *d, GError **errp)
         }
     }
 
+    /* Also with --poll-max-ns 0: iothreads of --object / object-add may
+     * poll with their own poll-max-ns. */
+    if (d->poll_host_check) {
+        GError *lerr = NULL;
+
+        d->host_load = host_load_monitor_new(d->main_ctx, &lerr);
+        if (!d->host_load) {
+            warn_report("--poll-host-check: %s; polling will not pause on "
+                        "a busy host", lerr->message);
+            g_clear_error(&lerr);
+        }
+    }
+
     vb_state_init(&d->state, d->main_ctx, d->iothreads, d->n_iothreads,
                   d->poll_max_ns);
     d->state_ready = true;
@@ -475,6 +502,8 @@ static void vbd_cleanup(Vbd *d)
         g_free(d->iothreads);
         d->iothreads = NULL;
     }
+    host_load_monitor_free(d->host_load);
+    d->host_load = NULL;
     if (d->main_ctx) {
         if (d->sig_fd >= 0) {
             aio_set_fd_handler(d->main_ctx, d->sig_fd, NULL, NULL, NULL,
@@ -563,7 +592,7 @@ typedef enum VbdArgs {
 
 enum {
     OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
-    OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP,
+    OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP, OPT_POLL_HOST_CHECK,
     OPT_BLOCKDEV, OPT_OBJECT, OPT_CHARDEV, OPT_MONITOR, OPT_QSD_UNSUPPORTED,
 };
 
@@ -681,6 +710,13 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
     }
     case OPT_USER:
         return vbd_parse_user(d, arg);
+    case OPT_POLL_HOST_CHECK:
+        if (!export_opts_parse_bool(arg, &d->poll_host_check)) {
+            fprintf(stderr, "vhost-blkd: --poll-host-check %s: use on or "
+                    "off\n", arg);
+            return false;
+        }
+        break;
     case OPT_SECCOMP:
         if (!export_opts_parse_bool(arg, &d->seccomp)) {
             fprintf(stderr, "vhost-blkd: --seccomp %s: use on or off\n",
@@ -743,6 +779,7 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
         { "user", required_argument, NULL, OPT_USER },
         { "runas", required_argument, NULL, OPT_USER },
         { "seccomp", required_argument, NULL, OPT_SECCOMP },
+        { "poll-host-check", required_argument, NULL, OPT_POLL_HOST_CHECK },
         { "blockdev", required_argument, NULL, OPT_BLOCKDEV },
         { "object", required_argument, NULL, OPT_OBJECT },
         { "chardev", required_argument, NULL, OPT_CHARDEV },
@@ -827,6 +864,7 @@ int main(int argc, char **argv)
     Vbd d = {
         .n_iothreads = 1,
         .poll_max_ns = 32768,
+        .poll_host_check = true,
         .sig_fd = -1,
         .ready_fd = -1,
     };

@@ -23,6 +23,7 @@ struct AioHandler {
     bool deleted;           /* removed while the list was being walked */
     bool poll_begun;        /* io_poll_begin ran, io_poll_end not yet */
     bool internal;          /* the context's own notifier: not "progress" */
+    bool edge;              /* EPOLLET: reported once per new event */
     QLIST_ENTRY(AioHandler) node;
 };
 
@@ -95,6 +96,7 @@ struct AioContext {
     _Atomic uint64_t epoll_waits;
     _Atomic uint64_t poll_hits;
     _Atomic uint64_t bh_runs;
+    _Atomic uint64_t poll_host_busy;
 
     AioEngineSlot engines[AIO_ENGINE_MAX];
 };

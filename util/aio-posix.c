@@ -26,6 +26,10 @@
  * freed once nobody walks it, so a handler may remove itself or others.
  * The context's own eventfd is an internal handler whose io_poll() looks at
  * ctx->notified, so aio_notify() also ends a poll window without a syscall.
+ * Busy host: while aio_set_host_busy(true) is in force (the daemon's main
+ * thread found no idle CPU, see host-load.h), no context polls: each
+ * iteration behaves as with poll_max_ns 0 (a running poll phase ends and
+ * notifications go back on), and polling resumes where its window was.
  */
 #include "qemu/osdep.h"
 #include <sys/epoll.h>
@@ -37,6 +41,20 @@
 #define POLL_NS_START 4000
 #define AIO_MAX_EVENTS 64
 
+/* Set by one thread (the sampler), read by every loop: no ordering needed,
+ * a loop sees the change on one of its next iterations. */
+static atomic_bool aio_host_busy;
+
+void aio_set_host_busy(bool busy)
+{
+    atomic_store_explicit(&aio_host_busy, busy, memory_order_relaxed);
+}
+
+bool aio_get_host_busy(void)
+{
+    return atomic_load_explicit(&aio_host_busy, memory_order_relaxed);
+}
+
 static int64_t aio_clock_ns(void)
 {
     struct timespec ts;
@@ -47,7 +65,8 @@ static int64_t aio_clock_ns(void)
 
 static uint32_t aio_handler_events(const AioHandler *h)
 {
-    return (h->io_read ? EPOLLIN : 0) | (h->io_write ? EPOLLOUT : 0);
+    return (h->io_read ? EPOLLIN : 0) | (h->io_write ? EPOLLOUT : 0) |
+           (h->edge ? EPOLLET : 0);
 }
 
 static AioHandler *aio_find_handler(AioContext *ctx, int fd)
@@ -171,6 +190,29 @@ void aio_set_fd_handler(AioContext *ctx, int fd,
 {
     aio_set_fd_handler_internal(ctx, fd, io_read, io_write, io_poll,
                                 io_poll_ready, opaque);
+}
+
+/* Owner thread. */
+bool aio_set_fd_edge_triggered(AioContext *ctx, int fd)
+{
+    AioHandler *h = aio_find_handler(ctx, fd);
+    struct epoll_event ev;
+
+    if (!h || h->deleted) {
+        return false;
+    }
+    if (h->edge) {
+        return true;
+    }
+    h->edge = true;
+    ev.events = aio_handler_events(h);
+    ev.data.ptr = h;
+    if (epoll_ctl(ctx->epollfd, EPOLL_CTL_MOD, fd, &ev) < 0) {
+        h->edge = false;
+        return false;
+    }
+    h->events = ev.events;
+    return true;
 }
 
 /* Owner thread. */
@@ -413,6 +455,7 @@ bool aio_poll(AioContext *ctx, bool blocking)
     bool poll_window = false;
     int64_t start = 0;
     bool may_sleep = false;
+    bool poll_on;
     int timeout, n;
 
     /* Nested event loops are forbidden (see aio.h). */
@@ -424,7 +467,11 @@ bool aio_poll(AioContext *ctx, bool blocking)
     progress = aio_bh_poll(ctx);
     timeout = (blocking && !progress && !aio_bh_pending(ctx)) ? -1 : 0;
 
-    if (ctx->poll_max_ns && ctx->poll_handler_cnt > 1) {
+    poll_on = ctx->poll_max_ns && !aio_get_host_busy();
+    if (!poll_on && ctx->poll_max_ns) {
+        aio_stat_inc(&ctx->poll_host_busy);
+    }
+    if (poll_on && ctx->poll_handler_cnt > 1) {
         /* > 1: the notifier alone is not worth polling. */
         poll_window = timeout != 0;
         start = aio_clock_ns();
@@ -438,7 +485,7 @@ bool aio_poll(AioContext *ctx, bool blocking)
         progress |= polled;
     }
 
-    if (ctx->poll_started && !polled && (timeout || !ctx->poll_max_ns)) {
+    if (ctx->poll_started && !polled && (timeout || !poll_on)) {
         /* About to sleep (or polling was turned off): notifications back
          * on, then one last look. */
         if (aio_set_poll_started(ctx, false, &notified)) {

@@ -306,6 +306,8 @@ void aio_context_get_stats(AioContext *ctx, AioContextStats *stats)
                                               memory_order_relaxed);
     stats->poll_hits = atomic_load_explicit(&ctx->poll_hits,
                                             memory_order_relaxed);
+    stats->poll_host_busy = atomic_load_explicit(&ctx->poll_host_busy,
+                                                 memory_order_relaxed);
     stats->notify_writes = atomic_load_explicit(&ctx->notify_writes,
                                                 memory_order_relaxed);
     stats->bh_runs = atomic_load_explicit(&ctx->bh_runs,

@@ -93,6 +93,11 @@ struct VhostUserFrontend {
     uint64_t inflight_size;
     uint64_t inflight_offset;
     int kfd;                    /* kernel mode: /dev/vhost-blk, else -1 */
+    /* Dirty log (vhost_user_frontend_log_start) */
+    int log_fd;
+    uint8_t *log;
+    uint64_t log_size;
+    bool log_on;
 };
 
 static uint64_t fe_default_features(void)
@@ -890,6 +895,7 @@ VhostUserFrontend *vhost_user_frontend_new(const VhostUserFrontendOptions *opts,
     fe->sock = -1;
     fe->kfd = -1;
     fe->inflight_fd = -1;
+    fe->log_fd = -1;
     fe->backend_fd = -1;
     for (unsigned int i = 0; i < VHOST_USER_MEM_REGIONS_MAX; i++) {
         fe->regions[i].fd = -1;
@@ -940,7 +946,8 @@ VhostUserFrontend *vhost_user_frontend_new(const VhostUserFrontendOptions *opts,
         fe->wanted_protocol = (1ULL << VHOST_USER_PROTOCOL_F_MQ) |
                               (1ULL << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
                               (1ULL << VHOST_USER_PROTOCOL_F_CONFIG) |
-                              (1ULL << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD);
+                              (1ULL << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) |
+                              (1ULL << VHOST_USER_PROTOCOL_F_LOG_SHMFD);
         if (opts->use_add_mem_reg) {
             fe->wanted_protocol |=
                 1ULL << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS;
@@ -1014,6 +1021,12 @@ void vhost_user_frontend_free(VhostUserFrontend *fe)
     }
     if (fe->inflight_fd >= 0) {
         close(fe->inflight_fd);
+    }
+    if (fe->log) {
+        munmap(fe->log, fe->log_size);
+    }
+    if (fe->log_fd >= 0) {
+        close(fe->log_fd);
     }
     g_free(fe->socket_path);
     g_free(fe);
@@ -1307,6 +1320,10 @@ static bool fe_setup_queue(VhostUserFrontend *fe, unsigned int q,
     };
     uint64_t idx = q;
 
+    if (fe->log_on) {
+        addr.flags = 1u << VHOST_VRING_F_LOG;
+        vhost_user_frontend_host_to_gpa(fe, vq->used, 1, &addr.log_guest_addr);
+    }
     return fe_call_state(fe, VHOST_USER_SET_VRING_NUM, q, vq->size, errp) &&
            fe_call_state(fe, VHOST_USER_SET_VRING_BASE, q, base, errp) &&
            fe_call(fe, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr), NULL, 0,
@@ -1317,11 +1334,119 @@ static bool fe_setup_queue(VhostUserFrontend *fe, unsigned int q,
                    &vq->call_fd, 1, NULL, 0, NULL, NULL, errp);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Dirty log                                                              */
+
+static uint64_t fe_features_now(VhostUserFrontend *fe)
+{
+    return fe->features | (fe->log_on ? 1ULL << VHOST_F_LOG_ALL : 0);
+}
+
+uint64_t vhost_user_frontend_log_size(VhostUserFrontend *fe)
+{
+    uint64_t end = 0;
+
+    for (unsigned int i = 0; i < fe->nregions; i++) {
+        end = MAX(end, fe->regions[i].gpa + fe->regions[i].size);
+    }
+    /* one bit per 4 KiB page, in whole 64-bit words as QEMU makes it */
+    return QEMU_ALIGN_UP((end + 4095) / 4096, 64) / 8;
+}
+
+/* SET_LOG_BASE with the log fd; the back-end replies (LOG_SHMFD). */
+static bool fe_set_log_base(VhostUserFrontend *fe, GError **errp)
+{
+    VhostUserLog lg = { .mmap_size = fe->log_size, .mmap_offset = 0 };
+    uint64_t reply;
+    uint32_t len;
+
+    return fe_call(fe, VHOST_USER_SET_LOG_BASE, &lg, sizeof(lg), &fe->log_fd,
+                   1, &reply, sizeof(reply), &len, NULL, errp);
+}
+
+static bool fe_log_switch(VhostUserFrontend *fe, bool on, GError **errp)
+{
+    fe->log_on = on;
+    if (!fe_call_u64(fe, VHOST_USER_SET_FEATURES, fe_features_now(fe),
+                     errp)) {
+        return false;
+    }
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        FrontendQueue *vq = &fe->queues[q];
+        VhostUserVringAddr addr = {
+            .index = q,
+            .flags = on ? 1u << VHOST_VRING_F_LOG : 0,
+            .desc_user_addr = (uintptr_t)vq->desc,
+            .used_user_addr = (uintptr_t)vq->used,
+            .avail_user_addr = (uintptr_t)vq->avail,
+        };
+
+        if (on) {
+            vhost_user_frontend_host_to_gpa(fe, vq->used, 1,
+                                            &addr.log_guest_addr);
+        }
+        if (!fe_call(fe, VHOST_USER_SET_VRING_ADDR, &addr, sizeof(addr),
+                     NULL, 0, NULL, 0, NULL, NULL, errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool vhost_user_frontend_log_start(VhostUserFrontend *fe, uint64_t size,
+                                   GError **errp)
+{
+    void *p;
+
+    if (!(fe->protocol_features & (1ULL << VHOST_USER_PROTOCOL_F_LOG_SHMFD)) ||
+        !(fe->backend_features & (1ULL << VHOST_F_LOG_ALL))) {
+        g_set_error(errp, VB_ERROR, 0, "back-end %s cannot log dirty pages "
+                    "(LOG_SHMFD not negotiated or VHOST_F_LOG_ALL not "
+                    "offered)", fe->socket_path);
+        return false;
+    }
+    if (fe->log_fd < 0) {
+        if (!size) {
+            size = vhost_user_frontend_log_size(fe);
+        }
+        fe->log_fd = memfd_create("vhost-user-frontend-log",
+                                  MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fe->log_fd < 0 || ftruncate(fe->log_fd, size) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "dirty log memfd: %s",
+                        g_strerror(errno));
+            return false;
+        }
+        fcntl(fe->log_fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK);
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fe->log_fd,
+                 0);
+        if (p == MAP_FAILED) {
+            g_set_error(errp, VB_ERROR, 0, "mmap dirty log: %s",
+                        g_strerror(errno));
+            return false;
+        }
+        fe->log = p;
+        fe->log_size = size;
+    }
+    return fe_set_log_base(fe, errp) && fe_log_switch(fe, true, errp);
+}
+
+bool vhost_user_frontend_log_stop(VhostUserFrontend *fe, GError **errp)
+{
+    return fe_log_switch(fe, false, errp);
+}
+
+uint8_t *vhost_user_frontend_log(VhostUserFrontend *fe, uint64_t *size)
+{
+    *size = fe->log_size;
+    return fe->log;
+}
+
 /* Everything after negotiation; @reconnect: bases come from used->idx. */
 static bool fe_start_queues(VhostUserFrontend *fe, bool reconnect,
                             GError **errp)
 {
-    if (!fe_call_u64(fe, VHOST_USER_SET_FEATURES, fe->features, errp) ||
+    if ((fe->log_fd >= 0 && !fe_set_log_base(fe, errp)) ||
+        !fe_call_u64(fe, VHOST_USER_SET_FEATURES, fe_features_now(fe), errp) ||
         !fe_inflight(fe, errp) ||
         !fe_set_mem(fe, errp)) {
         return false;

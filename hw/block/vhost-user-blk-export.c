@@ -76,6 +76,7 @@ struct VuBlkQueue {
                                  * current section (statistics) */
     bool stopping;              /* stopped; requests may still complete */
     bool broken_reported;
+    bool kick_edge;             /* kick fd edge-triggered: never read */
     VuBlkQueueCounters c;
     VirtQueueStats vq_base;     /* virtqueue stats already folded in */
     VirtQueueStats vq_total;
@@ -265,12 +266,21 @@ static void vu_blk_queue_run(VuBlkQueue *q)
     }
 }
 
+/*
+ * The kick eventfd is edge-triggered when the loop allows it
+ * (q->kick_edge): each kick runs this once and the counter is left alone,
+ * one read syscall less per wake-up.  Otherwise it is cleared first, so a
+ * kick that arrives while the ring is processed wakes the loop again.
+ */
 static void vu_blk_kick_cb(void *opaque)
 {
     VuBlkQueue *q = opaque;
-    EventNotifier kick = { .fd = q->kick_fd };
 
-    event_notifier_test_and_clear(&kick);
+    if (unlikely(!q->kick_edge)) {
+        EventNotifier kick = { .fd = q->kick_fd };
+
+        event_notifier_test_and_clear(&kick);
+    }
     q->c.kicks++;
     vu_blk_queue_run(q);
 }
@@ -359,6 +369,7 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
                        vu_blk_poll_cb, vu_blk_poll_ready_cb, q);
     aio_set_fd_poll_notify(q->ctx, q->kick_fd, vu_blk_poll_begin_cb,
                            vu_blk_poll_end_cb);
+    q->kick_edge = aio_set_fd_edge_triggered(q->ctx, q->kick_fd);
     /* Chains may be waiting already: resubmitted ones after a reconnect,
      * or kicks sent before the queue started. */
     qemu_bh_schedule(q->bh);

@@ -24,6 +24,7 @@
 void guest_mem_init(GuestMemory *mem)
 {
     memset(mem, 0, sizeof(*mem));
+    mem->log_call_fd = -1;
 }
 
 static bool guest_mem_range_overlaps(uint64_t a, uint64_t a_size,
@@ -294,4 +295,169 @@ int guest_mem_gpa_to_iovec(const GuestMemory *mem, uint64_t gpa,
         len -= chunk;
     }
     return n;
+}
+
+/* ---- dirty log -------------------------------------------------------- */
+
+/* Called from: the main thread, no queue writing guest memory running. */
+void guest_mem_clear_log(GuestMemory *mem)
+{
+    if (mem->log_guard) {
+        sigbus_guard_remove(mem->log_guard - 1);
+    }
+    if (mem->log_mmap_addr) {
+        munmap(mem->log_mmap_addr, mem->log_mmap_size);
+    }
+    mem->log = NULL;
+    mem->log_size = 0;
+    mem->log_mmap_addr = NULL;
+    mem->log_mmap_size = 0;
+    mem->log_guard = 0;
+}
+
+/* Called from: the main thread, no queue writing guest memory running. */
+bool guest_mem_set_log(GuestMemory *mem, int fd, uint64_t size,
+                       uint64_t offset, GError **errp)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t map_offset, delta;
+    void *addr;
+
+    if (fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "dirty log comes without a file "
+                    "descriptor (the front-end must send one with "
+                    "VHOST_USER_PROTOCOL_F_LOG_SHMFD)");
+        return false;
+    }
+    /* 1 TiB of log covers 32 PiB of guest memory: anything larger is a
+     * broken or hostile front-end. */
+    if (size == 0 || size > (1ULL << 40) || offset > UINT64_MAX - size ||
+        offset + size > (uint64_t)SIZE_MAX - page) {
+        g_set_error(errp, VB_ERROR, 0, "dirty log of %" PRIu64 " bytes at "
+                    "offset %" PRIu64 " is empty, too large or wraps",
+                    size, offset);
+        return false;
+    }
+    if (!guest_mem_check_fd_size(fd, offset + size, errp)) {
+        g_prefix_error(errp, "dirty log: ");
+        return false;
+    }
+    map_offset = QEMU_ALIGN_DOWN(offset, page);
+    delta = offset - map_offset;
+    addr = mmap(NULL, size + delta, PROT_READ | PROT_WRITE,
+                MAP_SHARED | MAP_NORESERVE, fd, map_offset);
+    if (addr == MAP_FAILED) {
+        g_set_error(errp, VB_ERROR, 0, "cannot map the dirty log (%" PRIu64
+                    " bytes at offset %" PRIu64 "): %s", size, offset,
+                    g_strerror(errno));
+        return false;
+    }
+
+    guest_mem_clear_log(mem);
+    /* QEMU seals its log memfd; a front-end that does not and shrinks the
+     * file costs its own session (the fault flag), not the process. */
+    if (sigbus_guard_install(NULL)) {
+        /* the mapping, and so a fault, covers whole pages */
+        mem->log_guard = sigbus_guard_add(addr,
+                                          QEMU_ALIGN_UP(size + delta, page),
+                                          &mem->faulted) + 1;
+    }
+    if (!mem->log_guard) {
+        warn_report("dirty log not guarded against SIGBUS (handler or "
+                    "slots unavailable)");
+    }
+    mem->log_mmap_addr = addr;
+    mem->log_mmap_size = size + delta;
+    mem->log = (uint8_t *)addr + delta;
+    mem->log_size = size;
+    return true;
+}
+
+/* Called from: any thread. */
+bool guest_mem_log_covers(const GuestMemory *mem, uint64_t gpa, uint64_t len)
+{
+    uint64_t last;
+
+    if (!mem->log || len == 0 || gpa + (len - 1) < gpa) {
+        return false;
+    }
+    last = (gpa + (len - 1)) >> GUEST_MEM_LOG_PAGE_SHIFT;
+    return last / 8 < mem->log_size;
+}
+
+/* Called from: the main thread. */
+bool guest_mem_log_check_regions(const GuestMemory *mem, GError **errp)
+{
+    for (unsigned i = 0; i < mem->nregions; i++) {
+        const GuestMemRegion *reg = &mem->regions[i];
+
+        if (!guest_mem_log_covers(mem, reg->gpa, reg->size)) {
+            uint64_t pages = (reg->gpa + reg->size - 1) /
+                             GUEST_MEM_LOG_PAGE + 1;
+
+            g_set_error(errp, VB_ERROR, 0,
+                        "dirty log of %" PRIu64 " bytes is too small for "
+                        "guest memory up to 0x%" PRIx64 " (needs %" PRIu64
+                        " bytes: one bit per 4 KiB page)", mem->log_size,
+                        reg->gpa + reg->size, (pages + 7) / 8);
+            return false;
+        }
+    }
+    return true;
+}
+
+static inline void guest_mem_log_page(uint8_t *log, uint64_t page)
+{
+    uint8_t bit = 1u << (page % 8);
+    uint8_t *byte = &log[page / 8];
+
+    /* Skip the locked OR when the bit is already set (most writes during
+     * a migration land in pages dirtied a moment ago). */
+    if (!(__atomic_load_n(byte, __ATOMIC_RELAXED) & bit)) {
+        __atomic_fetch_or(byte, bit, __ATOMIC_RELAXED);
+    }
+}
+
+/* Called from: any thread.  Logging on only. */
+void guest_mem_log_gpa(const GuestMemory *mem, uint64_t gpa, uint64_t len)
+{
+    uint8_t *log = mem->log;
+    uint64_t first, last, max;
+
+    if (!log || len == 0 || gpa + (len - 1) < gpa) {
+        return;
+    }
+    /* The page writes are ordered after the guest memory writes they
+     * record: pairs with the VMM's atomic exchange that reads and clears
+     * the log before it copies the pages. */
+    atomic_thread_fence(memory_order_release);
+    first = gpa >> GUEST_MEM_LOG_PAGE_SHIFT;
+    last = (gpa + (len - 1)) >> GUEST_MEM_LOG_PAGE_SHIFT;
+    max = mem->log_size * 8;    /* pages the log has bits for */
+    for (uint64_t page = first; page <= last && page < max; page++) {
+        guest_mem_log_page(log, page);
+    }
+}
+
+/* Called from: any thread.  Logging on only. */
+void guest_mem_log_iov(const GuestMemory *mem, const struct iovec *iov,
+                       unsigned int n)
+{
+    for (unsigned int i = 0; i < n; i++) {
+        const uint8_t *p = iov[i].iov_base;
+        size_t len = iov[i].iov_len;
+
+        /* An iovec from guest_mem_gpa_to_iovec() lies in one region. */
+        for (unsigned int r = 0; r < mem->nregions && len > 0; r++) {
+            const GuestMemRegion *reg = &mem->regions[r];
+
+            if (p >= reg->host && (uint64_t)(p - reg->host) < reg->size) {
+                uint64_t off = p - reg->host;
+
+                guest_mem_log_gpa(mem, reg->gpa + off,
+                                  MIN(len, reg->size - off));
+                break;
+            }
+        }
+    }
 }

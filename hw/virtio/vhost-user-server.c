@@ -64,6 +64,19 @@
  * reported and ignored.
  * Only vu_server_free() (daemon shutdown) waits for the drain in the main
  * thread, since the image is closed right after.
+ *
+ * Dirty logging (live migration).  The server offers VHOST_F_LOG_ALL and
+ * LOG_SHMFD.  SET_LOG_BASE maps the VMM's log (guest_mem_set_log(): one
+ * bit per 4 KiB guest page, SIGBUS-guarded, bounds-checked against every
+ * region) and replies, as LOG_SHMFD requires; SET_FEATURES with LOG_ALL
+ * and SET_VRING_ADDR with VHOST_VRING_F_LOG switch it on.  All three are
+ * "stop, change, restart" messages like the others: the queues drain (so
+ * every write of the old setting is logged, or not, under that setting),
+ * the new setting is installed while nothing runs, and the queues restart
+ * with it (virtqueue_set_log()).  The hot path reads a per-queue flag
+ * fixed at start, so no lock or atomic is needed to switch it.  The log
+ * stays mapped across memory table changes and is unmapped with the
+ * session.
  */
 #include "qemu/osdep.h"
 #include "hw/virtio/vhost-user-server.h"
@@ -80,6 +93,7 @@
 
 #define VU_PROTOCOL_FEATURES \
     ((1ULL << VHOST_USER_PROTOCOL_F_MQ) | \
+     (1ULL << VHOST_USER_PROTOCOL_F_LOG_SHMFD) | \
      (1ULL << VHOST_USER_PROTOCOL_F_REPLY_ACK) | \
      (1ULL << VHOST_USER_PROTOCOL_F_BACKEND_REQ) | \
      (1ULL << VHOST_USER_PROTOCOL_F_CONFIG) | \
@@ -178,6 +192,7 @@ struct VuServer {
 static void vu_session_close(VuServer *s, const char *why);
 static void vu_conn_read(void *opaque);
 static void vu_accept(void *opaque);
+static bool vu_logging(VuServer *s);
 
 /* ---- queues ---------------------------------------------------------- */
 
@@ -259,6 +274,7 @@ static bool vu_queue_update(VuServer *s, VuQueue *q)
     virtqueue_set_event_idx(q->vq,
                             s->features & (1ULL << VIRTIO_RING_F_EVENT_IDX));
     virtqueue_set_packed(q->vq, vu_packed(s));
+    virtqueue_set_log(q->vq, vu_logging(s));
     if (!virtqueue_start(q->vq, &s->mem, &err)) {
         warn_report("%s: queue %u cannot start: %s", s->name, q->index,
                     err->message);
@@ -603,7 +619,43 @@ static VuQueue *vu_get_queue(VuServer *s, uint32_t index, const char *req)
 static uint64_t vu_offered_features(VuServer *s)
 {
     return s->cfg.ops->get_features(s->cfg.opaque) |
-           (1ULL << VHOST_USER_F_PROTOCOL_FEATURES);
+           (1ULL << VHOST_USER_F_PROTOCOL_FEATURES) |
+           (1ULL << VHOST_F_LOG_ALL);
+}
+
+static bool vu_logging(VuServer *s)
+{
+    return s->features & (1ULL << VHOST_F_LOG_ALL);
+}
+
+/*
+ * With logging on, every guest page must have a bit in the log (a write
+ * outside it could not be recorded: the page would migrate stale).  QEMU
+ * grows the log before it adds memory; a front-end that does not gets
+ * its session dropped.
+ */
+static bool vu_log_check(VuServer *s)
+{
+    GError *err = NULL;
+
+    if (!vu_logging(s) || !s->mem.log) {
+        return true;
+    }
+    if (!guest_mem_log_check_regions(&s->mem, &err)) {
+        warn_report("%s: %s", s->name, err->message);
+        g_error_free(err);
+        return false;
+    }
+    return true;
+}
+
+static void vu_log_clear(VuServer *s)
+{
+    guest_mem_clear_log(&s->mem);
+    if (s->mem.log_call_fd >= 0) {
+        close(s->mem.log_call_fd);
+        s->mem.log_call_fd = -1;
+    }
 }
 
 static VuMsgResult vu_set_features(VuServer *s, uint64_t features)
@@ -628,10 +680,19 @@ static VuMsgResult vu_set_features(VuServer *s, uint64_t features)
                     features & (1ULL << VIRTIO_RING_F_EVENT_IDX) ?
                     ", event-idx" : "");
     }
+    if ((features ^ s->features) & (1ULL << VHOST_F_LOG_ALL)) {
+        info_report("%s: dirty logging %s", s->name,
+                    features & (1ULL << VHOST_F_LOG_ALL) ?
+                    (s->mem.log ? "on" : "on (no log yet)") : "off");
+    }
     s->features = features;
     s->features_acked = true;
     if (s->cfg.ops->set_features) {
-        s->cfg.ops->set_features(s->cfg.opaque, features);
+        s->cfg.ops->set_features(s->cfg.opaque,
+                                 features & ~(1ULL << VHOST_F_LOG_ALL));
+    }
+    if (!vu_log_check(s)) {
+        return VU_MSG_DROP;
     }
     if (!(features & (1ULL << VHOST_USER_F_PROTOCOL_FEATURES))) {
         /* Without the protocol feature, rings are enabled from the start. */
@@ -651,6 +712,7 @@ static VuMsgResult vu_reset_session_state(VuServer *s)
     vu_inflight_unmap(s);
     vu_reset_queues(s);
     guest_mem_clear(&s->mem);
+    vu_log_clear(s);
     s->features = 0;
     s->features_acked = false;
     s->status = 0;
@@ -693,6 +755,9 @@ static VuMsgResult vu_set_mem_table(VuServer *s, VuMsg *msg)
         debug_report("%s: memory table with %" PRIu32 " regions", s->name,
                      m->nregions);
     }
+    if (!vu_log_check(s)) {
+        return VU_MSG_DROP;
+    }
     vu_update_all(s);
     return ret;
 }
@@ -714,6 +779,9 @@ static VuMsgResult vu_add_mem_reg(VuServer *s, VuMsg *msg)
         warn_report("%s: ADD_MEM_REG: %s", s->name, err->message);
         g_error_free(err);
         ret = VU_MSG_FAILED;
+    }
+    if (!vu_log_check(s)) {
+        return VU_MSG_DROP;
     }
     vu_update_all(s);
     return ret;
@@ -1113,6 +1181,72 @@ static VuMsgResult vu_set_inflight_fd(VuServer *s, VuMsg *msg)
     return vu_update_all(s) ? VU_MSG_OK : VU_MSG_FAILED;
 }
 
+/*
+ * SET_LOG_BASE (LOG_SHMFD): the VMM's dirty log, mmap_size bytes of the
+ * fd at mmap_offset.  The front-end waits for a reply before it uses the
+ * log (and before it frees the previous one), so the reply goes out only
+ * after every queue drained into the old log and restarted with the new.
+ * A log that cannot be used drops the session: going on without logging
+ * would let the migration copy stale pages.
+ */
+static VuMsgResult vu_set_log_base(VuServer *s, VuMsg *msg)
+{
+    const VhostUserLog *lg = &msg->payload.log;
+    uint64_t zero = 0;
+    GError *err = NULL;
+
+    if (!(s->protocol_features & (1ULL << VHOST_USER_PROTOCOL_F_LOG_SHMFD))) {
+        warn_report("%s: SET_LOG_BASE without the LOG_SHMFD protocol "
+                    "feature: a log in the front-end's address space is "
+                    "not supported", s->name);
+        return VU_MSG_DROP;
+    }
+    if (msg->hdr.size != sizeof(VhostUserLog) || s->rx_nfds != 1) {
+        warn_report("%s: malformed SET_LOG_BASE (%" PRIu32 " bytes, %u fds;"
+                    " a log description of %zu bytes and one fd expected)",
+                    s->name, msg->hdr.size, s->rx_nfds, sizeof(VhostUserLog));
+        return VU_MSG_DROP;
+    }
+    if (!vu_stop_all(s)) {
+        return VU_MSG_WAIT;
+    }
+    if (!guest_mem_set_log(&s->mem, s->rx_fds[0], lg->mmap_size,
+                           lg->mmap_offset, &err)) {
+        warn_report("%s: SET_LOG_BASE: %s", s->name, err->message);
+        g_error_free(err);
+        return VU_MSG_DROP;
+    }
+    if (!guest_mem_log_check_regions(&s->mem, &err)) {
+        warn_report("%s: SET_LOG_BASE: %s", s->name, err->message);
+        g_error_free(err);
+        return VU_MSG_DROP;
+    }
+    debug_report("%s: dirty log of %" PRIu64 " bytes", s->name,
+                 lg->mmap_size);
+    vu_send(s, msg, &zero, sizeof(zero), -1);
+    vu_update_all(s);
+    return VU_MSG_REPLIED;
+}
+
+/* SET_LOG_FD: an eventfd to signal after a batch of logged writes. */
+static VuMsgResult vu_set_log_fd(VuServer *s, VuMsg *msg)
+{
+    if (s->rx_nfds != 1) {
+        warn_report("%s: SET_LOG_FD with %u fds (one expected)", s->name,
+                    s->rx_nfds);
+        return VU_MSG_DROP;
+    }
+    if (!vu_stop_all(s)) {
+        return VU_MSG_WAIT;
+    }
+    if (s->mem.log_call_fd >= 0) {
+        close(s->mem.log_call_fd);
+    }
+    s->mem.log_call_fd = vu_take_fd(s, 0);
+    vu_update_all(s);
+    return VU_MSG_OK;
+}
+
 static void vu_log_unknown(VuServer *s, uint32_t request)
 {
     if (request < 256) {
@@ -1178,6 +1312,13 @@ static bool vu_payload_size_ok(uint32_t request, uint32_t size)
     case VHOST_USER_SET_INFLIGHT_FD:
         min = offsetof(VhostUserInflight, queue_size) + sizeof(uint16_t);
         max = sizeof(VhostUserInflight);
+        break;
+    case VHOST_USER_SET_LOG_BASE:
+        min = sizeof(uint64_t);     /* the legacy form: refused later */
+        max = sizeof(VhostUserLog);
+        break;
+    case VHOST_USER_SET_LOG_FD:
+        max = sizeof(uint64_t);
         break;
     default:
         break;
@@ -1289,10 +1430,9 @@ static VuMsgResult vu_dispatch(VuServer *s, VuMsg *msg)
     case VHOST_USER_SET_BACKEND_REQ_FD:
         return vu_set_backend_req_fd(s, msg);
     case VHOST_USER_SET_LOG_BASE:
+        return vu_set_log_base(s, msg);
     case VHOST_USER_SET_LOG_FD:
-        warn_report("%s: %s: dirty logging is not supported", s->name,
-                    vhost_user_request_name(req));
-        return VU_MSG_FAILED;
+        return vu_set_log_fd(s, msg);
     default:
         vu_log_unknown(s, req);
         return VU_MSG_FAILED;
@@ -1844,6 +1984,7 @@ void vu_server_free(VuServer *s)
         }
     }
     guest_mem_clear(&s->mem);
+    vu_log_clear(s);
     qemu_bh_delete(s->broken_bh);
     qemu_bh_delete(s->drain_bh);
     g_free(s->queues);

@@ -56,6 +56,9 @@ struct VirtQueue {
     bool started;
     bool broken;
     bool notification;          /* driver kicks wanted */
+    bool log_on;                /* VHOST_F_LOG_ALL negotiated (setup) */
+    bool log;                   /* started with a dirty log: mark writes */
+    bool log_used;              /* split: used ring writes at log_guest_addr */
     uint32_t base;              /* as SET_VRING_BASE gave it */
 
     /* Split rings, valid while started */

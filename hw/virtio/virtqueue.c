@@ -54,6 +54,17 @@
  *    avail->idx again), because a loop that does not poll sleeps right
  *    after that pop.  tests/unit/test-virtqueue-tso.c checks both under
  *    every store-buffer reordering x86 allows.
+ *
+ * Dirty logging (live migration, VHOST_F_LOG_ALL): when the queue starts
+ * with logging on (virtqueue_set_log()), every store to guest memory is
+ * followed by a bit set in the VMM's dirty log: push marks the pages of
+ * the element's device-writable buffers (read data, status byte; the
+ * device wrote them before it pushed) through guest_mem_log_iov(), and
+ * every used ring store (element, index, flags, avail_event) is marked
+ * at log_guest_addr + its offset in the ring when SET_VRING_ADDR set
+ * VHOST_VRING_F_LOG.  Logging is switched only while the queue is stopped
+ * (the server stops, drains and restarts it), so the hot path reads one
+ * per-queue bool and pays one predictable branch when it is off.
  */
 #include "qemu/osdep.h"
 #include "virtqueue-int.h"
@@ -242,6 +253,12 @@ void virtqueue_set_inflight(VirtQueue *vq, void *region)
     vq->inflight_region = region;
 }
 
+/* Called from: the main thread, queue stopped. */
+void virtqueue_set_log(VirtQueue *vq, bool on)
+{
+    vq->log_on = on;
+}
+
 /* Called from: the main thread. */
 bool virtqueue_is_ready(VirtQueue *vq)
 {
@@ -311,6 +328,35 @@ unsigned int virtqueue_inflight_count(VirtQueue *vq)
 bool virtqueue_is_started(VirtQueue *vq)
 {
     return vq->started;
+}
+
+/*
+ * Dirty logging of a used ring store of @len bytes at @p (a pointer into
+ * vq->used), after the store.  Logging on only (callers test vq->log).
+ */
+static void __attribute__((noinline, cold))
+virtqueue_log_used(VirtQueue *vq, const void *p, size_t len)
+{
+    if (vq->log_used) {
+        guest_mem_log_gpa(vq->mem, vq->addr.log_guest_addr +
+                          ((const uint8_t *)p - (const uint8_t *)vq->used),
+                          len);
+    }
+}
+
+/*
+ * Dirty logging of a push (logging on only): the element's device-writable
+ * buffers, which the device filled before it pushed, and the used ring
+ * element and index just stored.  Out of line and cold, so that with
+ * logging off virtqueue_push() keeps its short prologue.
+ */
+static void __attribute__((noinline, cold))
+virtqueue_log_push(VirtQueue *vq, const VirtQueueElement *elem,
+                   const struct vring_used_elem *ue)
+{
+    guest_mem_log_iov(vq->mem, elem->in_sg, elem->in_num);
+    virtqueue_log_used(vq, ue, sizeof(*ue));
+    virtqueue_log_used(vq, &vq->used->idx, sizeof(vq->used->idx));
 }
 
 static uint16_t *virtqueue_used_event(VirtQueue *vq)
@@ -615,6 +661,9 @@ static bool virtqueue_empty_recheck(VirtQueue *vq)
         return false;
     }
     VQ_STORE(virtqueue_avail_event(vq), vq->last_avail_idx);
+    if (unlikely(vq->log)) {
+        virtqueue_log_used(vq, virtqueue_avail_event(vq), 2);
+    }
     /* Full barrier: pairs with the driver's full barrier between bumping
      * avail->idx and reading avail_event (virtqueue_kick_prepare()). */
     VQ_MB();
@@ -663,6 +712,9 @@ VirtQueueElement *virtqueue_pop(VirtQueue *vq)
     if (vq->event_idx && vq->notification) {
         /* Kick me when you make the entry after this one available. */
         VQ_STORE(virtqueue_avail_event(vq), vq->last_avail_idx);
+        if (unlikely(vq->log)) {
+            virtqueue_log_used(vq, virtqueue_avail_event(vq), 2);
+        }
     }
     vq->elem_state[head] = VQ_ELEM_POPPED;
     vq->inflight_count++;
@@ -734,6 +786,12 @@ void virtqueue_push(VirtQueue *vq, VirtQueueElement *elem, uint32_t len)
     }
     vq->stats.pushed++;
     vq->pushed_since_notify++;
+    if (unlikely(vq->log)) {
+        /* After the stores (the device wrote in_sg before it pushed).
+         * Last, so that it is a tail call and the path without logging
+         * saves no registers. */
+        virtqueue_log_push(vq, elem, ue);
+    }
 }
 
 /* Called from: the owner thread.  Once per batch. */
@@ -745,6 +803,12 @@ void virtqueue_notify(VirtQueue *vq)
         return;
     }
     vq->pushed_since_notify = 0;
+    if (unlikely(vq->log) && vq->mem->log_call_fd >= 0) {
+        /* SET_LOG_FD: tell the VMM this batch was logged */
+        EventNotifier log_call = { .fd = vq->mem->log_call_fd };
+
+        event_notifier_set(&log_call);
+    }
 
     /* Full barrier: our used->idx store must be visible before we read
      * the driver's used_event / flags.  Pairs with the driver's full
@@ -791,6 +855,9 @@ void virtqueue_set_notification(VirtQueue *vq, bool on)
             /* Kick me for anything after what is available now. */
             VQ_STORE(virtqueue_avail_event(vq),
                      VQ_LOAD(&vq->avail->idx));
+            if (vq->log) {
+                virtqueue_log_used(vq, virtqueue_avail_event(vq), 2);
+            }
         }
         /* off: leave avail_event behind; at most one more kick comes. */
     } else {
@@ -800,6 +867,9 @@ void virtqueue_set_notification(VirtQueue *vq, bool on)
             vq->used_flags |= VRING_USED_F_NO_NOTIFY;
         }
         VQ_STORE(&vq->used->flags, vq->used_flags);
+        if (vq->log) {
+            virtqueue_log_used(vq, &vq->used->flags, 2);
+        }
     }
     if (on) {
         /* Full barrier: publish "kick me" before the caller re-checks
@@ -976,8 +1046,14 @@ static bool virtqueue_split_start(VirtQueue *vq, GError **errp)
     vq->used_flags = 0;
     if (vq->event_idx) {
         VQ_STORE(virtqueue_avail_event(vq), vq->last_avail_idx);
+        if (vq->log) {
+            virtqueue_log_used(vq, virtqueue_avail_event(vq), 2);
+        }
     } else {
         VQ_STORE(&vq->used->flags, vq->used_flags);
+        if (vq->log) {
+            virtqueue_log_used(vq, &vq->used->flags, 2);
+        }
     }
     return true;
 }
@@ -1044,6 +1120,23 @@ bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
         return false;
     }
     vq->mem = mem;
+    vq->log = vq->log_on && mem->log;
+    /* Split: used ring stores are logged at log_guest_addr.  Packed: the
+     * used descriptors are in the descriptor ring, logged by address. */
+    vq->log_used = vq->log && !vq->packed &&
+                   (vq->addr.flags & (1u << VHOST_VRING_F_LOG));
+    if (vq->log_used &&
+        !guest_mem_log_covers(mem, vq->addr.log_guest_addr,
+                              6 + sizeof(struct vring_used_elem) *
+                              (uint64_t)num)) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: used ring log address 0x%" PRIx64 " (ring "
+                    "size %u) lies outside the dirty log of %" PRIu64
+                    " bytes", vq->index, vq->addr.log_guest_addr, num,
+                    mem->log_size);
+        virtqueue_clear_rings(vq);
+        return false;
+    }
     vq->last_reg = &virtqueue_no_region;
     vq->signalled_used_valid = false;
     vq->pushed_since_notify = 0;
@@ -1070,6 +1163,8 @@ void virtqueue_stop(VirtQueue *vq)
 {
     vq->started = false;
     virtqueue_clear_rings(vq);
+    vq->log = false;
+    vq->log_used = false;
     vq->last_reg = &virtqueue_no_region;
     vq->resubmit_num = vq->resubmit_pos = 0;
 }

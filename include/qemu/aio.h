@@ -67,6 +67,16 @@ void aio_set_fd_handler(AioContext *ctx, int fd,
  * with aio_set_fd_handler() keeps the callbacks; removing it drops them
  * without calling @io_poll_end (the owner resets its notifications).
  */
+/*
+ * Make the handler of @fd edge-triggered (EPOLLET): its io_read runs once
+ * per new event, so it need not drain the fd.  For an eventfd this means
+ * each write wakes the loop once and the counter is never read: the
+ * handler saves the read syscall (the counter cannot reach its 2^64 - 2
+ * limit in practice).  Stays until the handler is removed.  False if
+ * there is no such handler or epoll refused.  Owner thread only.
+ */
+bool aio_set_fd_edge_triggered(AioContext *ctx, int fd);
+
 void aio_set_fd_poll_notify(AioContext *ctx, int fd,
                             IOHandler *io_poll_begin,
                             IOHandler *io_poll_end);
@@ -83,11 +93,19 @@ void aio_notify(AioContext *ctx);
 void aio_context_set_poll_params(AioContext *ctx, int64_t max_ns,
                                  int64_t grow, int64_t shrink);
 
+/*
+ * The host has no idle CPU (process-wide, any thread; see host-load.h):
+ * while true no context busy-polls, whatever its poll_max_ns.
+ */
+void aio_set_host_busy(bool busy);
+bool aio_get_host_busy(void);
+
 /* Statistics, for tests and benchmarks. */
 typedef struct AioContextStats {
     uint64_t iterations;        /* aio_poll() calls */
     uint64_t epoll_waits;       /* epoll_wait() syscalls */
     uint64_t poll_hits;         /* io_poll() returned true in the window */
+    uint64_t poll_host_busy;    /* iterations that did not poll: host busy */
     uint64_t notify_writes;     /* eventfd writes done by aio_notify() */
     uint64_t bh_runs;           /* bottom half callbacks run */
     int64_t  poll_ns;           /* current poll window */

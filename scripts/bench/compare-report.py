@@ -67,6 +67,13 @@ def engine_counters(log):
     return (sum(int(m.group(1)) for m in found), sum(int(m.group(2)) for m in found))
 
 
+def qsd_label(c):
+    """qsd-null-co-p0 -> 'qsd null-co, iothread poll-max-ns=0'."""
+    base, _, p = c.partition("-p")
+    name = base.replace("qsd-", "qsd ").replace("file-", "file aio=")
+    return name + (f", iothread poll-max-ns={p}" if p else ", iothread defaults")
+
+
 def pct(r):
     return "-" if r is None else f"{100 * r:.0f}%"
 
@@ -88,7 +95,11 @@ def main():
     extra = load(a.extra)
     groups = defaultdict(list)
     for r in runs:
-        groups[(r["group"], r["case"], r["depth"], r["queues"])].append(r["r"])
+        r["r"]["_rep"] = r["rep"]
+        r["r"]["_load1"] = r.get("load1")
+        r["r"]["_daemon_cpu_s"] = r.get("daemon_cpu_s")
+        groups[(r["group"], r["case"], r["depth"], r["queues"],
+                r.get("mode", "irq"))].append(r["r"])
 
     medians = {}
     for key, rs in groups.items():
@@ -96,6 +107,8 @@ def main():
             "reps": len(rs),
             "iops": med([x["iops"] for x in rs]),
             "iops_all": [round(x["iops"]) for x in rs],
+            "iops_by_rep": {x["_rep"]: x["iops"] for x in rs},
+            "load1_all": [x["_load1"] for x in rs],
             "p50_us": med([x["lat_us"]["p50"] for x in rs]),
             "p99_us": med([x["lat_us"]["p99"] for x in rs]),
             "p99_9_us": med([x["lat_us"]["p99_9"] for x in rs]),
@@ -103,67 +116,147 @@ def main():
         }
         if "client_cpu" in rs[0]:
             m["client_us_per_io"] = med([x["client_cpu"]["us_per_io"] for x in rs])
+            m["client_util_max"] = max(x.get("client_thread_util_max", 0) for x in rs)
             m["kicks_per_io"] = med([x["kicks_per_io"] for x in rs])
             m["interrupts_per_io"] = med([x["interrupts_per_io"] for x in rs])
+        dc = [x["_daemon_cpu_s"] * 1e6 / x["ios"] for x in rs
+              if x.get("_daemon_cpu_s") is not None and x.get("ios")]
+        if dc:
+            m["daemon_us_per_io"] = med(dc)
         medians[key] = m
 
-    def get(g, c, d, q, field="iops"):
-        m = medians.get((g, c, d, q))
+    def get(g, c, d, q, field="iops", mode="irq"):
+        m = medians.get((g, c, d, q, mode))
         return None if m is None else m.get(field)
 
-    def keys(g):
-        return sorted({(k[2], k[3]) for k in medians if k[0] == g},
+    def keys(g, mode="irq"):
+        return sorted({(k[2], k[3]) for k in medians if k[0] == g and k[4] == mode},
                       key=lambda dq: (dq[1], dq[0]))
 
+    def spread(g, c, d, q, mode="irq"):
+        m = medians.get((g, c, d, q, mode))
+        if not m:
+            return "-"
+        v = sorted(m["iops_all"])
+        if len(v) == 1:
+            return fmt_k(v[0])
+        return f"{fmt_k(v[0])} / **{fmt_k(m['iops'])}** / {fmt_k(v[-1])}"
+
+    def rep_ratios(g, c1, c2, d, q, mode="irq", g2=None, best_of=None):
+        """Per-repetition ratios c1 / c2 (rep r against rep r)."""
+        m1 = medians.get((g, c1, d, q, mode))
+        if not m1:
+            return []
+        out = []
+        for rep, v in sorted(m1["iops_by_rep"].items()):
+            dens = []
+            for c in ([c2] if best_of is None else best_of):
+                m2 = medians.get((g2 or g, c, d, q, "irq" if best_of else mode))
+                if m2 and rep in m2["iops_by_rep"]:
+                    dens.append(m2["iops_by_rep"][rep])
+            if dens and max(dens):
+                out.append(v / max(dens))
+        return out
+
+    def fr(rs):
+        return "-" if not rs else " ".join(f"{x:.2f}" for x in rs)
+
     md = []
+    loads = [r.get("load1") for r in runs if r.get("load1") is not None]
     md.append(f"Measured {meta.get('started', '?')} to {meta.get('finished', '?')} "
-              f"on {meta.get('cpus', '?')} CPUs, kernel {meta.get('kernel', '?')}; "
-              f"{meta.get('runtime_s', '?')} s per run, median of "
-              f"{meta.get('reps', '?')} interleaved repetitions; 4 KiB random "
-              f"reads; daemon (and fio) on CPU {meta.get('daemon_cpu')}, "
-              f"vhost-blk-bench on CPU {meta.get('bench_cpu')}; "
-              f"{meta.get('qsd', 'qemu-storage-daemon')}.")
+              f"on {meta.get('cpus', '?')} CPUs ({meta.get('cpu_model', '?')}), "
+              f"kernel {meta.get('kernel', '?')}; {meta.get('runtime_s', '?')} s per run, "
+              f"{meta.get('reps', '?')} interleaved repetitions (cells: min / **median** / max); "
+              f"4 KiB random reads; "
+              + ("unpinned" if meta.get("pinned", "0") == "0" else
+                 f"daemon (and fio) on CPU {meta.get('daemon_cpu')}, vhost-blk-bench on CPU "
+                 f"{meta.get('bench_cpu')}")
+              + f"; {meta.get('qsd', 'qemu-storage-daemon')}. "
+              f"Load average (1, 5, 15 min) at the start {meta.get('load_start', '?')}, "
+              f"at the end {meta.get('load_end', '?')}"
+              + (f"; 1-minute load during the runs {min(loads):.2f} to {max(loads):.2f}" if loads else "")
+              + ". Client modes: **irq** = the bench sleeps on its call eventfd "
+              "(as a guest vCPU takes interrupts); **poll** = `--poll`, it busy-polls the used ring.")
     md.append("")
 
-    # (i) null
-    nk = keys("null")
-    if nk:
-        md.append("### Null back-end (dataplane overhead)")
+    # qsd's settings
+    for g, title in (("tune-null", "null back-end"), ("tune-file", "raw file")):
+        tk = sorted({k[1] for k in medians if k[0] == g})
+        if not tk:
+            continue
+        md.append(f"### qemu-storage-daemon's settings ({title}, 1 queue, depth 32, irq client)")
         md.append("")
-        md.append("| queues | iodepth | vhost-blkd | qsd null-co | qsd null-aio "
-                  "| blkd / null-co | p99 us blkd / null-co | bench CPU us/IO (blkd / null-co) |")
-        md.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for d, q in nk:
-            b = get("null", "blkd-null", d, q)
-            c = get("null", "qsd-null-co", d, q)
-            n = get("null", "qsd-null-aio", d, q)
-            md.append(f"| {q} | {d} | {fmt_k(b)} | {fmt_k(c)} | {fmt_k(n)} | "
-                      f"{fmt(ratio(b, c), '.2f')}x | "
-                      f"{fmt(get('null', 'blkd-null', d, q, 'p99_us'))} / "
-                      f"{fmt(get('null', 'qsd-null-co', d, q, 'p99_us'))} | "
-                      f"{fmt(get('null', 'blkd-null', d, q, 'client_us_per_io'), '.2f')} / "
-                      f"{fmt(get('null', 'qsd-null-co', d, q, 'client_us_per_io'), '.2f')} |")
+        md.append("| configuration | IOPS min / median / max | daemon CPU us / I/O |")
+        md.append("|---|---:|---:|")
+        for c in sorted(tk, key=lambda c: -(get(g, c, 32, 1) or 0)):
+            md.append(f"| {qsd_label(c)} | {spread(g, c, 32, 1)} | "
+                      f"{fmt(get(g, c, 32, 1, 'daemon_us_per_io'), '.2f')} |")
+        md.append("")
+        md.append(f"Anchor (best median): {qsd_label(meta.get('qsd_null' if g == 'tune-null' else 'qsd_file', ''))}.")
         md.append("")
 
-    fk = keys("file")
-    if fk:
-        md.append(f"### Raw file, O_DIRECT, io_uring ({meta.get('file_mib', '?')} MiB "
-                  f"on {meta.get('fs', '?')})")
+    qn = meta.get("qsd_null", "qsd-null-co")
+    qf = meta.get("qsd_file", "qsd-file-io_uring")
+    for mode in ("irq", "poll"):
+        nk = keys("null", mode)
+        if not nk:
+            continue
+        md.append(f"### Null back-end, {mode} client (dataplane overhead)")
         md.append("")
-        md.append("| queues | iodepth | vhost-blkd | qsd | fio | fio batched | blkd / qsd "
-                  "| blkd / fio | blkd / fio batched | p99 us blkd / qsd / fio / fio batched |")
-        md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        md.append(f"Anchor: {qsd_label(qn)}.")
+        md.append("")
+        md.append("| queues | iodepth | vhost-blkd | qsd anchor | blkd / qsd, each rep "
+                  "| p99 us blkd / qsd | daemon CPU us/IO blkd / qsd | kicks, interrupts / IO (blkd) "
+                  "| bench CPU us/IO, busiest thread (blkd) |")
+        md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for d, q in nk:
+            rr = rep_ratios("null", "blkd-null", qn, d, q, mode)
+            md.append(f"| {q} | {d} | {spread('null', 'blkd-null', d, q, mode)} | "
+                      f"{spread('null', qn, d, q, mode)} | {fr(rr)} | "
+                      f"{fmt(get('null', 'blkd-null', d, q, 'p99_us', mode))} / "
+                      f"{fmt(get('null', qn, d, q, 'p99_us', mode))} | "
+                      f"{fmt(get('null', 'blkd-null', d, q, 'daemon_us_per_io', mode), '.2f')} / "
+                      f"{fmt(get('null', qn, d, q, 'daemon_us_per_io', mode), '.2f')} | "
+                      f"{fmt(get('null', 'blkd-null', d, q, 'kicks_per_io', mode), '.3f')}, "
+                      f"{fmt(get('null', 'blkd-null', d, q, 'interrupts_per_io', mode), '.3f')} | "
+                      f"{fmt(get('null', 'blkd-null', d, q, 'client_us_per_io', mode), '.2f')}, "
+                      f"{pct(get('null', 'blkd-null', d, q, 'client_util_max', mode))} |")
+        md.append("")
+
+    for mode in ("irq", "poll"):
+        fk = keys("file", mode)
+        if not fk:
+            continue
+        md.append(f"### Raw file, O_DIRECT, {mode} client ({meta.get('file_mib', '?')} MiB "
+                  f"on {meta.get('fs', '?')}; vhost-blkd aio=io_uring, anchor {qsd_label(qf)}, fio io_uring)")
+        md.append("")
+        md.append("| queues | iodepth | vhost-blkd | qsd | fio | fio batched | blkd / qsd, each rep "
+                  "| blkd / better fio, each rep | p99 us blkd / qsd / fio / fio batched |")
+        md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for d, q in fk:
-            b = get("file", "blkd-file", d, q)
-            s = get("file", "qsd-file", d, q)
-            f = get("file", "fio", d, q)
-            fb = get("file", "fio-batched", d, q)
-            md.append(f"| {q} | {d} | {fmt_k(b)} | {fmt_k(s)} | {fmt_k(f)} | {fmt_k(fb)} | "
-                      f"{fmt(ratio(b, s), '.2f')}x | {pct(ratio(b, f))} | {pct(ratio(b, fb))} | "
-                      f"{fmt(get('file', 'blkd-file', d, q, 'p99_us'))} / "
-                      f"{fmt(get('file', 'qsd-file', d, q, 'p99_us'))} / "
+            md.append(f"| {q} | {d} | {spread('file', 'blkd-file', d, q, mode)} | "
+                      f"{spread('file', qf, d, q, mode)} | {spread('file', 'fio', d, q)} | "
+                      f"{spread('file', 'fio-batched', d, q)} | "
+                      f"{fr(rep_ratios('file', 'blkd-file', qf, d, q, mode))} | "
+                      f"{fr(rep_ratios('file', 'blkd-file', None, d, q, mode, best_of=['fio', 'fio-batched']))} | "
+                      f"{fmt(get('file', 'blkd-file', d, q, 'p99_us', mode))} / "
+                      f"{fmt(get('file', qf, d, q, 'p99_us', mode))} / "
                       f"{fmt(get('file', 'fio', d, q, 'p99_us'))} / "
                       f"{fmt(get('file', 'fio-batched', d, q, 'p99_us'))} |")
+        md.append("")
+
+    ik = keys("iothreads")
+    if ik:
+        md.append("### Queues over iothreads (vhost-blkd, null, num-queues=4, depth 32 per queue, irq client)")
+        md.append("")
+        md.append("| bench queues | 1 iothread: IOPS | daemon CPU us/IO | 2 iothreads: IOPS | daemon CPU us/IO | 2 / 1, each rep |")
+        md.append("|---:|---:|---:|---:|---:|---:|")
+        for d, q in ik:
+            md.append(f"| {q} | {spread('iothreads', 'blkd-iot1', d, q)} | "
+                      f"{fmt(get('iothreads', 'blkd-iot1', d, q, 'daemon_us_per_io'), '.2f')} | "
+                      f"{spread('iothreads', 'blkd-iot2', d, q)} | "
+                      f"{fmt(get('iothreads', 'blkd-iot2', d, q, 'daemon_us_per_io'), '.2f')} | "
+                      f"{fr(rep_ratios('iothreads', 'blkd-iot2', 'blkd-iot1', d, q))} |")
         md.append("")
 
     strace = {e["case"]: e for e in extra if e["kind"] == "strace"}
@@ -202,7 +295,7 @@ def main():
                   "| VmRSS KiB (file export) | of which anonymous KiB | syscalls / request (file, depth 64) |")
         md.append("|---|---:|---:|---:|---:|---:|")
         rows = [("vhost-blkd", "cg-blkd-null", "blkd-null", "blkd-file"),
-                ("qemu-storage-daemon null-co", "cg-qsd-null-co", "qsd-null-co", "qsd-file"),
+                ("qemu-storage-daemon null-co", "cg-qsd-null-co", "qsd-null-co", qf),
                 ("qemu-storage-daemon null-aio", "cg-qsd-null-aio", "qsd-null-aio", None)]
         for name, c, rn, rf in rows:
             st = strace.get(rf) if rf else None
@@ -220,10 +313,38 @@ def main():
         state = "n/a" if ok is None else ("met" if ok else "missed")
         goals.append({"goal": name, "status": state, "detail": detail})
 
-    b, c = get("null", "blkd-null", 32, 1), get("null", "qsd-null-co", 32, 1)
-    bp, cp = get("null", "blkd-null", 32, 1, "p99_us"), get("null", "qsd-null-co", 32, 1, "p99_us")
+    # Every repetition must meet a ratio goal (rep r against rep r).
+    def every(rs, target, n_min=1):
+        if not rs:
+            return None
+        return len(rs) >= n_min and min(rs) >= target
+
+    rr = rep_ratios("null", "blkd-null", qn, 32, 1, "irq")
+    goal("irq client, null, 1 queue, depth 32: >= 2.0x qsd's best in every one of >= 3 reps",
+         every(rr, 2.0, 3), f"{fr(rr)} ({len(rr)} reps, anchor {qsd_label(qn)})")
+    cells = [(d, q) for d, q in keys("null", "irq")]
+    allr = {(d, q): rep_ratios("null", "blkd-null", qn, d, q, "irq") for d, q in cells}
+    worst = min(((min(v), dq) for dq, v in allr.items() if v), default=None)
+    goal("irq client, null, every depth and queue count: >= 1.5x in every rep",
+         None if not worst else worst[0] >= 1.5,
+         "-" if not worst else f"worst rep {worst[0]:.2f}x at depth {worst[1][0]}, "
+         f"{worst[1][1]} queue(s); {len(cells)} cells")
+    rr = rep_ratios("null", "blkd-null", qn, 32, 1, "poll")
+    goal("poll client, null, 1 queue, depth 32: >= 4x in every rep", every(rr, 4.0),
+         fr(rr))
+    rr = rep_ratios("file", "blkd-file", "fio", 1, 1, "irq")
+    goal("irq client, raw file, depth 1: >= 0.9x fio depth 1 in every rep", every(rr, 0.9),
+         fr(rr))
+    for d in (32, 64):
+        rr = rep_ratios("file", "blkd-file", None, d, 1, "irq",
+                        best_of=["fio", "fio-batched"])
+        goal(f"irq client, raw file, depth {d}: >= 0.95x the better of fio and fio "
+             "batched in every rep", every(rr, 0.95), fr(rr))
+
+    b, c = get("null", "blkd-null", 32, 1), get("null", qn, 32, 1)
+    bp, cp = get("null", "blkd-null", 32, 1, "p99_us"), get("null", qn, 32, 1, "p99_us")
     r = ratio(b, c)
-    goal("null, 1 queue, depth 32: >= 2x qsd IOPS, lower p99",
+    goal("(issue 4) null, 1 queue, depth 32: >= 2x qsd IOPS (medians), lower p99",
          None if r is None else (r >= 2 and bp < cp),
          f"{fmt(r, '.2f')}x IOPS, p99 {fmt(bp)} vs {fmt(cp)} us")
     b, f = get("file", "blkd-file", 64, 1), get("file", "fio", 64, 1)
@@ -254,7 +375,7 @@ def main():
     r = ratio(bi, qi)
     goal("instructions per I/O <= 1/3 of qsd", None if r is None else r <= 1 / 3,
          f"{fmt(bi, ',')} vs {fmt(qi, ',')} ({fmt(r, '.2f')}x)")
-    br, qr = (rss.get("blkd-file") or {}).get("vmrss_kb"), (rss.get("qsd-file") or {}).get("vmrss_kb")
+    br, qr = (rss.get("blkd-file") or {}).get("vmrss_kb"), (rss.get(qf) or {}).get("vmrss_kb")
     r = ratio(br, qr)
     goal("resident memory <= 1/4 of qsd", None if r is None else r <= 0.25,
          f"{br} vs {qr} KiB ({fmt(r, '.2f')}x)")
@@ -270,7 +391,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     open(os.path.join(a.out, "results.md"), "w").write(text)
     res = {"meta": meta, "goals": goals, "extra": extra,
-           "medians": [dict(group=k[0], case=k[1], depth=k[2], queues=k[3], **v)
+           "medians": [dict(group=k[0], case=k[1], depth=k[2], queues=k[3], mode=k[4],
+                            **{f: x for f, x in v.items() if f != "iops_by_rep"})
                        for k, v in sorted(medians.items())]}
     json.dump(res, open(os.path.join(a.out, "results.json"), "w"), indent=1)
     print(text)
@@ -279,9 +401,8 @@ def main():
     if not shutil.which("gnuplot"):
         print("(gnuplot not found: no plots)")
         return
-    series = [("null", "blkd-null"), ("null", "qsd-null-co"), ("null", "qsd-null-aio"),
-              ("file", "blkd-file"), ("file", "qsd-file"), ("file", "fio"),
-              ("file", "fio-batched")]
+    series = [("null", "blkd-null"), ("null", qn), ("file", "blkd-file"), ("file", qf),
+              ("file", "fio"), ("file", "fio-batched")]
     plots = []
     for name, xfield, fixed, xlabel in (("iops-vs-iodepth", 0, ("queues", 1), "iodepth (1 queue)"),
                                         ("iops-vs-queues", 1, ("depth", 32), "queues (iodepth 32 each)")):
@@ -289,7 +410,7 @@ def main():
         for g, c in series:
             pts = sorted((k[2] if xfield == 0 else k[3], v["iops"])
                          for k, v in medians.items()
-                         if k[0] == g and k[1] == c and
+                         if k[0] == g and k[1] == c and k[4] == "irq" and
                          (k[3] if fixed[0] == "queues" else k[2]) == fixed[1])
             if not pts:
                 continue
@@ -297,7 +418,7 @@ def main():
             with open(dat, "w") as fh:
                 for x, y in pts:
                     fh.write(f"{x} {y / 1000:.1f}\n")
-            cmds.append(f"'{dat}' using 1:2 with linespoints title '{LABEL[c]}'")
+            cmds.append(f"'{dat}' using 1:2 with linespoints title '{LABEL.get(c, qsd_label(c))}'")
         if not cmds:
             continue
         png = os.path.join(a.out, name + ".png")

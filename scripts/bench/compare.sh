@@ -4,22 +4,36 @@
 # (vhost-blk-bench), with plain fio on the same file as the limit, plus
 # ablations (batching, engines, polling), instructions per I/O (callgrind),
 # syscalls per request (strace) and resident memory.  Repetitions are
-# interleaved (rep 1 of every case, then rep 2, ...) and medians reported.
+# interleaved (rep 1 of every case, then rep 2, ...); every cell reports
+# min / median / max and every ratio is given per repetition (rep r of one
+# case against rep r of the other, taken seconds apart); a goal is met only
+# when every repetition meets it.
 #
 # Usage: scripts/bench/compare.sh [-o OUTDIR] [-t SECONDS] [-r REPS]
 #            [-f FILE] [-m SIZE_MIB] [-n CALLGRIND_IOS] [-b BUILDDIR]
-#            [--quick] [--no-callgrind] [--no-strace] [--no-ablations]
+#            [--quick | --short] [--pin] [--modes "irq poll"]
+#            [--only "tune null file iothreads ablations cost"]
+#            [--no-callgrind] [--no-strace] [--no-ablations]
 #   -o  output directory (default /var/tmp/vhost-blk-compare)
 #   -t  seconds per run (default 2)       -r  repetitions (default 3)
 #   -f  raw file (default /var/tmp/vhost-blk-compare.img, created once)
 #   -m  its size in MiB (default 1024)    -n  I/Os per callgrind run (20000)
-#   --quick  1 rep of 1 s, a few cases, no callgrind/strace (smoke test)
+#   --quick  1 rep of 1 s, a few cases, no callgrind/strace (CI smoke test)
+#   --short  every goal's table in a few minutes: 3 reps of 1 s, depths 1,
+#            32, 128, queues 1 and 4, no callgrind/strace/ablations
+#   --modes  client modes: irq = the bench sleeps on its call eventfd (as a
+#            guest takes interrupts), poll = it busy-polls the used ring
+#            (default: both)
+#   --pin    daemons (and fio) on CPU $VB_DAEMON_CPU (default 1), the bench
+#            on CPU $VB_BENCH_CPU (default 0); default: unpinned
+#   --only   run only these sections (tune picks qsd's best settings; null
+#            and file use them as the anchor, else qsd's defaults)
 # The ablations run on the raw file and on a RAM-backed file in /dev/shm
 # ($VB_RAM_DIR, 256 MiB, removed afterwards).
 # Outputs: OUTDIR/results.json, OUTDIR/results.md (also printed),
-#          OUTDIR/iops-vs-iodepth.png, OUTDIR/iops-vs-queues.png.
-# CPU placement: daemons (and fio) on CPU $VB_DAEMON_CPU (default 1), the
-# bench on CPU $VB_BENCH_CPU (default 0); empty values disable pinning.
+#          OUTDIR/raw.jsonl (every run), OUTDIR/iops-vs-*.png.
+# Recorded per run: the 1-minute load average, the daemon's CPU time per
+# I/O (/proc/PID/stat), the bench's own CPU per I/O and busiest thread.
 set -u
 
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,9 +49,12 @@ quick=0
 do_callgrind=1
 do_strace=1
 do_ablations=1
-dcpu=${VB_DAEMON_CPU-1}
-bcpu=${VB_BENCH_CPU-0}
+short=0
+pin=0
+modes="irq poll"
+only="tune null file iothreads ablations cost"
 QSIZE=512
+NQ=4
 
 usage() { sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//'; }
 
@@ -51,6 +68,10 @@ while [ $# -gt 0 ]; do
     -n) cg_ios=$2; shift ;;
     -b) builddir=$2; shift ;;
     --quick) quick=1 ;;
+    --short) short=1 ;;
+    --pin) pin=1 ;;
+    --modes) modes=$2; shift ;;
+    --only) only=$2; shift ;;
     --no-callgrind) do_callgrind=0 ;;
     --no-strace) do_strace=0 ;;
     --no-ablations) do_ablations=0 ;;
@@ -61,10 +82,23 @@ while [ $# -gt 0 ]; do
 done
 if [ "$quick" = 1 ]; then
     runtime=1; reps=1; do_callgrind=0; do_strace=0; do_ablations=0
+    only="null file"
     [ "$size_mib" = 1024 ] && size_mib=64
     [ "$file" = /var/tmp/vhost-blk-compare.img ] &&
         file=/var/tmp/vhost-blk-compare-quick.img
 fi
+if [ "$short" = 1 ]; then
+    runtime=1; do_callgrind=0; do_strace=0; do_ablations=0
+    only="tune null file iothreads"
+fi
+want_section() { case " $only " in *" $1 "*) return 0 ;; esac; return 1; }
+want_section ablations || do_ablations=0
+want_section cost || { do_callgrind=0; do_strace=0; }
+dcpu=; bcpu=
+if [ "$pin" = 1 ]; then dcpu=${VB_DAEMON_CPU-1}; bcpu=${VB_BENCH_CPU-0}; fi
+for m in $modes; do
+    case $m in irq|poll) ;; *) echo "compare.sh: --modes: irq or poll, not '$m'" >&2; exit 2 ;; esac
+done
 
 die() { echo "compare.sh: $*" >&2; exit 1; }
 log() { echo "# $*" >&2; }
@@ -147,29 +181,39 @@ blkd() {
     shift 2
     SOCK[$name]=$tmp/$name.sock
     "${pin_d[@]}" "${WRAP[@]}" "$BLKD" --log-level info \
-        --export "socket=${SOCK[$name]},$opts,num-queues=2,queue-size=$QSIZE" \
+        --export "socket=${SOCK[$name]},$opts,num-queues=$NQ,queue-size=$QSIZE" \
         "$@" > "$tmp/$name.log" 2>&1 &
     PID[$name]=$!
     wait_sock "$name" "${WAIT_SECS:-10}"
 }
 
-# qsd NAME BLOCKDEV_OPTS: qemu-storage-daemon, export in an iothread (as
-# one would run it for performance; iothreads poll adaptively).
+# qsd NAME BLOCKDEV_OPTS [IOTHREAD_OPTS]: qemu-storage-daemon, export in an
+# iothread (as one would run it for performance; iothreads poll
+# adaptively); IOTHREAD_OPTS e.g. ",poll-max-ns=0".
 qsd() {
-    local name=$1 bdev=$2
+    local name=$1 bdev=$2 iot=${3:-}
     SOCK[$name]=$tmp/$name.sock
-    "${pin_d[@]}" "${WRAP[@]}" "$QSD" --object iothread,id=iot0 \
+    "${pin_d[@]}" "${WRAP[@]}" "$QSD" --object "iothread,id=iot0$iot" \
         --blockdev "$bdev,node-name=f" \
-        --export "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,addr.path=${SOCK[$name]},writable=on,num-queues=2,iothread=iot0" \
+        --export "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,addr.path=${SOCK[$name]},writable=on,num-queues=$NQ,iothread=iot0" \
         > "$tmp/$name.log" 2>&1 &
     PID[$name]=$!
     wait_sock "$name" "${WAIT_SECS:-10}"
 }
 
 stop() {
-    local name=$1
+    local name=$1 n=0
     [ -n "${PID[$name]:-}" ] || return 0
     kill -TERM "${PID[$name]}" 2>/dev/null
+    # A daemon under valgrind may never exit (qemu-storage-daemon 7.2 once
+    # hung there on a syscall valgrind does not know): 60 s, then KILL.
+    while kill -0 "${PID[$name]}" 2>/dev/null && [ $n -lt 600 ]; do
+        sleep 0.1; n=$((n + 1))
+    done
+    if kill -0 "${PID[$name]}" 2>/dev/null; then
+        log "$name did not exit 60 s after SIGTERM: killed"
+        kill -KILL "${PID[$name]}" 2>/dev/null
+    fi
     wait "${PID[$name]}" 2>/dev/null
     unset "PID[$name]"
 }
@@ -183,18 +227,27 @@ rss() {
 
 # ---------------------------------------------------------------- runs
 
-# bench GROUP CASE REP DEPTH QUEUES [BENCH ARGS...]
+# CPU time (user + sys, clock ticks) of a process, all its threads.
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# bench GROUP CASE REP DEPTH QUEUES MODE [BENCH ARGS...]
+# MODE irq: the bench sleeps on its call eventfd; poll: --poll.
 bench() {
-    local g=$1 c=$2 r=$3 d=$4 q=$5 j
-    shift 5
+    local g=$1 c=$2 r=$3 d=$4 q=$5 mode=$6 j t0 t1 l p=()
+    shift 6
+    [ "$mode" = poll ] && p=(--poll)
+    l=$(load1)
+    t0=$(proc_ticks "${PID[$c]}")
     if ! j=$("${pin_b[@]}" "$BENCH" --socket "${SOCK[$c]}" --rw randread \
             --bs 4k --iodepth "$d" --queues "$q" --queue-size $QSIZE \
-            --runtime "$runtime" --json "$@" 2> "$tmp/bench.err"); then
-        echo "compare.sh: bench against $c (depth $d, queues $q) failed:" >&2
+            --runtime "$runtime" --json "${p[@]}" "$@" 2> "$tmp/bench.err"); then
+        echo "compare.sh: bench against $c (depth $d, queues $q, $mode) failed:" >&2
         sed 's/^/    /' "$tmp/bench.err" >&2
         return 1
     fi
-    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"depth\": $d, \"queues\": $q, \"r\": $j}" >> "$raw"
+    t1=$(proc_ticks "${PID[$c]}")
+    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\", \"load1\": $l, \"daemon_cpu_s\": $(( t1 - t0 )).0e-2, \"r\": $j}" >> "$raw"
 }
 
 # fio_limit GROUP REP DEPTH QUEUES CASE: plain fio on the file (io_uring,
@@ -212,7 +265,7 @@ fio_limit() {
         --numjobs="$q" --runtime="$runtime" --time_based --group_reporting \
         --output-format=json > "$tmp/fio.json" 2> "$tmp/fio.err" || {
         echo "compare.sh: fio failed:" >&2; cat "$tmp/fio.err" >&2; return 1; }
-    python3 - "$tmp/fio.json" "$g" "$r" "$d" "$q" "$c" >> "$raw" <<'EOF'
+    python3 - "$tmp/fio.json" "$g" "$r" "$d" "$q" "$c" "$(load1)" >> "$raw" <<'EOF'
 import json, sys
 f = json.load(open(sys.argv[1]))
 rd = f["jobs"][0]["read"]
@@ -223,21 +276,26 @@ r = {"iops": rd["iops"], "errors": 0,
                 "p99_9": pct.get("99.900000", 0) / 1e3}}
 print(json.dumps({"kind": "run", "group": sys.argv[2], "case": sys.argv[6],
                   "rep": int(sys.argv[3]), "depth": int(sys.argv[4]),
-                  "queues": int(sys.argv[5]), "r": r}))
+                  "queues": int(sys.argv[5]), "mode": "irq",
+                  "load1": float(sys.argv[7]), "r": r}))
 EOF
 }
 
-# sweep GROUP "CASES" "DEPTHS" "QUEUES" [fio]: interleaved repetitions
+# sweep GROUP "CASES" "DEPTHS" "QUEUES" [fio [MODES]]: interleaved
+# repetitions, each client mode of $modes (or MODES) in turn.
 sweep() {
-    local g=$1 cases=$2 depths=$3 queues=$4 with_fio=${5:-} r d q c
+    local g=$1 cases=$2 depths=$3 queues=$4 with_fio=${5:-} ms=${6:-$modes}
+    local r d q c m
     for r in $(seq 1 "$reps"); do
-        log "$g: repetition $r/$reps"
+        log "$g: repetition $r/$reps (load $(load1))"
         for q in $queues; do
             for d in $depths; do
-                for c in $cases; do
-                    bench "$g" "$c" "$r" "$d" "$q" || return 1
+                for m in $ms; do
+                    for c in $cases; do
+                        bench "$g" "$c" "$r" "$d" "$q" "$m" || return 1
+                    done
                 done
-                if [ -n "$with_fio" ]; then
+                if [ -n "$with_fio" ] && [ "$with_fio" != nofio ]; then
                     fio_limit "$g" "$r" "$d" "$q" fio || return 1
                     fio_limit "$g" "$r" "$d" "$q" fio-batched || return 1
                 fi
@@ -305,28 +363,99 @@ callgrind_case() {
 
 # ---------------------------------------------------------------- main
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-log "output in $out; $runtime s per run, $reps repetitions; daemon CPU ${dcpu:-any}, bench CPU ${bcpu:-any}"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+log "output in $out; $runtime s per run, $reps repetitions; modes: $modes; daemon CPU ${dcpu:-any}, bench CPU ${bcpu:-any}; load $load_start"
 
-# (i) null back-ends
-if [ "$quick" = 1 ]; then depths="1 32"; queues="1"; else depths="1 8 32 128"; queues="1 2"; fi
-blkd blkd-null "driver=null,size=$null_size" || exit 1
-qsd qsd-null-co "driver=null-co,size=$null_size" || exit 1
-[ "$quick" = 1 ] || { qsd qsd-null-aio "driver=null-aio,size=$null_size" || exit 1; }
-cases="blkd-null qsd-null-co"; [ "$quick" = 1 ] || cases="$cases qsd-null-aio"
-sweep null "$cases" "$depths" "$queues" || exit 1
-for c in $cases; do rss "$c" null; done
-for c in $cases; do stop "$c"; done
+# best GROUP: the case of GROUP with the highest median IOPS in irq mode
+# (qsd's best settings = the anchor of the comparison).
+best() {
+    python3 - "$raw" "$1" <<'EOF'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r in runs:
+    if r.get("group") == sys.argv[2] and r.get("mode", "irq") == "irq":
+        by.setdefault(r["case"], []).append(r["r"]["iops"])
+print(max(by, key=lambda c: statistics.median(by[c])) if by else "")
+EOF
+}
 
-# (ii) raw file, O_DIRECT, io_uring on both sides; fio as the limit
-if [ "$quick" = 1 ]; then depths="32"; queues="1"; else depths="1 8 32 64 128"; queues="1 2"; fi
-blkd blkd-file "file=$file,aio=io_uring,cache=none" || exit 1
-qsd qsd-file "driver=file,filename=$file,cache.direct=on,aio=io_uring" || exit 1
-sweep file "blkd-file qsd-file" "$depths" "$queues" fio || exit 1
-rss blkd-file file; rss qsd-file file
-if [ "$do_strace" = 1 ]; then
-    syscalls blkd-file file 64; syscalls qsd-file file 64
+# qsd_case NAME: start the qemu-storage-daemon configuration NAME encodes:
+# qsd-null-co / qsd-null-aio / qsd-file-io_uring / qsd-file-native, each
+# optionally with -pN (iothread poll-max-ns=N; none: qsd's default).
+qsd_case() {
+    local name=$1 base=${1%-p*} iot=""
+    [ "$base" != "$name" ] && iot=",poll-max-ns=${name##*-p}"
+    case $base in
+    qsd-null-co) qsd "$name" "driver=null-co,size=$null_size" "$iot" ;;
+    qsd-null-aio) qsd "$name" "driver=null-aio,size=$null_size" "$iot" ;;
+    qsd-file-io_uring) qsd "$name" "driver=file,filename=$file,cache.direct=on,aio=io_uring" "$iot" ;;
+    qsd-file-native) qsd "$name" "driver=file,filename=$file,cache.direct=on,aio=native" "$iot" ;;
+    *) die "unknown qsd case $name" ;;
+    esac
+}
+
+# (0) qemu-storage-daemon's best settings at the headline points: null-co
+# vs null-aio, aio=io_uring vs native, iothread poll-max-ns default (32 us)
+# vs 0 (no polling) vs 256 us; chosen by median IOPS, irq client.
+qsd_null=qsd-null-co
+qsd_file=qsd-file-io_uring
+if want_section tune; then
+    tq="qsd-null-co qsd-null-aio qsd-null-co-p0 qsd-null-co-p262144 qsd-null-aio-p0 qsd-null-aio-p262144"
+    for c in $tq; do qsd_case "$c" || exit 1; done
+    sweep tune-null "$tq" 32 1 nofio irq || exit 1
+    for c in $tq; do stop "$c"; done
+    qsd_null=$(best tune-null)
+    tf="qsd-file-io_uring qsd-file-native qsd-file-io_uring-p0 qsd-file-native-p0"
+    for c in $tf; do qsd_case "$c" || exit 1; done
+    sweep tune-file "$tf" 32 1 nofio irq || exit 1
+    for c in $tf; do stop "$c"; done
+    qsd_file=$(best tune-file)
+    log "qemu-storage-daemon's best: $qsd_null (null), $qsd_file (file)"
 fi
-stop blkd-file; stop qsd-file
+
+# (i) null back-ends: vhost-blkd with its defaults against qsd's best (and
+# qsd's defaults when the best is something else)
+if [ "$quick" = 1 ]; then depths="1 32"; queues="1"
+elif [ "$short" = 1 ]; then depths="1 32 128"; queues="1 4"
+else depths="1 8 32 128"; queues="1 2 4"; fi
+if want_section null; then
+    blkd blkd-null "driver=null,size=$null_size" || exit 1
+    cases="blkd-null $qsd_null"
+    qsd_case "$qsd_null" || exit 1
+    if [ "$qsd_null" != qsd-null-co ]; then
+        qsd_case qsd-null-co || exit 1; cases="$cases qsd-null-co"
+    fi
+    sweep null "$cases" "$depths" "$queues" || exit 1
+    for c in $cases; do rss "$c" null; done
+    for c in $cases; do stop "$c"; done
+fi
+
+# (ii) raw file, O_DIRECT, on both sides; fio as the limit (same file, same
+# engine: io_uring)
+if [ "$quick" = 1 ]; then depths="32"; queues="1"
+elif [ "$short" = 1 ]; then depths="1 32 64"; queues="1"
+else depths="1 8 32 64 128"; queues="1 2"; fi
+if want_section file; then
+    blkd blkd-file "file=$file,aio=io_uring,cache=none" || exit 1
+    qsd_case "$qsd_file" || exit 1
+    sweep file "blkd-file $qsd_file" "$depths" "$queues" fio || exit 1
+    rss blkd-file file; rss "$qsd_file" file
+    if [ "$do_strace" = 1 ]; then
+        syscalls blkd-file file 64; syscalls "$qsd_file" file 64
+    fi
+    stop blkd-file; stop "$qsd_file"
+fi
+
+# (iii) iothreads: vhost-blkd, null, 4 queues over 1 and 2 iothreads (queue
+# q in iothread q mod N), the bench with 1, 2, 4 queues at depth 32; the
+# daemon's CPU time per I/O shows what scaling costs on this machine.
+if want_section iothreads && [ "$quick" = 0 ]; then
+    blkd blkd-iot1 "driver=null,size=$null_size" --iothreads 1 || exit 1
+    blkd blkd-iot2 "driver=null,size=$null_size" --iothreads 2 || exit 1
+    sweep iothreads "blkd-iot1 blkd-iot2" 32 "1 2 4" nofio irq || exit 1
+    stop blkd-iot1; stop blkd-iot2
+fi
 
 # ablations on vhost-blkd at iodepth 64, on two back-ends: the raw file on
 # the disk (device-bound: the device's variance can hide the dataplane) and
@@ -342,7 +471,7 @@ ablate() {
     blkd "$p-threads" "file=$f,aio=threads,cache=none" || return 1
     blkd "$p-io_uring-nopoll" "file=$f,aio=io_uring,cache=none" --poll-max-ns 0 || return 1
     local acases="$p-native-batch $p-native-nobatch $p-io_uring $p-io_uring-nobatch $p-threads $p-io_uring-nopoll"
-    sweep "$g" "$acases" 64 1 || return 1
+    sweep "$g" "$acases" 64 1 nofio irq || return 1
     for c in $acases; do
         kill -USR1 "${PID[$c]}" 2>/dev/null
     done
@@ -382,5 +511,10 @@ python3 "$srcdir/scripts/bench/compare-report.py" --raw "$raw" --extra "$extra" 
     --meta "file_mib=$size_mib" --meta "fs=$(df -T "$file" | awk 'NR==2 {print $2}')" \
     --meta "cpus=$(nproc)" --meta "kernel=$(uname -r)" \
     --meta "daemon_cpu=${dcpu:-any}" --meta "bench_cpu=${bcpu:-any}" \
-    --meta "qsd=$("$QSD" --version | head -n1)" --meta "quick=$quick" ||
+    --meta "qsd=$("$QSD" --version | head -n1)" --meta "quick=$quick" \
+    --meta "short=$short" --meta "modes=$modes" --meta "qsd_null=$qsd_null" \
+    --meta "qsd_file=$qsd_file" --meta "load_start=$load_start" \
+    --meta "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" \
+    --meta "cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)" \
+    --meta "pinned=$pin" ||
     die "report failed"

@@ -9,6 +9,7 @@
 #
 # Usage: scripts/bench/guest.sh [-o OUTDIR] [-t SECONDS] [-r REPS]
 #            [-f FILE] [-m SIZE_MIB] [-b BUILDDIR] [-j "JOBS"]
+#            [-q "QUEUES"] [-c "CASES"]
 #   -o  output directory (default /var/tmp/vhost-blk-guest)
 #   -t  fio runtime in the guest, seconds (default 10)
 #   -r  repetitions, interleaved, median reported (default 3)
@@ -16,6 +17,10 @@
 #   -m  its size in MiB (default 256)
 #   -j  jobs as RW:BS:DEPTH, space separated
 #       (default "randread:4k:1 randread:4k:32 randwrite:4k:32")
+#   -q  queue counts of the device, space separated (default "1")
+#   -c  back-ends (default "vhost-blkd qsd qemu-virtio-blk"); also
+#       vhost-blkd-nocheck: vhost-blkd --poll-host-check off (polls even
+#       when the host has no idle CPU)
 # Outputs: OUTDIR/guest.jsonl (one line per run), OUTDIR/guest.md (also
 # printed).  Each run boots the guest (tests/functional/run-guest.sh, job
 # fio-verify with vbverify=none, time based) with one queue.
@@ -29,8 +34,10 @@ file=/var/tmp/vhost-blk-guest.img
 size_mib=256
 builddir=$srcdir/build
 jobs="randread:4k:1 randread:4k:32 randwrite:4k:32"
+queues="1"
+cases="vhost-blkd qsd qemu-virtio-blk"
 
-usage() { sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,26p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -41,6 +48,8 @@ while [ $# -gt 0 ]; do
     -m) size_mib=$2; shift ;;
     -b) builddir=$2; shift ;;
     -j) jobs=$2; shift ;;
+    -q) queues=$2; shift ;;
+    -c) cases=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "guest.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -101,19 +110,22 @@ wait_sock() {
     done
 }
 
-# start_backend CASE: start the daemon of CASE (none for QEMU's own).
+# start_backend CASE QUEUES: start the daemon of CASE (none for QEMU's own).
 start_backend() {
+    local nq=$2
     sock=$tmp/$1.sock
     rm -f "$sock"
     case $1 in
-    vhost-blkd)
-        "$BLKD" --export "socket=$sock,file=$file,aio=io_uring,cache=none,num-queues=1" \
-            > "$tmp/$1.log" 2>&1 &
+    vhost-blkd|vhost-blkd-nocheck)
+        local extra=()
+        [ "$1" = vhost-blkd-nocheck ] && extra=(--poll-host-check off)
+        "$BLKD" --export "socket=$sock,file=$file,aio=io_uring,cache=none,num-queues=$nq" \
+            "${extra[@]}" > "$tmp/$1.log" 2>&1 &
         dpid=$! ;;
     qsd)
         "$QSD" --object iothread,id=iot0 \
             --blockdev "driver=file,filename=$file,cache.direct=on,aio=io_uring,node-name=f" \
-            --export "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,addr.path=$sock,writable=on,num-queues=1,iothread=iot0" \
+            --export "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,addr.path=$sock,writable=on,num-queues=$nq,iothread=iot0" \
             > "$tmp/$1.log" 2>&1 &
         dpid=$! ;;
     qemu-virtio-blk)
@@ -129,17 +141,18 @@ stop_backend() {
     dpid=
 }
 
-# run CASE REP RW BS DEPTH
+# run CASE REP RW BS DEPTH QUEUES
 run() {
-    local c=$1 r=$2 rw=$3 bs=$4 d=$5 glog=$tmp/guest.log
+    local c=$1 r=$2 rw=$3 bs=$4 d=$5 nq=$6 glog=$tmp/guest.log l
     local -a disk
-    start_backend "$c"
+    l=$(cut -d' ' -f1 /proc/loadavg)
+    start_backend "$c" "$nq"
     if [ "$c" = qemu-virtio-blk ]; then
         disk=(-- -object iothread,id=io0
               -drive "file=$file,if=none,id=d0,format=raw,cache=none,aio=io_uring"
-              -device virtio-blk-pci,drive=d0,iothread=io0)
+              -device "virtio-blk-pci,drive=d0,iothread=io0,num-queues=$nq")
     else
-        disk=(-s "$sock" -q 1)
+        disk=(-s "$sock" -q "$nq")
     fi
     if ! "$RUNGUEST" -j fio-verify -t $((runtime + 120)) -l "$glog" \
             vbrw="$rw" vbbs="$bs" vbiodepth="$d" vbsize=$((size_mib / 2))M \
@@ -150,7 +163,7 @@ run() {
         die "guest run failed ($c, $rw $bs depth $d)"
     fi
     stop_backend
-    python3 - "$glog" "$c" "$r" "$rw" "$bs" "$d" >> "$raw" <<'EOF'
+    python3 - "$glog" "$c" "$r" "$rw" "$bs" "$d" "$nq" "$l" >> "$raw" <<'EOF'
 import json, re, sys
 log = open(sys.argv[1], errors="replace").read()
 def num(s):
@@ -162,53 +175,67 @@ avg_us = None
 if lat:
     avg_us = float(lat.group(2)) * {"nsec": 1e-3, "usec": 1, "msec": 1e3}[lat.group(1)]
 print(json.dumps({"case": sys.argv[2], "rep": int(sys.argv[3]), "rw": sys.argv[4],
-                  "bs": sys.argv[5], "depth": int(sys.argv[6]), "iops": iops,
-                  "clat_avg_us": avg_us}))
+                  "bs": sys.argv[5], "depth": int(sys.argv[6]), "queues": int(sys.argv[7]),
+                  "load1": float(sys.argv[8]), "iops": iops, "clat_avg_us": avg_us}))
 EOF
 }
 
-cases="vhost-blkd qsd qemu-virtio-blk"
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-log "guest runs: $runtime s of fio each, $reps repetitions, jobs: $jobs"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+log "guest runs: $runtime s of fio each, $reps repetitions, jobs: $jobs, queues: $queues, back-ends: $cases"
 for r in $(seq 1 "$reps"); do
-    for j in $jobs; do
-        IFS=: read -r rw bs d <<< "$j"
-        for c in $cases; do
-            log "rep $r/$reps: $c $rw $bs depth $d"
-            run "$c" "$r" "$rw" "$bs" "$d"
+    for q in $queues; do
+        for j in $jobs; do
+            IFS=: read -r rw bs d <<< "$j"
+            for c in $cases; do
+                log "rep $r/$reps: $c $rw $bs depth $d, $q queue(s) (load $(cut -d' ' -f1 /proc/loadavg))"
+                run "$c" "$r" "$rw" "$bs" "$d" "$q"
+            done
         done
     done
 done
 finished=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
 python3 - "$raw" "$started" "$finished" "$runtime" "$reps" "$(nproc)" \
-    "$("$QEMU" --version | head -n1)" > "$out/guest.md" <<'EOF'
+    "$("$QEMU" --version | head -n1)" "$cases" "$load_start" \
+    "$(cut -d' ' -f1-3 /proc/loadavg)" > "$out/guest.md" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-cases = ["vhost-blkd", "qsd", "qemu-virtio-blk"]
+cases = sys.argv[8].split()
+NAME = {"vhost-blkd": "vhost-blkd", "vhost-blkd-nocheck": "vhost-blkd --poll-host-check off",
+        "qsd": "qemu-storage-daemon", "qemu-virtio-blk": "QEMU virtio-blk + iothread"}
 jobs = []
 for r in rows:
-    k = (r["rw"], r["bs"], r["depth"])
+    k = (r["rw"], r["bs"], r["depth"], r.get("queues", 1))
     if k not in jobs:
         jobs.append(k)
+def sel(c, k):
+    return [r for r in rows if r["case"] == c and
+            (r["rw"], r["bs"], r["depth"], r.get("queues", 1)) == k]
 def med(c, k, key):
-    v = [r[key] for r in rows if r["case"] == c and (r["rw"], r["bs"], r["depth"]) == k
-         and r[key] is not None]
+    v = [r[key] for r in sel(c, k) if r[key] is not None]
     return statistics.median(v) if v else None
+loads = [r["load1"] for r in rows if "load1" in r]
 print(f"Guest measured {sys.argv[2]} to {sys.argv[3]}: {sys.argv[4]} s of fio per run, "
-      f"median of {sys.argv[5]} interleaved repetitions, {sys.argv[6]} host CPUs, "
-      f"{sys.argv[7]}, TCG guest with 2 vCPUs and 1 queue; "
-      "**bound by the emulator** (TCG), not by the back-end.\n")
-print("| fio job (in the guest) | vhost-blkd | qemu-storage-daemon | QEMU virtio-blk + iothread | blkd / qsd | blkd / QEMU | avg clat us blkd / qsd / QEMU |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+      f"{sys.argv[5]} interleaved repetitions (median; ratios per repetition), "
+      f"{sys.argv[6]} host CPUs, {sys.argv[7]}, TCG guest with 2 vCPUs; load average "
+      f"{sys.argv[9]} at the start, {sys.argv[10]} at the end"
+      + (f", 1-minute load {min(loads):.2f} to {max(loads):.2f} during the runs" if loads else "")
+      + "; **bound by the emulator** (TCG), not by the back-end.\n")
+other = [c for c in cases if c != "vhost-blkd"]
+print("| fio job (in the guest) | queues | " + " | ".join(NAME.get(c, c) for c in cases) + " | "
+      + " | ".join(f"vhost-blkd / {NAME.get(c, c)}, each rep" for c in other) + " |")
+print("|---|---:|" + "---:|" * len(cases) + "---:|" * len(other))
 def f(x):
     return "-" if x is None else (f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.0f}")
 for k in jobs:
-    v = [med(c, k, "iops") for c in cases]
-    l = [med(c, k, "clat_avg_us") for c in cases]
-    ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "-"
-    lat = " / ".join("-" if x is None else f"{x:.0f}" for x in l)
-    print(f"| {k[0]} {k[1]} depth {k[2]} | {f(v[0])} | {f(v[1])} | {f(v[2])} | "
-          f"{ratio(v[0], v[1])} | {ratio(v[0], v[2])} | {lat} |")
+    cells = [f(med(c, k, "iops")) for c in cases]
+    rr = []
+    b = {r["rep"]: r["iops"] for r in sel("vhost-blkd", k)}
+    for c in other:
+        o = {r["rep"]: r["iops"] for r in sel(c, k)}
+        rr.append(" ".join(f"{b[x] / o[x]:.2f}" for x in sorted(b) if x in o and o[x]) or "-")
+    print(f"| {k[0]} {k[1]} depth {k[2]} | {k[3]} | " + " | ".join(cells) + " | "
+          + " | ".join(rr) + " |")
 EOF
 cat "$out/guest.md"

@@ -72,9 +72,15 @@ static void fvu_queue_start(void *opaque, unsigned int index, VirtQueue *vq,
 {
     fuzz_check(index < FVU_NUM_QUEUES, "queue %u started", index);
     fuzz_check(virtqueue_is_started(vq), "queue %u not started", index);
-    /* what a device does first: look at the ring */
-    while (virtqueue_pop(vq)) {
+    VirtQueueElement *elem;
+
+    /* what a device does first: look at the ring; then complete what it
+     * found, which writes the used ring (and the dirty log when the
+     * input turned logging on) */
+    while ((elem = virtqueue_pop(vq))) {
+        virtqueue_push(vq, elem, elem->in_num ? 1 : 0);
     }
+    virtqueue_notify(vq);
 }
 
 static void fvu_queue_stop(void *opaque, unsigned int index, VirtQueue *vq)

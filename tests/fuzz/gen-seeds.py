@@ -330,6 +330,7 @@ def virtio_blk_seeds():
 #   (0 memfd + u8 pages, 1 eventfd, 2 pipe)
 
 (GET_FEATURES, SET_FEATURES, SET_OWNER, RESET_OWNER, SET_MEM_TABLE) = 1, 2, 3, 4, 5
+SET_LOG_BASE, SET_LOG_FD = 6, 7
 (SET_VRING_NUM, SET_VRING_ADDR, SET_VRING_BASE, GET_VRING_BASE,
  SET_VRING_KICK, SET_VRING_CALL, SET_VRING_ERR) = 8, 9, 10, 11, 12, 13, 14
 GET_PROTOCOL_FEATURES, SET_PROTOCOL_FEATURES, GET_QUEUE_NUM = 15, 16, 17
@@ -406,6 +407,20 @@ def vhost_user_seeds():
         vu_msg(REM_MEM_REG, u64(0) + struct.pack('<QQQQ', 0x100000, 4096,
                                                  UVA + 0x100000, 0))] +
         vring())
+    # dirty logging as QEMU starts it: log base, LOG_ALL, rings with
+    # VHOST_VRING_F_LOG; the queue then starts with logging on
+    log_proto = PROTO | (1 << 1)
+    seeds['dirty-log'] = b''.join([
+        vu_msg(GET_FEATURES), vu_msg(GET_PROTOCOL_FEATURES),
+        vu_msg(SET_PROTOCOL_FEATURES, u64(log_proto)), vu_msg(SET_OWNER),
+        mem_table(),
+        vu_msg(SET_LOG_BASE, struct.pack('<QQ', 8, 0), [(FD_MEMFD, 1)]),
+        vu_msg(SET_LOG_FD, b'', [FD_EVENTFD]),
+        vu_msg(SET_FEATURES, u64((1 << 32) | (1 << 30) | (1 << 26)),
+               reply=True)] + vring()[:1] + [
+        vu_msg(SET_VRING_ADDR, struct.pack('<IIQQQQ', 0, 1, UVA, UVA + 0x2000,
+                                           UVA + 0x1000, 0x2000))] +
+        vring()[2:] + [vu_msg(GET_VRING_BASE, struct.pack('<II', 0, 0))])
     seeds['bad-fds'] = b''.join(handshake() + [
         vu_msg(SET_VRING_KICK, u64(0), [FD_PIPE]),
         vu_msg(SET_VRING_CALL, u64(1 << 8), [FD_EVENTFD, FD_EVENTFD]),

@@ -1343,6 +1343,129 @@ static void test_inflight_shrunk_after_set(Fixture *f, gconstpointer data)
     check_survived(f);      /* without the guard: "vhost-blkd died" */
 }
 
+/* ---- dirty log (SET_LOG_BASE) ------------------------------------------ */
+
+/* Bytes of log MEM_SIZE of guest memory at gpa 0 needs: a bit per page. */
+#define LOG_SIZE (MEM_SIZE / 4096 / 8)
+
+/* SET_LOG_BASE with @fd (or none when -1): must drop the session with a
+ * log line (the reply never comes), never crash or write past the log. */
+static void expect_log_base_dropped(Fixture *f, uint64_t size,
+                                    uint64_t offset, int fd)
+{
+    VhostUserLog lg = { .mmap_size = size, .mmap_offset = offset };
+
+    g_assert_cmpint(vhost_user_frontend_send_msg_raw(
+                        f->fe, VHOST_USER_SET_LOG_BASE, VHOST_USER_VERSION,
+                        sizeof(lg), &lg, sizeof(lg), fd >= 0 ? &fd : NULL,
+                        fd >= 0 ? 1 : 0), ==, 0);
+    g_assert_true(vhost_user_frontend_peer_closed(f->fe, DROP_TIMEOUT_MS));
+    check_survived(f);
+}
+
+static void test_log_no_fd(Fixture *f, gconstpointer data)
+{
+    expect_log_base_dropped(f, LOG_SIZE, 0, -1);
+}
+
+/* One byte short of a bit for the last page of guest memory. */
+static void test_log_too_small(Fixture *f, gconstpointer data)
+{
+    int fd = make_memfd(LOG_SIZE);
+
+    expect_log_base_dropped(f, LOG_SIZE - 1, 0, fd);
+    close(fd);
+}
+
+/* Size and offset describe a range past the end of the file. */
+static void test_log_past_file(Fixture *f, gconstpointer data)
+{
+    int fd = make_memfd(LOG_SIZE);
+
+    expect_log_base_dropped(f, LOG_SIZE, 4096, fd);
+    close(fd);
+}
+
+/* offset + size wraps around 2^64. */
+static void test_log_offset_wraps(Fixture *f, gconstpointer data)
+{
+    int fd = make_memfd(LOG_SIZE);
+
+    expect_log_base_dropped(f, LOG_SIZE, UINT64_MAX - 4095, fd);
+    close(fd);
+}
+
+/* The legacy form (a u64, no fd) of a front-end without LOG_SHMFD. */
+static void test_log_legacy_u64(Fixture *f, gconstpointer data)
+{
+    uint64_t base = 0x1000;
+
+    g_assert_cmpint(vhost_user_frontend_send_msg_raw(
+                        f->fe, VHOST_USER_SET_LOG_BASE, VHOST_USER_VERSION,
+                        sizeof(base), &base, sizeof(base), NULL, 0), ==, 0);
+    g_assert_true(vhost_user_frontend_peer_closed(f->fe, DROP_TIMEOUT_MS));
+    check_survived(f);
+}
+
+/*
+ * A good log, logging on, then the used ring's log address is moved past
+ * the end of the log: the queue cannot start (refused), nothing is
+ * written outside the log.
+ */
+static void test_log_used_addr_outside(Fixture *f, gconstpointer data)
+{
+    g_autoptr(GError) err = NULL;
+    struct vring_desc *desc;
+    struct vring_avail *avail;
+    struct vring_used *used;
+    VhostUserVringAddr addr = { .index = 0, .flags = 1u << VHOST_VRING_F_LOG };
+
+    g_assert_true(vhost_user_frontend_log_start(f->fe, 0, &err));
+    g_assert_no_error(err);
+    vhost_user_frontend_rings(f->fe, 0, &desc, &avail, &used);
+    addr.desc_user_addr = (uintptr_t)desc;
+    addr.avail_user_addr = (uintptr_t)avail;
+    addr.used_user_addr = (uintptr_t)used;
+    addr.log_guest_addr = MEM_SIZE;     /* first page without a bit */
+    expect_refused(f, send_acked(f, VHOST_USER_SET_VRING_ADDR, &addr,
+                                 sizeof(addr), NULL, 0));
+    check_survived(f);
+}
+
+/*
+ * A log memfd the front-end did not seal, truncated while logging is on:
+ * the next logged write hits a page that is gone.  The SIGBUS guard turns
+ * that into the end of this session, not of the process.
+ */
+static void test_log_shrunk_after_set(Fixture *f, gconstpointer data)
+{
+    int fd = make_memfd(LOG_SIZE);
+    VhostUserLog lg = { .mmap_size = LOG_SIZE, .mmap_offset = 0 };
+    uint64_t features = vhost_user_frontend_get_features(f->fe) |
+                        (1ULL << VHOST_F_LOG_ALL);
+    VhostUserMsg reply;
+    struct iovec iov = { f->buf, 4096 };
+
+    g_assert_cmpint(vhost_user_frontend_send_msg_raw(
+                        f->fe, VHOST_USER_SET_LOG_BASE, VHOST_USER_VERSION,
+                        sizeof(lg), &lg, sizeof(lg), &fd, 1), ==, 0);
+    g_assert_cmpint(vhost_user_frontend_recv_raw(f->fe, &reply, NULL, NULL,
+                                                 DROP_TIMEOUT_MS), >=, 0);
+    g_assert_cmpuint(reply.hdr.request, ==, VHOST_USER_SET_LOG_BASE);
+    g_assert_cmpint(send_acked(f, VHOST_USER_SET_FEATURES, &features,
+                               sizeof(features), NULL, 0), ==, 0);
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 4096, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpint(ftruncate(fd, 0), ==, 0);
+    g_assert_cmpint(vhost_user_frontend_blk_submit(f->fe, 0, VIRTIO_BLK_T_IN,
+                                                   0, &iov, 1, true, NULL),
+                    >=, 0);
+    g_assert_cmpint(vhost_user_frontend_kick(f->fe, 0), >=, 0);
+    g_assert_true(vhost_user_frontend_peer_closed(f->fe, DROP_TIMEOUT_MS));
+    close(fd);
+    check_survived(f);
+}
+
 /* ---- messages --------------------------------------------------------- */
 
 static void test_msg_call_two_fds(Fixture *f, gconstpointer data)
@@ -1375,7 +1498,7 @@ static void test_msg_unknown_request(Fixture *f, gconstpointer data)
     uint64_t v = 0;
 
     expect_refused(f, send_acked(f, 9999, &v, sizeof(v), NULL, 0));
-    expect_refused(f, send_acked(f, VHOST_USER_SET_LOG_BASE, &v, sizeof(v),
+    expect_refused(f, send_acked(f, VHOST_USER_NET_SET_MTU, &v, sizeof(v),
                                  NULL, 0));
     /* the session goes on */
     g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 512, true,
@@ -1994,6 +2117,13 @@ int main(int argc, char **argv)
     ADD("inflight/smaller-than-queue", test_inflight_smaller_than_queue);
     ADD("inflight/no-fd", test_inflight_no_fd);
     ADD("inflight/shrunk-after-set", test_inflight_shrunk_after_set);
+    ADD("log/no-fd", test_log_no_fd);
+    ADD("log/too-small", test_log_too_small);
+    ADD("log/past-file", test_log_past_file);
+    ADD("log/offset-wraps", test_log_offset_wraps);
+    ADD("log/legacy-u64", test_log_legacy_u64);
+    ADD("log/used-addr-outside", test_log_used_addr_outside);
+    ADD("log/shrunk-after-set", test_log_shrunk_after_set);
     ADD("msg/call-two-fds", test_msg_call_two_fds);
     ADD("msg/fd-on-get", test_msg_fd_on_get);
     ADD("msg/unknown-request", test_msg_unknown_request);

@@ -679,10 +679,57 @@ static void test_poll_nested_asserts(void)
     g_test_trap_assert_failed();
 }
 
+/* ---- edge-triggered handlers ---- */
+
+static int edge_reads;
+
+static void edge_read_cb(void *opaque)
+{
+    edge_reads++;               /* deliberately does not read the fd */
+}
+
+/* An edge-triggered eventfd handler runs once per write, never drains. */
+static void test_fd_edge_triggered(void)
+{
+    EventNotifier e;
+    int fd;
+
+    ctx_setup();
+    g_assert_cmpint(event_notifier_init(&e, false), ==, 0);
+    fd = event_notifier_get_fd(&e);
+    g_assert_false(aio_set_fd_edge_triggered(ctx, fd));   /* no handler */
+    aio_set_fd_handler(ctx, fd, edge_read_cb, NULL, NULL, NULL, NULL);
+    g_assert_true(aio_set_fd_edge_triggered(ctx, fd));
+    edge_reads = 0;
+
+    event_notifier_set(&e);
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(edge_reads, ==, 1);
+    /* Still readable (never read), but no new edge: nothing runs. */
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(edge_reads, ==, 1);
+    /* Each new write is one more event, whatever the counter holds. */
+    event_notifier_set(&e);
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(edge_reads, ==, 2);
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(edge_reads, ==, 2);
+
+    /* Re-registering keeps the handler edge-triggered. */
+    aio_set_fd_handler(ctx, fd, edge_read_cb, NULL, NULL, NULL, NULL);
+    g_assert_false(aio_poll(ctx, false));
+    g_assert_cmpint(edge_reads, ==, 2);
+
+    aio_set_fd_handler(ctx, fd, NULL, NULL, NULL, NULL, NULL);
+    event_notifier_cleanup(&e);
+    ctx_teardown();
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/aio/bh/schedule", test_bh_schedule);
+    g_test_add_func("/aio/fd/edge-triggered", test_fd_edge_triggered);
     g_test_add_func("/aio/bh/schedule-twice-runs-once", test_bh_schedule_twice);
     g_test_add_func("/aio/bh/cancel", test_bh_cancel);
     g_test_add_func("/aio/bh/delete", test_bh_delete);

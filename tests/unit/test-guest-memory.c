@@ -269,6 +269,102 @@ static void test_mmap_offset(void)
     close(fd);
 }
 
+/* The log's bytes as the file holds them (what the VMM reads). */
+static void test_read_log(int fd, uint64_t off, uint8_t *buf, size_t len)
+{
+    g_assert_cmpint(pread(fd, buf, len, off), ==, (ssize_t)len);
+}
+
+/*
+ * The dirty log: bit (page % 8) of byte (page / 8), set by gpa ranges and
+ * by host pointers (iovecs), a range across pages marks each page, and
+ * nothing is written outside the log: the bytes of its file before the
+ * mapped offset and after its end stay untouched even for pages past it.
+ */
+static void test_log(void)
+{
+    GuestMemory mem;
+    long page = sysconf(_SC_PAGESIZE);
+    int mfd = test_memfd(0x40000);           /* 64 pages of guest memory */
+    int lfd = test_memfd(3 * page);
+    uint64_t loff = page + 16;               /* not page aligned */
+    uint8_t buf[16], guard[16];
+    struct iovec iov[2];
+    GError *err = NULL;
+    uint8_t *host;
+
+    guest_mem_init(&mem);
+    test_add(&mem, mfd, 0x100000, 0x40000, 0x7f0000000000ULL, 0);
+    memset(guard, 0xa5, sizeof(guard));
+    g_assert_cmpint(pwrite(lfd, guard, sizeof(guard), loff - 16), ==, 16);
+    g_assert_cmpint(pwrite(lfd, guard, sizeof(guard), loff + 8), ==, 16);
+
+    /* 8 bytes = 64 pages: gpa 0 .. 0x40000, less than the region's end */
+    g_assert_true(guest_mem_set_log(&mem, lfd, 8, loff, &err));
+    g_assert_no_error(err);
+    g_assert_false(guest_mem_log_check_regions(&mem, &err));
+    g_test_message("rejected: %s", err->message);
+    g_clear_error(&err);
+    g_assert_true(guest_mem_log_covers(&mem, 0, 0x40000));
+    g_assert_false(guest_mem_log_covers(&mem, 0x3f000, 0x1001));
+
+    /* a range over pages 1-3, and one byte of page 9 */
+    guest_mem_log_gpa(&mem, 0x1fff, 0x1002);
+    guest_mem_log_gpa(&mem, 0x9000, 1);
+    test_read_log(lfd, loff, buf, 8);
+    g_assert_cmphex(buf[0], ==, 0x0e);
+    g_assert_cmphex(buf[1], ==, 0x02);
+    /* pages past the log are skipped, not written */
+    guest_mem_log_gpa(&mem, 0x3f000, 0x100000);
+    guest_mem_log_gpa(&mem, UINT64_MAX - 10, 100);      /* wraps: ignored */
+    test_read_log(lfd, loff, buf, 8);
+    g_assert_cmphex(buf[7], ==, 0x80);
+    test_read_log(lfd, loff + 8, buf, 16);
+    g_assert_cmpmem(buf, 16, guard, 16);
+    test_read_log(lfd, loff - 16, buf, 16);
+    g_assert_cmpmem(buf, 16, guard, 16);
+
+    /* host pointers map back to guest-physical pages 0x100 and 0x101,
+     * past this small log: nothing written; a bigger log takes them */
+    host = guest_mem_gpa_to_host(&mem, 0x100ff0, 32);
+    g_assert_nonnull(host);
+    iov[0] = (struct iovec) { host, 32 };
+    iov[1] = (struct iovec) { buf, 1 };     /* not guest memory: skipped */
+    guest_mem_log_iov(&mem, iov, 2);
+    test_read_log(lfd, loff + 8, buf, 16);
+    g_assert_cmpmem(buf, 16, guard, 16);
+
+    g_assert_true(guest_mem_set_log(&mem, lfd, 2 * page, page, &err));
+    g_assert_no_error(err);
+    g_assert_true(guest_mem_log_check_regions(&mem, &err));
+    g_assert_no_error(err);
+    iov[1] = (struct iovec) { guard, 1 };
+    guest_mem_log_iov(&mem, iov, 2);
+    test_read_log(lfd, page + 0x100 / 8, buf, 1);
+    g_assert_cmphex(buf[0], ==, 0xa5 | 0x03);   /* on the guard pattern */
+
+    /* bad logs: no fd, empty, wrapping, past the file */
+    g_assert_false(guest_mem_set_log(&mem, -1, 8, 0, &err));
+    g_clear_error(&err);
+    g_assert_false(guest_mem_set_log(&mem, lfd, 0, 0, &err));
+    g_clear_error(&err);
+    g_assert_false(guest_mem_set_log(&mem, lfd, 8, UINT64_MAX - 4, &err));
+    g_clear_error(&err);
+    g_assert_false(guest_mem_set_log(&mem, lfd, 3 * page, 1, &err));
+    g_test_message("rejected: %s", err->message);
+    g_clear_error(&err);
+    /* a refused log leaves the previous one in place */
+    g_assert_nonnull(mem.log);
+    g_assert_cmpuint(mem.log_size, ==, 2 * page);
+
+    guest_mem_clear_log(&mem);
+    g_assert_null(mem.log);
+    guest_mem_log_gpa(&mem, 0, 0x1000);     /* no log: nothing to do */
+    guest_mem_clear(&mem);
+    close(lfd);
+    close(mfd);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -278,5 +374,6 @@ int main(int argc, char **argv)
     g_test_add_func("/guest-memory/iovec/split", test_iovec_split);
     g_test_add_func("/guest-memory/remove", test_remove);
     g_test_add_func("/guest-memory/mmap-offset", test_mmap_offset);
+    g_test_add_func("/guest-memory/log", test_log);
     return g_test_run();
 }

@@ -337,7 +337,8 @@ static void test_features_and_ack(TestFixture *f, gconstpointer data)
     g_assert_cmpint(test_recv(f, fd, &h, &v, sizeof(v)), ==, 8);
     g_assert_cmpuint(h.flags, ==, VHOST_USER_VERSION | VHOST_USER_REPLY_MASK);
     g_assert_cmphex(v, ==, (1ULL << 32) |
-                    (1ULL << VHOST_USER_F_PROTOCOL_FEATURES));
+                    (1ULL << VHOST_USER_F_PROTOCOL_FEATURES) |
+                    (1ULL << VHOST_F_LOG_ALL));
 
     /* Unknown request with NEED_REPLY: nonzero ack, session goes on. */
     test_send(fd, 99, VHOST_USER_VERSION | VHOST_USER_NEED_REPLY, NULL, 0);

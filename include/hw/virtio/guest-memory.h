@@ -36,7 +36,26 @@ typedef struct GuestMemory {
      * SET_MEM_TABLE); the page now reads as zeros.  Cleared by
      * guest_mem_clear(). */
     _Atomic bool faulted;
+
+    /*
+     * Dirty log (vhost-user SET_LOG_BASE with LOG_SHMFD): one bit per
+     * GUEST_MEM_LOG_PAGE bytes of guest-physical address space, bit
+     * (page % 8) of byte (page / 8), set with atomic ORs because the VMM
+     * reads and clears it concurrently.  NULL: no log mapped.  Changed only
+     * while every queue that writes guest memory is stopped.
+     */
+    uint8_t *log;
+    uint64_t log_size;          /* bytes of log */
+    void *log_mmap_addr;
+    size_t log_mmap_size;
+    int log_guard;              /* SIGBUS guard handle + 1; 0: none */
+    /* SET_LOG_FD: eventfd written after a batch logged writes; -1: none
+     * (owned by whoever set it) */
+    int log_call_fd;
 } GuestMemory;
+
+#define GUEST_MEM_LOG_PAGE_SHIFT 12
+#define GUEST_MEM_LOG_PAGE (1ULL << GUEST_MEM_LOG_PAGE_SHIFT)
 
 /* Any thread: has a guarded access faulted since the regions were set? */
 static inline bool guest_mem_faulted(const GuestMemory *mem)
@@ -74,5 +93,46 @@ const GuestMemRegion *guest_mem_gpa_region(const GuestMemory *mem,
  * wraps) or -ENOBUFS (more than @max pieces). */
 int guest_mem_gpa_to_iovec(const GuestMemory *mem, uint64_t gpa,
                            uint64_t len, struct iovec *iov, int max);
+
+
+/*
+ * Dirty log.  Main thread, no queue writing guest memory running.
+ * guest_mem_set_log() maps @size bytes of @fd at @offset as the log
+ * (replacing any previous one) and guards it against SIGBUS like the
+ * regions (a fault sets mem->faulted).  Refuses a zero or huge size, an
+ * offset + size that wraps or lies past the end of a regular file.  Takes
+ * no ownership of @fd.
+ */
+bool guest_mem_set_log(GuestMemory *mem, int fd, uint64_t size,
+                       uint64_t offset, GError **errp);
+void guest_mem_clear_log(GuestMemory *mem);
+/* Whether the mapped log has a bit for every page of [gpa, gpa + len). */
+bool guest_mem_log_covers(const GuestMemory *mem, uint64_t gpa, uint64_t len);
+/* false + @errp unless the log covers every region of the table. */
+bool guest_mem_log_check_regions(const GuestMemory *mem, GError **errp);
+
+/*
+ * The logging helpers every ring format calls after the device wrote guest
+ * memory (and never before the write: the VMM may read and clear a bit at
+ * any time, and a bit set before the write could be cleared and its page
+ * sent while the old contents are still there).  Any thread; lock-free;
+ * a page outside the log is skipped, never written past its end.  Call
+ * them only when logging is on: they cost a region lookup per iovec.
+ */
+/* Mark the pages of [gpa, gpa + len) (len > 0). */
+void guest_mem_log_gpa(const GuestMemory *mem, uint64_t gpa, uint64_t len);
+/* Mark the pages under @n iovecs that point into guest memory (host
+ * pointers from this table's translations, e.g. an element's in_sg). */
+void guest_mem_log_iov(const GuestMemory *mem, const struct iovec *iov,
+                       unsigned int n);
+/* Mark the pages under [p, p + len), a host pointer into guest memory
+ * (e.g. a ring entry the device just wrote, found by its VMM address). */
+static inline void guest_mem_log_host(const GuestMemory *mem, const void *p,
+                                      size_t len)
+{
+    struct iovec iov = { .iov_base = (void *)p, .iov_len = len };
+
+    guest_mem_log_iov(mem, &iov, 1);
+}
 
 #endif

@@ -135,6 +135,12 @@ typedef struct VhostUserInflight {
     uint16_t queue_size;
 } VhostUserInflight;
 
+/* SET_LOG_BASE payload (with VHOST_USER_PROTOCOL_F_LOG_SHMFD) */
+typedef struct VhostUserLog {
+    uint64_t mmap_size;
+    uint64_t mmap_offset;
+} VhostUserLog;
+
 typedef struct QEMU_PACKED VhostUserHeader {
     uint32_t request;
     uint32_t flags;
@@ -149,6 +155,7 @@ typedef union VhostUserPayload {
     VhostUserMemRegMsg memreg;
     VhostUserConfig config;
     VhostUserInflight inflight;
+    VhostUserLog log;
 } VhostUserPayload;
 
 typedef struct QEMU_PACKED VhostUserMsg {

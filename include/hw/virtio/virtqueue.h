@@ -99,6 +99,11 @@ void virtqueue_set_event_idx(VirtQueue *vq, bool on);   /* negotiated */
  * and the device event suppression area (used_user_addr). */
 void virtqueue_set_packed(VirtQueue *vq, bool on);
 bool virtqueue_is_packed(VirtQueue *vq);
+/* VHOST_F_LOG_ALL negotiated: from the next start, mark every guest page
+ * the queue writes in the dirty log of the GuestMemory it starts with (if
+ * one is mapped), and the used ring at the address's log_guest_addr when
+ * its flags have VHOST_VRING_F_LOG. */
+void virtqueue_set_log(VirtQueue *vq, bool on);
 void virtqueue_set_enabled(VirtQueue *vq, bool on);
 bool virtqueue_is_enabled(VirtQueue *vq);
 /* Per-queue inflight region (NULL = none): a VhostUserQueueRegionSplit or,

@@ -69,16 +69,35 @@ static void vhost_pci_blk_get_config(VirtIODevice *vdev, uint8_t *config)
     memcpy(config, &s->blkcfg, vdev->config_len);
 }
 
+static int vhost_pci_blk_kernel_set_write_cache(VHostPciBlk *s, int wce,
+                                                Error **errp);
+
 static void vhost_pci_blk_set_config(VirtIODevice *vdev, const uint8_t *config)
 {
     VHostPciBlk *s = VHOST_PCI_BLK(vdev);
     const struct virtio_blk_config *cfg = (const struct virtio_blk_config *)config;
     uint8_t wce = cfg->wce ? 1 : 0;
+    Error *local_err = NULL;
 
     if (wce == s->blkcfg.wce) {
         return;
     }
-    if (s->backend == VHOST_PCI_BLK_BACKEND_USER) {
+    if (s->backend == VHOST_PCI_BLK_BACKEND_KERNEL) {
+        /* Only a driver that negotiated CONFIG_WCE may toggle the cache. */
+        if (!virtio_vdev_has_feature(vdev, VIRTIO_BLK_F_CONFIG_WCE)) {
+            return;
+        }
+        /*
+         * Running: the module switches now.  Stopped: the value is applied
+         * by the next start.  On failure the guest reads back the old
+         * value, so it never believes in a mode it does not have.
+         */
+        if (s->started &&
+            vhost_pci_blk_kernel_set_write_cache(s, wce, &local_err) < 0) {
+            error_report_err(local_err);
+            return;
+        }
+    } else if (s->backend == VHOST_PCI_BLK_BACKEND_USER) {
         if (!s->connected ||
             vhost_dev_set_config(&s->dev, &wce,
                                  offsetof(struct virtio_blk_config, wce),
@@ -88,7 +107,6 @@ static void vhost_pci_blk_set_config(VirtIODevice *vdev, const uint8_t *config)
             return;
         }
     }
-    /* Kernel backend: the guest's flushes reach the image either way. */
     s->blkcfg.wce = wce;
 }
 
@@ -145,6 +163,40 @@ static int vhost_pci_blk_kernel_set_backend(VHostPciBlk *s, int fd,
     return 0;
 }
 
+/*
+ * The write cache mode the driver asked for (VIRTIO 1.2, 5.2.6.2): with
+ * CONFIG_WCE the config space's writeback byte, otherwise writeback
+ * exactly when FLUSH was negotiated.
+ */
+static int vhost_pci_blk_guest_wce(VirtIODevice *vdev)
+{
+    VHostPciBlk *s = VHOST_PCI_BLK(vdev);
+
+    if (virtio_vdev_has_feature(vdev, VIRTIO_BLK_F_CONFIG_WCE)) {
+        return s->blkcfg.wce ? 1 : 0;
+    }
+    return virtio_vdev_has_feature(vdev, VIRTIO_BLK_F_FLUSH) ? 1 : 0;
+}
+
+/* 1: writeback; 0: writethrough, every write durable before it completes. */
+static int vhost_pci_blk_kernel_set_write_cache(VHostPciBlk *s, int wce,
+                                                Error **errp)
+{
+    int vhostfd = (int)(uintptr_t)s->dev.opaque;
+
+    if (ioctl(vhostfd, VHOST_BLK_SET_WRITE_CACHE, &wce) < 0) {
+        int err = errno;
+
+        error_setg_errno(errp, err, "vhost-pci-blk: VHOST_BLK_SET_WRITE_CACHE "
+                         "(%s) failed, so the guest's write cache setting "
+                         "cannot be honoured; is the vhost_blk module the ABI "
+                         "version this QEMU expects (docs/qemu-fork.md)?",
+                         wce ? "writeback" : "writethrough");
+        return -err;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------ start / stop */
 
 static int vhost_pci_blk_start(VirtIODevice *vdev, Error **errp)
@@ -171,6 +223,10 @@ static int vhost_pci_blk_start(VirtIODevice *vdev, Error **errp)
     }
 
     s->dev.acked_features = vdev->guest_features;
+    if (s->backend == VHOST_PCI_BLK_BACKEND_KERNEL) {
+        /* Only bits the module offered: it refuses others (EOPNOTSUPP). */
+        s->dev.acked_features &= s->dev.features;
+    }
 
     if (s->backend == VHOST_PCI_BLK_BACKEND_USER) {
         /* The inflight region lets a restarted backend resume requests. */
@@ -208,7 +264,16 @@ static int vhost_pci_blk_start(VirtIODevice *vdev, Error **errp)
     }
 
     if (s->backend == VHOST_PCI_BLK_BACKEND_KERNEL) {
-        ret = vhost_pci_blk_kernel_set_backend(s, s->image_fd, errp);
+        /*
+         * After SET_FEATURES (vhost_dev_start), before the first request
+         * can reach the image: a guest that runs writethrough never has a
+         * write completed from the cache.
+         */
+        ret = vhost_pci_blk_kernel_set_write_cache(
+                  s, vhost_pci_blk_guest_wce(vdev), errp);
+        if (ret == 0) {
+            ret = vhost_pci_blk_kernel_set_backend(s, s->image_fd, errp);
+        }
         if (ret < 0) {
             vhost_pci_blk_kernel_set_backend(s, -1, NULL);
             vhost_dev_stop(&s->dev, vdev, true);
@@ -301,17 +366,33 @@ static uint64_t vhost_pci_blk_get_features(VirtIODevice *vdev,
         virtio_add_feature(&features, VIRTIO_BLK_F_TOPOLOGY);
         virtio_add_feature(&features, VIRTIO_BLK_F_RO);
     } else {
-        /* The kernel ABI has no discard / write-zeroes (yet). */
-        virtio_clear_feature(&features, VIRTIO_BLK_F_DISCARD);
-        virtio_clear_feature(&features, VIRTIO_BLK_F_WRITE_ZEROES);
+        /*
+         * The module serves DISCARD and WRITE_ZEROES (if it lists them);
+         * discard only where the backing can.  A read-only drive gets
+         * neither: the module fails both on a read-only fd.
+         */
+        if (!s->kernel_discard || !blk_is_writable(s->blk)) {
+            virtio_clear_feature(&features, VIRTIO_BLK_F_DISCARD);
+        }
         if (!blk_is_writable(s->blk)) {
+            virtio_clear_feature(&features, VIRTIO_BLK_F_WRITE_ZEROES);
             virtio_add_feature(&features, VIRTIO_BLK_F_RO);
         }
     }
     if (s->num_queues > 1) {
         virtio_add_feature(&features, VIRTIO_BLK_F_MQ);
     }
-    return vhost_get_features(&s->dev, vhost_pci_blk_feature_bits, features);
+    features = vhost_get_features(&s->dev, vhost_pci_blk_feature_bits, features);
+    /*
+     * Read-only is QEMU's decision on this path (the image fd is opened
+     * O_RDONLY and the kernel fails writes on it): tell the guest even when
+     * the module does not list the bit.  The module hears of it only if
+     * it lists it (vhost_pci_blk_start acks only what the module offered).
+     */
+    if (s->backend == VHOST_PCI_BLK_BACKEND_KERNEL && !blk_is_writable(s->blk)) {
+        virtio_add_feature(&features, VIRTIO_BLK_F_RO);
+    }
+    return features;
 }
 
 /* A guest that kicks before DRIVER_OK: start vhost now. */
@@ -385,14 +466,17 @@ static void vhost_pci_blk_user_disconnect(DeviceState *dev)
     VirtIODevice *vdev = VIRTIO_DEVICE(dev);
     VHostPciBlk *s = VHOST_PCI_BLK(vdev);
 
-    if (!s->connected) {
-        return;
+    if (s->connected) {
+        s->connected = false;
+        vhost_pci_blk_stop(vdev);
+        vhost_dev_cleanup(&s->dev);
     }
-    s->connected = false;
-    vhost_pci_blk_stop(vdev);
-    vhost_dev_cleanup(&s->dev);
 
-    /* Wait for the next connection (chardev reconnect=N). */
+    /*
+     * Wait for the next connection (chardev reconnect=N), also when there
+     * was nothing to tear down: the backend may die while the device is
+     * stopped or before it was first started (qemu/patches/0002-*).
+     */
     qemu_chr_fe_set_handlers(&s->chardev, NULL, NULL, vhost_pci_blk_chr_event,
                              NULL, dev, NULL, true);
 }
@@ -499,26 +583,147 @@ static int vhost_pci_blk_open_vhost(VHostPciBlk *s, Error **errp)
     return -1;
 }
 
+/*
+ * Block size the guest gets (docs/qemu-fork.md, "Block size"): a block
+ * device's logical block size (BLKSSZGET); for a file opened O_DIRECT the
+ * file system's direct-I/O alignment (statx STATX_DIOALIGN, else what
+ * QEMU's file driver probed); 512 for a buffered file.  logical_block_size=
+ * overrides it, but never below what O_DIRECT needs: the kernel would fail
+ * every smaller request with EINVAL.
+ */
+static int vhost_pci_blk_block_size(VHostPciBlk *s, int fd, bool direct,
+                                    BlockDriverState *file_bs, Error **errp)
+{
+    const char *name = file_bs->filename;
+    uint32_t need = 0, bs = 512;
+    const char *what = "";
+    struct statx stx;
+    struct stat st;
+
+    if (fstat(fd, &st) < 0) {
+        error_setg_errno(errp, errno, "vhost-pci-blk: fstat %s", name);
+        return -1;
+    }
+    if (S_ISBLK(st.st_mode)) {
+        int ssize = 0;
+
+        if (ioctl(fd, BLKSSZGET, &ssize) < 0) {
+            error_setg_errno(errp, errno, "vhost-pci-blk: BLKSSZGET on %s",
+                             name);
+            return -1;
+        }
+        if (ssize < 512 || ssize > 65536 || !is_power_of_2(ssize)) {
+            error_setg(errp, "vhost-pci-blk: %s reports a logical block size "
+                       "of %d bytes, which virtio-blk cannot express", name,
+                       ssize);
+            return -1;
+        }
+        bs = ssize;
+        if (direct) {
+            need = ssize;
+            what = "logical block size";
+        }
+    } else if (direct) {
+        if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+            (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align) {
+            need = stx.stx_dio_offset_align;
+        } else {
+            need = file_bs->bl.request_alignment;
+        }
+        need = MAX(need, 512);
+        if (need > 65536 || !is_power_of_2(need)) {
+            error_setg(errp, "vhost-pci-blk: the direct-I/O alignment of %s "
+                       "is %u bytes, which virtio-blk cannot express; use "
+                       "cache=writeback (buffered) for this file", name, need);
+            return -1;
+        }
+        bs = need;
+        what = "direct-I/O alignment";
+    }
+    if (s->logical_block_size) {
+        if (s->logical_block_size < need) {
+            error_setg(errp, "vhost-pci-blk: logical_block_size=%u is smaller "
+                       "than the %u-byte %s of %s (opened with O_DIRECT, "
+                       "cache=none): the kernel would fail the guest's "
+                       "smaller requests; give logical_block_size=%u or "
+                       "larger, or leave it out", s->logical_block_size,
+                       need, what, name, need);
+            return -1;
+        }
+        bs = s->logical_block_size;
+    }
+    return bs;
+}
+
+/*
+ * Can the backing discard?  A regular file: the module punches holes
+ * (a file system without them fails the request with UNSUPP).  A block
+ * device: when its queue takes discards (discard_max_bytes, which a
+ * partition inherits from its disk).
+ */
+static bool vhost_pci_blk_can_discard(int fd)
+{
+    struct stat st;
+    int i;
+
+    if (fstat(fd, &st) < 0) {
+        return false;
+    }
+    if (S_ISREG(st.st_mode)) {
+        return true;
+    }
+    if (!S_ISBLK(st.st_mode)) {
+        return false;
+    }
+    for (i = 0; i < 2; i++) {
+        g_autofree char *path = g_strdup_printf(
+            "/sys/dev/block/%u:%u/%squeue/discard_max_bytes",
+            major(st.st_rdev), minor(st.st_rdev), i ? "../" : "");
+        g_autofree char *text = NULL;
+        uint64_t max;
+
+        if (g_file_get_contents(path, &text, NULL, NULL)) {
+            return !qemu_strtou64(g_strstrip(text), NULL, 10, &max) && max > 0;
+        }
+    }
+    return false;
+}
+
 /* Open the image behind drive= for the kernel and fill the config space. */
 static int vhost_pci_blk_open_image(VHostPciBlk *s, Error **errp)
 {
     BlockDriverState *bs = blk_bs(s->blk);
     BlockDriverState *file_bs = NULL;
-    const char *proto;
-    int64_t len;
-    int flags, fd, ssize = 512;
-    struct stat st;
+    const char *proto, *drive = blk_name(s->blk);
+    int64_t len, file_len;
+    int flags, fd, bsize;
+    uint32_t max_sectors;
+    bool ro;
 
     if (bs && bs->drv && !strcmp(bs->drv->format_name, "raw") && bs->file) {
         file_bs = bs->file->bs;
     } else if (bs && bs->drv && bs->drv->protocol_name) {
         file_bs = bs;
     }
+    if (!*drive && bs) {
+        drive = bdrv_get_node_name(bs);         /* -blockdev node */
+    }
     proto = file_bs && file_bs->drv ? file_bs->drv->format_name : "";
     if (!file_bs || (strcmp(proto, "file") && strcmp(proto, "host_device"))) {
-        error_setg(errp, "vhost-pci-blk: drive= must be a raw image on a "
-                   "local file or block device (format=raw); the kernel "
-                   "vhost_blk reads it directly");
+        g_autofree char *what = NULL;
+
+        if (!bs || !bs->drv) {
+            what = g_strdup("has no medium");
+        } else if (!file_bs) {
+            what = g_strdup_printf("has format %s", bs->drv->format_name);
+        } else {
+            what = g_strdup_printf("is raw over the %s protocol", proto);
+        }
+        error_setg(errp, "vhost-pci-blk: drive=%s %s; the kernel vhost_blk "
+                   "reads the image itself, so it must be format=raw on a "
+                   "local file or block device (convert it with qemu-img "
+                   "convert -O raw, or serve it with vhost-blkd and "
+                   "chardev=)", drive, what);
         return -1;
     }
 
@@ -526,6 +731,42 @@ static int vhost_pci_blk_open_image(VHostPciBlk *s, Error **errp)
     if (len < 0) {
         error_setg_errno(errp, -len, "vhost-pci-blk: size of %s",
                          file_bs->filename);
+        return -1;
+    }
+    /*
+     * The raw driver's offset=/size= expose a window of the file.  The
+     * kernel serves the whole fd from byte 0, so it would read and write
+     * outside that window: refuse.  A window always differs in length from
+     * the file unless it is the whole file.
+     */
+    file_len = bdrv_getlength(file_bs);
+    if (file_bs != bs && file_len >= 0 && file_len != len) {
+        error_setg(errp, "vhost-pci-blk: drive=%s uses the raw driver's "
+                   "offset=/size= to expose %" PRId64 " of the %" PRId64
+                   " bytes of %s; the kernel vhost_blk serves a whole file or "
+                   "block device from byte 0 and would read and write outside "
+                   "that region: drop offset=/size=, or give the region its "
+                   "own file or partition", drive, len, file_len,
+                   file_bs->filename);
+        return -1;
+    }
+    if (file_len < 0) {
+        error_setg_errno(errp, -file_len, "vhost-pci-blk: size of %s",
+                         file_bs->filename);
+        return -1;
+    }
+
+    /*
+     * Take the permissions a disk needs, as virtio-blk does: without WRITE
+     * blk_is_writable() is false and the kernel would get a read-only fd.
+     * The kernel writes the image behind the block layer's back, so nobody
+     * else may write it meanwhile (as with share-rw=off).
+     */
+    ro = !blk_supports_write_perm(s->blk);
+    if (blk_set_perm(s->blk, BLK_PERM_CONSISTENT_READ | (ro ? 0 : BLK_PERM_WRITE),
+                     BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+                     errp) < 0) {
+        error_prepend(errp, "vhost-pci-blk: drive=%s: ", drive);
         return -1;
     }
     flags = blk_is_writable(s->blk) ? O_RDWR : O_RDONLY;
@@ -537,17 +778,36 @@ static int vhost_pci_blk_open_image(VHostPciBlk *s, Error **errp)
         error_prepend(errp, "vhost-pci-blk: ");
         return -1;
     }
-    if (fstat(fd, &st) == 0 && S_ISBLK(st.st_mode) &&
-        (ioctl(fd, BLKSSZGET, &ssize) < 0 || ssize < 512)) {
-        ssize = 512;
+    bsize = vhost_pci_blk_block_size(s, fd, flags & O_DIRECT, file_bs, errp);
+    if (bsize < 0) {
+        close(fd);
+        return -1;
     }
 
     memset(&s->blkcfg, 0, sizeof(s->blkcfg));
     virtio_stq_p(VIRTIO_DEVICE(s), &s->blkcfg.capacity, len / 512);
-    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.blk_size, ssize);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.blk_size, bsize);
     virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.seg_max,
                  s->queue_size > 2 ? s->queue_size - 2 : 1);
     s->blkcfg.wce = 1;
+
+    /*
+     * DISCARD / WRITE_ZEROES limits (used only if the features are
+     * negotiated): whole blocks, up to 2 GiB and VHOST_BLK_MAX_DISCARD_SEG
+     * segments per request, which is what the module accepts.
+     */
+    s->kernel_discard = vhost_pci_blk_can_discard(fd);
+    max_sectors = (INT32_MAX >> BDRV_SECTOR_BITS) & ~(bsize / 512 - 1);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_discard_sectors, max_sectors);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_discard_seg,
+                 VHOST_BLK_MAX_DISCARD_SEG);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.discard_sector_alignment,
+                 bsize / 512);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_write_zeroes_sectors,
+                 max_sectors);
+    virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_write_zeroes_seg,
+                 VHOST_BLK_MAX_DISCARD_SEG);
+    s->blkcfg.write_zeroes_may_unmap = 1;
     return fd;
 }
 
@@ -560,14 +820,14 @@ static int vhost_pci_blk_kernel_realize(VHostPciBlk *s, Error **errp)
                    "vhostdev=) needs drive=ID naming the image");
         return -EINVAL;
     }
+    /* The drive first: its errors do not depend on the module. */
+    s->image_fd = vhost_pci_blk_open_image(s, errp);
+    if (s->image_fd < 0) {
+        return -EINVAL;
+    }
     vhostfd = vhost_pci_blk_open_vhost(s, errp);
     if (vhostfd < 0) {
         return -ENODEV;
-    }
-    s->image_fd = vhost_pci_blk_open_image(s, errp);
-    if (s->image_fd < 0) {
-        close(vhostfd);
-        return -EINVAL;
     }
 
     s->dev.num_queues = s->num_queues;
@@ -583,6 +843,25 @@ static int vhost_pci_blk_kernel_realize(VHostPciBlk *s, Error **errp)
         return ret;
     }
     s->connected = true;
+
+    if (s->serial) {
+        /* Like virtio-blk: up to 20 bytes, not NUL-terminated when full. */
+        struct vhost_blk_serial serial = { };
+
+        memcpy(serial.serial, s->serial,
+               MIN(strlen(s->serial), sizeof(serial.serial)));
+        if (strlen(s->serial) > sizeof(serial.serial)) {
+            warn_report("vhost-pci-blk: serial=%s is longer than the %zu "
+                        "bytes virtio-blk carries; the guest sees the first "
+                        "%zu", s->serial, sizeof(serial.serial),
+                        sizeof(serial.serial));
+        }
+        if (ioctl(vhostfd, VHOST_BLK_SET_SERIAL, &serial) < 0) {
+            warn_report("vhost-pci-blk: the vhost_blk module did not take "
+                        "serial=%s (VHOST_BLK_SET_SERIAL: %s); the guest "
+                        "sees an empty serial", s->serial, strerror(errno));
+        }
+    }
     return 0;
 }
 
@@ -657,8 +936,18 @@ static void vhost_pci_blk_realize(DeviceState *dev, Error **errp)
                    "in 2..%d", VIRTQUEUE_MAX_SIZE);
         return;
     }
-    if (s->serial) {
-        /* Neither vhost-user nor the kernel ABI carries the serial. */
+    if (s->logical_block_size && user) {
+        error_setg(errp, "vhost-pci-blk: logical_block_size= applies to the "
+                   "kernel backend (drive=); with chardev= the block size "
+                   "comes from the vhost-user backend (vhost-blkd "
+                   "--export ...,logical-block-size=N or its default)");
+        return;
+    }
+    /*
+     * vhost-user carries no serial: the backend answers GET_ID.  The kernel
+     * backend gets it with VHOST_BLK_SET_SERIAL (vhost_pci_blk_kernel_realize).
+     */
+    if (s->serial && user) {
         warn_report("vhost-pci-blk: serial= is answered by the backend, not "
                     "by QEMU: set it on vhost-blkd (--export ...,serial=%s); "
                     "ignored here", s->serial);
@@ -683,19 +972,29 @@ static void vhost_pci_blk_realize(DeviceState *dev, Error **errp)
         goto fail;
     }
 
-    error_setg(&s->migration_blocker, "vhost-pci-blk does not support live "
-               "migration yet: the vhost_blk backend's ring and in-flight "
-               "state are not transferred");
+    if (user) {
+        /*
+         * vhost-user migrates as vhost-user-blk does: the virtio state
+         * goes in vmstate_vhost_pci_blk, vhost_dev_stop() takes the ring
+         * positions back from the backend (GET_VRING_BASE, after its
+         * requests completed), and QEMU's vhost core logs the backend's
+         * guest memory writes (LOG_ALL, SET_LOG_BASE).  A backend without
+         * VHOST_F_LOG_ALL gets vhost_dev_init()'s own blocker.
+         */
+        return;
+    }
+    /* See docs/qemu-fork.md, "Live migration". */
+    error_setg(&s->migration_blocker, "vhost-pci-blk with drive= (kernel "
+               "vhost_blk) cannot be live-migrated: the module does not log "
+               "the guest pages it writes (no VHOST_F_LOG_ALL, and its rings "
+               "refuse SET_VRING_ADDR while attached); use chardev= with "
+               "vhost-blkd to migrate");
     if (migrate_add_blocker(s->migration_blocker, errp) < 0) {
         error_free(s->migration_blocker);
         s->migration_blocker = NULL;
         if (s->connected) {
             vhost_dev_cleanup(&s->dev);
             s->connected = false;
-        }
-        if (user) {
-            qemu_chr_fe_set_handlers(&s->chardev, NULL, NULL, NULL, NULL,
-                                     NULL, NULL, false);
         }
         goto fail;
     }
@@ -757,6 +1056,8 @@ static Property vhost_pci_blk_properties[] = {
     DEFINE_PROP_STRING("vhostfd", VHostPciBlk, vhostfd),
     DEFINE_PROP_STRING("vhostdev", VHostPciBlk, vhostdev),
     DEFINE_PROP_STRING("serial", VHostPciBlk, serial),
+    DEFINE_PROP_BLOCKSIZE("logical_block_size", VHostPciBlk,
+                          logical_block_size),
     DEFINE_PROP_UINT16("num-queues", VHostPciBlk, num_queues,
                        VHOST_PCI_BLK_AUTO_NUM_QUEUES),
     DEFINE_PROP_UINT32("queue-size", VHostPciBlk, queue_size, 128),

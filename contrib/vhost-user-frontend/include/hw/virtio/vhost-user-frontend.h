@@ -31,6 +31,13 @@
  * is QEMU's 32-bit packed encoding, and after a back-end crash the stale
  * base is sent again, as QEMU does.
  *
+ * vhost_user_frontend_log_start() turns on dirty logging as QEMU does
+ * when a migration starts: it makes a log memfd (one bit per 4 KiB page of
+ * guest-physical memory), sends SET_LOG_BASE and waits for its reply, then
+ * SET_FEATURES with VHOST_F_LOG_ALL and, per queue, SET_VRING_ADDR with
+ * VHOST_VRING_F_LOG and the used ring's guest-physical address;
+ * vhost_user_frontend_log() gives the bitmap to read and clear.
+ *
  * vhost_user_frontend_reconnect() replays that sequence on a new connection
  * to a restarted back-end, handing over the kept inflight region and using
  * each used ring's current index as the vring base (a dead back-end cannot
@@ -73,7 +80,8 @@ typedef struct VhostUserFrontendOptions {
      * what both sides have.  VIRTIO_F_VERSION_1 must end up set. */
     uint64_t features;
     /* protocol feature bits wanted; 0 = MQ, REPLY_ACK, CONFIG,
-     * INFLIGHT_SHMFD (and CONFIGURE_MEM_SLOTS when use_add_mem_reg) */
+     * INFLIGHT_SHMFD, LOG_SHMFD (and CONFIGURE_MEM_SLOTS when
+     * use_add_mem_reg) */
     uint64_t protocol_features;
     bool no_reply_ack;                 /* never set NEED_REPLY */
     bool use_add_mem_reg;              /* ADD_MEM_REG instead of SET_MEM_TABLE */
@@ -190,6 +198,22 @@ bool vhost_user_frontend_reconnect(VhostUserFrontend *fe,
 
 /* Inflight region kept from GET_INFLIGHT_FD: fd (-1 if none), size. */
 int vhost_user_frontend_inflight_fd(VhostUserFrontend *fe, uint64_t *size);
+
+/*
+ * Dirty logging (control functions, started front-end).  log_start makes
+ * a log of @size bytes (0: just enough for guest memory), hands it over
+ * and turns LOG_ALL and the used ring logging on; log_stop turns them off
+ * (the log stays mapped, as in QEMU).  Needs LOG_SHMFD negotiated and
+ * VHOST_F_LOG_ALL offered.
+ */
+bool vhost_user_frontend_log_start(VhostUserFrontend *fe, uint64_t size,
+                                   GError **errp);
+bool vhost_user_frontend_log_stop(VhostUserFrontend *fe, GError **errp);
+/* The log bitmap (bit page % 8 of byte page / 8) and its size; NULL when
+ * none was made.  The back-end sets bits concurrently. */
+uint8_t *vhost_user_frontend_log(VhostUserFrontend *fe, uint64_t *size);
+/* Bytes of log guest memory needs (one bit per 4 KiB page). */
+uint64_t vhost_user_frontend_log_size(VhostUserFrontend *fe);
 
 /* ---- guest memory ---- */
 

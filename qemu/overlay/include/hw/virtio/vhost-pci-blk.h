@@ -31,16 +31,13 @@ OBJECT_DECLARE_SIMPLE_TYPE(VHostPciBlk, VHOST_PCI_BLK)
 #define VHOST_PCI_BLK_DEFAULT_VHOSTDEV "/dev/vhost-blk"
 
 /*
- * Kernel ABI (see docs/qemu-fork.md): after the generic vhost setup
- * (SET_OWNER, SET_FEATURES, SET_MEM_TABLE, SET_VRING_*), attach the image
- * to each virtqueue with { .index = vq, .fd = image fd }; .fd = -1
- * detaches it (the kernel then stops processing that ring).  0x50 is the
- * unused device block between vhost-scsi (0x40-0x44) and vhost-vsock
- * (0x60-0x61) in linux/vhost.h.
+ * Kernel ABI (see docs/qemu-fork.md): VHOST_BLK_SET_BACKEND attaches the
+ * image to a virtqueue after the generic vhost setup, and
+ * VHOST_BLK_SET_WRITE_CACHE selects writeback or writethrough.  The header
+ * is the project's include/uapi/linux/vhost_blk.h, which the kernel module
+ * uses too; scripts/build-qemu.sh copies it into linux-headers/linux/.
  */
-#ifndef VHOST_BLK_SET_BACKEND
-#define VHOST_BLK_SET_BACKEND _IOW(VHOST_VIRTIO, 0x50, struct vhost_vring_file)
-#endif
+#include <linux/vhost_blk.h>
 
 typedef enum VHostPciBlkBackend {
     VHOST_PCI_BLK_BACKEND_NONE,
@@ -58,6 +55,7 @@ struct VHostPciBlk {
     char *vhostdev;
     char *serial;
     int32_t bootindex;
+    uint32_t logical_block_size;        /* kernel only; 0: from the backing */
     uint16_t num_queues;
     uint32_t queue_size;
 
@@ -70,6 +68,7 @@ struct VHostPciBlk {
     struct vhost_inflight *inflight;    /* vhost-user only */
     VhostUserState vhost_user;          /* vhost-user only */
     int image_fd;                       /* kernel only, else -1 */
+    bool kernel_discard;                /* kernel: the backing can discard */
     Error *migration_blocker;
     bool connected;                     /* vhost_dev initialised */
     bool started;                       /* vhost_dev started */
