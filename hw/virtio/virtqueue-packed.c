@@ -69,6 +69,12 @@
  * descriptor, else rolled back; entries on the free list are not in
  * flight; the heads still in flight are replayed in counter order, and the
  * slots they took tell where the driver's next buffer is.
+ *
+ * Dirty logging (live migration): every guest store of this file goes
+ * through vq_packed_write_used() (used descriptors) or
+ * vq_packed_write_device_event() (device area); with logging on, each
+ * marks what it wrote after the store, and push marks the element's
+ * device-writable buffers (data, status) as the split ring does.
  */
 #include "qemu/osdep.h"
 #include "virtqueue-int.h"
