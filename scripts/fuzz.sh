@@ -6,7 +6,8 @@
 #
 # SECONDS per target (default 60); TARGETs default to all of them
 # (fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts
-# fuzz-qmp).  Each
+# fuzz-qmp).  fuzz-virtqueue covers both ring formats: split, and packed
+# (header flag 0x40, seeds tests/fuzz/corpus/fuzz-virtqueue/packed-*).  Each
 # run starts from a copy of tests/fuzz/corpus/<target> plus
 # tests/fuzz/regressions/<target> in a temporary directory, so the
 # committed corpus never grows.  On a crash the

@@ -93,6 +93,8 @@ typedef struct BenchOptions {
     bool verify;
     bool json;
     bool poll;
+    bool packed;                /* VIRTIO_F_RING_PACKED */
+    bool no_inflight;           /* skip GET/SET_INFLIGHT_FD */
     bool dirty_log;
     uint64_t seed;
 } BenchOptions;
@@ -812,11 +814,12 @@ static void bench_print_json(const BenchOptions *o, const BenchResult *r,
     printf(", \"rw\": \"%s\", \"rwmixread\": %u, \"bs\": %" PRIu64
            ", \"bs_max\": %" PRIu64
            ", \"iodepth\": %u, \"queues\": %u, \"queue_size\": %u"
-           ", \"size\": %" PRIu64 ", \"verify\": %s, \"poll\": %s",
+           ", \"size\": %" PRIu64 ", \"verify\": %s, \"poll\": %s"
+           ", \"ring\": \"%s\"",
            bench_rw_names[o->rw], o->rwmixread, o->bs, o->bs_max, o->iodepth,
            o->queues,
            o->queue_size, o->size, o->verify ? "true" : "false",
-           o->poll ? "true" : "false");
+           o->poll ? "true" : "false", o->packed ? "packed" : "split");
     printf(", \"seconds\": %.6f, \"ios\": %" PRIu64 ", \"reads\": %" PRIu64
            ", \"writes\": %" PRIu64 ", \"errors\": %" PRIu64
            ", \"verify_errors\": %" PRIu64,
@@ -851,10 +854,11 @@ static void bench_print_text(const BenchOptions *o, const BenchResult *r)
 {
     double cpu = r->cpu_user + r->cpu_sys;
 
-    printf("%s bs=%" PRIu64 "%s%.0" PRIu64 " iodepth=%u queues=%u%s%s: %" PRIu64
-           " I/Os in %.2f s\n", bench_rw_names[o->rw], o->bs,
+    printf("%s bs=%" PRIu64 "%s%.0" PRIu64 " iodepth=%u queues=%u%s%s%s: %"
+           PRIu64 " I/Os in %.2f s\n", bench_rw_names[o->rw], o->bs,
            o->bs_max > o->bs ? "-" : "", o->bs_max > o->bs ? o->bs_max : 0,
-           o->iodepth, o->queues, o->verify ? " verify" : "", o->poll ? " poll" : "",
+           o->iodepth, o->queues, o->packed ? " packed" : "",
+           o->verify ? " verify" : "", o->poll ? " poll" : "",
            r->ios, r->seconds);
     printf("  IOPS %.0f, %.1f MiB/s (reads %" PRIu64 ", writes %" PRIu64
            ", errors %" PRIu64 ", verify errors %" PRIu64 ")\n",
@@ -912,6 +916,10 @@ static void bench_usage(FILE *f)
 "                       check every read; reads start with a fill pass\n"
 "  --poll               busy-poll the used ring instead of waiting on the\n"
 "                       call eventfd\n"
+"  --packed             use packed virtqueues (VIRTIO_F_RING_PACKED); an\n"
+"                       error if the back-end does not offer them\n"
+"  --no-inflight        do not set up the inflight region (QEMU does when\n"
+"                       the back-end offers it): measures its cost\n"
 "  --dirty-log          run with a dirty log set and VHOST_F_LOG_ALL on, as\n"
 "                       a VMM does while it migrates the VM\n"
 "  --seed N             random seed (default 1)\n"
@@ -927,7 +935,8 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
     enum { OPT_SOCKET = 256, OPT_VHOST_DEV, OPT_FILE, OPT_READ_ONLY,
            OPT_BUFFERED, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
-           OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_DIRTY_LOG };
+           OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_PACKED, OPT_NO_INFLIGHT,
+           OPT_DIRTY_LOG };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
         { "vhost-dev", required_argument, NULL, OPT_VHOST_DEV },
@@ -947,6 +956,8 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         { "verify", no_argument, NULL, OPT_VERIFY },
         { "json", no_argument, NULL, OPT_JSON },
         { "poll", no_argument, NULL, OPT_POLL },
+        { "packed", no_argument, NULL, OPT_PACKED },
+        { "no-inflight", no_argument, NULL, OPT_NO_INFLIGHT },
         { "dirty-log", no_argument, NULL, OPT_DIRTY_LOG },
         { "seed", required_argument, NULL, OPT_SEED },
         { "help", no_argument, NULL, 'h' },
@@ -1071,6 +1082,12 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         case OPT_POLL:
             o->poll = true;
             break;
+        case OPT_PACKED:
+            o->packed = true;
+            break;
+        case OPT_NO_INFLIGHT:
+            o->no_inflight = true;
+            break;
         case OPT_SEED:
             o->seed = g_ascii_strtoull(optarg, NULL, 10);
             break;
@@ -1168,6 +1185,8 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
         .connect_timeout_ms = 5000,
         .num_queues = o->queues,
         .queue_size = o->queue_size,
+        .packed = o->packed,
+        .no_inflight = o->no_inflight,
     };
     struct virtio_blk_config cfg;
     VhostUserFrontend *fe;

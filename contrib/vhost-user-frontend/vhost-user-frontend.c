@@ -51,6 +51,26 @@ typedef struct FrontendQueue {
     uint64_t kicks;
     uint64_t kicks_suppressed;
     bool started;
+
+    /* Packed ring (VIRTIO_F_RING_PACKED negotiated): the same memory as
+     * the split rings (descriptor ring = desc, driver area = avail, device
+     * area = used); free_head / next_free / num_free_ids manage buffer
+     * ids, num_free counts ring slots. */
+    bool packed;
+    struct vring_packed_desc *pdesc;
+    struct vring_packed_desc_event *driver_event;
+    struct vring_packed_desc_event *device_event;
+    uint16_t p_avail_idx;       /* next slot we fill */
+    bool p_avail_wrap;
+    uint16_t p_pub_idx;         /* p_avail_idx at the last kick */
+    bool p_pub_wrap;
+    uint16_t p_used_idx;        /* next slot the device writes used */
+    bool p_used_wrap;
+    unsigned int num_free_ids;
+    unsigned int npend;         /* buffers whose head flags wait for kick */
+    uint16_t *pend_slot;
+    uint16_t *pend_flags;
+    uint32_t base;              /* vring base last sent / received */
 } FrontendQueue;
 
 struct VhostUserFrontend {
@@ -514,6 +534,16 @@ static bool fe_negotiate(VhostUserFrontend *fe, GError **errp)
     fe->backend_features = backend;
     fe->features = features;
     fe->event_idx = features & (1ULL << VIRTIO_RING_F_EVENT_IDX);
+    if ((fe->wanted_features & (1ULL << VIRTIO_F_RING_PACKED)) &&
+        !(features & (1ULL << VIRTIO_F_RING_PACKED))) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "back-end %s does not offer VIRTIO_F_RING_PACKED "
+                    "(packed virtqueues)", fe->socket_path);
+        return false;
+    }
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        fe->queues[q].packed = features & (1ULL << VIRTIO_F_RING_PACKED);
+    }
     return true;
 }
 
@@ -658,6 +688,13 @@ static void fe_queue_reset(FrontendQueue *vq)
     vq->num_free = n;
     vq->outstanding = 0;
     vq->avail_shadow = vq->avail_published = vq->last_used = 0;
+    /* Packed: both wrap counters start at 1 (VIRTIO 1.2 2.8.1); the zeroed
+     * event areas say ENABLE. */
+    vq->p_avail_idx = vq->p_pub_idx = vq->p_used_idx = 0;
+    vq->p_avail_wrap = vq->p_pub_wrap = vq->p_used_wrap = true;
+    vq->num_free_ids = n;
+    vq->npend = 0;
+    vq->base = 0x80008000u;
 }
 
 static bool fe_create_queue(VhostUserFrontend *fe, FrontendQueue *vq,
@@ -686,6 +723,11 @@ static bool fe_create_queue(VhostUserFrontend *fe, FrontendQueue *vq,
                                     &vq->slots_gpa);
     vq->used_event = &vq->avail->ring[n];
     vq->avail_event = (uint16_t *)&vq->used->ring[n];
+    vq->pdesc = (struct vring_packed_desc *)vq->desc;
+    vq->driver_event = (struct vring_packed_desc_event *)vq->avail;
+    vq->device_event = (struct vring_packed_desc_event *)vq->used;
+    vq->pend_slot = g_new(uint16_t, n);
+    vq->pend_flags = g_new(uint16_t, n);
     vq->next_free = g_new(uint16_t, n);
     vq->chain_len = g_new(uint16_t, n);
     vq->opaque = g_new(void *, n);
@@ -896,6 +938,9 @@ VhostUserFrontend *vhost_user_frontend_new(const VhostUserFrontendOptions *opts,
     }
     fe->wanted_features = opts->features ? opts->features :
                           fe_default_features();
+    if (opts->packed) {
+        fe->wanted_features |= 1ULL << VIRTIO_F_RING_PACKED;
+    }
     fe->wanted_protocol = opts->protocol_features;
     if (!fe->wanted_protocol) {
         fe->wanted_protocol = (1ULL << VHOST_USER_PROTOCOL_F_MQ) |
@@ -958,6 +1003,8 @@ void vhost_user_frontend_free(VhostUserFrontend *fe)
             close(vq->call_fd);
         }
         g_free(vq->next_free);
+        g_free(vq->pend_slot);
+        g_free(vq->pend_flags);
         g_free(vq->chain_len);
         g_free(vq->opaque);
     }
@@ -1260,7 +1307,7 @@ static bool fe_inflight(VhostUserFrontend *fe, GError **errp)
 }
 
 static bool fe_setup_queue(VhostUserFrontend *fe, unsigned int q,
-                           uint16_t base, GError **errp)
+                           uint32_t base, GError **errp)
 {
     FrontendQueue *vq = &fe->queues[q];
     VhostUserVringAddr addr = {
@@ -1406,10 +1453,16 @@ static bool fe_start_queues(VhostUserFrontend *fe, bool reconnect,
     }
     for (unsigned int q = 0; q < fe->num_queues; q++) {
         FrontendQueue *vq = &fe->queues[q];
-        uint16_t base = reconnect ?
+        uint32_t base = reconnect ?
             atomic_load_explicit((_Atomic uint16_t *)&vq->used->idx,
                                  memory_order_acquire) :
             vq->avail_published;
+
+        if (vq->packed) {
+            /* As QEMU: the last base it sent or got back.  After a crash
+             * that is stale; the back-end's inflight region knows better. */
+            base = vq->base;
+        }
 
         if (!fe_setup_queue(fe, q, base, errp)) {
             return false;
@@ -1466,6 +1519,7 @@ bool vhost_user_frontend_get_vring_base(VhostUserFrontend *fe, unsigned int q,
         return false;
     }
     fe->queues[q].started = false;
+    fe->queues[q].base = reply.num;
     if (base) {
         *base = reply.num;
     }
@@ -1509,6 +1563,212 @@ bool vhost_user_frontend_reconnect(VhostUserFrontend *fe,
 /* ---------------------------------------------------------------------- */
 /* Request path                                                           */
 
+static int fe_kick_fd(FrontendQueue *vq)
+{
+    uint64_t one = 1;
+
+    if (unlikely(write(vq->kick_fd, &one, sizeof(one)) < 0) &&
+        errno != EAGAIN) {
+        return -errno;
+    }
+    vq->kicks++;
+    return 1;
+}
+
+/* Packed ring: one buffer in consecutive slots, every descriptor carrying
+ * the buffer id; the head's flags wait for the kick. */
+static int fe_packed_submit(VhostUserFrontend *fe, FrontendQueue *vq,
+                            uint32_t type, uint64_t sector,
+                            const struct iovec *iov, unsigned int niov,
+                            bool data_in, void *opaque)
+{
+    unsigned int n = niov + 2;
+    uint16_t id, slot = vq->p_avail_idx;
+    bool wrap = vq->p_avail_wrap;
+    uint64_t gpa[VHOST_USER_FRONTEND_MAX_SEG];
+    struct virtio_blk_outhdr *hdr;
+    uint16_t head_slot = slot, head_flags = 0;
+
+    if (unlikely(vq->num_free_ids == 0)) {
+        return -ENOSPC;
+    }
+    if (unlikely(niov > VHOST_USER_FRONTEND_MAX_SEG)) {
+        return -EINVAL;
+    }
+    for (unsigned int i = 0; i < niov; i++) {
+        if (unlikely(!vhost_user_frontend_host_to_gpa(fe, iov[i].iov_base,
+                                                      iov[i].iov_len,
+                                                      &gpa[i]) ||
+                     iov[i].iov_len > UINT32_MAX)) {
+            return -EFAULT;     /* nothing committed yet */
+        }
+    }
+    id = vq->free_head;
+    vq->free_head = vq->next_free[id];
+    vq->num_free_ids--;
+
+    for (unsigned int k = 0; k < n; k++) {
+        struct vring_packed_desc *d = &vq->pdesc[slot];
+        uint16_t flags = k + 1 < n ? VRING_DESC_F_NEXT : 0;
+
+        if (k == 0) {
+            d->addr = vq->slots_gpa + (uint64_t)id * FE_SLOT_SIZE;
+            d->len = sizeof(struct virtio_blk_outhdr);
+        } else if (k + 1 == n) {
+            d->addr = vq->slots_gpa + (uint64_t)id * FE_SLOT_SIZE + 16;
+            d->len = 1;
+            flags |= VRING_DESC_F_WRITE;
+        } else {
+            d->addr = gpa[k - 1];
+            d->len = iov[k - 1].iov_len;
+            flags |= data_in ? VRING_DESC_F_WRITE : 0;
+        }
+        d->id = id;
+        flags |= wrap ? 1 << VRING_PACKED_DESC_F_AVAIL
+                      : 1 << VRING_PACKED_DESC_F_USED;
+        if (k == 0) {
+            head_flags = flags;
+        } else {
+            d->flags = flags;
+        }
+        if (++slot == vq->size) {
+            slot = 0;
+            wrap = !wrap;
+        }
+    }
+    hdr = (struct virtio_blk_outhdr *)(vq->slots + (size_t)id * FE_SLOT_SIZE);
+    hdr->type = type;
+    hdr->ioprio = 0;
+    hdr->sector = sector;
+    vq->slots[(size_t)id * FE_SLOT_SIZE + 16] = 0xff;   /* not yet written */
+
+    vq->pend_slot[vq->npend] = head_slot;
+    vq->pend_flags[vq->npend] = head_flags;
+    vq->npend++;
+    vq->p_avail_idx = slot;
+    vq->p_avail_wrap = wrap;
+    vq->num_free -= n;
+    vq->chain_len[id] = n;
+    vq->opaque[id] = opaque;
+    vq->outstanding++;
+    return id;
+}
+
+/* Packed ring: publish the pending heads, then ask the device event
+ * structure whether it wants a kick. */
+static int fe_packed_kick(VhostUserFrontend *fe, FrontendQueue *vq)
+{
+    uint32_t ev;
+    uint16_t flags, off_wrap;
+    int old, new, event;
+    bool need;
+
+    if (vq->npend == 0) {
+        return 0;
+    }
+    for (unsigned int i = 0; i < vq->npend; i++) {
+        /* Release: the buffer's other descriptors before its head's
+         * flags; pairs with the device's acquire load of those flags. */
+        atomic_store_explicit((_Atomic uint16_t *)
+                              &vq->pdesc[vq->pend_slot[i]].flags,
+                              vq->pend_flags[i], memory_order_release);
+    }
+    vq->npend = 0;
+    old = vq->p_pub_idx;
+    if (vq->p_pub_wrap != vq->p_avail_wrap) {
+        old -= vq->size;
+    }
+    new = vq->p_avail_idx;
+    vq->p_pub_idx = vq->p_avail_idx;
+    vq->p_pub_wrap = vq->p_avail_wrap;
+    /* The flags stores before reading the device's suppression state;
+     * pairs with the device's barrier between writing it and looking at
+     * the ring again. */
+    atomic_thread_fence(memory_order_seq_cst);
+    ev = atomic_load_explicit((_Atomic uint32_t *)vq->device_event,
+                              memory_order_relaxed);
+    off_wrap = ev & 0xffff;
+    flags = ev >> 16;
+    if (flags == VRING_PACKED_EVENT_FLAG_DISABLE) {
+        need = false;
+    } else if (flags == VRING_PACKED_EVENT_FLAG_DESC && fe->event_idx) {
+        event = off_wrap & 0x7fff;
+        if (!!(off_wrap >> 15) != vq->p_avail_wrap) {
+            event -= vq->size;
+        }
+        need = vring_need_event((uint16_t)event, (uint16_t)new,
+                                (uint16_t)old);
+    } else {
+        need = true;
+    }
+    if (!need) {
+        vq->kicks_suppressed++;
+        return 0;
+    }
+    return fe_kick_fd(vq);
+}
+
+/* Ask for an interrupt at the next used descriptor (event-idx), or for
+ * every one. */
+static void fe_packed_want_interrupt(VhostUserFrontend *fe, FrontendQueue *vq)
+{
+    uint16_t off_wrap = vq->p_used_idx | (vq->p_used_wrap ? 0x8000 : 0);
+    uint16_t flags = fe->event_idx ? VRING_PACKED_EVENT_FLAG_DESC
+                                   : VRING_PACKED_EVENT_FLAG_ENABLE;
+
+    atomic_store_explicit((_Atomic uint32_t *)vq->driver_event,
+                          off_wrap | (uint32_t)flags << 16,
+                          memory_order_relaxed);
+}
+
+static bool fe_packed_used_ready(FrontendQueue *vq)
+{
+    /* Acquire: pairs with the device's release store of the flags. */
+    uint16_t flags = atomic_load_explicit((_Atomic uint16_t *)
+                                          &vq->pdesc[vq->p_used_idx].flags,
+                                          memory_order_acquire);
+    bool avail = flags & (1 << VRING_PACKED_DESC_F_AVAIL);
+    bool used = flags & (1 << VRING_PACKED_DESC_F_USED);
+
+    return avail == used && used == vq->p_used_wrap;
+}
+
+static int fe_packed_reap(VhostUserFrontend *fe, FrontendQueue *vq,
+                          VhostUserFrontendCompletion *out, int max)
+{
+    int n = 0;
+
+    while (n < max && fe_packed_used_ready(vq)) {
+        struct vring_packed_desc *d = &vq->pdesc[vq->p_used_idx];
+        uint16_t id = d->id, len;
+
+        if (unlikely(id >= vq->size || vq->chain_len[id] == 0)) {
+            return -EPROTO;
+        }
+        out[n].opaque = vq->opaque[id];
+        out[n].head = id;
+        out[n].status = vq->slots[(size_t)id * FE_SLOT_SIZE + 16];
+        out[n].len = d->len;
+        n++;
+
+        len = vq->chain_len[id];
+        vq->p_used_idx += len;
+        if (vq->p_used_idx >= vq->size) {
+            vq->p_used_idx -= vq->size;
+            vq->p_used_wrap = !vq->p_used_wrap;
+        }
+        vq->next_free[id] = vq->free_head;
+        vq->free_head = id;
+        vq->num_free_ids++;
+        vq->num_free += len;
+        vq->chain_len[id] = 0;
+        vq->opaque[id] = NULL;
+        vq->outstanding--;
+    }
+    fe_packed_want_interrupt(fe, vq);
+    return n;
+}
+
 int vhost_user_frontend_blk_submit(VhostUserFrontend *fe, unsigned int q,
                                    uint32_t type, uint64_t sector,
                                    const struct iovec *iov, unsigned int niov,
@@ -1531,6 +1791,10 @@ int vhost_user_frontend_blk_submit(VhostUserFrontend *fe, unsigned int q,
     }
     if (unlikely(n > vq->num_free)) {
         return -ENOSPC;
+    }
+    if (vq->packed) {
+        return fe_packed_submit(fe, vq, type, sector, iov, niov, data_in,
+                                opaque);
     }
 
     head = vq->free_head;
@@ -1579,18 +1843,6 @@ int vhost_user_frontend_blk_submit(VhostUserFrontend *fe, unsigned int q,
     return head;
 }
 
-static int fe_kick_fd(FrontendQueue *vq)
-{
-    uint64_t one = 1;
-
-    if (unlikely(write(vq->kick_fd, &one, sizeof(one)) < 0) &&
-        errno != EAGAIN) {
-        return -errno;
-    }
-    vq->kicks++;
-    return 1;
-}
-
 int vhost_user_frontend_kick(VhostUserFrontend *fe, unsigned int q)
 {
     FrontendQueue *vq;
@@ -1601,6 +1853,9 @@ int vhost_user_frontend_kick(VhostUserFrontend *fe, unsigned int q)
         return -EINVAL;
     }
     vq = &fe->queues[q];
+    if (vq->packed) {
+        return fe_packed_kick(fe, vq);
+    }
     old = vq->avail_published;
     new = vq->avail_shadow;
     if (old == new) {
@@ -1642,6 +1897,9 @@ int vhost_user_frontend_reap(VhostUserFrontend *fe, unsigned int q,
         return -EINVAL;
     }
     vq = &fe->queues[q];
+    if (vq->packed) {
+        return fe_packed_reap(fe, vq, out, max);
+    }
     /* Pairs with the device's write barrier before it stores used->idx. */
     used_idx = atomic_load_explicit((_Atomic uint16_t *)&vq->used->idx,
                                     memory_order_acquire);
@@ -1693,14 +1951,17 @@ int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
         return -EINVAL;
     }
     vq = &fe->queues[q];
-    if (fe->event_idx) {
+    if (vq->packed) {
+        fe_packed_want_interrupt(fe, vq);
+    } else if (fe->event_idx) {
         atomic_store_explicit((_Atomic uint16_t *)vq->used_event,
                               vq->last_used, memory_order_relaxed);
     }
     /* used_event store before re-reading used->idx; pairs with the
      * device's barrier between writing used->idx and reading used_event. */
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit((_Atomic uint16_t *)&vq->used->idx,
+    if (vq->packed ? fe_packed_used_ready(vq) :
+        atomic_load_explicit((_Atomic uint16_t *)&vq->used->idx,
                              memory_order_acquire) != vq->last_used) {
         return 1;
     }
@@ -1746,6 +2007,31 @@ void vhost_user_frontend_rings(VhostUserFrontend *fe, unsigned int q,
     *desc = fe->queues[q].desc;
     *avail = fe->queues[q].avail;
     *used = fe->queues[q].used;
+}
+
+void vhost_user_frontend_packed_rings(VhostUserFrontend *fe, unsigned int q,
+                                      struct vring_packed_desc **desc,
+                                      struct vring_packed_desc_event **driver,
+                                      struct vring_packed_desc_event **device)
+{
+    g_assert(q < fe->num_queues);
+    *desc = fe->queues[q].pdesc;
+    *driver = fe->queues[q].driver_event;
+    *device = fe->queues[q].device_event;
+}
+
+void vhost_user_frontend_packed_avail_pos(VhostUserFrontend *fe,
+                                          unsigned int q, uint16_t *slot,
+                                          bool *wrap)
+{
+    g_assert(q < fe->num_queues);
+    *slot = fe->queues[q].p_avail_idx;
+    *wrap = fe->queues[q].p_avail_wrap;
+}
+
+bool vhost_user_frontend_is_packed(VhostUserFrontend *fe)
+{
+    return fe->num_queues > 0 && fe->queues[0].packed;
 }
 
 void vhost_user_frontend_write_desc(VhostUserFrontend *fe, unsigned int q,

@@ -120,6 +120,7 @@ uint64_t virtio_blk_get_features(const VirtioBlkDev *dev)
     f |= 1ull << VIRTIO_F_VERSION_1;
     f |= 1ull << VIRTIO_RING_F_INDIRECT_DESC;
     f |= 1ull << VIRTIO_RING_F_EVENT_IDX;
+    f |= 1ull << VIRTIO_F_RING_PACKED;
     f |= 1ull << VIRTIO_BLK_F_SEG_MAX;
     f |= 1ull << VIRTIO_BLK_F_BLK_SIZE;
     f |= 1ull << VIRTIO_BLK_F_TOPOLOGY;

@@ -80,6 +80,7 @@
  */
 #include "qemu/osdep.h"
 #include "hw/virtio/vhost-user-server.h"
+#include <linux/virtio_config.h>
 #include "qemu/error-report.h"
 #include "qemu/iothread.h"
 #include "qemu/sigbus-guard.h"
@@ -173,6 +174,7 @@ struct VuServer {
     uint16_t inflight_queue_size;   /* entries per queue in the region */
     unsigned int inflight_nqueues;  /* queues the region covers */
     uint16_t inflight_region_nq;    /* num_queues the region was made for */
+    bool inflight_packed;           /* laid out for packed rings */
     /* Device-state area of the region (NULL: the region has no room) */
     VhostUserInflightState *inflight_state;
     /* Last vu_server_save_state(); kept across sessions */
@@ -228,6 +230,12 @@ static void vu_queue_stop_fn(void *opaque)
     vu_queue_count_fn(c);
 }
 
+/* Whether the driver negotiated packed rings. */
+static bool vu_packed(VuServer *s)
+{
+    return s->features & (1ULL << VIRTIO_F_RING_PACKED);
+}
+
 static bool vu_queue_can_run(VuServer *s, VuQueue *q)
 {
     return s->conn_fd >= 0 && s->mem.nregions > 0 &&
@@ -253,8 +261,19 @@ static bool vu_queue_update(VuServer *s, VuQueue *q)
                     q->num, s->inflight_queue_size);
         return false;
     }
+    if (s->inflight_addr && q->index < s->inflight_nqueues &&
+        s->inflight_packed != vu_packed(s)) {
+        warn_report("%s: queue %u cannot start: the inflight region is laid "
+                    "out for %s rings but the driver negotiated %s ones "
+                    "(the front-end must ask for a new region with "
+                    "GET_INFLIGHT_FD after changing VIRTIO_F_RING_PACKED)",
+                    s->name, q->index, s->inflight_packed ? "packed" : "split",
+                    vu_packed(s) ? "packed" : "split");
+        return false;
+    }
     virtqueue_set_event_idx(q->vq,
                             s->features & (1ULL << VIRTIO_RING_F_EVENT_IDX));
+    virtqueue_set_packed(q->vq, vu_packed(s));
     virtqueue_set_log(q->vq, vu_logging(s));
     if (!virtqueue_start(q->vq, &s->mem, &err)) {
         warn_report("%s: queue %u cannot start: %s", s->name, q->index,
@@ -423,9 +442,9 @@ static void vu_inflight_unmap(VuServer *s)
  */
 static void vu_inflight_install(VuServer *s, void *addr, size_t size,
                                 unsigned int nq, uint16_t queue_size,
-                                int fd, uint64_t offset)
+                                int fd, uint64_t offset, bool packed)
 {
-    size_t per_queue = vhost_user_inflight_queue_size(queue_size);
+    size_t per_queue = vhost_user_inflight_queue_size_fmt(queue_size, packed);
 
     vu_inflight_unmap(s);
     if (sigbus_guard_install(NULL)) {
@@ -448,15 +467,16 @@ static void vu_inflight_install(VuServer *s, void *addr, size_t size,
     s->inflight_queue_size = queue_size;
     s->inflight_nqueues = MIN(nq, s->cfg.num_queues);
     s->inflight_region_nq = nq;
-    if (size >= vhost_user_inflight_state_offset(nq, queue_size) +
+    s->inflight_packed = packed;
+    if (size >= vhost_user_inflight_state_offset_fmt(nq, queue_size, packed) +
                 sizeof(VhostUserInflightState)) {
         s->inflight_state = (VhostUserInflightState *)
-            ((uint8_t *)addr + vhost_user_inflight_state_offset(nq,
-                                                                queue_size));
+            ((uint8_t *)addr +
+             vhost_user_inflight_state_offset_fmt(nq, queue_size, packed));
     }
     for (unsigned int i = 0; i < nq && i < s->cfg.num_queues; i++) {
         virtqueue_set_inflight(s->queues[i].vq,
-            (VhostUserQueueRegionSplit *)((uint8_t *)addr + i * per_queue));
+                               (uint8_t *)addr + i * per_queue);
     }
 }
 
@@ -650,6 +670,16 @@ static VuMsgResult vu_set_features(VuServer *s, uint64_t features)
     if (!vu_stop_all(s)) {
         return VU_MSG_WAIT;
     }
+    if (!s->features_acked || s->features != features) {
+        /* Once per change (control path): which ring format is in use is
+         * the first thing to know when a guest misbehaves. */
+        info_report("%s: features 0x%" PRIx64 " negotiated: %s virtqueues%s",
+                    s->name, features,
+                    features & (1ULL << VIRTIO_F_RING_PACKED) ? "packed"
+                                                               : "split",
+                    features & (1ULL << VIRTIO_RING_F_EVENT_IDX) ?
+                    ", event-idx" : "");
+    }
     if ((features ^ s->features) & (1ULL << VHOST_F_LOG_ALL)) {
         info_report("%s: dirty logging %s", s->name,
                     features & (1ULL << VHOST_F_LOG_ALL) ?
@@ -835,7 +865,8 @@ static VuMsgResult vu_set_vring_base(VuServer *s, VuMsg *msg)
     if (!q) {
         return VU_MSG_FAILED;
     }
-    if (st->num > UINT16_MAX) {
+    /* Packed rings: 32 bits, checked when the queue starts. */
+    if (st->num > UINT16_MAX && !vu_packed(s)) {
         warn_report("%s: queue %u: base %" PRIu32 " out of range", s->name,
                     q->index, st->num);
         return VU_MSG_FAILED;
@@ -1059,7 +1090,11 @@ static VuMsgResult vu_get_inflight_fd(VuServer *s, VuMsg *msg)
     if (!vu_stop_all(s)) {
         return VU_MSG_WAIT;
     }
-    size = vhost_user_inflight_state_offset(out.num_queues, out.queue_size) +
+    /* SET_FEATURES came first (QEMU sends it before GET_INFLIGHT_FD), so
+     * the ring format, and with it the layout, is known. */
+    size = vhost_user_inflight_state_offset_fmt(out.num_queues,
+                                                out.queue_size,
+                                                vu_packed(s)) +
            VHOST_USER_INFLIGHT_STATE_SIZE;
     fd = memfd_create("vhost-blk-inflight", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0 || ftruncate(fd, size) < 0) {
@@ -1075,7 +1110,8 @@ static VuMsgResult vu_get_inflight_fd(VuServer *s, VuMsg *msg)
                     g_strerror(errno));
         goto fail;
     }
-    vu_inflight_install(s, addr, size, out.num_queues, out.queue_size, fd, 0);
+    vu_inflight_install(s, addr, size, out.num_queues, out.queue_size, fd, 0,
+                        vu_packed(s));
     vu_inflight_state_write(s);
     out.mmap_size = size;
     vu_send(s, msg, &out, sizeof(out), fd);
@@ -1109,7 +1145,8 @@ static VuMsgResult vu_set_inflight_fd(VuServer *s, VuMsg *msg)
     fd = s->rx_fds[0];
     /* A region without a device-state area (an older back-end's) is
      * still used for the queues. */
-    need = vhost_user_inflight_state_offset(in->num_queues, in->queue_size);
+    need = vhost_user_inflight_state_offset_fmt(in->num_queues,
+                                                in->queue_size, vu_packed(s));
     if (in->mmap_size < need || in->mmap_size > SIZE_MAX / 2 ||
         in->mmap_offset % getpagesize() ||
         in->mmap_offset > UINT64_MAX - in->mmap_size ||
@@ -1133,7 +1170,8 @@ static VuMsgResult vu_set_inflight_fd(VuServer *s, VuMsg *msg)
         return VU_MSG_FAILED;
     }
     vu_inflight_install(s, addr, in->mmap_size, in->num_queues,
-                        in->queue_size, vu_take_fd(s, 0), in->mmap_offset);
+                        in->queue_size, vu_take_fd(s, 0), in->mmap_offset,
+                        vu_packed(s));
     vu_inflight_state_load(s, in);
     /* A good area now holds what the device went on with; a bad one (with
      * room) gets a good one. */

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Split virtqueue, device side (VIRTIO 1.2 section 2.7), with event-idx,
- * indirect descriptors and vhost-user inflight tracking.
+ * Virtqueue, device side: the split ring (VIRTIO 1.2 section 2.7), with
+ * event-idx, indirect descriptors and vhost-user inflight tracking, and
+ * what both ring formats share (setup, element pool, descriptor mapping,
+ * indirect table checks, notify, start/stop).  The packed ring's own part
+ * is virtqueue-packed.c; virtqueue-int.h is what the two share.
  *
  * Theory of operation
  *
@@ -64,90 +67,13 @@
  * per-queue bool and pays one predictable branch when it is off.
  */
 #include "qemu/osdep.h"
-#include "hw/virtio/virtqueue.h"
+#include "virtqueue-int.h"
 #include "qemu/error-report.h"
 
-#include <linux/virtio_ring.h>
 #include <sys/mman.h>
 
-/*
- * Every access to memory the driver shares with us goes through these, so
- * the memory-model test (tests/unit/test-virtqueue-tso.c) can build this
- * file with CONFIG_VIRTQUEUE_MODEL and replay each one through a simulated
- * store buffer.  In the daemon they are the C11 atomics named.
- */
-#ifdef CONFIG_VIRTQUEUE_MODEL
-#include "hw/virtio/virtqueue-model.h"
-#else
-/* Single, untorn loads and stores of guest-shared fields */
-#define VQ_LOAD(p)        __atomic_load_n((p), __ATOMIC_RELAXED)
-#define VQ_STORE(p, v)    __atomic_store_n((p), (v), __ATOMIC_RELAXED)
-#define VQ_LOAD_ACQUIRE(p)      __atomic_load_n((p), __ATOMIC_ACQUIRE)
-#define VQ_STORE_RELEASE(p, v)  __atomic_store_n((p), (v), __ATOMIC_RELEASE)
-/* Full barrier (smp_mb) */
-#define VQ_MB()           atomic_thread_fence(memory_order_seq_cst)
-#endif
-
-/* elem_state[] values */
-enum {
-    VQ_ELEM_FREE = 0,
-    VQ_ELEM_POPPED = 1,
-    VQ_ELEM_POPPED_RESUBMIT = 2,    /* popped from the resubmit list */
-};
-
-#define VQ_INFLIGHT_VERSION 1
-
-struct VirtQueue {
-    unsigned int index;
-    unsigned int num;
-    bool addr_set;
-    VhostUserVringAddr addr;
-    EventNotifier kick;
-    EventNotifier call;
-    bool event_idx;
-    bool enabled;
-    bool started;
-    bool broken;
-    bool notification;          /* driver kicks wanted */
-    bool log_on;                /* VHOST_F_LOG_ALL negotiated (setup) */
-    bool log;                   /* started with a dirty log: mark writes */
-    bool log_used;              /* ... and used ring writes at log_used_gpa */
-
-    /* Rings, valid while started */
-    struct vring_desc *desc;
-    struct vring_avail *avail;
-    struct vring_used *used;
-    const GuestMemory *mem;
-
-    uint16_t last_avail_idx;    /* next avail entry to pop */
-    uint16_t shadow_avail_idx;  /* last avail->idx we read */
-    uint16_t used_idx;          /* our copy of used->idx */
-    uint16_t used_flags;        /* our copy of used->flags */
-    uint16_t signalled_used;    /* used_idx at the last notify decision */
-    bool signalled_used_valid;
-    unsigned int pushed_since_notify;
-
-    /* Element pool, one per head (allocated for pool_num heads) */
-    unsigned int pool_num;
-    VirtQueueElement *elems;
-    struct iovec *long_sg;      /* pool_num slots of VIRTQUEUE_MAX_SG */
-    size_t long_sg_bytes;       /* size of its mapping */
-    const GuestMemRegion *last_reg;     /* translation cache, never NULL */
-    uint8_t *elem_state;
-    unsigned int inflight_count;
-
-    /* Inflight tracking and replay */
-    VhostUserQueueRegionSplit *inflight;
-    uint64_t inflight_counter;
-    uint16_t *resubmit;         /* heads to replay, in order */
-    unsigned int resubmit_num;
-    unsigned int resubmit_pos;
-
-    VirtQueueStats stats;
-};
-
 /* An empty region: the translation cache's value when there is none. */
-static const GuestMemRegion virtqueue_no_region;
+const GuestMemRegion virtqueue_no_region;
 
 /* Called from: the main thread. */
 VirtQueue *virtqueue_new(unsigned int index)
@@ -172,6 +98,14 @@ static void virtqueue_free_pool(VirtQueue *vq)
     g_free(vq->elems);
     g_free(vq->elem_state);
     g_free(vq->resubmit);
+    g_free(vq->chain_len);
+    g_free(vq->inflight_entry);
+    g_free(vq->inflight_last);
+    g_free(vq->pnext);
+    vq->inflight_last = NULL;
+    vq->pnext = NULL;
+    vq->chain_len = NULL;
+    vq->inflight_entry = NULL;
     vq->elems = NULL;
     vq->elem_state = NULL;
     vq->resubmit = NULL;
@@ -234,15 +168,22 @@ bool virtqueue_set_addr(VirtQueue *vq, const VhostUserVringAddr *addr,
 }
 
 /* Called from: the main thread, queue stopped. */
-void virtqueue_set_base(VirtQueue *vq, uint16_t last_avail_idx)
+void virtqueue_set_base(VirtQueue *vq, uint32_t base)
 {
-    vq->last_avail_idx = last_avail_idx;
-    vq->shadow_avail_idx = last_avail_idx;
+    /* Split: the next avail index.  Packed: decoded at start, once the
+     * queue size is known (see virtqueue_packed_start()). */
+    vq->base = base;
+    vq->base_set = true;
+    vq->last_avail_idx = (uint16_t)base;
+    vq->shadow_avail_idx = (uint16_t)base;
 }
 
 /* Called from: the main thread, queue stopped (or the owner thread). */
-uint16_t virtqueue_get_base(VirtQueue *vq)
+uint32_t virtqueue_get_base(VirtQueue *vq)
 {
+    if (vq->packed) {
+        return virtqueue_packed_get_base(vq);
+    }
     return vq->last_avail_idx;
 }
 
@@ -282,6 +223,18 @@ void virtqueue_set_event_idx(VirtQueue *vq, bool on)
     vq->event_idx = on;
 }
 
+/* Called from: the main thread, queue stopped. */
+void virtqueue_set_packed(VirtQueue *vq, bool on)
+{
+    vq->packed = on;
+}
+
+/* Called from: any thread. */
+bool virtqueue_is_packed(VirtQueue *vq)
+{
+    return vq->packed;
+}
+
 /* Called from: the main thread. */
 void virtqueue_set_enabled(VirtQueue *vq, bool on)
 {
@@ -295,9 +248,9 @@ bool virtqueue_is_enabled(VirtQueue *vq)
 }
 
 /* Called from: the main thread, queue stopped. */
-void virtqueue_set_inflight(VirtQueue *vq, VhostUserQueueRegionSplit *region)
+void virtqueue_set_inflight(VirtQueue *vq, void *region)
 {
-    vq->inflight = region;
+    vq->inflight_region = region;
 }
 
 /* Called from: the main thread, queue stopped. */
@@ -423,17 +376,17 @@ static uint16_t *virtqueue_avail_event(VirtQueue *vq)
  * concurrently, and every later check must see the same values as the
  * use (no TOCTOU).
  */
-static void virtqueue_read_desc(const struct vring_desc *table, unsigned int i,
-                                struct vring_desc *d)
+static uint16_t virtqueue_read_desc(const struct vring_desc *table,
+                                    unsigned int i, VirtQueueDesc *d)
 {
     d->addr = VQ_LOAD(&table[i].addr);
     d->len = VQ_LOAD(&table[i].len);
     d->flags = VQ_LOAD(&table[i].flags);
-    d->next = VQ_LOAD(&table[i].next);
+    return VQ_LOAD(&table[i].next);
 }
 
 /* Translation that missed the cache: look up (and remember) the region. */
-static int virtqueue_map_buf_slow(VirtQueue *vq, uint64_t gpa, uint32_t len,
+int virtqueue_map_buf_slow(VirtQueue *vq, uint64_t gpa, uint32_t len,
                                   struct iovec *iov, unsigned int room)
 {
     int n = guest_mem_gpa_to_iovec(vq->mem, gpa, len, iov, room);
@@ -446,33 +399,14 @@ static int virtqueue_map_buf_slow(VirtQueue *vq, uint64_t gpa, uint32_t len,
     return n;
 }
 
-/*
- * Map a descriptor's buffer (len > 0) into at most @room iovecs at @iov.
- * Returns the number used, -EFAULT (outside guest memory) or -ENOBUFS.
- * The check is "offset within the region, then length within the rest of
- * it", which cannot overflow.
- */
-static inline int virtqueue_map_buf(VirtQueue *vq, uint64_t gpa,
-                                    uint32_t len, struct iovec *iov,
-                                    unsigned int room)
-{
-    const GuestMemRegion *reg = vq->last_reg;
-    uint64_t off = gpa - reg->gpa;
-
-    if (likely(off < reg->size && len <= reg->size - off && room > 0)) {
-        iov->iov_base = reg->host + off;
-        iov->iov_len = len;
-        return 1;
-    }
-    return virtqueue_map_buf_slow(vq, gpa, len, iov, room);
-}
-
-/* Move the first @nsg iovecs of @elem to its head's long slot. */
+/* Move the first @nsg iovecs of @elem to its long slot. */
 static struct iovec *virtqueue_elem_spill(VirtQueue *vq,
                                           VirtQueueElement *elem,
-                                          uint16_t head, unsigned int nsg)
+                                          unsigned int nsg)
 {
-    struct iovec *sg = vq->long_sg + (size_t)head * VIRTQUEUE_MAX_SG;
+    struct iovec *sg = vq->long_sg +
+                       (size_t)virtqueue_elem_long_slot(vq, elem) *
+                       VIRTQUEUE_MAX_SG;
 
     memcpy(sg, elem->inline_sg, nsg * sizeof(sg[0]));
     return sg;
@@ -487,26 +421,56 @@ typedef struct VirtQueueWalk {
     bool in_indirect;
 } VirtQueueWalk;
 
-/* The iovecs a chain is mapped into so far. */
-typedef struct VirtQueueSgList {
-    struct iovec *sg;                   /* elem->inline_sg or the long slot */
-    unsigned int cap;                   /* iovecs @sg can hold */
-    unsigned int nsg;                   /* = out_num + in_num */
-    unsigned int out_num;
-    unsigned int in_num;
-    uint64_t total;                     /* bytes */
-} VirtQueueSgList;
 
 /*
- * Descriptor @d, entry @i of the current table, has VRING_DESC_F_INDIRECT:
- * check it and point @w at the start of its table.  At most once per
- * chain.  Returns false (queue broken) on a bad descriptor.
+ * Indirect descriptor @d (either ring format): check its table and return
+ * it with its entry count, or NULL (queue broken).  Both formats use
+ * 16-byte descriptors.
+ */
+const void *virtqueue_indirect_table(VirtQueue *vq, uint16_t head,
+                                     const VirtQueueDesc *d,
+                                     unsigned int *ntable)
+{
+    uint64_t n = d->len / sizeof(struct vring_desc);
+    const void *table;
+
+    if (d->len == 0 || d->len % sizeof(struct vring_desc) != 0 ||
+        n > VIRTQUEUE_MAX_SIZE) {
+        virtqueue_set_broken(vq, "invalid indirect table size %u in chain "
+                             "of head %u", d->len, head);
+        return NULL;
+    }
+    /* Descriptors are read with single aligned loads; a table that is not
+     * 8-byte aligned cannot be (drivers allocate them aligned). */
+    if (d->addr % 8 != 0) {
+        virtqueue_set_broken(vq, "indirect table at 0x%" PRIx64 " is not "
+                             "8-byte aligned (chain of head %u)",
+                             (uint64_t)d->addr, head);
+        return NULL;
+    }
+    /* The table must be contiguous in our address space. */
+    table = guest_mem_gpa_to_host(vq->mem, d->addr, d->len);
+    if (!table) {
+        virtqueue_set_broken(vq, "indirect table 0x%" PRIx64 "+0x%x outside "
+                             "guest memory (or across regions)",
+                             (uint64_t)d->addr, d->len);
+        return NULL;
+    }
+    *ntable = n;
+    return table;
+}
+
+/*
+ * Split ring: descriptor @d, entry @i of the current table, has
+ * VRING_DESC_F_INDIRECT: check it and point @w at the start of its table.
+ * At most once per chain.  Returns false (queue broken) on a bad
+ * descriptor.
  */
 static bool virtqueue_walk_indirect(VirtQueue *vq, uint16_t head,
-                                    unsigned int i, const struct vring_desc *d,
+                                    unsigned int i, const VirtQueueDesc *d,
                                     VirtQueueWalk *w)
 {
-    uint64_t ntable = d->len / sizeof(struct vring_desc);
+    unsigned int ntable;
     const struct vring_desc *table;
 
     if (w->in_indirect) {
@@ -519,26 +483,8 @@ static bool virtqueue_walk_indirect(VirtQueue *vq, uint16_t head,
                              "set", i);
         return false;
     }
-    if (d->len == 0 || d->len % sizeof(struct vring_desc) != 0 ||
-        ntable > VIRTQUEUE_MAX_SIZE) {
-        virtqueue_set_broken(vq, "invalid indirect table size %u in chain "
-                             "of head %u", d->len, head);
-        return false;
-    }
-    /* Descriptors are read with single aligned loads; a table that is not
-     * 8-byte aligned cannot be (drivers allocate them aligned). */
-    if (d->addr % 8 != 0) {
-        virtqueue_set_broken(vq, "indirect table at 0x%" PRIx64 " is not "
-                             "8-byte aligned (chain of head %u)",
-                             (uint64_t)d->addr, head);
-        return false;
-    }
-    /* The table must be contiguous in our address space. */
-    table = guest_mem_gpa_to_host(vq->mem, d->addr, d->len);
+    table = virtqueue_indirect_table(vq, head, d, &ntable);
     if (!table) {
-        virtqueue_set_broken(vq, "indirect table 0x%" PRIx64 "+0x%x outside "
-                             "guest memory (or across regions)",
-                             (uint64_t)d->addr, d->len);
         return false;
     }
     /* Every descriptor before this one was a data descriptor. */
@@ -555,12 +501,12 @@ static bool virtqueue_walk_indirect(VirtQueue *vq, uint16_t head,
  * to the long slot and retry, or say why the queue is broken.  Returns
  * the iovecs used, or a negative errno (queue broken).
  */
-static int virtqueue_map_desc_slow(VirtQueue *vq, VirtQueueElement *elem,
-                                   uint16_t head, const struct vring_desc *d,
-                                   VirtQueueSgList *s, int err)
+int virtqueue_map_desc_slow(VirtQueue *vq, VirtQueueElement *elem,
+                            uint16_t head, const VirtQueueDesc *d,
+                            VirtQueueSgList *s, int err)
 {
     if (err == -ENOBUFS && s->sg == elem->inline_sg) {
-        s->sg = virtqueue_elem_spill(vq, elem, head, s->nsg);
+        s->sg = virtqueue_elem_spill(vq, elem, s->nsg);
         s->cap = VIRTQUEUE_MAX_SG;
         err = virtqueue_map_buf(vq, d->addr, d->len, s->sg + s->nsg,
                                 s->cap - s->nsg);
@@ -580,50 +526,6 @@ static int virtqueue_map_desc_slow(VirtQueue *vq, VirtQueueElement *elem,
 }
 
 /*
- * Append data descriptor @d to @s: device-readable ones before writable
- * ones, 4 GiB per chain at most, its buffer inside guest memory.  Returns
- * false (queue broken) otherwise.  Hot path: once per descriptor.
- */
-static inline bool virtqueue_map_desc(VirtQueue *vq, VirtQueueElement *elem,
-                                      uint16_t head,
-                                      const struct vring_desc *d,
-                                      VirtQueueSgList *s)
-{
-    bool writable = d->flags & VRING_DESC_F_WRITE;
-    int n;
-
-    if (unlikely(!writable && s->in_num > 0)) {
-        virtqueue_set_broken(vq, "device-readable descriptor after a "
-                             "device-writable one in chain of head %u", head);
-        return false;
-    }
-    s->total += d->len;
-    if (unlikely(s->total > UINT32_MAX)) {
-        virtqueue_set_broken(vq, "chain of head %u is longer than 4 GiB",
-                             head);
-        return false;
-    }
-    if (unlikely(d->len == 0)) {
-        return true;
-    }
-    n = virtqueue_map_buf(vq, d->addr, d->len, s->sg + s->nsg,
-                          s->cap - s->nsg);
-    if (unlikely(n < 0)) {
-        n = virtqueue_map_desc_slow(vq, elem, head, d, s, n);
-        if (n < 0) {
-            return false;
-        }
-    }
-    s->nsg += n;
-    if (writable) {
-        s->in_num += n;
-    } else {
-        s->out_num += n;
-    }
-    return true;
-}
-
-/*
  * Walk the chain starting at @head into @elem.  Returns false (queue
  * broken) on any inconsistency.  Hot path: no allocation, no syscall.
  */
@@ -633,7 +535,8 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
     VirtQueueWalk w = { .table = vq->desc, .max = vq->num };
     VirtQueueSgList s = { .sg = elem->inline_sg, .cap = VIRTQUEUE_INLINE_SG };
     unsigned int i = head;
-    struct vring_desc d;
+    VirtQueueDesc d;
+    uint16_t next;
 
     for (;;) {
         if (unlikely(++w.count > w.max)) {
@@ -641,7 +544,7 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
                                  "than %u (loop?)", head, w.max);
             return false;
         }
-        virtqueue_read_desc(w.table, i, &d);
+        next = virtqueue_read_desc(w.table, i, &d);
 
         if (unlikely(d.flags & VRING_DESC_F_INDIRECT)) {
             if (!virtqueue_walk_indirect(vq, head, i, &d, &w)) {
@@ -668,7 +571,7 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
         if (!(d.flags & VRING_DESC_F_NEXT)) {
             break;
         }
-        i = d.next;
+        i = next;
         if (unlikely(i >= w.max)) {
             virtqueue_set_broken(vq, "next index %u out of range (%u) in "
                                  "chain of head %u", i, w.max, head);
@@ -676,12 +579,7 @@ static bool virtqueue_map_chain(VirtQueue *vq, uint16_t head,
         }
     }
 
-    elem->head = head;
-    elem->out_num = s.out_num;
-    elem->in_num = s.in_num;
-    elem->sg = s.sg;
-    elem->out_sg = s.sg;
-    elem->in_sg = s.sg + s.out_num;
+    virtqueue_elem_finish(elem, head, &s);
     return true;
 }
 
@@ -781,6 +679,9 @@ VirtQueueElement *virtqueue_pop(VirtQueue *vq)
     if (unlikely(!vq->started || vq->broken)) {
         return NULL;
     }
+    if (vq->packed) {
+        return virtqueue_packed_pop(vq);
+    }
     if (unlikely(vq->resubmit_pos < vq->resubmit_num)) {
         return virtqueue_pop_resubmit(vq);
     }
@@ -828,7 +729,9 @@ void virtqueue_unpop(VirtQueue *vq, VirtQueueElement *elem)
     uint16_t head = elem->head;
 
     assert(head < vq->pool_num && vq->elem_state[head] != VQ_ELEM_FREE);
-    if (vq->elem_state[head] == VQ_ELEM_POPPED_RESUBMIT) {
+    if (vq->packed) {
+        virtqueue_packed_unpop(vq, elem);
+    } else if (vq->elem_state[head] == VQ_ELEM_POPPED_RESUBMIT) {
         /* Still pending in the inflight region: replay it again. */
         assert(vq->resubmit_pos > 0);
         vq->resubmit[--vq->resubmit_pos] = head;
@@ -857,6 +760,10 @@ void virtqueue_push(VirtQueue *vq, VirtQueueElement *elem, uint32_t len)
     vq->inflight_count--;
     if (unlikely(!vq->started)) {
         /* Rings are gone: the request is dropped (the VMM reset us). */
+        return;
+    }
+    if (vq->packed) {
+        virtqueue_packed_push(vq, elem, len);
         return;
     }
 
@@ -909,7 +816,9 @@ void virtqueue_notify(VirtQueue *vq)
      * used->idx before it sleeps. */
     VQ_MB();
 
-    if (vq->event_idx) {
+    if (vq->packed) {
+        need = virtqueue_packed_need_notify(vq);
+    } else if (vq->event_idx) {
         uint16_t old = vq->signalled_used;
         uint16_t new = vq->used_idx;
         bool valid = vq->signalled_used_valid;
@@ -939,7 +848,9 @@ void virtqueue_set_notification(VirtQueue *vq, bool on)
     if (!vq->started) {
         return;
     }
-    if (vq->event_idx) {
+    if (vq->packed) {
+        virtqueue_packed_set_notification(vq, on);
+    } else if (vq->event_idx) {
         if (on) {
             /* Kick me for anything after what is available now. */
             VQ_STORE(virtqueue_avail_event(vq),
@@ -978,18 +889,16 @@ bool virtqueue_has_avail(VirtQueue *vq)
     if (vq->resubmit_pos < vq->resubmit_num) {
         return true;
     }
+    if (vq->packed) {
+        return virtqueue_packed_has_avail(vq);
+    }
     if (vq->last_avail_idx != vq->shadow_avail_idx) {
         return true;
     }
     return VQ_LOAD(&vq->avail->idx) != vq->last_avail_idx;
 }
 
-typedef struct VirtQueueReplay {
-    uint64_t counter;
-    uint16_t head;
-} VirtQueueReplay;
-
-static int virtqueue_replay_cmp(const void *a, const void *b)
+int virtqueue_replay_cmp(const void *a, const void *b)
 {
     const VirtQueueReplay *x = a, *y = b;
 
@@ -1011,8 +920,6 @@ static bool virtqueue_inflight_restore(VirtQueue *vq, GError **errp)
     uint64_t max_counter = 0;
     unsigned int i, n = 0;
 
-    vq->resubmit_num = vq->resubmit_pos = 0;
-    vq->inflight_counter = 0;
     if (!r) {
         return true;
     }
@@ -1078,23 +985,22 @@ static bool virtqueue_inflight_restore(VirtQueue *vq, GError **errp)
     return true;
 }
 
-/* Called from: the main thread (or the owner thread), queue stopped. */
-bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
+static void virtqueue_clear_rings(VirtQueue *vq)
+{
+    vq->desc = NULL;
+    vq->avail = NULL;
+    vq->used = NULL;
+    vq->pdesc = NULL;
+    vq->driver_event = NULL;
+    vq->device_event = NULL;
+    vq->mem = NULL;
+}
+
+/* Split ring: translate and check the three ring addresses. */
+static bool virtqueue_split_map(VirtQueue *vq, const GuestMemory *mem,
+                                GError **errp)
 {
     unsigned int num = vq->num;
-
-    if (num == 0 || !vq->addr_set) {
-        g_set_error(errp, VB_ERROR, 0,
-                    "queue %u: cannot start without size and ring addresses",
-                    vq->index);
-        return false;
-    }
-    if (vq->inflight_count > 0 && num != vq->pool_num) {
-        g_set_error(errp, VB_ERROR, 0,
-                    "queue %u: cannot resize with %u requests in flight",
-                    vq->index, vq->inflight_count);
-        return false;
-    }
 
     vq->desc = guest_mem_uva_to_host(mem, vq->addr.desc_user_addr,
                                      sizeof(struct vring_desc) * num);
@@ -1109,9 +1015,6 @@ bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
                     PRIx64 ", used 0x%" PRIx64 ", size %u) are not in guest "
                     "memory", vq->index, vq->addr.desc_user_addr,
                     vq->addr.avail_user_addr, vq->addr.used_user_addr, num);
-        vq->desc = NULL;
-        vq->avail = NULL;
-        vq->used = NULL;
         return false;
     }
     /* VIRTIO 1.x 2.7: descriptor table 16-byte, avail ring 2-byte, used
@@ -1125,73 +1028,19 @@ bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
                     "16-byte, avail 0x%" PRIx64 " 2-byte, used 0x%" PRIx64
                     " 4-byte alignment)", vq->index, vq->addr.desc_user_addr,
                     vq->addr.avail_user_addr, vq->addr.used_user_addr);
-        vq->desc = NULL;
-        vq->avail = NULL;
-        vq->used = NULL;
         return false;
     }
-    vq->mem = mem;
-    vq->log = vq->log_on && mem->log;
-    vq->log_used = vq->log &&
-                   (vq->addr.flags & (1u << VHOST_VRING_F_LOG));
-    if (vq->log_used &&
-        !guest_mem_log_covers(mem, vq->addr.log_guest_addr,
-                              6 + sizeof(struct vring_used_elem) *
-                              (uint64_t)num)) {
-        g_set_error(errp, VB_ERROR, 0,
-                    "queue %u: used ring log address 0x%" PRIx64 " (ring "
-                    "size %u) lies outside the dirty log of %" PRIu64
-                    " bytes", vq->index, vq->addr.log_guest_addr, num,
-                    mem->log_size);
-        vq->desc = NULL;
-        vq->avail = NULL;
-        vq->used = NULL;
-        vq->mem = NULL;
-        return false;
-    }
+    return true;
+}
 
-    if (vq->pool_num != num) {
-        size_t bytes = (size_t)num * VIRTQUEUE_MAX_SG * sizeof(struct iovec);
-        void *long_sg;
-
-        /* Reserved, not touched: pages become resident only when a chain
-         * longer than VIRTQUEUE_INLINE_SG iovecs uses its head's slot. */
-        long_sg = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (long_sg == MAP_FAILED) {
-            g_set_error(errp, VB_ERROR, 0,
-                        "queue %u: cannot map %zu bytes for the iovecs of "
-                        "long chains: %s", vq->index, bytes,
-                        g_strerror(errno));
-            vq->desc = NULL;
-            vq->avail = NULL;
-            vq->used = NULL;
-            vq->mem = NULL;
-            return false;
-        }
-        virtqueue_free_pool(vq);
-        vq->elems = g_new0(VirtQueueElement, num);
-        vq->elem_state = g_new0(uint8_t, num);
-        vq->resubmit = g_new0(uint16_t, num);
-        vq->long_sg = long_sg;
-        vq->long_sg_bytes = bytes;
-        vq->pool_num = num;
-    }
-    vq->last_reg = &virtqueue_no_region;
-
+/* Split ring: the rest of the start, once the pool is there. */
+static bool virtqueue_split_start(VirtQueue *vq, GError **errp)
+{
     vq->used_idx = VQ_LOAD(&vq->used->idx);
     vq->shadow_avail_idx = vq->last_avail_idx;
-    vq->signalled_used_valid = false;
-    vq->pushed_since_notify = 0;
-    vq->broken = false;
-
     if (!virtqueue_inflight_restore(vq, errp)) {
-        vq->desc = NULL;
-        vq->avail = NULL;
-        vq->used = NULL;
         return false;
     }
-
     /* Start with notifications on (a previous instance may have left
      * them off). */
     vq->used_flags = 0;
@@ -1206,6 +1055,103 @@ bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
             virtqueue_log_used(vq, &vq->used->flags, 2);
         }
     }
+    return true;
+}
+
+/* (Re)allocate the element pool for @num heads / buffer ids. */
+static bool virtqueue_alloc_pool(VirtQueue *vq, unsigned int num,
+                                 GError **errp)
+{
+    /* one slot per head / buffer id, and the packed ring's spare one */
+    size_t bytes = (size_t)(num + 1) * VIRTQUEUE_MAX_SG *
+                   sizeof(struct iovec);
+    void *long_sg;
+
+    /* Reserved, not touched: pages become resident only when a chain
+     * longer than VIRTQUEUE_INLINE_SG iovecs uses its head's slot. */
+    long_sg = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (long_sg == MAP_FAILED) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: cannot map %zu bytes for the iovecs of "
+                    "long chains: %s", vq->index, bytes, g_strerror(errno));
+        return false;
+    }
+    virtqueue_free_pool(vq);
+    vq->elems = g_new0(VirtQueueElement, num);
+    vq->elem_state = g_new0(uint8_t, num);
+    vq->resubmit = g_new0(uint16_t, num);
+    vq->chain_len = g_new0(uint16_t, num);
+    vq->inflight_entry = g_new0(uint16_t, num);
+    vq->inflight_last = g_new0(uint16_t, num);
+    vq->pnext = g_new0(uint16_t, num);
+    /* the elements use the slots of their index (long_slot 0: not
+     * written, so their pages stay untouched until used); the spare */
+    vq->scratch.long_slot = num + 1;
+    vq->long_sg = long_sg;
+    vq->long_sg_bytes = bytes;
+    vq->pool_num = num;
+    return true;
+}
+
+/* Called from: the main thread (or the owner thread), queue stopped. */
+bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
+{
+    unsigned int num = vq->num;
+    bool ok;
+
+    if (num == 0 || !vq->addr_set) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: cannot start without size and ring addresses",
+                    vq->index);
+        return false;
+    }
+    if (vq->inflight_count > 0 && num != vq->pool_num) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: cannot resize with %u requests in flight",
+                    vq->index, vq->inflight_count);
+        return false;
+    }
+
+    ok = vq->packed ? virtqueue_packed_map(vq, mem, errp)
+                    : virtqueue_split_map(vq, mem, errp);
+    if (!ok || (vq->pool_num != num && !virtqueue_alloc_pool(vq, num, errp))) {
+        virtqueue_clear_rings(vq);
+        return false;
+    }
+    vq->mem = mem;
+    vq->log = vq->log_on && mem->log;
+    /* Split: used ring stores are logged at log_guest_addr.  Packed: the
+     * used descriptors are in the descriptor ring, logged by address. */
+    vq->log_used = vq->log && !vq->packed &&
+                   (vq->addr.flags & (1u << VHOST_VRING_F_LOG));
+    if (vq->log_used &&
+        !guest_mem_log_covers(mem, vq->addr.log_guest_addr,
+                              6 + sizeof(struct vring_used_elem) *
+                              (uint64_t)num)) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: used ring log address 0x%" PRIx64 " (ring "
+                    "size %u) lies outside the dirty log of %" PRIu64
+                    " bytes", vq->index, vq->addr.log_guest_addr, num,
+                    mem->log_size);
+        virtqueue_clear_rings(vq);
+        return false;
+    }
+    vq->last_reg = &virtqueue_no_region;
+    vq->signalled_used_valid = false;
+    vq->pushed_since_notify = 0;
+    vq->broken = false;
+    vq->resubmit_num = vq->resubmit_pos = 0;
+    vq->inflight_counter = 0;
+    vq->inflight = vq->packed ? NULL : vq->inflight_region;
+    vq->pinflight = vq->packed ? vq->inflight_region : NULL;
+
+    ok = vq->packed ? virtqueue_packed_start(vq, errp)
+                    : virtqueue_split_start(vq, errp);
+    if (!ok) {
+        virtqueue_clear_rings(vq);
+        return false;
+    }
     vq->notification = true;
     vq->started = true;
     VQ_MB();
@@ -1216,10 +1162,7 @@ bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
 void virtqueue_stop(VirtQueue *vq)
 {
     vq->started = false;
-    vq->desc = NULL;
-    vq->avail = NULL;
-    vq->used = NULL;
-    vq->mem = NULL;
+    virtqueue_clear_rings(vq);
     vq->log = false;
     vq->log_used = false;
     vq->last_reg = &virtqueue_no_region;

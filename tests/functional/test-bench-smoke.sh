@@ -3,7 +3,8 @@
 # Smoke test of the benchmark tooling (no guest): a few seconds of
 # vhost-blk-bench against vhost-blkd and against qemu-storage-daemon, both
 # with a null back-end, checking the bench's JSON (IOPS > 0, no errors); a
-# --verify run against vhost-blkd on a small file; and compare.sh --quick
+# --verify run (split and packed rings) against vhost-blkd on a small file;
+# and compare.sh --quick
 # end to end (table, results.json).  The figures are not asserted.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -92,6 +93,8 @@ if vb_daemon_start blkd-file "$sock" "$blkd" \
         --export "socket=$sock,file=$img,num-queues=2"; then
     run_bench "vhost-blkd file randrw --verify, 2 queues" "$sock" --runtime 1 \
         --rw randrw --queues 2 --iodepth 8 --verify
+    run_bench "vhost-blkd file randrw --verify --packed, 2 queues" "$sock" \
+        --runtime 1 --rw randrw --queues 2 --iodepth 8 --verify --packed
     run_bench "vhost-blkd file randrw --verify, sizes 512 B to 32 KiB mixed" \
         "$sock" --runtime 1 --rw randrw --queues 2 --iodepth 8 --verify \
         --bs 512 --bs-max 32k

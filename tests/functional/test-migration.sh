@@ -30,17 +30,21 @@
 # stopping, the read completes before the stop and the check proves less
 # (it still passes).
 #
-# Usage: test-migration.sh [--device TYPE] [--qemu BIN]
+# Usage: test-migration.sh [--device TYPE] [--device-opts OPTS] [--qemu BIN]
 #   --device  vhost-user-blk-pci (default) or vhost-pci-blk-pci (the
 #             fork's device, then --qemu must name the fork's binary)
+#   --device-opts  appended to the -device (e.g. packed=on); with
+#             packed=on the daemons must also report packed virtqueues
 set -u
 . "$(dirname "$0")/lib.sh"
 
 device=vhost-user-blk-pci
+devopts=
 qemu=${VHOST_BLK_QEMU:-qemu-system-x86_64}
 while [ $# -gt 0 ]; do
     case $1 in
     --device) device=$2; shift 2 ;;
+    --device-opts) devopts=$2; shift 2 ;;
     --qemu) qemu=$2; shift 2 ;;
     *) echo "test-migration.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
@@ -102,7 +106,7 @@ qemu_start() {
     shift 2
     "$qemu" "${common[@]}" \
         -chardev "socket,id=vbdisk0,path=$sock,reconnect=1" \
-        -device "$device,chardev=vbdisk0,num-queues=1" \
+        -device "$device,chardev=vbdisk0,num-queues=1${devopts:+,$devopts}" \
         -serial "file:$VB_TMP/serial-$n.log" \
         -qmp "unix:$VB_TMP/qmp-$n.sock,server=on,wait=off" "$@" \
         2> "$VB_TMP/qemu-$n.err" &
@@ -266,4 +270,11 @@ for i in 0 1; do
     vb_check "vhost-blkd $i logged dirty pages while the VM migrated" \
         grep -q "dirty logging on" "$VB_TMP/blkd-$i.log"
 done
+case ",$devopts," in
+*,packed=on,*)
+    for i in 0 1; do
+        vb_check "vhost-blkd $i served packed virtqueues" \
+            grep -q "negotiated: packed virtqueues" "$VB_TMP/blkd-$i.log"
+    done ;;
+esac
 vb_done

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * libFuzzer target: a hostile driver owns guest memory and the rings; the
- * split virtqueue pops its chains and virtio-blk (null backend) serves them.
+ * virtqueue -- split, or packed with header flag 0x40 -- pops its chains
+ * and virtio-blk (null backend) serves them.
  *
  * The input is a small header that sets up the queue (size, ring
  * addresses, base, event-idx, inflight region contents), then an image of
@@ -15,8 +16,9 @@
  * Besides the sanitizers, the harness checks the virtqueue's promises:
  * every popped iovec lies inside one guest memory mapping, a head is never
  * handed out twice, each request completes exactly once with a status
- * byte written where the driver expects it, and the used ring entry matches
- * what was pushed.
+ * byte written where the driver expects it, and the used ring entry (packed:
+ * the used descriptor at the device's used slot, with the lap's flags)
+ * matches what was pushed.
  *
  * Threads: single-threaded; the fuzzer's thread owns the AioContext.
  */
@@ -56,6 +58,7 @@ static const VhostUserMemoryRegion fvq_regions[FVQ_NREGIONS] = {
 #define FVQ_F_RAW_ADDR      0x04    /* ring addresses are raw u64 uvas */
 #define FVQ_F_WRITETHROUGH  0x08
 #define FVQ_F_DEV_SHIFT     4       /* two bits: which device */
+#define FVQ_F_PACKED        0x40    /* VIRTIO_F_RING_PACKED */
 
 /* Operations */
 enum {
@@ -99,8 +102,9 @@ typedef struct FuzzVQ {
     VirtioBlkDev *cur_dev;
     unsigned int num;
     bool event_idx;
+    bool packed;
     VhostUserVringAddr addr;
-    VhostUserQueueRegionSplit *inflight;
+    void *inflight;
     unsigned int pending;
     uint16_t held[VIRTQUEUE_MAX_SIZE];  /* in pop order */
     unsigned int nheld;
@@ -218,6 +222,28 @@ static void fvq_check_elem(VirtQueueElement *e)
     }
 }
 
+/* Packed: the used descriptor the push wrote at @slot of lap @wrap. */
+static void fvq_check_used_packed(uint16_t slot, bool wrap, uint16_t head,
+                                  uint32_t len)
+{
+    struct vring_packed_desc *ring;
+    uint16_t want = wrap ? (1 << VRING_PACKED_DESC_F_AVAIL) |
+                           (1 << VRING_PACKED_DESC_F_USED) : 0;
+
+    ring = guest_mem_uva_to_host(&fvq.mem, fvq.addr.desc_user_addr,
+                                 16 * (uint64_t)fvq.num);
+    fuzz_check(ring, "descriptor ring vanished");
+    fuzz_check(slot < fvq.num, "used slot %u, queue size %u", slot, fvq.num);
+    fuzz_check(ring[slot].id == head && ring[slot].len == len &&
+               (ring[slot].flags & want) == want &&
+               !(ring[slot].flags & ~want &
+                 ((1 << VRING_PACKED_DESC_F_AVAIL) |
+                  (1 << VRING_PACKED_DESC_F_USED))),
+               "used descriptor at slot %u is {%u, %u, 0x%x}, pushed "
+               "{%u, %u} in lap %u", slot, ring[slot].id, ring[slot].len,
+               ring[slot].flags, head, len, wrap);
+}
+
 static void fvq_check_used(uint16_t head, uint32_t len)
 {
     struct vring_used *used;
@@ -265,6 +291,15 @@ static void fvq_req_done(VirtioBlkReq *req, uint8_t status, uint32_t in_len,
     }
     r->state = FVQ_REQ_FREE;
     fvq.pending--;
+    if (fvq.packed) {
+        /* where the push writes: the used slot and lap before it */
+        uint32_t base = virtqueue_get_base(fvq.vq);
+
+        virtqueue_push(fvq.vq, e, in_len);
+        fvq_check_used_packed((base >> 16) & 0x7fff, base >> 31, e->head,
+                              in_len);
+        return;
+    }
     virtqueue_push(fvq.vq, e, in_len);
     fvq_check_used(e->head, in_len);
 }
@@ -359,7 +394,7 @@ static void fvq_reset_reqs(void)
 
 /* A new back-end instance's queue over the current memory: false if the
  * setup was rejected (which ends the input). */
-static bool fvq_new_queue(uint16_t base)
+static bool fvq_new_queue(uint32_t base)
 {
     VirtQueue *vq = virtqueue_new(0);
     GError *err = NULL;
@@ -369,6 +404,7 @@ static bool fvq_new_queue(uint16_t base)
     virtqueue_set_kick_fd(vq, kick);
     virtqueue_set_call_fd(vq, dup(fvq.call_fd));
     virtqueue_set_event_idx(vq, fvq.event_idx);
+    virtqueue_set_packed(vq, fvq.packed);
     virtqueue_set_inflight(vq, fvq.inflight);
     virtqueue_set_enabled(vq, true);
     virtqueue_set_base(vq, base);
@@ -394,12 +430,16 @@ fail:
 static bool fvq_crash(FuzzInput *in)
 {
     uint8_t how = fuzz_u8(in);
-    uint16_t base;
+    uint32_t base;
 
     virtqueue_free(fvq.vq);
     fvq.vq = NULL;
     fvq_reset_reqs();
-    if (how & 1) {
+    if (fvq.packed) {
+        /* QEMU sends the base of the last start again: stale after a
+         * crash; or anything */
+        base = how & 1 ? fuzz_u32(in) : 0x80008000u;
+    } else if (how & 1) {
         base = fuzz_u16(in);
     } else {
         /* what a VMM sends when it could not ask the dead back-end */
@@ -525,6 +565,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     flags = fuzz_u8(&in);
     fvq.event_idx = flags & FVQ_F_EVENT_IDX;
+    fvq.packed = flags & FVQ_F_PACKED;
     dev = (flags >> FVQ_F_DEV_SHIFT) & 3;
     fvq.cur_dev = &fvq.dev[dev % 3];
     base = fuzz_u16(&in);
@@ -538,14 +579,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t uva = fvq_regions[0].userspace_addr;
 
         fvq.addr.desc_user_addr = uva + (fuzz_u16(&in) & ~15u);
-        fvq.addr.avail_user_addr = uva + (fuzz_u16(&in) & ~1u);
+        /* packed: the driver area needs 4-byte alignment */
+        fvq.addr.avail_user_addr = uva + (fuzz_u16(&in) &
+                                          (fvq.packed ? ~3u : ~1u));
         fvq.addr.used_user_addr = uva + (fuzz_u16(&in) & ~3u);
     }
 
     fvq.inflight = NULL;
     if ((flags & FVQ_F_INFLIGHT) && fvq.num > 0 &&
         fvq.num <= VIRTQUEUE_MAX_SIZE) {
-        size_t rsize = vhost_user_inflight_queue_size(fvq.num);
+        size_t rsize = vhost_user_inflight_queue_size_fmt(fvq.num,
+                                                          fvq.packed);
         size_t len = fuzz_u16(&in);
 
         /* plain heap memory: ASan sees any access past its end */
@@ -566,7 +610,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fvq.pending = 0;
     fvq.vq = NULL;
 
-    if (fvq_new_queue(base)) {
+    /* packed: the u16 gives both positions (bit 15: both wrap counters) */
+    if (fvq_new_queue(fvq.packed ? (uint32_t)base * 0x10001u : base)) {
         fvq_run_ops(&in);
     }
     if (fvq.vq) {

@@ -22,8 +22,11 @@ T_IN, T_OUT, T_FLUSH, T_GET_ID, T_DISCARD, T_WRITE_ZEROES = 0, 1, 4, 8, 11, 13
 #                 with bit 7, a u16 follows
 #   [u16 num]
 #   u8  flags     1 event-idx, 2 inflight region, 4 raw ring uvas,
-#                 8 writethrough, bits 4-5 device (0 rw, 1 ro, 2 4K blocks)
-#   u16 base      initial last_avail_idx
+#                 8 writethrough, bits 4-5 device (0 rw, 1 ro, 2 4K blocks),
+#                 0x40 packed ring (desc = descriptor ring, avail = driver
+#                 area, used = device area)
+#   u16 base      initial last_avail_idx (packed: next avail and next used
+#                 slot both, bit 15 both wrap counters)
 #   ring addresses: 3 x u16 offsets in region A (desc, avail, used), or with
 #                 flag 4, 3 x u64 VMM-virtual addresses
 #   [u16 len, len bytes: start of the inflight region]   with flag 2
@@ -91,6 +94,42 @@ class Guest:
         self.next_free += len(d)
         self.make_avail(head)
         return head
+
+
+F_PACKED = 0x40
+PACKED_AVAIL, PACKED_USED = 1 << 7, 1 << 15
+
+
+class PackedGuest(Guest):
+    """A packed ring at DESC: buffers in consecutive slots, lap 1 first."""
+
+    def __init__(self, num=16):
+        super().__init__(num)
+        self.slot = 0
+        self.wrap = 1
+
+    def request(self, rtype, sector=0, data_len=0, payload=b'', bid=None):
+        bid = self.next_free if bid is None else bid
+        hdr = self.header(bid, rtype, sector, payload)
+        d = [(hdr, 16 + len(payload), 0)]
+        if data_len:
+            d.append((DATA + 0x1000 * bid, data_len,
+                      0 if rtype == T_OUT else VRING_DESC_F_WRITE))
+        d.append((STATUS + bid, 1, VRING_DESC_F_WRITE))
+        self.put_buffer(bid, d)
+        self.next_free += 1
+        return bid
+
+    def put_buffer(self, bid, d):
+        for k, (addr, length, flags) in enumerate(d):
+            last = k == len(d) - 1
+            flags |= 0 if last else VRING_DESC_F_NEXT
+            flags |= PACKED_AVAIL if self.wrap else PACKED_USED
+            self.put(DESC + 16 * self.slot,
+                     struct.pack('<QIHH', addr, length, bid, flags))
+            self.slot += 1
+            if self.slot == self.num:
+                self.slot, self.wrap = 0, 1 - self.wrap
 
 
 def vq_input(g, ops, flags=0, base=0, qsel=None, inflight=None):
@@ -190,6 +229,34 @@ def virtqueue_seeds():
     g = Guest(num=100)
     g.request(T_IN, 0, 512)
     seeds['queue-100'] = vq_input(g, [OP_POP_SUBMIT, 63], qsel=0x80)
+
+    # packed rings: base 0x8000 = both wrap counters 1, slots 0
+    g = PackedGuest()
+    all_types(g)
+    seeds['packed-all-types'] = vq_input(g, [OP_POP_SUBMIT, 63],
+                                         flags=F_PACKED, base=0x8000)
+    seeds['packed-event-idx'] = vq_input(
+        g, [OP_POP, 1, OP_SUBMIT, OP_NOTIFICATION, 0, OP_POP_SUBMIT, 63,
+            OP_NOTIFICATION, 1, OP_NOTIFY], flags=F_PACKED | F_EVENT_IDX,
+        base=0x8000)
+    seeds['packed-unpop-restart'] = vq_input(
+        g, [OP_POP, 3, OP_UNPOP, 2, OP_POP_SUBMIT, 2, OP_RESTART,
+            OP_POP_SUBMIT, 63], flags=F_PACKED, base=0x8000)
+    seeds['packed-inflight-crash'] = vq_input(
+        g, [OP_POP_SUBMIT, 1, OP_POP, 3, OP_CRASH, 0, OP_POP_SUBMIT, 63],
+        flags=F_PACKED | F_INFLIGHT | F_EVENT_IDX, base=0x8000)
+
+    g = PackedGuest()
+    hdr = g.header(0, T_IN, 0)
+    g.put(INDIRECT, struct.pack('<QIHH', hdr, 16, 0, 0) +
+          struct.pack('<QIHH', DATA, 512, 0, VRING_DESC_F_WRITE) +
+          struct.pack('<QIHH', STATUS, 1, 0, VRING_DESC_F_WRITE))
+    g.put_buffer(0, [(INDIRECT, 3 * 16, VRING_DESC_F_INDIRECT)])
+    g.next_free = 1
+    g.request(T_OUT, 8, 512)
+    seeds['packed-indirect'] = vq_input(g, [OP_POP_SUBMIT, 63],
+                                        flags=F_PACKED | F_EVENT_IDX,
+                                        base=0x8000)
     return seeds
 
 

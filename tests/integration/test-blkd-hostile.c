@@ -31,6 +31,7 @@ typedef struct Fixture {
     VbDaemon d;
     VhostUserFrontend *fe;
     uint8_t *buf;               /* 1 MiB of guest memory */
+    bool packed;                /* the session uses packed rings */
 } Fixture;
 
 typedef enum Outcome {
@@ -45,13 +46,15 @@ static const char *outcome_name(Outcome o)
            o == OUTCOME_COMPLETED ? "request completed" : "nothing";
 }
 
-/* Connect to export 0 with one queue of QSIZE and start it. */
+/* Connect to export 0 with one queue of QSIZE and start it (packed rings
+ * when f->packed). */
 static void fixture_connect(Fixture *f, bool no_inflight)
 {
     VhostUserFrontendOptions opts = {
         .queue_size = QSIZE,
         .num_queues = 1,
         .no_inflight = no_inflight,
+        .packed = f->packed,
     };
     g_autoptr(GError) err = NULL;
 
@@ -71,8 +74,22 @@ static void fixture_connect(Fixture *f, bool no_inflight)
 #define SLOW_EXTRA "inject-delay=" G_STRINGIFY(SLOW_MS) \
                    ",inject-sector=1000-1007"
 
+static void fixture_setup_common(Fixture *f, gconstpointer data,
+                                 bool packed);
+
 /* @data: NULL, or extra options of export 0 (vhost-blkd's -export keys). */
 static void fixture_setup(Fixture *f, gconstpointer data)
+{
+    fixture_setup_common(f, data, false);
+}
+
+/* The same with packed virtqueues. */
+static void fixture_setup_packed(Fixture *f, gconstpointer data)
+{
+    fixture_setup_common(f, data, true);
+}
+
+static void fixture_setup_common(Fixture *f, gconstpointer data, bool packed)
 {
     /* export 0 has two queues; the front-end only sets up queue 0, so
      * queue 1 is a queue "never set up" */
@@ -83,6 +100,7 @@ static void fixture_setup(Fixture *f, gconstpointer data)
     g_autofree uint8_t *guard = g_malloc(IMG_SIZE - GUARD_OFF);
 
     memset(f, 0, sizeof(*f));
+    f->packed = packed;
     vb_daemon_init(&f->d, 2, spec);
     vb_fill_pattern(guard, IMG_SIZE - GUARD_OFF, GUARD_SEED);
     for (unsigned int i = 0; i < 2; i++) {
@@ -1824,6 +1842,234 @@ static void test_slow_shutdown(Fixture *f, gconstpointer data)
     check_images(f);
 }
 
+
+/* ---- packed rings ------------------------------------------------------ */
+
+/* One descriptor of a hand-built packed buffer; wrap < 0: the right lap. */
+typedef struct PDesc {
+    uint64_t addr;
+    uint32_t len;
+    uint16_t flags;             /* NEXT / WRITE / INDIRECT */
+    uint16_t id;
+    int wrap;
+} PDesc;
+
+/*
+ * Write @n descriptors at the library's next slot (its own position is not
+ * moved: nothing else is submitted afterwards), the head's flags last,
+ * kick, and see what the daemon does.
+ */
+static Outcome packed_submit_and_watch(Fixture *f, const PDesc *d,
+                                       unsigned int n)
+{
+    struct vring_packed_desc *ring;
+    struct vring_packed_desc_event *drv, *dev;
+    uint16_t slot, head, head_flags = 0;
+    bool wrap, head_wrap;
+    gint64 deadline;
+
+    g_assert_true(vhost_user_frontend_is_packed(f->fe));
+    vhost_user_frontend_packed_rings(f->fe, 0, &ring, &drv, &dev);
+    vhost_user_frontend_packed_avail_pos(f->fe, 0, &slot, &wrap);
+    head = slot;
+    head_wrap = wrap;
+    for (unsigned int k = 0; k < n; k++) {
+        bool w = d[k].wrap < 0 ? wrap : d[k].wrap;
+        uint16_t fl = d[k].flags | (w ? 1 << VRING_PACKED_DESC_F_AVAIL
+                                      : 1 << VRING_PACKED_DESC_F_USED);
+
+        ring[slot].addr = d[k].addr;
+        ring[slot].len = d[k].len;
+        ring[slot].id = d[k].id;
+        if (k == 0) {
+            head_flags = fl;
+        } else {
+            ring[slot].flags = fl;
+        }
+        if (++slot == QSIZE) {
+            slot = 0;
+            wrap = !wrap;
+        }
+    }
+    __atomic_store_n(&ring[head].flags, head_flags, __ATOMIC_RELEASE);
+    g_assert_cmpint(vhost_user_frontend_kick_raw(f->fe, 0), ==, 1);
+
+    deadline = g_get_monotonic_time() + DROP_TIMEOUT_MS * 1000LL;
+    while (g_get_monotonic_time() < deadline) {
+        uint16_t fl = __atomic_load_n(&ring[head].flags, __ATOMIC_ACQUIRE);
+        bool avail = fl & (1 << VRING_PACKED_DESC_F_AVAIL);
+        bool used = fl & (1 << VRING_PACKED_DESC_F_USED);
+
+        if (avail == used && used == head_wrap) {
+            return OUTCOME_COMPLETED;
+        }
+        if (vhost_user_frontend_peer_closed(f->fe, 20)) {
+            return OUTCOME_DROPPED;
+        }
+    }
+    return OUTCOME_NOTHING;
+}
+
+/*
+ * The session must be dropped.  A well-formed buffer published in the
+ * same batch before the bad one may still complete first (the daemon
+ * finishes what it had in flight while the session closes), so a
+ * completion is not the end of the watch: the drop must follow.
+ */
+static void packed_expect_dropped(Fixture *f, const PDesc *d, unsigned int n)
+{
+    Outcome o = packed_submit_and_watch(f, d, n);
+
+    g_test_message("outcome: %s", outcome_name(o));
+    if (o == OUTCOME_COMPLETED) {
+        o = vhost_user_frontend_peer_closed(f->fe, DROP_TIMEOUT_MS) ?
+            OUTCOME_DROPPED : OUTCOME_NOTHING;
+        g_test_message("then: %s", outcome_name(o));
+    }
+    g_assert_cmpint(o, ==, OUTCOME_DROPPED);
+    check_survived(f);
+}
+
+/* A well-formed read of 512 bytes as buffer @id: header, data, status. */
+static void packed_req(Fixture *f, PDesc *d, uint16_t id)
+{
+    prep_slot(f, id, VIRTIO_BLK_T_IN, 0);
+    d[0] = (PDesc) { slot_gpa(f, id, 0), 16, VRING_DESC_F_NEXT, id, -1 };
+    d[1] = (PDesc) { gpa_of(f, f->buf, 512), 512,
+                     VRING_DESC_F_NEXT | VRING_DESC_F_WRITE, id, -1 };
+    d[2] = (PDesc) { slot_gpa(f, id, 16), 1, VRING_DESC_F_WRITE, id, -1 };
+}
+
+/* First the control: the hand-built buffer itself is fine. */
+static void test_packed_control(Fixture *f, gconstpointer data)
+{
+    PDesc d[3];
+
+    packed_req(f, d, 5);
+    g_assert_cmpint(packed_submit_and_watch(f, d, 3), ==, OUTCOME_COMPLETED);
+    check_survived(f);
+}
+
+static void test_packed_wrong_wrap(Fixture *f, gconstpointer data)
+{
+    PDesc d[3];
+
+    packed_req(f, d, 5);
+    d[1].wrap = 0;              /* the lap after this one */
+    packed_expect_dropped(f, d, 3);
+}
+
+static void test_packed_id_out_of_range(Fixture *f, gconstpointer data)
+{
+    PDesc d[3];
+
+    packed_req(f, d, 5);
+    d[2].id = QSIZE;            /* the id is the last descriptor's */
+    packed_expect_dropped(f, d, 3);
+}
+
+static void test_packed_id_reused(Fixture *f, gconstpointer data)
+{
+    PDesc d[6];
+
+    /* two buffers with the same id made available together */
+    packed_req(f, d, 5);
+    packed_req(f, d + 3, 5);
+    packed_expect_dropped(f, d, 6);
+}
+
+static void test_packed_chain_around_ring(Fixture *f, gconstpointer data)
+{
+    g_autofree PDesc *d = g_new(PDesc, QSIZE);
+
+    /* every slot chained: the chain runs around the ring into its own
+     * head, which is not available for the next lap (the packed ring's
+     * loop) */
+    for (unsigned int k = 0; k < QSIZE; k++) {
+        d[k] = (PDesc) { gpa_of(f, f->buf, 16), 16, VRING_DESC_F_NEXT, 0,
+                         -1 };
+    }
+    packed_expect_dropped(f, d, QSIZE);
+}
+
+static void test_packed_outside_memory(Fixture *f, gconstpointer data)
+{
+    PDesc d[3];
+
+    packed_req(f, d, 5);
+    d[1].addr = MEM_SIZE - 256;     /* runs past the end of guest memory */
+    packed_expect_dropped(f, d, 3);
+}
+
+static void test_packed_indirect_nested(Fixture *f, gconstpointer data)
+{
+    struct vring_packed_desc *t = (void *)alloc_table(f, 2);
+    PDesc d = { gpa_of(f, t, 32), 32, VRING_DESC_F_INDIRECT, 5, -1 };
+
+    prep_slot(f, 5, VIRTIO_BLK_T_IN, 0);
+    t[0] = (struct vring_packed_desc) { slot_gpa(f, 5, 0), 16, 5, 0 };
+    t[1] = (struct vring_packed_desc) { gpa_of(f, t, 32), 32, 5,
+                                        VRING_DESC_F_INDIRECT };
+    packed_expect_dropped(f, &d, 1);
+}
+
+static void test_packed_indirect_not_alone(Fixture *f, gconstpointer data)
+{
+    struct vring_packed_desc *t = (void *)alloc_table(f, 1);
+    PDesc d[2] = {
+        { slot_gpa(f, 5, 0), 16, VRING_DESC_F_NEXT, 5, -1 },
+        { gpa_of(f, t, 16), 16, VRING_DESC_F_INDIRECT, 5, -1 },
+    };
+
+    prep_slot(f, 5, VIRTIO_BLK_T_IN, 0);
+    t[0] = (struct vring_packed_desc) { slot_gpa(f, 5, 16), 1, 5,
+                                        VRING_DESC_F_WRITE };
+    packed_expect_dropped(f, d, 2);
+}
+
+/* A packed base whose slots lie beyond the ring: the queue does not start
+ * (the ack says so), the daemon goes on. */
+static void test_packed_base_out_of_range(Fixture *f, gconstpointer data)
+{
+    int64_t r;
+
+    r = send_state(f, VHOST_USER_SET_VRING_BASE, 0, 0x80008000u | QSIZE);
+    if (r == 0) {
+        /* accepted for later; starting the queue with it fails */
+        r = send_state(f, VHOST_USER_SET_VRING_ENABLE, 0, 1);
+    }
+    expect_refused(f, r);
+    check_survived(f);
+}
+
+/* The front-end scribbled on the packed inflight region (a loop in its
+ * free list); the restarted session's queue refuses it and the daemon
+ * goes on. */
+static void test_packed_inflight_corrupt(Fixture *f, gconstpointer data)
+{
+    g_autoptr(GError) err = NULL;
+    VhostUserQueueRegionPacked *r;
+    uint64_t size;
+    int fd = vhost_user_frontend_inflight_fd(f->fe, &size);
+    void *p;
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpuint(size, >=, vhost_user_inflight_queue_size_packed(QSIZE));
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 512, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    g_assert_true(p != MAP_FAILED);
+    r = p;
+    g_assert_cmpuint(r->version, ==, 1);
+    g_assert_cmpuint(r->desc_num, ==, QSIZE);
+    r->desc[r->old_free_head].next = r->old_free_head;
+    munmap(p, size);
+
+    g_assert_false(vhost_user_frontend_reconnect(f->fe, 5000, &err));
+    g_test_message("reconnect: %s", err ? err->message : "?");
+    check_survived(f);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -1894,6 +2140,20 @@ int main(int argc, char **argv)
     ADD_SLOW("slow/disconnect-isolated", test_slow_disconnect);
     ADD_SLOW("slow/shutdown-waits", test_slow_shutdown);
 #undef ADD_SLOW
+#define ADD_PACKED(name, fn) \
+    g_test_add("/vhost-blkd/hostile/packed/" name, Fixture, NULL, \
+               fixture_setup_packed, fn, fixture_teardown)
+    ADD_PACKED("control", test_packed_control);
+    ADD_PACKED("wrong-wrap", test_packed_wrong_wrap);
+    ADD_PACKED("id-out-of-range", test_packed_id_out_of_range);
+    ADD_PACKED("id-reused", test_packed_id_reused);
+    ADD_PACKED("chain-around-ring", test_packed_chain_around_ring);
+    ADD_PACKED("outside-memory", test_packed_outside_memory);
+    ADD_PACKED("indirect-nested", test_packed_indirect_nested);
+    ADD_PACKED("indirect-not-alone", test_packed_indirect_not_alone);
+    ADD_PACKED("base-out-of-range", test_packed_base_out_of_range);
+    ADD_PACKED("inflight-corrupt", test_packed_inflight_corrupt);
+#undef ADD_PACKED
 #undef ADD
     return g_test_run();
 }

@@ -10,6 +10,7 @@ typedef struct IoCase {
     bool blkd_only;             /* needs an option qsd does not have */
     unsigned int mem_regions;
     bool use_add_mem_reg;
+    bool packed;                /* VIRTIO_F_RING_PACKED */
 } IoCase;
 
 typedef struct Fixture {
@@ -27,6 +28,7 @@ static void fixture_setup(Fixture *f, gconstpointer data)
     VhostUserFrontendOptions opts = {
         .mem_regions = c->mem_regions,
         .use_add_mem_reg = c->use_add_mem_reg,
+        .packed = c->packed,
     };
     g_autoptr(GError) err = NULL;
 
@@ -40,6 +42,7 @@ static void fixture_setup(Fixture *f, gconstpointer data)
     vb_daemon_start(&f->d);
     f->fe = vb_connect(&f->d, 0, &opts);
     vb_start(f->fe);
+    g_assert_true(vhost_user_frontend_is_packed(f->fe) == c->packed);
     f->buf = vhost_user_frontend_mem_alloc(f->fe, BUF_SIZE, 4096, &err);
     g_assert_no_error(err);
 }
@@ -520,6 +523,11 @@ static IoCase case_discard = {
     .spec = { .num_queues = 1, .discard = "on", .write_zeroes = "on" },
 };
 static IoCase case_ro = { .spec = { .num_queues = 1, .readonly = true } };
+static IoCase case_packed = { .spec = { .num_queues = 1 }, .packed = true };
+static IoCase case_packed_discard = {
+    .spec = { .num_queues = 1, .discard = "on", .write_zeroes = "on" },
+    .packed = true,
+};
 static IoCase case_mq2 = { .spec = { .num_queues = 2 } };
 static IoCase case_4k = {
     .spec = { .num_queues = 1, .logical_block_size = 4096 },
@@ -546,6 +554,12 @@ int main(int argc, char **argv)
     ADD("io/unsupported-type", case_plain, test_unsupported_type);
     ADD("io/past-end", case_plain, test_past_end);
     ADD("io/readonly", case_ro, test_readonly);
+    ADD("io/packed/read-write", case_packed, test_read_write);
+    ADD("io/packed/batch", case_packed, test_batch);
+    ADD("io/packed/flush", case_packed, test_flush);
+    ADD("io/packed/discard", case_packed_discard, test_discard);
+    ADD("io/packed/write-zeroes", case_packed_discard, test_write_zeroes);
+    ADD("io/packed/past-end", case_packed, test_past_end);
     ADD("config/basic", case_mq2, test_config_basic);
     ADD("config/blk-size-4096", case_4k, test_config_blk_size);
     ADD("config/writeback-toggle", case_plain, test_config_writeback);

@@ -5,7 +5,10 @@
  * SET_FEATURES with VHOST_F_LOG_ALL, SET_VRING_ADDR with
  * VHOST_VRING_F_LOG); the tests read the bitmap and check that exactly
  * the pages the daemon wrote are marked: the data pages of reads, the
- * status bytes and the used ring, and nothing else.
+ * status bytes and the used ring, and nothing else.  The packed/ cases do
+ * the same with packed virtqueues, whose used descriptors are written into
+ * the descriptor ring and whose device area is written for event
+ * suppression.
  */
 #include "qemu/osdep.h"
 #include "vb-daemon.h"
@@ -23,10 +26,12 @@ typedef struct Fixture {
     uint64_t log_size;
 } Fixture;
 
+/* @data: non-NULL for packed virtqueues */
 static void fixture_setup(Fixture *f, gconstpointer data)
 {
     VbExportSpec spec = { .size = 16 << 20 };
-    VhostUserFrontendOptions opts = { .queue_size = QSIZE };
+    VhostUserFrontendOptions opts = { .queue_size = QSIZE,
+                                      .packed = data != NULL };
     g_autoptr(GError) err = NULL;
     g_autofree uint8_t *img = g_malloc(NPAGES * PAGE);
 
@@ -96,7 +101,11 @@ static bool page_is_ring_or_slot(Fixture *f, uint64_t page)
     uint64_t start, end;
 
     vhost_user_frontend_rings(f->fe, 0, &desc, &avail, &used);
-    start = gpa_of(f, used) / PAGE;
+    /* packed: used descriptors go into the descriptor ring, which the
+     * library lays out first */
+    start = gpa_of(f, vhost_user_frontend_is_packed(f->fe) ? (void *)desc
+                                                           : (void *)used) /
+            PAGE;
     end = (gpa_of(f, vhost_user_frontend_req_slot(f->fe, 0, QSIZE - 1)) +
            32) / PAGE;
     return page >= start && page <= end;
@@ -125,6 +134,18 @@ static void assert_used_ring_marked(Fixture *f)
     struct vring_used *used;
 
     vhost_user_frontend_rings(f->fe, 0, &desc, &avail, &used);
+    if (vhost_user_frontend_is_packed(f->fe)) {
+        struct vring_packed_desc *ring;
+        struct vring_packed_desc_event *drv, *dev;
+
+        vhost_user_frontend_packed_rings(f->fe, 0, &ring, &drv, &dev);
+        /* the used descriptors, and the device area (kick suppression) */
+        g_assert_true(page_marked(f, gpa_of(f, ring)));
+        g_assert_true(page_marked(f, gpa_of(f, dev)));
+        /* the driver area (a page of its own) is the driver's */
+        g_assert_false(page_marked(f, gpa_of(f, drv)));
+        return;
+    }
     g_assert_true(page_marked(f, gpa_of(f, &used->idx)));
 }
 
@@ -268,5 +289,14 @@ int main(int argc, char **argv)
     ADD("switch-in-flight", test_switch_in_flight);
     ADD("stop-restart", test_stop_restart_logged);
 #undef ADD
+#define ADD_PACKED(name, fn) \
+    g_test_add("/vhost-blkd/log/packed/" name, Fixture, GINT_TO_POINTER(1), \
+               fixture_setup, fn, fixture_teardown)
+    ADD_PACKED("read-marks-data", test_read_marks_data);
+    ADD_PACKED("write-marks-no-data", test_write_marks_no_data);
+    ADD_PACKED("off-on", test_log_off_on);
+    ADD_PACKED("switch-in-flight", test_switch_in_flight);
+    ADD_PACKED("stop-restart", test_stop_restart_logged);
+#undef ADD_PACKED
     return g_test_run();
 }

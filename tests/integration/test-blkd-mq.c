@@ -30,7 +30,15 @@ static void fixture_setup(Fixture *f, gconstpointer data)
     vb_daemon_init(&f->d, 1, &spec);
     f->d.iothreads = 2;
     vb_daemon_start(&f->d);
-    f->fe = vb_connect_started(&f->d, 0, NQ);
+    if (data) {
+        VhostUserFrontendOptions opts = { .num_queues = NQ, .packed = true };
+
+        f->fe = vb_connect(&f->d, 0, &opts);
+        vb_start(f->fe);
+        g_assert_true(vhost_user_frontend_is_packed(f->fe));
+    } else {
+        f->fe = vb_connect_started(&f->d, 0, NQ);
+    }
 }
 
 static void fixture_teardown(Fixture *f, gconstpointer data)
@@ -166,5 +174,8 @@ int main(int argc, char **argv)
     g_test_set_nonfatal_assertions();
     g_test_add("/vhost-blkd/mq/concurrent", Fixture, NULL, fixture_setup,
                test_concurrent, fixture_teardown);
+    g_test_add("/vhost-blkd/mq/packed/concurrent", Fixture,
+               GINT_TO_POINTER(1), fixture_setup, test_concurrent,
+               fixture_teardown);
     return g_test_run();
 }

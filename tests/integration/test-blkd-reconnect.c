@@ -22,7 +22,8 @@ typedef struct Fixture {
 static void fixture_setup(Fixture *f, gconstpointer data)
 {
     VbExportSpec spec = { .num_queues = 1, .size = 64 << 20 };
-    VhostUserFrontendOptions opts = { .queue_size = 256, .mem_size = 32 << 20 };
+    VhostUserFrontendOptions opts = { .queue_size = 256, .mem_size = 32 << 20,
+                                      .packed = data != NULL };
     g_autoptr(GError) err = NULL;
 
     memset(f, 0, sizeof(*f));
@@ -30,6 +31,7 @@ static void fixture_setup(Fixture *f, gconstpointer data)
     vb_daemon_start(&f->d);
     f->fe = vb_connect(&f->d, 0, &opts);
     vb_start(f->fe);
+    g_assert_true(vhost_user_frontend_is_packed(f->fe) == (data != NULL));
 }
 
 static void fixture_teardown(Fixture *f, gconstpointer data)
@@ -58,7 +60,8 @@ static void test_sigkill_inflight(Fixture *f, gconstpointer data)
                   (1ULL << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD));
     g_assert_cmpint(vhost_user_frontend_inflight_fd(f->fe, &inflight_size),
                     >=, 0);
-    g_assert_cmpuint(inflight_size, >=, vhost_user_inflight_queue_size(256));
+    g_assert_cmpuint(inflight_size, >=,
+                     vhost_user_inflight_queue_size_fmt(256, data != NULL));
 
     buf = vhost_user_frontend_mem_alloc(f->fe, (size_t)NREQ * REQ_BYTES, 4096,
                                         &err);
@@ -75,7 +78,7 @@ static void test_sigkill_inflight(Fixture *f, gconstpointer data)
     }
     g_assert_cmpint(vhost_user_frontend_kick(f->fe, 0), >=, 0);
     vb_daemon_kill(&f->d);      /* kill -9, nothing reaped */
-    {
+    if (!vhost_user_frontend_is_packed(f->fe)) {
         struct vring_desc *desc;
         struct vring_avail *avail;
         struct vring_used *used;
@@ -141,7 +144,13 @@ static void test_stop(Fixture *f, gconstpointer data)
     }
     vhost_user_frontend_stop(f->fe, &base, &err);
     g_assert_no_error(err);
-    g_assert_cmpuint(base, ==, 5);
+    if (data) {
+        /* packed: five buffers of three descriptors, wrap counter 1 (the
+         * low half of the base: next available slot and its wrap) */
+        g_assert_cmphex(base, ==, 15 | 0x8000);
+    } else {
+        g_assert_cmpuint(base, ==, 5);
+    }
     vhost_user_frontend_disconnect(f->fe);
     /* the export accepts a new session afterwards */
     vb_check_export_works(&f->d, 0);
@@ -344,6 +353,12 @@ int main(int argc, char **argv)
     g_test_set_nonfatal_assertions();
     g_test_add("/vhost-blkd/reconnect/sigkill-inflight", Fixture, NULL,
                fixture_setup, test_sigkill_inflight, fixture_teardown);
+    g_test_add("/vhost-blkd/reconnect/packed/sigkill-inflight", Fixture,
+               GINT_TO_POINTER(1), fixture_setup, test_sigkill_inflight,
+               fixture_teardown);
+    g_test_add("/vhost-blkd/reconnect/packed/stop-get-vring-base", Fixture,
+               GINT_TO_POINTER(1), fixture_setup, test_stop,
+               fixture_teardown);
     g_test_add("/vhost-blkd/reconnect/stop-get-vring-base", Fixture, NULL,
                fixture_setup, test_stop, fixture_teardown);
     g_test_add("/vhost-blkd/reconnect/sigkill-keeps-writethrough", Fixture,

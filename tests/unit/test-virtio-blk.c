@@ -302,7 +302,7 @@ static void test_features(void)
 
     want = (1ull << VIRTIO_F_VERSION_1) |
            (1ull << VIRTIO_RING_F_INDIRECT_DESC) |
-           (1ull << VIRTIO_RING_F_EVENT_IDX) |
+           (1ull << VIRTIO_RING_F_EVENT_IDX) | (1ull << VIRTIO_F_RING_PACKED) |
            (1ull << VIRTIO_BLK_F_SEG_MAX) | (1ull << VIRTIO_BLK_F_BLK_SIZE) |
            (1ull << VIRTIO_BLK_F_TOPOLOGY) | (1ull << VIRTIO_BLK_F_FLUSH) |
            (1ull << VIRTIO_BLK_F_CONFIG_WCE) | (1ull << VIRTIO_BLK_F_MQ);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Memory-model test of the split virtqueue's notification protocol.
+ * Memory-model test of the virtqueue's notification protocol, split and
+ * packed rings.
  *
- * This program builds hw/virtio/virtqueue.c with CONFIG_VIRTQUEUE_MODEL, so
+ * This program builds hw/virtio/virtqueue.c and virtqueue-packed.c with
+ * CONFIG_VIRTQUEUE_MODEL, so
  * every access the device makes to memory shared with the driver calls
  * vq_model_load() / vq_model_store() / vq_model_mb() below.  They run the
  * access against a simulated x86-TSO store buffer: the device's stores wait
@@ -12,7 +14,12 @@
  * The driver is the Linux one (virtqueue_add + virtqueue_kick_prepare):
  * it publishes a chain (descriptor, ring entry, avail->idx), does a full
  * barrier, then reads avail_event (event-idx) or used->flags to decide
- * whether to kick.  Its two steps are placed before every device access
+ * whether to kick.  With packed rings it is Linux's packed driver
+ * (virtqueue_add_packed + virtqueue_kick_prepare_packed): it writes the
+ * descriptor, stores the head's flags with a write barrier, does a full
+ * barrier and reads the device event suppression structure (ENABLE,
+ * DISABLE, or DESC with off_wrap under event-idx).  Its two steps are
+ * placed before every device access
  * (and after the device went to sleep), with every possible number of the
  * device's buffered stores drained when the driver reads: all the
  * executions TSO allows for this pair of threads.  In each one, either the
@@ -75,6 +82,9 @@ typedef struct Model {
     struct vring_avail *avail;
     struct vring_used *used;
     bool event_idx;
+    bool packed;
+    struct vring_packed_desc *pdesc;            /* = desc */
+    struct vring_packed_desc_event *device;     /* device area = used */
 } Model;
 
 static Model m;
@@ -125,9 +135,22 @@ static void sb_drain(unsigned int n)
     m.sb_len -= n;
 }
 
+#define PACKED_AVAIL_LAP1 (1 << VRING_PACKED_DESC_F_AVAIL)
+
 /* The driver, step 1: make chain 1 (head 1) available after chain 0. */
 static void driver_publish(void)
 {
+    if (m.packed) {
+        /* slot 1, buffer id 1, lap 1; the flags last (virtio_wmb) */
+        m.pdesc[1].addr = GPA_DATA + 0x1000;
+        m.pdesc[1].len = 512;
+        m.pdesc[1].id = 1;
+        __atomic_store_n(&m.pdesc[1].flags,
+                         PACKED_AVAIL_LAP1 | VRING_DESC_F_WRITE,
+                         __ATOMIC_RELEASE);
+        m.published = true;
+        return;
+    }
     m.desc[1].addr = GPA_DATA + 0x1000;
     m.desc[1].len = 512;
     m.desc[1].flags = VRING_DESC_F_WRITE;
@@ -143,7 +166,22 @@ static void driver_decide(void)
 {
     m.sb_len_at_decide = m.sb_len;
     sb_drain(m.drain);
-    if (m.event_idx) {
+    if (m.packed) {
+        /* virtqueue_kick_prepare_packed(): one 32-bit snapshot */
+        uint32_t ev = *(uint32_t *)m.device;
+        uint16_t off_wrap = ev & 0xffff, flags = ev >> 16;
+
+        if (flags == VRING_PACKED_EVENT_FLAG_DESC && m.event_idx) {
+            int event = off_wrap & 0x7fff;
+
+            if (!(off_wrap >> 15)) {
+                event -= QSIZE;         /* the driver is in lap 1 */
+            }
+            m.kicked = vring_need_event((uint16_t)event, 2, 1);
+        } else {
+            m.kicked = flags != VRING_PACKED_EVENT_FLAG_DISABLE;
+        }
+    } else if (m.event_idx) {
         uint16_t avail_event = *(uint16_t *)&m.used->ring[QSIZE];
 
         m.kicked = vring_need_event(avail_event, 2, 1);
@@ -244,15 +282,24 @@ static unsigned int model_run(GuestMemory *gm, DeviceLoop loop)
     m.published = m.decided = m.kicked = false;
     m.sb_len_at_decide = 0;
 
-    m.desc[0].addr = GPA_DATA;
-    m.desc[0].len = 512;
-    m.desc[0].flags = VRING_DESC_F_WRITE;
-    m.avail->ring[0] = 0;
-    m.avail->idx = 1;
+    if (m.packed) {
+        m.pdesc[0].addr = GPA_DATA;
+        m.pdesc[0].len = 512;
+        m.pdesc[0].id = 0;
+        m.pdesc[0].flags = PACKED_AVAIL_LAP1 | VRING_DESC_F_WRITE;
+    } else {
+        m.desc[0].addr = GPA_DATA;
+        m.desc[0].len = 512;
+        m.desc[0].flags = VRING_DESC_F_WRITE;
+        m.avail->ring[0] = 0;
+        m.avail->idx = 1;
+    }
 
     g_assert_true(virtqueue_set_num(vq, QSIZE, &err));
     g_assert_true(virtqueue_set_addr(vq, &addr, &err));
-    virtqueue_set_base(vq, 0);
+    virtqueue_set_packed(vq, m.packed);
+    /* packed: slot 0 of lap 1 for both positions */
+    virtqueue_set_base(vq, m.packed ? 0x80008000u : 0);
     virtqueue_set_event_idx(vq, m.event_idx);
     virtqueue_set_enabled(vq, true);
     g_assert_true(virtqueue_start(vq, gm, &err));
@@ -280,6 +327,7 @@ static unsigned int model_run(GuestMemory *gm, DeviceLoop loop)
 typedef struct ModelCase {
     bool event_idx;
     DeviceLoop loop;
+    bool packed;
 } ModelCase;
 
 static void test_wakeup(gconstpointer data)
@@ -303,7 +351,10 @@ static void test_wakeup(gconstpointer data)
     m.desc = (void *)(m.mem + GPA_DESC);
     m.avail = (void *)(m.mem + GPA_AVAIL);
     m.used = (void *)(m.mem + GPA_USED);
+    m.pdesc = (void *)(m.mem + GPA_DESC);
+    m.device = (void *)(m.mem + GPA_USED);
     m.event_idx = c->event_idx;
+    m.packed = c->packed;
 
     for (m.publish_at = 0; ; m.publish_at++) {
         for (m.decide_at = m.publish_at; ; m.decide_at++) {
@@ -352,6 +403,10 @@ static const ModelCase case_kick_event_idx = { true, LOOP_KICK };
 static const ModelCase case_kick_flags = { false, LOOP_KICK };
 static const ModelCase case_poll_event_idx = { true, LOOP_POLL };
 static const ModelCase case_poll_flags = { false, LOOP_POLL };
+static const ModelCase case_packed_kick_event_idx = { true, LOOP_KICK, true };
+static const ModelCase case_packed_kick_flags = { false, LOOP_KICK, true };
+static const ModelCase case_packed_poll_event_idx = { true, LOOP_POLL, true };
+static const ModelCase case_packed_poll_flags = { false, LOOP_POLL, true };
 
 int main(int argc, char **argv)
 {
@@ -364,5 +419,13 @@ int main(int argc, char **argv)
                          &case_poll_event_idx, test_wakeup);
     g_test_add_data_func("/virtqueue-tso/wakeup/poll/no-notify-flag",
                          &case_poll_flags, test_wakeup);
+    g_test_add_data_func("/virtqueue-tso/packed/wakeup/kick/event-idx",
+                         &case_packed_kick_event_idx, test_wakeup);
+    g_test_add_data_func("/virtqueue-tso/packed/wakeup/kick/enable-flag",
+                         &case_packed_kick_flags, test_wakeup);
+    g_test_add_data_func("/virtqueue-tso/packed/wakeup/poll/event-idx",
+                         &case_packed_poll_event_idx, test_wakeup);
+    g_test_add_data_func("/virtqueue-tso/packed/wakeup/poll/enable-flag",
+                         &case_packed_poll_flags, test_wakeup);
     return g_test_run();
 }

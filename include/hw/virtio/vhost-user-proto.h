@@ -191,6 +191,55 @@ static inline size_t vhost_user_inflight_queue_size(uint16_t queue_size)
 }
 
 /*
+ * Inflight region layout for packed rings (vhost-user specification,
+ * "Inflight I/O tracking"): a packed ring overwrites in-flight descriptors
+ * with used ones, so each fetched descriptor is copied into an entry taken
+ * from a free list; a buffer's entries are linked by @next from its head
+ * entry (@num of them, @last the final one).  The old_* fields are the
+ * state after the last completed update, rolled back to on a restart.
+ */
+typedef struct VhostUserDescStatePacked {
+    uint8_t inflight;           /* head entry: 1 while in flight */
+    uint8_t padding;
+    uint16_t next;              /* next free entry / next of the buffer */
+    uint16_t last;              /* head entry: last entry of the buffer */
+    uint16_t num;               /* head entry: descriptors of the buffer */
+    uint64_t counter;           /* head entry: fetch order */
+    uint16_t id;                /* buffer id */
+    uint16_t flags;             /* descriptor flags */
+    uint32_t len;
+    uint64_t addr;
+} VhostUserDescStatePacked;
+
+typedef struct VhostUserQueueRegionPacked {
+    uint64_t features;
+    uint16_t version;
+    uint16_t desc_num;
+    uint16_t free_head;
+    uint16_t old_free_head;
+    uint16_t used_idx;
+    uint16_t old_used_idx;
+    uint8_t used_wrap_counter;
+    uint8_t old_used_wrap_counter;
+    uint8_t padding[7];
+    VhostUserDescStatePacked desc[];
+} VhostUserQueueRegionPacked;
+
+static inline size_t vhost_user_inflight_queue_size_packed(uint16_t queue_size)
+{
+    return QEMU_ALIGN_UP(sizeof(VhostUserQueueRegionPacked) +
+                         sizeof(VhostUserDescStatePacked) * queue_size, 64);
+}
+
+/* Bytes of one queue's part of the region, for either ring format. */
+static inline size_t vhost_user_inflight_queue_size_fmt(uint16_t queue_size,
+                                                        bool packed)
+{
+    return packed ? vhost_user_inflight_queue_size_packed(queue_size)
+                  : vhost_user_inflight_queue_size(queue_size);
+}
+
+/*
  * Device state after the queue regions (this back-end's own addition: the
  * specification leaves the region's layout to the back-end).  The front-end
  * keeps the region across back-end restarts and hands it back with
@@ -231,6 +280,14 @@ static inline size_t vhost_user_inflight_state_offset(uint16_t num_queues,
                                                       uint16_t queue_size)
 {
     return (size_t)num_queues * vhost_user_inflight_queue_size(queue_size);
+}
+
+static inline size_t vhost_user_inflight_state_offset_fmt(uint16_t num_queues,
+                                                          uint16_t queue_size,
+                                                          bool packed)
+{
+    return (size_t)num_queues *
+           vhost_user_inflight_queue_size_fmt(queue_size, packed);
 }
 
 const char *vhost_user_request_name(uint32_t request);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Split virtqueue, device side (VIRTIO 1.2 section 2.7), as used by a
+ * Virtqueue, device side: split (VIRTIO 1.2 section 2.7) or packed (2.8)
+ * ring, as used by a
  * vhost-user back-end: the rings live in guest memory, the kick and call
  * eventfds come from the VMM.
  *
@@ -50,12 +51,16 @@
 #define VIRTQUEUE_INLINE_SG 8
 
 typedef struct VirtQueueElement {
-    uint16_t head;              /* descriptor head: stable index, 0..size-1 */
+    uint16_t head;              /* descriptor head (split) or buffer id
+                                 * (packed): stable index, 0..size-1 */
     unsigned int out_num;       /* device-readable iovecs */
     unsigned int in_num;        /* device-writable iovecs */
     struct iovec *out_sg;       /* = sg */
     struct iovec *in_sg;        /* = sg + out_num */
-    struct iovec *sg;           /* inline_sg or the head's long slot */
+    struct iovec *sg;           /* inline_sg or the element's long slot */
+    /* its long slot in the queue + 1; 0: the slot of its own index (so
+     * that starting a queue does not touch the element pool) */
+    uint16_t long_slot;
     struct iovec inline_sg[VIRTQUEUE_INLINE_SG];
 } VirtQueueElement;
 
@@ -78,14 +83,22 @@ bool virtqueue_set_num(VirtQueue *vq, unsigned int num, GError **errp);
 /* Ring addresses are VMM virtual addresses (SET_VRING_ADDR) */
 bool virtqueue_set_addr(VirtQueue *vq, const VhostUserVringAddr *addr,
                         GError **errp);
-void virtqueue_set_base(VirtQueue *vq, uint16_t last_avail_idx);
-/* The next avail index the device would read (GET_VRING_BASE). */
-uint16_t virtqueue_get_base(VirtQueue *vq);
+/* Split: the next avail index.  Packed (the encoding QEMU uses): bits 0-14
+ * the next descriptor slot, bit 15 its wrap counter; bits 16-30 the next
+ * used slot, bit 31 its wrap counter.  Checked at start. */
+void virtqueue_set_base(VirtQueue *vq, uint32_t base);
+/* The base as above, of where the device is (GET_VRING_BASE). */
+uint32_t virtqueue_get_base(VirtQueue *vq);
 /* Takes ownership of the fds (-1 = none). */
 void virtqueue_set_kick_fd(VirtQueue *vq, int fd);
 void virtqueue_set_call_fd(VirtQueue *vq, int fd);
 int virtqueue_get_kick_fd(VirtQueue *vq);
 void virtqueue_set_event_idx(VirtQueue *vq, bool on);   /* negotiated */
+/* VIRTIO_F_RING_PACKED negotiated: the rings are a packed descriptor ring
+ * (desc_user_addr), the driver event suppression area (avail_user_addr)
+ * and the device event suppression area (used_user_addr). */
+void virtqueue_set_packed(VirtQueue *vq, bool on);
+bool virtqueue_is_packed(VirtQueue *vq);
 /* VHOST_F_LOG_ALL negotiated: from the next start, mark every guest page
  * the queue writes in the dirty log of the GuestMemory it starts with (if
  * one is mapped), and the used ring at the address's log_guest_addr when
@@ -93,9 +106,10 @@ void virtqueue_set_event_idx(VirtQueue *vq, bool on);   /* negotiated */
 void virtqueue_set_log(VirtQueue *vq, bool on);
 void virtqueue_set_enabled(VirtQueue *vq, bool on);
 bool virtqueue_is_enabled(VirtQueue *vq);
-/* Per-queue inflight region (NULL = none).  Laid out as in
- * vhost-user-proto.h; zeroed by the VMM on first use. */
-void virtqueue_set_inflight(VirtQueue *vq, VhostUserQueueRegionSplit *region);
+/* Per-queue inflight region (NULL = none): a VhostUserQueueRegionSplit or,
+ * for a packed queue, a VhostUserQueueRegionPacked (vhost-user-proto.h);
+ * zeroed by the VMM on first use. */
+void virtqueue_set_inflight(VirtQueue *vq, void *region);
 /* Whether num, addr and kick are all set so the queue can start. */
 bool virtqueue_is_ready(VirtQueue *vq);
 

@@ -24,6 +24,13 @@
  * as QEMU's host notifiers do.  When REPLY_ACK is negotiated every message
  * without its own reply is sent with NEED_REPLY and its ack is checked.
  *
+ * With VhostUserFrontendOptions.packed the queues are packed rings
+ * (VIRTIO 1.2 2.8) in the same memory: buffers in consecutive descriptor
+ * slots with wrap counters, buffer ids returned in any order, the event
+ * suppression structures in the driver and device areas; the vring base
+ * is QEMU's 32-bit packed encoding, and after a back-end crash the stale
+ * base is sent again, as QEMU does.
+ *
  * vhost_user_frontend_log_start() turns on dirty logging as QEMU does
  * when a migration starts: it makes a log memfd (one bit per 4 KiB page of
  * guest-physical memory), sends SET_LOG_BASE and waits for its reply, then
@@ -83,6 +90,8 @@ typedef struct VhostUserFrontendOptions {
     unsigned int queue_size;           /* power of two, 0 = 128 */
     uint64_t mem_size;                 /* per region, 0 = 64 MiB */
     unsigned int mem_regions;          /* 0 = 1, at most 8 */
+    bool packed;                       /* add VIRTIO_F_RING_PACKED; fail if
+                                        * the back-end does not offer it */
     /*
      * Kernel mode: drive the vhost_blk module through this character
      * device (e.g. /dev/vhost-blk) with the generic vhost ioctls instead
@@ -100,6 +109,9 @@ typedef struct VhostUserFrontendOptions {
     const char *vhost_dev;
     int kernel_backend_fd;
 } VhostUserFrontendOptions;
+
+/* Data buffers per request the packed ring path takes. */
+#define VHOST_USER_FRONTEND_MAX_SEG 256
 
 /* One completed request, from vhost_user_frontend_reap(). */
 typedef struct VhostUserFrontendCompletion {
@@ -281,6 +293,18 @@ void vhost_user_frontend_rings(VhostUserFrontend *fe, unsigned int q,
                                struct vring_desc **desc,
                                struct vring_avail **avail,
                                struct vring_used **used);
+/* Packed rings (VIRTIO_F_RING_PACKED negotiated): descriptor ring and
+ * the two event suppression areas of queue @q. */
+bool vhost_user_frontend_is_packed(VhostUserFrontend *fe);
+void vhost_user_frontend_packed_rings(VhostUserFrontend *fe, unsigned int q,
+                                      struct vring_packed_desc **desc,
+                                      struct vring_packed_desc_event **driver,
+                                      struct vring_packed_desc_event **device);
+/* The next slot the library fills and its wrap counter (hand-built
+ * buffers go there, on a queue with nothing outstanding). */
+void vhost_user_frontend_packed_avail_pos(VhostUserFrontend *fe,
+                                          unsigned int q, uint16_t *slot,
+                                          bool *wrap);
 /* Write descriptor @i of queue @q as given. */
 void vhost_user_frontend_write_desc(VhostUserFrontend *fe, unsigned int q,
                                     uint16_t i, uint64_t addr, uint32_t len,

@@ -1,0 +1,846 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Packed virtqueue, device side (VIRTIO 1.2 section 2.8): the part that
+ * differs from the split ring.  Everything else -- element pool, descriptor
+ * mapping and its bounds checks, indirect table checks, notify batching,
+ * start/stop -- is shared with virtqueue.c through virtqueue-int.h, and the
+ * public entry points of virtqueue.h dispatch here when
+ * VIRTIO_F_RING_PACKED was negotiated.
+ *
+ * Theory of operation
+ *
+ * One ring of descriptors, written by both sides.  The driver makes a
+ * buffer (one descriptor, a chain linked by VRING_DESC_F_NEXT in
+ * consecutive slots, or one indirect descriptor) available by setting the
+ * AVAIL flag bit to its wrap counter and USED to the inverse, the head's
+ * flags last.  The device reads buffers in ring order from last_avail_idx
+ * (with avail_wrap, flipped when the index wraps) and writes used
+ * descriptors in ring order from used_idx (with used_wrap): id, len, then
+ * the flags with AVAIL = USED = used_wrap.  A used descriptor takes one
+ * slot but used_idx advances by the number of slots the buffer took, so
+ * completion may be in any order (the buffer id says which one completed)
+ * and used_idx catches up with last_avail_idx when nothing is in flight.
+ *
+ * The buffer id is in the buffer's last descriptor, known only at the end
+ * of the walk.  Drivers put it in every descriptor, so a chain is mapped
+ * into the element its head's id names (if that one is free; else into
+ * vq->scratch) and moved only if the last descriptor names another (the
+ * inline iovecs are copied; a long slot is swapped, no copy).
+ *
+ * Hostile input: a chain descriptor not marked available for the current
+ * wrap counter, more descriptors in flight than the ring holds (which also
+ * bounds a chain and catches a driver that laps the device), an indirect
+ * descriptor that is not alone, nested indirect tables, buffer ids out of
+ * range or reused while in flight: the queue is broken, as for split.
+ *
+ * Event suppression: the driver area (driver event suppression, written
+ * by the driver) says when the device interrupts: DISABLE, ENABLE, or with
+ * event-idx DESC + off_wrap (interrupt once the used ring passes that slot
+ * of that lap).  The device area (device event suppression, written here)
+ * says when the driver kicks, the same way: DESC + off_wrap = the next slot
+ * to read when event-idx is on, ENABLE otherwise, DISABLE while busy
+ * polling.  Both structures are read and written as one 32-bit word.
+ *
+ * Memory ordering: the same pairs as the split ring, with the descriptor
+ * flags in the role of the indexes.
+ *  - the head's flags are loaded with acquire before the rest of the
+ *    buffer is read: pairs with the driver's write barrier before it
+ *    stores the head's flags;
+ *  - a used descriptor's flags are stored with release after its id and
+ *    len and after the data and status: pairs with the driver's read
+ *    barrier after it sees the flags;
+ *  - a full fence between the last used flags store and reading the driver
+ *    event structure (virtqueue_notify());
+ *  - a full fence between writing the device event structure ("kick me")
+ *    and looking at the next slot's flags again (set_notification(on) and
+ *    the empty-ring recheck in pop).
+ *
+ * Inflight region (vhost-user INFLIGHT_SHMFD, packed format of the
+ * specification): used descriptors overwrite in-flight ones, so every
+ * descriptor fetched is copied into a region entry taken from a free list
+ * (we keep our own copy of the links, so a front-end scribbling on the
+ * region cannot lead us astray while running); a buffer's entries are
+ * linked from its head entry, which holds inflight = 1, the fetch counter,
+ * the descriptor count and the last entry.  Push returns the entries to
+ * the free list, moves used_idx, writes the used descriptor, clears
+ * inflight and then commits old_free_head / old_used_idx /
+ * old_used_wrap_counter.  On the next start a region whose used index is
+ * ahead of its committed one is committed if the ring shows the used
+ * descriptor, else rolled back; entries on the free list are not in
+ * flight; the heads still in flight are replayed in counter order, and the
+ * slots they took tell where the driver's next buffer is.
+ *
+ * Dirty logging (live migration): every guest store of this file goes
+ * through vq_packed_write_used() (used descriptors) or
+ * vq_packed_write_device_event() (device area); with logging on, each
+ * marks what it wrote after the store, and push marks the element's
+ * device-writable buffers (data, status) as the split ring does.
+ */
+#include "qemu/osdep.h"
+#include "virtqueue-int.h"
+#include "qemu/error-report.h"
+
+#define VQ_F_AVAIL      (1u << VRING_PACKED_DESC_F_AVAIL)
+#define VQ_F_USED       (1u << VRING_PACKED_DESC_F_USED)
+#define VQ_WRAP_BIT     (1u << VRING_PACKED_EVENT_F_WRAP_CTR)
+
+/* The AVAIL/USED bits of a descriptor available in lap @wrap. */
+static inline uint16_t vq_packed_avail_bits(bool wrap)
+{
+    return wrap ? VQ_F_AVAIL : VQ_F_USED;
+}
+
+/* Is a descriptor with @flags available to a device reading lap @wrap
+ * (AVAIL equal to the wrap counter, USED not)? */
+static inline bool vq_packed_is_avail(uint16_t flags, bool wrap)
+{
+    return (flags & (VQ_F_AVAIL | VQ_F_USED)) == vq_packed_avail_bits(wrap);
+}
+
+/* Step a ring position. */
+static inline void vq_packed_advance(VirtQueue *vq, uint16_t *idx, bool *wrap,
+                                     unsigned int n)
+{
+    unsigned int i = *idx + n;
+
+    if (i >= vq->num) {
+        i -= vq->num;
+        *wrap = !*wrap;
+    }
+    *idx = i;
+}
+
+/* The event suppression structures as one untorn 32-bit word (off_wrap is
+ * the low half in memory, flags the high half: little endian). */
+static inline uint32_t vq_event_word(uint16_t off_wrap, uint16_t flags)
+{
+    return off_wrap | (uint32_t)flags << 16;
+}
+
+/*
+ * Dirty logging (logging on only): mark the guest pages under [@p, @p +
+ * @len), a host pointer into guest memory the device just wrote.  The
+ * packed ring's writes are all in the descriptor ring and the device area,
+ * which the VMM gave as VMM addresses, so they are logged through the
+ * memory table rather than at log_guest_addr.  Out of line and cold: with
+ * logging off the callers pay one predictable branch.
+ */
+static void __attribute__((noinline, cold))
+vq_packed_log(VirtQueue *vq, const void *p, size_t len)
+{
+    struct iovec iov = { .iov_base = (void *)p, .iov_len = len };
+
+    guest_mem_log_iov(vq->mem, &iov, 1);
+}
+
+/* The one place the packed ring writes the device area. */
+static inline void vq_packed_write_device_event(VirtQueue *vq,
+                                                uint16_t flags)
+{
+    uint16_t off_wrap = vq->last_avail_idx |
+                        (vq->avail_wrap ? VQ_WRAP_BIT : 0);
+
+    VQ_STORE((uint32_t *)vq->device_event, vq_event_word(off_wrap, flags));
+    if (unlikely(vq->log)) {
+        vq_packed_log(vq, vq->device_event, sizeof(*vq->device_event));
+    }
+}
+
+/* Called from: the main thread, queue stopped. */
+bool virtqueue_packed_map(VirtQueue *vq, const GuestMemory *mem,
+                          GError **errp)
+{
+    unsigned int num = vq->num;
+
+    vq->pdesc = guest_mem_uva_to_host(mem, vq->addr.desc_user_addr,
+                                      sizeof(struct vring_packed_desc) *
+                                      (uint64_t)num);
+    vq->driver_event = guest_mem_uva_to_host(mem, vq->addr.avail_user_addr,
+                                             sizeof(*vq->driver_event));
+    vq->device_event = guest_mem_uva_to_host(mem, vq->addr.used_user_addr,
+                                             sizeof(*vq->device_event));
+    if (!vq->pdesc || !vq->driver_event || !vq->device_event) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: packed ring addresses (descriptor ring 0x%"
+                    PRIx64 ", driver area 0x%" PRIx64 ", device area 0x%"
+                    PRIx64 ", size %u) are not in guest memory", vq->index,
+                    vq->addr.desc_user_addr, vq->addr.avail_user_addr,
+                    vq->addr.used_user_addr, num);
+        return false;
+    }
+    /* VIRTIO 1.2 2.8.10: descriptor ring 16-byte, event structures 4-byte
+     * aligned; we need it for the untorn loads and stores. */
+    if (((uintptr_t)vq->pdesc & 15) || ((uintptr_t)vq->driver_event & 3) ||
+        ((uintptr_t)vq->device_event & 3)) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: misaligned packed ring (descriptor ring 0x%"
+                    PRIx64 " needs 16-byte, driver area 0x%" PRIx64
+                    " and device area 0x%" PRIx64 " 4-byte alignment)",
+                    vq->index, vq->addr.desc_user_addr,
+                    vq->addr.avail_user_addr, vq->addr.used_user_addr);
+        return false;
+    }
+    return true;
+}
+
+/* Called from: the owner thread (or setup). */
+uint32_t virtqueue_packed_get_base(VirtQueue *vq)
+{
+    uint32_t avail = vq->last_avail_idx | (vq->avail_wrap ? VQ_WRAP_BIT : 0);
+    uint32_t used = vq->used_idx | (vq->used_wrap ? VQ_WRAP_BIT : 0);
+
+    return avail | used << 16;
+}
+
+/* Fresh (zeroed) region: every entry on the free list. */
+static void vq_packed_inflight_init(VirtQueue *vq)
+{
+    VhostUserQueueRegionPacked *r = vq->pinflight;
+    unsigned int num = vq->num;
+
+    memset(r->desc, 0, sizeof(r->desc[0]) * num);
+    for (unsigned int i = 0; i < num; i++) {
+        r->desc[i].next = i + 1;        /* num ends the list */
+        vq->pnext[i] = i + 1;
+    }
+    r->desc_num = num;
+    r->free_head = r->old_free_head = 0;
+    r->used_idx = r->old_used_idx = vq->used_idx;
+    r->used_wrap_counter = r->old_used_wrap_counter = vq->used_wrap;
+    vq->pfree_head = 0;
+    atomic_signal_fence(memory_order_release);
+    r->version = VQ_INFLIGHT_VERSION;
+}
+
+/*
+ * Region written by an earlier instance: finish or roll back the update
+ * it was doing, rebuild our copy of the free list, and queue the buffers
+ * still in flight.  Every index in the region is checked: the front-end
+ * can write it.
+ */
+static bool vq_packed_inflight_restore(VirtQueue *vq, GError **errp)
+{
+    VhostUserQueueRegionPacked *r = vq->pinflight;
+    unsigned int num = vq->num;
+    g_autofree uint8_t *owner = g_new0(uint8_t, num);  /* 1 free, 2 chain */
+    g_autofree VirtQueueReplay *replay = g_new(VirtQueueReplay, num);
+    unsigned int n = 0, slots = 0, i, steps;
+    uint64_t max_counter = 0;
+    uint16_t e;
+
+    if (r->version != VQ_INFLIGHT_VERSION || r->desc_num != num) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: packed inflight region (version %u, %u "
+                    "descriptors) does not match the queue (version %u, "
+                    "size %u)", vq->index, r->version, r->desc_num,
+                    VQ_INFLIGHT_VERSION, num);
+        return false;
+    }
+    if (r->old_used_idx >= num || r->used_idx >= num ||
+        r->old_free_head > num || r->free_head > num ||
+        r->used_wrap_counter > 1 || r->old_used_wrap_counter > 1) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: packed inflight region holds positions out "
+                    "of range (used %u/%u, free head %u/%u, queue size %u)",
+                    vq->index, r->used_idx, r->old_used_idx, r->free_head,
+                    r->old_free_head, num);
+        return false;
+    }
+    if (r->used_idx != r->old_used_idx ||
+        r->used_wrap_counter != r->old_used_wrap_counter) {
+        /* Killed inside a push: did its used descriptor reach the ring? */
+        uint16_t flags = VQ_LOAD(&vq->pdesc[r->old_used_idx].flags);
+
+        if (!vq_packed_is_avail(flags, r->old_used_wrap_counter)) {
+            r->old_free_head = r->free_head;
+            r->old_used_idx = r->used_idx;
+            r->old_used_wrap_counter = r->used_wrap_counter;
+        }
+    }
+    r->free_head = r->old_free_head;
+    r->used_idx = r->old_used_idx;
+    r->used_wrap_counter = r->old_used_wrap_counter;
+
+    /* The free list: what it holds is not in flight. */
+    e = r->free_head;
+    for (steps = 0; e != num; steps++) {
+        if (e > num || owner[e] || steps >= num) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "queue %u: packed inflight region's free list is "
+                        "corrupt (entry %u)", vq->index, e);
+            return false;
+        }
+        owner[e] = 1;
+        r->desc[e].inflight = 0;
+        vq->pnext[e] = r->desc[e].next;
+        e = vq->pnext[e];
+    }
+    vq->pfree_head = r->free_head;
+
+    for (i = 0; i < num; i++) {
+        uint16_t cnt, last, id;
+
+        if (owner[i] == 1 || r->desc[i].inflight == 0) {
+            continue;
+        }
+        cnt = r->desc[i].num;
+        last = r->desc[i].last;
+        if (r->desc[i].inflight != 1 || cnt == 0 || cnt > num) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "queue %u: packed inflight entry %u is invalid "
+                        "(state %u, %u descriptors)", vq->index, i,
+                        r->desc[i].inflight, cnt);
+            return false;
+        }
+        e = i;
+        for (unsigned int k = 0; k < cnt; k++) {
+            if (e >= num || owner[e]) {
+                g_set_error(errp, VB_ERROR, 0,
+                            "queue %u: packed inflight entry %u: its "
+                            "descriptor list is corrupt", vq->index, i);
+                return false;
+            }
+            owner[e] = 2;
+            vq->pnext[e] = r->desc[e].next;
+            if (k + 1 < cnt) {
+                e = vq->pnext[e];
+            }
+        }
+        id = r->desc[e].id;
+        if (e != last || id >= num ||
+            vq->elem_state[id] != VQ_ELEM_FREE || slots + cnt > num) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "queue %u: packed inflight entry %u is inconsistent "
+                        "(last %u, buffer id %u)", vq->index, i, last, id);
+            return false;
+        }
+        for (unsigned int j = 0; j < n; j++) {
+            if (vq->resubmit[j] == id) {
+                g_set_error(errp, VB_ERROR, 0,
+                            "queue %u: packed inflight region holds buffer "
+                            "id %u twice", vq->index, id);
+                return false;
+            }
+        }
+        vq->resubmit[n] = id;
+        vq->inflight_entry[id] = i;
+        vq->inflight_last[id] = e;
+        vq->chain_len[id] = cnt;
+        replay[n].counter = r->desc[i].counter;
+        replay[n].head = id;
+        max_counter = MAX(max_counter, r->desc[i].counter);
+        slots += cnt;
+        n++;
+    }
+    qsort(replay, n, sizeof(replay[0]), virtqueue_replay_cmp);
+    for (i = 0; i < n; i++) {
+        vq->resubmit[i] = replay[i].head;
+    }
+    vq->resubmit_num = n;
+    vq->inflight_counter = max_counter;
+    /* The region knows where the device was; the front-end's base may be
+     * stale (a dead back-end could not answer GET_VRING_BASE). */
+    vq->used_idx = r->used_idx;
+    vq->used_wrap = r->used_wrap_counter;
+    vq->last_avail_idx = vq->used_idx;
+    vq->avail_wrap = vq->used_wrap;
+    vq_packed_advance(vq, &vq->last_avail_idx, &vq->avail_wrap, slots);
+    vq->inflight_slots = slots;
+    if (n > 0) {
+        info_report("virtqueue %u: resubmitting %u in-flight request(s)",
+                    vq->index, n);
+    }
+    return true;
+}
+
+/* Called from: the main thread (or the owner thread), queue stopped; the
+ * rings are mapped and the pool allocated. */
+bool virtqueue_packed_start(VirtQueue *vq, GError **errp)
+{
+    if (vq->inflight_count > 0) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: cannot start a packed ring with %u requests "
+                    "in flight", vq->index, vq->inflight_count);
+        return false;
+    }
+    if (vq->base_set) {
+        uint16_t avail = vq->base & 0x7fff;
+        uint16_t used = (vq->base >> 16) & 0x7fff;
+
+        if (avail >= vq->num || used >= vq->num) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "queue %u: vring base 0x%08" PRIx32 " is out of range "
+                        "for a packed ring of %u (bits 0-14: next available "
+                        "slot, 15: its wrap counter, 16-30: next used slot, "
+                        "31: its wrap counter)", vq->index, vq->base,
+                        vq->num);
+            return false;
+        }
+        vq->last_avail_idx = avail;
+        vq->avail_wrap = vq->base & VQ_WRAP_BIT;
+        vq->used_idx = used;
+        vq->used_wrap = vq->base >> 31;
+        vq->base_set = false;
+    }
+    if (vq->last_avail_idx >= vq->num || vq->used_idx >= vq->num) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: ring position out of range after a resize "
+                    "(send SET_VRING_BASE)", vq->index);
+        return false;
+    }
+    vq->inflight_slots = 0;
+    if (vq->pinflight) {
+        if (VQ_LOAD(&vq->pinflight->version) == 0) {
+            vq_packed_inflight_init(vq);
+        } else if (!vq_packed_inflight_restore(vq, errp)) {
+            return false;
+        }
+    }
+    if (vq->used_idx != vq->last_avail_idx ||
+        vq->used_wrap != vq->avail_wrap) {
+        if (!vq->pinflight) {
+            /* Without a region nothing can be replayed: what lies in
+             * between was in flight in the previous process. */
+            warn_report("virtqueue %u: packed ring resumes with buffers in "
+                        "flight (next available slot %u, next used slot "
+                        "%u) and no inflight region to replay them",
+                        vq->index, vq->last_avail_idx, vq->used_idx);
+        }
+        /* Whatever lies between is in flight. */
+        vq->inflight_slots = (vq->last_avail_idx + vq->num - vq->used_idx) %
+                             vq->num;
+        if (vq->inflight_slots == 0) {
+            vq->inflight_slots = vq->num;
+        }
+    }
+    vq->signalled_used = vq->used_idx;
+    vq->signalled_used_wrap = vq->used_wrap;
+    /* Notifications on (a previous instance may have left them off). */
+    vq_packed_write_device_event(vq, vq->event_idx ?
+                                     VRING_PACKED_EVENT_FLAG_DESC :
+                                     VRING_PACKED_EVENT_FLAG_ENABLE);
+    return true;
+}
+
+/* The buffer's entries are all in the region: commit the fetch. */
+static inline void vq_packed_inflight_commit(VirtQueue *vq, uint16_t head_e,
+                                             uint16_t last_e,
+                                             unsigned int count)
+{
+    VhostUserQueueRegionPacked *r = vq->pinflight;
+
+    VQ_STORE(&r->desc[head_e].num, count);
+    VQ_STORE(&r->desc[head_e].last, last_e);
+    VQ_STORE(&r->free_head, vq->pfree_head);
+    /* Crash consistency only (a later instance reads this). */
+    atomic_signal_fence(memory_order_release);
+    VQ_STORE(&r->old_free_head, vq->pfree_head);
+}
+
+/*
+ * Map the table of indirect descriptor @d into @s (nested tables are
+ * refused: VIRTIO 1.2 2.8.19).
+ */
+static bool vq_packed_map_indirect(VirtQueue *vq, VirtQueueElement *elem,
+                                   uint16_t head, const VirtQueueDesc *d,
+                                   VirtQueueSgList *s)
+{
+    const struct vring_packed_desc *table;
+    unsigned int ntable;
+
+    table = virtqueue_indirect_table(vq, head, d, &ntable);
+    if (!table) {
+        return false;
+    }
+    if (ntable > vq->num) {
+        virtqueue_set_broken(vq, "indirect table of %u descriptors in "
+                             "buffer at slot %u is longer than the queue "
+                             "(%u)", ntable, head, vq->num);
+        return false;
+    }
+    for (unsigned int k = 0; k < ntable; k++) {
+        VirtQueueDesc t;
+
+        t.addr = VQ_LOAD(&table[k].addr);
+        t.len = VQ_LOAD(&table[k].len);
+        t.flags = VQ_LOAD(&table[k].flags);
+        if (unlikely(t.flags & VRING_DESC_F_INDIRECT)) {
+            virtqueue_set_broken(vq, "nested indirect descriptor in buffer "
+                                 "at slot %u", head);
+            return false;
+        }
+        if (unlikely(!virtqueue_map_desc(vq, elem, head, &t, s))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
+ * The chain was mapped into @from (vq->scratch, or the free element its
+ * head's id named) but its buffer id, in the last descriptor, is another
+ * one: move it to the element of @id.  The inline iovecs are copied; a long
+ * slot is swapped with @from's, which is not in flight.
+ */
+static VirtQueueElement *vq_packed_move(VirtQueue *vq, VirtQueueElement *from,
+                                        uint16_t id, const VirtQueueSgList *s)
+{
+    VirtQueueElement *elem = &vq->elems[id];
+    VirtQueueSgList moved = *s;
+
+    if (s->sg == from->inline_sg) {
+        memcpy(elem->inline_sg, s->sg, s->nsg * sizeof(s->sg[0]));
+        moved.sg = elem->inline_sg;
+    } else {
+        unsigned int slot = virtqueue_elem_long_slot(vq, elem);
+
+        elem->long_slot = virtqueue_elem_long_slot(vq, from) + 1;
+        from->long_slot = slot + 1;
+    }
+    virtqueue_elem_finish(elem, id, &moved);
+    return elem;
+}
+
+/*
+ * The ring looked empty and the caller will wait for a kick: like the
+ * split ring's recheck, publish "kick me at this slot", full barrier, look
+ * again.  Returns true if a buffer arrived in between.
+ */
+static bool vq_packed_empty_recheck(VirtQueue *vq)
+{
+    if (!vq->notification || !vq->event_idx) {
+        /* Busy polling re-checks after set_notification(on); without
+         * event-idx the device area says ENABLE since a fenced
+         * set_notification(on) or start. */
+        return false;
+    }
+    vq_packed_write_device_event(vq, VRING_PACKED_EVENT_FLAG_DESC);
+    /* Full barrier: pairs with the driver's full barrier between making a
+     * buffer available and reading the device event structure. */
+    VQ_MB();
+    return vq_packed_is_avail(VQ_LOAD(&vq->pdesc[vq->last_avail_idx].flags),
+                              vq->avail_wrap);
+}
+
+static VirtQueueElement *vq_packed_pop_resubmit(VirtQueue *vq)
+{
+    VhostUserQueueRegionPacked *r = vq->pinflight;
+    uint16_t id = vq->resubmit[vq->resubmit_pos];
+    VirtQueueElement *elem = &vq->elems[id];
+    VirtQueueSgList s = { .sg = elem->inline_sg, .cap = VIRTQUEUE_INLINE_SG };
+    unsigned int cnt = vq->chain_len[id];
+    uint16_t e = vq->inflight_entry[id];
+
+    for (unsigned int k = 0; k < cnt; k++) {
+        VirtQueueDesc d;
+
+        d.addr = VQ_LOAD(&r->desc[e].addr);
+        d.len = VQ_LOAD(&r->desc[e].len);
+        d.flags = VQ_LOAD(&r->desc[e].flags);
+        if (d.flags & VRING_DESC_F_INDIRECT) {
+            if (cnt != 1 || !vq_packed_map_indirect(vq, elem, id, &d, &s)) {
+                virtqueue_set_broken(vq, "replayed buffer id %u has a bad "
+                                     "indirect descriptor", id);
+                return NULL;
+            }
+        } else if (!virtqueue_map_desc(vq, elem, id, &d, &s)) {
+            return NULL;
+        }
+        e = vq->pnext[e];
+    }
+    virtqueue_elem_finish(elem, id, &s);
+    vq->resubmit_pos++;
+    vq->elem_state[id] = VQ_ELEM_POPPED_RESUBMIT;
+    vq->inflight_count++;
+    vq->stats.popped++;
+    vq->stats.resubmitted++;
+    return elem;
+}
+
+/* Called from: the owner thread.  Hot path. */
+VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
+{
+    const struct vring_packed_desc *ring = vq->pdesc;
+    VhostUserQueueRegionPacked *r = vq->pinflight;
+    uint16_t slot = vq->last_avail_idx, i = slot;
+    bool wrap = vq->avail_wrap;
+    uint16_t avail_bits = vq_packed_avail_bits(wrap);
+    unsigned int room = vq->num - vq->inflight_slots;
+    uint16_t e = vq->pfree_head, head_e = e, last_e = e, id;
+    unsigned int count = 0;
+    VirtQueueElement *tgt, *elem;
+    VirtQueueSgList s;
+    VirtQueueDesc d;
+
+    if (unlikely(vq->resubmit_pos < vq->resubmit_num)) {
+        return vq_packed_pop_resubmit(vq);
+    }
+    /* Acquire: pairs with the driver's write barrier before it stores the
+     * head's flags; the rest of the buffer is read after this. */
+    d.flags = VQ_LOAD_ACQUIRE(&ring[slot].flags);
+    if (!vq_packed_is_avail(d.flags, wrap)) {
+        if (!vq_packed_empty_recheck(vq)) {
+            return NULL;
+        }
+        d.flags = VQ_LOAD_ACQUIRE(&ring[slot].flags);
+    }
+    /*
+     * The buffer id is the last descriptor's.  Drivers put it in every
+     * descriptor (Linux does), so map straight into the element the head's
+     * id names if that one is free, and move the chain only if the last
+     * descriptor says otherwise; else map into the scratch element.
+     */
+    id = VQ_LOAD(&ring[slot].id);
+    tgt = likely(id < vq->num && vq->elem_state[id] == VQ_ELEM_FREE) ?
+          &vq->elems[id] : &vq->scratch;
+    s = (VirtQueueSgList) { .sg = tgt->inline_sg, .cap = VIRTQUEUE_INLINE_SG };
+
+    for (;;) {
+        if (count > 0) {
+            d.flags = VQ_LOAD(&ring[i].flags);
+            if (unlikely((d.flags & (VQ_F_AVAIL | VQ_F_USED)) != avail_bits)) {
+                virtqueue_set_broken(vq, "descriptor %u of the buffer at "
+                                     "slot %u is not available (flags 0x%x, "
+                                     "wrap counter %u)", i, slot, d.flags,
+                                     wrap);
+                return NULL;
+            }
+        }
+        d.addr = VQ_LOAD(&ring[i].addr);
+        d.len = VQ_LOAD(&ring[i].len);
+        id = VQ_LOAD(&ring[i].id);
+        if (unlikely(++count > room)) {
+            virtqueue_set_broken(vq, "buffer at slot %u makes more than %u "
+                                 "descriptors available (chain loop or a "
+                                 "driver lapping the device)", slot, vq->num);
+            return NULL;
+        }
+        if (r) {
+            /* Copy the descriptor into the next free region entry. */
+            if (count == 1) {
+                VQ_STORE(&r->desc[e].counter, ++vq->inflight_counter);
+                VQ_STORE(&r->desc[e].inflight, 1);
+            }
+            VQ_STORE(&r->desc[e].addr, d.addr);
+            VQ_STORE(&r->desc[e].len, d.len);
+            VQ_STORE(&r->desc[e].flags, d.flags);
+            VQ_STORE(&r->desc[e].id, id);
+            last_e = e;
+            e = vq->pnext[e];
+        }
+        if (++i == vq->num) {
+            i = 0;
+            wrap = !wrap;
+            avail_bits ^= VQ_F_AVAIL | VQ_F_USED;
+        }
+
+        if (unlikely(d.flags & VRING_DESC_F_INDIRECT)) {
+            if (count != 1 || (d.flags & VRING_DESC_F_NEXT)) {
+                virtqueue_set_broken(vq, "indirect descriptor at slot %u is "
+                                     "not the buffer's only descriptor",
+                                     slot);
+                return NULL;
+            }
+            if (!vq_packed_map_indirect(vq, tgt, slot, &d, &s)) {
+                return NULL;
+            }
+            break;
+        }
+        if (unlikely(!virtqueue_map_desc(vq, tgt, slot, &d, &s))) {
+            return NULL;
+        }
+        if (!(d.flags & VRING_DESC_F_NEXT)) {
+            break;
+        }
+    }
+
+    if (unlikely(id >= vq->num)) {
+        virtqueue_set_broken(vq, "buffer at slot %u has id %u, queue size "
+                             "%u", slot, id, vq->num);
+        return NULL;
+    }
+    if (unlikely(vq->elem_state[id] != VQ_ELEM_FREE)) {
+        virtqueue_set_broken(vq, "buffer id %u made available again while "
+                             "in flight", id);
+        return NULL;
+    }
+    elem = &vq->elems[id];
+    if (likely(tgt == elem)) {
+        virtqueue_elem_finish(elem, id, &s);
+    } else {
+        elem = vq_packed_move(vq, tgt, id, &s);
+    }
+    if (r) {
+        vq->pfree_head = e;
+        vq_packed_inflight_commit(vq, head_e, last_e, count);
+    }
+    vq->chain_len[id] = count;
+    vq->inflight_entry[id] = head_e;
+    vq->inflight_last[id] = last_e;
+    vq->inflight_slots += count;
+    vq->last_avail_idx = i;
+    vq->avail_wrap = wrap;
+    if (vq->event_idx && vq->notification) {
+        /* Kick me when you make the next slot available. */
+        vq_packed_write_device_event(vq, VRING_PACKED_EVENT_FLAG_DESC);
+    }
+    vq->elem_state[id] = VQ_ELEM_POPPED;
+    vq->inflight_count++;
+    vq->stats.popped++;
+    return elem;
+}
+
+/* Give buffer @id's region entries back to the free list. */
+static inline void vq_packed_inflight_release(VirtQueue *vq, uint16_t id)
+{
+    VhostUserQueueRegionPacked *r = vq->pinflight;
+    uint16_t e = vq->inflight_entry[id], last = vq->inflight_last[id];
+
+    vq->pnext[last] = vq->pfree_head;
+    VQ_STORE(&r->desc[last].next, vq->pfree_head);
+    vq->pfree_head = e;
+    VQ_STORE(&r->free_head, e);
+}
+
+/*
+ * The one place the packed ring writes a used descriptor into guest
+ * memory: id and len, then the flags with release (the driver reads the
+ * id, len, data and status after it saw the flags).
+ */
+static inline void vq_packed_write_used(VirtQueue *vq, uint16_t slot,
+                                        uint16_t id, uint32_t len, bool wrap)
+{
+    struct vring_packed_desc *d = &vq->pdesc[slot];
+
+    VQ_STORE(&d->id, id);
+    VQ_STORE(&d->len, len);
+    VQ_STORE_RELEASE(&d->flags, wrap ? (VQ_F_AVAIL | VQ_F_USED) : 0);
+}
+
+/*
+ * Dirty logging of a push (logging on only): the element's device-writable
+ * buffers, which the device filled before it pushed, and the used
+ * descriptor just written at @slot.
+ */
+static void __attribute__((noinline, cold))
+vq_packed_log_push(VirtQueue *vq, const VirtQueueElement *elem,
+                   uint16_t slot)
+{
+    guest_mem_log_iov(vq->mem, elem->in_sg, elem->in_num);
+    vq_packed_log(vq, &vq->pdesc[slot], sizeof(vq->pdesc[slot]));
+}
+
+/* Called from: the owner thread.  Hot path.  The element was already
+ * marked free by virtqueue_push(). */
+void virtqueue_packed_push(VirtQueue *vq, VirtQueueElement *elem,
+                           uint32_t len)
+{
+    VhostUserQueueRegionPacked *r = vq->pinflight;
+    uint16_t id = elem->head;
+    uint16_t slot = vq->used_idx;
+    bool wrap = vq->used_wrap;
+
+    vq_packed_advance(vq, &vq->used_idx, &vq->used_wrap, vq->chain_len[id]);
+    vq->inflight_slots -= vq->chain_len[id];
+    if (r) {
+        vq_packed_inflight_release(vq, id);
+        VQ_STORE(&r->used_idx, vq->used_idx);
+        VQ_STORE(&r->used_wrap_counter, vq->used_wrap);
+        atomic_signal_fence(memory_order_release);
+    }
+    vq_packed_write_used(vq, slot, id, len, wrap);
+    if (r) {
+        /* Crash consistency only: the steps in order (see the top). */
+        VQ_STORE(&r->desc[vq->inflight_entry[id]].inflight, 0);
+        atomic_signal_fence(memory_order_release);
+        VQ_STORE(&r->old_free_head, vq->pfree_head);
+        VQ_STORE(&r->old_used_idx, vq->used_idx);
+        VQ_STORE(&r->old_used_wrap_counter, vq->used_wrap);
+    }
+    vq->stats.pushed++;
+    vq->pushed_since_notify++;
+    if (unlikely(vq->log)) {
+        /* After the stores; last, so that it is a tail call. */
+        vq_packed_log_push(vq, elem, slot);
+    }
+}
+
+/* Called from: the owner thread.  In reverse pop order. */
+void virtqueue_packed_unpop(VirtQueue *vq, VirtQueueElement *elem)
+{
+    VhostUserQueueRegionPacked *r = vq->pinflight;
+    uint16_t id = elem->head;
+    unsigned int n = vq->chain_len[id];
+
+    if (vq->elem_state[id] == VQ_ELEM_POPPED_RESUBMIT) {
+        /* Still pending in the inflight region: replay it again. */
+        assert(vq->resubmit_pos > 0);
+        vq->resubmit[--vq->resubmit_pos] = id;
+        vq->stats.resubmitted--;
+        return;
+    }
+    if (vq->last_avail_idx >= n) {
+        vq->last_avail_idx -= n;
+    } else {
+        vq->last_avail_idx += vq->num - n;
+        vq->avail_wrap = !vq->avail_wrap;
+    }
+    vq->inflight_slots -= n;
+    if (r) {
+        VQ_STORE(&r->desc[vq->inflight_entry[id]].inflight, 0);
+        vq_packed_inflight_release(vq, id);
+        atomic_signal_fence(memory_order_release);
+        VQ_STORE(&r->old_free_head, vq->pfree_head);
+    }
+}
+
+/*
+ * After the full barrier of virtqueue_notify(): does the driver want an
+ * interrupt for what was pushed since the last decision?
+ */
+bool virtqueue_packed_need_notify(VirtQueue *vq)
+{
+    uint32_t ev = VQ_LOAD((uint32_t *)vq->driver_event);
+    uint16_t flags = ev >> 16, off_wrap = ev & 0xffff;
+    int old = vq->signalled_used, new = vq->used_idx, event;
+    bool valid = vq->signalled_used_valid;
+
+    if (vq->signalled_used_wrap != vq->used_wrap) {
+        old -= vq->num;         /* the last decision was a lap ago */
+    }
+    vq->signalled_used = vq->used_idx;
+    vq->signalled_used_wrap = vq->used_wrap;
+    vq->signalled_used_valid = true;
+
+    if (flags == VRING_PACKED_EVENT_FLAG_DISABLE) {
+        return false;
+    }
+    if (flags != VRING_PACKED_EVENT_FLAG_DESC || !vq->event_idx || !valid) {
+        return true;
+    }
+    event = off_wrap & ~VQ_WRAP_BIT;
+    if (!!(off_wrap & VQ_WRAP_BIT) != vq->used_wrap) {
+        event -= vq->num;
+    }
+    /* Interrupt if the slot the driver named lies in (old, new]. */
+    return vring_need_event((uint16_t)event, (uint16_t)new, (uint16_t)old);
+}
+
+/* Called from: the owner thread. */
+void virtqueue_packed_set_notification(VirtQueue *vq, bool on)
+{
+    uint16_t flags = VRING_PACKED_EVENT_FLAG_DISABLE;
+
+    if (on) {
+        flags = vq->event_idx ? VRING_PACKED_EVENT_FLAG_DESC
+                              : VRING_PACKED_EVENT_FLAG_ENABLE;
+    }
+    vq_packed_write_device_event(vq, flags);
+}
+
+/* Called from: the owner thread.  No syscalls. */
+bool virtqueue_packed_has_avail(VirtQueue *vq)
+{
+    return vq_packed_is_avail(VQ_LOAD(&vq->pdesc[vq->last_avail_idx].flags),
+                              vq->avail_wrap);
+}
