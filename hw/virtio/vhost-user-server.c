@@ -79,6 +79,9 @@
  * session.
  */
 #include "qemu/osdep.h"
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include "hw/virtio/vhost-user-server.h"
 #include <linux/virtio_config.h>
 #include "qemu/error-report.h"
@@ -1649,6 +1652,15 @@ static void vu_session_finish_close(VuServer *s)
     memset(s->unknown_logged, 0, sizeof(s->unknown_logged));
     s->closing = false;
     vu_listen_set_accepting(s, true);
+#ifdef __GLIBC__
+    /*
+     * The session's rings, pools and buffers are freed; hand the pages
+     * back so an idle daemon's footprint does not depend on how the
+     * allocator's heaps happened to fragment while the session ran.
+     * Main thread, once per session end: never on the I/O path.
+     */
+    malloc_trim(0);
+#endif
 }
 
 /*
