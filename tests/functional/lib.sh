@@ -135,6 +135,54 @@ vb_daemon_start() {
     return 0
 }
 
+# vb_kill_restart_during_fio PREFIX SOCK [GUEST_OPTS...] -- DAEMON_CMD...:
+# with DAEMON_CMD already serving SOCK (as $VB_LAST_PID, logged in
+# $VB_TMP/PREFIX0.log), boot a 2-queue guest (vb_guest_bg -r, plus
+# GUEST_OPTS) running a write+verify fio job, and once fio runs kill the
+# daemon with SIGKILL and restart it on the same socket (log PREFIXn.log),
+# up to four times, until a restarted daemon reports that it resubmitted
+# in-flight requests (whether one was in flight at the kill is up to the
+# scheduler).  Sets VB_RC_RESTARTED and VB_RC_REPLAYED (1 or 0) and
+# VB_LAST_PID to the running daemon; the guest is $VB_GUEST_PID.
+vb_kill_restart_during_fio() {
+    local prefix=$1 sock=$2 pid=$VB_LAST_PID n cycle glog
+    local -a gopts=()
+    shift 2
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do
+        gopts+=("$1")
+        shift
+    done
+    shift
+    vb_guest_bg -r -s "$sock" -q 2 "${gopts[@]}" -j fio-verify \
+        vbrw=randwrite vbsize=96M vbnumjobs=2 vbiodepth=32 -t 240
+    glog=$VB_TMP/guest-$VB_GUEST_N.log
+    n=0
+    until grep -q "VBTEST-LOG: fio" "$glog" 2>/dev/null || [ $n -ge 1200 ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+    sleep 1
+    VB_RC_RESTARTED=1
+    VB_RC_REPLAYED=0
+    for cycle in 1 2 3 4; do
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        sleep 0.5
+        if ! vb_daemon_start "$prefix$cycle" "$sock" "$@"; then
+            VB_RC_RESTARTED=0
+            break
+        fi
+        pid=$VB_LAST_PID
+        sleep 2
+        if grep -q "resubmitting" "$VB_TMP/$prefix$cycle.log"; then
+            VB_RC_REPLAYED=1
+            break
+        fi
+        kill -0 "$VB_GUEST_PID" 2>/dev/null || break
+    done
+    VB_LAST_PID=$pid
+}
+
 # vb_qsd_start SOCK IMG NUM_QUEUES [EXPORT_OPTS]: export IMG over
 # vhost-user-blk with qemu-storage-daemon (O_DIRECT, writable unless
 # EXPORT_OPTS says writable=off).  Sets VB_LAST_PID; log in $VB_TMP/qsd-*.log.

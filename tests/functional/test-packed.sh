@@ -83,34 +83,11 @@ sock=$VB_TMP/packed-rc.sock
 img=$(vb_mkimg packed-rc 256M)
 rc_args=(--iothreads 2 --export "socket=$sock,file=$img,num-queues=2,aio=threads")
 if blkd_start packed-rc0 "$sock" "${rc_args[@]}"; then
+    vb_kill_restart_during_fio packed-rc "$sock" -o packed=on -- \
+        "$BLKD" --log-level info "${rc_args[@]}"
     pid=$VB_LAST_PID
-    vb_guest_bg -r -s "$sock" -q 2 -o packed=on -j fio-verify vbrw=randwrite \
-        vbsize=96M vbnumjobs=2 vbiodepth=32 -t 240
-    glog=$VB_TMP/guest-$VB_GUEST_N.log
-    n=0
-    until grep -q "VBTEST-LOG: fio" "$glog" 2>/dev/null || [ $n -ge 1200 ]; do
-        sleep 0.1
-        n=$((n + 1))
-    done
-    sleep 1
-    restarted=1
-    replayed=0
-    for cycle in 1 2 3 4; do
-        kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-        sleep 0.5
-        if ! blkd_start "packed-rc$cycle" "$sock" "${rc_args[@]}"; then
-            restarted=0
-            break
-        fi
-        pid=$VB_LAST_PID
-        sleep 2
-        if grep -q "resubmitting" "$VB_TMP/packed-rc$cycle.log"; then
-            replayed=1
-            break
-        fi
-        kill -0 "$VB_GUEST_PID" 2>/dev/null || break
-    done
+    restarted=$VB_RC_RESTARTED
+    replayed=$VB_RC_REPLAYED
     vb_check "packed: vhost-blkd restarts on the same socket after kill -9" \
         test "$restarted" = 1
     vb_check "packed: kill -9 + restart during fio: the guest job finishes and verifies" \
