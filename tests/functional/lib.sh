@@ -135,6 +135,32 @@ vb_daemon_start() {
     return 0
 }
 
+# vb_check_discard LABEL NAME BLKD [GUEST_OPTS...]: serve a 64 MiB image
+# with vhost-blkd (BLKD; log in $VB_TMP/NAME.log) to a guest (vb_guest plus
+# GUEST_OPTS) that discards and write-zeroes a range and checks what it
+# reads back; then check the image on the host: zeros there, and holes
+# punched.  LABEL prefixes every test name ("" or "packed: ").
+vb_check_discard() {
+    local label=$1 name=$2 blkd=$3 sock img pid blocks
+    shift 3
+    sock=$VB_TMP/$name.sock
+    img=$(vb_mkimg "$name" 64M)
+    if ! vb_daemon_start "$name" "$sock" "$blkd" --log-level info \
+            --export "socket=$sock,file=$img"; then
+        vb_not_ok "${label}discard: vhost-blkd starts"
+        return
+    fi
+    pid=$VB_LAST_PID
+    vb_check "${label}blkdiscard -z reads back zeros, the rest untouched, blkdiscard succeeds" \
+        vb_guest -s "$sock" "$@" -j discard vboffset=1M vblen=4M
+    vb_stop "$pid"
+    vb_check "${label}host: the discarded range of the image reads as zeros" \
+        cmp -s -n $((4 << 20)) -i $((1 << 20)):0 "$img" /dev/zero
+    blocks=$(stat -c %b "$img")
+    vb_check "${label}host: discard punched holes (image uses $blocks blocks of 512 bytes)" \
+        test "$blocks" -lt 8192
+}
+
 # vb_kill_restart_during_fio PREFIX SOCK [GUEST_OPTS...] -- DAEMON_CMD...:
 # with DAEMON_CMD already serving SOCK (as $VB_LAST_PID, logged in
 # $VB_TMP/PREFIX0.log), boot a 2-queue guest (vb_guest_bg -r, plus

@@ -58,21 +58,7 @@ for nq in 1 4; do
 done
 
 # Discard and write-zeroes.
-sock=$VB_TMP/packed-dz.sock
-img=$(vb_mkimg packed-dz 64M)
-if blkd_start packed-dz "$sock" --export "socket=$sock,file=$img"; then
-    pid=$VB_LAST_PID
-    vb_check "packed: blkdiscard -z reads back zeros, the rest untouched, blkdiscard succeeds" \
-        vb_guest -s "$sock" -o packed=on -j discard vboffset=1M vblen=4M
-    vb_stop "$pid"
-    vb_check "packed: host: the discarded range of the image reads as zeros" \
-        cmp -s -n $((4 << 20)) -i $((1 << 20)):0 "$img" /dev/zero
-    blocks=$(stat -c %b "$img")
-    vb_check "packed: host: discard punched holes (image uses $blocks blocks of 512 bytes)" \
-        test "$blocks" -lt 8192
-else
-    vb_not_ok "packed discard: vhost-blkd starts"
-fi
+vb_check_discard "packed: " packed-dz "$BLKD" -o packed=on
 
 # kill -9 during a guest write+verify job, restart: the job finishes and
 # every block verifies.  QEMU 7.2 cannot fetch a packed ring's position
