@@ -47,7 +47,6 @@ typedef struct LuringState {
     BlockEngine common;
     struct io_uring ring;
     bool defer_taskrun;         /* completions wait for io_uring_get_events */
-    bool ring_registered;       /* io_uring_enter() by registered index */
     EventNotifier notifier;
     QSIMPLEQ_HEAD(, BlockAIOCB) pending;    /* waiting for room in the SQ */
     QEMUBH *retry_bh;           /* io_uring_submit() failed: try again */
@@ -390,9 +389,10 @@ static int luring_setup(LuringState *s, bool defer)
     /*
      * Registered ring fd (Linux 5.18+): io_uring_enter() then skips the
      * fd table lookup and reference on every submit and get-events call.
-     * Only an optimisation: without it the plain fd is used.
+     * Only an optimisation: liburing switches to the registered index
+     * when this succeeds and keeps the plain fd when it does not.
      */
-    s->ring_registered = io_uring_register_ring_fd(&s->ring) == 1;
+    (void)io_uring_register_ring_fd(&s->ring);
     return 0;
 }
 
