@@ -478,6 +478,7 @@ VbExport *vb_export_create(VbState *s, const VbExportParams *p,
         .socket_gid = p->socket_gid,
         .blk_backend = p->node->blk,
         .conf = p->conf,
+        .first_batch = p->first_batch,
         .main_ctx = s->main_ctx,
         .queue_ctx = ctx,
     };

@@ -267,6 +267,7 @@ static ExportOpts *export_opts_new_default(void)
     e->discard = true;
     e->write_zeroes = true;
     e->batch = true;
+    e->first_batch = 4;
     e->iothread = -1;
     e->socket_mode = 0600;
     e->socket_uid = (uid_t)-1;
@@ -295,6 +296,7 @@ static const char *export_opts_value_hint(const char *key)
         { "discard", "use on or off" },
         { "write-zeroes", "use on or off" },
         { "batch", "use on or off" },
+        { "first-batch", "use 0 (off) to 1024" },
         { "iothread", "use an iothread number" },
         { "socket-mode", "use octal permissions from 1 to 0777, "
           "e.g. 0660" },
@@ -366,6 +368,9 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
         ok = export_opts_parse_bool(val, &e->write_zeroes);
     } else if (!strcmp(key, "batch")) {
         ok = export_opts_parse_bool(val, &e->batch);
+    } else if (!strcmp(key, "first-batch")) {
+        ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUE_SIZE,
+                                    &e->first_batch);
     } else if (!strcmp(key, "socket-mode")) {
         char *end;
         unsigned long m;

@@ -95,6 +95,7 @@ typedef struct BenchOptions {
     bool poll;
     bool packed;                /* VIRTIO_F_RING_PACKED */
     bool no_inflight;           /* skip GET/SET_INFLIGHT_FD */
+    bool publish_each;          /* avail->idx per request, as Linux */
     bool dirty_log;
     uint64_t seed;
 } BenchOptions;
@@ -918,6 +919,9 @@ static void bench_usage(FILE *f)
 "                       call eventfd\n"
 "  --packed             use packed virtqueues (VIRTIO_F_RING_PACKED); an\n"
 "                       error if the back-end does not offer them\n"
+"  --publish-each       split rings: store avail->idx after every request,\n"
+"                       as Linux's virtio driver does (default: once per\n"
+"                       batch, at the kick)\n"
 "  --no-inflight        do not set up the inflight region (QEMU does when\n"
 "                       the back-end offers it): measures its cost\n"
 "  --dirty-log          run with a dirty log set and VHOST_F_LOG_ALL on, as\n"
@@ -936,7 +940,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
            OPT_BUFFERED, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
            OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_PACKED, OPT_NO_INFLIGHT,
-           OPT_DIRTY_LOG };
+           OPT_DIRTY_LOG, OPT_PUBLISH_EACH };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
         { "vhost-dev", required_argument, NULL, OPT_VHOST_DEV },
@@ -958,6 +962,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         { "poll", no_argument, NULL, OPT_POLL },
         { "packed", no_argument, NULL, OPT_PACKED },
         { "no-inflight", no_argument, NULL, OPT_NO_INFLIGHT },
+        { "publish-each", no_argument, NULL, OPT_PUBLISH_EACH },
         { "dirty-log", no_argument, NULL, OPT_DIRTY_LOG },
         { "seed", required_argument, NULL, OPT_SEED },
         { "help", no_argument, NULL, 'h' },
@@ -1088,6 +1093,9 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         case OPT_NO_INFLIGHT:
             o->no_inflight = true;
             break;
+        case OPT_PUBLISH_EACH:
+            o->publish_each = true;
+            break;
         case OPT_SEED:
             o->seed = g_ascii_strtoull(optarg, NULL, 10);
             break;
@@ -1211,6 +1219,7 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
         }
         return NULL;
     }
+    vhost_user_frontend_set_publish_each(fe, o->publish_each);
     if (o->vhost_dev) {
         /* No config space: the image is ours. */
         if (!o->size) {

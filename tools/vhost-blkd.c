@@ -88,6 +88,9 @@ static void vbd_usage(FILE *f)
 "      discard=on|off      offer DISCARD (default on, if the file supports it)\n"
 "      write-zeroes=on|off offer WRITE_ZEROES (default on)\n"
 "      batch=on|off        one submit syscall per batch (default on)\n"
+"      first-batch=N       a queue with nothing in flight starts with at most\n"
+"                          N requests, so the driver's interrupt goes out\n"
+"                          while the rest are processed (default 4, 0 off)\n"
 "      iothread=N          run every queue of this export in iothread N\n"
 "                          (default: queue q in iothread q mod --iothreads)\n"
 "      inject-error=read|write|flush|discard|any  testing only: fail these\n"
@@ -341,6 +344,8 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
         .socket_uid = e->socket_uid,
         .socket_gid = e->socket_gid,
         .pool_index = e->iothread,
+        .first_batch = e->first_batch ? e->first_batch
+                                      : VU_BLK_FIRST_BATCH_OFF,
     };
 
     blk_options_init(&bo);

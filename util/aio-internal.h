@@ -85,6 +85,7 @@ struct AioContext {
     int64_t poll_max_ns;
     int64_t poll_grow;
     int64_t poll_shrink;
+    unsigned poll_far_waits;        /* see aio_poll_window_next() */
 
     /*
      * Written by the owner only, readable from any thread through

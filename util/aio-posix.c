@@ -13,9 +13,10 @@
  *   4. run the ready fd handlers, then the bottom halves they (or other
  *      threads) scheduled;
  *   5. adapt the window: keep it if polling caught the event, grow it
- *      (x grow, from POLL_NS_START) if the event came shortly after the
- *      window, shrink it (/ shrink) if the loop slept longer than
- *      poll_max_ns anyway.
+ *      (x grow, from AIO_POLL_NS_START) if the event came within
+ *      AIO_POLL_NEAR_FACTOR x poll_max_ns, shrink it (/ shrink) once the
+ *      loop slept longer than that AIO_POLL_SHRINK_AFTER times in a row
+ *      (aio_poll_window_next()).
  * Poll phases: when a blocking iteration starts polling with a non-zero
  * window, the handlers' io_poll_begin() runs (they may turn notifications
  * off: polling will see the work); the phase lasts while the loop keeps
@@ -38,7 +39,6 @@
 #include "qemu/error-report.h"
 #include "aio-internal.h"
 
-#define POLL_NS_START 4000
 #define AIO_MAX_EVENTS 64
 
 /* Set by one thread (the sampler), read by every loop: no ordering needed,
@@ -393,28 +393,48 @@ static bool aio_try_poll(AioContext *ctx, bool blocking, int64_t start,
     return progress;
 }
 
-static void aio_adjust_poll_window(AioContext *ctx, int64_t block_ns)
+int64_t aio_poll_window_next(int64_t ns, int64_t block_ns, int64_t max_ns,
+                             int64_t grow, int64_t shrink,
+                             unsigned *far_waits)
 {
-    int64_t ns = aio_get_poll_ns(ctx);
-
     if (block_ns <= ns) {
         /* Polling caught the event inside the window: keep it. */
-        return;
+        *far_waits = 0;
+        return ns;
     }
-    if (block_ns > ctx->poll_max_ns) {
-        /* Slept longer than we would ever poll: polling wasted CPU. */
-        ns /= ctx->poll_shrink;
-        if (ns < POLL_NS_START) {
-            ns = 0;
+    if (block_ns > max_ns * AIO_POLL_NEAR_FACTOR) {
+        /* Slept far longer than we would ever poll: polling wasted CPU.
+         * One such wait is not a trend (a peer that was descheduled once,
+         * a timer): shrink after AIO_POLL_SHRINK_AFTER in a row. */
+        if (++*far_waits < AIO_POLL_SHRINK_AFTER) {
+            return ns;
         }
-    } else if (ns < ctx->poll_max_ns) {
-        /* The event came soon after the window: a longer one catches it. */
-        ns = ns ? ns * ctx->poll_grow : POLL_NS_START;
-        if (ns > ctx->poll_max_ns) {
-            ns = ctx->poll_max_ns;
-        }
+        *far_waits = 0;
+        ns /= shrink;
+        return ns < AIO_POLL_NS_START ? 0 : ns;
     }
-    aio_set_poll_ns(ctx, ns);
+    /*
+     * The event came after the window, but not far after: a longer window
+     * catches it.  "Not far" reaches past max_ns because a wait that ended
+     * in a kick includes our own wake-up: a peer that answers within the
+     * window looks slower than it is once we sleep, and judging it by that
+     * sleep would keep us asleep (and the peer waiting for our wake-up).
+     */
+    *far_waits = 0;
+    if (ns < max_ns) {
+        ns = ns ? ns * grow : AIO_POLL_NS_START;
+        ns = MIN(ns, max_ns);
+    }
+    return ns;
+}
+
+static void aio_adjust_poll_window(AioContext *ctx, int64_t block_ns)
+{
+    aio_set_poll_ns(ctx, aio_poll_window_next(aio_get_poll_ns(ctx), block_ns,
+                                              ctx->poll_max_ns,
+                                              ctx->poll_grow,
+                                              ctx->poll_shrink,
+                                              &ctx->poll_far_waits));
 }
 
 static bool aio_dispatch_events(AioContext *ctx, struct epoll_event *events,

@@ -41,6 +41,7 @@ typedef struct FrontendQueue {
     int call_fd;
     uint16_t avail_shadow;      /* next avail index we will publish */
     uint16_t avail_published;   /* value stored in avail->idx */
+    uint16_t avail_kicked;      /* avail->idx at the last kick decision */
     uint16_t last_used;
     uint16_t free_head;
     unsigned int num_free;
@@ -84,6 +85,7 @@ struct VhostUserFrontend {
     uint64_t protocol_features;
     bool negotiated;
     bool event_idx;
+    bool publish_each;          /* avail->idx on every submit, as Linux */
     unsigned int nregions;
     FrontendRegion regions[VHOST_USER_MEM_REGIONS_MAX];
     unsigned int num_queues;
@@ -687,7 +689,8 @@ static void fe_queue_reset(FrontendQueue *vq)
     vq->free_head = 0;
     vq->num_free = n;
     vq->outstanding = 0;
-    vq->avail_shadow = vq->avail_published = vq->last_used = 0;
+    vq->avail_shadow = vq->avail_published = vq->avail_kicked = 0;
+    vq->last_used = 0;
     /* Packed: both wrap counters start at 1 (VIRTIO 1.2 2.8.1); the zeroed
      * event areas say ENABLE. */
     vq->p_avail_idx = vq->p_pub_idx = vq->p_used_idx = 0;
@@ -1840,7 +1843,19 @@ int vhost_user_frontend_blk_submit(VhostUserFrontend *fe, unsigned int q,
     vq->outstanding++;
     vq->avail->ring[vq->avail_shadow & (vq->size - 1)] = head;
     vq->avail_shadow++;
+    if (fe->publish_each) {
+        /* As Linux's virtqueue_add_split(): the device may start on it
+         * before the kick decision. */
+        atomic_store_explicit((_Atomic uint16_t *)&vq->avail->idx,
+                              vq->avail_shadow, memory_order_release);
+        vq->avail_published = vq->avail_shadow;
+    }
     return head;
+}
+
+void vhost_user_frontend_set_publish_each(VhostUserFrontend *fe, bool on)
+{
+    fe->publish_each = on;
 }
 
 int vhost_user_frontend_kick(VhostUserFrontend *fe, unsigned int q)
@@ -1856,16 +1871,19 @@ int vhost_user_frontend_kick(VhostUserFrontend *fe, unsigned int q)
     if (vq->packed) {
         return fe_packed_kick(fe, vq);
     }
-    old = vq->avail_published;
+    old = vq->avail_kicked;
     new = vq->avail_shadow;
     if (old == new) {
         return 0;
     }
     /* Descriptors and ring entries before the index; pairs with the
      * device's read barrier after it loads avail->idx. */
-    atomic_store_explicit((_Atomic uint16_t *)&vq->avail->idx, new,
-                          memory_order_release);
-    vq->avail_published = new;
+    if (vq->avail_published != new) {
+        atomic_store_explicit((_Atomic uint16_t *)&vq->avail->idx, new,
+                              memory_order_release);
+        vq->avail_published = new;
+    }
+    vq->avail_kicked = new;
     /* The index store before reading the device's suppression state;
      * pairs with the barrier the device puts between writing avail_event /
      * clearing NO_NOTIFY and re-checking avail->idx. */
@@ -2057,7 +2075,7 @@ void vhost_user_frontend_push_avail_raw(VhostUserFrontend *fe, unsigned int q,
     vq->avail_shadow++;
     atomic_store_explicit((_Atomic uint16_t *)&vq->avail->idx,
                           vq->avail_shadow, memory_order_release);
-    vq->avail_published = vq->avail_shadow;
+    vq->avail_published = vq->avail_kicked = vq->avail_shadow;
 }
 
 void vhost_user_frontend_set_avail_idx_raw(VhostUserFrontend *fe,
@@ -2068,7 +2086,7 @@ void vhost_user_frontend_set_avail_idx_raw(VhostUserFrontend *fe,
     g_assert(q < fe->num_queues);
     atomic_store_explicit((_Atomic uint16_t *)&vq->avail->idx, idx,
                           memory_order_release);
-    vq->avail_shadow = vq->avail_published = idx;
+    vq->avail_shadow = vq->avail_published = vq->avail_kicked = idx;
 }
 
 int vhost_user_frontend_kick_raw(VhostUserFrontend *fe, unsigned int q)

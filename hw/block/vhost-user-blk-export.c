@@ -90,6 +90,7 @@ struct VuBlkExport {
     VuBlkQueue *queues;
     unsigned int num_queues;
     unsigned int budget;
+    unsigned int first_batch;   /* <= budget */
     bool writeback_set_here;    /* a driver wrote "writeback" to this
                                  * process (main thread) */
     uint64_t config_changes;    /* CONFIG_CHANGE_MSG sent (main thread) */
@@ -219,14 +220,14 @@ static void vu_blk_req_done(VirtioBlkReq *req, uint8_t status,
     }
 }
 
-static void vu_blk_queue_run(VuBlkQueue *q)
+static void vu_blk_queue_run(VuBlkQueue *q, unsigned int limit)
 {
     VuBlkExport *exp = q->exp;
     unsigned int n = 0;
     int64_t now = 0;
 
     defer_call_begin();
-    while (n < exp->budget) {
+    while (n < limit) {
         VirtQueueElement *elem = virtqueue_pop(q->vq);
         VuBlkReq *r;
 
@@ -260,10 +261,26 @@ static void vu_blk_queue_run(VuBlkQueue *q)
         vu_blk_report_broken(q);
         return;
     }
-    if (n == exp->budget) {
-        q->c.budget_yields++;
+    if (n == limit) {
+        if (limit == exp->budget) {
+            q->c.budget_yields++;
+        }
         qemu_bh_schedule(q->bh);
     }
+}
+
+/*
+ * How many chains a turn started by a kick or by polling may pop.  With
+ * nothing in flight the driver is (or soon will be) waiting for its first
+ * completion: pop a small first batch, whose completions and interrupt go
+ * out before the rest of the convoy is popped (the budget bottom half does
+ * that, after the completions that are already due).  The driver's
+ * wake-up then overlaps our processing of the rest.  With requests in
+ * flight, completions are on their way anyway: the whole budget.
+ */
+static unsigned int vu_blk_turn_limit(VuBlkQueue *q)
+{
+    return q->inflight ? q->exp->budget : q->exp->first_batch;
 }
 
 /*
@@ -282,7 +299,7 @@ static void vu_blk_kick_cb(void *opaque)
         event_notifier_test_and_clear(&kick);
     }
     q->c.kicks++;
-    vu_blk_queue_run(q);
+    vu_blk_queue_run(q, vu_blk_turn_limit(q));
 }
 
 static bool vu_blk_poll_cb(void *opaque)
@@ -297,7 +314,7 @@ static void vu_blk_poll_ready_cb(void *opaque)
     VuBlkQueue *q = opaque;
 
     q->c.poll_hits++;
-    vu_blk_queue_run(q);
+    vu_blk_queue_run(q, vu_blk_turn_limit(q));
 }
 
 /* The loop starts busy polling: it will see new chains, no kicks needed. */
@@ -319,7 +336,9 @@ static void vu_blk_poll_end_cb(void *opaque)
 
 static void vu_blk_queue_bh(void *opaque)
 {
-    vu_blk_queue_run(opaque);
+    VuBlkQueue *q = opaque;
+
+    vu_blk_queue_run(q, q->exp->budget);
 }
 
 /* ---- queue control (queue's iothread, called by the server) ---------- */
@@ -542,6 +561,8 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
     exp = g_new0(VuBlkExport, 1);
     exp->num_queues = conf.num_queues;
     exp->budget = opts->budget ? opts->budget : VU_BLK_DEFAULT_BUDGET;
+    exp->first_batch = opts->first_batch ? MIN(opts->first_batch, exp->budget)
+                                         : VU_BLK_DEFAULT_FIRST_BATCH;
     exp->queues = g_new0(VuBlkQueue, conf.num_queues);
     for (unsigned int i = 0; i < conf.num_queues; i++) {
         exp->queues[i].exp = exp;

@@ -49,6 +49,7 @@ typedef struct VbExportParams {
     uid_t socket_uid;
     gid_t socket_gid;
     VirtioBlkConf conf;
+    unsigned int first_batch;   /* see VuBlkExportOptions */
     IOThread *iothread;         /* every queue there; NULL: the pool */
     int pool_index;             /* pool iothread for every queue; -1:
                                  * queue q in q mod n_pool */

@@ -89,6 +89,22 @@ bool aio_poll(AioContext *ctx, bool blocking);
  * (no syscall) while the owner is running handlers. Thread-safe. */
 void aio_notify(AioContext *ctx);
 
+/*
+ * The adaptive poll window's policy, pure so tests can feed it waits: the
+ * window after a blocking iteration that waited @block_ns for its event
+ * with window @ns.  Caught (@block_ns <= @ns): unchanged.  Within
+ * AIO_POLL_NEAR_FACTOR x @max_ns: grow (x @grow, from AIO_POLL_NS_START, up
+ * to @max_ns).  Longer: shrink (/ @shrink, below AIO_POLL_NS_START to 0),
+ * but only the AIO_POLL_SHRINK_AFTER-th such wait in a row; @far_waits
+ * counts them (in/out).
+ */
+#define AIO_POLL_NS_START 4000
+#define AIO_POLL_NEAR_FACTOR 4
+#define AIO_POLL_SHRINK_AFTER 4
+int64_t aio_poll_window_next(int64_t ns, int64_t block_ns, int64_t max_ns,
+                             int64_t grow, int64_t shrink,
+                             unsigned *far_waits);
+
 /* Adaptive polling: 0 disables.  grow/shrink factors: 0 = defaults (2). */
 void aio_context_set_poll_params(AioContext *ctx, int64_t max_ns,
                                  int64_t grow, int64_t shrink);

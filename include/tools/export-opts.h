@@ -41,6 +41,8 @@ typedef struct ExportOpts {
     bool discard;
     bool write_zeroes;
     bool batch;
+    unsigned int first_batch;   /* 0 (off) .. EXPORT_OPTS_MAX_QUEUE_SIZE,
+                                 * default 4 */
     int iothread;               /* -1: queue q -> iothread q mod N; else
                                  * 0..EXPORT_OPTS_MAX_IOTHREADS - 1 */
     mode_t socket_mode;         /* 1..0777, default 0600 */

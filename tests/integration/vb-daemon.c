@@ -201,7 +201,8 @@ void vb_daemon_start(VbDaemon *d)
     /* a copy of our stderr: GLib 2.74 marks a target fd that is passed as
      * its own source (2 -> 2) close-on-exec, and the daemon's log lines
      * were lost */
-    errfd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    errfd = fcntl(d->stderr_to_log ? logfd : STDERR_FILENO, F_DUPFD_CLOEXEC,
+                  3);
     g_assert_cmpint(errfd, >=, 3);
     if (!g_spawn_async_with_fds(NULL, (char **)argv->pdata, NULL,
                                 G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_SEARCH_PATH,

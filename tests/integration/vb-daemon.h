@@ -41,6 +41,8 @@ typedef struct VbDaemon {
     char *sock[VB_MAX_EXPORTS];
     char *image[VB_MAX_EXPORTS];
     unsigned int iothreads;     /* 0 = daemon default */
+    bool stderr_to_log;         /* log lines to log_path too (tests that
+                                 * read them), not to the test's stderr */
     GPid pid;                   /* 0 when not running */
     char *log_path;
 } VbDaemon;

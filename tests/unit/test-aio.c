@@ -581,7 +581,54 @@ static gpointer late_set_thread(gpointer opaque)
     return NULL;
 }
 
-/* A loop that sleeps far longer than poll-max-ns shrinks the window. */
+/* The window policy on given waits (no clock): caught, near, far. */
+static void test_poll_window_policy(void)
+{
+    const int64_t max = 32000;
+    unsigned far = 0;
+    int64_t ns;
+
+    /* Caught inside the window: unchanged. */
+    g_assert_cmpint(aio_poll_window_next(16000, 15000, max, 2, 2, &far), ==,
+                    16000);
+    /* Just after: grow, from the start value, up to the limit. */
+    g_assert_cmpint(aio_poll_window_next(0, 5000, max, 2, 2, &far), ==,
+                    AIO_POLL_NS_START);
+    g_assert_cmpint(aio_poll_window_next(16000, 20000, max, 2, 2, &far), ==,
+                    32000);
+    g_assert_cmpint(aio_poll_window_next(32000, 33000, max, 2, 2, &far), ==,
+                    32000);
+    /* Past the limit but within AIO_POLL_NEAR_FACTOR x it (a wait that
+     * includes our own wake-up): still grows, never shrinks. */
+    g_assert_cmpint(aio_poll_window_next(8000, max * AIO_POLL_NEAR_FACTOR,
+                                         max, 2, 2, &far), ==, 16000);
+    for (int i = 0; i < 10; i++) {
+        g_assert_cmpint(aio_poll_window_next(max, 3 * max, max, 2, 2, &far),
+                        ==, max);
+    }
+    /* Far waits shrink only when they come AIO_POLL_SHRINK_AFTER in a
+     * row; a near or caught one in between starts the count again. */
+    ns = max;
+    for (int i = 0; i < AIO_POLL_SHRINK_AFTER - 1; i++) {
+        ns = aio_poll_window_next(ns, 1000000, max, 2, 2, &far);
+        g_assert_cmpint(ns, ==, max);
+    }
+    ns = aio_poll_window_next(ns, 1000, max, 2, 2, &far);
+    g_assert_cmpint(far, ==, 0);
+    for (int i = 0; i < AIO_POLL_SHRINK_AFTER - 1; i++) {
+        ns = aio_poll_window_next(ns, 1000000, max, 2, 2, &far);
+        g_assert_cmpint(ns, ==, max);
+    }
+    ns = aio_poll_window_next(ns, 1000000, max, 2, 2, &far);
+    g_assert_cmpint(ns, ==, max / 2);
+    /* Below the start value a shrink goes to 0 (no polling). */
+    far = AIO_POLL_SHRINK_AFTER - 1;
+    g_assert_cmpint(aio_poll_window_next(6000, 1000000, max, 2, 2, &far), ==,
+                    0);
+}
+
+/* A loop that sleeps far longer than poll-max-ns shrinks the window, once
+ * such sleeps come AIO_POLL_SHRINK_AFTER times in a row. */
 static void test_poll_window_shrinks(void)
 {
     PollData d = { .has_work = false };
@@ -593,8 +640,8 @@ static void test_poll_window_shrinks(void)
     g_assert_cmpint(event_notifier_init(&d.e, false), ==, 0);
     aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), poll_read_cb, NULL,
                        poll_fn, poll_ready_cb, &d);
-    /* 10 ms: the 50 ms sleep below is always longer. */
-    aio_context_set_poll_params(ctx, 10 * 1000 * 1000, 0, 0);
+    /* 1 ms: the 50 ms sleeps below are always longer than 4 x that. */
+    aio_context_set_poll_params(ctx, 1000 * 1000, 0, 0);
     for (i = 0; i < 10000 && get_stats().poll_ns < 32000; i++) {
         event_notifier_set(&d.e);
         aio_poll(ctx, true);
@@ -602,12 +649,17 @@ static void test_poll_window_shrinks(void)
     g_assert_cmpint(get_stats().poll_ns, >=, 32000);
     before = get_stats().poll_ns;
 
-    d.reads = 0;
-    thread = g_thread_new("late", late_set_thread, &d);
-    while (d.reads == 0) {
-        aio_poll(ctx, true);
+    for (i = 0; i < AIO_POLL_SHRINK_AFTER; i++) {
+        if (i == AIO_POLL_SHRINK_AFTER - 1) {
+            g_assert_cmpint(get_stats().poll_ns, ==, before);
+        }
+        d.reads = 0;
+        thread = g_thread_new("late", late_set_thread, &d);
+        while (d.reads == 0) {
+            aio_poll(ctx, true);
+        }
+        g_thread_join(thread);
     }
-    g_thread_join(thread);
     g_assert_cmpint(get_stats().poll_ns, <, before);
 
     aio_set_fd_handler(ctx, event_notifier_get_fd(&d.e), NULL, NULL, NULL,
@@ -747,6 +799,7 @@ int main(int argc, char **argv)
     g_test_add_func("/aio/poll/disabled", test_poll_disabled);
     g_test_add_func("/aio/poll/window-grows", test_poll_window_grows);
     g_test_add_func("/aio/poll/window-shrinks", test_poll_window_shrinks);
+    g_test_add_func("/aio/poll/window-policy", test_poll_window_policy);
     g_test_add_func("/aio/poll/begin-end", test_poll_begin_end);
     g_test_add_func("/aio/notify/skips-write-when-running",
                     test_notify_skips_write);

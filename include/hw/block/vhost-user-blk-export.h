@@ -20,6 +20,16 @@ typedef struct VuBlkExport VuBlkExport;
 /* Requests popped per queue per turn before yielding to other handlers. */
 #define VU_BLK_DEFAULT_BUDGET 128
 
+/*
+ * The first turn on a queue with nothing in flight pops at most this many
+ * requests, so their completions (and the driver's interrupt) go out while
+ * the rest of the convoy is still being processed: the driver's wake-up
+ * overlaps our work instead of following it.  See docs/architecture.md,
+ * "First batch".
+ */
+#define VU_BLK_DEFAULT_FIRST_BATCH 4
+#define VU_BLK_FIRST_BATCH_OFF UINT_MAX
+
 typedef struct VuBlkExportOptions {
     const char *socket_path;    /* or the name for log lines, with: */
     int listen_fd;              /* > 0: inherited listening socket (taken
@@ -35,6 +45,8 @@ typedef struct VuBlkExportOptions {
     AioContext *main_ctx;
     AioContext **queue_ctx;     /* conf.num_queues entries */
     unsigned int budget;        /* 0 = VU_BLK_DEFAULT_BUDGET */
+    unsigned int first_batch;   /* 0 = VU_BLK_DEFAULT_FIRST_BATCH;
+                                 * VU_BLK_FIRST_BATCH_OFF: the budget */
 } VuBlkExportOptions;
 
 /* Request types counted apart (query-blockstats). */

@@ -270,6 +270,15 @@ int vhost_user_frontend_blk_submit(VhostUserFrontend *fe, unsigned int q,
  * once if the device wants a notification.  Returns 1 if kicked, 0 if the
  * kick was suppressed or nothing was pending, -errno on failure. */
 int vhost_user_frontend_kick(VhostUserFrontend *fe, unsigned int q);
+
+/*
+ * Split rings: store avail->idx on every submit (as Linux's
+ * virtqueue_add_split() does), so a polling device can start on a request
+ * while the driver is still adding the rest of its batch.  The kick
+ * decision is still made once, by vhost_user_frontend_kick().  Default off:
+ * the whole batch is published at the kick.
+ */
+void vhost_user_frontend_set_publish_each(VhostUserFrontend *fe, bool on);
 /* Collect up to @max completions.  Returns how many, or -EPROTO if the
  * device put a bad id in the used ring (the queue is then unusable). */
 int vhost_user_frontend_reap(VhostUserFrontend *fe, unsigned int q,
