@@ -32,6 +32,9 @@
 # ($VB_RAM_DIR, 256 MiB, removed afterwards).
 # Outputs: OUTDIR/results.json, OUTDIR/results.md (also printed),
 #          OUTDIR/raw.jsonl (every run), OUTDIR/iops-vs-*.png.
+# After each polling-client run it waits $VB_SETTLE seconds (default 2): a
+# run that fills every CPU may pause vhost-blkd's polling (busy host), which
+# resumes after 1.5 s of calm, and the next cell must not inherit that.
 # Recorded per run: the 1-minute load average, the daemon's CPU time per
 # I/O (/proc/PID/stat), the bench's own CPU per I/O and busiest thread.
 set -u
@@ -52,6 +55,7 @@ do_ablations=1
 short=0
 pin=0
 modes="irq poll"
+settle=${VB_SETTLE:-2}
 only="tune null file iothreads ablations cost"
 QSIZE=512
 NQ=4
@@ -82,6 +86,7 @@ while [ $# -gt 0 ]; do
 done
 if [ "$quick" = 1 ]; then
     runtime=1; reps=1; do_callgrind=0; do_strace=0; do_ablations=0
+    settle=${VB_SETTLE:-0}     # a smoke test: nothing to settle for
     only="null file"
     [ "$size_mib" = 1024 ] && size_mib=64
     [ "$file" = /var/tmp/vhost-blk-compare.img ] &&
@@ -248,6 +253,12 @@ bench() {
     fi
     t1=$(proc_ticks "${PID[$c]}")
     echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\", \"load1\": $l, \"daemon_cpu_s\": $(( t1 - t0 )).0e-2, \"r\": $j}" >> "$raw"
+    # A polling client fills every CPU: vhost-blkd's busy-host check may
+    # pause its polling, and resumes only after 1.5 s of calm.  Let that
+    # pass, so the next cell is measured in its own steady state and not
+    # in this one's aftermath.
+    [ "$mode" = poll ] && sleep "$settle"
+    return 0
 }
 
 # fio_limit GROUP REP DEPTH QUEUES CASE: plain fio on the file (io_uring,
