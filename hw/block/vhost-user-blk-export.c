@@ -6,9 +6,10 @@
  * Data flow, all in the queue's iothread: the kick eventfd (or the busy-poll
  * check, which looks at the avail index without a syscall) runs
  * vu_blk_queue_run(), which opens a defer_call section, pops up to a budget
- * of chains and hands each to virtio_blk_process_req() with the request
- * slot of its descriptor head (a pool of queue-size slots allocated when the
- * queue starts: nothing is allocated per request).  Closing the section
+ * of chains (a smaller first batch when nothing is in flight, see
+ * vu_blk_turn_limit()) and hands each to virtio_blk_process_req() with the
+ * request slot of its descriptor head (a pool of queue-size slots allocated
+ * when the queue starts: nothing is allocated per request).  Closing the section
  * submits the whole batch to the block engine with one syscall.  When the
  * budget stops the loop before the ring is empty, a bottom half continues
  * it on the next loop iteration so other queues of the thread get their

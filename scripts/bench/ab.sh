@@ -12,7 +12,9 @@
 # Usage: scripts/bench/ab.sh [-d DEPTH] [-q QUEUES] [-r REPS] [-t SECONDS]
 #            [-e EXPORT_OPTS] [-p] [-o OUTDIR] NAME=CONFIG ...
 #   CONFIG  a vhost-blkd command line without --export (e.g.
-#           "build/tools/vhost-blkd --poll-max-ns 0"), or "qsd" /
+#           "build/tools/vhost-blkd --poll-max-ns 0"; words "+KEY=VALUE"
+#           are added to its export's options, e.g. "+first-batch=0"), or
+#           "qsd" /
 #           "qsd,IOTHREAD_OPTS" (qemu-storage-daemon, null-co, export in an
 #           iothread with those options, e.g. "qsd,poll-max-ns=0")
 #   -d  iodepth (default 32)      -q  bench queues (default 1)
@@ -31,7 +33,7 @@ depth=32; queues=1; reps=3; runtime=2; poll=0; out=/var/tmp/vhost-blk-ab
 eopts="driver=null,size=1G,num-queues=4,queue-size=512"
 BENCH=${VHOST_BLK_BENCH:-$srcdir/build/tools/vhost-blk-bench}
 
-usage() { sed -n '3,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,28p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case $1 in
     -d) depth=$2; shift ;;
@@ -74,8 +76,12 @@ for spec in "$@"; do
             --export "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,addr.path=$sock,writable=on,num-queues=4,iothread=iot0" \
             > "$tmp/$n.log" 2>&1 &
     else
-        read -r -a cmd <<< "$cfg"
-        "${cmd[@]}" --export "socket=$sock,$eopts" > "$tmp/$n.log" 2>&1 &
+        read -r -a words <<< "$cfg"
+        cmd=(); xopts=
+        for w in "${words[@]}"; do
+            case $w in +*=*) xopts="$xopts,${w#+}" ;; *) cmd+=("$w") ;; esac
+        done
+        "${cmd[@]}" --export "socket=$sock,$eopts$xopts" > "$tmp/$n.log" 2>&1 &
     fi
     names+=("$n"); pids+=($!)
 done

@@ -19,6 +19,7 @@
 #       (default "randread:4k:1 randread:4k:32 randwrite:4k:32")
 #   -q  queue counts of the device, space separated (default "1")
 #   -c  back-ends (default "vhost-blkd qsd qemu-virtio-blk"); also
+#       vhost-blkd-nopoll: vhost-blkd --poll-max-ns 0 (never polls);
 #       vhost-blkd-nocheck: vhost-blkd --poll-host-check off (polls even
 #       when the host has no idle CPU)
 # Outputs: OUTDIR/guest.jsonl (one line per run), OUTDIR/guest.md (also
@@ -37,7 +38,7 @@ jobs="randread:4k:1 randread:4k:32 randwrite:4k:32"
 queues="1"
 cases="vhost-blkd qsd qemu-virtio-blk"
 
-usage() { sed -n '3,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,27p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -116,9 +117,10 @@ start_backend() {
     sock=$tmp/$1.sock
     rm -f "$sock"
     case $1 in
-    vhost-blkd|vhost-blkd-nocheck)
+    vhost-blkd|vhost-blkd-nocheck|vhost-blkd-nopoll)
         local extra=()
         [ "$1" = vhost-blkd-nocheck ] && extra=(--poll-host-check off)
+        [ "$1" = vhost-blkd-nopoll ] && extra=(--poll-max-ns 0)
         "$BLKD" --export "socket=$sock,file=$file,aio=io_uring,cache=none,num-queues=$nq" \
             "${extra[@]}" > "$tmp/$1.log" 2>&1 &
         dpid=$! ;;
@@ -203,6 +205,7 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 cases = sys.argv[8].split()
 NAME = {"vhost-blkd": "vhost-blkd", "vhost-blkd-nocheck": "vhost-blkd --poll-host-check off",
+        "vhost-blkd-nopoll": "vhost-blkd --poll-max-ns 0",
         "qsd": "qemu-storage-daemon", "qemu-virtio-blk": "QEMU virtio-blk + iothread"}
 jobs = []
 for r in rows:
