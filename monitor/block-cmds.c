@@ -1065,6 +1065,8 @@ static JsonNode *vb_qmp_x_query_stats(void *opaque, JsonObject *args,
             json_object_set_int_member(qo, "notifies", qs.notifies);
             json_object_set_int_member(qo, "notifies-suppressed",
                                        qs.notifies_suppressed);
+            json_object_set_boolean_member(qo, "driver-polls",
+                                           qs.driver_polls);
             json_array_add_object_element(queues, qo);
         }
         json_object_set_array_member(o, "queues", queues);

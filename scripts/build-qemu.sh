@@ -71,9 +71,17 @@ flock 9
 
 # ---------------------------------------------------------------- 1. fetch
 
+# Does apt offer the pinned source?  Not "grep -q": it exits at the first
+# match, apt-cache then dies of SIGPIPE on its next write, and pipefail
+# turns that into "no" (it did on a fresh machine, where nothing is cached).
+apt_has_source() {
+    apt-cache showsrc qemu 2>/dev/null |
+        grep -x "Version: $QEMU_DEB_VERSION" > /dev/null
+}
+
 ensure_deb_src() {
     local f=/etc/apt/sources.list.d/vhost-blk-src.sources
-    if apt-cache showsrc qemu 2>/dev/null | grep -qx "Version: $QEMU_DEB_VERSION"; then
+    if apt_has_source; then
         return 0
     fi
     if [ ! -f "$f" ]; then
@@ -92,7 +100,7 @@ ensure_deb_src() {
             { echo; cat; } | as_root tee -a "$f" >/dev/null
     fi
     as_root apt-get update -qq
-    apt-cache showsrc qemu 2>/dev/null | grep -qx "Version: $QEMU_DEB_VERSION" ||
+    apt_has_source ||
         die "apt offers no qemu source $QEMU_DEB_VERSION (apt-cache showsrc qemu lists: $(apt-cache showsrc qemu | sed -n 's/^Version: //p' | tr '\n' ' '))"
 }
 

@@ -28,8 +28,9 @@ PKGS=(
 
 missing=()
 for p in "${PKGS[@]}"; do
-    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' \
-        || missing+=("$p")
+    # grep -x, not -q: with pipefail an early exit could SIGPIPE dpkg-query
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null |
+        grep -x 'install ok installed' > /dev/null || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 

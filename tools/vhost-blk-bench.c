@@ -916,7 +916,8 @@ static void bench_usage(FILE *f)
 "  --verify             tag written blocks (offset, sequence, crc32) and\n"
 "                       check every read; reads start with a fill pass\n"
 "  --poll               busy-poll the used ring instead of waiting on the\n"
-"                       call eventfd\n"
+"                       call eventfd, with interrupts off (as Linux's poll\n"
+"                       queues and SPDK's virtio driver)\n"
 "  --packed             use packed virtqueues (VIRTIO_F_RING_PACKED); an\n"
 "                       error if the back-end does not offer them\n"
 "  --publish-each       split rings: store avail->idx after every request,\n"
@@ -1220,6 +1221,7 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
         return NULL;
     }
     vhost_user_frontend_set_publish_each(fe, o->publish_each);
+    vhost_user_frontend_set_interrupts(fe, !o->poll);
     if (o->vhost_dev) {
         /* No config space: the image is ours. */
         if (!o->size) {

@@ -200,12 +200,12 @@ static void vbd_dump_stats(Vbd *d)
                 PRIu64 ", completed %" PRIu64 ", batches %" PRIu64
                 ", kicks %" PRIu64 ", poll hits %" PRIu64 ", budget yields %"
                 PRIu64 ", notifies %" PRIu64 " (suppressed %" PRIu64
-                "), resubmitted %" PRIu64,
+                "), resubmitted %" PRIu64 ", polling drivers %u",
                 vu_blk_export_get_socket_path(exp),
                 vu_blk_export_is_connected(exp) ? "connected" : "idle",
                 st.sessions, st.requests, st.completed, st.batches, st.kicks,
                 st.poll_hits, st.budget_yields, st.notifies,
-                st.notifies_suppressed, st.resubmitted);
+                st.notifies_suppressed, st.resubmitted, st.driver_polls);
     }
 }
 

@@ -86,6 +86,9 @@ struct AioContext {
     int64_t poll_grow;
     int64_t poll_shrink;
     unsigned poll_far_waits;        /* see aio_poll_window_next() */
+    /* drivers that poll (aio_context_driver_polls_add()); read by
+     * aio_context_get_stats() from other threads */
+    _Atomic unsigned driver_polls;
 
     /*
      * Written by the owner only, readable from any thread through
@@ -98,6 +101,7 @@ struct AioContext {
     _Atomic uint64_t poll_hits;
     _Atomic uint64_t bh_runs;
     _Atomic uint64_t poll_host_busy;
+    _Atomic uint64_t poll_driver_polls;
 
     AioEngineSlot engines[AIO_ENGINE_MAX];
 };

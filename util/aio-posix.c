@@ -31,6 +31,9 @@
  * thread found no idle CPU, see host-load.h), no context polls: each
  * iteration behaves as with poll_max_ns 0 (a running poll phase ends and
  * notifications go back on), and polling resumes where its window was.
+ * Except where a driver polls (aio_context_driver_polls_add()): its CPU
+ * spins waiting on us whatever we do, so sleeping would free nothing and
+ * cost it a wake-up per request.
  */
 #include "qemu/osdep.h"
 #include <sys/epoll.h>
@@ -53,6 +56,16 @@ void aio_set_host_busy(bool busy)
 bool aio_get_host_busy(void)
 {
     return atomic_load_explicit(&aio_host_busy, memory_order_relaxed);
+}
+
+void aio_context_driver_polls_add(AioContext *ctx, int delta)
+{
+    unsigned n = atomic_load_explicit(&ctx->driver_polls,
+                                      memory_order_relaxed);
+
+    assert(delta > 0 || n > 0);
+    atomic_store_explicit(&ctx->driver_polls, n + delta,
+                          memory_order_relaxed);
 }
 
 static int64_t aio_clock_ns(void)
@@ -487,9 +500,13 @@ bool aio_poll(AioContext *ctx, bool blocking)
     progress = aio_bh_poll(ctx);
     timeout = (blocking && !progress && !aio_bh_pending(ctx)) ? -1 : 0;
 
-    poll_on = ctx->poll_max_ns && !aio_get_host_busy();
-    if (!poll_on && ctx->poll_max_ns) {
-        aio_stat_inc(&ctx->poll_host_busy);
+    poll_on = ctx->poll_max_ns != 0;
+    if (poll_on && aio_get_host_busy()) {
+        /* A polling driver spins whether we poll or not. */
+        poll_on = atomic_load_explicit(&ctx->driver_polls,
+                                       memory_order_relaxed) != 0;
+        aio_stat_inc(poll_on ? &ctx->poll_driver_polls
+                             : &ctx->poll_host_busy);
     }
     if (poll_on && ctx->poll_handler_cnt > 1) {
         /* > 1: the notifier alone is not worth polling. */

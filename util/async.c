@@ -308,6 +308,10 @@ void aio_context_get_stats(AioContext *ctx, AioContextStats *stats)
                                             memory_order_relaxed);
     stats->poll_host_busy = atomic_load_explicit(&ctx->poll_host_busy,
                                                  memory_order_relaxed);
+    stats->poll_driver_polls =
+        atomic_load_explicit(&ctx->poll_driver_polls, memory_order_relaxed);
+    stats->driver_polls = atomic_load_explicit(&ctx->driver_polls,
+                                               memory_order_relaxed);
     stats->notify_writes = atomic_load_explicit(&ctx->notify_writes,
                                                 memory_order_relaxed);
     stats->bh_runs = atomic_load_explicit(&ctx->bh_runs,

@@ -86,6 +86,7 @@ struct VhostUserFrontend {
     bool negotiated;
     bool event_idx;
     bool publish_each;          /* avail->idx on every submit, as Linux */
+    bool no_interrupts;         /* a polling driver: never re-arm */
     unsigned int nregions;
     FrontendRegion regions[VHOST_USER_MEM_REGIONS_MAX];
     unsigned int num_queues;
@@ -1724,6 +1725,14 @@ static void fe_packed_want_interrupt(VhostUserFrontend *fe, FrontendQueue *vq)
                           memory_order_relaxed);
 }
 
+/* A polling driver: no interrupts at all (VIRTIO 1.2 2.8.10). */
+static void fe_packed_no_interrupts(FrontendQueue *vq)
+{
+    atomic_store_explicit((_Atomic uint32_t *)vq->driver_event,
+                          (uint32_t)VRING_PACKED_EVENT_FLAG_DISABLE << 16,
+                          memory_order_relaxed);
+}
+
 static bool fe_packed_used_ready(FrontendQueue *vq)
 {
     /* Acquire: pairs with the device's release store of the flags. */
@@ -1768,7 +1777,11 @@ static int fe_packed_reap(VhostUserFrontend *fe, FrontendQueue *vq,
         vq->opaque[id] = NULL;
         vq->outstanding--;
     }
-    fe_packed_want_interrupt(fe, vq);
+    if (fe->no_interrupts) {
+        fe_packed_no_interrupts(vq);
+    } else {
+        fe_packed_want_interrupt(fe, vq);
+    }
     return n;
 }
 
@@ -1856,6 +1869,11 @@ int vhost_user_frontend_blk_submit(VhostUserFrontend *fe, unsigned int q,
 void vhost_user_frontend_set_publish_each(VhostUserFrontend *fe, bool on)
 {
     fe->publish_each = on;
+}
+
+void vhost_user_frontend_set_interrupts(VhostUserFrontend *fe, bool on)
+{
+    fe->no_interrupts = !on;
 }
 
 int vhost_user_frontend_kick(VhostUserFrontend *fe, unsigned int q)
@@ -1949,7 +1967,18 @@ int vhost_user_frontend_reap(VhostUserFrontend *fe, unsigned int q,
         vq->outstanding--;
         vq->last_used++;
     }
-    if (fe->event_idx) {
+    if (fe->no_interrupts) {
+        /*
+         * A polling driver, as Linux's poll queues or SPDK's virtio
+         * driver: without event-idx the flag says so; with it, used_event
+         * is left where it is and is crossed once per 65536 completions.
+         */
+        if (!fe->event_idx) {
+            atomic_store_explicit((_Atomic uint16_t *)&vq->avail->flags,
+                                  VRING_AVAIL_F_NO_INTERRUPT,
+                                  memory_order_relaxed);
+        }
+    } else if (fe->event_idx) {
         /* Ask for an interrupt on the next completion. */
         atomic_store_explicit((_Atomic uint16_t *)vq->used_event,
                               vq->last_used, memory_order_relaxed);
@@ -1974,6 +2003,10 @@ int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
     } else if (fe->event_idx) {
         atomic_store_explicit((_Atomic uint16_t *)vq->used_event,
                               vq->last_used, memory_order_relaxed);
+    } else if (fe->no_interrupts) {
+        /* Cleared for this wait; the next reap sets it again. */
+        atomic_store_explicit((_Atomic uint16_t *)&vq->avail->flags, 0,
+                              memory_order_relaxed);
     }
     /* used_event store before re-reading used->idx; pairs with the
      * device's barrier between writing used->idx and reading used_event. */

@@ -78,6 +78,7 @@ struct VuBlkQueue {
     bool stopping;              /* stopped; requests may still complete */
     bool broken_reported;
     bool kick_edge;             /* kick fd edge-triggered: never read */
+    bool driver_polls;          /* counted in the context's driver_polls */
     VuBlkQueueCounters c;
     VirtQueueStats vq_base;     /* virtqueue stats already folded in */
     VirtQueueStats vq_total;
@@ -138,6 +139,12 @@ static void vu_blk_notify_cb(void *opaque)
         return;
     }
     virtqueue_notify(q->vq);
+    if (unlikely(virtqueue_driver_polls(q->vq) != q->driver_polls) &&
+        !q->stopping) {
+        /* Once per change of the driver's mode, not per batch. */
+        q->driver_polls = !q->driver_polls;
+        aio_context_driver_polls_add(q->ctx, q->driver_polls ? 1 : -1);
+    }
 }
 
 static int64_t vu_blk_clock_ns(void)
@@ -406,6 +413,10 @@ static void vu_blk_queue_stop(void *opaque, unsigned int index,
     q->bh = NULL;
     q->kick_fd = -1;
     q->stopping = true;
+    if (q->driver_polls) {
+        q->driver_polls = false;
+        aio_context_driver_polls_add(q->ctx, -1);
+    }
 }
 
 static unsigned int vu_blk_queue_inflight(void *opaque, unsigned int index)
@@ -648,6 +659,7 @@ typedef struct VuBlkStatsSnap {
     VuBlkQueueCounters c;
     VirtQueueStats vq;
     unsigned int inflight;
+    bool driver_polls;
 } VuBlkStatsSnap;
 
 static void vu_blk_snap_fn(VirtQueue *vq, void *opaque)
@@ -660,6 +672,7 @@ static void vu_blk_snap_fn(VirtQueue *vq, void *opaque)
     snap->c = snap->q->c;
     snap->vq = snap->q->vq_total;
     snap->inflight = snap->q->inflight;
+    snap->driver_polls = snap->q->driver_polls;
 }
 
 /* Main thread: one queue's counters, read in its iothread if it runs. */
@@ -693,6 +706,7 @@ void vu_blk_export_get_queue_stats(VuBlkExport *exp, unsigned int index,
     stats->budget_yields = snap.c.budget_yields;
     stats->notifies = snap.vq.notifies;
     stats->notifies_suppressed = snap.vq.notifies_suppressed;
+    stats->driver_polls = snap.driver_polls;
 }
 
 unsigned int vu_blk_export_get_num_queues(VuBlkExport *exp)
@@ -757,6 +771,7 @@ void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats)
         stats->budget_yields += snap.c.budget_yields;
         stats->notifies += snap.vq.notifies;
         stats->notifies_suppressed += snap.vq.notifies_suppressed;
+        stats->driver_polls += snap.driver_polls;
         stats->resubmitted += snap.vq.resubmitted;
     }
     vu_server_get_stats(exp->server, &ss);

@@ -74,6 +74,9 @@ struct VirtQueue {
     uint16_t signalled_used;    /* used_idx at the last notify decision */
     bool signalled_used_valid;
     unsigned int pushed_since_notify;
+    /* Pushed since the driver last wanted an interrupt, counted up to
+     * num: num or more means it polls (virtqueue_driver_polls()). */
+    unsigned int quiet_pushed;
 
     /* Packed ring (VIRTIO 1.2 2.8), valid while started */
     struct vring_packed_desc *pdesc;

@@ -797,9 +797,10 @@ void virtqueue_push(VirtQueue *vq, VirtQueueElement *elem, uint32_t len)
 /* Called from: the owner thread.  Once per batch. */
 void virtqueue_notify(VirtQueue *vq)
 {
+    unsigned int pushed = vq->pushed_since_notify;
     bool need;
 
-    if (!vq->started || vq->pushed_since_notify == 0) {
+    if (!vq->started || pushed == 0) {
         return;
     }
     vq->pushed_since_notify = 0;
@@ -833,12 +834,28 @@ void virtqueue_notify(VirtQueue *vq)
 
     if (!need) {
         vq->stats.notifies_suppressed++;
+        if (vq->quiet_pushed < vq->num) {
+            vq->quiet_pushed += pushed;     /* saturates past num */
+        }
         return;
     }
+    vq->quiet_pushed = 0;
     if (vq->call.fd >= 0) {
         event_notifier_set(&vq->call);
         vq->stats.notifies++;
     }
+}
+
+/*
+ * Called from: the owner thread.  A driver that waits for interrupts asks
+ * for one before it has a ring's worth of unseen completions (it cannot
+ * have more buffers than the ring outstanding); one that went a whole
+ * ring without asking polls its used ring (Linux's poll queues, SPDK's
+ * and DPDK's virtio drivers): its CPU spins waiting for us.
+ */
+bool virtqueue_driver_polls(const VirtQueue *vq)
+{
+    return vq->started && vq->quiet_pushed >= vq->num;
 }
 
 /* Called from: the owner thread. */
@@ -1140,6 +1157,7 @@ bool virtqueue_start(VirtQueue *vq, const GuestMemory *mem, GError **errp)
     vq->last_reg = &virtqueue_no_region;
     vq->signalled_used_valid = false;
     vq->pushed_since_notify = 0;
+    vq->quiet_pushed = 0;
     vq->broken = false;
     vq->resubmit_num = vq->resubmit_pos = 0;
     vq->inflight_counter = 0;

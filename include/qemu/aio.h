@@ -116,12 +116,24 @@ void aio_context_set_poll_params(AioContext *ctx, int64_t max_ns,
 void aio_set_host_busy(bool busy);
 bool aio_get_host_busy(void);
 
+/*
+ * A driver served by @ctx polls for its completions (its vCPU spins
+ * waiting for us; see virtqueue_driver_polls()): @delta +1 when one
+ * starts, -1 when it stops or its queue goes away.  While any does, @ctx
+ * keeps polling on a busy host: pausing frees no CPU (the driver spins
+ * anyway) and would put a wake-up on each of its requests.  Owner thread.
+ */
+void aio_context_driver_polls_add(AioContext *ctx, int delta);
+
 /* Statistics, for tests and benchmarks. */
 typedef struct AioContextStats {
     uint64_t iterations;        /* aio_poll() calls */
     uint64_t epoll_waits;       /* epoll_wait() syscalls */
     uint64_t poll_hits;         /* io_poll() returned true in the window */
     uint64_t poll_host_busy;    /* iterations that did not poll: host busy */
+    uint64_t poll_driver_polls; /* iterations that polled on a busy host
+                                 * because a driver polls */
+    unsigned int driver_polls;  /* drivers that poll, now */
     uint64_t notify_writes;     /* eventfd writes done by aio_notify() */
     uint64_t bh_runs;           /* bottom half callbacks run */
     int64_t  poll_ns;           /* current poll window */

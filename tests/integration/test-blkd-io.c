@@ -229,6 +229,89 @@ static uint64_t daemon_batches(Fixture *f)
     return 0;
 }
 
+/* The export's "polling drivers" from a SIGUSR1 dump taken after the
+ * first @completed completions. */
+static unsigned int daemon_polling_drivers(Fixture *f, uint64_t completed)
+{
+    g_autofree char *want = g_strdup_printf(", completed %" PRIu64 ",",
+                                            completed);
+
+    for (int tries = 0; tries < 500; tries++) {
+        g_autofree char *log = NULL;
+        const char *line, *p;
+
+        if (tries % 50 == 0) {
+            kill(f->d.pid, SIGUSR1);
+        }
+        g_usleep(10 * 1000);
+        if (g_file_get_contents(f->d.log_path, &log, NULL, NULL) &&
+            (line = g_strrstr(log, want)) &&
+            (p = strstr(line, ", polling drivers "))) {
+            return g_ascii_strtoull(p + strlen(", polling drivers "), NULL,
+                                    10);
+        }
+    }
+    g_test_message("no counter dump after %" PRIu64 " completions",
+                   completed);
+    g_assert_not_reached();
+    return 0;
+}
+
+/* Spin on the used ring (no interrupt wanted) until @n completions. */
+static void reap_polling(Fixture *f, VhostUserFrontendCompletion *comp,
+                         int n)
+{
+    int got = 0;
+
+    for (int spins = 0; got < n && spins < 100000; spins++) {
+        int r = vhost_user_frontend_reap(f->fe, 0, comp + got, n - got);
+
+        g_assert_cmpint(r, >=, 0);
+        got += r;
+        if (!r) {
+            g_usleep(100);
+        }
+    }
+    g_assert_cmpint(got, ==, n);
+}
+
+/*
+ * A driver that polls its used ring (interrupts off, as Linux's poll
+ * queues) is seen as one after a ring's worth of completions, and no
+ * longer once it asks for an interrupt again.
+ */
+static void test_driver_polls(Fixture *f, gconstpointer data)
+{
+    VhostUserFrontendCompletion comp[32];
+    unsigned int size = vhost_user_frontend_queue_size(f->fe);
+    uint64_t done = 0;
+
+    if (f->skip) {
+        return;
+    }
+    vhost_user_frontend_set_interrupts(f->fe, false);
+    while (done < 2 * size) {
+        for (int i = 0; i < 32; i++) {
+            struct iovec iov = { f->buf + i * 4096, 4096 };
+
+            g_assert_cmpint(vhost_user_frontend_blk_submit(
+                                f->fe, 0, VIRTIO_BLK_T_IN, i * 8, &iov, 1,
+                                true, NULL), >=, 0);
+        }
+        g_assert_cmpint(vhost_user_frontend_kick(f->fe, 0), >=, 0);
+        reap_polling(f, comp, 32);
+        done += 32;
+    }
+    g_assert_cmpuint(daemon_polling_drivers(f, done), ==, 1);
+
+    /* Interrupts back on: the next completion is wanted. */
+    vhost_user_frontend_set_interrupts(f->fe, true);
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 4096, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    done++;
+    g_assert_cmpuint(daemon_polling_drivers(f, done), ==, 0);
+}
+
 /*
  * A convoy that reaches a queue with nothing in flight is popped as a
  * first batch of first-batch= requests (their completions and interrupt
@@ -629,6 +712,8 @@ int main(int argc, char **argv)
     ADD("io/first-batch", case_null, test_first_batch);
     ADD("io/first-batch-off", case_null_fb0, test_first_batch);
     ADD("io/packed/first-batch", case_null_packed, test_first_batch);
+    ADD("io/driver-polls", case_null, test_driver_polls);
+    ADD("io/packed/driver-polls", case_null_packed, test_driver_polls);
     ADD("io/flush", case_plain, test_flush);
     ADD("io/get-id", case_serial, test_get_id);
     ADD("io/discard", case_discard, test_discard);

@@ -368,6 +368,21 @@ static void test_loop_obeys_busy(void)
     g_assert_cmpint(d.polls, ==, 0);
     aio_context_get_stats(ctx, &st);
     g_assert_cmpuint(st.poll_host_busy, >=, 2);
+    g_assert_cmpuint(st.poll_driver_polls, ==, 0);
+
+    /* A driver of this context polls: the context polls, busy or not. */
+    aio_context_driver_polls_add(ctx, 1);
+    aio_poll(ctx, false);
+    g_assert_cmpint(d.polls, ==, 1);
+    aio_context_get_stats(ctx, &st);
+    g_assert_cmpuint(st.poll_driver_polls, ==, 1);
+    g_assert_cmpuint(st.driver_polls, ==, 1);
+    aio_context_driver_polls_add(ctx, -1);
+    d.polls = 0;
+    aio_poll(ctx, false);
+    g_assert_cmpint(d.polls, ==, 0);
+    aio_context_get_stats(ctx, &st);
+    g_assert_cmpuint(st.driver_polls, ==, 0);
 
     /* Back to polling. */
     aio_set_host_busy(false);

@@ -512,6 +512,72 @@ static void test_notify_no_interrupt(void)
     tvq_cleanup(&t);
 }
 
+/* One chain through the ring: made available, popped, used, notified. */
+static void tvq_cycle(TestVQ *t)
+{
+    VirtQueueElement *e;
+
+    tvq_make_avail(t, 0);
+    e = virtqueue_pop(t->vq);
+    g_assert_nonnull(e);
+    virtqueue_push(t->vq, e, 512);
+    virtqueue_notify(t->vq);
+}
+
+/*
+ * A driver that goes a whole ring of completions without wanting an
+ * interrupt polls; one that asks for an interrupt again does not.
+ */
+static void test_driver_polls(gconstpointer data)
+{
+    bool event_idx = GPOINTER_TO_INT(data);
+    TestVQ t;
+    uint16_t *used_event;
+    unsigned int i;
+
+    tvq_init(&t, 8, event_idx);
+    used_event = &t.avail->ring[t.num];
+    tvq_desc(&t, NULL, 0, GPA_DATA, 512, VRING_DESC_F_WRITE, 0);
+    /* interrupts off: the flag, or used_event left at 0 */
+    t.avail->flags = event_idx ? 0 : VRING_AVAIL_F_NO_INTERRUPT;
+    *used_event = 0;
+
+    tvq_cycle(&t);      /* event-idx: the first decision interrupts */
+    g_assert_cmpuint(tvq_calls(&t), ==, event_idx ? 1 : 0);
+    /* quiet completions so far: the first one, without event-idx */
+    for (i = event_idx ? 0 : 1; i < t.num - 1; i++) {
+        g_assert_false(virtqueue_driver_polls(t.vq));
+        tvq_cycle(&t);
+    }
+    g_assert_false(virtqueue_driver_polls(t.vq));
+    tvq_cycle(&t);              /* the ring's worth */
+    g_assert_true(virtqueue_driver_polls(t.vq));
+    for (i = 0; i < 3 * t.num; i++) {
+        tvq_cycle(&t);          /* saturates, stays */
+        g_assert_true(virtqueue_driver_polls(t.vq));
+    }
+    g_assert_cmpuint(tvq_calls(&t), ==, 0);
+
+    /* It waits again: the next completion interrupts, and it no longer
+     * counts as polling. */
+    if (event_idx) {
+        *used_event = t.used->idx;
+    } else {
+        t.avail->flags = 0;
+    }
+    tvq_cycle(&t);
+    g_assert_cmpuint(tvq_calls(&t), ==, 1);
+    g_assert_false(virtqueue_driver_polls(t.vq));
+
+    /* An interrupt-driven driver that consumes late (used_event behind):
+     * fewer than a ring of quiet completions before it asks again. */
+    for (i = 0; i < t.num - 1; i++) {
+        tvq_cycle(&t);
+    }
+    g_assert_false(virtqueue_driver_polls(t.vq));
+    tvq_cleanup(&t);
+}
+
 static void test_set_notification(void)
 {
     TestVQ t;
@@ -982,6 +1048,10 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue/pop/unpop", test_unpop);
     g_test_add_func("/virtqueue/notify/event-idx", test_notify_event_idx);
     g_test_add_func("/virtqueue/notify/batch", test_notify_batch);
+    g_test_add_data_func("/virtqueue/notify/driver-polls/event-idx",
+                         GINT_TO_POINTER(true), test_driver_polls);
+    g_test_add_data_func("/virtqueue/notify/driver-polls/flag",
+                         GINT_TO_POINTER(false), test_driver_polls);
     g_test_add_func("/virtqueue/notify/no-interrupt",
                     test_notify_no_interrupt);
     g_test_add_func("/virtqueue/notify/set-notification",

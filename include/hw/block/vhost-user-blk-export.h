@@ -78,6 +78,8 @@ typedef struct VuBlkQueueStats {
     uint64_t notifies;
     uint64_t notifies_suppressed;
     bool running;
+    bool driver_polls;          /* no interrupt wanted for a whole ring:
+                                 * the driver polls its used ring */
 } VuBlkQueueStats;
 
 typedef struct VuBlkExportStats {
@@ -93,6 +95,7 @@ typedef struct VuBlkExportStats {
     uint64_t sessions;          /* front-ends accepted */
     uint64_t inflight;          /* requests submitted, not completed */
     uint64_t config_changes;    /* resizes told to the front-end */
+    unsigned int driver_polls;  /* queues whose driver polls, now */
     uint64_t wr_highest_offset; /* end of the highest write, bytes */
     VuBlkOpStats ops[VU_BLK_OP__MAX];
 } VuBlkExportStats;

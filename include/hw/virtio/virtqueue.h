@@ -135,6 +135,9 @@ void virtqueue_unpop(VirtQueue *vq, VirtQueueElement *elem);
  * notify (event-idx or VRING_AVAIL_F_NO_INTERRUPT). One eventfd write at
  * most. */
 void virtqueue_notify(VirtQueue *vq);
+/* The driver has not wanted an interrupt for a whole ring of completions:
+ * it polls its used ring. */
+bool virtqueue_driver_polls(const VirtQueue *vq);
 /* Driver notifications: on = ask for kicks; off = suppress (while
  * polling). With event-idx this writes avail_event. */
 void virtqueue_set_notification(VirtQueue *vq, bool on);

@@ -279,6 +279,14 @@ int vhost_user_frontend_kick(VhostUserFrontend *fe, unsigned int q);
  * the whole batch is published at the kick.
  */
 void vhost_user_frontend_set_publish_each(VhostUserFrontend *fe, bool on);
+/*
+ * Interrupts (default on).  Off: the driver polls its used rings and never
+ * asks for an interrupt (split: VRING_AVAIL_F_NO_INTERRUPT, or used_event
+ * left alone with event-idx; packed: the driver event flags say DISABLE),
+ * as Linux's poll queues and SPDK's virtio driver do.  Takes effect at the
+ * next reap; vhost_user_frontend_wait() still arms the queue it waits on.
+ */
+void vhost_user_frontend_set_interrupts(VhostUserFrontend *fe, bool on);
 /* Collect up to @max completions.  Returns how many, or -EPROTO if the
  * device put a bad id in the used ring (the queue is then unusable). */
 int vhost_user_frontend_reap(VhostUserFrontend *fe, unsigned int q,
