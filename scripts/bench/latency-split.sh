@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
-# Where a depth-1 request's time goes, on a raw file: the client's mean
+# Where a request's time goes, on a raw file (depth 1 unless -d): the client's mean
 # latency (vhost-blk-bench, sleeping on its call eventfd) against the
 # daemon's own mean time per read (pop to completion, from
 # x-query-vhost-blk-stats) and plain fio's mean completion latency on the
@@ -10,20 +10,23 @@
 # polling and --poll-max-ns 0) and fio.
 #
 # Usage: scripts/bench/latency-split.sh [-r REPS] [-t SECONDS] [-f FILE]
-#            [-b BUILDDIR]
+#            [-b BUILDDIR] [-d DEPTH]
 #   -r  repetitions (default 3)      -t  seconds per run (default 3)
+#   -d  iodepth of the bench and fio (default 1)
 #   -f  raw file (default /var/tmp/vhost-blk-compare.img, 1 GiB, created
 #       once)                        -b  build directory (default build)
 set -u
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 reps=3; runtime=3; file=/var/tmp/vhost-blk-compare.img; build=$srcdir/build
+depth=1
 while [ $# -gt 0 ]; do
     case $1 in
     -r) reps=$2; shift ;;
     -t) runtime=$2; shift ;;
     -f) file=$2; shift ;;
     -b) build=$2; shift ;;
-    -h|--help) sed -n '3,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -d) depth=$2; shift ;;
+    -h|--help) sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "latency-split.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -46,7 +49,7 @@ blkd_run() {
     pid=$!
     for _ in $(seq 100); do [ -S "$tmp/s" ] && [ -S "$tmp/m" ] && break; sleep 0.05; done
     "$build/tools/vhost-blk-bench" --socket "$tmp/s" --rw randread --bs 4k \
-        --iodepth 1 --runtime "$runtime" --json > "$tmp/b.json" 2> /dev/null
+        --iodepth "$depth" --runtime "$runtime" --json > "$tmp/b.json" 2> /dev/null
     "$build/tools/vhost-blk-ctl" -s "$tmp/m" qmp x-query-vhost-blk-stats \
         > "$tmp/st.json"
     kill "$pid"; wait "$pid" 2>/dev/null; pid=
@@ -67,7 +70,7 @@ for r in $(seq "$reps"); do
         echo "| $r | vhost-blkd $cfg | $iops | $c | $d | $(python3 -c "print(f'{$c - $d:.1f}')") |"
     done
     read -r iops lat < <(fio --name=x --filename="$file" --direct=1 --ioengine=io_uring \
-        --rw=randread --bs=4k --iodepth=1 --runtime="$runtime" --time_based \
+        --rw=randread --bs=4k --iodepth="$depth" --runtime="$runtime" --time_based \
         --output-format=json 2> /dev/null | python3 -c '
 import json, sys
 r = json.load(sys.stdin)["jobs"][0]["read"]
