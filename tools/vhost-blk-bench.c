@@ -96,6 +96,7 @@ typedef struct BenchOptions {
     bool packed;                /* VIRTIO_F_RING_PACKED */
     bool no_inflight;           /* skip GET/SET_INFLIGHT_FD */
     bool publish_each;          /* avail->idx per request, as Linux */
+    bool poll_interrupts;       /* --poll but still ask for interrupts */
     bool dirty_log;
     uint64_t seed;
 } BenchOptions;
@@ -816,11 +817,13 @@ static void bench_print_json(const BenchOptions *o, const BenchResult *r,
            ", \"bs_max\": %" PRIu64
            ", \"iodepth\": %u, \"queues\": %u, \"queue_size\": %u"
            ", \"size\": %" PRIu64 ", \"verify\": %s, \"poll\": %s"
-           ", \"ring\": \"%s\"",
+           ", \"poll_interrupts\": %s, \"ring\": \"%s\"",
            bench_rw_names[o->rw], o->rwmixread, o->bs, o->bs_max, o->iodepth,
            o->queues,
            o->queue_size, o->size, o->verify ? "true" : "false",
-           o->poll ? "true" : "false", o->packed ? "packed" : "split");
+           o->poll ? "true" : "false",
+           o->poll_interrupts ? "true" : "false",
+           o->packed ? "packed" : "split");
     printf(", \"seconds\": %.6f, \"ios\": %" PRIu64 ", \"reads\": %" PRIu64
            ", \"writes\": %" PRIu64 ", \"errors\": %" PRIu64
            ", \"verify_errors\": %" PRIu64,
@@ -918,6 +921,9 @@ static void bench_usage(FILE *f)
 "  --poll               busy-poll the used ring instead of waiting on the\n"
 "                       call eventfd, with interrupts off (as Linux's poll\n"
 "                       queues and SPDK's virtio driver)\n"
+"  --poll-interrupts    with --poll, still ask for an interrupt after each\n"
+"                       reap and never read it (the bench's --poll before\n"
+"                       2026-12-01: the back-end writes the call eventfd)\n"
 "  --packed             use packed virtqueues (VIRTIO_F_RING_PACKED); an\n"
 "                       error if the back-end does not offer them\n"
 "  --publish-each       split rings: store avail->idx after every request,\n"
@@ -941,7 +947,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
            OPT_BUFFERED, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
            OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_PACKED, OPT_NO_INFLIGHT,
-           OPT_DIRTY_LOG, OPT_PUBLISH_EACH };
+           OPT_DIRTY_LOG, OPT_PUBLISH_EACH, OPT_POLL_INTERRUPTS };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
         { "vhost-dev", required_argument, NULL, OPT_VHOST_DEV },
@@ -964,6 +970,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         { "packed", no_argument, NULL, OPT_PACKED },
         { "no-inflight", no_argument, NULL, OPT_NO_INFLIGHT },
         { "publish-each", no_argument, NULL, OPT_PUBLISH_EACH },
+        { "poll-interrupts", no_argument, NULL, OPT_POLL_INTERRUPTS },
         { "dirty-log", no_argument, NULL, OPT_DIRTY_LOG },
         { "seed", required_argument, NULL, OPT_SEED },
         { "help", no_argument, NULL, 'h' },
@@ -1097,6 +1104,10 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         case OPT_PUBLISH_EACH:
             o->publish_each = true;
             break;
+        case OPT_POLL_INTERRUPTS:
+            o->poll = true;
+            o->poll_interrupts = true;
+            break;
         case OPT_SEED:
             o->seed = g_ascii_strtoull(optarg, NULL, 10);
             break;
@@ -1221,7 +1232,7 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
         return NULL;
     }
     vhost_user_frontend_set_publish_each(fe, o->publish_each);
-    vhost_user_frontend_set_interrupts(fe, !o->poll);
+    vhost_user_frontend_set_interrupts(fe, !o->poll || o->poll_interrupts);
     if (o->vhost_dev) {
         /* No config space: the image is ours. */
         if (!o->size) {

@@ -22,6 +22,7 @@
 #   -e  vhost-blkd export options (default
 #       driver=null,size=1G,num-queues=4,queue-size=512)
 #   -p  bench --poll (default: it sleeps on its call eventfd)
+#   -P  bench --poll-interrupts (polls, but asks for interrupts)
 #   -o  output directory (default /var/tmp/vhost-blk-ab): raw.jsonl, ab.md
 # Example (the seccomp cost in docs/benchmarks.md):
 #   scripts/bench/ab.sh -t 5 -r 7 "off=build/tools/vhost-blkd --seccomp off" \
@@ -33,7 +34,7 @@ depth=32; queues=1; reps=3; runtime=2; poll=0; out=/var/tmp/vhost-blk-ab
 eopts="driver=null,size=1G,num-queues=4,queue-size=512"
 BENCH=${VHOST_BLK_BENCH:-$srcdir/build/tools/vhost-blk-bench}
 
-usage() { sed -n '3,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,29p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case $1 in
     -d) depth=$2; shift ;;
@@ -42,6 +43,7 @@ while [ $# -gt 0 ]; do
     -t) runtime=$2; shift ;;
     -e) eopts=$2; shift ;;
     -p) poll=1 ;;
+    -P) poll=2 ;;
     -o) out=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "ab.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -96,6 +98,7 @@ vcsw() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt/ {v +=
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 pflag=(); [ "$poll" = 1 ] && pflag=(--poll)
+[ "$poll" = 2 ] && pflag=(--poll-interrupts)
 for r in $(seq "$reps"); do
     for i in "${!names[@]}"; do
         n=${names[$i]}; p=${pids[$i]}
@@ -116,7 +119,7 @@ names = sys.argv[9:]
 med = statistics.median
 print(f"Measured from {sys.argv[2]}, load average {sys.argv[3]} at the start and "
       f"{sys.argv[4]} at the end; depth {sys.argv[5]}, {sys.argv[6]} queue(s), "
-      f"{sys.argv[7]} s per run, bench {'--poll' if sys.argv[8] == '1' else 'sleeping on its call eventfd'}; "
+      f"{sys.argv[7]} s per run, bench {({'1': '--poll', '2': '--poll-interrupts'}).get(sys.argv[8], 'sleeping on its call eventfd')}; "
       f"1-minute load {min(r['load1'] for r in rows):.2f} to {max(r['load1'] for r in rows):.2f} "
       "during the runs.\n")
 print(f"| config | IOPS min / median / max | / {names[0]}, each rep | kicks / IO | interrupts / IO "

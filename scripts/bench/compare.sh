@@ -23,7 +23,9 @@
 #            32, 128, queues 1 and 4, no callgrind/strace/ablations
 #   --modes  client modes: irq = the bench sleeps on its call eventfd (as a
 #            guest takes interrupts), poll = it busy-polls the used ring
-#            (default: both)
+#            with interrupts off (as a polling driver), pollirq = it polls
+#            but asks for interrupts (--poll-interrupts, the poll mode of
+#            figures before 2026-12-01) (default: irq poll)
 #   --pin    daemons (and fio) on CPU $VB_DAEMON_CPU (default 1), the bench
 #            on CPU $VB_BENCH_CPU (default 0); default: unpinned
 #   --only   run only these sections (tune picks qsd's best settings; null
@@ -102,7 +104,7 @@ want_section cost || { do_callgrind=0; do_strace=0; }
 dcpu=; bcpu=
 if [ "$pin" = 1 ]; then dcpu=${VB_DAEMON_CPU-1}; bcpu=${VB_BENCH_CPU-0}; fi
 for m in $modes; do
-    case $m in irq|poll) ;; *) echo "compare.sh: --modes: irq or poll, not '$m'" >&2; exit 2 ;; esac
+    case $m in irq|poll|pollirq) ;; *) echo "compare.sh: --modes: irq, poll or pollirq, not '$m'" >&2; exit 2 ;; esac
 done
 
 die() { echo "compare.sh: $*" >&2; exit 1; }
@@ -237,11 +239,13 @@ proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # bench GROUP CASE REP DEPTH QUEUES MODE [BENCH ARGS...]
-# MODE irq: the bench sleeps on its call eventfd; poll: --poll.
+# MODE irq: the bench sleeps on its call eventfd; poll: --poll; pollirq:
+# --poll-interrupts.
 bench() {
     local g=$1 c=$2 r=$3 d=$4 q=$5 mode=$6 j t0 t1 l p=()
     shift 6
     [ "$mode" = poll ] && p=(--poll)
+    [ "$mode" = pollirq ] && p=(--poll-interrupts)
     l=$(load1)
     t0=$(proc_ticks "${PID[$c]}")
     if ! j=$("${pin_b[@]}" "$BENCH" --socket "${SOCK[$c]}" --rw randread \
@@ -257,7 +261,7 @@ bench() {
     # pause its polling, and resumes only after 1.5 s of calm.  Let that
     # pass, so the next cell is measured in its own steady state and not
     # in this one's aftermath.
-    [ "$mode" = poll ] && sleep "$settle"
+    [ "$mode" != irq ] && sleep "$settle"
     return 0
 }
 
