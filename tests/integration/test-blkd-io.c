@@ -304,11 +304,18 @@ static void test_driver_polls(Fixture *f, gconstpointer data)
     }
     g_assert_cmpuint(daemon_polling_drivers(f, done), ==, 1);
 
-    /* Interrupts back on: the next completion is wanted. */
+    /*
+     * Interrupts back on.  The first request's completion may be pushed
+     * before the driver asks for it (it asks when it finds nothing to
+     * reap), but its reap asks for the next one before the second request
+     * is made available: that completion is wanted.
+     */
     vhost_user_frontend_set_interrupts(f->fe, true);
-    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 4096, true,
-                           NULL), ==, VIRTIO_BLK_S_OK);
-    done++;
+    for (int i = 0; i < 2; i++) {
+        g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 4096,
+                               true, NULL), ==, VIRTIO_BLK_S_OK);
+        done++;
+    }
     g_assert_cmpuint(daemon_polling_drivers(f, done), ==, 0);
 }
 
