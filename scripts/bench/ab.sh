@@ -23,6 +23,7 @@
 #       driver=null,size=1G,num-queues=4,queue-size=512)
 #   -p  bench --poll (default: it sleeps on its call eventfd)
 #   -P  bench --poll-interrupts (polls, but asks for interrupts)
+#   -x  more bench options, e.g. -x --publish-each
 #   -o  output directory (default /var/tmp/vhost-blk-ab): raw.jsonl, ab.md
 # Example (the seccomp cost in docs/benchmarks.md):
 #   scripts/bench/ab.sh -t 5 -r 7 "off=build/tools/vhost-blkd --seccomp off" \
@@ -31,10 +32,11 @@ set -u
 
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 depth=32; queues=1; reps=3; runtime=2; poll=0; out=/var/tmp/vhost-blk-ab
+xbench=
 eopts="driver=null,size=1G,num-queues=4,queue-size=512"
 BENCH=${VHOST_BLK_BENCH:-$srcdir/build/tools/vhost-blk-bench}
 
-usage() { sed -n '3,29p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,30p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case $1 in
     -d) depth=$2; shift ;;
@@ -44,6 +46,7 @@ while [ $# -gt 0 ]; do
     -e) eopts=$2; shift ;;
     -p) poll=1 ;;
     -P) poll=2 ;;
+    -x) xbench=$2; shift ;;
     -o) out=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "ab.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
@@ -99,27 +102,29 @@ started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 pflag=(); [ "$poll" = 1 ] && pflag=(--poll)
 [ "$poll" = 2 ] && pflag=(--poll-interrupts)
+read -r -a xflag <<< "$xbench"
 for r in $(seq "$reps"); do
     for i in "${!names[@]}"; do
         n=${names[$i]}; p=${pids[$i]}
         l=$(cut -d' ' -f1 /proc/loadavg); t0=$(ticks "$p"); v0=$(vcsw "$p")
         j=$("$BENCH" --socket "$tmp/$n.sock" --iodepth "$depth" --queues "$queues" \
-            --queue-size 512 --runtime "$runtime" --json "${pflag[@]}" 2> "$tmp/bench.err") || {
+            --queue-size 512 --runtime "$runtime" --json "${pflag[@]}" "${xflag[@]}" 2> "$tmp/bench.err") || {
             echo "ab.sh: bench against $n failed:" >&2; cat "$tmp/bench.err" >&2; exit 1; }
         t1=$(ticks "$p"); v1=$(vcsw "$p")
         echo "{\"case\": \"$n\", \"rep\": $r, \"load1\": $l, \"daemon_cpu_s\": $((t1 - t0)).0e-2, \"daemon_vcsw\": $((v1 - v0)), \"r\": $j}" >> "$raw"
     done
 done
 
-python3 - "$raw" "$started" "$load_start" "$(cut -d' ' -f1-3 /proc/loadavg)" \
+AB_XBENCH=$xbench python3 - "$raw" "$started" "$load_start" "$(cut -d' ' -f1-3 /proc/loadavg)" \
     "$depth" "$queues" "$runtime" "$poll" "${names[@]}" > "$out/ab.md" <<'EOF'
-import json, statistics, sys
+import json, os, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 names = sys.argv[9:]
 med = statistics.median
 print(f"Measured from {sys.argv[2]}, load average {sys.argv[3]} at the start and "
       f"{sys.argv[4]} at the end; depth {sys.argv[5]}, {sys.argv[6]} queue(s), "
-      f"{sys.argv[7]} s per run, bench {({'1': '--poll', '2': '--poll-interrupts'}).get(sys.argv[8], 'sleeping on its call eventfd')}; "
+      f"{sys.argv[7]} s per run, bench {({'1': '--poll', '2': '--poll-interrupts'}).get(sys.argv[8], 'sleeping on its call eventfd')}"
+      + (f" with {os.environ['AB_XBENCH']}" if os.environ.get('AB_XBENCH') else "") + "; "
       f"1-minute load {min(r['load1'] for r in rows):.2f} to {max(r['load1'] for r in rows):.2f} "
       "during the runs.\n")
 print(f"| config | IOPS min / median / max | / {names[0]}, each rep | kicks / IO | interrupts / IO "
