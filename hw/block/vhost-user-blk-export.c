@@ -228,36 +228,61 @@ static void vu_blk_req_done(VirtioBlkReq *req, uint8_t status,
     }
 }
 
+/*
+ * Chains popped before the first of them is processed.  A request's header
+ * and descriptors were just written by the driver's CPU, so reading them
+ * misses the cache; popping a few first (prefetching each header) lets
+ * those misses overlap instead of stalling one request at a time.
+ */
+#define VU_BLK_POP_AHEAD 8
+
 static void vu_blk_queue_run(VuBlkQueue *q, unsigned int limit)
 {
     VuBlkExport *exp = q->exp;
+    VirtQueueElement *ahead[VU_BLK_POP_AHEAD];
     unsigned int n = 0;
     int64_t now = 0;
+    bool more = true;
 
     defer_call_begin();
-    while (n < limit) {
-        VirtQueueElement *elem = virtqueue_pop(q->vq);
-        VuBlkReq *r;
+    while (more && n < limit) {
+        unsigned int want = MIN(limit - n, VU_BLK_POP_AHEAD), k = 0;
 
-        if (!elem) {
-            break;
+        while (k < want) {
+            VirtQueueElement *elem = virtqueue_pop(q->vq);
+
+            if (!elem) {
+                more = false;
+                break;
+            }
+            if (unlikely(elem->head >= q->pool_size)) {
+                virtqueue_set_broken(q->vq, "descriptor head %u outside a "
+                                     "queue of %u", elem->head,
+                                     q->pool_size);
+                more = false;
+                break;
+            }
+            if (likely(elem->out_num)) {
+                /* Mapped guest memory; a prefetch never faults anyway. */
+                __builtin_prefetch(elem->out_sg[0].iov_base);
+            }
+            ahead[k++] = elem;
         }
-        if (unlikely(elem->head >= q->pool_size)) {
-            virtqueue_set_broken(q->vq, "descriptor head %u outside a queue "
-                                 "of %u", elem->head, q->pool_size);
-            break;
-        }
-        r = &q->reqs[elem->head];
-        r->elem = elem;
-        if (!n) {
+        if (k && !n) {
             now = vu_blk_clock_ns();    /* one clock read per batch */
         }
-        r->start_ns = now;
-        q->inflight++;
-        n++;
-        virtio_blk_process_req(&exp->dev, &r->req, elem->out_sg,
-                               elem->out_num, elem->in_sg, elem->in_num,
-                               vu_blk_req_done, q);
+        for (unsigned int i = 0; i < k; i++) {
+            VirtQueueElement *elem = ahead[i];
+            VuBlkReq *r = &q->reqs[elem->head];
+
+            r->elem = elem;
+            r->start_ns = now;
+            q->inflight++;
+            virtio_blk_process_req(&exp->dev, &r->req, elem->out_sg,
+                                   elem->out_num, elem->in_sg, elem->in_num,
+                                   vu_blk_req_done, q);
+        }
+        n += k;
     }
     defer_call_end();
 
