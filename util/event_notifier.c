@@ -18,16 +18,35 @@ int event_notifier_init(EventNotifier *e, bool active)
 }
 
 /*
- * Any thread.  Takes ownership of @fd.  The fd is switched to non-blocking
- * mode so that a peer handing us a blocking fd cannot stall our loop.
+ * Main thread (or any thread without a sandbox): make an fd received from
+ * a peer non-blocking, so that a peer handing us a blocking fd cannot
+ * stall a loop that reads or writes it.  Returns 0 or -errno.
+ *
+ * This is a separate step from event_notifier_init_fd() because the fd is
+ * often installed by an iothread (a running queue's call fd), and the
+ * iothreads' seccomp filter does not allow fcntl(): the thread that
+ * received the fd prepares it, the iothread only adopts it.
  */
-void event_notifier_init_fd(EventNotifier *e, int fd)
+int event_notifier_prepare_fd(int fd)
 {
     int flags = fcntl(fd, F_GETFL);
 
-    if (flags >= 0 && !(flags & O_NONBLOCK)) {
-        fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    if (flags < 0) {
+        return -errno;
     }
+    if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+        return -errno;
+    }
+    return 0;
+}
+
+/*
+ * Any thread, including a sandboxed iothread: no system call.  Takes
+ * ownership of @fd, which event_notifier_prepare_fd() (or the creator,
+ * e.g. eventfd(EFD_NONBLOCK)) made non-blocking.
+ */
+void event_notifier_init_fd(EventNotifier *e, int fd)
+{
     e->fd = fd;
 }
 

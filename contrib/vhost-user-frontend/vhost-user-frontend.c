@@ -1503,6 +1503,83 @@ bool vhost_user_frontend_start(VhostUserFrontend *fe, GError **errp)
     return fe_start_queues(fe, false, errp);
 }
 
+bool vhost_user_frontend_replace_vring_fd(VhostUserFrontend *fe,
+                                          unsigned int q, uint32_t request,
+                                          bool blocking, GError **errp)
+{
+    uint64_t idx = q;
+    int fd;
+    int *keep;
+
+    if (q >= fe->num_queues) {
+        g_set_error(errp, VB_ERROR, 0, "no queue %u", q);
+        return false;
+    }
+    switch (request) {
+    case VHOST_USER_SET_VRING_KICK:
+        keep = &fe->queues[q].kick_fd;
+        break;
+    case VHOST_USER_SET_VRING_CALL:
+        keep = &fe->queues[q].call_fd;
+        break;
+    case VHOST_USER_SET_VRING_ERR:
+        keep = NULL;
+        break;
+    default:
+        g_set_error(errp, VB_ERROR, 0, "%s is not a vring fd message",
+                    vhost_user_request_name(request));
+        return false;
+    }
+    fd = eventfd(0, EFD_CLOEXEC | (blocking ? 0 : EFD_NONBLOCK));
+    if (fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "eventfd: %s", g_strerror(errno));
+        return false;
+    }
+    if (!fe_call(fe, request, &idx, sizeof(idx), &fd, 1, NULL, 0, NULL, NULL,
+                 errp)) {
+        close(fd);
+        return false;
+    }
+    if (keep) {
+        /* The back-end uses the new one from now on: so do we.  A signal
+         * that went to the old call fd was for a used element that the
+         * next reap sees anyway. */
+        if (*keep >= 0) {
+            close(*keep);
+        }
+        *keep = fd;
+    } else {
+        close(fd);
+    }
+    return true;
+}
+
+bool vhost_user_frontend_restart_queue(VhostUserFrontend *fe, unsigned int q,
+                                       GError **errp)
+{
+    FrontendQueue *vq;
+    uint64_t one = 1;
+
+    if (q >= fe->num_queues || fe->queues[q].started) {
+        g_set_error(errp, VB_ERROR, 0, "queue %u: not stopped by "
+                    "GET_VRING_BASE", q);
+        return false;
+    }
+    vq = &fe->queues[q];
+    if (!fe_call_state(fe, VHOST_USER_SET_VRING_BASE, q, vq->base, errp) ||
+        !vhost_user_frontend_replace_vring_fd(fe, q,
+                                              VHOST_USER_SET_VRING_KICK,
+                                              false, errp)) {
+        return false;
+    }
+    vq->started = true;
+    if (write(vq->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+        g_set_error(errp, VB_ERROR, 0, "kick eventfd: %s", g_strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 bool vhost_user_frontend_get_vring_base(VhostUserFrontend *fe, unsigned int q,
                                         uint16_t *base, GError **errp)
 {

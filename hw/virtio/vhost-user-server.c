@@ -47,6 +47,13 @@
  * SET_VRING_CALL, which is swapped inside the owner thread without a
  * drain.
  *
+ * Whatever a message makes an owner thread do must stay within the
+ * iothreads' seccomp allowlist (util/sandbox.c): fds from the front-end
+ * are made non-blocking here, in the main thread, before an iothread
+ * adopts them (it would die of SIGSYS calling fcntl()); mapping memory,
+ * memfds and replies are main-thread work too.  docs/architecture.md has
+ * the table of messages and what each runs where.
+ *
  * A disconnect (EOF, error, malformed message, or a queue the guest broke)
  * closes the socket at once and stops every queue; once they drained, the
  * guest memory and the inflight region are unmapped and the server
@@ -940,6 +947,27 @@ static VuMsgResult vu_set_vring_fd(VuServer *s, VuMsg *msg)
     if (!nofd) {
         fd = vu_take_fd(s, 0);
     }
+    if (fd >= 0 && req != VHOST_USER_SET_VRING_ERR) {
+        int r;
+
+        /*
+         * Here, in the main thread: a running queue's call fd is swapped
+         * in its iothread, whose seccomp filter allows no fcntl().  The
+         * owner thread only adopts the prepared fd (and closes the old
+         * one).
+         */
+        r = event_notifier_prepare_fd(fd);
+        if (r < 0) {
+            warn_report("%s: queue %u: %s: cannot make the fd non-blocking: "
+                        "%s", s->name, q->index, vhost_user_request_name(req),
+                        g_strerror(-r));
+            close(fd);
+            if (req == VHOST_USER_SET_VRING_KICK) {
+                vu_queue_update(s, q);
+            }
+            return VU_MSG_FAILED;
+        }
+    }
 
     switch (req) {
     case VHOST_USER_SET_VRING_KICK:
@@ -1231,9 +1259,14 @@ static VuMsgResult vu_set_log_base(VuServer *s, VuMsg *msg)
     return VU_MSG_REPLIED;
 }
 
-/* SET_LOG_FD: an eventfd to signal after a batch of logged writes. */
+/* SET_LOG_FD: an eventfd to signal after a batch of logged writes (by
+ * the queues' iothreads: non-blocking, so that a front-end handing over a
+ * full pipe cannot stall them, and made so here, where fcntl() is
+ * allowed). */
 static VuMsgResult vu_set_log_fd(VuServer *s, VuMsg *msg)
 {
+    int r;
+
     if (s->rx_nfds != 1) {
         warn_report("%s: SET_LOG_FD with %u fds (one expected)", s->name,
                     s->rx_nfds);
@@ -1241,6 +1274,13 @@ static VuMsgResult vu_set_log_fd(VuServer *s, VuMsg *msg)
     }
     if (!vu_stop_all(s)) {
         return VU_MSG_WAIT;
+    }
+    r = event_notifier_prepare_fd(s->rx_fds[0]);
+    if (r < 0) {
+        warn_report("%s: SET_LOG_FD: cannot make the fd non-blocking: %s",
+                    s->name, g_strerror(-r));
+        vu_update_all(s);
+        return VU_MSG_FAILED;
     }
     if (s->mem.log_call_fd >= 0) {
         close(s->mem.log_call_fd);

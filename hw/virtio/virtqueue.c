@@ -187,7 +187,8 @@ uint32_t virtqueue_get_base(VirtQueue *vq)
     return vq->last_avail_idx;
 }
 
-/* Called from: the main thread, queue stopped. */
+/* Called from: the main thread, queue stopped.  @fd is non-blocking
+ * (event_notifier_prepare_fd()). */
 void virtqueue_set_kick_fd(VirtQueue *vq, int fd)
 {
     if (vq->kick.fd >= 0) {
@@ -199,7 +200,9 @@ void virtqueue_set_kick_fd(VirtQueue *vq, int fd)
     }
 }
 
-/* Called from: the main thread, queue stopped. */
+/* Called from: the main thread, queue stopped, or the owner thread (a
+ * running queue: this must stay seccomp-safe, close() only).  @fd is
+ * non-blocking (event_notifier_prepare_fd() in the main thread). */
 void virtqueue_set_call_fd(VirtQueue *vq, int fd)
 {
     if (vq->call.fd >= 0) {

@@ -11,7 +11,11 @@ typedef struct EventNotifier {
 
 /* Returns 0 or -errno.  @active: start signalled. Non-blocking, CLOEXEC. */
 int event_notifier_init(EventNotifier *e, bool active);
-/* Wrap an fd received from elsewhere (takes ownership). */
+/* Make an fd received from elsewhere non-blocking (a thread that may
+ * call fcntl(): not a sandboxed iothread).  Returns 0 or -errno. */
+int event_notifier_prepare_fd(int fd);
+/* Wrap a non-blocking fd (takes ownership); makes no system call, so a
+ * sandboxed iothread may call it. */
 void event_notifier_init_fd(EventNotifier *e, int fd);
 void event_notifier_cleanup(EventNotifier *e);
 /* Returns 0 or -errno. */

@@ -18,6 +18,13 @@ VbBackend vb_backend(void)
     return VB_BACKEND_VHOST_BLKD;
 }
 
+bool vb_seccomp_env(void)
+{
+    const char *v = g_getenv("VB_SECCOMP");
+
+    return v && (!strcmp(v, "on") || !strcmp(v, "1"));
+}
+
 const char *vb_backend_name(void)
 {
     return vb_backend() == VB_BACKEND_QSD ? "qsd" : "vhost-blkd";
@@ -183,6 +190,10 @@ void vb_daemon_start(VbDaemon *d)
         g_ptr_array_add(argv, g_strdup(blkd));
         for (unsigned int i = 0; i < d->nexports; i++) {
             vb_add_export_blkd(argv, d, i);
+        }
+        if (d->seccomp || vb_seccomp_env()) {
+            g_ptr_array_add(argv, g_strdup("--seccomp"));
+            g_ptr_array_add(argv, g_strdup("on"));
         }
         if (d->iothreads) {
             g_ptr_array_add(argv, g_strdup("--iothreads"));

@@ -41,6 +41,8 @@ typedef struct VbDaemon {
     char *sock[VB_MAX_EXPORTS];
     char *image[VB_MAX_EXPORTS];
     unsigned int iothreads;     /* 0 = daemon default */
+    bool seccomp;               /* vhost-blkd --seccomp on (also for every
+                                 * daemon when VB_SECCOMP=on is set) */
     bool stderr_to_log;         /* log lines to log_path too (tests that
                                  * read them), not to the test's stderr */
     GPid pid;                   /* 0 when not running */
@@ -48,6 +50,8 @@ typedef struct VbDaemon {
 } VbDaemon;
 
 VbBackend vb_backend(void);
+/* VB_SECCOMP=on: every vhost-blkd the tests start runs --seccomp on. */
+bool vb_seccomp_env(void);
 const char *vb_backend_name(void);
 
 /* Create images and the directory; does not start the daemon. */

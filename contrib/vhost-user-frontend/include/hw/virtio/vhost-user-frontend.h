@@ -187,6 +187,20 @@ bool vhost_user_frontend_stop(VhostUserFrontend *fe, uint16_t *bases,
 /* GET_VRING_BASE for one queue. */
 bool vhost_user_frontend_get_vring_base(VhostUserFrontend *fe, unsigned int q,
                                         uint16_t *base, GError **errp);
+/* Replace queue @q's kick, call or error fd (@request: SET_VRING_KICK,
+ * CALL or ERR) with a new eventfd, blocking if @blocking (the back-end
+ * must make it non-blocking itself), as QEMU does on a running queue
+ * (the call fd whenever the guest masks or unmasks an MSI-X vector).  The
+ * library uses the new kick / call fd from then on; for ERR it keeps
+ * none. */
+bool vhost_user_frontend_replace_vring_fd(VhostUserFrontend *fe,
+                                          unsigned int q, uint32_t request,
+                                          bool blocking, GError **errp);
+/* After vhost_user_frontend_get_vring_base(@q): SET_VRING_BASE with the
+ * base it returned and a new kick fd, as QEMU starts a stopped queue again;
+ * chains the back-end had not taken yet are taken now. */
+bool vhost_user_frontend_restart_queue(VhostUserFrontend *fe, unsigned int q,
+                                       GError **errp);
 /* Close the socket (a clean disconnect).  Memory and rings are kept. */
 void vhost_user_frontend_disconnect(VhostUserFrontend *fe);
 /* Connect again (retrying up to @timeout_ms), re-negotiate the same
