@@ -10,8 +10,11 @@
  * creation; command handlers run there too, never in an iothread.
  * Hostile clients: a message over QMP_MAX_INPUT bytes, or a client that
  * lets more than QMP_MAX_OUTPUT bytes of replies pile up (it never reads),
- * is answered (if it can be) and disconnected; nothing a client sends can
- * block the main loop.
+ * is answered (if it can be) and disconnected; a message nested deeper
+ * than QMP_MAX_NESTING brackets is answered with an error and the input
+ * is discarded up to the next newline (json-glib's parser recurses once
+ * per level: 200 KB of brackets would overflow the main thread's stack);
+ * nothing a client sends can block the main loop.
  */
 #ifndef MONITOR_QMP_H
 #define MONITOR_QMP_H
@@ -23,6 +26,7 @@
 #define QMP_MAX_INPUT   (1u << 20)  /* bytes of one message */
 #define QMP_MAX_OUTPUT  (1u << 20)  /* bytes queued for one client */
 #define QMP_MAX_CLIENTS 16          /* per server; more are refused */
+#define QMP_MAX_NESTING 1024        /* bracket depth, as QEMU's streamer */
 
 typedef struct QmpServer QmpServer;
 

@@ -10,8 +10,8 @@ vb-io (the front-end library) as the VMM.  TAP.
 - block_resize: the front-end gets CONFIG_CHANGE_MSG and the new capacity,
   I/O past the old end works; shrinking is refused;
 - query-blockstats counts exactly the requests vb-io made;
-- hostile monitor clients (malformed JSON, a message over 1 MiB, wrong
-  types, a client that never reads) get errors or are dropped while the
+- hostile monitor clients (malformed JSON, 200 KB of brackets, a message
+  over 1 MiB, wrong types, a client that never reads) get errors or are dropped while the
   dataplane keeps serving and other clients keep working;
 - quit.
 Env: VHOST_BLKD, VB_IO.
@@ -376,6 +376,27 @@ def test_hostile(tmp):
         ok(want in s, "hostile input %r answered" % text[:40], s)
     m = q.read_msg()
     ok(m.get("id") == 'a"b', "an id with a quote is echoed", m)
+
+    # 200 KB of brackets (json-glib recurses per level: this used to
+    # overflow the main thread's stack and kill the daemon): one error,
+    # the rest of the line dropped, the same client answered afterwards
+    deep = monitor(tmp)
+    for opener, closer in (("[", "]"), ('{"a":', "}")):
+        n = 200 * 1024 // len(opener)
+        deep.send_raw(opener * n + "0" + closer * n)
+        m = deep.read_msg()
+        ok("nesting depth limit exceeded" in json.dumps(m),
+           "200 KB of %r: a nesting error" % opener, m)
+        r = deep.cmd("query-version")
+        ok(r.get("return", {}).get("package", "").startswith("vhost-blkd"),
+           "200 KB of %r: the client is answered afterwards" % opener, r)
+    deep.send_raw("]" * (200 * 1024) + '{"execute": "query-version"}')
+    m = deep.read_msg()
+    r = deep.read_msg()
+    ok("JSON parse error" in json.dumps(m) and "return" in r,
+       "200 KB of stray closers: one error, the command after them answered",
+       [m, r])
+    ok(p.poll() is None, "the daemon survived the brackets", log_of(tmp, "h"))
 
     # a message over 1 MiB: error, then closed
     big = socket.socket(socket.AF_UNIX)

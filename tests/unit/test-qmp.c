@@ -199,6 +199,124 @@ static void test_oversized(void)
     qmp_server_free(s);
 }
 
+/* Feed @in to a negotiated session in 4 KiB pieces; the replies. */
+static char *talk_chunked(QmpSession *ss, const char *in, size_t len)
+{
+    g_autoptr(GString) out = g_string_new(NULL);
+
+    for (size_t off = 0; off < len; off += 4096) {
+        g_assert_true(qmp_session_feed(ss, in + off, MIN(4096, len - off),
+                                       out));
+    }
+    return g_string_free(g_steal_pointer(&out), false);
+}
+
+static unsigned int count_str(const char *hay, const char *needle)
+{
+    unsigned int n = 0;
+
+    for (const char *p = hay; (p = strstr(p, needle)); p++) {
+        n++;
+    }
+    return n;
+}
+
+/*
+ * A hostile client sending 200 KB of brackets: json-glib's parser
+ * recurses once per level, and the whole balanced text used to reach it,
+ * overflowing the main thread's stack.  Now: one error per text nested
+ * deeper than QMP_MAX_NESTING, the rest of its line dropped, and the
+ * session answers the next command.  Stray closers are one junk text.
+ */
+static void test_nesting(void)
+{
+    static const char caps[] = "{\"execute\": \"qmp_capabilities\"}\n";
+    static const char ver[] = "{\"execute\": \"query-version\"}\n";
+    static const char *const openers[] = { "[", "{\"a\":", "[{\"b\":" };
+    const size_t n = 200 * 1024;
+    QmpServer *s = new_server();
+    QmpSession *ss = qmp_session_new(s, NULL);
+    g_autofree char *first = talk_chunked(ss, caps, strlen(caps));
+
+    g_assert_cmpstr(first, ==, "{\"return\":{}}\n");
+    for (size_t k = 0; k < G_N_ELEMENTS(openers); k++) {
+        g_autoptr(GString) in = g_string_new(NULL);
+        g_autofree char *out = NULL;
+        const char *closer = k == 0 ? "]" : k == 1 ? "}" : "}]";
+
+        /* 200 KB deep, balanced, a newline, then a command */
+        while (in->len < n) {
+            g_string_append(in, openers[k]);
+        }
+        g_string_append(in, "0");
+        for (size_t d = 0; d < n / strlen(openers[k]); d++) {
+            g_string_append(in, closer);
+        }
+        g_string_append(in, "\n");
+        g_string_append(in, ver);
+        out = talk_chunked(ss, in->str, in->len);
+        g_assert_cmpuint(count_str(out, "JSON nesting depth limit exceeded"),
+                         ==, 1);
+        g_assert_cmpuint(count_str(out, "\"error\""), ==, 1);
+        g_assert_nonnull(strstr(out, "\"return\":{\"qemu\""));
+    }
+    /* 200 KB of openers and no newline yet: one error, nothing kept */
+    {
+        g_autofree char *deep = g_malloc(n);
+        g_autofree char *out = NULL;
+        g_autofree char *out2 = NULL;
+
+        memset(deep, '{', n);
+        out = talk_chunked(ss, deep, n);
+        g_assert_cmpuint(count_str(out, "nesting depth limit"), ==, 1);
+        out2 = talk_chunked(ss, deep, n);
+        g_assert_cmpstr(out2, ==, "");
+        g_free(out2);
+        out2 = talk_chunked(ss, "\n", 1);
+        g_assert_cmpstr(out2, ==, "");
+        g_free(out2);
+        out2 = talk_chunked(ss, ver, strlen(ver));
+        g_assert_true(g_str_has_prefix(out2, "{\"return\":{\"qemu\""));
+    }
+    /* 200 KB of stray closers, then a command on the same line: one
+     * error for the junk, the command answered */
+    {
+        g_autoptr(GString) in = g_string_new(NULL);
+        g_autofree char *out = NULL;
+
+        while (in->len < n) {
+            g_string_append(in, "]}");
+        }
+        g_string_append(in, ver);
+        out = talk_chunked(ss, in->str, in->len);
+        g_assert_cmpuint(count_str(out, "\"error\""), ==, 1);
+        g_assert_nonnull(strstr(out, "JSON parse error"));
+        g_assert_nonnull(strstr(out, "\"return\":{\"qemu\""));
+    }
+    qmp_session_free(ss);
+    qmp_server_free(s);
+
+    /* exactly QMP_MAX_NESTING levels still reach the parser */
+    {
+        g_autoptr(GString) in = g_string_new(NULL);
+        g_autofree char *out = NULL;
+
+        for (int d = 0; d < QMP_MAX_NESTING; d++) {
+            g_string_append_c(in, '[');
+        }
+        for (int d = 0; d < QMP_MAX_NESTING; d++) {
+            g_string_append_c(in, ']');
+        }
+        out = talk(in->str);
+        g_assert_nonnull(strstr(out, "must be a JSON object"));
+        g_string_prepend_c(in, '[');
+        g_string_append_c(in, ']');
+        g_free(out);
+        out = talk(in->str);
+        g_assert_nonnull(strstr(out, "nesting depth limit"));
+    }
+}
+
 static void test_keyval(void)
 {
     static const struct {
@@ -349,6 +467,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/dispatch", test_dispatch);
     g_test_add_func("/qmp/framing", test_framing);
     g_test_add_func("/qmp/oversized", test_oversized);
+    g_test_add_func("/qmp/nesting", test_nesting);
     g_test_add_func("/qmp/keyval", test_keyval);
     g_test_add_func("/qmp/keyval-args", test_keyval_args);
     g_test_add_func("/qmp/qsd-cli", test_qsd_cli);
