@@ -69,6 +69,13 @@ void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
     s->iothreads = g_ptr_array_new();
     s->nodes = g_ptr_array_new();
     s->exports = g_ptr_array_new();
+    s->named_fds = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
+                                         NULL);
+}
+
+static void vb_named_fd_close(gpointer key, gpointer value, gpointer opaque)
+{
+    close(GPOINTER_TO_INT(value));
 }
 
 static VbNode *vb_node_find(VbState *s, const char *name)
@@ -140,6 +147,8 @@ void vb_state_cleanup(VbState *s)
     g_ptr_array_free(s->exports, true);
     g_ptr_array_free(s->nodes, true);
     g_ptr_array_free(s->iothreads, true);
+    g_hash_table_foreach(s->named_fds, vb_named_fd_close, NULL);
+    g_hash_table_destroy(s->named_fds);
 }
 
 /* ---- iothread objects -------------------------------------------------- */
@@ -417,49 +426,114 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
 
 /* ---- exports ----------------------------------------------------------- */
 
-int vb_listen_fd_take(const char *str, GError **errp)
+/* Do @a and @b refer to the same open socket (dup()s and passed copies
+ * included)? */
+static bool vb_same_file(int a, int b)
+{
+    struct stat sa, sb;
+
+    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* @fd (called @what in errors) can serve a new export. */
+static bool vb_listen_fd_check(VbState *s, int fd, const char *what,
+                               GError **errp)
 {
     struct sockaddr_storage sa;
     socklen_t len = sizeof(sa);
-    int fd, v = 0, fl;
+    int v = 0;
     socklen_t vlen = sizeof(v);
-    char *end;
-    long l;
 
-    errno = 0;
-    l = strtol(str, &end, 10);
-    if (!*str || *end || errno || l < 0 || l > INT_MAX) {
-        vb_set_error(errp, "addr.str='%s': give the number of an inherited "
-                     "file descriptor (fd names are not supported)", str);
-        return -1;
-    }
-    fd = l;
-    if (fd <= STDERR_FILENO) {
-        vb_set_error(errp, "addr.str=%d: fds 0 to 2 are stdin, stdout and "
-                     "stderr, not a listening socket", fd);
-        return -1;
-    }
     if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
-        vb_set_error(errp, "addr.str=%d: not a socket this process "
-                     "inherited: %s", fd, g_strerror(errno));
-        return -1;
+        vb_set_error(errp, "%s: not a socket this process has: %s", what,
+                     g_strerror(errno));
+        return false;
     }
     if (sa.ss_family != AF_UNIX ||
         getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &vlen) < 0 ||
         v != SOCK_STREAM) {
-        vb_set_error(errp, "addr.str=%d: not a unix stream socket", fd);
-        return -1;
+        vb_set_error(errp, "%s: not a unix stream socket", what);
+        return false;
     }
     vlen = sizeof(v);
     if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &vlen) < 0 || !v) {
-        vb_set_error(errp, "addr.str=%d: the socket is not listening", fd);
+        vb_set_error(errp, "%s: the socket is not listening", what);
+        return false;
+    }
+    if (s->qmp && qmp_server_is_listener(s->qmp, fd)) {
+        vb_set_error(errp, "%s: that is the monitor's own listening socket",
+                     what);
+        return false;
+    }
+    for (guint i = 0; i < s->exports->len; i++) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+        int other = vu_blk_export_get_listen_fd(e->exp);
+
+        if (other >= 0 && vb_same_file(fd, other)) {
+            vb_set_error(errp, "%s: that socket is already used by export "
+                         "'%s'", what, e->id);
+            return false;
+        }
+    }
+    return true;
+}
+
+int vb_listen_fd_take(VbState *s, const char *str, bool keyval,
+                      GError **errp)
+{
+    g_autofree char *what = NULL;
+    gpointer value;
+    int fd, fl;
+
+    if (keyval) {
+        char *end;
+        long l;
+
+        errno = 0;
+        l = strtol(str, &end, 10);
+        if (!*str || *end || errno || l < 0 || l > INT_MAX) {
+            vb_set_error(errp, "addr.str='%s': give the number of an "
+                         "inherited file descriptor", str);
+            return -1;
+        }
+        fd = l;
+        what = g_strdup_printf("addr.str=%d", fd);
+        if (fd <= STDERR_FILENO) {
+            vb_set_error(errp, "%s: fds 0 to 2 are stdin, stdout and "
+                         "stderr, not a listening socket", what);
+            return -1;
+        }
+    } else {
+        if (!g_hash_table_lookup_extended(s->named_fds, str, NULL, &value)) {
+            vb_set_error(errp, "File descriptor named '%s' has not been "
+                         "found%s", str,
+                         g_ascii_isdigit(str[0]) ?
+                         " (over QMP, addr.str names an fd passed with "
+                         "'getfd'; fd numbers work on the command line "
+                         "only)" : "");
+            return -1;
+        }
+        fd = GPOINTER_TO_INT(value);
+        what = g_strdup_printf("addr.str='%s' (fd %d)", str, fd);
+    }
+    if (!vb_listen_fd_check(s, fd, what, errp)) {
+        return -1;
+    }
+    /* A socket the service manager passed: one export only (also when
+     * another one took it by path, with --export socket=). */
+    if (keyval && s->sd && !systemd_sockets_take_fd(s->sd, fd, errp)) {
         return -1;
     }
     fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
         fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
-        vb_set_error(errp, "addr.str=%d: %s", fd, g_strerror(errno));
+        vb_set_error(errp, "%s: %s", what, g_strerror(errno));
         return -1;
+    }
+    if (!keyval) {
+        /* Now the export's (as QEMU's monitor_get_fd()). */
+        g_hash_table_remove(s->named_fds, str);
     }
     return fd;
 }
@@ -651,7 +725,7 @@ VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
         return NULL;
     }
     if (fdstr) {
-        fd = vb_listen_fd_take(fdstr, errp);
+        fd = vb_listen_fd_take(s, fdstr, keyval, errp);
         if (fd < 0) {
             return NULL;
         }
@@ -1142,6 +1216,62 @@ static JsonNode *vb_qmp_x_log_level(void *opaque, JsonObject *args,
     return json_node_init_object(json_node_alloc(), ret);
 }
 
+/* getfd: keep the fd the client passed with this command under a name
+ * (replacing, and closing, one of that name). */
+static JsonNode *vb_qmp_getfd(void *opaque, JsonObject *args, GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *name = NULL;
+    gpointer old;
+    int fd;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "fdname", true, &name, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    /* The fd first: it goes with this command, also when it fails. */
+    fd = s->qmp ? qmp_server_take_fd(s->qmp) : -1;
+    if (fd < 0) {
+        vb_set_error(errp, "No file descriptor supplied via SCM_RIGHTS");
+        return NULL;
+    }
+    if (g_ascii_isdigit(name[0])) {
+        vb_set_error(errp, "Parameter 'fdname' expects a name not starting "
+                     "with a digit");
+        close(fd);
+        return NULL;
+    }
+    if (g_hash_table_lookup_extended(s->named_fds, name, NULL, &old)) {
+        close(GPOINTER_TO_INT(old));
+    }
+    g_hash_table_insert(s->named_fds, g_strdup(name), GINT_TO_POINTER(fd));
+    return vb_empty();
+}
+
+static JsonNode *vb_qmp_closefd(void *opaque, JsonObject *args,
+                                GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *name = NULL;
+    gpointer fd;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "fdname", true, &name, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (!g_hash_table_lookup_extended(s->named_fds, name, NULL, &fd)) {
+        vb_set_error(errp, "File descriptor named '%s' not found", name);
+        return NULL;
+    }
+    close(GPOINTER_TO_INT(fd));
+    g_hash_table_remove(s->named_fds, name);
+    return vb_empty();
+}
+
 const QmpCommand vb_qmp_commands[] = {
     { "blockdev-add", vb_qmp_blockdev_add },
     { "blockdev-del", vb_qmp_blockdev_del },
@@ -1153,6 +1283,8 @@ const QmpCommand vb_qmp_commands[] = {
     { "query-blockstats", vb_qmp_query_blockstats },
     { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
     { "x-vhost-blk-log-level", vb_qmp_x_log_level },
+    { "getfd", vb_qmp_getfd },
+    { "closefd", vb_qmp_closefd },
     { "quit", vb_qmp_quit },
     { NULL, NULL },
 };

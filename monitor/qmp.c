@@ -38,6 +38,8 @@ struct QmpSession {
     bool escape;
     bool negotiated;
     bool pretty;
+    int fds[QMP_MAX_FDS];       /* passed with SCM_RIGHTS, not taken yet */
+    unsigned int nfds;
     /* Where replies go: a client's output queue or a test's string. */
     void (*emit)(void *opaque, const char *text, size_t len);
     void *emit_opaque;
@@ -68,6 +70,7 @@ struct QmpServer {
     GPtrArray *listeners;       /* QmpListener */
     GPtrArray *clients;         /* QmpClient */
     QEMUBH *reap_bh;            /* frees dead clients */
+    QmpSession *current;        /* running a command (qmp_server_take_fd) */
 };
 
 /* ---- output ---------------------------------------------------------- */
@@ -312,7 +315,9 @@ static void qmp_session_dispatch(QmpSession *ss, JsonNode *root)
                         "The command %s has not been found", name);
             goto fail;
         }
+        ss->server->current = ss;
         ret = c->fn(ss->server->cfg.opaque, args, &err);
+        ss->server->current = NULL;
     }
     if (!ret) {
         assert(err);
@@ -494,9 +499,62 @@ static QmpSession *qmp_session_create(QmpServer *s, bool pretty,
     return ss;
 }
 
+/* Close the fds no command took. */
+static void qmp_session_drop_fds(QmpSession *ss)
+{
+    for (unsigned int i = 0; i < ss->nfds; i++) {
+        close(ss->fds[i]);
+    }
+    ss->nfds = 0;
+}
+
+void qmp_session_add_fd(QmpSession *ss, int fd)
+{
+    if (ss->nfds == QMP_MAX_FDS) {
+        warn_report("monitor: a client passed more than %d file descriptors "
+                    "that no command took; closing fd %d", QMP_MAX_FDS, fd);
+        close(fd);
+        return;
+    }
+    ss->fds[ss->nfds++] = fd;
+}
+
+int qmp_server_take_fd(QmpServer *s)
+{
+    QmpSession *ss = s->current;
+    int fd;
+
+    if (!ss || !ss->nfds) {
+        return -1;
+    }
+    fd = ss->fds[0];
+    memmove(ss->fds, ss->fds + 1, (ss->nfds - 1) * sizeof(ss->fds[0]));
+    ss->nfds--;
+    return fd;
+}
+
+bool qmp_server_is_listener(QmpServer *s, int fd)
+{
+    struct stat a, b;
+
+    if (fstat(fd, &a) < 0) {
+        return false;
+    }
+    for (guint i = 0; i < s->listeners->len; i++) {
+        QmpListener *l = g_ptr_array_index(s->listeners, i);
+
+        if (fstat(l->fd, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            return true;
+        }
+    }
+    return false;
+}
+
 void qmp_session_free(QmpSession *ss)
 {
     if (ss) {
+        qmp_session_drop_fds(ss);
         g_byte_array_unref(ss->in);
         g_free(ss);
     }
@@ -647,13 +705,46 @@ static void qmp_client_read(void *opaque)
 {
     QmpClient *c = opaque;
     char buf[65536];
+    union {
+        char buf[CMSG_SPACE(QMP_MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } cmsg;
+    struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1,
+        .msg_control = cmsg.buf, .msg_controllen = sizeof(cmsg.buf),
+    };
     ssize_t n;
 
     do {
-        n = recv(c->fd, buf, sizeof(buf), 0);
+        n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
     } while (n < 0 && errno == EINTR);
     if (n < 0 && errno == EAGAIN) {
         return;
+    }
+    /*
+     * File descriptors (getfd): as with QEMU's socket chardev, those of
+     * the latest read that carried any, for the commands completed from
+     * then on.  A stream socket never merges two sendmsg()s' fds into one
+     * read, and each read's complete commands run before the next read.
+     */
+    for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm;
+         cm = CMSG_NXTHDR(&mh, cm)) {
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+            size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+            qmp_session_drop_fds(c->ss);
+            for (size_t i = 0; i < nfd; i++) {
+                int fd;
+
+                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+                qmp_session_add_fd(c->ss, fd);
+            }
+        }
+    }
+    if (n >= 0 && (mh.msg_flags & MSG_CTRUNC)) {
+        warn_report("monitor: a client passed more than %d file descriptors "
+                    "at once; the rest were dropped", QMP_MAX_FDS);
     }
     if (n <= 0) {
         qmp_client_kill(c, n == 0 ? "end of file" : g_strerror(errno));

@@ -436,6 +436,7 @@ static bool vbd_setup(Vbd *d, GError **errp)
 
     vb_state_init(&d->state, d->main_ctx, d->iothreads, d->n_iothreads,
                   d->poll_max_ns);
+    d->state.sd = &d->sd;       /* addr.type=fd claims passed sockets */
     d->state_ready = true;
     for (guint i = 0; i < d->specs->len; i++) {
         if (!vbd_add_legacy_export(d, i, g_ptr_array_index(d->specs, i),

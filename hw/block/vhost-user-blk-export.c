@@ -674,6 +674,11 @@ const char *vu_blk_export_get_socket_path(VuBlkExport *exp)
     return vu_server_get_socket_path(exp->server);
 }
 
+int vu_blk_export_get_listen_fd(VuBlkExport *exp)
+{
+    return vu_server_get_listen_fd(exp->server);
+}
+
 bool vu_blk_export_is_connected(VuBlkExport *exp)
 {
     return vu_server_is_connected(exp->server);

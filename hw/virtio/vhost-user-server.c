@@ -2062,6 +2062,11 @@ bool vu_server_is_connected(VuServer *s)
     return s->conn_fd >= 0;
 }
 
+int vu_server_get_listen_fd(VuServer *s)
+{
+    return s->listen_fd;
+}
+
 const char *vu_server_get_socket_path(VuServer *s)
 {
     return s->path;

@@ -16,6 +16,7 @@
 #include "qemu/iothread.h"
 #include "hw/block/vhost-user-blk-export.h"
 #include "monitor/qmp.h"
+#include "qemu/systemd.h"
 
 typedef struct VbNode VbNode;
 typedef struct VbExport VbExport;
@@ -34,6 +35,8 @@ typedef struct VbState {
     GPtrArray *nodes;           /* VbNode */
     GPtrArray *exports;         /* VbExport */
     QmpServer *qmp;             /* events go here (NULL: none yet) */
+    GHashTable *named_fds;      /* getfd: name -> fd (GINT_TO_POINTER) */
+    SystemdSockets *sd;         /* socket activation (NULL: none) */
     bool quit;                  /* "quit" was asked for */
 } VbState;
 
@@ -79,10 +82,18 @@ VbExport *vb_export_find(VbState *s, const char *id);
 /* Stop it, drain, free, then send BLOCK_EXPORT_DELETED. */
 void vb_export_delete(VbState *s, VbExport *e);
 VuBlkExport *vb_export_get_vu(VbExport *e);
-/* "fd" from addr.type=fd,addr.str=FD: a listening AF_UNIX stream socket
- * this process inherited (socket activation passes fd 3).  Returns it,
- * close-on-exec and non-blocking, or -1 with @errp set. */
-int vb_listen_fd_take(const char *str, GError **errp);
+/*
+ * addr.type=fd,addr.str=STR of block-export-add: on the command line
+ * (@keyval) STR is the number of an inherited fd (socket activation passes
+ * fd 3); over QMP it is the name of an fd the client passed with getfd
+ * (SCM_RIGHTS), never a number, as qemu-storage-daemon does.  The fd must
+ * be a listening AF_UNIX stream socket, and not the monitor's own
+ * listener, another export's socket or a passed socket another export
+ * claimed already.  Returns it, now the caller's, close-on-exec and
+ * non-blocking, or -1 with @errp set (and nothing taken).
+ */
+int vb_listen_fd_take(VbState *s, const char *str, bool keyval,
+                      GError **errp);
 
 /* The QMP commands (QmpCommand table, ends with { NULL }). */
 extern const QmpCommand vb_qmp_commands[];

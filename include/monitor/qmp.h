@@ -27,6 +27,7 @@
 #define QMP_MAX_OUTPUT  (1u << 20)  /* bytes queued for one client */
 #define QMP_MAX_CLIENTS 16          /* per server; more are refused */
 #define QMP_MAX_NESTING 1024        /* bracket depth, as QEMU's streamer */
+#define QMP_MAX_FDS     8           /* SCM_RIGHTS fds kept per client */
 
 typedef struct QmpServer QmpServer;
 
@@ -67,6 +68,16 @@ void qmp_server_add_client(QmpServer *s, int fd, bool pretty);
  * client past qmp_capabilities. */
 void qmp_server_emit_event(QmpServer *s, const char *name, JsonObject *data);
 unsigned int qmp_server_num_clients(QmpServer *s);
+/*
+ * In a command handler: the first fd not taken yet of those that the
+ * client running the command passed (SCM_RIGHTS) with its latest read
+ * that carried any (getfd), now the caller's; -1 if there is none.
+ * Untaken fds (at most QMP_MAX_FDS per read) are closed when the next
+ * ones arrive or the client goes.
+ */
+int qmp_server_take_fd(QmpServer *s);
+/* True if @fd is (a duplicate of) one of the server's listening sockets. */
+bool qmp_server_is_listener(QmpServer *s, int fd);
 
 /*
  * The protocol without a socket, for tests and the fuzz target: a
@@ -80,5 +91,8 @@ QmpSession *qmp_session_new(QmpServer *s, GString *out);
 bool qmp_session_feed(QmpSession *ss, const char *buf, size_t len,
                       GString *out);
 void qmp_session_free(QmpSession *ss);
+/* Hand @fd to the session as if it came with the next bytes fed (tests):
+ * qmp_server_take_fd() in a command returns it.  Takes ownership. */
+void qmp_session_add_fd(QmpSession *ss, int fd);
 
 #endif

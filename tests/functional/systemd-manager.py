@@ -324,6 +324,35 @@ def run_tests(blkd_path, bench_path, tmp_dir):
         held.close()
         ns.close()
 
+    # 3c. One passed socket, two exports claiming it (by path and by
+    # number, or twice by number): refused at start-up, nothing served.
+    # (The second export used to take it too: two servers on one socket,
+    # and the fd closed twice at exit.)
+    if "addr.type=fd" in helptext:
+        sock = os.path.join(tmp, "twice.sock")
+        held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        held.bind(sock)
+        held.listen(16)
+        byfd = "type=vhost-user-blk,id=e%d,node-name=n%d,addr.type=fd," \
+               "addr.str=3,writable=on"
+        for what, exports in (
+                ("--export socket= and addr.str=3",
+                 ["--export", f"socket={sock},driver=null,size=1M",
+                  "--blockdev", "driver=null-co,node-name=n1,size=1M",
+                  "--export", byfd % (1, 1)]),
+                ("addr.str=3 twice",
+                 ["--blockdev", "driver=null-co,node-name=n1,size=1M",
+                  "--blockdev", "driver=null-co,node-name=n2,size=1M",
+                  "--export", byfd % (1, 1), "--export", byfd % (2, 2)])):
+            log = os.path.join(tmp, "twice.log")
+            open(log, "w").close()
+            pid = spawn([blkd] + exports, log, {}, pass_fd=held.fileno())
+            rc = wait_exit(pid)
+            ok(f"one passed socket, {what}: refused",
+               rc == 1 and log_has(log, "already used by"),
+               f"exit {rc}; log: {open(log).read().strip()}")
+        held.close()
+
     # 4. A broken environment is refused before anything is served.
     ns, npath = notify_socket("notify3")
     for env, want in (({"LISTEN_PID": "self", "LISTEN_FDS": "x"},

@@ -10,6 +10,8 @@ vb-io (the front-end library) as the VMM.  TAP.
 - block_resize: the front-end gets CONFIG_CHANGE_MSG and the new capacity,
   I/O past the old end works; shrinking is refused;
 - query-blockstats counts exactly the requests vb-io made;
+- fds over QMP: getfd/closefd names, never raw numbers; the daemon's own
+  listeners (by number, or copies passed back) are refused;
 - hostile monitor clients (malformed JSON, 200 KB of brackets, a message
   over 1 MiB, wrong types, a client that never reads) get errors or are dropped while the
   dataplane keeps serving and other clients keep working;
@@ -455,6 +457,176 @@ def test_hostile(tmp):
     ok(p.returncode == 0, "clean exit after all that", log_of(tmp, "h"))
 
 
+# ---- fds over QMP: getfd names, never numbers ----------------------------
+
+def daemon_socket_fds(pid, path):
+    """Numbers of the daemon's fds that are the listening socket at @path
+    (from /proc/PID/fd and /proc/net/unix)."""
+    inodes = set()
+    with open("/proc/net/unix") as f:
+        next(f)
+        for line in f:
+            cols = line.split()
+            # __SO_ACCEPTCON: listening (accepted ones share the path)
+            if len(cols) >= 8 and cols[7] == path and \
+                    int(cols[3], 16) & 0x10000:
+                inodes.add(cols[6])
+    fds = []
+    d = "/proc/%d/fd" % pid
+    for name in os.listdir(d):
+        try:
+            t = os.readlink(os.path.join(d, name))
+        except OSError:
+            continue
+        if t.startswith("socket:[") and t[8:-1] in inodes:
+            fds.append(int(name))
+    return fds
+
+
+def steal_fd(pid, fd):
+    """A copy of fd @fd of process @pid (pidfd_getfd(2); we are root or
+    its parent)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        r = libc.syscall(438, pidfd, fd, 0)     # SYS_pidfd_getfd
+        if r < 0:
+            raise OSError(ctypes.get_errno(), "pidfd_getfd")
+        return r
+    finally:
+        os.close(pidfd)
+
+
+def qmp_with_fd(q, name, args, fd):
+    """Send command @name with @fd attached (SCM_RIGHTS); its reply."""
+    m = {"execute": name, "arguments": args}
+    data = json.dumps(m).encode() + b"\n"
+    if fd is None:
+        q.sock.sendall(data)
+    else:
+        socket.send_fds(q.sock, [data], [fd])
+    while True:
+        r = q.read_msg()
+        if "event" not in r:
+            return r
+
+
+def err_of(r):
+    return r.get("error", {}).get("desc", "") if "error" in r else ""
+
+
+def test_fds(tmp):
+    img = mkimg(tmp, "fd.img", 16 * MiB)
+    img2 = mkimg(tmp, "fd2.img", 16 * MiB)
+    sock = os.path.join(tmp, "fdq.sock")
+    qpath = os.path.join(tmp, "qmp.sock")
+    p = start(tmp, qsd_args(tmp, img, sock) +
+              ["--blockdev", "driver=file,node-name=g,filename=" + img2], "fd")
+    if not ok(wait_sock(sock, p) and wait_sock(qpath, p),
+              "daemon starts", log_of(tmp, "fd")):
+        return
+    q = monitor(tmp)
+    mon_fds = daemon_socket_fds(p.pid, qpath)
+    exp_fds = daemon_socket_fds(p.pid, sock)
+    ok(len(mon_fds) == 1 and len(exp_fds) == 1,
+       "found the daemon's monitor and export listeners", (mon_fds, exp_fds))
+
+    def add(name, s, pid=None):
+        return q.cmd("block-export-add", type="vhost-user-blk", id=name,
+                     **{"node-name": "g"}, writable=True,
+                     addr={"type": "fd", "str": s})
+
+    # raw numbers over QMP: refused, whatever they are (the monitor's own
+    # listener used to be taken over: the monitor stopped accepting and
+    # the fd was closed twice)
+    for what, fds in (("the monitor's listener", mon_fds),
+                      ("export e's listener", exp_fds)):
+        for fd in fds:
+            r = add("x", str(fd))
+            ok("getfd" in err_of(r),
+               "addr.str=%d (%s) over QMP: refused, pointing to getfd" %
+               (fd, what), r)
+    r2 = monitor(tmp).cmd("query-version")
+    ok("return" in r2, "the monitor still accepts clients", r2)
+    rc, out = vbio(sock, "write:0:4096:5", "read:0:4096:5")
+    ok(rc == 0, "export e still serves", out + log_of(tmp, "fd"))
+
+    # getfd without an fd, with a bad name; closefd of nothing
+    r = qmp_with_fd(q, "getfd", {"fdname": "none"}, None)
+    ok("No file descriptor supplied via SCM_RIGHTS" in err_of(r),
+       "getfd without an fd: refused", r)
+    r = q.cmd("closefd", fdname="none")
+    ok("not found" in err_of(r), "closefd of an unknown name: refused", r)
+    lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    r = qmp_with_fd(q, "getfd", {"fdname": "3x"}, lst.fileno())
+    ok("starting with a digit" in err_of(r),
+       "getfd with a name starting with a digit: refused", r)
+
+    # copies of the daemon's own listeners, passed back by name
+    for what, fds, want in (("the monitor's listener", mon_fds,
+                             "monitor's own listening socket"),
+                            ("export e's listener", exp_fds,
+                             "already used by export 'e'")):
+        try:
+            fd = steal_fd(p.pid, fds[0])
+        except (OSError, IndexError) as e:
+            ok(False, "copy %s (pidfd_getfd)" % what, e)
+            continue
+        r = qmp_with_fd(q, "getfd", {"fdname": "stolen"}, fd)
+        os.close(fd)
+        ok(r == {"return": {}}, "getfd of a copy of %s" % what, r)
+        r = add("x", "stolen")
+        ok(want in err_of(r), "addr.str=NAME of %s: refused" % what, r)
+        r = q.cmd("closefd", fdname="stolen")
+        ok(r == {"return": {}}, "closefd after the refusal", r)
+
+    # not a listening socket, not a socket
+    rs, ws = os.pipe()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    for what, fd, want in (("a pipe", rs, "not a socket"),
+                           ("an unbound socket", conn.fileno(),
+                            "not listening")):
+        r = qmp_with_fd(q, "getfd", {"fdname": "bad"}, fd)
+        r = add("x", "bad")
+        ok(want in err_of(r), "addr.str=NAME of %s: refused" % what, r)
+    os.close(rs)
+    os.close(ws)
+    conn.close()
+
+    # a listening socket of ours, by name: served; the name is used up
+    gpath = os.path.join(tmp, "byname.sock")
+    lst.bind(gpath)
+    lst.listen(4)
+    r = qmp_with_fd(q, "getfd", {"fdname": "good"}, lst.fileno())
+    ok(r == {"return": {}}, "getfd of a listening socket", r)
+    lst.close()
+    r = add("byname", "good")
+    ok(r == {"return": {}}, "block-export-add addr.type=fd,addr.str=good", r)
+    rc, out = vbio(gpath, "write:0:4096:7", "read:0:4096:7")
+    ok(rc == 0, "the export on the passed socket serves I/O", out)
+    r = q.cmd("closefd", fdname="good")
+    ok("not found" in err_of(r), "the name was used up by the export", r)
+    r = add("again", "good")
+    ok("has not been found" in err_of(r), "a second export cannot use it", r)
+    r = q.cmd("block-export-del", id="byname", mode="hard")
+    ok(r == {"return": {}}, "block-export-del of it", r)
+    r = monitor(tmp).cmd("query-version")
+    ok("return" in r, "the monitor still accepts clients after all that", r)
+    # an fd passed but never used is closed with its client
+    spare = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    q2 = monitor(tmp)
+    socket.send_fds(q2.sock, [b'{"execute": "query-version"}\n'],
+                    [spare.fileno()] * 3)
+    q2.read_msg()
+    q2.sock.close()
+    spare.close()
+    stop(p)
+    log = log_of(tmp, "fd")
+    ok(p.returncode == 0 and "Bad file descriptor" not in log,
+       "clean exit, no fd closed twice", log)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="vb-qmp.", dir="/var/tmp")
     os.environ.setdefault("TMPDIR", "/var/tmp")
@@ -462,6 +634,7 @@ def main():
         test_cmdline(tmp)
         test_runtime(tmp)
         test_hostile(tmp)
+        test_fds(tmp)
     finally:
         for p in procs:
             stop(p)

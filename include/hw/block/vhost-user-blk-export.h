@@ -111,6 +111,8 @@ void vu_blk_export_free(VuBlkExport *exp);
 void vu_blk_export_stop_listening(VuBlkExport *exp);
 const char *vu_blk_export_get_socket_path(VuBlkExport *exp);
 bool vu_blk_export_is_connected(VuBlkExport *exp);
+/* The listening socket (-1 once it stopped listening). */
+int vu_blk_export_get_listen_fd(VuBlkExport *exp);
 /* Main thread.  Sums over queues (collected in their iothreads). */
 void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats);
 /* Main thread.  Counters of queue @index (< num_queues). */

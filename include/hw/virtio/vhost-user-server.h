@@ -114,6 +114,8 @@ void vu_server_queue_drained(VuServer *server);
 /* Main thread. */
 bool vu_server_is_connected(VuServer *server);
 const char *vu_server_get_socket_path(VuServer *server);
+/* The listening socket (-1 once it stopped listening). */
+int vu_server_get_listen_fd(VuServer *server);
 /* Main thread: run @fn in the owner thread of queue @index (if the queue
  * runs; returns false otherwise).  For statistics. */
 bool vu_server_run_in_queue(VuServer *server, unsigned int index,
