@@ -85,13 +85,33 @@ static bool raw_probe_alignment(BlockBackend *blk, GError **errp)
     return true;
 }
 
+/* "'NAME' is a FIFO, not ...": a file type blk_open() does not serve. */
+static void raw_set_type_error(const char *name, mode_t mode, GError **errp)
+{
+    g_set_error(errp, VB_ERROR, 0,
+                "'%s' is %s, not a regular file or a block device: give "
+                "an image file or a disk", name,
+                S_ISFIFO(mode) ? "a FIFO" :
+                S_ISCHR(mode) ? "a character device" :
+                S_ISSOCK(mode) ? "a socket" :
+                S_ISDIR(mode) ? "a directory" : "a special file");
+}
+
 /* Main thread (from blk_open()). */
 bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp)
 {
     const char *name = opts->filename;
-    int flags = O_CLOEXEC | (opts->readonly ? O_RDONLY : O_RDWR);
+    /*
+     * O_NONBLOCK for the open itself: opening a FIFO read-only (or a tty,
+     * a tape...) would otherwise wait in the main thread, which serves
+     * every export and the monitor, for a writer that may never come.
+     * Only regular files and block devices are kept, and they get it
+     * cleared again below.
+     */
+    int flags = O_CLOEXEC | O_NONBLOCK | O_NOCTTY |
+                (opts->readonly ? O_RDONLY : O_RDWR);
     struct stat st;
-    int err;
+    int err, fl;
 
     if (opts->cache_direct) {
         flags |= O_DIRECT;
@@ -100,7 +120,13 @@ bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp)
     blk->fd = open(name, flags);
     if (blk->fd < 0) {
         err = errno;
-        if (err == EINVAL && opts->cache_direct) {
+        if ((err == EINVAL || err == EISDIR || err == ENXIO) &&
+            stat(name, &st) == 0 && !S_ISREG(st.st_mode) &&
+            !S_ISBLK(st.st_mode)) {
+            /* What the open tripped over (O_DIRECT on a FIFO, O_RDWR on a
+             * directory, a socket) is the file's type. */
+            raw_set_type_error(name, st.st_mode, errp);
+        } else if (err == EINVAL && opts->cache_direct) {
             g_set_error(errp, VB_ERROR, 0,
                         "O_DIRECT not supported by the filesystem of '%s'; "
                         "use cache=writeback", name);
@@ -152,8 +178,13 @@ bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp)
             !(st.st_blksize & (st.st_blksize - 1)) ? st.st_blksize : 512;
         blk->can_discard = true;
     } else {
-        g_set_error(errp, VB_ERROR, 0,
-                    "'%s' is neither a regular file nor a block device", name);
+        raw_set_type_error(name, st.st_mode, errp);
+        goto fail;
+    }
+    fl = fcntl(blk->fd, F_GETFL);
+    if (fl < 0 || fcntl(blk->fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "'%s': fcntl: %s", name,
+                    g_strerror(errno));
         goto fail;
     }
 

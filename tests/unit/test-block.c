@@ -5,6 +5,7 @@
  * filesystem, not tmpfs), driven step by step with aio_poll().
  */
 #include "qemu/osdep.h"
+#include <sys/stat.h>
 #include <linux/falloc.h>
 #include "qemu/aio.h"
 #include "qemu/defer-call.h"
@@ -690,6 +691,46 @@ static void test_open_missing(void)
     g_clear_error(&err);
 }
 
+/*
+ * A FIFO (and other special files) are refused with a clear error,
+ * read-only too, without waiting: open(O_RDONLY) of a FIFO waits for a
+ * writer, and it used to freeze the main loop (blockdev-add over QMP).
+ * The alarm is a hang guard (its default action kills the test), not a
+ * timing criterion.
+ */
+static void test_open_special(void)
+{
+    g_autofree char *fifo = g_build_filename(tmpdir, "fifo", NULL);
+    BlockOptions opts;
+    GError *err = NULL;
+
+    g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
+    alarm(30);
+    for (int i = 0; i < 4; i++) {
+        blk_options_init(&opts);
+        opts.filename = fifo;
+        opts.readonly = i < 2;
+        opts.cache_direct = i % 2;
+        g_assert_null(blk_open(&opts, &err));
+        g_assert_nonnull(err);
+        g_assert_nonnull(strstr(err->message, "is a FIFO, not a regular "
+                                "file or a block device"));
+        g_clear_error(&err);
+    }
+    blk_options_init(&opts);
+    opts.filename = "/dev/null";
+    opts.readonly = true;
+    g_assert_null(blk_open(&opts, &err));
+    g_assert_nonnull(strstr(err->message, "a character device"));
+    g_clear_error(&err);
+    opts.filename = tmpdir;
+    g_assert_null(blk_open(&opts, &err));
+    g_assert_nonnull(err);
+    g_clear_error(&err);
+    alarm(0);
+    unlink(fifo);
+}
+
 /* The null driver: zeroes, counters, completion never synchronous. */
 static void test_null(void)
 {
@@ -837,6 +878,7 @@ int main(int argc, char **argv)
     g_test_add_func("/block/threads/pool-share", test_threads_pool_share);
     g_test_add_func("/block/null/requests", test_null);
     g_test_add_func("/block/open/errors", test_open_missing);
+    g_test_add_func("/block/open/special-files", test_open_special);
 
     ret = g_test_run();
     aio_context_free(ctx);
