@@ -417,8 +417,16 @@ static bool vbd_setup(Vbd *d, GError **errp)
         }
     }
 
-    if (!systemd_notify_open(&d->notify_fd, errp) ||
-        !systemd_sockets_init(&d->sd, errp)) {
+    {
+        GError *nerr = NULL;
+
+        /* Not being able to say "ready" is no reason not to serve. */
+        if (!systemd_notify_open(&d->notify_fd, &nerr)) {
+            warn_report("%s", nerr->message);
+            g_clear_error(&nerr);
+        }
+    }
+    if (!systemd_sockets_init(&d->sd, errp)) {
         return false;
     }
     /* Also with --poll-max-ns 0: iothreads of --object / object-add may

@@ -220,22 +220,36 @@ bool systemd_sockets_take_fd(SystemdSockets *s, int fd, GError **errp)
 
 bool systemd_notify_open(int *fdp, GError **errp)
 {
-    const char *path = getenv("NOTIFY_SOCKET");
+    const char *env = getenv("NOTIFY_SOCKET");
+    g_autofree char *path = NULL;
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     size_t plen;
     socklen_t len;
     int fd;
 
     *fdp = -1;
-    if (!path) {
+    if (!env) {
         return true;
     }
+    /* Ours alone, whatever comes of it: no child inherits it. */
+    path = g_strdup(env);
+    unsetenv("NOTIFY_SOCKET");
     plen = strlen(path);
+    if (g_str_has_prefix(path, "vsock:") ||
+        g_str_has_prefix(path, "vsock-stream:") ||
+        g_str_has_prefix(path, "vsock-dgram:") ||
+        g_str_has_prefix(path, "vsock-seqpacket:")) {
+        g_set_error(errp, VB_ERROR, 0, "NOTIFY_SOCKET='%s': AF_VSOCK "
+                    "notification is not supported; readiness is not "
+                    "reported (use a unix socket path)", path);
+        return false;
+    }
     if ((path[0] != '/' && path[0] != '@') || plen < 2 ||
         plen >= sizeof(sa.sun_path)) {
         g_set_error(errp, VB_ERROR, 0, "NOTIFY_SOCKET='%s' is not an "
                     "absolute socket path or an @abstract address (of at "
-                    "most %zu bytes)", path, sizeof(sa.sun_path) - 1);
+                    "most %zu bytes); readiness is not reported", path,
+                    sizeof(sa.sun_path) - 1);
         return false;
     }
     memcpy(sa.sun_path, path, plen);
@@ -245,20 +259,22 @@ bool systemd_notify_open(int *fdp, GError **errp)
     } else {
         len++;
     }
-    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    /* Non-blocking: a manager that stops reading must not stall the main
+     * thread (a notification that does not fit is dropped, with a log
+     * line). */
+    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
-        g_set_error(errp, VB_ERROR, 0, "NOTIFY_SOCKET: socket: %s",
-                    g_strerror(errno));
+        g_set_error(errp, VB_ERROR, 0, "NOTIFY_SOCKET: socket: %s; "
+                    "readiness is not reported", g_strerror(errno));
         return false;
     }
     if (connect(fd, (struct sockaddr *)&sa, len) < 0) {
         g_set_error(errp, VB_ERROR, 0, "cannot connect to the service "
-                    "manager's NOTIFY_SOCKET %s: %s", path,
-                    g_strerror(errno));
+                    "manager's NOTIFY_SOCKET %s: %s; readiness is not "
+                    "reported", path, g_strerror(errno));
         close(fd);
         return false;
     }
-    unsetenv("NOTIFY_SOCKET");
     *fdp = fd;
     return true;
 }

@@ -52,9 +52,12 @@ bool systemd_sockets_take_fd(SystemdSockets *s, int fd, GError **errp);
 /*
  * Readiness notification.  systemd_notify_open() connects to
  * $NOTIFY_SOCKET (a path, or '@' for an abstract address) once, before the
- * process drops privileges, and removes the variable from the
- * environment; *fdp is -1 when the variable is not set (not run by a
- * service manager): sending is then a no-op.
+ * process drops privileges, with a non-blocking socket, and removes the
+ * variable from the environment; *fdp is -1 when the variable is not set
+ * (not run by a service manager): sending is then a no-op.  A variable
+ * that cannot be used (systemd's vsock: form, a relative path, nothing
+ * listening) returns false with @errp set and *fdp = -1: the caller warns
+ * and goes on without notifications, as sd_notify(3) users do.
  */
 bool systemd_notify_open(int *fdp, GError **errp);
 /* Send @state ("READY=1", "STOPPING=1", "STATUS=...", newline-separated

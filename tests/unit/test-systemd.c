@@ -310,16 +310,61 @@ static void test_notify_absent_or_bad(void)
     g_assert_cmpint(fd, ==, -1);
     g_assert_true(systemd_notify_send(fd, "READY=1", &err));
 
-    g_setenv("NOTIFY_SOCKET", "relative/path", true);
-    g_assert_false(systemd_notify_open(&fd, &err));
-    g_assert_nonnull(strstr(err->message, "not an absolute socket path"));
-    g_clear_error(&err);
+    /* Unusable ones: an error for a warning, no fd, the variable gone
+     * (and sending is a no-op) */
+    {
+        static const struct {
+            const char *env, *want;
+        } bad[] = {
+            { "relative/path", "not an absolute socket path" },
+            { "/nonexistent/notify", "cannot connect" },
+            { "vsock:2:1234", "AF_VSOCK notification is not supported" },
+            { "vsock-stream:2:1234", "AF_VSOCK" },
+        };
 
-    g_setenv("NOTIFY_SOCKET", "/nonexistent/notify", true);
-    g_assert_false(systemd_notify_open(&fd, &err));
-    g_assert_nonnull(strstr(err->message, "cannot connect"));
+        for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
+            fd = 5;
+            g_setenv("NOTIFY_SOCKET", bad[i].env, true);
+            g_assert_false(systemd_notify_open(&fd, &err));
+            g_assert_nonnull(strstr(err->message, bad[i].want));
+            g_clear_error(&err);
+            g_assert_cmpint(fd, ==, -1);
+            g_assert_null(g_getenv("NOTIFY_SOCKET"));
+            g_assert_true(systemd_notify_send(fd, "READY=1", &err));
+        }
+    }
+}
+
+/*
+ * The notify socket is non-blocking: a service manager that stops reading
+ * gets its notifications dropped (an error for a log line), the main
+ * thread never waits.  Its receive queue is filled until a send fails.
+ */
+static void test_notify_nonblocking(void)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    g_autofree char *p = g_strdup_printf("%s/notify-full", tmpdir);
+    int srv = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    GError *err = NULL;
+    bool failed = false;
+    int fd;
+
+    g_strlcpy(sa.sun_path, p, sizeof(sa.sun_path));
+    g_assert_cmpint(bind(srv, (struct sockaddr *)&sa, sizeof(sa)), ==, 0);
+    g_setenv("NOTIFY_SOCKET", p, true);
+    g_assert_true(systemd_notify_open(&fd, &err));
+    g_assert_cmpint(fcntl(fd, F_GETFL) & O_NONBLOCK, ==, O_NONBLOCK);
+    alarm(30);      /* hang guard: a blocking socket would wait here */
+    for (int i = 0; i < 100000 && !failed; i++) {
+        failed = !systemd_notify_send(fd, "STATUS=filling the queue", &err);
+    }
+    alarm(0);
+    g_assert_true(failed);
+    g_assert_nonnull(strstr(err->message, "cannot tell the service manager"));
     g_clear_error(&err);
-    g_unsetenv("NOTIFY_SOCKET");
+    systemd_notify_close(&fd);
+    close(srv);
+    unlink(p);
 }
 
 int main(int argc, char **argv)
@@ -340,6 +385,7 @@ int main(int argc, char **argv)
     g_test_add_func("/systemd/notify/abstract", test_notify_abstract);
     g_test_add_func("/systemd/notify/absent-or-bad",
                     test_notify_absent_or_bad);
+    g_test_add_func("/systemd/notify/non-blocking", test_notify_nonblocking);
     ret = g_test_run();
     for (unsigned int i = 0; i < 4; i++) {
         g_autofree char *p = g_strdup_printf("%s/s%u.sock", tmpdir, i);
