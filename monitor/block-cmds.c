@@ -15,6 +15,7 @@
 #include "qemu/osdep.h"
 #include "monitor/block-cmds.h"
 #include "qemu/error-report.h"
+#include "qemu/sandbox.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -153,6 +154,30 @@ void vb_state_cleanup(VbState *s)
 
 /* ---- iothread objects -------------------------------------------------- */
 
+typedef struct VbConfineJob {
+    bool ok;
+    GError *err;
+} VbConfineJob;
+
+/* In the iothread: the filter applies to the calling thread only. */
+static void vb_confine_fn(void *opaque)
+{
+    VbConfineJob *job = opaque;
+
+    job->ok = sandbox_apply_iothread_filter(&job->err);
+}
+
+bool vb_iothread_confine(IOThread *t, GError **errp)
+{
+    VbConfineJob job = { .err = NULL };
+
+    iothread_run_sync(t, vb_confine_fn, &job);
+    if (!job.ok) {
+        g_propagate_prefixed_error(errp, job.err, "--seccomp on: ");
+    }
+    return job.ok;
+}
+
 bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
 {
     static const char *const types[] = { "iothread", NULL };
@@ -206,6 +231,12 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
     name = g_strdup_printf("vb-%s", id);
     it = iothread_create(name, poll_max_ns, errp);
     if (!it) {
+        return false;
+    }
+    /* Added at run time to a sandboxed daemon: confined like the others
+     * before any export can use it. */
+    if (s->seccomp && !vb_iothread_confine(it, errp)) {
+        iothread_destroy(it);
         return false;
     }
     t = g_new0(VbIOThreadObj, 1);
@@ -1216,6 +1247,12 @@ static JsonNode *vb_qmp_x_log_level(void *opaque, JsonObject *args,
     return json_node_init_object(json_node_alloc(), ret);
 }
 
+static JsonNode *vb_qmp_object_add(void *opaque, JsonObject *args,
+                                   GError **errp)
+{
+    return vb_object_add(opaque, args, false, errp) ? vb_empty() : NULL;
+}
+
 /* getfd: keep the fd the client passed with this command under a name
  * (replacing, and closing, one of that name). */
 static JsonNode *vb_qmp_getfd(void *opaque, JsonObject *args, GError **errp)
@@ -1283,6 +1320,7 @@ const QmpCommand vb_qmp_commands[] = {
     { "query-blockstats", vb_qmp_query_blockstats },
     { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
     { "x-vhost-blk-log-level", vb_qmp_x_log_level },
+    { "object-add", vb_qmp_object_add },
     { "getfd", vb_qmp_getfd },
     { "closefd", vb_qmp_closefd },
     { "quit", vb_qmp_quit },

@@ -314,19 +314,6 @@ static bool vbd_drop_privileges(Vbd *d, GError **errp)
     return true;
 }
 
-typedef struct VbdSandboxJob {
-    bool ok;
-    GError *err;
-} VbdSandboxJob;
-
-/* In each iothread. */
-static void vbd_sandbox_cb(void *opaque)
-{
-    VbdSandboxJob *job = opaque;
-
-    job->ok = sandbox_apply_iothread_filter(&job->err);
-}
-
 /* --export socket=...,file=...: node "node<i>" and export "export<i>"
  * in the QMP model. */
 static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
@@ -498,24 +485,19 @@ static bool vbd_setup(Vbd *d, GError **errp)
     }
     if (d->seccomp) {
         for (unsigned int i = 0; i < d->n_iothreads; i++) {
-            VbdSandboxJob job = { .err = NULL };
-
-            iothread_run_sync(d->iothreads[i], vbd_sandbox_cb, &job);
-            if (!job.ok) {
-                g_propagate_prefixed_error(errp, job.err, "--seccomp on: ");
+            if (!vb_iothread_confine(d->iothreads[i], errp)) {
                 return false;
             }
         }
         for (guint i = 0; i < d->state.iothreads->len; i++) {
             VbIOThreadObj *t = g_ptr_array_index(d->state.iothreads, i);
-            VbdSandboxJob job = { .err = NULL };
 
-            iothread_run_sync(t->iothread, vbd_sandbox_cb, &job);
-            if (!job.ok) {
-                g_propagate_prefixed_error(errp, job.err, "--seccomp on: ");
+            if (!vb_iothread_confine(t->iothread, errp)) {
                 return false;
             }
         }
+        /* object-add from now on confines its thread itself. */
+        d->state.seccomp = true;
         info_report("seccomp: %u iothread(s) confined to the allowlist",
                     d->n_iothreads + d->state.iothreads->len);
     }

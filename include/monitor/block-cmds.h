@@ -37,6 +37,8 @@ typedef struct VbState {
     QmpServer *qmp;             /* events go here (NULL: none yet) */
     GHashTable *named_fds;      /* getfd: name -> fd (GINT_TO_POINTER) */
     SystemdSockets *sd;         /* socket activation (NULL: none) */
+    bool seccomp;               /* --seccomp on and the start-up threads are
+                                 * confined: so is every later iothread */
     bool quit;                  /* "quit" was asked for */
 } VbState;
 
@@ -63,9 +65,12 @@ void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
 /* Delete every export (draining it), node and iothread object. */
 void vb_state_cleanup(VbState *s);
 
-/* --object iothread,id=...[,poll-max-ns=...] (command line only: an
- * iothread made later would miss the seccomp filter). */
+/* --object iothread,id=...[,poll-max-ns=...] and QMP object-add: with
+ * s->seccomp set, the new thread is confined before anything runs in it
+ * (and not created if that fails). */
 bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp);
+/* Apply the iothread seccomp filter inside @t (--seccomp on). */
+bool vb_iothread_confine(IOThread *t, GError **errp);
 /* blockdev-add / --blockdev. */
 VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
                         GError **errp);

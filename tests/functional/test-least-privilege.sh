@@ -3,7 +3,8 @@
 # Least privilege of vhost-blkd (no guest): socket mode, owner and group;
 # no symlink followed at the socket path; --user drops to another uid/gid
 # after opening a root-only image (checked in /proc/PID/status, I/O still
-# works); --seccomp on confines the iothreads only and I/O still verifies.
+# works); --seccomp on confines the iothreads only (also one added at run
+# time with object-add) and I/O still verifies.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -167,6 +168,30 @@ if grep -q "seccomp on|off" <("$blkd" --help) && "$blkd" --seccomp on --help >/d
         vb_stop "$pid"
     else
         vb_not_ok "--seccomp on: daemon starts"
+    fi
+
+    # an iothread added at run time (QMP object-add) is confined too, and
+    # an export on it serves
+    qmp="python3 $(dirname "$0")/qmp.py"
+    mon=$VB_TMP/sandbox-qmp.sock
+    late=$VB_TMP/late.sock
+    if vb_daemon_start sandbox-late "$mon" "$blkd" --seccomp on --iothreads 1 \
+            --chardev "socket,id=m0,path=$mon,server=on,wait=off" --monitor chardev=m0 \
+            --blockdev "driver=file,node-name=n0,filename=$img"; then
+        pid=$VB_LAST_PID
+        vb_check "--seccomp on: object-add iothread at run time" \
+            quiet $qmp "$mon" '{"execute": "object-add", "arguments": {"qom-type": "iothread", "id": "late"}}' \
+            "{\"execute\": \"block-export-add\", \"arguments\": {\"type\": \"vhost-user-blk\", \"id\": \"e\", \"node-name\": \"n0\", \"writable\": true, \"iothread\": \"late\", \"addr\": {\"type\": \"unix\", \"path\": \"$late\"}}}"
+        filtered=$(for t in /proc/$pid/task/*; do
+            printf '%s=%s\n' "$(cat "$t/comm")" "$(awk '/^Seccomp:/ {print $2}' "$t/status")"
+        done | grep '^vb-late=' | sort -u)
+        vb_check_eq "--seccomp on: the object-add iothread is filtered" "$filtered" "vb-late=2"
+        vb_check "--seccomp on: randrw --verify on the object-add iothread" \
+            quiet "$bench" --socket "$late" --rw randrw --verify --ios 3000 --iodepth 8
+        vb_check "--seccomp on: alive after I/O on the late iothread" kill -0 "$pid"
+        vb_stop "$pid"
+    else
+        vb_not_ok "--seccomp on with a monitor: daemon starts"
     fi
 else
     vb_skip "--seccomp on" "built without libseccomp"
