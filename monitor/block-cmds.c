@@ -6,11 +6,16 @@
  * unchanged; docs/user-guide.md lists the deliberate differences.
  *
  * A node is an open BlockBackend.  An export borrows its node's backend
- * (one export per node) and runs a vhost-user-blk server on it; deleting
- * the export drains its queues in this call, then BLOCK_EXPORT_DELETED
- * goes to the monitor.  Other exports keep serving meanwhile: their
- * queues live in iothreads, and this thread only drains the one being
- * deleted.
+ * (one export per node) and runs a vhost-user-blk server on it.
+ * block-export-del stops listening and drops the front-end at once; an
+ * export with nothing in flight is freed in the command (then
+ * BLOCK_EXPORT_DELETED, before the reply, as qemu-storage-daemon does).
+ * One whose requests are still in flight (stuck storage) is only marked
+ * shutting down: the command returns, the main thread keeps serving
+ * every other export's control path and the monitor, and when the
+ * server reports the last request completed (vu_server_set_idle_notify)
+ * a bottom half frees it and sends the event.  Only daemon shutdown
+ * waits for the drain in this thread (vb_export_delete()).
  */
 #include "qemu/osdep.h"
 #include "monitor/block-cmds.h"
@@ -32,9 +37,12 @@ struct VbNode {
 };
 
 struct VbExport {
+    VbState *state;
     char *id;
     VbNode *node;
     VuBlkExport *exp;
+    bool deleting;              /* block-export-del: waiting for its I/O */
+    bool idle;                  /* ... which has completed: reap it */
 };
 
 #define VB_NULL_DEFAULT_SIZE (1ULL << 30)   /* QEMU's null-co default */
@@ -59,6 +67,8 @@ static JsonNode *vb_empty(void)
 
 /* ---- state ------------------------------------------------------------ */
 
+static void vb_export_reap_bh(void *opaque);
+
 void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
                    unsigned int n_pool, int64_t poll_max_ns)
 {
@@ -72,6 +82,7 @@ void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
     s->exports = g_ptr_array_new();
     s->named_fds = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
                                          NULL);
+    s->reap_bh = aio_bh_new(main_ctx, vb_export_reap_bh, s, "vb-export-reap");
 }
 
 static void vb_named_fd_close(gpointer key, gpointer value, gpointer opaque)
@@ -150,6 +161,8 @@ void vb_state_cleanup(VbState *s)
     g_ptr_array_free(s->iothreads, true);
     g_hash_table_foreach(s->named_fds, vb_named_fd_close, NULL);
     g_hash_table_destroy(s->named_fds);
+    qemu_bh_delete(s->reap_bh);
+    s->reap_bh = NULL;
 }
 
 /* ---- iothread objects -------------------------------------------------- */
@@ -614,6 +627,7 @@ VbExport *vb_export_create(VbState *s, const VbExportParams *p,
         return NULL;
     }
     e = g_new0(VbExport, 1);
+    e->state = s;
     e->id = g_strdup(p->id);
     e->node = p->node;
     e->exp = exp;
@@ -627,11 +641,56 @@ VuBlkExport *vb_export_get_vu(VbExport *e)
     return e->exp;
 }
 
+/* In the main thread, from the server: the deleted export's last request
+ * completed.  Freed from a bottom half (we are inside its server). */
+static void vb_export_idle(void *opaque)
+{
+    VbExport *e = opaque;
+
+    e->idle = true;
+    qemu_bh_schedule(e->state->reap_bh);
+}
+
+static void vb_export_reap_bh(void *opaque)
+{
+    VbState *s = opaque;
+
+    for (guint i = 0; i < s->exports->len;) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+
+        if (e->deleting && e->idle) {
+            info_report("export '%s': its last request completed; deleted",
+                        e->id);
+            vb_export_delete(s, e);     /* does not wait: nothing left */
+        } else {
+            i++;
+        }
+    }
+}
+
+/* block-export-del: see the top of this file.  True when deleted now,
+ * false when it finishes in the background. */
+static bool vb_export_delete_async(VbState *s, VbExport *e)
+{
+    vu_blk_export_stop_listening(e->exp);
+    vu_blk_export_disconnect(e->exp);
+    if (vu_blk_export_is_idle(e->exp)) {
+        vb_export_delete(s, e);
+        return true;
+    }
+    e->deleting = true;
+    vu_blk_export_set_idle_notify(e->exp, vb_export_idle, e);
+    info_report("export '%s': shutting down; it is deleted once its "
+                "requests in flight complete", e->id);
+    return false;
+}
+
 void vb_export_delete(VbState *s, VbExport *e)
 {
     g_autoptr(JsonObject) data = json_object_new();
 
     g_ptr_array_remove(s->exports, e);
+    vu_blk_export_set_idle_notify(e->exp, NULL, NULL);
     /* Ends the session, waits for its requests, removes the socket. */
     vu_blk_export_free(e->exp);
     e->node->user = NULL;
@@ -810,12 +869,18 @@ static JsonNode *vb_qmp_block_export_del(void *opaque, JsonObject *args,
         vb_set_error(errp, "Export '%s' is not found", id);
         return NULL;
     }
+    if (e->deleting) {
+        vb_set_error(errp, "Export '%s' is already shutting down: it is "
+                     "deleted (BLOCK_EXPORT_DELETED) once its requests in "
+                     "flight complete", id);
+        return NULL;
+    }
     if (mode == 0 && vu_blk_export_is_connected(e->exp)) {
         vb_set_error(errp, "export '%s' still in use (use mode='hard' to "
                      "disconnect the front-end)", id);
         return NULL;
     }
-    vb_export_delete(s, e);
+    vb_export_delete_async(s, e);
     return vb_empty();
 }
 
@@ -838,7 +903,7 @@ static JsonNode *vb_qmp_query_block_exports(void *opaque, JsonObject *args,
         json_object_set_string_member(o, "type", "vhost-user-blk");
         json_object_set_string_member(o, "id", e->id);
         json_object_set_string_member(o, "node-name", e->node->name);
-        json_object_set_boolean_member(o, "shutting-down", false);
+        json_object_set_boolean_member(o, "shutting-down", e->deleting);
         json_array_add_object_element(arr, o);
     }
     return json_node_init_array(json_node_alloc(), arr);

@@ -674,6 +674,22 @@ const char *vu_blk_export_get_socket_path(VuBlkExport *exp)
     return vu_server_get_socket_path(exp->server);
 }
 
+void vu_blk_export_disconnect(VuBlkExport *exp)
+{
+    vu_server_disconnect(exp->server);
+}
+
+bool vu_blk_export_is_idle(VuBlkExport *exp)
+{
+    return vu_server_is_idle(exp->server);
+}
+
+void vu_blk_export_set_idle_notify(VuBlkExport *exp,
+                                   void (*fn)(void *opaque), void *opaque)
+{
+    vu_server_set_idle_notify(exp->server, fn, opaque);
+}
+
 int vu_blk_export_get_listen_fd(VuBlkExport *exp)
 {
     return vu_server_get_listen_fd(exp->server);

@@ -165,6 +165,8 @@ struct VuServer {
     bool msg_waiting;       /* s->rx waits for queues to drain; the socket
                              * is not read meanwhile */
     bool closing;           /* closed; queues still draining, no accept */
+    void (*idle_fn)(void *opaque);  /* vu_server_set_idle_notify() */
+    void *idle_opaque;
     VuMsg rx;
     size_t rx_len;
     int rx_fds[VHOST_USER_MAX_FDS];
@@ -1692,6 +1694,9 @@ static void vu_session_finish_close(VuServer *s)
     memset(s->unknown_logged, 0, sizeof(s->unknown_logged));
     s->closing = false;
     vu_listen_set_accepting(s, true);
+    if (s->idle_fn) {
+        s->idle_fn(s->idle_opaque);
+    }
 #ifdef __GLIBC__
     /*
      * The session's rings, pools and buffers are freed; hand the pages
@@ -2010,6 +2015,18 @@ void vu_server_stop_listening(VuServer *s)
         s->listen_fd = -1;
     }
     vu_socket_unlink(s);
+}
+
+bool vu_server_is_idle(VuServer *s)
+{
+    return s->conn_fd < 0 && !s->closing;
+}
+
+void vu_server_set_idle_notify(VuServer *s, void (*fn)(void *opaque),
+                               void *opaque)
+{
+    s->idle_fn = fn;
+    s->idle_opaque = opaque;
 }
 
 void vu_server_disconnect(VuServer *s)

@@ -40,6 +40,8 @@ typedef struct VbState {
     bool seccomp;               /* --seccomp on and the start-up threads are
                                  * confined: so is every later iothread */
     bool quit;                  /* "quit" was asked for */
+    QEMUBH *reap_bh;            /* finishes exports deleted in the
+                                 * background (block-export-del) */
 } VbState;
 
 /* How to create one export; filled by block-export-add or by the
@@ -84,7 +86,8 @@ VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
 VbExport *vb_export_create(VbState *s, const VbExportParams *p,
                            GError **errp);
 VbExport *vb_export_find(VbState *s, const char *id);
-/* Stop it, drain, free, then send BLOCK_EXPORT_DELETED. */
+/* Stop it, drain (waiting in this thread), free, then send
+ * BLOCK_EXPORT_DELETED: shutdown only. */
 void vb_export_delete(VbState *s, VbExport *e);
 VuBlkExport *vb_export_get_vu(VbExport *e);
 /*

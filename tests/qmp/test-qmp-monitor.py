@@ -7,6 +7,7 @@ vb-io (the front-end library) as the VMM.  TAP.
   type, server/nowait flags, iothread objects, null-co, addr.type=fd);
   unsupported options and keys are refused, naming them;
 - exports added and deleted at run time while another export serves I/O;
+  a hard delete with a request stuck in storage finishes in the background;
 - block_resize: the front-end gets CONFIG_CHANGE_MSG and the new capacity,
   I/O past the old end works; shrinking is refused;
 - query-blockstats counts exactly the requests vb-io made;
@@ -457,6 +458,71 @@ def test_hostile(tmp):
     ok(p.returncode == 0, "clean exit after all that", log_of(tmp, "h"))
 
 
+# ---- a hard block-export-del with a request stuck in storage -------------
+
+def test_stuck_delete(tmp):
+    """The export's storage holds a request for 10 s (blkdebug's injected
+    delay, a stuck backend): block-export-del mode=hard returns at once,
+    the export shows shutting-down, the monitor and the other export keep
+    working, and BLOCK_EXPORT_DELETED comes once the request completed.
+    (It used to wait in the command, freezing the main thread.)  The
+    assertions are on order, not time: everything before the event happens
+    while the request is held."""
+    img = mkimg(tmp, "st.img", 16 * MiB)
+    img2 = mkimg(tmp, "st2.img", 16 * MiB)
+    sa = os.path.join(tmp, "stuck.sock")
+    sb = os.path.join(tmp, "fine.sock")
+    qpath = os.path.join(tmp, "qmp.sock")
+    p = start(tmp, ["--chardev", "socket,id=m0,path=%s,server=on,wait=off" %
+                    qpath, "--monitor", "chardev=m0",
+                    "--export", "socket=%s,file=%s,inject-delay=10000,"
+                    "inject-sector=0-7" % (sa, img),
+                    "--export", "socket=%s,file=%s" % (sb, img2)], "st")
+    if not ok(wait_sock(sa, p) and wait_sock(sb, p) and
+              wait_sock(qpath, p), "daemon starts", log_of(tmp, "st")):
+        return
+    q = monitor(tmp)
+    q2 = monitor(tmp)
+    stuck = subprocess.Popen([VBIO, sa, "read:0:4096=any"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    inflight = 0
+    deadline = time.monotonic() + 60       # hang guard only
+    while inflight < 1 and time.monotonic() < deadline:
+        exps = q.cmd("x-query-vhost-blk-stats")["return"]["exports"]
+        inflight = sum(e["in-flight"] for e in exps if e["id"] == "export0")
+    ok(inflight == 1, "the request is held in export0's storage", inflight)
+    msgs = q.exchange({"execute": "block-export-del",
+                       "arguments": {"id": "export0", "mode": "hard"}})
+    ok(msgs[-1] == {"return": {}} and
+       not any(m.get("event") == "BLOCK_EXPORT_DELETED" for m in msgs),
+       "block-export-del mode=hard returns while the request is held", msgs)
+    r = q2.cmd("query-block-exports")
+    sd = {e["id"]: e["shutting-down"] for e in r.get("return", [])}
+    ok(sd == {"export0": True, "export1": False},
+       "another client: export0 shutting down, export1 not", r)
+    rc, out = vbio(sb, "write:0:65536:4", "read:0:65536:4")
+    ok(rc == 0, "the other export serves meanwhile", out)
+    r = q2.cmd("block-export-del", id="export0", mode="hard")
+    ok("already shutting down" in r.get("error", {}).get("desc", ""),
+       "a second block-export-del: already shutting down", r)
+    r = q2.cmd("blockdev-del", **{"node-name": "node0"})
+    ok("in use" in r.get("error", {}).get("desc", ""),
+       "its node stays in use until then", r)
+    ev = q.read_msg()
+    ok(ev.get("event") == "BLOCK_EXPORT_DELETED" and
+       ev.get("data") == {"id": "export0"},
+       "BLOCK_EXPORT_DELETED once the request completed", ev)
+    stuck.communicate(timeout=120)
+    r = q.cmd("query-block-exports")
+    ok([e["id"] for e in r.get("return", [])] == ["export1"],
+       "export0 is gone", r)
+    r = q.cmd("blockdev-del", **{"node-name": "node0"})
+    ok(r == {"return": {}}, "and its node can be deleted", r)
+    stop(p)
+    ok(p.returncode == 0, "clean exit", log_of(tmp, "st"))
+
+
 # ---- fds over QMP: getfd names, never numbers ----------------------------
 
 def daemon_socket_fds(pid, path):
@@ -635,6 +701,7 @@ def main():
         test_runtime(tmp)
         test_hostile(tmp)
         test_fds(tmp)
+        test_stuck_delete(tmp)
     finally:
         for p in procs:
             stop(p)

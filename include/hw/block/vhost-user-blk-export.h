@@ -113,6 +113,12 @@ const char *vu_blk_export_get_socket_path(VuBlkExport *exp);
 bool vu_blk_export_is_connected(VuBlkExport *exp);
 /* The listening socket (-1 once it stopped listening). */
 int vu_blk_export_get_listen_fd(VuBlkExport *exp);
+/* Drop the front-end (its requests drain in the background). */
+void vu_blk_export_disconnect(VuBlkExport *exp);
+/* See vu_server_is_idle() and vu_server_set_idle_notify(). */
+bool vu_blk_export_is_idle(VuBlkExport *exp);
+void vu_blk_export_set_idle_notify(VuBlkExport *exp,
+                                   void (*fn)(void *opaque), void *opaque);
 /* Main thread.  Sums over queues (collected in their iothreads). */
 void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats);
 /* Main thread.  Counters of queue @index (< num_queues). */

@@ -116,6 +116,13 @@ bool vu_server_is_connected(VuServer *server);
 const char *vu_server_get_socket_path(VuServer *server);
 /* The listening socket (-1 once it stopped listening). */
 int vu_server_get_listen_fd(VuServer *server);
+/* No session, and none closing (its requests all completed). */
+bool vu_server_is_idle(VuServer *server);
+/* Call @fn(@opaque) in the main thread each time a closed session's last
+ * request completed and its state is freed (from inside the server: @fn
+ * must not free it; schedule a bottom half for that).  NULL: none. */
+void vu_server_set_idle_notify(VuServer *server, void (*fn)(void *opaque),
+                               void *opaque);
 /* Main thread: run @fn in the owner thread of queue @index (if the queue
  * runs; returns false otherwise).  For statistics. */
 bool vu_server_run_in_queue(VuServer *server, unsigned int index,
