@@ -679,14 +679,23 @@ def test_fds(tmp):
     ok(r == {"return": {}}, "block-export-del of it", r)
     r = monitor(tmp).cmd("query-version")
     ok("return" in r, "the monitor still accepts clients after all that", r)
-    # an fd passed but never used is closed with its client
+    # fds passed but never used are closed with their client
     spare = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     q2 = monitor(tmp)
+    nfds = len(os.listdir("/proc/%d/fd" % p.pid))
     socket.send_fds(q2.sock, [b'{"execute": "query-version"}\n'],
                     [spare.fileno()] * 3)
     q2.read_msg()
+    grown = len(os.listdir("/proc/%d/fd" % p.pid)) - nfds
     q2.sock.close()
     spare.close()
+    deadline = time.monotonic() + 60        # hang guard only
+    while len(os.listdir("/proc/%d/fd" % p.pid)) > nfds - 1 and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    ok(grown == 3 and len(os.listdir("/proc/%d/fd" % p.pid)) == nfds - 1,
+       "3 unused passed fds are kept, then closed with their client",
+       (nfds, grown, os.listdir("/proc/%d/fd" % p.pid)))
     stop(p)
     log = log_of(tmp, "fd")
     ok(p.returncode == 0 and "Bad file descriptor" not in log,
