@@ -45,14 +45,15 @@ static void fixture_setup(Fixture *f, gconstpointer data)
     VhostUserFrontendOptions opts = {
         .num_queues = NQ,
         .queue_size = 128,
-        .protocol_features = (1ULL << VHOST_USER_PROTOCOL_F_MQ) |
-                             (1ULL << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
-                             (1ULL << VHOST_USER_PROTOCOL_F_CONFIG) |
-                             (1ULL << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) |
-                             (1ULL << VHOST_USER_PROTOCOL_F_LOG_SHMFD) |
-                             (1ULL << VHOST_USER_PROTOCOL_F_BACKEND_REQ) |
-                             (1ULL << VHOST_USER_PROTOCOL_F_STATUS) |
-                             (1ULL << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS),
+        .protocol_features =
+            (1ULL << VHOST_USER_PROTOCOL_F_MQ) |
+            (1ULL << VHOST_USER_PROTOCOL_F_REPLY_ACK) |
+            (1ULL << VHOST_USER_PROTOCOL_F_CONFIG) |
+            (1ULL << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD) |
+            (1ULL << VHOST_USER_PROTOCOL_F_LOG_SHMFD) |
+            (1ULL << VHOST_USER_PROTOCOL_F_BACKEND_REQ) |
+            (1ULL << VHOST_USER_PROTOCOL_F_STATUS) |
+            (1ULL << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS),
     };
     g_autoptr(GError) err = NULL;
 
