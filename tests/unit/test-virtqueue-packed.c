@@ -9,6 +9,7 @@
 #include "qemu/osdep.h"
 #include "hw/virtio/virtqueue.h"
 
+#include <semaphore.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <linux/virtio_ring.h>
@@ -818,6 +819,136 @@ static void test_inflight_corrupt(void)
     }
 }
 
+/* ---- inflight region: read once ---------------------------------------- */
+
+/*
+ * A "front-end" thread that rewrites the region while the daemon restores
+ * it.  The restore calls virtqueue_inflight_restore_hook() between its
+ * checks and its use of what it read; the hook wakes the thread and waits
+ * until it has written, so the race is hit on every run.
+ */
+typedef struct Flipper {
+    sem_t go, done;
+    bool armed;
+    bool called;
+    void *region;
+    void (*flip)(void *region);
+} Flipper;
+
+static Flipper flipper;
+
+void virtqueue_inflight_restore_hook(VirtQueue *vq, void *region)
+{
+    if (!flipper.armed || region != flipper.region) {
+        return;
+    }
+    flipper.called = true;
+    sem_post(&flipper.go);
+    while (sem_wait(&flipper.done) < 0 && errno == EINTR) {
+        continue;
+    }
+}
+
+static gpointer flipper_thread(gpointer opaque)
+{
+    while (sem_wait(&flipper.go) < 0 && errno == EINTR) {
+        continue;
+    }
+    flipper.flip(flipper.region);
+    sem_post(&flipper.done);
+    return NULL;
+}
+
+/* Restart @t's queue with the thread running @flip during the restore. */
+static VirtQueue *restart_flipped(TestPQ *t, void *region,
+                                  void (*flip)(void *region), GError **errp)
+{
+    GThread *th;
+    VirtQueue *vq;
+
+    g_assert_cmpint(sem_init(&flipper.go, 0, 0), ==, 0);
+    g_assert_cmpint(sem_init(&flipper.done, 0, 0), ==, 0);
+    flipper.region = region;
+    flipper.flip = flip;
+    flipper.called = false;
+    flipper.armed = true;
+    th = g_thread_new("front-end", flipper_thread, NULL);
+    vq = tpq_queue(t, 0x80008000u, errp);
+    g_assert_true(flipper.called);
+    flipper.armed = false;
+    g_thread_join(th);
+    sem_destroy(&flipper.go);
+    sem_destroy(&flipper.done);
+    return vq;
+}
+
+static void flip_packed_positions(void *region)
+{
+    VhostUserQueueRegionPacked *r = region;
+
+    __atomic_store_n(&r->free_head, 0xffff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->old_free_head, 0xffff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->used_idx, 0xffff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->old_used_idx, 0xffff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->used_wrap_counter, 0xff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->old_used_wrap_counter, 0xff, __ATOMIC_RELAXED);
+}
+
+/*
+ * The front-end flips free_head, used_idx and used_wrap_counter (and their
+ * old_ copies) to 0xffff after the restore checked them: the restore must
+ * go on with what it checked.  A second read there made the next pop
+ * write region entry 0xffff (2 MiB past the region) and the push write the
+ * used descriptor 0xffff slots past the ring.
+ */
+static void test_inflight_flip_during_restore(void)
+{
+    TestPQ t;
+    VirtQueueElement *e[3];
+    GError *err = NULL;
+    uint16_t id;
+    uint32_t len;
+
+    tpq_init_full(&t, 16, false, true);
+    tpq_add_req(&t, 5, 0);
+    tpq_add_req(&t, 6, 1);
+    e[0] = virtqueue_pop(t.vq);
+    e[1] = virtqueue_pop(t.vq);
+    g_assert_nonnull(e[0]);
+    g_assert_nonnull(e[1]);
+    virtqueue_push(t.vq, e[0], 0);          /* slots 0-2 used */
+    g_assert_true(tpq_get_used(&t, 3, &id, &len));
+
+    /* crash with id 6 in flight; restart while the front-end scribbles */
+    virtqueue_free(t.vq);
+    t.vq = restart_flipped(&t, t.inflight, flip_packed_positions, &err);
+    g_assert_no_error(err);
+    g_assert_nonnull(t.vq);
+    /* what the region said when it was checked: used slot 3, next 6 */
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80038006u);
+
+    /* the replayed buffer, then a new one: their entries are in range */
+    e[0] = virtqueue_pop(t.vq);
+    g_assert_nonnull(e[0]);
+    g_assert_cmpuint(e[0]->head, ==, 6);
+    tpq_add_req(&t, 7, 2);
+    e[1] = virtqueue_pop(t.vq);
+    g_assert_nonnull(e[1]);
+    g_assert_cmpuint(e[1]->head, ==, 7);
+    virtqueue_push(t.vq, e[0], 0);
+    virtqueue_push(t.vq, e[1], 0);
+    g_assert_true(tpq_get_used(&t, 3, &id, &len));
+    g_assert_cmpuint(id, ==, 6);
+    g_assert_true(tpq_get_used(&t, 3, &id, &len));
+    g_assert_cmpuint(id, ==, 7);
+    g_assert_false(virtqueue_is_broken(t.vq));
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80098009u);
+    /* what we wrote back is ours, not the scribble */
+    g_assert_cmpuint(t.inflight->used_idx, ==, 9);
+    g_assert_cmpuint(t.inflight->free_head, <, 16);
+    tpq_cleanup(&t);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -845,5 +976,7 @@ int main(int argc, char **argv)
                     test_inflight_torn_push);
     g_test_add_func("/virtqueue-packed/inflight/corrupt",
                     test_inflight_corrupt);
+    g_test_add_func("/virtqueue-packed/inflight/flip-during-restore",
+                    test_inflight_flip_during_restore);
     return g_test_run();
 }
