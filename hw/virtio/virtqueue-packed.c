@@ -223,6 +223,11 @@ static void vq_packed_inflight_init(VirtQueue *vq)
  * fields into locals), checked, and only the local used; what we write
  * back is computed from the locals too, after every check passed (a
  * refused region is left as it was: nothing half-replayed).
+ *
+ * Every entry must be accounted for exactly once: on the free list, or in
+ * the chain of a buffer in flight.  A shorter free list would let pop run
+ * past its end (entry num: past this queue's part of the region), an entry
+ * on two lists would be handed out twice.
  */
 static bool vq_packed_inflight_restore(VirtQueue *vq, uint16_t version,
                                        GError **errp)
@@ -232,7 +237,7 @@ static bool vq_packed_inflight_restore(VirtQueue *vq, uint16_t version,
     g_autofree uint8_t *owner = g_new0(uint8_t, num);  /* 1 free, 2 chain */
     g_autofree uint8_t *id_seen = g_new0(uint8_t, num);
     g_autofree VirtQueueReplay *replay = g_new(VirtQueueReplay, num);
-    unsigned int n = 0, slots = 0, i;
+    unsigned int n = 0, slots = 0, nfree = 0, i;
     uint64_t max_counter = 0;
     uint16_t desc_num = VQ_LOAD(&r->desc_num);
     uint16_t free_head = VQ_LOAD(&r->free_head);
@@ -289,6 +294,7 @@ static bool vq_packed_inflight_restore(VirtQueue *vq, uint16_t version,
         }
         owner[e] = 1;
         vq->pnext[e] = VQ_LOAD(&r->desc[e].next);
+        nfree++;
     }
 
     for (i = 0; i < num; i++) {
@@ -353,6 +359,16 @@ static bool vq_packed_inflight_restore(VirtQueue *vq, uint16_t version,
         slots += cnt;
         n++;
     }
+    if (nfree + slots != num) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: packed inflight region does not account for "
+                    "its entries (%u free, %u in %u buffers in flight, "
+                    "queue size %u: a front-end must hand back the region "
+                    "as the back-end left it)", vq->index, nfree, slots, n,
+                    num);
+        return false;
+    }
+
     /* Everything was read and checked: from here on only the locals. */
     virtqueue_restore_test_point(vq, r);
 
@@ -829,10 +845,15 @@ void virtqueue_packed_unpop(VirtQueue *vq, VirtQueueElement *elem)
     }
     vq->inflight_slots -= n;
     if (r) {
-        VQ_STORE(&r->desc[vq->inflight_entry[id]].inflight, 0);
+        /* Entries back on the free list first, then the flag: killed in
+         * between, the next instance finds every entry either free or in
+         * the chain of a buffer in flight (see the restore's accounting;
+         * a free head entry's stale flag is cleared there). */
         vq_packed_inflight_release(vq, id);
         atomic_signal_fence(memory_order_release);
         VQ_STORE(&r->old_free_head, vq->pfree_head);
+        atomic_signal_fence(memory_order_release);
+        VQ_STORE(&r->desc[vq->inflight_entry[id]].inflight, 0);
     }
 }
 

@@ -2070,6 +2070,105 @@ static void test_packed_inflight_corrupt(Fixture *f, gconstpointer data)
     check_survived(f);
 }
 
+/* ---- packed inflight region: exact accounting (issue 20, item 2) ------- */
+
+/*
+ * Hand the daemon back a packed inflight region whose free list is too
+ * short, on a reconnect after a clean session: @qsize entries per queue,
+ * free_head = old_free_head = qsize (an empty list) and nothing in flight,
+ * so no entry is accounted for.  The restore must refuse the region (the
+ * reconnect fails, the session is dropped with a message), the daemon go
+ * on; it used to take it and let the first pop write entry qsize -- past
+ * the queue's part of the region, at queue size 1 over the device-state
+ * area -- and read one past its own copy of the links.
+ */
+static void packed_free_list_empty(Fixture *f, unsigned int qsize)
+{
+    VhostUserFrontendOptions opts = {
+        .queue_size = qsize, .num_queues = 1, .packed = true,
+    };
+    g_autoptr(GError) err = NULL;
+    VhostUserQueueRegionPacked *r;
+    uint64_t size;
+    int fd;
+    void *p;
+
+    if (qsize != QSIZE) {
+        vhost_user_frontend_free(f->fe);
+        f->fe = vb_connect(&f->d, 0, &opts);
+        vb_start(f->fe);
+    }
+    fd = vhost_user_frontend_inflight_fd(f->fe, &size);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpuint(size, >=, vhost_user_inflight_queue_size_packed(qsize));
+    if (qsize == QSIZE) {
+        /* a request went through: the region is the daemon's */
+        g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 512,
+                               true, NULL), ==, VIRTIO_BLK_S_OK);
+    }
+    vhost_user_frontend_disconnect(f->fe);
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    g_assert_true(p != MAP_FAILED);
+    r = p;
+    /* a well-formed header (written whole: at queue size 1 the daemon may
+     * not have started the queue before we disconnected) ... */
+    r->version = 1;
+    r->desc_num = qsize;
+    r->used_idx = r->old_used_idx = 0;
+    r->used_wrap_counter = r->old_used_wrap_counter = 1;
+    for (unsigned int i = 0; i < qsize; i++) {
+        r->desc[i].inflight = 0;
+    }
+    /* ... and an empty free list with nothing in flight */
+    r->free_head = r->old_free_head = qsize;
+    munmap(p, size);
+
+    g_assert_false(vhost_user_frontend_reconnect(f->fe, 5000, &err));
+    g_test_message("reconnect: %s", err ? err->message : "?");
+    check_survived(f);
+}
+
+static void test_packed_inflight_free_list_empty(Fixture *f,
+                                                 gconstpointer data)
+{
+    packed_free_list_empty(f, QSIZE);
+}
+
+static void test_packed_inflight_free_list_qsize1(Fixture *f,
+                                                  gconstpointer data)
+{
+    packed_free_list_empty(f, 1);
+}
+
+/* The free list ends after one entry, nothing in flight: 1 of QSIZE
+ * entries accounted for.  Refused; it used to be accepted and the second
+ * pop ran off the end of the list. */
+static void test_packed_inflight_free_list_short(Fixture *f,
+                                                 gconstpointer data)
+{
+    g_autoptr(GError) err = NULL;
+    VhostUserQueueRegionPacked *r;
+    uint64_t size;
+    int fd = vhost_user_frontend_inflight_fd(f->fe, &size);
+    void *p;
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 512, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    vhost_user_frontend_disconnect(f->fe);
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    g_assert_true(p != MAP_FAILED);
+    r = p;
+    g_assert_cmpuint(r->version, ==, 1);
+    g_assert_cmpuint(r->free_head, ==, r->old_free_head);
+    r->desc[r->old_free_head].next = QSIZE;
+    munmap(p, size);
+
+    g_assert_false(vhost_user_frontend_reconnect(f->fe, 5000, &err));
+    g_test_message("reconnect: %s", err ? err->message : "?");
+    check_survived(f);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -2153,6 +2252,13 @@ int main(int argc, char **argv)
     ADD_PACKED("indirect-not-alone", test_packed_indirect_not_alone);
     ADD_PACKED("base-out-of-range", test_packed_base_out_of_range);
     ADD_PACKED("inflight-corrupt", test_packed_inflight_corrupt);
+    /* exact accounting of the inflight region's entries */
+    ADD_PACKED("inflight-free-list-empty",
+               test_packed_inflight_free_list_empty);
+    ADD_PACKED("inflight-free-list-qsize1",
+               test_packed_inflight_free_list_qsize1);
+    ADD_PACKED("inflight-free-list-short",
+               test_packed_inflight_free_list_short);
 #undef ADD_PACKED
 #undef ADD
     return g_test_run();

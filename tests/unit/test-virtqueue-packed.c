@@ -819,7 +819,7 @@ static void test_inflight_corrupt(void)
     }
 }
 
-/* ---- inflight region: read once ---------------------------------------- */
+/* ---- inflight region: read once, exact accounting --------------------- */
 
 /*
  * A "front-end" thread that rewrites the region while the daemon restores
@@ -949,6 +949,116 @@ static void test_inflight_flip_during_restore(void)
     tpq_cleanup(&t);
 }
 
+/*
+ * The free list and the buffers in flight must account for every entry
+ * exactly once.  A list that is too short (free_head = num with nothing in
+ * flight, an early end, an entry nobody owns) made the next pop write
+ * entry num -- past the queue's part of the region, at queue size 1 into
+ * the next queue's header or the device-state area -- and read one past
+ * our copy of the links.
+ */
+static void test_inflight_free_list_short(void)
+{
+    static const char *const what[] = {
+        "free_head = num, nothing in flight",
+        "free list ends early",
+        "a head entry neither free nor in flight",
+        "free list runs into a buffer in flight",
+        "queue size 1, free_head = 1, nothing in flight",
+    };
+
+    for (unsigned int c = 0; c < G_N_ELEMENTS(what); c++) {
+        unsigned int num = c >= 4 ? 1 : 16;
+        VhostUserQueueRegionPacked *r;
+        TestPQ t;
+        GError *err = NULL;
+        VirtQueue *vq;
+
+        tpq_init_full(&t, num, false, true);
+        r = t.inflight;
+        if (c == 2 || c == 3) {
+            /* one buffer of one descriptor in flight */
+            uint64_t gpa = GPA_DATA;
+            uint32_t l = 512;
+            uint16_t fl = VRING_DESC_F_WRITE;
+
+            tpq_add(&t, 0, 1, &gpa, &l, &fl);
+            g_assert_nonnull(virtqueue_pop(t.vq));
+        }
+        virtqueue_free(t.vq);
+        t.vq = NULL;
+        switch (c) {
+        case 0:
+        case 4:
+            r->free_head = r->old_free_head = num;
+            break;
+        case 1:
+            r->desc[r->free_head].next = num;   /* 1 entry instead of 16 */
+            break;
+        case 2:
+            /* the buffer's head says "not in flight" but is not freed */
+            r->desc[0].inflight = 0;
+            break;
+        case 3:
+            /* the last free entry links to the buffer's head entry 0 */
+            for (uint16_t e = r->free_head; ; e = r->desc[e].next) {
+                if (r->desc[e].next == num) {
+                    r->desc[e].next = 0;
+                    break;
+                }
+            }
+            break;
+        }
+        vq = tpq_queue(&t, 0x80008000u, &err);
+        g_test_message("case %u (%s): %s", c, what[c],
+                       err ? err->message : "accepted");
+        g_assert_null(vq);
+        g_assert_nonnull(err);
+        g_clear_error(&err);
+        tpq_cleanup(&t);
+    }
+}
+
+/*
+ * Killed inside an unpop, at each step: the region still accounts for
+ * every entry, so the next instance takes it (and pops the buffer again
+ * from the ring, or replays it from the region).
+ */
+static void test_inflight_unpop_killed(void)
+{
+    for (int step = 0; step < 2; step++) {
+        VhostUserQueueRegionPacked saved;
+        VirtQueueElement *e;
+        GError *err = NULL;
+        TestPQ t;
+
+        tpq_init_full(&t, 16, false, true);
+        tpq_add_req(&t, 4, 0);
+        e = virtqueue_pop(t.vq);
+        g_assert_nonnull(e);
+        saved = *t.inflight;
+        virtqueue_unpop(t.vq, e);
+        if (step == 0) {
+            /* entries back on the list, old_free_head not yet moved */
+            t.inflight->old_free_head = saved.old_free_head;
+            t.inflight->desc[0].inflight = 1;
+        } else {
+            /* everything but the flag of the head entry */
+            t.inflight->desc[0].inflight = 1;
+        }
+        virtqueue_free(t.vq);
+        t.vq = tpq_queue(&t, 0x80008000u, &err);
+        g_assert_no_error(err);
+        e = virtqueue_pop(t.vq);
+        g_assert_nonnull(e);
+        g_assert_cmpuint(e->head, ==, 4);
+        virtqueue_push(t.vq, e, 0);
+        g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80038003u);
+        g_assert_false(virtqueue_is_broken(t.vq));
+        tpq_cleanup(&t);
+    }
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -978,5 +1088,9 @@ int main(int argc, char **argv)
                     test_inflight_corrupt);
     g_test_add_func("/virtqueue-packed/inflight/flip-during-restore",
                     test_inflight_flip_during_restore);
+    g_test_add_func("/virtqueue-packed/inflight/free-list-short",
+                    test_inflight_free_list_short);
+    g_test_add_func("/virtqueue-packed/inflight/unpop-killed",
+                    test_inflight_unpop_killed);
     return g_test_run();
 }
