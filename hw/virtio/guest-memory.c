@@ -17,8 +17,10 @@
 #include "qemu/error-report.h"
 #include "qemu/sigbus-guard.h"
 
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 /* Called from: any thread that sets up a GuestMemory. */
 void guest_mem_init(GuestMemory *mem)
@@ -54,6 +56,22 @@ static bool guest_mem_check_fd_size(int fd, uint64_t end, GError **errp)
         return false;
     }
     return true;
+}
+
+/*
+ * The page size the kernel maps @fd with: hugetlbfs files are mapped (and
+ * faulted, and lost to a truncation) in huge pages, everything else in
+ * base pages.
+ */
+static uint64_t guest_mem_fd_page(int fd, uint64_t page)
+{
+    struct statfs sfs;
+
+    if (fstatfs(fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC &&
+        (uint64_t)sfs.f_bsize > page) {
+        return sfs.f_bsize;
+    }
+    return page;
 }
 
 /* Called from: the main thread, while no queue that reads @mem runs. */
@@ -130,11 +148,20 @@ bool guest_mem_add_region(GuestMemory *mem, const VhostUserMemoryRegion *r,
     }
 
     reg = &mem->regions[mem->nregions];
-    /* A front-end that shrinks the file later must cost its own session
-     * only, not a SIGBUS for the whole process. */
+    /*
+     * A front-end that shrinks the file later must cost its own session
+     * only, not a SIGBUS for the whole process.  The guard covers what the
+     * kernel mapped: whole pages (huge ones on hugetlbfs), so also the
+     * last page of a region whose size is not a multiple of the page --
+     * its tail past the region is still a page of this mapping, and the
+     * handler replaces that page as a whole.
+     */
     reg->guard = 0;
     if (sigbus_guard_install(NULL)) {
-        reg->guard = sigbus_guard_add(addr, size + delta, &mem->faulted) + 1;
+        uint64_t mapped = QEMU_ALIGN_UP(size + delta,
+                                        guest_mem_fd_page(fd, page));
+
+        reg->guard = sigbus_guard_add(addr, mapped, &mem->faulted) + 1;
     }
     if (!reg->guard) {
         static gsize warned;
