@@ -562,9 +562,11 @@ static VirtQueueElement *vq_packed_move(VirtQueue *vq, VirtQueueElement *from,
 /*
  * The ring looked empty and the caller will wait for a kick: like the
  * split ring's recheck, publish "kick me at this slot", full barrier, look
- * again.  Returns true if a buffer arrived in between.
+ * again.  Returns true if a buffer arrived in between, with the head's
+ * flags in *@flags (loaded once, with acquire: the caller uses these, it
+ * does not load them again).
  */
-static bool vq_packed_empty_recheck(VirtQueue *vq)
+static bool vq_packed_empty_recheck(VirtQueue *vq, uint16_t *flags)
 {
     if (!vq->notification || !vq->event_idx) {
         /* Busy polling re-checks after set_notification(on); without
@@ -576,8 +578,10 @@ static bool vq_packed_empty_recheck(VirtQueue *vq)
     /* Full barrier: pairs with the driver's full barrier between making a
      * buffer available and reading the device event structure. */
     VQ_MB();
-    return vq_packed_is_avail(VQ_LOAD(&vq->pdesc[vq->last_avail_idx].flags),
-                              vq->avail_wrap);
+    /* Acquire: pairs with the driver's write barrier before it stores the
+     * head's flags. */
+    *flags = VQ_LOAD_ACQUIRE(&vq->pdesc[vq->last_avail_idx].flags);
+    return vq_packed_is_avail(*flags, vq->avail_wrap);
 }
 
 static VirtQueueElement *vq_packed_pop_resubmit(VirtQueue *vq)
@@ -636,17 +640,18 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
     /* Acquire: pairs with the driver's write barrier before it stores the
      * head's flags; the rest of the buffer is read after this. */
     d.flags = VQ_LOAD_ACQUIRE(&ring[slot].flags);
-    if (!vq_packed_is_avail(d.flags, wrap)) {
-        if (!vq_packed_empty_recheck(vq)) {
-            return NULL;
-        }
-        d.flags = VQ_LOAD_ACQUIRE(&ring[slot].flags);
+    if (!vq_packed_is_avail(d.flags, wrap) &&
+        !vq_packed_empty_recheck(vq, &d.flags)) {
+        return NULL;
     }
     /*
      * The buffer id is the last descriptor's.  Drivers put it in every
      * descriptor (Linux does), so map straight into the element the head's
      * id names if that one is free, and move the chain only if the last
-     * descriptor says otherwise; else map into the scratch element.
+     * descriptor says otherwise; else map into the scratch element.  This
+     * first load of the head's id is a hint only: the id used is the one
+     * loaded (once) from the last descriptor in the walk below, checked
+     * there; a driver changing it in between costs a move.
      */
     id = VQ_LOAD(&ring[slot].id);
     tgt = likely(id < vq->num && vq->elem_state[id] == VQ_ELEM_FREE) ?

@@ -2122,6 +2122,45 @@ static void test_mem_partial_page_truncated(Fixture *f, gconstpointer data)
     check_survived(f);      /* without the fix: "vhost-blkd died" */
 }
 
+/* ---- packed vring base without a start (issue 20, item 7) ------------- */
+
+static uint32_t get_vring_base(Fixture *f, uint32_t index)
+{
+    VhostUserVringState s = { .index = index };
+    VhostUserMsg reply;
+
+    g_assert_cmpint(vhost_user_frontend_send_msg_raw(
+                        f->fe, VHOST_USER_GET_VRING_BASE, VHOST_USER_VERSION,
+                        sizeof(s), &s, sizeof(s), NULL, 0), ==, 0);
+    g_assert_cmpint(vhost_user_frontend_recv_raw(f->fe, &reply, NULL, NULL,
+                                                 DROP_TIMEOUT_MS), ==,
+                    sizeof(VhostUserVringState));
+    g_assert_cmpuint(reply.payload.state.index, ==, index);
+    return reply.payload.state.num;
+}
+
+/*
+ * GET_VRING_BASE (the queue stops), SET_VRING_BASE, GET_VRING_BASE again
+ * with no start in between (QEMU may do that when a migration is
+ * cancelled): the answer must be the base just set.  It used to be its
+ * low half mixed with the old used position and wrap counters.
+ */
+static void test_packed_base_set_then_get(Fixture *f, gconstpointer data)
+{
+    uint32_t b;
+
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 512, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    b = get_vring_base(f, 0);
+    g_test_message("base after one request: 0x%08" PRIx32, b);
+    g_assert_cmpint(send_state(f, VHOST_USER_SET_VRING_BASE, 0, 0x000a800bu),
+                    ==, 0);
+    g_assert_cmphex(get_vring_base(f, 0), ==, 0x000a800bu);
+    g_assert_cmpint(send_state(f, VHOST_USER_SET_VRING_BASE, 0, b), ==, 0);
+    g_assert_cmphex(get_vring_base(f, 0), ==, b);
+    check_survived(f);
+}
+
 /* ---- packed inflight region: exact accounting (issue 20, item 2) ------- */
 
 /*
@@ -2305,6 +2344,7 @@ int main(int argc, char **argv)
     ADD_PACKED("indirect-not-alone", test_packed_indirect_not_alone);
     ADD_PACKED("base-out-of-range", test_packed_base_out_of_range);
     ADD_PACKED("inflight-corrupt", test_packed_inflight_corrupt);
+    ADD_PACKED("base-set-then-get", test_packed_base_set_then_get);
     /* exact accounting of the inflight region's entries */
     ADD_PACKED("inflight-free-list-empty",
                test_packed_inflight_free_list_empty);

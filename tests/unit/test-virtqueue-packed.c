@@ -1059,6 +1059,36 @@ static void test_inflight_unpop_killed(void)
     }
 }
 
+/*
+ * SET_VRING_BASE on a stopped packed queue, then GET_VRING_BASE without a
+ * start in between: the base the front-end set, not its low half mixed
+ * with the old used position.
+ */
+static void test_base_set_then_get(void)
+{
+    TestPQ t;
+    VirtQueueElement *e;
+    uint16_t id;
+    uint32_t len;
+
+    tpq_init(&t, 16, false);
+    tpq_add_req(&t, 1, 0);
+    e = virtqueue_pop(t.vq);
+    g_assert_nonnull(e);
+    virtqueue_push(t.vq, e, 0);
+    g_assert_true(tpq_get_used(&t, 3, &id, &len));
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80038003u);
+    virtqueue_stop(t.vq);
+    virtqueue_set_base(t.vq, 0x000a800bu);
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x000a800bu);
+    virtqueue_set_base(t.vq, 0x80058007u);
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80058007u);
+    /* and a start takes it */
+    g_assert_true(virtqueue_start(t.vq, &t.mem, NULL));
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80058007u);
+    tpq_cleanup(&t);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -1074,6 +1104,8 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue-packed/notify/device-event",
                     test_notify_device_event);
     g_test_add_func("/virtqueue-packed/setup/base", test_base);
+    g_test_add_func("/virtqueue-packed/setup/base-set-then-get",
+                    test_base_set_then_get);
     for (unsigned int i = 0; i < ARRAY_SIZE(bad_cases); i++) {
         g_autofree char *path = g_strdup_printf("/virtqueue-packed/broken/%s",
                                                 bad_cases[i].name);
