@@ -628,7 +628,7 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
     bool wrap = vq->avail_wrap;
     uint16_t avail_bits = vq_packed_avail_bits(wrap);
     unsigned int room = vq->num - vq->inflight_slots;
-    uint16_t e = vq->pfree_head, head_e = e, last_e = e, id;
+    uint16_t e = vq->pfree_head, head_e = e, last_e = e, id, head_id;
     unsigned int count = 0;
     VirtQueueElement *tgt, *elem;
     VirtQueueSgList s;
@@ -648,12 +648,11 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
      * The buffer id is the last descriptor's.  Drivers put it in every
      * descriptor (Linux does), so map straight into the element the head's
      * id names if that one is free, and move the chain only if the last
-     * descriptor says otherwise; else map into the scratch element.  This
-     * first load of the head's id is a hint only: the id used is the one
-     * loaded (once) from the last descriptor in the walk below, checked
-     * there; a driver changing it in between costs a move.
+     * descriptor says otherwise; else map into the scratch element.  The
+     * head's id is loaded once, here; the walk below takes it for the
+     * head and loads the others, and the last one's is checked and used.
      */
-    id = VQ_LOAD(&ring[slot].id);
+    head_id = id = VQ_LOAD(&ring[slot].id);
     tgt = likely(id < vq->num && vq->elem_state[id] == VQ_ELEM_FREE) ?
           &vq->elems[id] : &vq->scratch;
     s = (VirtQueueSgList) { .sg = tgt->inline_sg, .cap = VIRTQUEUE_INLINE_SG };
@@ -671,7 +670,7 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
         }
         d.addr = VQ_LOAD(&ring[i].addr);
         d.len = VQ_LOAD(&ring[i].len);
-        id = VQ_LOAD(&ring[i].id);
+        id = count > 0 ? VQ_LOAD(&ring[i].id) : head_id;
         if (unlikely(++count > room)) {
             virtqueue_set_broken(vq, "buffer at slot %u makes more than %u "
                                  "descriptors available (chain loop or a "
