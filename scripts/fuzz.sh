@@ -6,8 +6,10 @@
 #
 # SECONDS per target (default 60); TARGETs default to all of them
 # (fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts
-# fuzz-qmp).  fuzz-virtqueue covers both ring formats: split, and packed
-# (header flag 0x40, seeds tests/fuzz/corpus/fuzz-virtqueue/packed-*).  Each
+# fuzz-qmp fuzz-inflight).  fuzz-virtqueue covers both ring formats: split,
+# and packed (header flag 0x40, seeds tests/fuzz/corpus/fuzz-virtqueue/
+# packed-*); fuzz-inflight the inflight restore of both, with a mutated
+# region and front-end writes during the restore.  Each
 # run starts from a copy of tests/fuzz/corpus/<target> plus
 # tests/fuzz/regressions/<target> in a temporary directory, so the
 # committed corpus never grows.  On a crash the
@@ -22,7 +24,7 @@ builddir=${BUILDDIR:-build-fuzz}
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts fuzz-qmp)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts fuzz-qmp fuzz-inflight)
 
 case "$seconds" in
 ''|*[!0-9]*) echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2 ;;
@@ -41,6 +43,8 @@ max_len() {
     fuzz-virtqueue|fuzz-vhost-user) echo 4096 ;;
     fuzz-export-opts) echo 1024 ;;
     fuzz-qmp) echo 4096 ;;
+    # a packed region of 64 entries (2 KiB) and the ring image after it
+    fuzz-inflight) echo 8192 ;;
     *) echo 2048 ;;
     esac
 }

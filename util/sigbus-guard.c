@@ -108,17 +108,21 @@ bool sigbus_guard_install(GError **errp)
 
 int sigbus_guard_add(void *addr, size_t len, _Atomic bool *flag)
 {
+    uintptr_t end = (uintptr_t)addr + len;
     int handle = -1;
 
-    if (!len) {
+    if (!len || !page_size) {
         return -1;
     }
+    /* A mapping, and so a fault, covers whole pages: a range ending inside
+     * a page guards all of it (sigbus_zero_page() replaces whole pages
+     * and refuses one that reaches past the end). */
+    end = (end + page_size - 1) & ~(page_size - 1);
     g_mutex_lock(&slots_lock);
     for (unsigned int i = 0; i < SIGBUS_GUARD_SLOTS; i++) {
         if (!atomic_load_explicit(&slots[i].start, memory_order_relaxed)) {
             atomic_store_explicit(&slots[i].flag, flag, memory_order_relaxed);
-            atomic_store_explicit(&slots[i].end, (uintptr_t)addr + len,
-                                  memory_order_relaxed);
+            atomic_store_explicit(&slots[i].end, end, memory_order_relaxed);
             atomic_store_explicit(&slots[i].start, (uintptr_t)addr,
                                   memory_order_release);
             handle = (int)i;

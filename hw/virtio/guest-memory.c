@@ -17,8 +17,10 @@
 #include "qemu/error-report.h"
 #include "qemu/sigbus-guard.h"
 
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 /* Called from: any thread that sets up a GuestMemory. */
 void guest_mem_init(GuestMemory *mem)
@@ -54,6 +56,22 @@ static bool guest_mem_check_fd_size(int fd, uint64_t end, GError **errp)
         return false;
     }
     return true;
+}
+
+/*
+ * The page size the kernel maps @fd with: hugetlbfs files are mapped (and
+ * faulted, and lost to a truncation) in huge pages, everything else in
+ * base pages.
+ */
+static uint64_t guest_mem_fd_page(int fd, uint64_t page)
+{
+    struct statfs sfs;
+
+    if (fstatfs(fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC &&
+        (uint64_t)sfs.f_bsize > page) {
+        return sfs.f_bsize;
+    }
+    return page;
 }
 
 /* Called from: the main thread, while no queue that reads @mem runs. */
@@ -130,11 +148,20 @@ bool guest_mem_add_region(GuestMemory *mem, const VhostUserMemoryRegion *r,
     }
 
     reg = &mem->regions[mem->nregions];
-    /* A front-end that shrinks the file later must cost its own session
-     * only, not a SIGBUS for the whole process. */
+    /*
+     * A front-end that shrinks the file later must cost its own session
+     * only, not a SIGBUS for the whole process.  The guard covers what the
+     * kernel mapped: whole pages (huge ones on hugetlbfs), so also the
+     * last page of a region whose size is not a multiple of the page --
+     * its tail past the region is still a page of this mapping, and the
+     * handler replaces that page as a whole.
+     */
     reg->guard = 0;
     if (sigbus_guard_install(NULL)) {
-        reg->guard = sigbus_guard_add(addr, size + delta, &mem->faulted) + 1;
+        uint64_t mapped = QEMU_ALIGN_UP(size + delta,
+                                        guest_mem_fd_page(fd, page));
+
+        reg->guard = sigbus_guard_add(addr, mapped, &mem->faulted) + 1;
     }
     if (!reg->guard) {
         static gsize warned;
@@ -406,13 +433,21 @@ bool guest_mem_log_check_regions(const GuestMemory *mem, GError **errp)
     return true;
 }
 
+/*
+ * Set the bit of @page.  The caller's full barrier orders the guest memory
+ * stores being recorded before this load and the OR (see
+ * guest_mem_log_gpa()).  The bitmap is shared with the VMM, which clears
+ * bits while it syncs the log: each bit is loaded once and the decision
+ * made on that value.
+ */
 static inline void guest_mem_log_page(uint8_t *log, uint64_t page)
 {
     uint8_t bit = 1u << (page % 8);
     uint8_t *byte = &log[page / 8];
 
     /* Skip the locked OR when the bit is already set (most writes during
-     * a migration land in pages dirtied a moment ago). */
+     * a migration land in pages dirtied a moment ago): safe after the full
+     * barrier, see guest_mem_log_gpa(). */
     if (!(__atomic_load_n(byte, __ATOMIC_RELAXED) & bit)) {
         __atomic_fetch_or(byte, bit, __ATOMIC_RELAXED);
     }
@@ -427,10 +462,30 @@ void guest_mem_log_gpa(const GuestMemory *mem, uint64_t gpa, uint64_t len)
     if (!log || len == 0 || gpa + (len - 1) < gpa) {
         return;
     }
-    /* The page writes are ordered after the guest memory writes they
-     * record: pairs with the VMM's atomic exchange that reads and clears
-     * the log before it copies the pages. */
-    atomic_thread_fence(memory_order_release);
+    /*
+     * Full barrier between the guest memory stores being recorded and the
+     * loads of their bits: pairs with the full barrier of the VMM's atomic
+     * exchange that reads and clears a log word before it copies the pages
+     * the word marks (QEMU: qatomic_xchg() in vhost_dev_sync_region()).
+     *
+     * Why the fast path (a bit that looks set is not ORed again) is then
+     * safe against a concurrent sync: if our load sees the bit still set,
+     * it read the log before the VMM's exchange cleared it, and with full
+     * barriers on both sides (the store-buffering pattern) the VMM's copy,
+     * after its exchange, sees our guest memory stores: the page is sent
+     * with our data.  If the load sees the bit clear, the OR comes after
+     * our stores too (same barrier): either the exchange reads our bit, or
+     * the bit stays set for the next round.  A release fence alone is not
+     * enough: it does not order a store before a later load, so the load
+     * could see a stale 1 while our data still sat in the store buffer,
+     * the VMM cleared the bit and copied the old page, and the dirty bit
+     * was lost (data lost in the migration).
+     *
+     * One fence per call (per iovec or ring write), not per page.  The VMM
+     * works on 64-bit words and we on bytes in them; both are atomic RMWs
+     * on the same cache line, which hardware keeps coherent.
+     */
+    atomic_thread_fence(memory_order_seq_cst);
     first = gpa >> GUEST_MEM_LOG_PAGE_SHIFT;
     last = (gpa + (len - 1)) >> GUEST_MEM_LOG_PAGE_SHIFT;
     max = mem->log_size * 8;    /* pages the log has bits for */

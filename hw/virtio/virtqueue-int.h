@@ -153,6 +153,15 @@ const void *virtqueue_indirect_table(VirtQueue *vq, uint16_t head,
                                      unsigned int *ntable);
 int virtqueue_replay_cmp(const void *a, const void *b);
 
+/* Between check and use in the inflight restores (tests only, see
+ * virtqueue_inflight_restore_hook()). */
+static inline void virtqueue_restore_test_point(VirtQueue *vq, void *region)
+{
+    if (virtqueue_inflight_restore_hook) {
+        virtqueue_inflight_restore_hook(vq, region);
+    }
+}
+
 /*
  * Map a descriptor's buffer (len > 0) into at most @room iovecs at @iov.
  * Returns the number used, -EFAULT (outside guest memory) or -ENOBUFS.

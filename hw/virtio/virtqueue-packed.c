@@ -215,81 +215,109 @@ static void vq_packed_inflight_init(VirtQueue *vq)
 /*
  * Region written by an earlier instance: finish or roll back the update
  * it was doing, rebuild our copy of the free list, and queue the buffers
- * still in flight.  Every index in the region is checked: the front-end
- * can write it.
+ * still in flight.  @version: the region's, as the caller read it.
+ *
+ * The front-end maps the region too and can write it at any moment, also
+ * while we read it.  So every field is loaded exactly once, into a local
+ * (the header fields, and per entry: the links into vq->pnext, the head
+ * fields into locals), checked, and only the local used; what we write
+ * back is computed from the locals too, after every check passed (a
+ * refused region is left as it was: nothing half-replayed).
+ *
+ * Every entry must be accounted for exactly once: on the free list, or in
+ * the chain of a buffer in flight.  A shorter free list would let pop run
+ * past its end (entry num: past this queue's part of the region), an entry
+ * on two lists would be handed out twice.
  */
-static bool vq_packed_inflight_restore(VirtQueue *vq, GError **errp)
+static bool vq_packed_inflight_restore(VirtQueue *vq, uint16_t version,
+                                       GError **errp)
 {
     VhostUserQueueRegionPacked *r = vq->pinflight;
     unsigned int num = vq->num;
     g_autofree uint8_t *owner = g_new0(uint8_t, num);  /* 1 free, 2 chain */
+    g_autofree uint8_t *id_seen = g_new0(uint8_t, num);
     g_autofree VirtQueueReplay *replay = g_new(VirtQueueReplay, num);
-    unsigned int n = 0, slots = 0, i, steps;
+    unsigned int n = 0, slots = 0, nfree = 0, i;
     uint64_t max_counter = 0;
+    uint16_t desc_num = VQ_LOAD(&r->desc_num);
+    uint16_t free_head = VQ_LOAD(&r->free_head);
+    uint16_t old_free_head = VQ_LOAD(&r->old_free_head);
+    uint16_t used_idx = VQ_LOAD(&r->used_idx);
+    uint16_t old_used_idx = VQ_LOAD(&r->old_used_idx);
+    uint8_t used_wrap = VQ_LOAD(&r->used_wrap_counter);
+    uint8_t old_used_wrap = VQ_LOAD(&r->old_used_wrap_counter);
+    bool commit = false;
     uint16_t e;
 
-    if (r->version != VQ_INFLIGHT_VERSION || r->desc_num != num) {
+    if (version != VQ_INFLIGHT_VERSION || desc_num != num) {
         g_set_error(errp, VB_ERROR, 0,
                     "queue %u: packed inflight region (version %u, %u "
                     "descriptors) does not match the queue (version %u, "
-                    "size %u)", vq->index, r->version, r->desc_num,
+                    "size %u)", vq->index, version, desc_num,
                     VQ_INFLIGHT_VERSION, num);
         return false;
     }
-    if (r->old_used_idx >= num || r->used_idx >= num ||
-        r->old_free_head > num || r->free_head > num ||
-        r->used_wrap_counter > 1 || r->old_used_wrap_counter > 1) {
+    if (old_used_idx >= num || used_idx >= num ||
+        old_free_head > num || free_head > num ||
+        used_wrap > 1 || old_used_wrap > 1) {
         g_set_error(errp, VB_ERROR, 0,
                     "queue %u: packed inflight region holds positions out "
-                    "of range (used %u/%u, free head %u/%u, queue size %u)",
-                    vq->index, r->used_idx, r->old_used_idx, r->free_head,
-                    r->old_free_head, num);
+                    "of range (used %u/%u, wrap %u/%u, free head %u/%u, "
+                    "queue size %u)", vq->index, used_idx, old_used_idx,
+                    used_wrap, old_used_wrap, free_head, old_free_head, num);
         return false;
     }
-    if (r->used_idx != r->old_used_idx ||
-        r->used_wrap_counter != r->old_used_wrap_counter) {
+    if (used_idx != old_used_idx || used_wrap != old_used_wrap) {
         /* Killed inside a push: did its used descriptor reach the ring? */
-        uint16_t flags = VQ_LOAD(&vq->pdesc[r->old_used_idx].flags);
+        uint16_t flags = VQ_LOAD(&vq->pdesc[old_used_idx].flags);
 
-        if (!vq_packed_is_avail(flags, r->old_used_wrap_counter)) {
-            r->old_free_head = r->free_head;
-            r->old_used_idx = r->used_idx;
-            r->old_used_wrap_counter = r->used_wrap_counter;
-        }
+        commit = !vq_packed_is_avail(flags, old_used_wrap);
     }
-    r->free_head = r->old_free_head;
-    r->used_idx = r->old_used_idx;
-    r->used_wrap_counter = r->old_used_wrap_counter;
+    if (commit) {
+        old_free_head = free_head;
+        old_used_idx = used_idx;
+        old_used_wrap = used_wrap;
+    } else {
+        free_head = old_free_head;
+        used_idx = old_used_idx;
+        used_wrap = old_used_wrap;
+    }
 
     /* The free list: what it holds is not in flight. */
-    e = r->free_head;
-    for (steps = 0; e != num; steps++) {
-        if (e > num || owner[e] || steps >= num) {
+    for (e = free_head; e != num; e = vq->pnext[e]) {
+        if (e > num || owner[e]) {
             g_set_error(errp, VB_ERROR, 0,
                         "queue %u: packed inflight region's free list is "
-                        "corrupt (entry %u)", vq->index, e);
+                        "corrupt (entry %u %s)", vq->index, e,
+                        e > num ? "out of range" : "seen twice");
             return false;
         }
         owner[e] = 1;
-        r->desc[e].inflight = 0;
-        vq->pnext[e] = r->desc[e].next;
-        e = vq->pnext[e];
+        vq->pnext[e] = VQ_LOAD(&r->desc[e].next);
+        nfree++;
     }
-    vq->pfree_head = r->free_head;
 
     for (i = 0; i < num; i++) {
+        uint8_t state;
         uint16_t cnt, last, id;
+        uint64_t counter;
 
-        if (owner[i] == 1 || r->desc[i].inflight == 0) {
+        if (owner[i] == 1) {
             continue;
         }
-        cnt = r->desc[i].num;
-        last = r->desc[i].last;
-        if (r->desc[i].inflight != 1 || cnt == 0 || cnt > num) {
+        state = VQ_LOAD(&r->desc[i].inflight);
+        if (state == 0) {
+            continue;
+        }
+        cnt = VQ_LOAD(&r->desc[i].num);
+        last = VQ_LOAD(&r->desc[i].last);
+        counter = VQ_LOAD(&r->desc[i].counter);
+        if (state != 1 || cnt == 0 || cnt > num - slots) {
             g_set_error(errp, VB_ERROR, 0,
                         "queue %u: packed inflight entry %u is invalid "
-                        "(state %u, %u descriptors)", vq->index, i,
-                        r->desc[i].inflight, cnt);
+                        "(state %u, %u descriptors, %u of the queue's %u "
+                        "taken already)", vq->index, i, state, cnt, slots,
+                        num);
             return false;
         }
         e = i;
@@ -297,41 +325,68 @@ static bool vq_packed_inflight_restore(VirtQueue *vq, GError **errp)
             if (e >= num || owner[e]) {
                 g_set_error(errp, VB_ERROR, 0,
                             "queue %u: packed inflight entry %u: its "
-                            "descriptor list is corrupt", vq->index, i);
+                            "descriptor list is corrupt (entry %u %s)",
+                            vq->index, i, e,
+                            e >= num ? "out of range" : "claimed twice");
                 return false;
             }
             owner[e] = 2;
-            vq->pnext[e] = r->desc[e].next;
+            vq->pnext[e] = VQ_LOAD(&r->desc[e].next);
             if (k + 1 < cnt) {
                 e = vq->pnext[e];
             }
         }
-        id = r->desc[e].id;
-        if (e != last || id >= num ||
-            vq->elem_state[id] != VQ_ELEM_FREE || slots + cnt > num) {
+        id = VQ_LOAD(&r->desc[e].id);
+        if (e != last || id >= num || vq->elem_state[id] != VQ_ELEM_FREE) {
             g_set_error(errp, VB_ERROR, 0,
                         "queue %u: packed inflight entry %u is inconsistent "
                         "(last %u, buffer id %u)", vq->index, i, last, id);
             return false;
         }
-        for (unsigned int j = 0; j < n; j++) {
-            if (vq->resubmit[j] == id) {
-                g_set_error(errp, VB_ERROR, 0,
-                            "queue %u: packed inflight region holds buffer "
-                            "id %u twice", vq->index, id);
-                return false;
-            }
+        if (id_seen[id]) {
+            g_set_error(errp, VB_ERROR, 0,
+                        "queue %u: packed inflight region holds buffer "
+                        "id %u twice", vq->index, id);
+            return false;
         }
-        vq->resubmit[n] = id;
+        id_seen[id] = 1;
         vq->inflight_entry[id] = i;
         vq->inflight_last[id] = e;
         vq->chain_len[id] = cnt;
-        replay[n].counter = r->desc[i].counter;
+        replay[n].counter = counter;
         replay[n].head = id;
-        max_counter = MAX(max_counter, r->desc[i].counter);
+        max_counter = MAX(max_counter, counter);
         slots += cnt;
         n++;
     }
+    if (nfree + slots != num) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: packed inflight region does not account for "
+                    "its entries (%u free, %u in %u buffers in flight, "
+                    "queue size %u: a front-end must hand back the region "
+                    "as the back-end left it)", vq->index, nfree, slots, n,
+                    num);
+        return false;
+    }
+
+    /* Everything was read and checked: from here on only the locals. */
+    virtqueue_restore_test_point(vq, r);
+
+    for (i = 0; i < num; i++) {
+        if (owner[i] == 1) {
+            VQ_STORE(&r->desc[i].inflight, 0);
+        }
+    }
+    if (commit) {
+        VQ_STORE(&r->old_free_head, old_free_head);
+        VQ_STORE(&r->old_used_idx, old_used_idx);
+        VQ_STORE(&r->old_used_wrap_counter, old_used_wrap);
+    }
+    VQ_STORE(&r->free_head, free_head);
+    VQ_STORE(&r->used_idx, used_idx);
+    VQ_STORE(&r->used_wrap_counter, used_wrap);
+    vq->pfree_head = free_head;
+
     qsort(replay, n, sizeof(replay[0]), virtqueue_replay_cmp);
     for (i = 0; i < n; i++) {
         vq->resubmit[i] = replay[i].head;
@@ -340,8 +395,8 @@ static bool vq_packed_inflight_restore(VirtQueue *vq, GError **errp)
     vq->inflight_counter = max_counter;
     /* The region knows where the device was; the front-end's base may be
      * stale (a dead back-end could not answer GET_VRING_BASE). */
-    vq->used_idx = r->used_idx;
-    vq->used_wrap = r->used_wrap_counter;
+    vq->used_idx = used_idx;
+    vq->used_wrap = used_wrap;
     vq->last_avail_idx = vq->used_idx;
     vq->avail_wrap = vq->used_wrap;
     vq_packed_advance(vq, &vq->last_avail_idx, &vq->avail_wrap, slots);
@@ -390,9 +445,12 @@ bool virtqueue_packed_start(VirtQueue *vq, GError **errp)
     }
     vq->inflight_slots = 0;
     if (vq->pinflight) {
-        if (VQ_LOAD(&vq->pinflight->version) == 0) {
+        /* read once: the restore checks this value, not a new one */
+        uint16_t version = VQ_LOAD(&vq->pinflight->version);
+
+        if (version == 0) {
             vq_packed_inflight_init(vq);
-        } else if (!vq_packed_inflight_restore(vq, errp)) {
+        } else if (!vq_packed_inflight_restore(vq, version, errp)) {
             return false;
         }
     }
@@ -504,9 +562,11 @@ static VirtQueueElement *vq_packed_move(VirtQueue *vq, VirtQueueElement *from,
 /*
  * The ring looked empty and the caller will wait for a kick: like the
  * split ring's recheck, publish "kick me at this slot", full barrier, look
- * again.  Returns true if a buffer arrived in between.
+ * again.  Returns true if a buffer arrived in between, with the head's
+ * flags in *@flags (loaded once, with acquire: the caller uses these, it
+ * does not load them again).
  */
-static bool vq_packed_empty_recheck(VirtQueue *vq)
+static bool vq_packed_empty_recheck(VirtQueue *vq, uint16_t *flags)
 {
     if (!vq->notification || !vq->event_idx) {
         /* Busy polling re-checks after set_notification(on); without
@@ -518,8 +578,10 @@ static bool vq_packed_empty_recheck(VirtQueue *vq)
     /* Full barrier: pairs with the driver's full barrier between making a
      * buffer available and reading the device event structure. */
     VQ_MB();
-    return vq_packed_is_avail(VQ_LOAD(&vq->pdesc[vq->last_avail_idx].flags),
-                              vq->avail_wrap);
+    /* Acquire: pairs with the driver's write barrier before it stores the
+     * head's flags. */
+    *flags = VQ_LOAD_ACQUIRE(&vq->pdesc[vq->last_avail_idx].flags);
+    return vq_packed_is_avail(*flags, vq->avail_wrap);
 }
 
 static VirtQueueElement *vq_packed_pop_resubmit(VirtQueue *vq)
@@ -566,7 +628,7 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
     bool wrap = vq->avail_wrap;
     uint16_t avail_bits = vq_packed_avail_bits(wrap);
     unsigned int room = vq->num - vq->inflight_slots;
-    uint16_t e = vq->pfree_head, head_e = e, last_e = e, id;
+    uint16_t e = vq->pfree_head, head_e = e, last_e = e, id, head_id;
     unsigned int count = 0;
     VirtQueueElement *tgt, *elem;
     VirtQueueSgList s;
@@ -578,19 +640,19 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
     /* Acquire: pairs with the driver's write barrier before it stores the
      * head's flags; the rest of the buffer is read after this. */
     d.flags = VQ_LOAD_ACQUIRE(&ring[slot].flags);
-    if (!vq_packed_is_avail(d.flags, wrap)) {
-        if (!vq_packed_empty_recheck(vq)) {
-            return NULL;
-        }
-        d.flags = VQ_LOAD_ACQUIRE(&ring[slot].flags);
+    if (!vq_packed_is_avail(d.flags, wrap) &&
+        !vq_packed_empty_recheck(vq, &d.flags)) {
+        return NULL;
     }
     /*
      * The buffer id is the last descriptor's.  Drivers put it in every
      * descriptor (Linux does), so map straight into the element the head's
      * id names if that one is free, and move the chain only if the last
-     * descriptor says otherwise; else map into the scratch element.
+     * descriptor says otherwise; else map into the scratch element.  The
+     * head's id is loaded once, here; the walk below takes it for the
+     * head and loads the others, and the last one's is checked and used.
      */
-    id = VQ_LOAD(&ring[slot].id);
+    head_id = id = VQ_LOAD(&ring[slot].id);
     tgt = likely(id < vq->num && vq->elem_state[id] == VQ_ELEM_FREE) ?
           &vq->elems[id] : &vq->scratch;
     s = (VirtQueueSgList) { .sg = tgt->inline_sg, .cap = VIRTQUEUE_INLINE_SG };
@@ -608,7 +670,7 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
         }
         d.addr = VQ_LOAD(&ring[i].addr);
         d.len = VQ_LOAD(&ring[i].len);
-        id = VQ_LOAD(&ring[i].id);
+        id = count > 0 ? VQ_LOAD(&ring[i].id) : head_id;
         if (unlikely(++count > room)) {
             virtqueue_set_broken(vq, "buffer at slot %u makes more than %u "
                                  "descriptors available (chain loop or a "
@@ -787,10 +849,15 @@ void virtqueue_packed_unpop(VirtQueue *vq, VirtQueueElement *elem)
     }
     vq->inflight_slots -= n;
     if (r) {
-        VQ_STORE(&r->desc[vq->inflight_entry[id]].inflight, 0);
+        /* Entries back on the free list first, then the flag: killed in
+         * between, the next instance finds every entry either free or in
+         * the chain of a buffer in flight (see the restore's accounting;
+         * a free head entry's stale flag is cleared there). */
         vq_packed_inflight_release(vq, id);
         atomic_signal_fence(memory_order_release);
         VQ_STORE(&r->old_free_head, vq->pfree_head);
+        atomic_signal_fence(memory_order_release);
+        VQ_STORE(&r->desc[vq->inflight_entry[id]].inflight, 0);
     }
 }
 

@@ -182,7 +182,10 @@ void virtqueue_set_base(VirtQueue *vq, uint32_t base)
 uint32_t virtqueue_get_base(VirtQueue *vq)
 {
     if (vq->packed) {
-        return virtqueue_packed_get_base(vq);
+        /* A base set since the last start is only decoded by the next
+         * start: until then it is the answer, whole (its low half is in
+         * last_avail_idx, but the used half is not in used_idx yet). */
+        return vq->base_set ? vq->base : virtqueue_packed_get_base(vq);
     }
     return vq->last_avail_idx;
 }
@@ -930,62 +933,82 @@ int virtqueue_replay_cmp(const void *a, const void *b)
 
 /*
  * Initialise or check the inflight region and queue the requests a
- * previous instance left in flight.  Runs while the queue is stopped.
+ * previous instance left in flight.  Runs while the queue is stopped;
+ * @ring_used_idx is used->idx as the caller read it (once).
+ *
+ * The front-end maps the region too and can write it at any moment, also
+ * while we read it: every field is loaded once into a local, checked, and
+ * only the local used, also for what is written back (after every check
+ * passed: a refused region is left as it was).
  */
-static bool virtqueue_inflight_restore(VirtQueue *vq, GError **errp)
+static bool virtqueue_inflight_restore(VirtQueue *vq, uint16_t ring_used_idx,
+                                       GError **errp)
 {
     VhostUserQueueRegionSplit *r = vq->inflight;
     g_autofree VirtQueueReplay *replay = NULL;
-    uint16_t ring_used_idx = VQ_LOAD(&vq->used->idx);
     uint64_t max_counter = 0;
-    unsigned int i, n = 0;
+    unsigned int i, n = 0, num = vq->num;
+    uint16_t version, desc_num, used_idx, last_batch_head, done = num;
 
     if (!r) {
         return true;
     }
 
-    if (VQ_LOAD(&r->version) == 0) {
+    version = VQ_LOAD(&r->version);
+    if (version == 0) {
         /* Fresh (zeroed) region: take it over. */
-        memset(r->desc, 0, sizeof(r->desc[0]) * vq->num);
-        r->desc_num = vq->num;
+        memset(r->desc, 0, sizeof(r->desc[0]) * num);
+        r->desc_num = num;
         r->last_batch_head = 0;
         r->used_idx = ring_used_idx;
         atomic_signal_fence(memory_order_release);
         r->version = VQ_INFLIGHT_VERSION;
         return true;
     }
-    if (r->version != VQ_INFLIGHT_VERSION || r->desc_num != vq->num) {
+    desc_num = VQ_LOAD(&r->desc_num);
+    if (version != VQ_INFLIGHT_VERSION || desc_num != num) {
         g_set_error(errp, VB_ERROR, 0,
                     "queue %u: inflight region (version %u, %u descriptors) "
                     "does not match the queue (version %u, size %u)",
-                    vq->index, r->version, r->desc_num, VQ_INFLIGHT_VERSION,
-                    vq->num);
+                    vq->index, version, desc_num, VQ_INFLIGHT_VERSION, num);
         return false;
     }
 
-    if (r->used_idx != ring_used_idx) {
+    used_idx = VQ_LOAD(&r->used_idx);
+    last_batch_head = VQ_LOAD(&r->last_batch_head);
+    if (used_idx != ring_used_idx && last_batch_head < num) {
         /* The last push reached the used ring but its inflight flag was
          * not cleared yet: it is done. */
-        if (r->last_batch_head < vq->num) {
-            r->desc[r->last_batch_head].inflight = 0;
-        }
-        atomic_signal_fence(memory_order_release);
-        r->used_idx = ring_used_idx;
+        done = last_batch_head;
     }
 
-    replay = g_new(VirtQueueReplay, vq->num);
-    for (i = 0; i < vq->num; i++) {
-        if (r->desc[i].inflight == 1) {
-            replay[n].counter = r->desc[i].counter;
+    replay = g_new(VirtQueueReplay, num);
+    for (i = 0; i < num; i++) {
+        uint8_t state = i == done ? 0 : VQ_LOAD(&r->desc[i].inflight);
+        uint64_t counter = VQ_LOAD(&r->desc[i].counter);
+
+        if (state == 1) {
+            replay[n].counter = counter;
             replay[n].head = i;
             n++;
-        } else if (r->desc[i].inflight != 0) {
+        } else if (state != 0) {
             g_set_error(errp, VB_ERROR, 0,
                         "queue %u: inflight region entry %u has invalid "
-                        "state %u", vq->index, i, r->desc[i].inflight);
+                        "state %u", vq->index, i, state);
             return false;
         }
-        max_counter = MAX(max_counter, r->desc[i].counter);
+        max_counter = MAX(max_counter, counter);
+    }
+
+    /* Everything was read and checked: from here on only the locals. */
+    virtqueue_restore_test_point(vq, r);
+
+    if (used_idx != ring_used_idx) {
+        if (done < num) {
+            VQ_STORE(&r->desc[done].inflight, 0);
+        }
+        atomic_signal_fence(memory_order_release);
+        VQ_STORE(&r->used_idx, ring_used_idx);
     }
     qsort(replay, n, sizeof(replay[0]), virtqueue_replay_cmp);
     for (i = 0; i < n; i++) {
@@ -1056,9 +1079,10 @@ static bool virtqueue_split_map(VirtQueue *vq, const GuestMemory *mem,
 /* Split ring: the rest of the start, once the pool is there. */
 static bool virtqueue_split_start(VirtQueue *vq, GError **errp)
 {
+    /* read once: the restore decides with the same value */
     vq->used_idx = VQ_LOAD(&vq->used->idx);
     vq->shadow_avail_idx = vq->last_avail_idx;
-    if (!virtqueue_inflight_restore(vq, errp)) {
+    if (!virtqueue_inflight_restore(vq, vq->used_idx, errp)) {
         return false;
     }
     /* Start with notifications on (a previous instance may have left

@@ -19,7 +19,10 @@
 /* Any thread: install the handler (once; later calls do nothing). */
 bool sigbus_guard_install(GError **errp);
 
-/* Any thread: guard [addr, addr + len); a fault there sets *flag.  Returns
+/* Any thread, after sigbus_guard_install(): guard [addr, addr + len)
+ * rounded up to the end of its last page (a mapping's unit; callers that
+ * map huge pages pass the length rounded to those); a fault there sets
+ * *flag.  Returns
  * a handle for sigbus_guard_remove(), or -1 when every slot is taken (the
  * range is then unguarded; the caller may go on). */
 int sigbus_guard_add(void *addr, size_t len, _Atomic bool *flag);

@@ -503,13 +503,113 @@ def export_opts_seeds():
     return seeds
 
 
+# ----------------------------------------------------------------- inflight
+#
+# fuzz-inflight input (see tests/fuzz/fuzz-inflight.c):
+#   u8 flags (1 packed, 2 event-idx), u8 qlog (size 1 << (qlog % 7)),
+#   u32 base, u16 used->idx (split), u8 nflips + nflips x (u16 offset,
+#   u8 value) written into the region between the restore's checks and
+#   its use, the whole region of one queue, then guest memory from gpa 0
+#   (split: descriptors 0x0, avail 0x1000, used 0x2000; packed: ring 0x0).
+
+def align64(n):
+    return (n + 63) & ~63
+
+
+def inflight_hdr(packed, qlog, base=0, used_idx=0, flips=()):
+    h = struct.pack('<BBIHB', (1 if packed else 0), qlog, base, used_idx,
+                    len(flips))
+    for off, val in flips:
+        h += struct.pack('<HB', off, val)
+    return h
+
+
+def split_region(num, inflight=(), used_idx=0, last_batch_head=0):
+    """inflight: (head, counter) pairs."""
+    r = bytearray(align64(16 + 16 * num))
+    struct.pack_into('<QHHHH', r, 0, 0, 1, num, last_batch_head, used_idx)
+    for head, counter in inflight:
+        struct.pack_into('<B5xHQ', r, 16 + 16 * head, 1, 0, counter)
+    return bytes(r)
+
+
+def split_image(num, heads):
+    """A descriptor per head: 512 writable bytes at 0x4000 + 0x200 * head."""
+    img = bytearray(16 * num)
+    for h in heads:
+        struct.pack_into('<QIHH', img, 16 * h, 0x4000 + 0x200 * h, 512,
+                         VRING_DESC_F_WRITE, 0)
+    return bytes(img)
+
+
+def packed_region(num, bufs=(), used_idx=0, wrap=1):
+    """bufs: (id, ndesc, counter); their chains take entries from 0 on,
+    the rest is the free list."""
+    r = bytearray(align64(32 + 32 * num))
+    e = 0
+    entries = []
+    for bid, ndesc, counter in bufs:
+        chain = list(range(e, e + ndesc))
+        e += ndesc
+        for k, x in enumerate(chain):
+            nxt = chain[k + 1] if k + 1 < ndesc else 0
+            flags = VRING_DESC_F_WRITE if k == ndesc - 1 else 0
+            head = k == 0
+            entries.append((x, 1 if head else 0, nxt,
+                            chain[-1] if head else 0,
+                            ndesc if head else 0, counter if head else 0,
+                            bid, flags, 512, 0x4000 + 0x200 * x))
+    free = list(range(e, num))
+    for k, x in enumerate(free):
+        entries.append((x, 0, free[k + 1] if k + 1 < len(free) else num,
+                        0, 0, 0, 0, 0, 0, 0))
+    free_head = free[0] if free else num
+    struct.pack_into('<QHHHHHHBB', r, 0, 0, 1, num, free_head, free_head,
+                     used_idx, used_idx, wrap, wrap)
+    for x, infl, nxt, last, n, counter, bid, flags, ln, addr in entries:
+        struct.pack_into('<BxHHHQHHIQ', r, 32 + 32 * x, infl, nxt, last, n,
+                         counter, bid, flags, ln, addr)
+    return bytes(r)
+
+
+def inflight_seeds():
+    s = {}
+    s['split-fresh'] = inflight_hdr(False, 4) + bytes(align64(16 + 16 * 16))
+    s['split-replay'] = (inflight_hdr(False, 4, base=3, used_idx=3) +
+                         split_region(16, [(5, 2), (1, 3), (9, 1)], 3) +
+                         split_image(16, [5, 1, 9]))
+    s['split-torn-push'] = (inflight_hdr(False, 4, base=4, used_idx=4) +
+                            split_region(16, [(2, 1), (7, 2)], 3, 7) +
+                            split_image(16, [2, 7]))
+    s['split-flip'] = (inflight_hdr(False, 4, used_idx=4,
+                                    flips=[(12, 0xff), (13, 0xff)]) +
+                       split_region(16, [(2, 1)], 3, 2) +
+                       split_image(16, [2]))
+    s['packed-fresh'] = inflight_hdr(True, 4) + bytes(align64(32 + 32 * 16))
+    s['packed-replay'] = (inflight_hdr(True, 4, base=0x80008000) +
+                          packed_region(16, [(7, 3, 2), (2, 1, 1)]))
+    s['packed-full'] = (inflight_hdr(True, 2) +
+                        packed_region(4, [(0, 2, 1), (3, 2, 2)]))
+    s['packed-qsize1'] = (inflight_hdr(True, 0) +
+                          packed_region(1, [(0, 1, 5)]))
+    s['packed-flip'] = (inflight_hdr(True, 4,
+                                     flips=[(12, 0xff), (13, 0xff),
+                                            (16, 0xff), (17, 0xff),
+                                            (20, 0xff)]) +
+                        packed_region(16, [(4, 2, 1)], used_idx=3))
+    s['packed-free-short'] = (inflight_hdr(True, 4) +
+                              packed_region(16, [(1, 1, 1)])[:32 + 32 * 3])
+    return s
+
+
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else \
         os.path.join(os.path.dirname(os.path.abspath(__file__)), 'corpus')
     for target, seeds in (('fuzz-virtqueue', virtqueue_seeds()),
                           ('fuzz-virtio-blk', virtio_blk_seeds()),
                           ('fuzz-vhost-user', vhost_user_seeds()),
-                          ('fuzz-export-opts', export_opts_seeds())):
+                          ('fuzz-export-opts', export_opts_seeds()),
+                          ('fuzz-inflight', inflight_seeds())):
         d = os.path.join(outdir, target)
         os.makedirs(d, exist_ok=True)
         for name, data in seeds.items():

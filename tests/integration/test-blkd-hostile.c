@@ -2070,6 +2070,196 @@ static void test_packed_inflight_corrupt(Fixture *f, gconstpointer data)
     check_survived(f);
 }
 
+/* ---- guest memory: a partial last page (issue 20, item 3) ------------- */
+
+/*
+ * A memory region whose size is not a multiple of the page (a page and
+ * 100 bytes, on a memfd the front-end did not seal), holding a request's
+ * header in its last, partial page; the front-end truncates the file to
+ * one page while the daemon is about to read it.  The daemon's load of
+ * the header faults on a page that reaches past the region's nominal end:
+ * the SIGBUS guard must cover that page too, so the access reads zeros and
+ * the session is dropped with a message, and the daemon and the other
+ * export go on.  The guard used to stop at the region's nominal end, the
+ * handler refused the page, and SIGBUS killed every export.
+ */
+static void test_mem_partial_page_truncated(Fixture *f, gconstpointer data)
+{
+    const uint64_t page = getpagesize(), size = page + 100;
+    const uint64_t gpa = VHOST_USER_FRONTEND_REGION_STRIDE;
+    int fd = make_memfd(size);
+    VhostUserMemRegMsg m = {
+        .region = region(gpa, size, 0x7f2000000000ULL, 0),
+    };
+    struct virtio_blk_outhdr *hdr;
+    uint32_t id, len;
+    uint8_t *p, *status;
+    Outcome o;
+
+    g_assert_cmpint(send_acked(f, VHOST_USER_ADD_MEM_REG, &m, sizeof(m),
+                               &fd, 1), ==, 0);
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    g_assert_true(p != MAP_FAILED);
+    hdr = (void *)(p + page + 16);
+    hdr->type = VIRTIO_BLK_T_IN;
+    hdr->ioprio = 0;
+    hdr->sector = 0;
+    munmap(p, size);        /* this process must not touch it either */
+    /* header in the partial page, status byte in region 0 */
+    status = prep_slot(f, H0, VIRTIO_BLK_T_IN, 0);
+    vhost_user_frontend_write_desc(f->fe, 0, H0, gpa + page + 16,
+                                   sizeof(*hdr), VRING_DESC_F_NEXT, H0 + 1);
+    vhost_user_frontend_write_desc(f->fe, 0, H0 + 1, slot_gpa(f, H0, 16), 1,
+                                   VRING_DESC_F_WRITE, 0);
+    /* the front-end takes the partial page away */
+    g_assert_cmpint(ftruncate(fd, page), ==, 0);
+    o = submit_raw_and_watch(f, H0, &id, &len);
+    g_test_message("outcome: %s (status 0x%02x)", outcome_name(o), *status);
+    g_assert_cmpint(o, !=, OUTCOME_NOTHING);
+    /* whatever the daemon made of the zeros it read, the session goes */
+    g_assert_true(vhost_user_frontend_peer_closed(f->fe, DROP_TIMEOUT_MS));
+    close(fd);
+    check_survived(f);      /* without the fix: "vhost-blkd died" */
+}
+
+/* ---- packed vring base without a start (issue 20, item 7) ------------- */
+
+static uint32_t get_vring_base(Fixture *f, uint32_t index)
+{
+    VhostUserVringState s = { .index = index };
+    VhostUserMsg reply;
+
+    g_assert_cmpint(vhost_user_frontend_send_msg_raw(
+                        f->fe, VHOST_USER_GET_VRING_BASE, VHOST_USER_VERSION,
+                        sizeof(s), &s, sizeof(s), NULL, 0), ==, 0);
+    g_assert_cmpint(vhost_user_frontend_recv_raw(f->fe, &reply, NULL, NULL,
+                                                 DROP_TIMEOUT_MS), ==,
+                    sizeof(VhostUserVringState));
+    g_assert_cmpuint(reply.payload.state.index, ==, index);
+    return reply.payload.state.num;
+}
+
+/*
+ * GET_VRING_BASE (the queue stops), SET_VRING_BASE, GET_VRING_BASE again
+ * with no start in between (QEMU may do that when a migration is
+ * cancelled): the answer must be the base just set.  It used to be its
+ * low half mixed with the old used position and wrap counters.
+ */
+static void test_packed_base_set_then_get(Fixture *f, gconstpointer data)
+{
+    uint32_t b;
+
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 512, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    b = get_vring_base(f, 0);
+    g_test_message("base after one request: 0x%08" PRIx32, b);
+    g_assert_cmpint(send_state(f, VHOST_USER_SET_VRING_BASE, 0, 0x000a800bu),
+                    ==, 0);
+    g_assert_cmphex(get_vring_base(f, 0), ==, 0x000a800bu);
+    g_assert_cmpint(send_state(f, VHOST_USER_SET_VRING_BASE, 0, b), ==, 0);
+    g_assert_cmphex(get_vring_base(f, 0), ==, b);
+    check_survived(f);
+}
+
+/* ---- packed inflight region: exact accounting (issue 20, item 2) ------- */
+
+/*
+ * Hand the daemon back a packed inflight region whose free list is too
+ * short, on a reconnect after a clean session: @qsize entries per queue,
+ * free_head = old_free_head = qsize (an empty list) and nothing in flight,
+ * so no entry is accounted for.  The restore must refuse the region (the
+ * reconnect fails, the session is dropped with a message), the daemon go
+ * on; it used to take it and let the first pop write entry qsize -- past
+ * the queue's part of the region, at queue size 1 over the device-state
+ * area -- and read one past its own copy of the links.
+ */
+static void packed_free_list_empty(Fixture *f, unsigned int qsize)
+{
+    VhostUserFrontendOptions opts = {
+        .queue_size = qsize, .num_queues = 1, .packed = true,
+    };
+    g_autoptr(GError) err = NULL;
+    VhostUserQueueRegionPacked *r;
+    uint64_t size;
+    int fd;
+    void *p;
+
+    if (qsize != QSIZE) {
+        vhost_user_frontend_free(f->fe);
+        f->fe = vb_connect(&f->d, 0, &opts);
+        vb_start(f->fe);
+    }
+    fd = vhost_user_frontend_inflight_fd(f->fe, &size);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpuint(size, >=, vhost_user_inflight_queue_size_packed(qsize));
+    if (qsize == QSIZE) {
+        /* a request went through: the region is the daemon's */
+        g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 512,
+                               true, NULL), ==, VIRTIO_BLK_S_OK);
+    }
+    vhost_user_frontend_disconnect(f->fe);
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    g_assert_true(p != MAP_FAILED);
+    r = p;
+    /* a well-formed header (written whole: at queue size 1 the daemon may
+     * not have started the queue before we disconnected) ... */
+    r->version = 1;
+    r->desc_num = qsize;
+    r->used_idx = r->old_used_idx = 0;
+    r->used_wrap_counter = r->old_used_wrap_counter = 1;
+    for (unsigned int i = 0; i < qsize; i++) {
+        r->desc[i].inflight = 0;
+    }
+    /* ... and an empty free list with nothing in flight */
+    r->free_head = r->old_free_head = qsize;
+    munmap(p, size);
+
+    g_assert_false(vhost_user_frontend_reconnect(f->fe, 5000, &err));
+    g_test_message("reconnect: %s", err ? err->message : "?");
+    check_survived(f);
+}
+
+static void test_packed_inflight_free_list_empty(Fixture *f,
+                                                 gconstpointer data)
+{
+    packed_free_list_empty(f, QSIZE);
+}
+
+static void test_packed_inflight_free_list_qsize1(Fixture *f,
+                                                  gconstpointer data)
+{
+    packed_free_list_empty(f, 1);
+}
+
+/* The free list ends after one entry, nothing in flight: 1 of QSIZE
+ * entries accounted for.  Refused; it used to be accepted and the second
+ * pop ran off the end of the list. */
+static void test_packed_inflight_free_list_short(Fixture *f,
+                                                 gconstpointer data)
+{
+    g_autoptr(GError) err = NULL;
+    VhostUserQueueRegionPacked *r;
+    uint64_t size;
+    int fd = vhost_user_frontend_inflight_fd(f->fe, &size);
+    void *p;
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, 0, f->buf, 512, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    vhost_user_frontend_disconnect(f->fe);
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    g_assert_true(p != MAP_FAILED);
+    r = p;
+    g_assert_cmpuint(r->version, ==, 1);
+    g_assert_cmpuint(r->free_head, ==, r->old_free_head);
+    r->desc[r->old_free_head].next = QSIZE;
+    munmap(p, size);
+
+    g_assert_false(vhost_user_frontend_reconnect(f->fe, 5000, &err));
+    g_test_message("reconnect: %s", err ? err->message : "?");
+    check_survived(f);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -2106,6 +2296,7 @@ int main(int argc, char **argv)
     ADD("mem/rem-region-of-rings", test_rem_mem_reg_rings);
     ADD("mem/add-region-overlap", test_add_mem_reg_overlap);
     ADD("mem/rem-region-with-fd", test_rem_mem_reg_with_fd);
+    ADD("mem/partial-page-truncated", test_mem_partial_page_truncated);
     ADD("vring/addr-outside", test_vring_addr_outside);
     ADD("vring/addr-misaligned", test_vring_addr_misaligned);
     ADD("vring/num-bad", test_vring_num_bad);
@@ -2153,6 +2344,14 @@ int main(int argc, char **argv)
     ADD_PACKED("indirect-not-alone", test_packed_indirect_not_alone);
     ADD_PACKED("base-out-of-range", test_packed_base_out_of_range);
     ADD_PACKED("inflight-corrupt", test_packed_inflight_corrupt);
+    ADD_PACKED("base-set-then-get", test_packed_base_set_then_get);
+    /* exact accounting of the inflight region's entries */
+    ADD_PACKED("inflight-free-list-empty",
+               test_packed_inflight_free_list_empty);
+    ADD_PACKED("inflight-free-list-qsize1",
+               test_packed_inflight_free_list_qsize1);
+    ADD_PACKED("inflight-free-list-short",
+               test_packed_inflight_free_list_short);
 #undef ADD_PACKED
 #undef ADD
     return g_test_run();

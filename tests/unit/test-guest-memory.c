@@ -2,6 +2,7 @@
 /* Unit tests for the guest memory map: region checks and strict translation. */
 #include "qemu/osdep.h"
 #include "hw/virtio/guest-memory.h"
+#include "qemu/sigbus-guard.h"
 
 #include <sys/mman.h>
 
@@ -269,6 +270,42 @@ static void test_mmap_offset(void)
     close(fd);
 }
 
+/*
+ * A region whose size is not a multiple of the page, on a memfd the VMM
+ * then truncates: the mapping's last page reaches past the region's
+ * nominal end, and a load there must land in a zero page and set the
+ * fault flag like any other page of the region -- not kill the process.
+ * Also with an offset that is not page-aligned (the mapping starts below
+ * the region).
+ */
+static void test_partial_last_page(void)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    static const uint64_t offsets[] = { 0, 100 };
+
+    g_assert_true(sigbus_guard_install(NULL));
+    for (unsigned int i = 0; i < ARRAY_SIZE(offsets); i++) {
+        uint64_t off = offsets[i], size = page + 100;
+        int fd = test_memfd(off + size);
+        GuestMemory mem;
+        volatile uint8_t *p;
+
+        guest_mem_init(&mem);
+        test_add(&mem, fd, 0x100000, size, 0x10000000, off);
+        p = guest_mem_gpa_to_host(&mem, 0x100000, size);
+        g_assert_nonnull(p);
+        p[size - 1] = 0x5a;
+        g_assert_false(guest_mem_faulted(&mem));
+        /* the VMM takes the last (partial) page away */
+        g_assert_cmpint(ftruncate(fd, page), ==, 0);
+        g_assert_cmpuint(p[size - 1], ==, 0);       /* no SIGBUS death */
+        g_assert_true(guest_mem_faulted(&mem));
+        p[size - 2] = 1;                            /* a store too */
+        guest_mem_clear(&mem);
+        close(fd);
+    }
+}
+
 /* The log's bytes as the file holds them (what the VMM reads). */
 static void test_read_log(int fd, uint64_t off, uint8_t *buf, size_t len)
 {
@@ -374,6 +411,8 @@ int main(int argc, char **argv)
     g_test_add_func("/guest-memory/iovec/split", test_iovec_split);
     g_test_add_func("/guest-memory/remove", test_remove);
     g_test_add_func("/guest-memory/mmap-offset", test_mmap_offset);
+    g_test_add_func("/guest-memory/sigbus/partial-last-page",
+                    test_partial_last_page);
     g_test_add_func("/guest-memory/log", test_log);
     return g_test_run();
 }

@@ -9,6 +9,7 @@
 #include "qemu/osdep.h"
 #include "hw/virtio/virtqueue.h"
 
+#include <semaphore.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <linux/virtio_ring.h>
@@ -818,6 +819,276 @@ static void test_inflight_corrupt(void)
     }
 }
 
+/* ---- inflight region: read once, exact accounting --------------------- */
+
+/*
+ * A "front-end" thread that rewrites the region while the daemon restores
+ * it.  The restore calls virtqueue_inflight_restore_hook() between its
+ * checks and its use of what it read; the hook wakes the thread and waits
+ * until it has written, so the race is hit on every run.
+ */
+typedef struct Flipper {
+    sem_t go, done;
+    bool armed;
+    bool called;
+    void *region;
+    void (*flip)(void *region);
+} Flipper;
+
+static Flipper flipper;
+
+void virtqueue_inflight_restore_hook(VirtQueue *vq, void *region)
+{
+    if (!flipper.armed || region != flipper.region) {
+        return;
+    }
+    flipper.called = true;
+    sem_post(&flipper.go);
+    while (sem_wait(&flipper.done) < 0 && errno == EINTR) {
+        continue;
+    }
+}
+
+static gpointer flipper_thread(gpointer opaque)
+{
+    while (sem_wait(&flipper.go) < 0 && errno == EINTR) {
+        continue;
+    }
+    flipper.flip(flipper.region);
+    sem_post(&flipper.done);
+    return NULL;
+}
+
+/* Restart @t's queue with the thread running @flip during the restore. */
+static VirtQueue *restart_flipped(TestPQ *t, void *region,
+                                  void (*flip)(void *region), GError **errp)
+{
+    GThread *th;
+    VirtQueue *vq;
+
+    g_assert_cmpint(sem_init(&flipper.go, 0, 0), ==, 0);
+    g_assert_cmpint(sem_init(&flipper.done, 0, 0), ==, 0);
+    flipper.region = region;
+    flipper.flip = flip;
+    flipper.called = false;
+    flipper.armed = true;
+    th = g_thread_new("front-end", flipper_thread, NULL);
+    vq = tpq_queue(t, 0x80008000u, errp);
+    g_assert_true(flipper.called);
+    flipper.armed = false;
+    g_thread_join(th);
+    sem_destroy(&flipper.go);
+    sem_destroy(&flipper.done);
+    return vq;
+}
+
+static void flip_packed_positions(void *region)
+{
+    VhostUserQueueRegionPacked *r = region;
+
+    __atomic_store_n(&r->free_head, 0xffff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->old_free_head, 0xffff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->used_idx, 0xffff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->old_used_idx, 0xffff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->used_wrap_counter, 0xff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->old_used_wrap_counter, 0xff, __ATOMIC_RELAXED);
+}
+
+/*
+ * The front-end flips free_head, used_idx and used_wrap_counter (and their
+ * old_ copies) to 0xffff after the restore checked them: the restore must
+ * go on with what it checked.  A second read there made the next pop
+ * write region entry 0xffff (2 MiB past the region) and the push write the
+ * used descriptor 0xffff slots past the ring.
+ */
+static void test_inflight_flip_during_restore(void)
+{
+    TestPQ t;
+    VirtQueueElement *e[3];
+    GError *err = NULL;
+    uint16_t id;
+    uint32_t len;
+
+    tpq_init_full(&t, 16, false, true);
+    tpq_add_req(&t, 5, 0);
+    tpq_add_req(&t, 6, 1);
+    e[0] = virtqueue_pop(t.vq);
+    e[1] = virtqueue_pop(t.vq);
+    g_assert_nonnull(e[0]);
+    g_assert_nonnull(e[1]);
+    virtqueue_push(t.vq, e[0], 0);          /* slots 0-2 used */
+    g_assert_true(tpq_get_used(&t, 3, &id, &len));
+
+    /* crash with id 6 in flight; restart while the front-end scribbles */
+    virtqueue_free(t.vq);
+    t.vq = restart_flipped(&t, t.inflight, flip_packed_positions, &err);
+    g_assert_no_error(err);
+    g_assert_nonnull(t.vq);
+    /* what the region said when it was checked: used slot 3, next 6 */
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80038006u);
+
+    /* the replayed buffer, then a new one: their entries are in range */
+    e[0] = virtqueue_pop(t.vq);
+    g_assert_nonnull(e[0]);
+    g_assert_cmpuint(e[0]->head, ==, 6);
+    tpq_add_req(&t, 7, 2);
+    e[1] = virtqueue_pop(t.vq);
+    g_assert_nonnull(e[1]);
+    g_assert_cmpuint(e[1]->head, ==, 7);
+    virtqueue_push(t.vq, e[0], 0);
+    virtqueue_push(t.vq, e[1], 0);
+    g_assert_true(tpq_get_used(&t, 3, &id, &len));
+    g_assert_cmpuint(id, ==, 6);
+    g_assert_true(tpq_get_used(&t, 3, &id, &len));
+    g_assert_cmpuint(id, ==, 7);
+    g_assert_false(virtqueue_is_broken(t.vq));
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80098009u);
+    /* what we wrote back is ours, not the scribble */
+    g_assert_cmpuint(t.inflight->used_idx, ==, 9);
+    g_assert_cmpuint(t.inflight->free_head, <, 16);
+    tpq_cleanup(&t);
+}
+
+/*
+ * The free list and the buffers in flight must account for every entry
+ * exactly once.  A list that is too short (free_head = num with nothing in
+ * flight, an early end, an entry nobody owns) made the next pop write
+ * entry num -- past the queue's part of the region, at queue size 1 into
+ * the next queue's header or the device-state area -- and read one past
+ * our copy of the links.
+ */
+static void test_inflight_free_list_short(void)
+{
+    static const char *const what[] = {
+        "free_head = num, nothing in flight",
+        "free list ends early",
+        "a head entry neither free nor in flight",
+        "free list runs into a buffer in flight",
+        "queue size 1, free_head = 1, nothing in flight",
+    };
+
+    for (unsigned int c = 0; c < G_N_ELEMENTS(what); c++) {
+        unsigned int num = c >= 4 ? 1 : 16;
+        VhostUserQueueRegionPacked *r;
+        TestPQ t;
+        GError *err = NULL;
+        VirtQueue *vq;
+
+        tpq_init_full(&t, num, false, true);
+        r = t.inflight;
+        if (c == 2 || c == 3) {
+            /* one buffer of one descriptor in flight */
+            uint64_t gpa = GPA_DATA;
+            uint32_t l = 512;
+            uint16_t fl = VRING_DESC_F_WRITE;
+
+            tpq_add(&t, 0, 1, &gpa, &l, &fl);
+            g_assert_nonnull(virtqueue_pop(t.vq));
+        }
+        virtqueue_free(t.vq);
+        t.vq = NULL;
+        switch (c) {
+        case 0:
+        case 4:
+            r->free_head = r->old_free_head = num;
+            break;
+        case 1:
+            r->desc[r->free_head].next = num;   /* 1 entry instead of 16 */
+            break;
+        case 2:
+            /* the buffer's head says "not in flight" but is not freed */
+            r->desc[0].inflight = 0;
+            break;
+        case 3:
+            /* the last free entry links to the buffer's head entry 0 */
+            for (uint16_t e = r->free_head; ; e = r->desc[e].next) {
+                if (r->desc[e].next == num) {
+                    r->desc[e].next = 0;
+                    break;
+                }
+            }
+            break;
+        }
+        vq = tpq_queue(&t, 0x80008000u, &err);
+        g_test_message("case %u (%s): %s", c, what[c],
+                       err ? err->message : "accepted");
+        g_assert_null(vq);
+        g_assert_nonnull(err);
+        g_clear_error(&err);
+        tpq_cleanup(&t);
+    }
+}
+
+/*
+ * Killed inside an unpop, at each step: the region still accounts for
+ * every entry, so the next instance takes it (and pops the buffer again
+ * from the ring, or replays it from the region).
+ */
+static void test_inflight_unpop_killed(void)
+{
+    for (int step = 0; step < 2; step++) {
+        VhostUserQueueRegionPacked saved;
+        VirtQueueElement *e;
+        GError *err = NULL;
+        TestPQ t;
+
+        tpq_init_full(&t, 16, false, true);
+        tpq_add_req(&t, 4, 0);
+        e = virtqueue_pop(t.vq);
+        g_assert_nonnull(e);
+        saved = *t.inflight;
+        virtqueue_unpop(t.vq, e);
+        if (step == 0) {
+            /* entries back on the list, old_free_head not yet moved */
+            t.inflight->old_free_head = saved.old_free_head;
+            t.inflight->desc[0].inflight = 1;
+        } else {
+            /* everything but the flag of the head entry */
+            t.inflight->desc[0].inflight = 1;
+        }
+        virtqueue_free(t.vq);
+        t.vq = tpq_queue(&t, 0x80008000u, &err);
+        g_assert_no_error(err);
+        e = virtqueue_pop(t.vq);
+        g_assert_nonnull(e);
+        g_assert_cmpuint(e->head, ==, 4);
+        virtqueue_push(t.vq, e, 0);
+        g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80038003u);
+        g_assert_false(virtqueue_is_broken(t.vq));
+        tpq_cleanup(&t);
+    }
+}
+
+/*
+ * SET_VRING_BASE on a stopped packed queue, then GET_VRING_BASE without a
+ * start in between: the base the front-end set, not its low half mixed
+ * with the old used position.
+ */
+static void test_base_set_then_get(void)
+{
+    TestPQ t;
+    VirtQueueElement *e;
+    uint16_t id;
+    uint32_t len;
+
+    tpq_init(&t, 16, false);
+    tpq_add_req(&t, 1, 0);
+    e = virtqueue_pop(t.vq);
+    g_assert_nonnull(e);
+    virtqueue_push(t.vq, e, 0);
+    g_assert_true(tpq_get_used(&t, 3, &id, &len));
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80038003u);
+    virtqueue_stop(t.vq);
+    virtqueue_set_base(t.vq, 0x000a800bu);
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x000a800bu);
+    virtqueue_set_base(t.vq, 0x80058007u);
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80058007u);
+    /* and a start takes it */
+    g_assert_true(virtqueue_start(t.vq, &t.mem, NULL));
+    g_assert_cmphex(virtqueue_get_base(t.vq), ==, 0x80058007u);
+    tpq_cleanup(&t);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -833,6 +1104,8 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue-packed/notify/device-event",
                     test_notify_device_event);
     g_test_add_func("/virtqueue-packed/setup/base", test_base);
+    g_test_add_func("/virtqueue-packed/setup/base-set-then-get",
+                    test_base_set_then_get);
     for (unsigned int i = 0; i < ARRAY_SIZE(bad_cases); i++) {
         g_autofree char *path = g_strdup_printf("/virtqueue-packed/broken/%s",
                                                 bad_cases[i].name);
@@ -845,5 +1118,11 @@ int main(int argc, char **argv)
                     test_inflight_torn_push);
     g_test_add_func("/virtqueue-packed/inflight/corrupt",
                     test_inflight_corrupt);
+    g_test_add_func("/virtqueue-packed/inflight/flip-during-restore",
+                    test_inflight_flip_during_restore);
+    g_test_add_func("/virtqueue-packed/inflight/free-list-short",
+                    test_inflight_free_list_short);
+    g_test_add_func("/virtqueue-packed/inflight/unpop-killed",
+                    test_inflight_unpop_killed);
     return g_test_run();
 }

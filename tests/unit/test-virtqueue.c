@@ -6,6 +6,7 @@
 #include "qemu/osdep.h"
 #include "hw/virtio/virtqueue.h"
 
+#include <semaphore.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <linux/virtio_ring.h>
@@ -1009,6 +1010,90 @@ static void test_inflight_last_batch(void)
     tvq_cleanup(&t);
 }
 
+/*
+ * A "front-end" thread that rewrites the region while the daemon restores
+ * it: the restore calls virtqueue_inflight_restore_hook() between its
+ * checks and its use of what it read, and the hook waits until the thread
+ * has written (deterministic: the race is hit on every run).
+ */
+static struct {
+    sem_t go, done;
+    bool armed, called;
+    void *region;
+} flipper;
+
+void virtqueue_inflight_restore_hook(VirtQueue *vq, void *region)
+{
+    if (!flipper.armed || region != flipper.region) {
+        return;
+    }
+    flipper.called = true;
+    sem_post(&flipper.go);
+    while (sem_wait(&flipper.done) < 0 && errno == EINTR) {
+        continue;
+    }
+}
+
+static gpointer flip_last_batch_head(gpointer opaque)
+{
+    VhostUserQueueRegionSplit *r = opaque;
+
+    while (sem_wait(&flipper.go) < 0 && errno == EINTR) {
+        continue;
+    }
+    __atomic_store_n(&r->last_batch_head, 0xffff, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->used_idx, 0xffff, __ATOMIC_RELAXED);
+    sem_post(&flipper.done);
+    return NULL;
+}
+
+/*
+ * Killed inside a push (as in last-batch), and the front-end flips
+ * last_batch_head to 0xffff once the restore checked it: the restore must
+ * clear the entry it checked.  A second read there cleared entry 0xffff, a
+ * store 1 MiB past the region.
+ */
+static void test_inflight_flip_during_restore(void)
+{
+    VirtQueueElement *e[2];
+    GThread *th;
+    TestVQ t;
+
+    tvq_init_full(&t, 16, false, true);
+    tvq_desc(&t, NULL, 0, GPA_DATA, 512, VRING_DESC_F_WRITE, 0);
+    tvq_desc(&t, NULL, 1, GPA_DATA + 0x1000, 512, VRING_DESC_F_WRITE, 0);
+    tvq_make_avail(&t, 0);
+    tvq_make_avail(&t, 1);
+    e[0] = virtqueue_pop(t.vq);
+    e[1] = virtqueue_pop(t.vq);
+    virtqueue_push(t.vq, e[0], 512);
+    /* half of virtqueue_push(e[1]) */
+    t.inflight->last_batch_head = 1;
+    t.used->ring[1].id = 1;
+    t.used->ring[1].len = 512;
+    t.used->idx = 2;
+    virtqueue_free(t.vq);
+
+    g_assert_cmpint(sem_init(&flipper.go, 0, 0), ==, 0);
+    g_assert_cmpint(sem_init(&flipper.done, 0, 0), ==, 0);
+    flipper.region = t.inflight;
+    flipper.armed = true;
+    th = g_thread_new("front-end", flip_last_batch_head, t.inflight);
+    t.vq = tvq_new_queue(&t, t.used->idx);
+    g_assert_true(flipper.called);
+    flipper.armed = false;
+    g_thread_join(th);
+    sem_destroy(&flipper.go);
+    sem_destroy(&flipper.done);
+
+    /* entry 1 was done, and is not replayed */
+    g_assert_cmpuint(t.inflight->desc[1].inflight, ==, 0);
+    g_assert_cmpuint(virtqueue_get_base(t.vq), ==, 2);
+    g_assert_null(virtqueue_pop(t.vq));
+    g_assert_false(virtqueue_is_broken(t.vq));
+    tvq_cleanup(&t);
+}
+
 static void test_inflight_mismatch(void)
 {
     TestVQ t;
@@ -1066,5 +1151,7 @@ int main(int argc, char **argv)
     g_test_add_func("/virtqueue/inflight/resubmit", test_inflight_resubmit);
     g_test_add_func("/virtqueue/inflight/last-batch", test_inflight_last_batch);
     g_test_add_func("/virtqueue/inflight/mismatch", test_inflight_mismatch);
+    g_test_add_func("/virtqueue/inflight/flip-during-restore",
+                    test_inflight_flip_during_restore);
     return g_test_run();
 }

@@ -110,6 +110,15 @@ bool virtqueue_is_enabled(VirtQueue *vq);
  * for a packed queue, a VhostUserQueueRegionPacked (vhost-user-proto.h);
  * zeroed by the VMM on first use. */
 void virtqueue_set_inflight(VirtQueue *vq, void *region);
+/*
+ * Test hook, never defined in the daemon: the inflight restore of either
+ * ring format calls it (when a program defines it) once it has read and
+ * checked the region and before it uses what it read, so a test can play a
+ * front-end rewriting the region at the worst moment.  Weak: in the daemon
+ * the call is one NULL test per queue start.
+ */
+void virtqueue_inflight_restore_hook(VirtQueue *vq, void *region)
+    __attribute__((weak));
 /* Whether num, addr and kick are all set so the queue can start. */
 bool virtqueue_is_ready(VirtQueue *vq);
 
