@@ -28,6 +28,7 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -1566,6 +1567,91 @@ static bool kc_v_other_process(Kc *k)
     return kc_rw(k, 32, 4096, 0x33);
 }
 
+/*
+ * SET_MEM_TABLE with requests in flight: the new table maps the guest's
+ * memory to a copy.  Requests that translated their buffers and status
+ * byte through the old table must be done with it when the ioctl returns:
+ * nothing may write the old memory after that.
+ */
+static bool kc_v_mem_table_drain(Kc *k)
+{
+    union {
+        struct vhost_memory m;
+        char b[sizeof(struct vhost_memory) + sizeof(struct vhost_memory_region)];
+    } u;
+    int kfd = vhost_user_frontend_kernel_fd(k->fe);
+    const size_t msz = 8 << 20, dlen = 512 * 1024;
+    uint8_t *m1 = vhost_user_frontend_gpa_to_host(k->fe, 0, msz);
+    uint8_t *m2, *snap, st_snap[KC_QSIZE];
+    VhostUserFrontendCompletion c[16];
+    int n = 0;
+
+    if (!m1) {
+        KC_FAIL("guest memory is not one region at GPA 0");
+    }
+    memset(k->buf, 0x5a, dlen);
+    for (int i = 0; i < 16; i++) {
+        struct iovec iov = { k->buf + 32768 * i, 32768 };
+
+        if (vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_IN,
+                                           (uint64_t)i * 64, &iov, 1, true,
+                                           NULL) < 0) {
+            KC_FAIL("submit %d failed", i);
+        }
+    }
+    m2 = mmap(NULL, msz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+              -1, 0);
+    snap = g_malloc(dlen);
+    if (m2 == MAP_FAILED) {
+        g_free(snap);
+        KC_FAIL("mmap: %s", strerror(errno));
+    }
+    memcpy(m2, m1, msz);
+    memset(&u, 0, sizeof(u));
+    u.m.nregions = 1;
+    u.m.regions[0].guest_phys_addr = 0;
+    u.m.regions[0].memory_size = msz;
+    u.m.regions[0].userspace_addr = (uintptr_t)m2;
+    vhost_user_frontend_kick(k->fe, 0);
+    if (ioctl(kfd, VHOST_SET_MEM_TABLE, &u.m) < 0) {
+        g_free(snap);
+        KC_FAIL("SET_MEM_TABLE: %s", strerror(errno));
+    }
+    memcpy(snap, k->buf, dlen);
+    for (int h = 0; h < KC_QSIZE; h++) {
+        st_snap[h] = ((uint8_t *)vhost_user_frontend_req_slot(k->fe, 0, h))[16];
+    }
+    for (int i = 0; i < KC_WAIT_STEPS && n < 16; i++) {
+        int r = vhost_user_frontend_reap(k->fe, 0, c, 16 - n);
+
+        if (r < 0) {
+            break;
+        }
+        n += r;
+        if (n < 16) {
+            vhost_user_frontend_wait(k->fe, 0, 100);
+        }
+    }
+    if (n != 16) {
+        g_free(snap);
+        KC_FAIL("%d of 16 requests completed", n);
+    }
+    if (memcmp(snap, k->buf, dlen)) {
+        g_free(snap);
+        KC_FAIL("a request wrote data into the old memory after "
+                "SET_MEM_TABLE returned");
+    }
+    g_free(snap);
+    for (int h = 0; h < KC_QSIZE; h++) {
+        if (st_snap[h] !=
+            ((uint8_t *)vhost_user_frontend_req_slot(k->fe, 0, h))[16]) {
+            KC_FAIL("a status byte was written into the old memory after "
+                    "SET_MEM_TABLE returned (head %d)", h);
+        }
+    }
+    return true;                /* m2 stays mapped: the device may use it */
+}
+
 typedef struct KcCase {
     const char *name;
     bool (*fn)(Kc *k);
@@ -1629,6 +1715,7 @@ static const KcCase kc_cases[] = {
     { "vmm-reset-owner-in-flight", kc_v_reset_inflight, false, true },
     { "vmm-other-process", kc_v_other_process, false, true },
     { "vmm-owner-checks", kc_v_owner_checks, false, true },
+    { "vmm-mem-table-drain", kc_v_mem_table_drain, false, true },
 };
 
 static bool kc_run(const KcCase *c)
