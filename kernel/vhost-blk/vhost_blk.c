@@ -176,6 +176,7 @@ struct vhost_blk {
 	bool writeback;
 	bool wc_explicit;
 	char serial[VHOST_BLK_SERIAL_LEN];	/* dev mutex; copied to each vq */
+	unsigned long exit_deadline;	/* jiffies: VHOST_BLK_WAIT_EXIT */
 };
 
 /* ------------------------------------------------------------ completion */
@@ -793,10 +794,17 @@ static void vhost_blk_free_reqs(struct vhost_blk_vq *bq)
 enum vhost_blk_wait {
 	VHOST_BLK_WAIT_INTR,	/* an ioctl: any signal interrupts it */
 	VHOST_BLK_WAIT_KILL,	/* close(): only a fatal signal does */
+	VHOST_BLK_WAIT_EXIT,	/* close() by an exiting task: 2 s in all */
 	VHOST_BLK_WAIT_IDLE,	/* the release thread (no signals) */
 };
 
-/* Wait until no request is in flight on @bq; -ERESTARTSYS if interrupted. */
+/* How long the exit of the owner waits for I/O before handing it off. */
+#define VHOST_BLK_EXIT_WAIT (2 * HZ)
+
+/*
+ * Wait until no request is in flight on @bq; -ERESTARTSYS if interrupted,
+ * -ETIMEDOUT when an exiting task's wait ran out.
+ */
 static int vhost_blk_drain(struct vhost_blk_vq *bq, enum vhost_blk_wait how)
 {
 	/* pairs with the wake_up_all() after the last atomic_dec of inflight */
@@ -807,6 +815,18 @@ static int vhost_blk_drain(struct vhost_blk_vq *bq, enum vhost_blk_wait how)
 	case VHOST_BLK_WAIT_KILL:
 		return wait_event_killable(bq->drain_wq,
 					   !atomic_read(&bq->inflight));
+	case VHOST_BLK_WAIT_EXIT: {
+		/* signals are no longer delivered: bound the wait instead */
+		long left = (long)(bq->blk->exit_deadline - jiffies);
+
+		if (!atomic_read(&bq->inflight))
+			return 0;
+		if (left <= 0)
+			return -ETIMEDOUT;
+		return wait_event_idle_timeout(bq->drain_wq,
+					       !atomic_read(&bq->inflight),
+					       left) ? 0 : -ETIMEDOUT;
+	}
 	default:
 		wait_event_idle(bq->drain_wq, !atomic_read(&bq->inflight));
 		return 0;
@@ -1265,8 +1285,9 @@ static int vhost_blk_release_thread(void *data)
 
 /*
  * close(): a live process waits (killably) for the requests in flight, so
- * that the image and the module are free when close() returns.  A process
- * that is exiting or was killed does not wait for I/O at all: a kernel
+ * that the image and the module are free when close() returns.  An exiting
+ * process (a killed VMM: signals no longer reach it) waits at most
+ * VHOST_BLK_EXIT_WAIT in all, a killed one not at all; then a kernel
  * thread ("vblk-release", holding a module reference) finishes the
  * teardown, and the VMM's exit is not held up by a slow or stuck backing.
  */
@@ -1275,8 +1296,10 @@ static int vhost_blk_release(struct inode *inode, struct file *f)
 	struct vhost_blk *b = f->private_data;
 	struct task_struct *t;
 
-	if (!(current->flags & PF_EXITING) && !fatal_signal_pending(current) &&
-	    !vhost_blk_teardown(b, VHOST_BLK_WAIT_KILL))
+	b->exit_deadline = jiffies + VHOST_BLK_EXIT_WAIT;
+	if (!fatal_signal_pending(current) &&
+	    !vhost_blk_teardown(b, current->flags & PF_EXITING ?
+				VHOST_BLK_WAIT_EXIT : VHOST_BLK_WAIT_KILL))
 		return 0;
 	__module_get(THIS_MODULE);
 	t = kthread_run(vhost_blk_release_thread, b, "vblk-release");
