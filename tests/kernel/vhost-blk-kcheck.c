@@ -1571,7 +1571,9 @@ static bool kc_v_other_process(Kc *k)
  * SET_MEM_TABLE with requests in flight: the new table maps the guest's
  * memory to a copy.  Requests that translated their buffers and status
  * byte through the old table must be done with it when the ioctl returns:
- * nothing may write the old memory after that.
+ * nothing may write the old memory after that.  20 reads are queued and
+ * the table changes as soon as the first one completes, while the others
+ * are in flight or not yet taken (those then use the new table).
  */
 static bool kc_v_mem_table_drain(Kc *k)
 {
@@ -1580,17 +1582,18 @@ static bool kc_v_mem_table_drain(Kc *k)
         char b[sizeof(struct vhost_memory) + sizeof(struct vhost_memory_region)];
     } u;
     int kfd = vhost_user_frontend_kernel_fd(k->fe);
-    const size_t msz = 8 << 20, dlen = 512 * 1024;
+    const size_t msz = 8 << 20, dlen = 768 * 1024;
+    const int nreq = 20;
     uint8_t *m1 = vhost_user_frontend_gpa_to_host(k->fe, 0, msz);
     uint8_t *m2, *snap, st_snap[KC_QSIZE];
-    VhostUserFrontendCompletion c[16];
-    int n = 0;
+    VhostUserFrontendCompletion c[20];
+    int n = 0, i;
 
     if (!m1) {
         KC_FAIL("guest memory is not one region at GPA 0");
     }
     memset(k->buf, 0x5a, dlen);
-    for (int i = 0; i < 16; i++) {
+    for (i = 0; i < nreq; i++) {
         struct iovec iov = { k->buf + 32768 * i, 32768 };
 
         if (vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_IN,
@@ -1613,6 +1616,16 @@ static bool kc_v_mem_table_drain(Kc *k)
     u.m.regions[0].memory_size = msz;
     u.m.regions[0].userspace_addr = (uintptr_t)m2;
     vhost_user_frontend_kick(k->fe, 0);
+    for (i = 0; i < KC_WAIT_STEPS && !n; i++) {
+        n = vhost_user_frontend_reap(k->fe, 0, c, 1);
+        if (n < 0) {
+            g_free(snap);
+            KC_FAIL("reap failed");
+        }
+        if (!n) {
+            vhost_user_frontend_wait(k->fe, 0, 100);
+        }
+    }
     if (ioctl(kfd, VHOST_SET_MEM_TABLE, &u.m) < 0) {
         g_free(snap);
         KC_FAIL("SET_MEM_TABLE: %s", strerror(errno));
@@ -1621,20 +1634,20 @@ static bool kc_v_mem_table_drain(Kc *k)
     for (int h = 0; h < KC_QSIZE; h++) {
         st_snap[h] = ((uint8_t *)vhost_user_frontend_req_slot(k->fe, 0, h))[16];
     }
-    for (int i = 0; i < KC_WAIT_STEPS && n < 16; i++) {
-        int r = vhost_user_frontend_reap(k->fe, 0, c, 16 - n);
+    for (i = 0; i < KC_WAIT_STEPS && n < nreq; i++) {
+        int r = vhost_user_frontend_reap(k->fe, 0, c, nreq - n);
 
         if (r < 0) {
             break;
         }
         n += r;
-        if (n < 16) {
+        if (n < nreq) {
             vhost_user_frontend_wait(k->fe, 0, 100);
         }
     }
-    if (n != 16) {
+    if (n != nreq) {
         g_free(snap);
-        KC_FAIL("%d of 16 requests completed", n);
+        KC_FAIL("%d of %d requests completed", n, nreq);
     }
     if (memcmp(snap, k->buf, dlen)) {
         g_free(snap);
