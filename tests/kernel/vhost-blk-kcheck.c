@@ -9,8 +9,13 @@
  * Every case opens its own /dev/vhost-blk (through the vhost-user-frontend
  * library in kernel mode: this process's memory is the guest memory), runs,
  * and closes it.  Functional cases check GET_ID, FLUSH, DISCARD and
- * WRITE_ZEROES contents, read-only images, the write-cache ioctl and
- * unsupported types.  Hostile cases build rings by hand and expect the
+ * WRITE_ZEROES contents, read-only images, the write-cache ioctl,
+ * unsupported types, any descriptor layout, and the DISCARD/WRITE_ZEROES
+ * limits with bounded detach and owner exit.  Cases run only when named:
+ * zero-coherence (--block --buffered: the page cache after WRITE_ZEROES
+ * and DISCARD), writethrough-flush (--block: they flush the device), freeze
+ * (IMAGE on a freezable file system: a write waits for the thaw).
+ * Hostile cases build rings by hand and expect the
  * module to answer with an error status, or to give up on the queue with an
  * error-eventfd signal (vq_err) -- never to hang or crash; after each one a
  * fresh device must still serve a good request.  Prints "ok NAME" or
