@@ -32,6 +32,7 @@
 #include <linux/fs.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -776,6 +777,45 @@ static bool kc_case_freeze(Kc *k)
     if (kc_req(k, VIRTIO_BLK_T_IN, 200, 512 * 1024, 4096, true, NULL) != 0 ||
         memcmp(k->buf + 512 * 1024, k->buf, 4096)) {
         KC_FAIL("the write's data is not in the image after the thaw");
+    }
+    return true;
+}
+
+/*
+ * fsnotify: a guest write is an IN_MODIFY on the image and a read an
+ * IN_ACCESS, as for write(2)/read(2).  The module reports them before it
+ * publishes the completion, so they are queued when kc_req() returns.
+ */
+static bool kc_case_fsnotify(Kc *k)
+{
+    char ev[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    uint32_t mask = 0;
+    ssize_t n;
+
+    if (fd < 0 || inotify_add_watch(fd, kc_file, IN_MODIFY | IN_ACCESS) < 0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        KC_FAIL("inotify on %s: %s", kc_file, strerror(errno));
+    }
+    if (!kc_rw(k, 96, 4096, 0x77)) {
+        close(fd);
+        return false;
+    }
+    while ((n = read(fd, ev, sizeof(ev))) > 0) {
+        for (char *p = ev; p < ev + n;) {
+            struct inotify_event *e = (struct inotify_event *)p;
+
+            mask |= e->mask;
+            p += sizeof(*e) + e->len;
+        }
+    }
+    close(fd);
+    if (!(mask & IN_MODIFY) || !(mask & IN_ACCESS)) {
+        KC_FAIL("inotify saw %s%s for a guest write and read",
+                mask & IN_MODIFY ? "IN_MODIFY" : "no IN_MODIFY",
+                mask & IN_ACCESS ? ", IN_ACCESS" : ", no IN_ACCESS");
     }
     return true;
 }
@@ -1698,6 +1738,7 @@ static const KcCase kc_cases[] = {
       (1ULL << VIRTIO_BLK_F_DISCARD) | (1ULL << VIRTIO_BLK_F_WRITE_ZEROES) },
     { "any-layout", kc_case_any_layout },
     { "limits", kc_case_limits },
+    { "fsnotify", kc_case_fsnotify },
     { "zero-coherence", kc_case_zero_coherence, .named = true },
     { "writethrough-flush", kc_case_writethrough_flush, .named = true },
     { "freeze", kc_case_freeze, .named = true },
