@@ -10,7 +10,7 @@
 # /dev/$vbfsdev holds an ext4 file system (made by the host) with a 64 MiB
 # image for O_DIRECT on a file and for the freeze check.
 #   vbkquick=1   fewer bench runs
-#   vbkonly=...  only the named kcheck cases on the block device
+#   vbkonly=A,B  only the named kcheck cases on the block device
 dev=/dev/$vbdev
 fsdev=/dev/${vbfsdev:-vdb}
 
@@ -61,10 +61,10 @@ vb_info misc_dev "$(stat -c %t:%T /dev/vhost-blk)"
 
 truncate -s 64M /tmp/img
 
-# vbkonly="CASE..." (diagnostics): only these kcheck cases, on the block
+# vbkonly=CASE,CASE (diagnostics): only these kcheck cases, on the block
 # device, then the kernel log check
 if [ -n "${vbkonly:-}" ]; then
-    kcheck kcheck_only --file "$dev" --block $vbkonly
+    kcheck kcheck_only --file "$dev" --block $(echo "$vbkonly" | tr , ' ')
     dmesg | grep -E 'Oops|BUG|WARNING|KASAN|Call Trace|hung_task|blocked for more than|lockup|LOCKUP' |
         sed 's/^/VBTEST-LOG: dmesg: /' | head -n 40
     return 0
