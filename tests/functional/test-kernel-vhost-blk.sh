@@ -18,8 +18,8 @@
 # vhost-blk-bench in kernel mode, --verify randrw with sizes from
 # 512 B to 64 KiB mixed in each run on 1 and 4 queues, and 4 KiB / 128 KiB
 # runs, on both; one kthread per queue; read-only
-# enforcement; rmmod; no Oops, BUG, WARNING, KASAN, hung-task, lockup or
-# RCU stall line in dmesg.  On the host: the module's autoload aliases.
+# enforcement; rmmod; no Oops, BUG, WARNING, KASAN, hung-task or lockup
+# line in dmesg.  On the host: the module's autoload aliases.
 # Deterministic: nothing here depends on speed (waits have generous limits
 # and only catch hangs; the 20 s bounds are against minutes).
 set -u
