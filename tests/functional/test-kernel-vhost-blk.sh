@@ -6,15 +6,22 @@
 # appends them, with the static vhost-blk-bench and vhost-blk-kcheck, as a
 # second cpio archive to the standard initramfs (Linux unpacks concatenated
 # archives) and runs the guest job kernel-vhost-blk with a second virtio
-# disk as the block-device backing.  Inside: insmod; vhost-blk-kcheck
-# (GET_ID, FLUSH, DISCARD, WRITE_ZEROES contents, read-only, write cache,
-# 25 hostile ring cases, 5 hostile VMM cases) on a file and on the block
-# device; vhost-blk-bench in kernel mode, --verify randrw with sizes from
+# disk as the block-device backing and a third one with an ext4 file
+# system (made here) for an O_DIRECT image file.  Inside: insmod, the static
+# misc minor; vhost-blk-kcheck (GET_ID, FLUSH, DISCARD, WRITE_ZEROES
+# contents, read-only, write cache, any descriptor layout, the DISCARD/
+# WRITE_ZEROES limits with SET_BACKEND -1 and a killed owner's exit within
+# 20 s, 25 hostile ring cases, 7 hostile VMM cases) on a file and on the
+# block device (O_DIRECT: writethrough DISCARD/WRITE_ZEROES flush it;
+# buffered: page-cache coherence of WRITE_ZEROES/DISCARD), on the ext4
+# file (layouts, limits, a write waits for FIFREEZE's thaw);
+# vhost-blk-bench in kernel mode, --verify randrw with sizes from
 # 512 B to 64 KiB mixed in each run on 1 and 4 queues, and 4 KiB / 128 KiB
 # runs, on both; one kthread per queue; read-only
-# enforcement; rmmod; no Oops, BUG, WARNING, KASAN or hung-task line in
-# dmesg.  Deterministic: nothing here is timed (waits have generous limits
-# and only catch hangs).
+# enforcement; rmmod; no Oops, BUG, WARNING, KASAN, hung-task or lockup
+# line in dmesg.  On the host: the module's autoload aliases.
+# Deterministic: nothing here depends on speed (waits have generous limits
+# and only catch hangs; the 20 s bounds are against minutes).
 set -u
 . "$(dirname "$0")/lib.sh"
 vb_setup
@@ -47,15 +54,31 @@ ln -s "$VHOST_BLK_GUEST_ASSETS/vmlinux" "$A/vmlinux"
   (cd "$P" && find . -print0 | LC_ALL=C sort -z |
       cpio --null -o -H newc --quiet -R 0:0) | gzip -1n; } > "$A/initramfs.img"
 
+# autoloading: the module names its static misc minor and its node
+aliases=$(modinfo -F alias "$(echo "$mods" | tail -n1)" | sort | tr '\n' ' ')
+vb_check_eq "module aliases for /dev/vhost-blk autoloading" "$aliases" \
+    "char-major-10-243 devname:vhost-blk "
+
 disk=$(vb_mkimg bdev 128M)
+# an ext4 file system for an O_DIRECT image file and the freeze check
+fsimg=$(vb_mkimg fs 256M)
+mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$fsimg" ||
+    vb_bail "mkfs.ext4 failed (e2fsprogs)"
 vb_check "guest job kernel-vhost-blk runs" vb_guest -a "$A" -j kernel-vhost-blk \
-    -t "${VB_KMOD_TIMEOUT:-900}" -m 1G vbdev=vda "$@" -- \
+    -t "${VB_KMOD_TIMEOUT:-900}" -m 1G vbdev=vda vbfsdev=vdb "$@" -- \
     -drive "file=$disk,if=none,id=kd0,format=raw,cache=none,aio=threads,discard=unmap" \
-    -device virtio-blk-pci,drive=kd0
+    -device virtio-blk-pci,drive=kd0 \
+    -drive "file=$fsimg,if=none,id=kd1,format=raw,cache=none,aio=threads" \
+    -device virtio-blk-pci,drive=kd1
 
 vb_check_info "module loads (insmod vhost_iotlb, vhost, vhost_blk)" insmod pass
 vb_check_info "kcheck on a file (functional + hostile)" kcheck_file pass
 vb_check_info "kcheck on a block device (functional + hostile)" kcheck_bdev pass
+vb_check_info "kcheck on a buffered block device (page-cache coherence, layouts)" \
+    kcheck_bdev_buffered pass
+vb_check_info "kcheck on an O_DIRECT file on ext4 (layouts, limits, freeze)" \
+    kcheck_fsfile pass
+vb_check_info "/dev/vhost-blk is misc 10:243 (hex a:f3)" misc_dev a:f3
 n=$(vb_info_get kcheck_file_hostile_ok || echo 0)
 if [ "$n" -ge 15 ]; then
     vb_ok "at least 15 hostile ring cases pass on the file ($n)"
@@ -76,5 +99,5 @@ vb_check_info "read-only image: reads work" bench_ro_read pass
 vb_check_info "read-only image: writes fail" bench_ro_write_refused pass
 vb_check_info "rmmod vhost_blk (and vhost, vhost_iotlb)" rmmod pass
 vb_check_info "/dev/vhost-blk gone after rmmod" dev_gone pass
-vb_check_info "no Oops/BUG/WARNING/KASAN line in the guest's dmesg" dmesg_bad 0
+vb_check_info "no Oops/BUG/WARNING/KASAN/hung-task/lockup line in the guest's dmesg" dmesg_bad 0
 vb_done
