@@ -15,7 +15,7 @@ PKGS=(
     python3     # QMP client of tests/functional/test-migration.sh
     # guest assets (scripts/guest/build-assets.sh): kernel unpacking, static fio
     lz4 gzip binutils make zlib1g-dev apt
-    libvirt-clients libvirt-daemon libxml2-utils
+    libvirt-clients libvirt-daemon libvirt-daemon-system libxml2-utils
     # sanitizer and fuzz builds
     clang libclang-rt-14-dev
     # the patched QEMU (scripts/build-qemu.sh)
