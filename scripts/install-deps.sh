@@ -10,7 +10,7 @@ PKGS=(
     gcc pkg-config meson ninja-build libglib2.0-dev liburing-dev libaio-dev
     libjson-glib-dev libseccomp-dev libpcre2-dev
     # tests and the guest harness
-    qemu-system-x86 qemu-utils qemu-system-data seabios fio busybox-static
+    qemu-system-x86 qemu-utils qemu-system-data seabios ipxe-qemu fio busybox-static
     cpio zstd xz-utils kmod dpkg-dev util-linux e2fsprogs strace
     python3     # QMP client of tests/functional/test-migration.sh
     # guest assets (scripts/guest/build-assets.sh): kernel unpacking, static fio
