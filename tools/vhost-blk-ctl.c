@@ -575,11 +575,13 @@ static GPtrArray *ctl_collect_stats(JsonNode *ret)
         if (!name || !*name) {
             name = ctl_str(e, "device");
         }
-        if (!name || !*name) {
-            name = ctl_str(e, "node-name");
-        }
+        /* vhost-blkd's qdev is the export id, the name del takes; QSD's
+         * per-node entries have only the node name. */
         if (!name || !*name) {
             name = ctl_str(e, "qdev");
+        }
+        if (!name || !*name) {
+            name = ctl_str(e, "node-name");
         }
         s = g_new0(CtlStat, 1);
         s->name = g_strdup(name && *name ? name : "?");
@@ -914,8 +916,10 @@ static bool ctl_saw_deleted(Ctl *c, const char *id)
 }
 
 /* The node-name of export @id (newly allocated), or NULL if there is no
- * such export. */
-static char *ctl_export_node(Ctl *c, const char *id)
+ * such export.  An @id that is no export's but names an export's node
+ * (what qemu-storage-daemon's stats show) is replaced by that export's id
+ * in *@id_out. */
+static char *ctl_export_node(Ctl *c, const char *id, const char **id_out)
 {
     g_autoptr(JsonNode) exps = ctl_run(c, "query-block-exports",
                                        "query-block-exports", NULL);
@@ -925,7 +929,16 @@ static char *ctl_export_node(Ctl *c, const char *id)
         JsonObject *e = ctl_obj(json_array_get_element(ea, i));
 
         if (!g_strcmp0(ctl_str(e, "id"), id) && ctl_str(e, "node-name")) {
+            *id_out = id;
             return g_strdup(ctl_str(e, "node-name"));
+        }
+    }
+    for (guint i = 0; i < json_array_get_length(ea); i++) {
+        JsonObject *e = ctl_obj(json_array_get_element(ea, i));
+
+        if (!g_strcmp0(ctl_str(e, "node-name"), id) && ctl_str(e, "id")) {
+            *id_out = g_intern_string(ctl_str(e, "id"));
+            return g_strdup(id);
         }
     }
     return NULL;
@@ -952,7 +965,7 @@ static int ctl_cmd_del(Ctl *c, int argc, char **argv)
             ctl_usage_error("del: unknown argument '%s'", argv[i]);
         }
     }
-    node = ctl_export_node(c, id);
+    node = ctl_export_node(c, argv[0], &id);
     if (!node) {
         ctl_die("del: there is no export '%s' (see vhost-blk-ctl exports)",
                 id);
@@ -1005,7 +1018,11 @@ static int ctl_cmd_resize(Ctl *c, int argc, char **argv)
                         "G or T suffix)", argv[1]);
     }
     /* An export's id stands for its node. */
-    node = ctl_export_node(c, argv[0]);
+    {
+        const char *unused;
+
+        node = ctl_export_node(c, argv[0], &unused);
+    }
     args = ctl_args_str("node-name", node ? node : argv[0]);
     json_object_set_int_member(json_node_get_object(args), "size", size);
     r = ctl_run(c, "resize", "block_resize", args);

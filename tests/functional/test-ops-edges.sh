@@ -189,6 +189,11 @@ vb_check "query-iothreads: QEMU's IOThreadInfo members" \
 vb_check "ready line: two --object iothread are two objects (plus the pool)" \
     grep -q 'ready: 2 export(s), 2 iothread object(s) and 1 pool iothread(s)' "$VB_TMP/ctl.log"
 
+"$ctl" stats > "$out" 2>&1
+show "$out"
+vb_check "ctl stats: names the exports by their ids (qe, disk1), as del takes them" \
+    sh -c "grep -Eq '^qe ' '$out' && grep -Eq '^disk1 ' '$out' && ! grep -Eq '^qn ' '$out'"
+
 # A second daemon probing the busy socket: refused, and no "front-end".
 "$blkd" --export "socket=$VB_TMP/d.sock,file=$img" > "$out" 2>&1
 show "$out"
