@@ -112,6 +112,17 @@ until virsh_ version > /dev/null 2>&1; do
     n=$((n + 1))
 done
 vb_ok "libvirtd $(libvirtd --version | awk '{print $NF}') runs, with its own state in $LV"
+# Whatever happens below, no guest outlives the test (QEMU would outlive
+# libvirtd), and libvirtd stops before the files it uses go.
+lv_cleanup() {
+    local d
+    for d in vbtest-user vbtest-noaddr vbtest-kernel; do
+        virsh_ destroy "$d" > /dev/null 2>&1
+        virsh_ undefine "$d" > /dev/null 2>&1
+    done
+    vb_stop "$lvpid"
+}
+trap 'lv_cleanup; vb_cleanup' EXIT
 
 # domain SRC OUT NAME SOCK IMG: the documented XML made runnable here.
 domain() {
@@ -251,5 +262,5 @@ else
 fi
 virsh_ undefine vbtest-kernel > /dev/null 2>&1
 
-vb_stop "$lvpid"
+lv_cleanup
 vb_done
