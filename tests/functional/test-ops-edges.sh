@@ -80,6 +80,9 @@ vb_check "pidfile: ...saying the pidfile is locked by another daemon" \
     grep -q "pidfile $pidf is locked by another running daemon (pid $pid_a)" "$out"
 vb_check_eq "pidfile: ...and leaves the first daemon's pid in it" "$(cat "$pidf" 2>/dev/null)" "$pid_a"
 vb_check "pidfile: ...and no socket of its own behind" test ! -e "$VB_TMP/b.sock"
+pid_b=$(cat "$pidf" 2>/dev/null)
+# Without the lock the second daemon would run on: stop it too.
+[ -n "$pid_b" ] && [ "$pid_b" != "$pid_a" ] && kill -TERM "$pid_b"
 kill -TERM "$pid_a"
 wait_for 60 gone "$pid_a"
 vb_check "pidfile: removed when the daemon exits" test ! -e "$pidf"
