@@ -43,6 +43,7 @@ struct VbExport {
     VuBlkExport *exp;
     bool deleting;              /* block-export-del: waiting for its I/O */
     bool idle;                  /* ... which has completed: reap it */
+    bool writable;              /* the export's, not its node's */
 };
 
 #define VB_NULL_DEFAULT_SIZE (1ULL << 30)   /* QEMU's null-co default */
@@ -255,6 +256,7 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
     t = g_new0(VbIOThreadObj, 1);
     t->id = g_strdup(id);
     t->iothread = it;
+    t->poll_max_ns = poll_max_ns;
     g_ptr_array_add(s->iothreads, t);
     return true;
 }
@@ -629,6 +631,7 @@ VbExport *vb_export_create(VbState *s, const VbExportParams *p,
     e = g_new0(VbExport, 1);
     e->state = s;
     e->id = g_strdup(p->id);
+    e->writable = !p->conf.readonly;
     e->node = p->node;
     e->exp = exp;
     p->node->user = e;
@@ -904,6 +907,9 @@ static JsonNode *vb_qmp_query_block_exports(void *opaque, JsonObject *args,
         json_object_set_string_member(o, "id", e->id);
         json_object_set_string_member(o, "node-name", e->node->name);
         json_object_set_boolean_member(o, "shutting-down", e->deleting);
+        /* Not in QEMU's BlockExportInfo: an export without writable=on
+         * is read-only whatever its node says. */
+        json_object_set_boolean_member(o, "writable", e->writable);
         json_array_add_object_element(arr, o);
     }
     return json_node_init_array(json_node_alloc(), arr);
@@ -1269,6 +1275,44 @@ static JsonNode *vb_qmp_x_query_stats(void *opaque, JsonObject *args,
     return json_node_init_object(json_node_alloc(), ret);
 }
 
+/* In the iothread: its kernel thread id. */
+static void vb_iothread_tid_cb(void *opaque)
+{
+    *(int64_t *)opaque = gettid();
+}
+
+/* query-iothreads: the iothread objects (--object iothread), in QEMU's
+ * IOThreadInfo shape.  The pool of --iothreads has no ids to give
+ * block-export-add, so it is not listed. */
+static JsonNode *vb_qmp_query_iothreads(void *opaque, JsonObject *args,
+                                        GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    JsonArray *arr;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    arr = json_array_new();
+    for (guint i = 0; i < s->iothreads->len; i++) {
+        VbIOThreadObj *t = g_ptr_array_index(s->iothreads, i);
+        JsonObject *o = json_object_new();
+        int64_t tid = 0;
+
+        iothread_run_sync(t->iothread, vb_iothread_tid_cb, &tid);
+        json_object_set_string_member(o, "id", t->id);
+        json_object_set_int_member(o, "thread-id", tid);
+        json_object_set_int_member(o, "poll-max-ns", t->poll_max_ns);
+        json_object_set_int_member(o, "poll-grow", 0);
+        json_object_set_int_member(o, "poll-shrink", 0);
+        json_object_set_int_member(o, "aio-max-batch", 0);
+        json_array_add_object_element(arr, o);
+    }
+    return json_node_init_array(json_node_alloc(), arr);
+}
+
 static JsonNode *vb_qmp_quit(void *opaque, JsonObject *args, GError **errp)
 {
     VbState *s = opaque;
@@ -1381,6 +1425,7 @@ const QmpCommand vb_qmp_commands[] = {
     { "block-export-del", vb_qmp_block_export_del },
     { "query-block-exports", vb_qmp_query_block_exports },
     { "query-named-block-nodes", vb_qmp_query_named_block_nodes },
+    { "query-iothreads", vb_qmp_query_iothreads },
     { "block_resize", vb_qmp_block_resize },
     { "query-blockstats", vb_qmp_query_blockstats },
     { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },

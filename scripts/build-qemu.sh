@@ -17,6 +17,8 @@
 #   4. configure x86_64-softmmu with a small feature set into build/qemu/
 #      (only when the flags changed or build/qemu has no build.ninja)
 #   5. ninja qemu-system-x86_64, through ccache ($CACHE/ccache)
+#   6. link Debian's firmware (seabios, qemu-system-data, ipxe-qemu) into
+#      the build's qemu-bundle, so that the binary runs without -L
 #
 # Environment:
 #   VHOST_BLK_CACHE   cache dir outside the clone (default /var/cache/vhost-blk)
@@ -44,7 +46,7 @@ while [ $# -gt 0 ]; do
         --fetch-only) fetch_only=1; shift ;;
         --source-only) source_only=1; shift ;;
         -j) JOBS=$2; shift 2 ;;
-        -h|--help) sed -n '3,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '3,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-qemu: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -231,6 +233,36 @@ rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" -eq 0 ] || die "ninja failed"
 say "built $BUILD/qemu-system-x86_64 in $(( $(date +%s) - start ))s"
+# ---------------------------------------------------------------- 6. firmware
+
+# Debian's qemu source is dfsg: no firmware blobs, so the binary finds no
+# bios-256k.bin and runs only with -L (libvirt gives none: "could not load
+# PC BIOS").  QEMU run from its build tree looks in
+# qemu-bundle/<firmwarepath> next to the binary; link there what Debian's
+# own build finds through --firmwarepath=/usr/share/qemu:/usr/share/seabios:
+# /usr/lib/ipxe/qemu (first one wins), from seabios, qemu-system-data and
+# ipxe-qemu.  Links, not a configure flag: a change of the flags would
+# rebuild everything, and the packages stay the source of truth.
+fwpath=$(sed -n 's/^#define CONFIG_QEMU_FIRMWAREPATH "\([^"]*\)".*/\1/p' "$BUILD/config-host.h")
+[ -n "$fwpath" ] || die "no CONFIG_QEMU_FIRMWAREPATH in $BUILD/config-host.h"
+fwdir=$BUILD/qemu-bundle$fwpath
+mkdir -p "$fwdir"
+nfw=0
+for d in /usr/share/qemu /usr/share/seabios /usr/lib/ipxe/qemu; do
+    [ -d "$d" ] || continue
+    for f in "$d"/*; do
+        [ -e "$f" ] || continue
+        t=$fwdir/${f##*/}
+        if [ ! -e "$t" ] && [ ! -L "$t" ]; then
+            ln -s "$f" "$t"
+        fi
+        nfw=$((nfw + 1))
+    done
+done
+[ -e "$fwdir/bios-256k.bin" ] ||
+    die "no bios-256k.bin in /usr/share/seabios: install seabios (scripts/install-deps.sh)"
+say "firmware: $fwdir links Debian's firmware ($nfw files from qemu-system-data, seabios, ipxe-qemu)"
+
 if [ "$BUILD" != "$ROOT/build/qemu" ]; then
     mkdir -p "$ROOT/build/qemu"
     ln -sfn "$BUILD/qemu-system-x86_64" "$ROOT/build/qemu/qemu-system-x86_64"

@@ -10,12 +10,12 @@ PKGS=(
     gcc pkg-config meson ninja-build libglib2.0-dev liburing-dev libaio-dev
     libjson-glib-dev libseccomp-dev libpcre2-dev
     # tests and the guest harness
-    qemu-system-x86 qemu-utils qemu-system-data seabios fio busybox-static
+    qemu-system-x86 qemu-utils qemu-system-data seabios ipxe-qemu fio busybox-static
     cpio zstd xz-utils kmod dpkg-dev util-linux e2fsprogs strace
     python3     # QMP client of tests/functional/test-migration.sh
     # guest assets (scripts/guest/build-assets.sh): kernel unpacking, static fio
     lz4 gzip binutils make zlib1g-dev apt
-    libvirt-clients libvirt-daemon libxml2-utils
+    libvirt-clients libvirt-daemon libvirt-daemon-system libxml2-utils
     # sanitizer and fuzz builds
     clang libclang-rt-14-dev
     # the patched QEMU (scripts/build-qemu.sh)

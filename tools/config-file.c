@@ -16,8 +16,20 @@ static bool config_name_ok(const char *name, size_t len)
     return true;
 }
 
-bool config_file_parse(const char *name, const char *text, GPtrArray *args,
-                       GError **errp)
+/*
+ * Where each argument of the expanded argv came from: "FILE:LINE" for
+ * those read from a file, NULL for the command line's own (index = argv
+ * index).  Lives as long as the expanded argv, i.e. until exit.
+ */
+static GPtrArray *config_origins;
+/* Per argv index: the line was an option name without a value. */
+static GArray *config_no_value;
+
+/* Append the args of @text to @args and, if @origins, one "FILE:LINE"
+ * (and a has-no-value flag in @no_value) per arg. */
+static bool config_file_parse_lines(const char *name, const char *text,
+                                    GPtrArray *args, GPtrArray *origins,
+                                    GArray *no_value, GError **errp)
 {
     g_auto(GStrv) lines = g_strsplit(text, "\n", -1);
 
@@ -64,14 +76,51 @@ bool config_file_parse(const char *name, const char *text, GPtrArray *args,
             return false;
         }
         g_ptr_array_add(args, g_strdup_printf("--%.*s", (int)nlen, opt));
+        if (origins) {
+            bool none = !*value;
+
+            g_ptr_array_add(origins, g_strdup_printf("%s:%u", name, i + 1));
+            g_array_append_val(no_value, none);
+        }
         if (*value) {
             g_ptr_array_add(args, g_strdup(value));
+            if (origins) {
+                bool none = false;
+
+                g_ptr_array_add(origins, g_strdup_printf("%s:%u", name,
+                                                         i + 1));
+                g_array_append_val(no_value, none);
+            }
         }
     }
     return true;
 }
 
-static bool config_file_read(const char *path, GPtrArray *args, GError **errp)
+bool config_file_parse(const char *name, const char *text, GPtrArray *args,
+                       GError **errp)
+{
+    return config_file_parse_lines(name, text, args, NULL, NULL, errp);
+}
+
+const char *config_file_arg_origin(int i)
+{
+    if (!config_origins || i < 0 || (guint)i >= config_origins->len) {
+        return NULL;
+    }
+    return g_ptr_array_index(config_origins, i);
+}
+
+bool config_file_arg_lacks_value(int i)
+{
+    if (!config_no_value || i < 0 || (guint)i >= config_no_value->len) {
+        return false;
+    }
+    return g_array_index(config_no_value, bool, i);
+}
+
+static bool config_file_read(const char *path, GPtrArray *args,
+                             GPtrArray *origins, GArray *no_value,
+                             GError **errp)
 {
     g_autofree char *text = NULL;
     gsize len;
@@ -90,13 +139,14 @@ static bool config_file_read(const char *path, GPtrArray *args, GError **errp)
                     "it must be a text file", path);
         return false;
     }
-    return config_file_parse(path, text, args, errp);
+    return config_file_parse_lines(path, text, args, origins, no_value, errp);
 }
 
 bool config_file_expand_args(int *argc, char ***argv, GError **errp)
 {
-    GPtrArray *args;
-    bool found = false;
+    GPtrArray *args, *origins;
+    GArray *no_value;
+    bool found = false, none = false;
     int i;
 
     for (i = 1; i < *argc; i++) {
@@ -111,7 +161,11 @@ bool config_file_expand_args(int *argc, char ***argv, GError **errp)
     }
 
     args = g_ptr_array_new();
+    origins = g_ptr_array_new_with_free_func(g_free);
+    no_value = g_array_new(false, false, sizeof(bool));
     g_ptr_array_add(args, g_strdup((*argv)[0]));
+    g_ptr_array_add(origins, NULL);
+    g_array_append_val(no_value, none);
     for (i = 1; i < *argc; i++) {
         const char *a = (*argv)[i];
         const char *path = NULL;
@@ -127,10 +181,18 @@ bool config_file_expand_args(int *argc, char ***argv, GError **errp)
         }
         if (!path) {
             g_ptr_array_add(args, g_strdup(a));
-        } else if (!config_file_read(path, args, errp)) {
+            g_ptr_array_add(origins, NULL);
+            g_array_append_val(no_value, none);
+        } else if (!config_file_read(path, args, origins, no_value, errp)) {
             goto fail;
         }
     }
+    if (config_origins) {
+        g_ptr_array_unref(config_origins);
+        g_array_unref(config_no_value);
+    }
+    config_origins = origins;
+    config_no_value = no_value;
     *argc = args->len;
     g_ptr_array_add(args, NULL);
     /* Lives as long as the process, like the original argv. */
@@ -138,6 +200,8 @@ bool config_file_expand_args(int *argc, char ***argv, GError **errp)
     return true;
 
 fail:
+    g_ptr_array_unref(origins);
+    g_array_unref(no_value);
     g_ptr_array_set_free_func(args, g_free);
     g_ptr_array_free(args, true);
     return false;

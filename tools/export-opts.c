@@ -246,6 +246,8 @@ void export_opts_free(ExportOpts *e)
     if (!e) {
         return;
     }
+    g_free(e->id);
+    g_free(e->node_name);
     g_free(e->socket);
     g_free(e->file);
     g_free(e->driver);
@@ -281,6 +283,8 @@ static const char *export_opts_value_hint(const char *key)
     static const struct {
         const char *key, *hint;
     } hints[] = {
+        { "id", "give a name" },
+        { "node-name", "give a name" },
         { "socket", "give a path" },
         { "file", "give a path" },
         { "driver", "use file or null" },
@@ -320,7 +324,15 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
 {
     bool ok = true;
 
-    if (!strcmp(key, "socket")) {
+    if (!strcmp(key, "id")) {
+        g_free(e->id);
+        e->id = g_strdup(val);
+        ok = *val;
+    } else if (!strcmp(key, "node-name")) {
+        g_free(e->node_name);
+        e->node_name = g_strdup(val);
+        ok = *val;
+    } else if (!strcmp(key, "socket")) {
         g_free(e->socket);
         e->socket = g_strdup(val);
         ok = *val;
@@ -503,6 +515,13 @@ bool export_opts_list_add(GPtrArray *list, const char *arg, GError **errp)
     for (guint i = 0; i < list->len; i++) {
         ExportOpts *o = g_ptr_array_index(list, i);
 
+        if (e->id && o->id && !strcmp(o->id, e->id)) {
+            g_set_error(errp, VB_ERROR, 0, "id=%s is already used by "
+                        "another --export; give each export its own id",
+                        e->id);
+            export_opts_free(e);
+            return false;
+        }
         if (!strcmp(o->socket, e->socket)) {
             g_set_error(errp, VB_ERROR, 0, "socket %s is already used by "
                         "another --export; give each export its own socket",

@@ -10,6 +10,7 @@ typedef struct QsdOpt {
     QsdOptKind kind;
     char *arg;
     JsonObject *obj;
+    bool keyval;                /* from keyval (strings), not JSON (typed) */
 } QsdOpt;
 
 static void qsd_opt_free(QsdOpt *o)
@@ -68,10 +69,46 @@ const char *qsd_opt_name(QsdOptKind kind)
     g_assert_not_reached();
 }
 
+/* qemu-storage-daemon takes an option's value as JSON when it starts
+ * with '{' (what libvirt generates), else as keyval. */
+static bool qsd_arg_is_json(const char *arg)
+{
+    while (g_ascii_isspace(*arg)) {
+        arg++;
+    }
+    return *arg == '{';
+}
+
+/* @arg as a JSON object: the same tree keyval_parse() builds, but with
+ * typed values (true, 4096) instead of strings. */
+static JsonObject *qsd_parse_json(const char *arg, GError **errp)
+{
+    g_autoptr(JsonParser) parser = json_parser_new();
+    JsonNode *root;
+    GError *err = NULL;
+
+    if (!json_parser_load_from_data(parser, arg, -1, &err)) {
+        g_set_error(errp, VB_ERROR, 0, "not valid JSON: %s", err->message);
+        g_error_free(err);
+        return NULL;
+    }
+    root = json_parser_get_root(parser);
+    if (!root || !JSON_NODE_HOLDS_OBJECT(root)) {
+        g_set_error(errp, VB_ERROR, 0, "JSON must be an object "
+                    "('{\"key\": value, ...}')");
+        return NULL;
+    }
+    return json_object_ref(json_node_get_object(root));
+}
+
 bool qsd_cli_export_is_qsd(const char *arg)
 {
     const char *comma = strchr(arg, ',');
     size_t first = comma ? (size_t)(comma - arg) : strlen(arg);
+
+    if (qsd_arg_is_json(arg)) {
+        return true;
+    }
 
     /* "vhost-user-blk,id=..." (implied type) or any type= key. */
     return !memchr(arg, '=', first) || g_str_has_prefix(arg, "type=") ||
@@ -91,7 +128,8 @@ static QsdChardev *qsd_chardev_find(QsdCli *cli, const char *id)
 }
 
 /* --chardev socket,id=ID,path=PATH,server=on,wait=off */
-static bool qsd_parse_chardev(QsdCli *cli, JsonObject *obj, GError **errp)
+static bool qsd_parse_chardev(QsdCli *cli, JsonObject *obj, bool keyval,
+                              GError **errp)
 {
     static const char *const backends[] = { "socket", NULL };
     g_auto(QmpArgs) a = { 0 };
@@ -109,7 +147,7 @@ static bool qsd_parse_chardev(QsdCli *cli, JsonObject *obj, GError **errp)
                     "path with server=on)", json_node_get_string(b));
         return false;
     }
-    qmp_args_init(&a, obj, true, NULL);
+    qmp_args_init(&a, obj, keyval, NULL);
     if (!qmp_args_enum(&a, "backend", backends, true, &backend, errp) ||
         !qmp_args_str(&a, "id", true, &id, errp) ||
         !qmp_args_str(&a, "path", true, &path, errp) ||
@@ -137,7 +175,8 @@ static bool qsd_parse_chardev(QsdCli *cli, JsonObject *obj, GError **errp)
 }
 
 /* --monitor [chardev=]ID[,mode=control][,pretty=on|off][,id=...] */
-static bool qsd_parse_monitor(QsdCli *cli, JsonObject *obj, GError **errp)
+static bool qsd_parse_monitor(QsdCli *cli, JsonObject *obj, bool keyval,
+                              GError **errp)
 {
     static const char *const modes[] = { "control", "readline", NULL };
     g_auto(QmpArgs) a = { 0 };
@@ -146,7 +185,7 @@ static bool qsd_parse_monitor(QsdCli *cli, JsonObject *obj, GError **errp)
     int mode = 0;
     QsdMonitorOpts *m;
 
-    qmp_args_init(&a, obj, true, NULL);
+    qmp_args_init(&a, obj, keyval, NULL);
     if (!qmp_args_str(&a, "chardev", true, &chardev, errp) ||
         !qmp_args_enum(&a, "mode", modes, false, &mode, errp) ||
         !qmp_args_bool(&a, "pretty", &pretty, errp) ||
@@ -177,17 +216,23 @@ bool qsd_cli_add(QsdCli *cli, QsdOptKind kind, const char *arg,
         [QSD_OPT_MONITOR] = "chardev",
     };
     g_autoptr(JsonObject) obj = NULL;
+    bool keyval = !qsd_arg_is_json(arg);
     QsdOpt *o;
 
-    obj = keyval_parse(arg, implied[kind], kind == QSD_OPT_CHARDEV, errp);
+    if (keyval) {
+        obj = keyval_parse(arg, implied[kind], kind == QSD_OPT_CHARDEV,
+                           errp);
+    } else {
+        obj = qsd_parse_json(arg, errp);
+    }
     if (!obj) {
         return false;
     }
     switch (kind) {
     case QSD_OPT_CHARDEV:
-        return qsd_parse_chardev(cli, obj, errp);
+        return qsd_parse_chardev(cli, obj, keyval, errp);
     case QSD_OPT_MONITOR:
-        return qsd_parse_monitor(cli, obj, errp);
+        return qsd_parse_monitor(cli, obj, keyval, errp);
     case QSD_OPT_EXPORT:
         cli->n_exports++;
         break;
@@ -198,6 +243,7 @@ bool qsd_cli_add(QsdCli *cli, QsdOptKind kind, const char *arg,
     o->kind = kind;
     o->arg = g_strdup(arg);
     o->obj = g_steal_pointer(&obj);
+    o->keyval = keyval;
     g_ptr_array_add(cli->opts, o);
     return true;
 }
@@ -241,13 +287,13 @@ bool qsd_cli_apply(QsdCli *cli, VbState *s, GError **errp)
 
         switch (o->kind) {
         case QSD_OPT_OBJECT:
-            ok = vb_object_add(s, o->obj, true, errp);
+            ok = vb_object_add(s, o->obj, o->keyval, errp);
             break;
         case QSD_OPT_BLOCKDEV:
-            ok = vb_blockdev_add(s, o->obj, true, errp) != NULL;
+            ok = vb_blockdev_add(s, o->obj, o->keyval, errp) != NULL;
             break;
         case QSD_OPT_EXPORT:
-            ok = vb_block_export_add(s, o->obj, true, errp) != NULL;
+            ok = vb_block_export_add(s, o->obj, o->keyval, errp) != NULL;
             break;
         default:
             g_assert_not_reached();
@@ -265,4 +311,49 @@ const char *qsd_cli_monitor_path(QsdCli *cli, unsigned int i)
     QsdMonitorOpts *m = g_ptr_array_index(cli->monitors, i);
 
     return qsd_chardev_find(cli, m->chardev)->path;
+}
+
+/* @path made absolute against the current directory (lexically). */
+static char *qsd_absolute(const char *path)
+{
+    return g_canonicalize_filename(path, NULL);
+}
+
+void qsd_cli_absolute_paths(QsdCli *cli)
+{
+    for (guint i = 0; i < cli->opts->len; i++) {
+        QsdOpt *o = g_ptr_array_index(cli->opts, i);
+        JsonNode *addr;
+        JsonObject *ao;
+        const char *path;
+
+        if (o->kind != QSD_OPT_EXPORT) {
+            continue;
+        }
+        addr = json_object_get_member(o->obj, "addr");
+        if (!addr || !JSON_NODE_HOLDS_OBJECT(addr)) {
+            continue;
+        }
+        ao = json_node_get_object(addr);
+        path = json_object_get_member(ao, "path") &&
+               JSON_NODE_HOLDS_VALUE(json_object_get_member(ao, "path")) &&
+               json_node_get_value_type(json_object_get_member(ao, "path")) ==
+               G_TYPE_STRING ? json_object_get_string_member(ao, "path") :
+               NULL;
+        if (path && !g_path_is_absolute(path)) {
+            g_autofree char *abs = qsd_absolute(path);
+
+            json_object_set_string_member(ao, "path", abs);
+        }
+    }
+    for (guint i = 0; i < cli->chardevs->len; i++) {
+        QsdChardev *c = g_ptr_array_index(cli->chardevs, i);
+
+        if (!g_path_is_absolute(c->path)) {
+            char *abs = qsd_absolute(c->path);
+
+            g_free(c->path);
+            c->path = abs;
+        }
+    }
 }

@@ -57,7 +57,10 @@ static void ctl_usage(FILE *f)
 "monitor socket.\n"
 "\n"
 "Commands:\n"
-"  exports                    list the exports: id, node, file, size, state\n"
+"  exports                    list the exports: id, node, file, size,\n"
+"                             read-only (the export's), state\n"
+"  iothreads                  list the iothread objects (names for\n"
+"                             add --iothread)\n"
 "  stats [--watch [SECS]]     I/O counters per export; --watch refreshes\n"
 "                             every SECS seconds (default 1) with rates,\n"
 "                             like top (q or Ctrl-C to quit)\n"
@@ -453,6 +456,7 @@ static int ctl_cmd_exports(Ctl *c)
         const char *node = ctl_str(e, "node-name");
         JsonObject *bn = NULL;
         g_autofree char *size = NULL;
+        const char *ro;
         bool shutting = e && json_object_get_boolean_member_with_default(
                                  e, "shutting-down", false);
 
@@ -466,14 +470,52 @@ static int ctl_cmd_exports(Ctl *c)
         }
         size = bn ? ctl_human_size(ctl_int(ctl_obj(json_object_get_member(
                        bn, "image")), "virtual-size")) : g_strdup("-");
+        /*
+         * What a guest can do is the export's writable state (QSD's
+         * writable=on, default off), not the node's read-only flag.
+         * vhost-blkd reports it; qemu-storage-daemon does not, and there
+         * a read-only node at least means a read-only export.
+         */
+        if (e && json_object_has_member(e, "writable")) {
+            ro = json_object_get_boolean_member(e, "writable") ? "no" : "yes";
+        } else if (bn && json_object_get_boolean_member_with_default(
+                       bn, "ro", false)) {
+            ro = "yes";
+        } else {
+            ro = bn ? "?" : "-";
+        }
         printf("%-16s %-16s %-16s %8s %-3s %-8s %s\n",
                ctl_str(e, "id") ?: "?", ctl_str(e, "type") ?: "?",
-               node ?: "?", size,
-               bn ? (json_object_get_boolean_member_with_default(bn, "ro",
-                                                                 false) ?
-                     "yes" : "no") : "-",
+               node ?: "?", size, ro,
                shutting ? "deleting" : "active",
                bn && ctl_str(bn, "file") ? ctl_str(bn, "file") : "-");
+    }
+    return 0;
+}
+
+/* ---- iothreads -------------------------------------------------------- */
+
+static int ctl_cmd_iothreads(Ctl *c)
+{
+    g_autoptr(JsonNode) r = ctl_run(c, "iothreads", "query-iothreads", NULL);
+    JsonArray *a = ctl_array(r, "query-iothreads");
+
+    if (c->json) {
+        ctl_print_json(r);
+        return 0;
+    }
+    if (json_array_get_length(a) == 0) {
+        printf("no iothread objects (add them with --object iothread,id=ID "
+               "on the daemon's command line)\n");
+        return 0;
+    }
+    printf("%-16s %10s %12s\n", "ID", "THREAD-ID", "POLL-MAX-NS");
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *t = ctl_obj(json_array_get_element(a, i));
+
+        printf("%-16s %10" PRId64 " %12" PRId64 "\n",
+               ctl_str(t, "id") ?: "?", ctl_int(t, "thread-id"),
+               ctl_int(t, "poll-max-ns"));
     }
     return 0;
 }
@@ -533,11 +575,13 @@ static GPtrArray *ctl_collect_stats(JsonNode *ret)
         if (!name || !*name) {
             name = ctl_str(e, "device");
         }
-        if (!name || !*name) {
-            name = ctl_str(e, "node-name");
-        }
+        /* vhost-blkd's qdev is the export id, the name del takes; QSD's
+         * per-node entries have only the node name. */
         if (!name || !*name) {
             name = ctl_str(e, "qdev");
+        }
+        if (!name || !*name) {
+            name = ctl_str(e, "node-name");
         }
         s = g_new0(CtlStat, 1);
         s->name = g_strdup(name && *name ? name : "?");
@@ -872,8 +916,10 @@ static bool ctl_saw_deleted(Ctl *c, const char *id)
 }
 
 /* The node-name of export @id (newly allocated), or NULL if there is no
- * such export. */
-static char *ctl_export_node(Ctl *c, const char *id)
+ * such export.  An @id that is no export's but names an export's node
+ * (what qemu-storage-daemon's stats show) is replaced by that export's id
+ * in *@id_out. */
+static char *ctl_export_node(Ctl *c, const char *id, const char **id_out)
 {
     g_autoptr(JsonNode) exps = ctl_run(c, "query-block-exports",
                                        "query-block-exports", NULL);
@@ -883,7 +929,16 @@ static char *ctl_export_node(Ctl *c, const char *id)
         JsonObject *e = ctl_obj(json_array_get_element(ea, i));
 
         if (!g_strcmp0(ctl_str(e, "id"), id) && ctl_str(e, "node-name")) {
+            *id_out = id;
             return g_strdup(ctl_str(e, "node-name"));
+        }
+    }
+    for (guint i = 0; i < json_array_get_length(ea); i++) {
+        JsonObject *e = ctl_obj(json_array_get_element(ea, i));
+
+        if (!g_strcmp0(ctl_str(e, "node-name"), id) && ctl_str(e, "id")) {
+            *id_out = g_intern_string(ctl_str(e, "id"));
+            return g_strdup(id);
         }
     }
     return NULL;
@@ -910,7 +965,7 @@ static int ctl_cmd_del(Ctl *c, int argc, char **argv)
             ctl_usage_error("del: unknown argument '%s'", argv[i]);
         }
     }
-    node = ctl_export_node(c, id);
+    node = ctl_export_node(c, argv[0], &id);
     if (!node) {
         ctl_die("del: there is no export '%s' (see vhost-blk-ctl exports)",
                 id);
@@ -963,7 +1018,11 @@ static int ctl_cmd_resize(Ctl *c, int argc, char **argv)
                         "G or T suffix)", argv[1]);
     }
     /* An export's id stands for its node. */
-    node = ctl_export_node(c, argv[0]);
+    {
+        const char *unused;
+
+        node = ctl_export_node(c, argv[0], &unused);
+    }
     args = ctl_args_str("node-name", node ? node : argv[0]);
     json_object_set_int_member(json_node_get_object(args), "size", size);
     r = ctl_run(c, "resize", "block_resize", args);
@@ -1093,8 +1152,8 @@ int main(int argc, char **argv)
         }
     }
     if (optind >= argc) {
-        ctl_usage_error("give a command: exports, stats, add, del, resize, "
-                        "log-level or qmp");
+        ctl_usage_error("give a command: exports, iothreads, stats, add, "
+                        "del, resize, log-level or qmp");
     }
     cmd = argv[optind];
     argc -= optind + 1;
@@ -1105,13 +1164,14 @@ int main(int argc, char **argv)
     if (!c.path) {
         c.path = CTL_DEFAULT_DIR "/vhost-blkd.qmp";
     }
-    if (strcmp(cmd, "exports") && strcmp(cmd, "stats") &&
+    if (strcmp(cmd, "exports") && strcmp(cmd, "iothreads") &&
+        strcmp(cmd, "stats") &&
         strcmp(cmd, "add") && strcmp(cmd, "del") && strcmp(cmd, "resize") &&
         strcmp(cmd, "log-level") && strcmp(cmd, "qmp")) {
         ctl_usage_error("unknown command '%s'", cmd);
     }
-    if (!strcmp(cmd, "exports") && argc > 0) {
-        ctl_usage_error("exports takes no arguments");
+    if ((!strcmp(cmd, "exports") || !strcmp(cmd, "iothreads")) && argc > 0) {
+        ctl_usage_error("%s takes no arguments", cmd);
     }
     if (!strcmp(cmd, "qmp")) {
         qmp_args = ctl_qmp_args(argc, argv);
@@ -1125,6 +1185,8 @@ int main(int argc, char **argv)
 
     if (!strcmp(cmd, "exports")) {
         ret = ctl_cmd_exports(&c);
+    } else if (!strcmp(cmd, "iothreads")) {
+        ret = ctl_cmd_iothreads(&c);
     } else if (!strcmp(cmd, "stats")) {
         ret = ctl_cmd_stats(&c, argc, argv);
     } else if (!strcmp(cmd, "add")) {

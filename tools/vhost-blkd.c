@@ -5,7 +5,12 @@
  *
  * The main thread parses the command line, creates the iothreads and the
  * exports, then runs the main AioContext (vhost-user control sockets and a
- * signalfd) until SIGTERM or SIGINT.  Queues run in the iothreads.
+ * signalfd) until SIGTERM, SIGINT or SIGHUP.  Queues run in the iothreads.
+ *
+ * SIGHUP stops the daemon as SIGTERM does, as qemu-storage-daemon does: a
+ * foreground daemon whose terminal closes drains and cleans up instead of
+ * dying with its socket and pidfile left behind.  There is no reload: the
+ * configuration is read once, and the unit has no ExecReload.
  */
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
@@ -34,7 +39,7 @@ typedef struct Vbd {
     unsigned int n_iothreads;
     int64_t poll_max_ns;
     char *pidfile;
-    bool pidfile_written;
+    int pidfile_fd;             /* open and locked while we run, or -1 */
     bool daemonize;
     int ready_fd;               /* daemonize: pipe to the waiting parent */
     char *runas_user;           /* --user USER[:GROUP]; NULL: stay */
@@ -67,6 +72,10 @@ static void vbd_usage(FILE *f)
 "vhost-user-blk-pci,chardev=...).  One front-end at a time per socket.\n"
 "\n"
 "  --export KEY=VALUE,...  add an export (repeatable); keys:\n"
+"      id=ID               its export id on the monitor (default exportN,\n"
+"                          N counting --export options from 0)\n"
+"      node-name=NAME      its block node's name (default: the id if given,\n"
+"                          else nodeN)\n"
 "      socket=PATH         vhost-user socket to create (never through a\n"
 "                          symlink)\n"
 "      socket-mode=MODE    its permissions, octal (default 0600)\n"
@@ -78,8 +87,9 @@ static void vbd_usage(FILE *f)
 "      size=N              null driver: size in bytes (k, M, G, T suffixes)\n"
 "      num-queues=N        virtqueues, 1..64 (default 1)\n"
 "      queue-size=N        ring size, power of 2 up to 1024 (default 128, as\n"
-"                          QEMU's vhost-user-blk-pci); seg_max = N - 2, so keep\n"
-"                          it at most the VMM's queue-size\n"
+"                          QEMU's vhost-user-blk-pci); the device offers\n"
+"                          seg_max = min(N, 256) - 2, so keep N at most the\n"
+"                          VMM's queue-size\n"
 "      aio=io_uring|native|threads   I/O engine (default io_uring)\n"
 "      cache=none|writeback          none: O_DIRECT (default)\n"
 "      readonly=on|off     reject writes (default off)\n"
@@ -121,7 +131,9 @@ static void vbd_usage(FILE *f)
 "  --poll-max-ns N         adaptive busy-poll limit, 0 disables (default 32768)\n"
 "  --poll-host-check on|off  pause busy polling while the host has no idle\n"
 "                          CPU (CPU pressure, /proc/pressure/cpu; default on)\n"
-"  --pidfile PATH          write the process id to PATH\n"
+"  --pidfile PATH          write the process id to PATH, locked while the\n"
+"                          daemon runs (a second daemon with the same PATH\n"
+"                          refuses to start) and removed at exit\n"
 "  --user USER[:GROUP]     once every image and socket is open, switch to\n"
 "                          USER (its groups, or only GROUP); needs root.\n"
 "                          --runas is the same\n"
@@ -129,14 +141,17 @@ static void vbd_usage(FILE *f)
 "                          calls; any other call ends the process with a log\n"
 "                          line (default off)\n"
 "  --daemonize             run in the background once every socket listens\n"
+"                          (relative socket and --pidfile paths are made\n"
+"                          absolute first: the daemon then moves to /)\n"
 "  --log-level LEVEL       error|warn|info|debug (default info)\n"
 "  --config FILE           read options from FILE, one per line: the option\n"
 "                          name without --, a space, its value (vhost-blkd(8))\n"
 "  -h, --help              this text\n"
 "  -V, --version           print the version\n"
 "\n"
-"Signals: SIGTERM/SIGINT stop (in-flight I/O drains, sockets and the\n"
-"pidfile are removed); SIGUSR1 logs per-export and per-engine counters.\n");
+"Signals: SIGTERM, SIGINT and SIGHUP stop (in-flight I/O drains, sockets\n"
+"and the pidfile are removed); SIGUSR1 logs per-export and per-engine\n"
+"counters.\n");
 }
 
 /* ---- main loop ------------------------------------------------------- */
@@ -218,7 +233,9 @@ static void vbd_signal_cb(void *opaque)
         switch (si.ssi_signo) {
         case SIGTERM:
         case SIGINT:
-            info_report("signal %u: shutting down", si.ssi_signo);
+        case SIGHUP:
+            info_report("signal %u (SIG%s): shutting down", si.ssi_signo,
+                        sigabbrev_np(si.ssi_signo));
             d->quit = true;
             break;
         case SIGUSR1:
@@ -230,23 +247,67 @@ static void vbd_signal_cb(void *opaque)
     }
 }
 
+/*
+ * Write our pid to --pidfile and keep it locked (an fcntl write lock on
+ * the whole file, as qemu-storage-daemon does) until exit.  A second
+ * daemon given the same file finds the lock taken and refuses to start
+ * instead of overwriting the pid of the first; the file is opened without
+ * O_TRUNC so that the loser does not erase the winner's pid either.
+ */
 static bool vbd_write_pidfile(Vbd *d, GError **errp)
 {
     g_autofree char *text = g_strdup_printf("%d\n", (int)getpid());
-    int fd = open(d->pidfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
-                  O_NOFOLLOW, 0644);
+    struct flock fl = {
+        .l_type = F_WRLCK,
+        .l_whence = SEEK_SET,
+    };
+    struct stat st_fd, st_path;
+    int fd;
 
-    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+    for (;;) {
+        fd = open(d->pidfile, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                  0644);
+        if (fd < 0) {
+            g_set_error(errp, VB_ERROR, 0, "--pidfile %s: %s", d->pidfile,
+                        g_strerror(errno));
+            return false;
+        }
+        if (fcntl(fd, F_SETLK, &fl) < 0) {
+            int err = errno;
+            char buf[32] = "";
+            ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+
+            close(fd);
+            if (err == EAGAIN || err == EACCES) {
+                g_strstrip(buf);
+                g_set_error(errp, VB_ERROR, 0, "--pidfile %s is locked by "
+                            "another running daemon%s%s%s: give each daemon "
+                            "its own pidfile (or stop that one first)",
+                            d->pidfile, n > 0 ? " (pid " : "",
+                            n > 0 ? buf : "", n > 0 ? ")" : "");
+            } else {
+                g_set_error(errp, VB_ERROR, 0, "--pidfile %s: cannot lock "
+                            "it: %s", d->pidfile, g_strerror(err));
+            }
+            return false;
+        }
+        /* The previous owner may have unlinked it between our open and
+         * our lock: then we would hold a lock on a file nobody sees. */
+        if (fstat(fd, &st_fd) == 0 && stat(d->pidfile, &st_path) == 0 &&
+            st_fd.st_dev == st_path.st_dev && st_fd.st_ino == st_path.st_ino) {
+            break;
+        }
+        close(fd);
+    }
+    if (ftruncate(fd, 0) < 0 ||
+        pwrite(fd, text, strlen(text), 0) != (ssize_t)strlen(text)) {
         g_set_error(errp, VB_ERROR, 0, "--pidfile %s: %s", d->pidfile,
                     g_strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(d->pidfile);
-        }
+        unlink(d->pidfile);
+        close(fd);
         return false;
     }
-    close(fd);
-    d->pidfile_written = true;
+    d->pidfile_fd = fd;
     return true;
 }
 
@@ -314,13 +375,16 @@ static bool vbd_drop_privileges(Vbd *d, GError **errp)
     return true;
 }
 
-/* --export socket=...,file=...: node "node<i>" and export "export<i>"
- * in the QMP model. */
+/* --export socket=...,file=...: node node-name= (else id=, else
+ * "node<i>") and export id= (else "export<i>") in the QMP model. */
 static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
                                   GError **errp)
 {
-    g_autofree char *node_name = g_strdup_printf("node%u", i);
-    g_autofree char *id = g_strdup_printf("export%u", i);
+    g_autofree char *node_name = e->node_name ? g_strdup(e->node_name) :
+                                 e->id ? g_strdup(e->id) :
+                                 g_strdup_printf("node%u", i);
+    g_autofree char *id = e->id ? g_strdup(e->id) :
+                          g_strdup_printf("export%u", i);
     BlockOptions bo;
     int fd;
     VbExportParams p = {
@@ -377,12 +441,18 @@ static bool vbd_setup(Vbd *d, GError **errp)
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
     sigaddset(&mask, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     d->sig_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (d->sig_fd < 0) {
         g_set_error(errp, VB_ERROR, 0, "signalfd: %s", g_strerror(errno));
+        return false;
+    }
+    /* Before any socket: a second daemon with our pidfile stops here,
+     * without touching what the first one serves. */
+    if (d->pidfile && !vbd_write_pidfile(d, errp)) {
         return false;
     }
 
@@ -475,9 +545,6 @@ static bool vbd_setup(Vbd *d, GError **errp)
         }
     }
 
-    if (d->pidfile && !vbd_write_pidfile(d, errp)) {
-        return false;
-    }
     /* Credentials first: glibc's setuid() runs in every thread, which the
      * sandbox would not allow. */
     if (d->runas_user && !vbd_drop_privileges(d, errp)) {
@@ -542,9 +609,11 @@ static void vbd_cleanup(Vbd *d)
         close(d->sig_fd);
         d->sig_fd = -1;
     }
-    if (d->pidfile_written) {
+    if (d->pidfile_fd >= 0) {
+        /* Unlink while still holding the lock, then drop it. */
         unlink(d->pidfile);
-        d->pidfile_written = false;
+        close(d->pidfile_fd);
+        d->pidfile_fd = -1;
     }
     systemd_sockets_clear(&d->sd);
     systemd_notify_close(&d->notify_fd);
@@ -587,8 +656,7 @@ static void vbd_daemonize_finish(Vbd *d)
     char c = 0;
 
     if (chdir("/") < 0) {
-        /* Not fatal: we only hold absolute paths... or relative ones that
-         * were already opened. */
+        /* Not fatal: every path was made absolute (vbd_check_config). */
     }
     if (null >= 0) {
         dup2(null, STDIN_FILENO);
@@ -621,6 +689,24 @@ enum {
     OPT_BLOCKDEV, OPT_OBJECT, OPT_CHARDEV, OPT_MONITOR, OPT_QSD_UNSUPPORTED,
 };
 
+/* "FILE:LINE" of the option being applied when a --config file gave it,
+ * else NULL: errors then say where to look, not just what. */
+static const char *vbd_arg_where;
+
+/* Print "vhost-blkd: [FILE:LINE: ]MESSAGE" for a bad option. */
+static void G_GNUC_PRINTF(1, 2) vbd_arg_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "vhost-blkd: ");
+    if (vbd_arg_where) {
+        fprintf(stderr, "%s: ", vbd_arg_where);
+    }
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
 /* --user USER[:GROUP]; false after printing why it is not usable. */
 static bool vbd_parse_user(Vbd *d, const char *arg)
 {
@@ -632,7 +718,7 @@ static bool vbd_parse_user(Vbd *d, const char *arg)
         !export_opts_lookup_user(parts[0], &d->runas_uid, &d->runas_gid,
                                  &err) ||
         (parts[1] && !export_opts_lookup_group(parts[1], &gid, &err))) {
-        fprintf(stderr, "vhost-blkd: --user %s: %s\n", arg,
+        vbd_arg_error("--user %s: %s\n", arg,
                 err ? err->message : "give USER or USER:GROUP");
         return false;
     }
@@ -640,7 +726,7 @@ static bool vbd_parse_user(Vbd *d, const char *arg)
         d->runas_gid = gid;
         d->runas_group_set = true;
     } else if (d->runas_gid == (gid_t)-1) {
-        fprintf(stderr, "vhost-blkd: --user %s: uid %s has no "
+        vbd_arg_error("--user %s: uid %s has no "
                 "passwd entry, so give its group too: --user "
                 "UID:GROUP\n", arg, parts[0]);
         return false;
@@ -672,7 +758,7 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
         QsdOptKind kind = kinds[opt - OPT_BLOCKDEV];
 
         if (!qsd_cli_add(&d->qsd, kind, arg, &err)) {
-            fprintf(stderr, "vhost-blkd: %s %s: %s\n", qsd_opt_name(kind),
+            vbd_arg_error("%s %s: %s\n", qsd_opt_name(kind),
                     arg, err->message);
             g_error_free(err);
             return false;
@@ -682,13 +768,13 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
     case OPT_EXPORT:
         if (qsd_cli_export_is_qsd(arg)) {
             if (!qsd_cli_add(&d->qsd, QSD_OPT_EXPORT, arg, &err)) {
-                fprintf(stderr, "vhost-blkd: --export %s: %s\n", arg,
+                vbd_arg_error("--export %s: %s\n", arg,
                         err->message);
                 g_error_free(err);
                 return false;
             }
         } else if (!export_opts_list_add(d->specs, arg, &err)) {
-            fprintf(stderr, "vhost-blkd: --export %s: %s\n", arg,
+            vbd_arg_error("--export %s: %s\n", arg,
                     err->message);
             return false;
         }
@@ -697,7 +783,7 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
         unsigned int n;
 
         if (!export_opts_parse_uint(arg, VBD_MAX_IOTHREADS, &n) || n == 0) {
-            fprintf(stderr, "vhost-blkd: --iothreads %s: use 1 to %d\n",
+            vbd_arg_error("--iothreads %s: use 1 to %d\n",
                     arg, VBD_MAX_IOTHREADS);
             return false;
         }
@@ -708,7 +794,7 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
         uint64_t v;
 
         if (!export_opts_parse_size(arg, &v) || v > INT64_MAX) {
-            fprintf(stderr, "vhost-blkd: --poll-max-ns %s: use a number "
+            vbd_arg_error("--poll-max-ns %s: use a number "
                     "of nanoseconds (0 disables polling)\n", arg);
             return false;
         }
@@ -726,7 +812,7 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
         LogLevel level;
 
         if (!log_level_parse(arg, &level)) {
-            fprintf(stderr, "vhost-blkd: --log-level %s: use error, warn, "
+            vbd_arg_error("--log-level %s: use error, warn, "
                     "info or debug\n", arg);
             return false;
         }
@@ -737,19 +823,19 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
         return vbd_parse_user(d, arg);
     case OPT_POLL_HOST_CHECK:
         if (!export_opts_parse_bool(arg, &d->poll_host_check)) {
-            fprintf(stderr, "vhost-blkd: --poll-host-check %s: use on or "
+            vbd_arg_error("--poll-host-check %s: use on or "
                     "off\n", arg);
             return false;
         }
         break;
     case OPT_SECCOMP:
         if (!export_opts_parse_bool(arg, &d->seccomp)) {
-            fprintf(stderr, "vhost-blkd: --seccomp %s: use on or off\n",
+            vbd_arg_error("--seccomp %s: use on or off\n",
                     arg);
             return false;
         }
         if (d->seccomp && !sandbox_available()) {
-            fprintf(stderr, "vhost-blkd: --seccomp on: this build has "
+            vbd_arg_error("--seccomp on: this build has "
                     "no libseccomp support (install libseccomp-dev and "
                     "rebuild)\n");
             return false;
@@ -777,6 +863,36 @@ static bool vbd_check_config(Vbd *d)
         fprintf(stderr, "vhost-blkd: %s\n", err->message);
         g_error_free(err);
         return false;
+    }
+    if (d->daemonize) {
+        /*
+         * The daemon moves to "/" once set up: a relative socket or
+         * pidfile would be created here but unlinked (at exit) relative
+         * to "/".  Resolve them now, against the directory we run in.
+         */
+        if (d->pidfile && !g_path_is_absolute(d->pidfile)) {
+            char *abs = g_canonicalize_filename(d->pidfile, NULL);
+
+            g_free(d->pidfile);
+            d->pidfile = abs;
+        }
+        for (guint i = 0; i < d->specs->len; i++) {
+            ExportOpts *e = g_ptr_array_index(d->specs, i);
+
+            if (!g_path_is_absolute(e->socket)) {
+                char *abs = g_canonicalize_filename(e->socket, NULL);
+
+                g_free(e->socket);
+                e->socket = abs;
+            }
+            if (e->file && !g_path_is_absolute(e->file)) {
+                char *abs = g_canonicalize_filename(e->file, NULL);
+
+                g_free(e->file);
+                e->file = abs;
+            }
+        }
+        qsd_cli_absolute_paths(&d->qsd);
     }
     for (guint i = 0; i < d->specs->len; i++) {
         ExportOpts *e = g_ptr_array_index(d->specs, i);
@@ -815,13 +931,40 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
         { "version", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 },
     };
-    int opt, idx = 0;
+    int opt, idx = 0, cur;
 
-    while ((opt = getopt_long(argc, argv, "hVT:", longopts, &idx)) != -1) {
+    /*
+     * "+": no permutation, so argv[cur] is the option just returned
+     * (config_file_arg_origin() is by argv index); ":": a missing value
+     * returns ':' rather than a message naming argv[0].  getopt prints
+     * nothing itself: every message says which file line, if any.
+     */
+    opterr = 0;
+    for (;;) {
+        cur = optind;
+        opt = getopt_long(argc, argv, "+:hVT:", longopts, &idx);
+        if (opt == -1) {
+            break;
+        }
+        vbd_arg_where = config_file_arg_origin(cur);
+        if (vbd_arg_where && optarg && optarg != argv[cur] &&
+            optarg == argv[cur + 1] && config_file_arg_lacks_value(cur)) {
+            /* A bare "export" line took the next line as its value. */
+            opt = ':';
+        }
         switch (opt) {
+        case ':':
+            if (vbd_arg_where) {
+                vbd_arg_error("'%s' needs a value (write '%s VALUE' on one "
+                              "line)\n", argv[cur] + 2, argv[cur] + 2);
+            } else {
+                vbd_arg_error("%s needs a value (see vhost-blkd --help)\n",
+                              argv[cur]);
+            }
+            return VBD_ARGS_BAD;
         case 'T':
         case OPT_QSD_UNSUPPORTED:
-            fprintf(stderr, "vhost-blkd: %s%s: this qemu-storage-daemon "
+            vbd_arg_error("%s%s: this qemu-storage-daemon "
                     "option is not supported (vhost-blkd serves "
                     "vhost-user-blk exports only; it logs with "
                     "--log-level)\n", opt == 'T' ? "-T" : "--",
@@ -834,7 +977,22 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
             printf("vhost-blkd %s\n", VHOST_BLK_VERSION);
             return VBD_ARGS_DONE;
         case '?':
-            fprintf(stderr, "Try 'vhost-blkd --help' for more information.\n");
+            if (vbd_arg_where) {
+                /* Not the binary's path and "--bogus": the line's name. */
+                vbd_arg_error("unknown option '%.*s' (each line starts with "
+                              "a vhost-blkd option name without --; see "
+                              "vhost-blkd --help)\n",
+                              (int)strcspn(argv[cur] + 2, "="),
+                              argv[cur] + 2);
+            } else if (optopt) {
+                vbd_arg_error("unknown option '-%c'\n", optopt);
+                fprintf(stderr, "Try 'vhost-blkd --help' for more "
+                        "information.\n");
+            } else {
+                vbd_arg_error("unknown option '%s'\n", argv[cur]);
+                fprintf(stderr, "Try 'vhost-blkd --help' for more "
+                        "information.\n");
+            }
             return VBD_ARGS_BAD;
         default:
             if (!vbd_set_option(d, opt, optarg)) {
@@ -843,11 +1001,13 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
             break;
         }
     }
+    vbd_arg_where = config_file_arg_origin(optind);
     if (optind < argc) {
-        fprintf(stderr, "vhost-blkd: unexpected argument '%s' (options "
+        vbd_arg_error("unexpected argument '%s' (options "
                 "start with --; see vhost-blkd --help)\n", argv[optind]);
         return VBD_ARGS_BAD;
     }
+    vbd_arg_where = NULL;
     return vbd_check_config(d) ? VBD_ARGS_RUN : VBD_ARGS_BAD;
 }
 
@@ -881,10 +1041,19 @@ static int vbd_run(Vbd *d)
         vbd_cleanup(d);
         return 1;
     }
-    info_report("ready: %u export(s), %u iothread(s)%s",
-                d->state.exports->len,
-                d->n_iothreads + d->state.iothreads->len,
-                d->qmp ? ", QMP monitor" : "");
+    /* The pool (--iothreads, 1 by default) serves exports and QMP
+     * block-export-add without iothread=; --object iothread adds named
+     * ones.  Counted apart: two --object iothread are two, not three. */
+    if (d->state.iothreads->len) {
+        info_report("ready: %u export(s), %u iothread object(s) and %u pool "
+                    "iothread(s) for exports without iothread=%s",
+                    d->state.exports->len, d->state.iothreads->len,
+                    d->n_iothreads, d->qmp ? ", QMP monitor" : "");
+    } else {
+        info_report("ready: %u export(s), %u iothread(s)%s",
+                    d->state.exports->len, d->n_iothreads,
+                    d->qmp ? ", QMP monitor" : "");
+    }
     if (d->daemonize) {
         vbd_daemonize_finish(d);
     }
@@ -910,6 +1079,7 @@ int main(int argc, char **argv)
         .poll_max_ns = 32768,
         .poll_host_check = true,
         .sig_fd = -1,
+        .pidfile_fd = -1,
         .ready_fd = -1,
         .notify_fd = -1,
     };

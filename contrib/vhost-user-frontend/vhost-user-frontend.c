@@ -2063,11 +2063,11 @@ int vhost_user_frontend_reap(VhostUserFrontend *fe, unsigned int q,
     return n;
 }
 
-int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
-                             int timeout_ms)
+static int fe_wait(VhostUserFrontend *fe, unsigned int q, int timeout_ms,
+                   bool watch_socket)
 {
     FrontendQueue *vq;
-    struct pollfd pfd;
+    struct pollfd pfd[2];
     uint64_t v;
     int r;
 
@@ -2093,10 +2093,13 @@ int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
                              memory_order_acquire) != vq->last_used) {
         return 1;
     }
-    pfd.fd = vq->call_fd;
-    pfd.events = POLLIN;
+    pfd[0] = (struct pollfd) { .fd = vq->call_fd, .events = POLLIN };
+    /* The control socket only for its hang-up: nothing reads it here.  A
+     * negative fd (kernel mode, no socket) is ignored by poll(). */
+    pfd[1] = (struct pollfd) { .fd = watch_socket ? fe->sock : -1,
+                               .events = POLLRDHUP };
     do {
-        r = poll(&pfd, 1, timeout_ms);
+        r = poll(pfd, 2, timeout_ms);
     } while (r < 0 && errno == EINTR);
     if (r < 0) {
         return -errno;
@@ -2104,10 +2107,34 @@ int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
     if (r == 0) {
         return 0;
     }
+    if (!(pfd[0].revents & POLLIN)) {
+        /* Only the socket: the back-end is gone, nothing will complete. */
+        return -ENOTCONN;
+    }
     if (read(vq->call_fd, &v, sizeof(v)) < 0 && errno != EAGAIN) {
         return -errno;
     }
     return 1;
+}
+
+int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
+                             int timeout_ms)
+{
+    return fe_wait(fe, q, timeout_ms, false);
+}
+
+int vhost_user_frontend_wait_connected(VhostUserFrontend *fe, unsigned int q,
+                                       int timeout_ms)
+{
+    return fe_wait(fe, q, timeout_ms, true);
+}
+
+bool vhost_user_frontend_backend_gone(VhostUserFrontend *fe)
+{
+    struct pollfd pfd = { .fd = fe->sock, .events = POLLRDHUP };
+
+    return fe->sock >= 0 && poll(&pfd, 1, 0) == 1 &&
+           (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 unsigned int vhost_user_frontend_outstanding(VhostUserFrontend *fe,

@@ -620,6 +620,27 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
     if (!virtio_blk_dev_init(&exp->dev, exp->blk, &conf, errp)) {
         goto fail;
     }
+    {
+        uint64_t len = blk_getlength(exp->blk);
+        unsigned int lbs = exp->dev.conf.logical_block_size;
+
+        /*
+         * The guest sees whole logical blocks only.  QEMU rounds such an
+         * image up and reads zeros past its end; serving bytes that are
+         * not in the file would need writes there to grow it, so the
+         * tail is left out instead, and said so: a guest must not find
+         * its disk silently shorter than the file.
+         */
+        if (len % lbs) {
+            warn_report("%s: the image is %" PRIu64 " bytes, not a multiple "
+                        "of the %u-byte logical block: its last %" PRIu64
+                        " bytes are not served (the disk has %" PRIu64
+                        " bytes); resize it to a multiple of %u (e.g. "
+                        "truncate -s %" PRIu64 ")", opts->socket_path ?
+                        opts->socket_path : "export", len, lbs, len % lbs,
+                        len - len % lbs, lbs, QEMU_ALIGN_UP(len, lbs));
+        }
+    }
 
     scfg = (VuServerConfig) {
         .socket_path = opts->socket_path,

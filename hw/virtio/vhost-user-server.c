@@ -197,6 +197,7 @@ struct VuServer {
     QEMUBH *broken_bh;
     _Atomic bool broken;
     QEMUBH *drain_bh;               /* a draining queue may be done */
+    bool spoke;                     /* this session sent a full message */
     uint64_t unknown_logged[4];     /* bitmap of request numbers < 256 */
     VuServerStats stats;
 };
@@ -295,6 +296,9 @@ static bool vu_queue_update(VuServer *s, VuQueue *q)
     }
     aio_run_sync(q->ctx, vu_queue_start_fn, q);
     q->state = VU_QUEUE_RUNNING;
+    /* One interrupt at start, as libvhost-user sends: nothing completed
+     * before a reconnect goes unnoticed by a driver waiting for it. */
+    virtqueue_signal_call(q->vq);
     debug_report("%s: queue %u started (size %u)", s->name, q->index,
                  q->num);
     return true;
@@ -923,6 +927,8 @@ static void vu_set_call_fn(void *opaque)
     VuSetCall *c = opaque;
 
     virtqueue_set_call_fd(c->q->vq, c->fd);
+    /* What was signalled on the old fd may never have been read. */
+    virtqueue_signal_call(c->q->vq);
 }
 
 static VuMsgResult vu_set_vring_fd(VuServer *s, VuMsg *msg)
@@ -1668,6 +1674,10 @@ static void vu_conn_read(void *opaque)
             s->rx_len < VHOST_USER_HDR_SIZE + s->rx.hdr.size) {
             continue;
         }
+        if (!s->spoke) {
+            s->spoke = true;
+            info_report("%s: front-end connected", s->name);
+        }
         vu_handle_msg(s);
         handled++;
         if (s->drop_pending) {
@@ -1719,7 +1729,14 @@ static void vu_session_close(VuServer *s, const char *why)
     if (s->conn_fd < 0) {
         return;
     }
-    info_report("%s: session closed: %s", s->name, why);
+    if (s->spoke) {
+        info_report("%s: session closed: %s", s->name, why);
+    } else {
+        debug_report("%s: a connection closed before its first message "
+                     "(%s): someone probing the socket, e.g. another "
+                     "daemon checking whether it is in use", s->name, why);
+    }
+    s->spoke = false;
     vu_conn_set_reading(s, false);
     close(s->conn_fd);
     s->conn_fd = -1;
@@ -1811,7 +1828,11 @@ static void vu_accept(void *opaque)
     s->conn_fd = fd;
     s->stats.sessions++;
     atomic_store(&s->broken, false);
-    info_report("%s: front-end connected", s->name);
+    s->spoke = false;
+    /* "front-end connected" waits for its first message: a process that
+     * only probes the socket (a second daemon checking whether it is in
+     * use) connects and closes without a word. */
+    debug_report("%s: connection accepted", s->name);
     aio_set_fd_handler(s->cfg.main_ctx, fd, vu_conn_read, NULL, NULL, NULL,
                        s);
 }
@@ -2040,7 +2061,8 @@ void vu_server_free(VuServer *s)
         return;
     }
     vu_server_stop_listening(s);
-    vu_session_close(s, "server shutting down");
+    /* Deleted over QMP (block-export-del) or at daemon exit. */
+    vu_session_close(s, "the export is being removed");
     if (s->closing) {
         /* Shutdown waits for in-flight I/O: the image closes next. */
         vu_drain_sync(s);

@@ -217,6 +217,23 @@ void virtqueue_set_call_fd(VirtQueue *vq, int fd)
     }
 }
 
+/*
+ * Write the call eventfd whatever the driver's suppression says: one
+ * spurious interrupt, which a driver must tolerate.  Sent when a queue
+ * starts and when its call fd is replaced, as libvhost-user does, so that
+ * a completion signalled on a previous fd (before a reconnect, or while
+ * the VMM swapped fds) is not lost and a front-end that waits for this
+ * first interrupt does not hang.
+ * Called from: the main thread with the queue stopped or started, or the
+ * owner thread; not while another thread replaces the call fd.
+ */
+void virtqueue_signal_call(VirtQueue *vq)
+{
+    if (vq->call.fd >= 0) {
+        event_notifier_set(&vq->call);
+    }
+}
+
 /* Called from: any thread. */
 int virtqueue_get_kick_fd(VirtQueue *vq)
 {

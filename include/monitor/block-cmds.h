@@ -24,6 +24,7 @@ typedef struct VbExport VbExport;
 typedef struct VbIOThreadObj {
     char *id;
     IOThread *iothread;
+    int64_t poll_max_ns;        /* as created (query-iothreads) */
 } VbIOThreadObj;
 
 typedef struct VbState {

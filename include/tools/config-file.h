@@ -44,4 +44,15 @@ bool config_file_parse(const char *name, const char *text, GPtrArray *args,
  */
 bool config_file_expand_args(int *argc, char ***argv, GError **errp);
 
+/*
+ * Where argument @i of the argv that config_file_expand_args() made came
+ * from: "FILE:LINE" if a configuration file held it, NULL if it was on the
+ * command line (or nothing was expanded).  For error messages.
+ */
+const char *config_file_arg_origin(int i);
+
+/* Whether argument @i came from a file line that named an option without
+ * a value (e.g. a bare "export"). */
+bool config_file_arg_lacks_value(int i);
+
 #endif

@@ -26,6 +26,8 @@
 
 /* One --export.  Ranges after a successful parse are given per field. */
 typedef struct ExportOpts {
+    char *id;                   /* id=: QMP's export id; NULL: "export<i>" */
+    char *node_name;            /* node-name=; NULL: id, else "node<i>" */
     char *socket;               /* non-empty */
     char *file;                 /* driver=file: non-empty, exists */
     char *driver;               /* "file" (default) or "null" */

@@ -59,4 +59,9 @@ bool qsd_cli_apply(QsdCli *cli, VbState *s, GError **errp);
 /* The socket path of monitor @i's chardev. */
 const char *qsd_cli_monitor_path(QsdCli *cli, unsigned int i);
 
+/* --daemonize moves to "/": make the export (addr.path) and monitor
+ * socket paths absolute first, so they are created and removed where the
+ * operator asked. */
+void qsd_cli_absolute_paths(QsdCli *cli);
+
 #endif

@@ -3,7 +3,11 @@
 # Validates every libvirt example in docs/libvirt/*.xml against libvirt's
 # own schema (virt-xml-validate FILE domain) and checks that each keeps what
 # a vhost-blkd disk needs: a vhostuser disk on a unix socket with reconnect,
-# and shared memfd guest memory.  No guest is booted.
+# and shared memfd guest memory; or, for the patched QEMU's
+# vhost-pci-blk-pci given through <qemu:commandline>, an explicit bus and
+# addr (not libvirt's root-port slot 1), reconnect on the chardev and
+# shared memory for the chardev= (vhost-user) one.  No guest is booted
+# (tests/functional/test-libvirt-domain.sh boots them).
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -58,6 +62,27 @@ for f in "$VB_ROOT"/docs/libvirt/*.xml; do
     fi
 
     disks=$(xpath "$f" "count(/domain/devices/disk[@type='vhostuser'])")
+    qargs=$(xpath "$f" "//*[local-name()='commandline']/*[local-name()='arg']/@value" |
+            sed 's/ value="/\n/g; s/"//g')
+    if [ "${disks:-0}" -lt 1 ] && grep -q '^vhost-pci-blk-pci,' <<< "$qargs"; then
+        dev=$(grep '^vhost-pci-blk-pci,' <<< "$qargs")
+        vb_check "$name: vhost-pci-blk-pci has an explicit bus and addr" \
+            sh -c "echo '$dev' | grep -q 'bus=' && echo '$dev' | grep -q 'addr='"
+        vb_check "$name: ...not on slot 1 (libvirt's first pcie-root-port)" \
+            sh -c "! echo '$dev' | grep -qE 'addr=(0x)?0*1(,|\\.|\$)'"
+        if grep -q 'chardev=' <<< "$dev"; then
+            vb_check "$name: the vhost-user chardev reconnects" \
+                grep -q '^socket,.*reconnect=' <<< "$qargs"
+            vb_check_eq "$name: guest memory is a shared memfd" \
+                "$(xpath "$f" "count(/domain/memoryBacking[source/@type='memfd' and access/@mode='shared'])")" 1
+        else
+            vb_check "$name: drive= names a -blockdev node" \
+                sh -c "echo '$dev' | grep -q 'drive=' && grep -q 'node-name' <<'EOT'
+$qargs
+EOT"
+        fi
+        continue
+    fi
     if [ "${disks:-0}" -lt 1 ]; then
         vb_not_ok "$name: has a vhostuser disk" "no <disk type='vhostuser'>"
         continue

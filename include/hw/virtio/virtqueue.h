@@ -92,6 +92,8 @@ uint32_t virtqueue_get_base(VirtQueue *vq);
 /* Takes ownership of the fds (-1 = none). */
 void virtqueue_set_kick_fd(VirtQueue *vq, int fd);
 void virtqueue_set_call_fd(VirtQueue *vq, int fd);
+/* Interrupt the driver once, unconditionally (queue start, new call fd). */
+void virtqueue_signal_call(VirtQueue *vq);
 int virtqueue_get_kick_fd(VirtQueue *vq);
 void virtqueue_set_event_idx(VirtQueue *vq, bool on);   /* negotiated */
 /* VIRTIO_F_RING_PACKED negotiated: the rings are a packed descriptor ring

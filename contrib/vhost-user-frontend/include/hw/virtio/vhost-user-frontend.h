@@ -310,6 +310,14 @@ int vhost_user_frontend_reap(VhostUserFrontend *fe, unsigned int q,
  * waits forever), -errno on failure. */
 int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
                              int timeout_ms);
+/* The same, but -ENOTCONN at once when the back-end closes its end of the
+ * control socket (a vhost-user back-end that hangs up completes nothing
+ * more); for drivers that do not reconnect. */
+int vhost_user_frontend_wait_connected(VhostUserFrontend *fe, unsigned int q,
+                                       int timeout_ms);
+/* Whether the back-end has closed its end of the control socket (one
+ * poll() with no timeout: for polling drivers, now and then). */
+bool vhost_user_frontend_backend_gone(VhostUserFrontend *fe);
 /* Requests submitted and not yet reaped. */
 unsigned int vhost_user_frontend_outstanding(VhostUserFrontend *fe,
                                              unsigned int q);
