@@ -2052,7 +2052,7 @@ void vu_server_set_idle_notify(VuServer *s, void (*fn)(void *opaque),
 
 void vu_server_disconnect(VuServer *s)
 {
-    vu_session_close(s, "disconnect requested");
+    vu_session_close(s, "the export is being removed");
 }
 
 void vu_server_free(VuServer *s)

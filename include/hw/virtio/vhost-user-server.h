@@ -100,7 +100,8 @@ void vu_server_free(VuServer *server);
 /* Main thread.  Stop accepting new front-ends (the current session goes on;
  * vu_server_free() ends it). */
 void vu_server_stop_listening(VuServer *server);
-/* Main thread.  Drop the current session, if any, as on a disconnect
+/* Main thread, for block-export-del.  Drop the current session, if any,
+ * logged as the export being removed, as on a disconnect
  * (its queues drain in the background; the next front-end is accepted
  * once they did). */
 void vu_server_disconnect(VuServer *server);
