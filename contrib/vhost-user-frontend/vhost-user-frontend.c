@@ -1989,8 +1989,16 @@ int vhost_user_frontend_reap(VhostUserFrontend *fe, unsigned int q,
 int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
                              int timeout_ms)
 {
+    return vhost_user_frontend_wait_ns(fe, q, timeout_ms < 0 ? -1 :
+                                       (int64_t)timeout_ms * 1000000);
+}
+
+int vhost_user_frontend_wait_ns(VhostUserFrontend *fe, unsigned int q,
+                                int64_t timeout_ns)
+{
     FrontendQueue *vq;
     struct pollfd pfd;
+    struct timespec ts;
     uint64_t v;
     int r;
 
@@ -2018,8 +2026,10 @@ int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
     }
     pfd.fd = vq->call_fd;
     pfd.events = POLLIN;
+    ts.tv_sec = timeout_ns / 1000000000;
+    ts.tv_nsec = timeout_ns % 1000000000;
     do {
-        r = poll(&pfd, 1, timeout_ms);
+        r = ppoll(&pfd, 1, timeout_ns < 0 ? NULL : &ts, NULL);
     } while (r < 0 && errno == EINTR);
     if (r < 0) {
         return -errno;

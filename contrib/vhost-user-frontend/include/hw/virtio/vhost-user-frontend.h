@@ -296,6 +296,9 @@ int vhost_user_frontend_reap(VhostUserFrontend *fe, unsigned int q,
  * waits forever), -errno on failure. */
 int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
                              int timeout_ms);
+/* The same with a timeout in nanoseconds (< 0: forever). */
+int vhost_user_frontend_wait_ns(VhostUserFrontend *fe, unsigned int q,
+                                int64_t timeout_ns);
 /* Requests submitted and not yet reaped. */
 unsigned int vhost_user_frontend_outstanding(VhostUserFrontend *fe,
                                              unsigned int q);
