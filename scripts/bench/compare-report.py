@@ -387,7 +387,7 @@ def main():
         rr = rep_ratios("null", "blkd-null", qn, d, q, "halt")
         goal(f"halt-poll client, null, {q} queue(s), depth {d}: >= 2.0x qsd's best in every "
              "one of >= 3 reps", every(rr, 2.0, 3), f"{fr(rr)} (anchor {qsd_label(qn)})")
-    rr = rep_ratios("file", "blkd-file", "fio", 1, 1, "halt")
+    rr = rep_ratios("file", "blkd-file", None, 1, 1, "halt", best_of=["fio"])
     goal("halt-poll client, raw file, depth 1: >= 1.0x fio depth 1 in every rep",
          every(rr, 1.0), fr(rr))
     for d in (32, 64):
@@ -493,12 +493,12 @@ def main():
         if not cmds:
             return
         png = os.path.join(a.out, name + ".png")
-        script = (f"set terminal png size 900,500\nset output '{png}'\n"
+        script = (f"set terminal png size 900,560\nset output '{png}'\n"
                   f"set title '{title} ({meta.get('started', '')})'\n"
                   f"set xlabel '{xlabel}'\nset ylabel '{ylabel}'\n"
                   + ("set logscale x 2\n" if logx else "")
                   + ("set logscale y\n" if logy else "set yrange [0:*]\n")
-                  + "set key outside right\nset grid\n"
+                  + "set key top right font ',9' opaque box\nset grid\n"
                   f"plot {', '.join(cmds)}\n")
         subprocess.run(["gnuplot"], input=script.encode(), check=True)
         plots.append(png)
@@ -523,7 +523,7 @@ def main():
         plot(f"iops-vs-iodepth-{kind}", f"{kind} back-end, 1 queue, 4 KiB random reads",
              "iodepth", "kIOPS (median)", lines, logx=True)
         plot(f"cpu-vs-iodepth-{kind}", f"{kind} back-end, 1 queue: daemon CPU per I/O",
-             "iodepth", "daemon CPU us per I/O (median)", cpu, logx=True)
+             "iodepth", "daemon CPU us per I/O (median)", cpu, logx=True, logy=True)
         lat = []
         for c in (bc, qc):
             pts = [(rt, medians[(f"rate-{kind}@{rt}", c, 32, 1, "irq")]["p99_us"])
