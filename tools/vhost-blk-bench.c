@@ -45,6 +45,7 @@
  */
 #include "qemu/osdep.h"
 #include "hw/virtio/vhost-user-frontend.h"
+#include "bench-halt-poll.h"
 #include "bench-hist.h"
 
 #include <endian.h>
@@ -61,7 +62,6 @@
 #define BENCH_SECTOR 512
 #define BENCH_WAIT_TIMEOUT_MS 10000
 #define BENCH_CPU_WARN 0.70     /* a worker above this share of a CPU */
-#define BENCH_HALT_POLL_START 10000  /* ns: KVM's halt_poll_ns_grow_start */
 #define BENCH_VERIFY_MAGIC 0x76626c6b62656e63ULL   /* "vblkbenc" */
 
 typedef enum BenchRw {
@@ -447,29 +447,20 @@ static inline uint64_t bench_sched_ns(const BenchWorker *w, uint64_t k)
     return w->sched_t0_ns + (uint64_t)(k * w->sched_interval_ns);
 }
 
-/*
- * --halt-poll-grow: adapt the poll window after an idle episode that ended
- * in a sleep, as KVM's kvm_vcpu_halt() does with halt_poll_ns (grow 2,
- * grow_start 10 us, shrink 0): @idle_ns is the whole episode (poll +
- * sleep).  Longer than the maximum: reset the window to 0 (polling could
- * not have helped).  Shorter than the maximum but longer than the window
- * (a "short" sleep: a longer window would have caught it): double it, at
- * least to 10 us, at most to the maximum.
- */
+/* --halt-poll-grow: adapt the window after an idle period that ended in a
+ * sleep (bench-halt-poll.h); @idle_ns is the whole period. */
 static void bench_halt_poll_adapt(BenchWorker *w, uint64_t idle_ns)
 {
-    uint64_t max = w->opts->halt_poll_ns;
-
-    if (idle_ns <= w->hp_window_ns) {
-        return;
-    }
-    if (w->hp_window_ns && idle_ns > max) {
-        w->hp_window_ns = 0;
-        w->hp_shrinks++;
-    } else if (w->hp_window_ns < max && idle_ns < max) {
-        w->hp_window_ns = MIN(MAX(w->hp_window_ns * 2, BENCH_HALT_POLL_START),
-                              max);
+    switch (bench_halt_poll_next(&w->hp_window_ns, idle_ns,
+                                 w->opts->halt_poll_ns)) {
+    case BENCH_HALT_POLL_GROW:
         w->hp_grows++;
+        break;
+    case BENCH_HALT_POLL_SHRINK:
+        w->hp_shrinks++;
+        break;
+    default:
+        break;
     }
 }
 
