@@ -88,8 +88,13 @@ def main():
     ap.add_argument("--extra", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--meta", action="append", default=[])
+    ap.add_argument("--meta-from", help="results.json of an earlier report: "
+                    "take its meta (to redo the report and plots from raw.jsonl)")
     a = ap.parse_args()
-    meta = dict(m.split("=", 1) for m in a.meta)
+    meta = {}
+    if a.meta_from:
+        meta.update(json.load(open(a.meta_from))["meta"])
+    meta.update(dict(m.split("=", 1) for m in a.meta))
 
     runs = load(a.raw)
     extra = load(a.extra)
@@ -493,12 +498,12 @@ def main():
         if not cmds:
             return
         png = os.path.join(a.out, name + ".png")
-        script = (f"set terminal png size 900,560\nset output '{png}'\n"
+        script = (f"set terminal png size 900,640 noenhanced\nset output '{png}'\n"
                   f"set title '{title} ({meta.get('started', '')})'\n"
                   f"set xlabel '{xlabel}'\nset ylabel '{ylabel}'\n"
                   + ("set logscale x 2\n" if logx else "")
                   + ("set logscale y\n" if logy else "set yrange [0:*]\n")
-                  + "set key top right font ',9' opaque box\nset grid\n"
+                  + "set key below font ',9'\nset grid\n"
                   f"plot {', '.join(cmds)}\n")
         subprocess.run(["gnuplot"], input=script.encode(), check=True)
         plots.append(png)

@@ -34,6 +34,8 @@
 #            client, depth 32, null and file; default: 20000 100000)
 #   --pin    daemons (and fio) on CPU $VB_DAEMON_CPU (default 1), the bench
 #            on CPU $VB_BENCH_CPU (default 0); default: unpinned
+#   --report DIR  measure nothing: redo DIR's results.md, results.json and
+#            plots from its raw.jsonl and extra.jsonl
 #   --only   run only these sections (tune picks qsd's best settings; null
 #            and file use them as the anchor, else qsd's defaults)
 # The ablations run on the raw file and on a RAM-backed file in /dev/shm
@@ -71,7 +73,7 @@ only="tune null file rate iothreads ablations cost"
 QSIZE=512
 NQ=4
 
-usage() { sed -n '3,30p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,32p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -88,6 +90,11 @@ while [ $# -gt 0 ]; do
     --modes) modes=$2; shift ;;
     --rates) rates=$2; shift ;;
     --only) only=$2; shift ;;
+    --report)
+        [ -f "$2/raw.jsonl" ] && [ -f "$2/results.json" ] ||
+            { echo "compare.sh: --report: $2 has no raw.jsonl and results.json" >&2; exit 2; }
+        exec python3 "$srcdir/scripts/bench/compare-report.py" --raw "$2/raw.jsonl" \
+            --extra "$2/extra.jsonl" --out "$2" --meta-from "$2/results.json" ;;
     --no-callgrind) do_callgrind=0 ;;
     --no-strace) do_strace=0 ;;
     --no-ablations) do_ablations=0 ;;
