@@ -69,6 +69,8 @@ fn_table() {
 fn_table "$tmp/cg.$n" > "$tmp/fn.a"
 fn_table "$tmp/cg.$((2 * n))" > "$tmp/fn.b"
 echo "top self instructions/IO (function, per I/O):"
+# (sorted into a file: "sort | head" would end in SIGPIPE under pipefail)
 awk -v n="$n" 'NR == FNR { a[$1] += $2; next } { b[$1] += $2 }
     END { for (f in b) printf "%8.1f  %s\n", (b[f] - a[f]) / n, f }' \
-    "$tmp/fn.a" "$tmp/fn.b" | sort -rn | head -n 15
+    "$tmp/fn.a" "$tmp/fn.b" | sort -rn > "$tmp/fn.sorted"
+head -n 15 "$tmp/fn.sorted"
