@@ -89,7 +89,7 @@ while [ $# -gt 0 ]; do
     --pin) pin=1 ;;
     --modes) modes=$2; shift ;;
     --rates) rates=$2; shift ;;
-    --only) only=$2; shift ;;
+    --only) only=$2; only_given=1; shift ;;
     --report)
         [ -f "$2/raw.jsonl" ] && [ -f "$2/results.json" ] ||
             { echo "compare.sh: --report: $2 has no raw.jsonl and results.json" >&2; exit 2; }
@@ -106,7 +106,7 @@ done
 if [ "$quick" = 1 ]; then
     runtime=1; reps=1; do_callgrind=0; do_strace=0; do_ablations=0
     settle=${VB_SETTLE:-0}     # a smoke test: nothing to settle for
-    only="null file rate"
+    [ -n "${only_given:-}" ] || only="null file rate"
     rates="20000"
     [ "$size_mib" = 1024 ] && size_mib=64
     [ "$file" = /var/tmp/vhost-blk-compare.img ] &&
@@ -115,7 +115,7 @@ fi
 if [ "$short" = 1 ]; then
     runtime=1; do_strace=0; do_ablations=0
     [ "$cg_ios" = 20000 ] && cg_ios=10000
-    only="tune null file rate iothreads cost"
+    [ -n "${only_given:-}" ] || only="tune null file rate iothreads cost"
 fi
 want_section() { case " $only " in *" $1 "*) return 0 ;; esac; return 1; }
 want_section ablations || do_ablations=0
