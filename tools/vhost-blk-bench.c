@@ -13,10 +13,15 @@
  * in-flight request, each with its buffer in guest memory) and a latency
  * histogram.  Its loop: fill the queue up to --iodepth, publish the batch
  * with one kick (suppressed when the device polls), reap the used ring, and
- * when nothing completed either wait on the call eventfd or (--poll) spin.
- * Nothing is allocated and nothing is logged per request; two
- * clock_gettime() calls per loop turn (one per submitted batch, one per
- * reaped batch) timestamp the requests.
+ * when nothing completed wait as the client model says: sleep on the call
+ * eventfd (default), spin (--poll), or spin up to a halt-poll window and
+ * then sleep (--halt-poll-ns, a VM's halt-polling vCPU, optionally with
+ * KVM's grow/shrink of the window).  --rate replaces "fill up to
+ * --iodepth" with a fixed issue schedule (open loop); latency then counts
+ * from each request's scheduled time.  Nothing is allocated and nothing
+ * is logged per request; a clock_gettime() per loop turn timestamps the
+ * requests (and times the poll window), and latencies go into a
+ * preallocated log-linear histogram (bench-hist.h).
  *
  * --verify writes blocks that carry a header (magic, byte offset, write
  * sequence number, crc32 of the payload) and a payload derived from offset
@@ -34,17 +39,23 @@
  *
  * The client's own CPU time (getrusage RUSAGE_THREAD per worker) is
  * reported next to the I/O figures so that its cost is not mistaken for
- * the server's.
+ * the server's, and so is the back-end's (utime + stime of its process
+ * from /proc/PID/stat over the timed phase; the pid from --backend-pid or
+ * the socket's SO_PEERCRED).
  */
 #include "qemu/osdep.h"
 #include "hw/virtio/vhost-user-frontend.h"
+#include "bench-halt-poll.h"
+#include "bench-hist.h"
 
 #include <endian.h>
 #include <getopt.h>
 #include <math.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -52,10 +63,6 @@
 #define BENCH_WAIT_TIMEOUT_MS 10000
 #define BENCH_CPU_WARN 0.70     /* a worker above this share of a CPU */
 #define BENCH_VERIFY_MAGIC 0x76626c6b62656e63ULL   /* "vblkbenc" */
-/* log-linear latency histogram: 32 linear sub-buckets per power of two */
-#define BENCH_HIST_SUB_BITS 5
-#define BENCH_HIST_SUB (1u << BENCH_HIST_SUB_BITS)
-#define BENCH_HIST_BUCKETS ((64 - BENCH_HIST_SUB_BITS + 1) * BENCH_HIST_SUB)
 
 typedef enum BenchRw {
     BENCH_RW_READ,
@@ -97,6 +104,10 @@ typedef struct BenchOptions {
     bool no_inflight;           /* skip GET/SET_INFLIGHT_FD */
     bool publish_each;          /* avail->idx per request, as Linux */
     bool poll_interrupts;       /* --poll but still ask for interrupts */
+    uint64_t halt_poll_ns;      /* halt-polling client: poll window max */
+    bool halt_poll_grow;        /* ... adapted as KVM does */
+    double rate;                /* open loop: IOPS in total, 0 = closed */
+    int backend_pid;            /* 0 = from the socket's peer credentials */
     bool dirty_log;
     uint64_t seed;
 } BenchOptions;
@@ -148,6 +159,14 @@ typedef struct BenchWorker {
     uint64_t errors;            /* status != OK */
     uint64_t verify_errors;
     uint64_t waits;             /* call-eventfd waits that returned */
+    uint64_t sleeps;            /* times the client blocked */
+    uint64_t polls_ok;          /* --halt-poll-ns: idle ends caught polling */
+    uint64_t hp_window_ns;      /* --halt-poll-ns: current poll window */
+    uint64_t hp_grows, hp_shrinks;
+    uint64_t sched_t0_ns;       /* --rate: when request 0 was due */
+    double sched_interval_ns;   /* --rate: between two of this queue's */
+    uint64_t depth_exhausted;   /* --rate: due requests with no context */
+    uint64_t max_issue_lag_ns;  /* --rate: latest issue behind schedule */
     uint64_t kicks;
     uint64_t kicks_suppressed;
     uint64_t lat_sum_ns;
@@ -211,32 +230,6 @@ static uint32_t bench_crc32(const uint8_t *p, size_t len)
         c = bench_crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
     }
     return c ^ 0xffffffffu;
-}
-
-static inline unsigned int bench_hist_index(uint64_t v)
-{
-    unsigned int msb;
-
-    if (v < BENCH_HIST_SUB) {
-        return v;
-    }
-    msb = 63 - __builtin_clzll(v);
-    return (msb - BENCH_HIST_SUB_BITS + 1) * BENCH_HIST_SUB +
-           ((v >> (msb - BENCH_HIST_SUB_BITS)) & (BENCH_HIST_SUB - 1));
-}
-
-/* Middle of the values that map to bucket @idx. */
-static double bench_hist_value(unsigned int idx)
-{
-    unsigned int g = idx / BENCH_HIST_SUB, m = idx % BENCH_HIST_SUB;
-    double lo, width;
-
-    if (g == 0) {
-        return idx;
-    }
-    lo = ldexp(BENCH_HIST_SUB + m, g - 1);
-    width = ldexp(1, g - 1);
-    return lo + (width - 1) / 2;
 }
 
 /* Parse 4k, 1M, 512 (bytes, binary suffixes). */
@@ -434,68 +427,137 @@ static bool bench_pick(BenchWorker *w, BenchRw rw, BenchReq *r)
     return true;
 }
 
+/* Fail the worker with a message (the first failure wins). */
+static bool bench_fail(BenchWorker *w, int err, const char *fmt, ...)
+    G_GNUC_PRINTF(3, 4);
+static bool bench_fail(BenchWorker *w, int err, const char *fmt, ...)
+{
+    va_list ap;
+
+    w->fatal = err;
+    va_start(ap, fmt);
+    vsnprintf(w->first_failure, sizeof(w->first_failure), fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* --rate: when request @k of this queue is due. */
+static inline uint64_t bench_sched_ns(const BenchWorker *w, uint64_t k)
+{
+    return w->sched_t0_ns + (uint64_t)(k * w->sched_interval_ns);
+}
+
+/* --halt-poll-grow: adapt the window after an idle period that ended in a
+ * sleep (bench-halt-poll.h); @idle_ns is the whole period. */
+static void bench_halt_poll_adapt(BenchWorker *w, uint64_t idle_ns)
+{
+    switch (bench_halt_poll_next(&w->hp_window_ns, idle_ns,
+                                 w->opts->halt_poll_ns)) {
+    case BENCH_HALT_POLL_GROW:
+        w->hp_grows++;
+        break;
+    case BENCH_HALT_POLL_SHRINK:
+        w->hp_shrinks++;
+        break;
+    default:
+        break;
+    }
+}
+
 /*
  * Run one phase: @total requests (0 = until bench_stop) of kind @rw.
- * @record: count into the results.  Returns false on a fatal error
- * (w->fatal / w->first_failure say which).
+ * @record: count into the results (the timed phase; it also follows
+ * --rate, the verify fill pass is always closed-loop).  Returns false on
+ * a fatal error (w->fatal / w->first_failure say which).
+ *
+ * Each turn: issue (closed loop: until --iodepth are in flight; --rate:
+ * every request whose scheduled time has come, while contexts are free),
+ * kick once, reap.  When nothing completed, the client model decides how
+ * to wait: spin (--poll), spin up to the halt-poll window counted from
+ * when the queue went idle then sleep (--halt-poll-ns), or sleep at once
+ * (default).  Sleeping re-enables interrupts and re-checks the ring before
+ * blocking (vhost_user_frontend_wait_ns()), so a completion that lands
+ * while interrupts were off is never lost; with --rate the sleep also ends
+ * at the next scheduled issue.
  */
 static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
                             bool record)
 {
     const BenchOptions *o = w->opts;
     const uint32_t sectors_per_block = o->bs / BENCH_SECTOR;
-    uint64_t issued = 0, completed = 0;
-    unsigned int idle_polls = 0;
+    const bool rate = record && o->rate > 0;
+    const bool spin = o->poll;
+    const bool halt_poll = !o->poll && o->halt_poll_ns;
+    uint64_t issued = 0, completed = 0, idle_start = 0;
+    uint64_t stalled_at = UINT64_MAX;   /* --rate: request found no context */
+    unsigned int idle_polls = 0;        /* --poll: empty reaps */
 
+    if (rate) {
+        w->sched_t0_ns = bench_now_ns();
+    }
     for (;;) {
         bool more = total ? issued < total : !atomic_load_explicit(
                             &bench_stop, memory_order_relaxed);
-        uint64_t now;
+        uint64_t now = bench_now_ns(), next_issue = UINT64_MAX;
+        unsigned int nsub = 0;
         int n, r;
 
-        if (more && w->nfree) {
-            now = bench_now_ns();
-            while (w->nfree && (total == 0 || issued < total)) {
-                BenchReq *req = w->free_reqs[w->nfree - 1];
-                struct iovec iov;
+        while (more && (total == 0 || issued < total)) {
+            BenchReq *req;
+            struct iovec iov;
+            uint64_t due = rate ? bench_sched_ns(w, issued) : now;
 
-                if (!bench_pick(w, rw, req)) {
-                    break;
-                }
-                iov = (struct iovec) { req->buf, req->nblk * o->bs };
-                if (w->last_seq && req->is_write) {
-                    req->seq = ++w->write_seq ? w->write_seq : ++w->write_seq;
-                    bench_verify_fill(w, req);
-                }
-                req->start_ns = now;
-                r = vhost_user_frontend_blk_submit(
-                        w->fe, w->q,
-                        req->is_write ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
-                        req->block * sectors_per_block, &iov, 1,
-                        !req->is_write, req);
-                if (unlikely(r < 0)) {
-                    if (w->busy) {
-                        memset(&w->busy[req->block - w->first_block], 0,
-                               req->nblk);
-                    }
-                    if (r == -ENOSPC) {
-                        break;      /* ring full: reap first */
-                    }
-                    w->fatal = r;
-                    snprintf(w->first_failure, sizeof(w->first_failure),
-                             "queue %u: submit failed: %s", w->q,
-                             g_strerror(-r));
-                    return false;
-                }
-                w->nfree--;
-                issued++;
+            if (due > now) {
+                next_issue = due;
+                break;
             }
+            if (!w->nfree) {
+                if (rate && stalled_at != issued) {
+                    /* due, but --iodepth requests are in flight: it goes
+                     * out late and its latency counts from @due */
+                    w->depth_exhausted++;
+                    stalled_at = issued;
+                }
+                break;
+            }
+            req = w->free_reqs[w->nfree - 1];
+            if (!bench_pick(w, rw, req)) {
+                break;
+            }
+            iov = (struct iovec) { req->buf, req->nblk * o->bs };
+            if (w->last_seq && req->is_write) {
+                req->seq = ++w->write_seq ? w->write_seq : ++w->write_seq;
+                bench_verify_fill(w, req);
+            }
+            req->start_ns = due;
+            if (rate && now - due > w->max_issue_lag_ns) {
+                w->max_issue_lag_ns = now - due;
+            }
+            r = vhost_user_frontend_blk_submit(
+                    w->fe, w->q,
+                    req->is_write ? VIRTIO_BLK_T_OUT : VIRTIO_BLK_T_IN,
+                    req->block * sectors_per_block, &iov, 1,
+                    !req->is_write, req);
+            if (unlikely(r < 0)) {
+                if (w->busy) {
+                    memset(&w->busy[req->block - w->first_block], 0,
+                           req->nblk);
+                }
+                if (r == -ENOSPC) {
+                    break;      /* ring full: reap first */
+                }
+                return bench_fail(w, r, "queue %u: submit failed: %s", w->q,
+                                  g_strerror(-r));
+            }
+            w->nfree--;
+            issued++;
+            nsub++;
+        }
+        if (nsub) {
             r = vhost_user_frontend_kick(w->fe, w->q);
             if (unlikely(r < 0)) {
-                w->fatal = r;
-                snprintf(w->first_failure, sizeof(w->first_failure),
-                         "queue %u: kick failed: %s", w->q, g_strerror(-r));
-                return false;
+                return bench_fail(w, r, "queue %u: kick failed: %s", w->q,
+                                  g_strerror(-r));
             }
         }
         if (completed == issued && !(total ? issued < total : more)) {
@@ -504,14 +566,14 @@ static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
 
         n = vhost_user_frontend_reap(w->fe, w->q, w->comps, o->iodepth);
         if (unlikely(n < 0)) {
-            w->fatal = n;
-            snprintf(w->first_failure, sizeof(w->first_failure),
-                     "queue %u: bad used ring from the device: %s", w->q,
-                     g_strerror(-n));
-            return false;
+            return bench_fail(w, n, "queue %u: bad used ring from the "
+                              "device: %s", w->q, g_strerror(-n));
         }
         if (n == 0) {
-            if (o->poll) {
+            uint64_t outstanding = issued - completed;
+            int64_t timeout;
+
+            if (spin) {
                 /* A back-end that hung up completes nothing: look now
                  * and then (one poll() per 64k empty reaps). */
                 if (unlikely(++idle_polls == 0x10000)) {
@@ -522,24 +584,64 @@ static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
                 }
                 continue;
             }
-            r = vhost_user_frontend_wait_connected(w->fe, w->q,
-                                                   BENCH_WAIT_TIMEOUT_MS);
-            if (unlikely(r == -ENOTCONN)) {
-                goto hung_up;
+            if (halt_poll) {
+                if (!idle_start) {
+                    idle_start = now;
+                }
+                if (now - idle_start < w->hp_window_ns) {
+                    continue;       /* still inside the poll window */
+                }
             }
-            if (unlikely(r <= 0)) {
-                w->fatal = r ? r : -ETIMEDOUT;
-                snprintf(w->first_failure, sizeof(w->first_failure),
-                         "queue %u: %s while waiting for completions "
-                         "(%" PRIu64 " outstanding)", w->q,
-                         r ? g_strerror(-r) : "no completion within 10 s",
-                         issued - completed);
-                return false;
+            /* sleep: until a completion or the next scheduled issue */
+            if (next_issue != UINT64_MAX) {
+                timeout = next_issue > now ? next_issue - now : 0;
+            } else {
+                timeout = (int64_t)BENCH_WAIT_TIMEOUT_MS * 1000000;
+            }
+            if (outstanding) {
+                r = vhost_user_frontend_wait_connected_ns(w->fe, w->q,
+                                                          timeout);
+                if (unlikely(r == -ENOTCONN)) {
+                    goto hung_up;
+                }
+            } else {
+                struct timespec ts = {
+                    .tv_sec = next_issue / 1000000000,
+                    .tv_nsec = next_issue % 1000000000,
+                };
+
+                /* --rate, nothing in flight: sleep to the next issue */
+                assert(next_issue != UINT64_MAX);
+                while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts,
+                                       NULL) == EINTR) {
+                }
+                r = 0;
+            }
+            if (unlikely(r < 0 || (r == 0 && next_issue == UINT64_MAX))) {
+                return bench_fail(w, r ? r : -ETIMEDOUT,
+                                  "queue %u: %s while waiting for "
+                                  "completions (%" PRIu64 " outstanding)",
+                                  w->q, r ? g_strerror(-r) :
+                                  "no completion within 10 s", outstanding);
             }
             if (record) {
-                w->waits++;
+                w->waits += r > 0;
+                w->sleeps++;
+            }
+            if (halt_poll) {
+                if (o->halt_poll_grow) {
+                    bench_halt_poll_adapt(w, bench_now_ns() - idle_start);
+                }
+                idle_start = 0;
             }
             continue;
+        }
+        if (halt_poll && idle_start) {
+            /* the poll window caught it: no sleep */
+            if (record) {
+                w->polls_ok++;
+            }
+            idle_start = 0;
         }
         now = bench_now_ns();
         for (int i = 0; i < n; i++) {
@@ -631,6 +733,9 @@ static gpointer bench_worker_run(gpointer opaque)
             return NULL;
         }
     }
+    if (o->rate > 0) {
+        w->sched_interval_ns = 1e9 * o->queues / o->rate;
+    }
     vhost_user_frontend_kick_stats(w->fe, w->q, &w->kicks,
                                    &w->kicks_suppressed);
     getrusage(RUSAGE_THREAD, &ru0);
@@ -667,6 +772,9 @@ static bool bench_worker_init(BenchWorker *w, VhostUserFrontend *fe,
     w->nblocks = blocks_per_queue;
     w->rng = (o->seed + 1) * 0x9e3779b97f4a7c15ull + q * 0xbf58476d1ce4e5b9ull;
     w->rng |= 1;
+    w->hp_window_ns = o->halt_poll_grow ? MIN(BENCH_HALT_POLL_START,
+                                              o->halt_poll_ns)
+                                        : o->halt_poll_ns;
     bufs = vhost_user_frontend_mem_alloc(fe, (size_t)o->iodepth * o->bs_max,
                                          4096, errp);
     if (!bufs) {
@@ -709,26 +817,11 @@ typedef struct BenchResult {
     double iops, mib_s;
     double lat_mean_us, p50_us, p99_us, p999_us, lat_max_us;
     double cpu_user, cpu_sys, proc_cpu;
+    uint64_t sleeps, polls_ok, hp_grows, hp_shrinks, hp_window_max_ns;
+    uint64_t depth_exhausted, max_issue_lag_ns;
+    int backend_pid;            /* 0: unknown */
+    double backend_cpu_s;       /* utime + stime over the timed phase */
 } BenchResult;
-
-static double bench_percentile(const uint64_t *hist, uint64_t count, double p)
-{
-    uint64_t want = (uint64_t)ceil(p / 100.0 * count), seen = 0;
-
-    if (count == 0) {
-        return 0;
-    }
-    if (want == 0) {
-        want = 1;
-    }
-    for (unsigned int i = 0; i < BENCH_HIST_BUCKETS; i++) {
-        seen += hist[i];
-        if (seen >= want) {
-            return bench_hist_value(i);
-        }
-    }
-    return 0;
-}
 
 static void bench_summarize(BenchWorker *w, unsigned int nw, double proc_cpu,
                             BenchResult *res)
@@ -753,6 +846,15 @@ static void bench_summarize(BenchWorker *w, unsigned int nw, double proc_cpu,
         res->kicks += w[i].kicks;
         res->kicks_suppressed += w[i].kicks_suppressed;
         res->waits += w[i].waits;
+        res->sleeps += w[i].sleeps;
+        res->polls_ok += w[i].polls_ok;
+        res->hp_grows += w[i].hp_grows;
+        res->hp_shrinks += w[i].hp_shrinks;
+        res->hp_window_max_ns = MAX(res->hp_window_max_ns,
+                                    w[i].hp_window_ns);
+        res->depth_exhausted += w[i].depth_exhausted;
+        res->max_issue_lag_ns = MAX(res->max_issue_lag_ns,
+                                    w[i].max_issue_lag_ns);
         res->cpu_user += w[i].cpu_user;
         res->cpu_sys += w[i].cpu_sys;
         lat_sum += w[i].lat_sum_ns;
@@ -769,9 +871,9 @@ static void bench_summarize(BenchWorker *w, unsigned int nw, double proc_cpu,
     if (res->ios) {
         res->lat_mean_us = lat_sum / 1e3 / res->ios;
     }
-    res->p50_us = bench_percentile(hist, res->ios, 50) / 1e3;
-    res->p99_us = bench_percentile(hist, res->ios, 99) / 1e3;
-    res->p999_us = bench_percentile(hist, res->ios, 99.9) / 1e3;
+    res->p50_us = bench_hist_percentile(hist, res->ios, 50) / 1e3;
+    res->p99_us = bench_hist_percentile(hist, res->ios, 99) / 1e3;
+    res->p999_us = bench_hist_percentile(hist, res->ios, 99.9) / 1e3;
     res->lat_max_us = lat_max / 1e3;
     res->proc_cpu = proc_cpu;
 }
@@ -810,6 +912,11 @@ static double bench_check_client_cpu(const BenchWorker *w, unsigned int nw)
 static double bench_per_io(uint64_t v, uint64_t ios)
 {
     return ios ? (double)v / ios : 0;
+}
+
+static const char *bench_client_name(const BenchOptions *o)
+{
+    return o->poll ? "poll" : o->halt_poll_ns ? "halt-poll" : "sleep";
 }
 
 static void bench_print_json_string(const char *s)
@@ -866,6 +973,36 @@ static void bench_print_json(const BenchOptions *o, const BenchResult *r,
     printf(", \"client_thread_util_max\": %.3f, \"client_cpu_bound\": %s",
            r->max_thread_util,
            r->max_thread_util > BENCH_CPU_WARN ? "true" : "false");
+    printf(", \"client\": \"%s\", \"halt_poll_ns\": %" PRIu64
+           ", \"halt_poll_grow\": %s, \"sleeps\": %" PRIu64
+           ", \"sleeps_per_io\": %.4f",
+           bench_client_name(o), o->poll ? 0 : o->halt_poll_ns,
+           o->halt_poll_grow ? "true" : "false", r->sleeps,
+           bench_per_io(r->sleeps, r->ios));
+    if (o->halt_poll_ns && !o->poll) {
+        printf(", \"halt_poll\": {\"polls_ok\": %" PRIu64 ", \"grows\": %"
+               PRIu64 ", \"shrinks\": %" PRIu64 ", \"window_ns_end\": %"
+               PRIu64 "}", r->polls_ok, r->hp_grows, r->hp_shrinks,
+               r->hp_window_max_ns);
+    } else {
+        printf(", \"halt_poll\": null");
+    }
+    if (o->rate > 0) {
+        printf(", \"rate\": {\"target_iops\": %.1f, \"depth_exhausted\": %"
+               PRIu64 ", \"max_issue_lag_us\": %.2f}", o->rate,
+               r->depth_exhausted, r->max_issue_lag_ns / 1e3);
+    } else {
+        printf(", \"rate\": null");
+    }
+    if (r->backend_pid > 0) {
+        printf(", \"backend_cpu\": {\"pid\": %d, \"cpu_s\": %.3f"
+               ", \"util\": %.3f, \"us_per_io\": %.3f}", r->backend_pid,
+               r->backend_cpu_s,
+               r->seconds > 0 ? r->backend_cpu_s / r->seconds : 0,
+               r->ios ? r->backend_cpu_s * 1e6 / r->ios : 0);
+    } else {
+        printf(", \"backend_cpu\": null");
+    }
     printf(", \"error\": ");
     if (error) {
         bench_print_json_string(error);
@@ -885,6 +1022,20 @@ static void bench_print_text(const BenchOptions *o, const BenchResult *r)
            o->iodepth, o->queues, o->packed ? " packed" : "",
            o->verify ? " verify" : "", o->poll ? " poll" : "",
            r->ios, r->seconds);
+    printf("  client: %s", bench_client_name(o));
+    if (o->halt_poll_ns && !o->poll) {
+        printf(" (window %" PRIu64 " ns%s: %" PRIu64 " idle ends caught "
+               "polling, %" PRIu64 " grows, %" PRIu64 " shrinks)",
+               o->halt_poll_ns, o->halt_poll_grow ? " max, KVM-style grow" :
+               "", r->polls_ok, r->hp_grows, r->hp_shrinks);
+    }
+    if (o->rate > 0) {
+        printf(", open loop at %.0f IOPS (%" PRIu64 " requests found the "
+               "queue depth exhausted; latest issue %.1f us behind "
+               "schedule)", o->rate, r->depth_exhausted,
+               r->max_issue_lag_ns / 1e3);
+    }
+    printf("; %.3f sleeps per I/O\n", bench_per_io(r->sleeps, r->ios));
     printf("  IOPS %.0f, %.1f MiB/s (reads %" PRIu64 ", writes %" PRIu64
            ", errors %" PRIu64 ", verify errors %" PRIu64 ")\n",
            r->iops, r->mib_s, r->reads, r->writes, r->errors,
@@ -903,6 +1054,14 @@ static void bench_print_text(const BenchOptions *o, const BenchResult *r)
     printf("  busiest client thread: %.0f%% of a CPU%s\n",
            100 * r->max_thread_util, r->max_thread_util > BENCH_CPU_WARN ?
            " (client-bound: see the warning)" : "");
+    if (r->backend_pid > 0) {
+        printf("  back-end CPU (pid %d, /proc/PID/stat): %.2f s = %.0f%% of "
+               "one CPU, %.2f us per I/O\n", r->backend_pid, r->backend_cpu_s,
+               r->seconds > 0 ? 100 * r->backend_cpu_s / r->seconds : 0,
+               r->ios ? r->backend_cpu_s * 1e6 / r->ios : 0);
+    } else {
+        printf("  back-end CPU: unknown (no --backend-pid, no peer pid)\n");
+    }
 }
 
 /* ---------------------------------------------------------------- main */
@@ -945,6 +1104,24 @@ static void bench_usage(FILE *f)
 "  --poll-interrupts    with --poll, still ask for an interrupt after each\n"
 "                       reap and never read it (the back-end still writes\n"
 "                       the call eventfd: measures that cost)\n"
+"  --halt-poll-ns N     the client a VM's vCPU is: when the queue goes idle\n"
+"                       (nothing to issue, nothing completed) poll the used\n"
+"                       ring with interrupts off for up to N ns, then re-arm\n"
+"                       interrupts, re-check the ring and sleep on the call\n"
+"                       eventfd (KVM's halt_poll_ns is 200000 by default)\n"
+"  --halt-poll-grow     with --halt-poll-ns MAX, adapt the window as KVM\n"
+"                       does: start at 10 us, double it after a sleep that\n"
+"                       ended within MAX, reset it to 0 after one longer\n"
+"                       than MAX (halt_poll_ns_shrink = 0); never above MAX\n"
+"  --rate IOPS          open loop: issue requests at IOPS in total (IOPS /\n"
+"                       queues per queue) on a fixed schedule whatever the\n"
+"                       completions do; latency counts from each request's\n"
+"                       scheduled time (no coordinated omission); a due\n"
+"                       request that finds --iodepth in flight waits and is\n"
+"                       counted (depth_exhausted)\n"
+"  --backend-pid PID    the back-end's process, for its CPU time per I/O\n"
+"                       (/proc/PID/stat); default: the socket's peer\n"
+"                       (SO_PEERCRED)\n"
 "  --packed             use packed virtqueues (VIRTIO_F_RING_PACKED); an\n"
 "                       error if the back-end does not offer them\n"
 "  --publish-each       split rings: store avail->idx after every request,\n"
@@ -970,7 +1147,8 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
            OPT_BUFFERED, OPT_RW, OPT_MIX, OPT_BS, OPT_DEPTH, OPT_QUEUES,
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
            OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_PACKED, OPT_NO_INFLIGHT,
-           OPT_DIRTY_LOG, OPT_PUBLISH_EACH, OPT_POLL_INTERRUPTS };
+           OPT_DIRTY_LOG, OPT_PUBLISH_EACH, OPT_POLL_INTERRUPTS,
+           OPT_HALT_POLL_NS, OPT_HALT_POLL_GROW, OPT_RATE, OPT_BACKEND_PID };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
         { "vhost-dev", required_argument, NULL, OPT_VHOST_DEV },
@@ -995,6 +1173,10 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         { "publish-each", no_argument, NULL, OPT_PUBLISH_EACH },
         { "poll-interrupts", no_argument, NULL, OPT_POLL_INTERRUPTS },
         { "dirty-log", no_argument, NULL, OPT_DIRTY_LOG },
+        { "halt-poll-ns", required_argument, NULL, OPT_HALT_POLL_NS },
+        { "halt-poll-grow", no_argument, NULL, OPT_HALT_POLL_GROW },
+        { "rate", required_argument, NULL, OPT_RATE },
+        { "backend-pid", required_argument, NULL, OPT_BACKEND_PID },
         { "seed", required_argument, NULL, OPT_SEED },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -1132,6 +1314,36 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
             o->poll = true;
             o->poll_interrupts = true;
             break;
+        case OPT_HALT_POLL_NS:
+            errno = 0;
+            o->halt_poll_ns = g_ascii_strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || o->halt_poll_ns == 0 ||
+                o->halt_poll_ns > 1000000000) {
+                fprintf(stderr, "vhost-blk-bench: --halt-poll-ns %s: expected "
+                        "nanoseconds, 1..1000000000 (KVM's default is "
+                        "200000)\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_HALT_POLL_GROW:
+            o->halt_poll_grow = true;
+            break;
+        case OPT_RATE:
+            o->rate = g_ascii_strtod(optarg, &end);
+            if (end == optarg || *end || !(o->rate >= 1) || o->rate > 1e8) {
+                fprintf(stderr, "vhost-blk-bench: --rate %s: expected IOPS, "
+                        "1..100000000\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_BACKEND_PID:
+            if (!bench_parse_uint(optarg, 1, INT_MAX, &i)) {
+                fprintf(stderr, "vhost-blk-bench: --backend-pid %s: expected "
+                        "a process id\n", optarg);
+                return 2;
+            }
+            o->backend_pid = i;
+            break;
         case OPT_SEED:
             o->seed = g_ascii_strtoull(optarg, NULL, 10);
             break;
@@ -1160,6 +1372,21 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         (!o->vhost_dev && (o->read_only || o->buffered))) {
         fprintf(stderr, "vhost-blk-bench: --file, --read-only and --buffered "
                 "go with --vhost-dev, which needs --file\n");
+        return 2;
+    }
+    if (o->poll && o->halt_poll_ns) {
+        fprintf(stderr, "vhost-blk-bench: --poll and --halt-poll-ns are two "
+                "client models: give one\n");
+        return 2;
+    }
+    if (o->halt_poll_grow && !o->halt_poll_ns) {
+        fprintf(stderr, "vhost-blk-bench: --halt-poll-grow needs "
+                "--halt-poll-ns MAX (e.g. 200000, KVM's default)\n");
+        return 2;
+    }
+    if (o->rate > 0 && o->rate < o->queues) {
+        fprintf(stderr, "vhost-blk-bench: --rate %.0f is below one I/O per "
+                "second per queue (--queues %u)\n", o->rate, o->queues);
         return 2;
     }
     if (!o->bs_max) {
@@ -1224,6 +1451,65 @@ static bool bench_open_file(BenchOptions *o, uint64_t *capacity, GError **errp)
     return true;
 }
 
+/*
+ * CPU time (utime + stime, every thread) of process @pid from
+ * /proc/PID/stat, in seconds (clock-tick resolution, 10 ms on most
+ * kernels: runs of a second or more keep that under a few percent).
+ */
+static bool bench_proc_cpu_s(int pid, double *out)
+{
+    char path[64], buf[1024];
+    unsigned long long ut, st;
+    const char *p;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return false;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        return false;
+    }
+    buf[n] = '\0';
+    /* comm may hold spaces and parentheses: fields restart after the
+     * last ')' (state is field 3, utime 14, stime 15) */
+    p = strrchr(buf, ')');
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                     "%llu %llu", &ut, &st) != 2) {
+        return false;
+    }
+    *out = (double)(ut + st) / sysconf(_SC_CLK_TCK);
+    return true;
+}
+
+/* The back-end's pid: --backend-pid, else the peer of the vhost-user
+ * socket (SO_PEERCRED); 0 when neither tells (kernel mode, another pid
+ * namespace). */
+static int bench_backend_pid(const BenchOptions *o, VhostUserFrontend *fe)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    int fd;
+
+    if (o->backend_pid) {
+        return o->backend_pid;
+    }
+    if (!o->socket) {
+        return 0;
+    }
+    fd = vhost_user_frontend_socket_fd(fe);
+    if (fd < 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+        cred.pid <= 0) {
+        return 0;
+    }
+    return cred.pid;
+}
+
 static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
 {
     VhostUserFrontendOptions fo = {
@@ -1259,7 +1545,9 @@ static VhostUserFrontend *bench_connect(BenchOptions *o, GError **errp)
         return NULL;
     }
     vhost_user_frontend_set_publish_each(fe, o->publish_each);
-    vhost_user_frontend_set_interrupts(fe, !o->poll || o->poll_interrupts);
+    /* --halt-poll-ns: off while polling; each sleep re-arms them */
+    vhost_user_frontend_set_interrupts(fe, (!o->poll && !o->halt_poll_ns) ||
+                                       o->poll_interrupts);
     if (o->vhost_dev) {
         /* No config space: the image is ours. */
         if (!o->size) {
@@ -1317,7 +1605,8 @@ int main(int argc, char **argv)
     struct rusage ru;
     const char *failure = NULL;
     uint64_t blocks_per_queue;
-    int ret;
+    double backend_cpu0 = 0, backend_cpu1 = 0;
+    int backend_pid, ret;
 
     ret = bench_parse_args(argc, argv, &o);
     if (ret) {
@@ -1348,12 +1637,21 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    if (o.rate > 0) {
+        /* the schedule's sleeps end on time, not up to 50 us late (the
+         * default slack); the workers inherit it */
+        prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    }
     for (unsigned int q = 0; q < o.queues; q++) {
         w[q].thread = g_thread_new("bench-queue", bench_worker_run, &w[q]);
     }
     /* the timed phase starts once every fill pass is over */
     while (atomic_load(&bench_ready) < o.queues && !atomic_load(&bench_stop)) {
         g_usleep(1000);
+    }
+    backend_pid = bench_backend_pid(&o, fe);
+    if (backend_pid > 0 && !bench_proc_cpu_s(backend_pid, &backend_cpu0)) {
+        backend_pid = 0;
     }
     atomic_store(&bench_go, true);
     if (!o.ios && !atomic_load(&bench_stop)) {
@@ -1370,11 +1668,16 @@ int main(int argc, char **argv)
     for (unsigned int q = 0; q < o.queues; q++) {
         g_thread_join(w[q].thread);
     }
+    if (backend_pid > 0 && !bench_proc_cpu_s(backend_pid, &backend_cpu1)) {
+        backend_pid = 0;        /* it exited: no figure */
+    }
     getrusage(RUSAGE_SELF, &ru);
 
     bench_summarize(w, o.queues, bench_tv_s(&ru.ru_utime) +
                     bench_tv_s(&ru.ru_stime), &res);
     res.max_thread_util = bench_check_client_cpu(w, o.queues);
+    res.backend_pid = backend_pid;
+    res.backend_cpu_s = backend_pid > 0 ? backend_cpu1 - backend_cpu0 : 0;
     for (unsigned int q = 0; q < o.queues && !failure; q++) {
         if (w[q].first_failure[0]) {
             failure = w[q].first_failure;

@@ -2063,11 +2063,18 @@ int vhost_user_frontend_reap(VhostUserFrontend *fe, unsigned int q,
     return n;
 }
 
-static int fe_wait(VhostUserFrontend *fe, unsigned int q, int timeout_ms,
-                   bool watch_socket)
+/*
+ * Arm the queue's interrupt, re-check the used ring and wait on the call
+ * eventfd for up to @timeout_ns (< 0: forever).  With @watch_socket the
+ * control socket is polled too, only for its hang-up (nothing reads it
+ * here; a negative fd, in kernel mode, is ignored by ppoll()).
+ */
+static int fe_wait_ns(VhostUserFrontend *fe, unsigned int q,
+                      int64_t timeout_ns, bool watch_socket)
 {
     FrontendQueue *vq;
     struct pollfd pfd[2];
+    struct timespec ts;
     uint64_t v;
     int r;
 
@@ -2094,12 +2101,12 @@ static int fe_wait(VhostUserFrontend *fe, unsigned int q, int timeout_ms,
         return 1;
     }
     pfd[0] = (struct pollfd) { .fd = vq->call_fd, .events = POLLIN };
-    /* The control socket only for its hang-up: nothing reads it here.  A
-     * negative fd (kernel mode, no socket) is ignored by poll(). */
     pfd[1] = (struct pollfd) { .fd = watch_socket ? fe->sock : -1,
                                .events = POLLRDHUP };
+    ts.tv_sec = timeout_ns / 1000000000;
+    ts.tv_nsec = timeout_ns % 1000000000;
     do {
-        r = poll(pfd, 2, timeout_ms);
+        r = ppoll(pfd, 2, timeout_ns < 0 ? NULL : &ts, NULL);
     } while (r < 0 && errno == EINTR);
     if (r < 0) {
         return -errno;
@@ -2117,16 +2124,33 @@ static int fe_wait(VhostUserFrontend *fe, unsigned int q, int timeout_ms,
     return 1;
 }
 
+static int64_t fe_ms_to_ns(int timeout_ms)
+{
+    return timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000000;
+}
+
 int vhost_user_frontend_wait(VhostUserFrontend *fe, unsigned int q,
                              int timeout_ms)
 {
-    return fe_wait(fe, q, timeout_ms, false);
+    return fe_wait_ns(fe, q, fe_ms_to_ns(timeout_ms), false);
+}
+
+int vhost_user_frontend_wait_ns(VhostUserFrontend *fe, unsigned int q,
+                                int64_t timeout_ns)
+{
+    return fe_wait_ns(fe, q, timeout_ns, false);
 }
 
 int vhost_user_frontend_wait_connected(VhostUserFrontend *fe, unsigned int q,
                                        int timeout_ms)
 {
-    return fe_wait(fe, q, timeout_ms, true);
+    return fe_wait_ns(fe, q, fe_ms_to_ns(timeout_ms), true);
+}
+
+int vhost_user_frontend_wait_connected_ns(VhostUserFrontend *fe,
+                                          unsigned int q, int64_t timeout_ns)
+{
+    return fe_wait_ns(fe, q, timeout_ns, true);
 }
 
 bool vhost_user_frontend_backend_gone(VhostUserFrontend *fe)

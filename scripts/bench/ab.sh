@@ -6,8 +6,8 @@
 # depend on the machine's noise are recorded: kicks and interrupts per I/O
 # (the bench's counters), the bench's and the daemon's CPU time per I/O
 # (getrusage / /proc/PID/stat), the daemon's voluntary context switches
-# (its wake-ups) per I/O.  IOPS ratios are given per repetition against
-# the first configuration.
+# (its wake-ups) per I/O, and the latency p50 / p99.  IOPS ratios are
+# given per repetition against the first configuration.
 #
 # Usage: scripts/bench/ab.sh [-d DEPTH] [-q QUEUES] [-r REPS] [-t SECONDS]
 #            [-e EXPORT_OPTS] [-p] [-o OUTDIR] NAME=CONFIG ...
@@ -128,8 +128,8 @@ print(f"Measured from {sys.argv[2]}, load average {sys.argv[3]} at the start and
       f"1-minute load {min(r['load1'] for r in rows):.2f} to {max(r['load1'] for r in rows):.2f} "
       "during the runs.\n")
 print(f"| config | IOPS min / median / max | / {names[0]}, each rep | kicks / IO | interrupts / IO "
-      "| daemon CPU us / IO | daemon wake-ups / IO | bench CPU us / IO |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+      "| daemon CPU us / IO | daemon wake-ups / IO | bench CPU us / IO | p50 / p99 us (median) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 base = {r["rep"]: r["r"]["iops"] for r in rows if r["case"] == names[0]}
 for n in names:
     rs = [r for r in rows if r["case"] == n]
@@ -142,6 +142,8 @@ for n in names:
           f"{per(lambda r: r['r']['interrupts_per_io']):.3f} | "
           f"{per(lambda r: r['daemon_cpu_s'] * 1e6 / r['r']['ios']):.2f} | "
           f"{per(lambda r: r['daemon_vcsw'] / r['r']['ios']):.4f} | "
-          f"{per(lambda r: r['r']['client_cpu']['us_per_io']):.2f} |")
+          f"{per(lambda r: r['r']['client_cpu']['us_per_io']):.2f} | "
+          f"{per(lambda r: r['r']['lat_us']['p50']):.1f} / "
+          f"{per(lambda r: r['r']['lat_us']['p99']):.1f} |")
 EOF
 cat "$out/ab.md"

@@ -11,29 +11,38 @@
 #
 # Usage: scripts/bench/compare.sh [-o OUTDIR] [-t SECONDS] [-r REPS]
 #            [-f FILE] [-m SIZE_MIB] [-n CALLGRIND_IOS] [-b BUILDDIR]
-#            [--quick | --short] [--pin] [--modes "irq poll"]
-#            [--only "tune null file iothreads ablations cost"]
+#            [--quick | --short] [--pin] [--modes "irq halt poll"]
+#            [--rates "20000 100000"]
+#            [--only "tune null file rate iothreads ablations cost"]
 #            [--no-callgrind] [--no-strace] [--no-ablations]
 #   -o  output directory (default /var/tmp/vhost-blk-compare)
 #   -t  seconds per run (default 2)       -r  repetitions (default 3)
 #   -f  raw file (default /var/tmp/vhost-blk-compare.img, created once)
 #   -m  its size in MiB (default 1024)    -n  I/Os per callgrind run (20000)
 #   --quick  1 rep of 1 s, a few cases, no callgrind/strace (CI smoke test)
-#   --short  every goal's table in a few minutes: 3 reps of 1 s, depths 1,
-#            32, 128, queues 1 and 4, no callgrind/strace/ablations
-#   --modes  client modes: irq = the bench sleeps on its call eventfd (as a
-#            guest takes interrupts), poll = it busy-polls the used ring
-#            with interrupts off (as a polling driver), pollirq = it polls
-#            but asks for interrupts (--poll-interrupts, the poll mode of
-#            figures before 2026-12-01) (default: irq poll)
+#   --short  every goal's table in a few minutes: 3 reps of 1 s (2 s at
+#            fixed rates), depths 1, 32, 128, queues 1 and 4, callgrind,
+#            no strace/ablations
+#   --modes  client models: irq = the bench sleeps on its call eventfd
+#            whenever nothing completed (a guest taking interrupts), halt =
+#            it polls for up to $VB_HALT_POLL_NS (200000, KVM's default)
+#            then sleeps (--halt-poll-ns: a halt-polling vCPU), poll = it
+#            busy-polls with interrupts off (a polling driver), pollirq =
+#            it polls but asks for interrupts (--poll-interrupts, the poll
+#            mode of figures before 2026-12-01) (default: irq halt poll)
+#   --rates  open-loop rates for the rate section (--rate, sleeping
+#            client, depth 32, null and file; default: 20000 100000)
 #   --pin    daemons (and fio) on CPU $VB_DAEMON_CPU (default 1), the bench
 #            on CPU $VB_BENCH_CPU (default 0); default: unpinned
+#   --report DIR  measure nothing: redo DIR's results.md, results.json and
+#            plots from its raw.jsonl and extra.jsonl
 #   --only   run only these sections (tune picks qsd's best settings; null
 #            and file use them as the anchor, else qsd's defaults)
 # The ablations run on the raw file and on a RAM-backed file in /dev/shm
 # ($VB_RAM_DIR, 256 MiB, removed afterwards).
 # Outputs: OUTDIR/results.json, OUTDIR/results.md (also printed),
-#          OUTDIR/raw.jsonl (every run), OUTDIR/iops-vs-*.png.
+#          OUTDIR/raw.jsonl (every run), OUTDIR/*.png (IOPS and CPU per I/O
+#          against depth and queues, p99 against rate).
 # After each polling-client run it waits $VB_SETTLE seconds (default 2): a
 # run that fills every CPU may pause vhost-blkd's polling (busy host), which
 # resumes after 1.5 s of calm, and the next cell must not inherit that.
@@ -56,13 +65,15 @@ do_strace=1
 do_ablations=1
 short=0
 pin=0
-modes="irq poll"
+modes="irq halt poll"
+rates="20000 100000"
+halt_ns=${VB_HALT_POLL_NS:-200000}
 settle=${VB_SETTLE:-2}
-only="tune null file iothreads ablations cost"
+only="tune null file rate iothreads ablations cost"
 QSIZE=512
 NQ=4
 
-usage() { sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,32p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -77,7 +88,13 @@ while [ $# -gt 0 ]; do
     --short) short=1 ;;
     --pin) pin=1 ;;
     --modes) modes=$2; shift ;;
-    --only) only=$2; shift ;;
+    --rates) rates=$2; shift ;;
+    --only) only=$2; only_given=1; shift ;;
+    --report)
+        [ -f "$2/raw.jsonl" ] && [ -f "$2/results.json" ] ||
+            { echo "compare.sh: --report: $2 has no raw.jsonl and results.json" >&2; exit 2; }
+        exec python3 "$srcdir/scripts/bench/compare-report.py" --raw "$2/raw.jsonl" \
+            --extra "$2/extra.jsonl" --out "$2" --meta-from "$2/results.json" ;;
     --no-callgrind) do_callgrind=0 ;;
     --no-strace) do_strace=0 ;;
     --no-ablations) do_ablations=0 ;;
@@ -89,14 +106,16 @@ done
 if [ "$quick" = 1 ]; then
     runtime=1; reps=1; do_callgrind=0; do_strace=0; do_ablations=0
     settle=${VB_SETTLE:-0}     # a smoke test: nothing to settle for
-    only="null file"
+    [ -n "${only_given:-}" ] || only="null file rate"
+    rates="20000"
     [ "$size_mib" = 1024 ] && size_mib=64
     [ "$file" = /var/tmp/vhost-blk-compare.img ] &&
         file=/var/tmp/vhost-blk-compare-quick.img
 fi
 if [ "$short" = 1 ]; then
-    runtime=1; do_callgrind=0; do_strace=0; do_ablations=0
-    only="tune null file iothreads"
+    runtime=1; do_strace=0; do_ablations=0
+    [ "$cg_ios" = 20000 ] && cg_ios=10000
+    [ -n "${only_given:-}" ] || only="tune null file rate iothreads cost"
 fi
 want_section() { case " $only " in *" $1 "*) return 0 ;; esac; return 1; }
 want_section ablations || do_ablations=0
@@ -104,7 +123,7 @@ want_section cost || { do_callgrind=0; do_strace=0; }
 dcpu=; bcpu=
 if [ "$pin" = 1 ]; then dcpu=${VB_DAEMON_CPU-1}; bcpu=${VB_BENCH_CPU-0}; fi
 for m in $modes; do
-    case $m in irq|poll|pollirq) ;; *) echo "compare.sh: --modes: irq, poll or pollirq, not '$m'" >&2; exit 2 ;; esac
+    case $m in irq|halt|poll|pollirq) ;; *) echo "compare.sh: --modes: irq, halt, poll or pollirq, not '$m'" >&2; exit 2 ;; esac
 done
 
 die() { echo "compare.sh: $*" >&2; exit 1; }
@@ -239,13 +258,19 @@ proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
 # bench GROUP CASE REP DEPTH QUEUES MODE [BENCH ARGS...]
-# MODE irq: the bench sleeps on its call eventfd; poll: --poll; pollirq:
-# --poll-interrupts.
+# MODE irq: the bench sleeps on its call eventfd; halt: --halt-poll-ns;
+# poll: --poll; pollirq: --poll-interrupts.  RATE (variable, IOPS) runs it
+# open-loop.  The bench measures the daemon's CPU itself (--backend-pid);
+# daemon_cpu_s (the same ticks read from here) is kept for older reports.
+RATE=
 bench() {
-    local g=$1 c=$2 r=$3 d=$4 q=$5 mode=$6 j t0 t1 l p=()
+    local g=$1 c=$2 r=$3 d=$4 q=$5 mode=$6 j t0 t1 l p=() rt=
     shift 6
+    [ "$mode" = halt ] && p=(--halt-poll-ns "$halt_ns")
     [ "$mode" = poll ] && p=(--poll)
     [ "$mode" = pollirq ] && p=(--poll-interrupts)
+    [ -n "$RATE" ] && p+=(--rate "$RATE") && rt=", \"rate\": $RATE"
+    p+=(--backend-pid "${PID[$c]}")
     l=$(load1)
     t0=$(proc_ticks "${PID[$c]}")
     if ! j=$("${pin_b[@]}" "$BENCH" --socket "${SOCK[$c]}" --rw randread \
@@ -256,7 +281,7 @@ bench() {
         return 1
     fi
     t1=$(proc_ticks "${PID[$c]}")
-    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\", \"load1\": $l, \"daemon_cpu_s\": $(( t1 - t0 )).0e-2, \"r\": $j}" >> "$raw"
+    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\"$rt, \"load1\": $l, \"daemon_cpu_s\": $(( t1 - t0 )).0e-2, \"r\": $j}" >> "$raw"
     # A polling client fills every CPU: vhost-blkd's busy-host check may
     # pause its polling, and resumes only after 1.5 s of calm.  Let that
     # pass, so the next cell is measured in its own steady state and not
@@ -314,6 +339,24 @@ sweep() {
                     fio_limit "$g" "$r" "$d" "$q" fio || return 1
                     fio_limit "$g" "$r" "$d" "$q" fio-batched || return 1
                 fi
+            done
+        done
+    done
+    return 0
+}
+
+# rate_sweep GROUP "CASES": the fixed rates of $rates, sleeping client,
+# depth 32 (room for bursts), interleaved per repetition; 2 s per run at
+# least, so the daemon's CPU time (10 ms ticks) is read to ~1%.
+rate_sweep() {
+    local g=$1 cases=$2 r c rt
+    local rtime=$runtime
+    [ "${runtime%.*}" -lt 2 ] 2>/dev/null && rtime=2
+    for r in $(seq 1 "$reps"); do
+        log "$g: repetition $r/$reps (load $(load1))"
+        for rt in $rates; do
+            for c in $cases; do
+                RATE=$rt runtime=$rtime bench "$g" "$c" "$r" 32 1 irq || return 1
             done
         done
     done
@@ -462,7 +505,20 @@ if want_section file; then
     stop blkd-file; stop "$qsd_file"
 fi
 
-# (iii) iothreads: vhost-blkd, null, 4 queues over 1 and 2 iothreads (queue
+# (iii) fixed rates (open loop): the daemons' CPU time per I/O and p99 at
+# a load they do not saturate, sleeping client; null and the raw file
+if want_section rate; then
+    blkd blkd-null "driver=null,size=$null_size" || exit 1
+    qsd_case "$qsd_null" || exit 1
+    rate_sweep rate-null "blkd-null $qsd_null" || exit 1
+    stop blkd-null; stop "$qsd_null"
+    blkd blkd-file "file=$file,aio=io_uring,cache=none" || exit 1
+    qsd_case "$qsd_file" || exit 1
+    rate_sweep rate-file "blkd-file $qsd_file" || exit 1
+    stop blkd-file; stop "$qsd_file"
+fi
+
+# (iv) iothreads: vhost-blkd, null, 4 queues over 1 and 2 iothreads (queue
 # q in iothread q mod N), the bench with 1, 2, 4 queues at depth 32; the
 # daemon's CPU time per I/O shows what scaling costs on this machine.
 if want_section iothreads && [ "$quick" = 0 ]; then
@@ -528,6 +584,7 @@ python3 "$srcdir/scripts/bench/compare-report.py" --raw "$raw" --extra "$extra" 
     --meta "daemon_cpu=${dcpu:-any}" --meta "bench_cpu=${bcpu:-any}" \
     --meta "qsd=$("$QSD" --version | head -n1)" --meta "quick=$quick" \
     --meta "short=$short" --meta "modes=$modes" --meta "qsd_null=$qsd_null" \
+    --meta "rates=$rates" --meta "halt_poll_ns=$halt_ns" \
     --meta "qsd_file=$qsd_file" --meta "load_start=$load_start" \
     --meta "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" \
     --meta "cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)" \

@@ -5,7 +5,8 @@
 # connection costs cancel (the method of scripts/bench/compare.sh).
 # Also prints the self cost per I/O of the split ring's hot functions and
 # the dirty-log helpers, which unlike the total does not depend on how the
-# requests happened to batch.
+# requests happened to batch, and the 15 functions with the most self
+# instructions per I/O.
 # Usage: scripts/bench/ir-per-io.sh [-b BUILDDIR] [-n IOS] [-- BENCH-ARGS...]
 #   BENCH-ARGS go to vhost-blk-bench, e.g. --dirty-log to run with the
 #   front-end's dirty log set and VHOST_F_LOG_ALL on.
@@ -42,9 +43,11 @@ for ios in "$n" $((2 * n)); do
     irs+=("$ir")
 done
 echo "Ir($n)=${irs[0]} Ir($((2 * n)))=${irs[1]} instructions/IO=$(( (irs[1] - irs[0]) / n ))"
-# self Ir of FUNCTION in a callgrind output file (0 if it never ran)
+# self Ir of FUNCTION in a callgrind output file (0 if it never ran); the
+# function table only (--auto=no: annotated source lines that merely
+# mention the name, such as its callers' call sites, must not count)
 fn_ir() {
-    callgrind_annotate --threshold=100 "$1" 2>/dev/null |
+    callgrind_annotate --auto=no --threshold=100 "$1" 2>/dev/null |
         awk -v f="$2" '{ gsub(",", "", $1) } $0 ~ ("[ :]" f " ") || $0 ~ ("[ :]" f "$") { s += $1 } END { print s + 0 }'
 }
 line=
@@ -55,3 +58,19 @@ for f in virtqueue_pop virtqueue_push virtqueue_notify virtqueue_log_used \
     line+=" $f=$(awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "%.1f", (b - a) / n }')"
 done
 echo "self instructions/IO:$line"
+# Where the instructions go: the 15 functions with the most self
+# instructions per I/O, (Ir(2N) - Ir(N)) / N each.
+fn_table() {
+    callgrind_annotate --auto=no --threshold=100 "$1" 2>/dev/null |
+        awk '$1 ~ /^[0-9,]+$/ && /\[/ { c = $1; gsub(",", "", c); f = $0
+             sub(/^ *[0-9,]+ +(\([^)]*\) +)?/, "", f); sub(/ *\[.*$/, "", f)
+             sub(/^.*:/, "", f); print f, c }'
+}
+fn_table "$tmp/cg.$n" > "$tmp/fn.a"
+fn_table "$tmp/cg.$((2 * n))" > "$tmp/fn.b"
+echo "top self instructions/IO (function, per I/O):"
+# (sorted into a file: "sort | head" would end in SIGPIPE under pipefail)
+awk -v n="$n" 'NR == FNR { a[$1] += $2; next } { b[$1] += $2 }
+    END { for (f in b) printf "%8.1f  %s\n", (b[f] - a[f]) / n, f }' \
+    "$tmp/fn.a" "$tmp/fn.b" | sort -rn > "$tmp/fn.sorted"
+head -n 15 "$tmp/fn.sorted"

@@ -8,15 +8,23 @@
 # I/O: the daemon under valgrind --tool=callgrind, once for N and once for
 # 2N I/Os, (Ir(2N) - Ir(N)) / N, so start-up and connection costs cancel;
 # also without the inflight region (vhost-blk-bench --no-inflight; QEMU
-# always sets one up), to show what its bookkeeping costs.
+# always sets one up), to show what its bookkeeping costs.  Each IOPS run
+# also records the kicks per I/O (a kick is written only when the daemon
+# had stopped polling and asked for one) and the daemon's CPU per I/O,
+# and the table gives every repetition's packed / split ratio.
 #
 # Usage: scripts/bench/packed.sh [-t SECONDS] [-r REPS] [-n CALLGRIND_IOS]
 #                                [-f FILE] [-m SIZE_MIB] [-b BUILDDIR]
+#                                [-c "irq halt"] [-a DAEMON_ARGS]
 #                                [--no-callgrind]
 #   -t  seconds per IOPS run (default 2)     -r  repetitions (default 5)
 #   -n  I/Os per callgrind run (default 10000)
 #   -f  image file (default /var/tmp/vhost-blk-bench.img)
 #   -m  its size in MiB (default 256)        -b  build dir (default build)
+#   -c  client models: irq (sleeps on the call eventfd), halt
+#       (--halt-poll-ns 200000), poll (default: irq halt)
+#   -a  more vhost-blkd options, e.g. "--poll-host-check off" (poll even
+#       while the host has no idle CPU, to see the poll window itself)
 set -u
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 runtime=2
@@ -26,6 +34,8 @@ file=/var/tmp/vhost-blk-bench.img
 size_mib=256
 builddir=$srcdir/build
 do_callgrind=1
+clients="irq halt"
+dargs=
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -35,6 +45,8 @@ while [ $# -gt 0 ]; do
     -f) file=$2; shift 2 ;;
     -m) size_mib=$2; shift 2 ;;
     -b) builddir=$2; shift 2 ;;
+    -c) clients=$2; shift 2 ;;
+    -a) dargs=$2; shift 2 ;;
     --no-callgrind) do_callgrind=0; shift ;;
     *) sed -n '/^# Usage/,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
     esac
@@ -81,7 +93,8 @@ start_daemon() {
     local name=$1 spec=$2 n=0
     shift 2
     rm -f "$tmp/$name.sock"
-    "${pin_d[@]}" "$@" "$BLKD" --export \
+    # shellcheck disable=SC2086  # word-split DAEMON_ARGS on purpose
+    "${pin_d[@]}" "$@" "$BLKD" $dargs --export \
         "socket=$tmp/$name.sock,$spec,num-queues=1,queue-size=256" \
         > "$tmp/$name.log" 2>&1 &
     DPID=$!
@@ -108,23 +121,31 @@ ring_arg() {
 
 echo "4 KiB random reads, 1 queue of 256, $runtime s per run, $reps" \
      "interleaved repetitions; $(nproc) CPUs, kernel $(uname -r); file" \
-     "$file ($(df -T "$file" | awk 'NR==2 {print $2}'), O_DIRECT, io_uring)"
-echo "started $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+     "$file ($(df -T "$file" | awk 'NR==2 {print $2}'), O_DIRECT, io_uring);" \
+     "vhost-blkd ${dargs:-with its defaults}"
+echo "started $(date -u +%Y-%m-%dT%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---- IOPS: one daemon per back-end, the cases interleaved
 for be in null file; do
     start_daemon "iops-$be" "${SPEC[$be]}" || die "vhost-blkd did not start"
     for r in $(seq "$reps"); do
         for depth in 1 32; do
+          for cl in $clients; do
+            case $cl in
+            irq) cargs=() ;; halt) cargs=(--halt-poll-ns 200000) ;;
+            poll) cargs=(--poll) ;; *) die "-c: irq, halt or poll, not $cl" ;;
+            esac
             for ring in split packed; do
                 "${pin_b[@]}" "$BENCH" --socket "$tmp/iops-$be.sock" \
                     --rw randread --bs 4k --iodepth "$depth" \
                     --queue-size 256 --runtime "$runtime" --json \
-                    $(ring_arg "$ring") > "$tmp/r.json" ||
+                    "${cargs[@]}" $(ring_arg "$ring") > "$tmp/r.json" ||
                     die "vhost-blk-bench failed ($be, depth $depth, $ring)"
-                iops=$(sed -n 's/.*"iops": \([0-9.]*\).*/\1/p' "$tmp/r.json")
-                echo "$be $depth $ring $iops" >> "$tmp/iops.txt"
+                python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); b = r.get("backend_cpu") or {}; print(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], r["iops"], r["kicks_per_io"], b.get("us_per_io", -1), sys.argv[7])' \
+                    "$tmp/r.json" "$be" "$depth" "$ring" "$cl" "$r" \
+                    "$(cut -d' ' -f1 /proc/loadavg)" >> "$tmp/iops.txt"
             done
+          done
         done
     done
     stop_daemon
@@ -164,10 +185,15 @@ echo
 
 python3 - "$tmp/iops.txt" "$tmp/cg.txt" <<'EOF'
 import statistics, sys, os
-runs = {}
+runs, kicks, cpu, byrep, loads = {}, {}, {}, {}, []
 for line in open(sys.argv[1]):
-    be, depth, ring, iops = line.split()
-    runs.setdefault((be, int(depth), ring), []).append(float(iops))
+    be, depth, ring, cl, rep, iops, kpi, us, load = line.split()
+    k = (be, int(depth), cl, ring)
+    runs.setdefault(k, []).append(float(iops))
+    kicks.setdefault(k, []).append(float(kpi))
+    cpu.setdefault(k, []).append(float(us))
+    byrep.setdefault(k, {})[rep] = float(iops)
+    loads.append(float(load))
 cg = {}
 if os.path.exists(sys.argv[2]):
     for line in open(sys.argv[2]):
@@ -175,15 +201,29 @@ if os.path.exists(sys.argv[2]):
         cg[(be, int(depth), ring)] = int(ir)
 
 def mmm(v):
-    return "%.0fk / %.0fk / %.0fk" % (min(v) / 1e3, statistics.median(v) / 1e3,
-                                      max(v) / 1e3)
+    return "%.0fk / **%.0fk** / %.0fk" % (min(v) / 1e3, statistics.median(v) / 1e3,
+                                          max(v) / 1e3)
 
-print("| back-end | depth | split IOPS min / median / max | packed IOPS min / median / max | packed / split (median) | instructions / I/O split | instructions / I/O packed | without inflight region: split / packed |")
-print("|---|---|---|---|---|---:|---:|---:|")
+print(f"1-minute load during the runs: {min(loads):.2f} to {max(loads):.2f}")
+print()
+print("| back-end | depth | client | split IOPS min / median / max | packed IOPS min / median / max | packed / split, each rep | kicks / I/O split / packed (median) | daemon CPU us / I/O split / packed (median) |")
+print("|---|---:|---|---:|---:|---|---:|---:|")
 for be in ("null", "file"):
     for depth in (1, 32):
-        s, p = runs[(be, depth, "split")], runs[(be, depth, "packed")]
-        ratio = statistics.median(p) / statistics.median(s)
-        ci = lambda ring: str(cg[(be, depth, ring)]) if (be, depth, ring) in cg else "-"
-        print(f"| {be} | {depth} | {mmm(s)} | {mmm(p)} | {ratio:.2f} | {ci('split')} | {ci('packed')} | {ci('split-noinflight')} / {ci('packed-noinflight')} |")
+        for cl in sorted({k[2] for k in runs}, key=lambda c: ("irq", "halt", "poll").index(c)):
+            s, p = (be, depth, cl, "split"), (be, depth, cl, "packed")
+            if s not in runs:
+                continue
+            rr = " ".join(f"{byrep[p][r] / byrep[s][r]:.2f}" for r in sorted(byrep[s]) if byrep[s][r])
+            print(f"| {be} | {depth} | {cl} | {mmm(runs[s])} | {mmm(runs[p])} | {rr} | "
+                  f"{statistics.median(kicks[s]):.3f} / {statistics.median(kicks[p]):.3f} | "
+                  f"{statistics.median(cpu[s]):.2f} / {statistics.median(cpu[p]):.2f} |")
+if cg:
+    print()
+    print("| back-end | depth | instructions / I/O split | packed | without inflight region: split / packed |")
+    print("|---|---:|---:|---:|---:|")
+    for be in ("null", "file"):
+        for depth in (1, 32):
+            ci = lambda ring: str(cg[(be, depth, ring)]) if (be, depth, ring) in cg else "-"
+            print(f"| {be} | {depth} | {ci('split')} | {ci('packed')} | {ci('split-noinflight')} / {ci('packed-noinflight')} |")
 EOF

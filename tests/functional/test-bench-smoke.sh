@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # Smoke test of the benchmark tooling (no guest): a few seconds of
 # vhost-blk-bench against vhost-blkd and against qemu-storage-daemon, both
-# with a null back-end, checking the bench's JSON (IOPS > 0, no errors); a
-# --verify run (split and packed rings) against vhost-blkd on a small file;
+# with a null back-end, checking the bench's JSON (IOPS > 0, no errors); the
+# back-end's pid from SO_PEERCRED; --rate issuing exactly --ios requests no
+# faster than its schedule; --verify runs (split and packed rings, sleeping
+# and halt-polling clients) against vhost-blkd on a small file;
 # and compare.sh --quick
 # end to end (table, results.json).  The figures are not asserted.
 set -u
@@ -58,14 +60,56 @@ run_bench() {
     fi
 }
 
+# json_expr NAME FILE EXPR: a Python expression over the bench's JSON (r)
+# holds; the figures are printed, never compared with a threshold.
+json_expr() {
+    local name=$1 f=$2 expr=$3 msg
+    if msg=$(python3 - "$f" "$expr" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+ok = eval(sys.argv[2], {}, {"r": r})
+print(f"ios {r['ios']} in {r['seconds']:.3f} s, client {r['client']}, "
+      f"rate {r['rate']}, halt_poll {r['halt_poll']}, "
+      f"backend_cpu {r['backend_cpu']}")
+sys.exit(0 if ok else 1)
+EOF
+    ); then
+        vb_ok "$name ($msg)"
+    else
+        vb_not_ok "$name" "$msg"
+    fi
+}
+
 # vhost-blkd, null driver, 1 and 2 queues
 sock=$VB_TMP/blkd.sock
 if vb_daemon_start blkd "$sock" "$blkd" \
         --export "socket=$sock,driver=null,size=1G,num-queues=2,queue-size=256"; then
+    dpid=$VB_LAST_PID
     run_bench "vhost-blkd null randread 1 queue" "$sock" --runtime 2 --iodepth 32
     run_bench "vhost-blkd null randrw 2 queues" "$sock" --runtime 1 --rw randrw \
         --queues 2 --iodepth 16
-    vb_stop "$VB_LAST_PID"
+    # the back-end's CPU: its pid from the socket's peer credentials
+    json_expr "back-end pid found through SO_PEERCRED" \
+        "$VB_TMP/vhost-blkd null randread 1 queue.json" \
+        "r['backend_cpu'] is not None and r['backend_cpu']['pid'] == $dpid and r['backend_cpu']['cpu_s'] >= 0"
+    # --rate: open loop; exactly --ios requests, and the schedule (one
+    # every 50 us per queue) cannot be run faster than it says
+    run_bench "rate 20000 ios 2000 1 queue" "$sock" --rate 20000 \
+        --ios 2000 --iodepth 16 --backend-pid "$dpid"
+    json_expr "--rate issues the requested count on its schedule" \
+        "$VB_TMP/rate 20000 ios 2000 1 queue.json" \
+        "r['ios'] == 2000 and r['reads'] == 2000 and r['seconds'] >= 1999 / 20000 and r['rate']['target_iops'] == 20000 and r['client'] == 'sleep' and r['backend_cpu']['pid'] == $dpid"
+    run_bench "rate 40000 ios 3001 2 queues polling" "$sock" \
+        --rate 40000 --ios 3001 --queues 2 --iodepth 8 --poll
+    json_expr "--rate over 2 queues issues the requested count" \
+        "$VB_TMP/rate 40000 ios 3001 2 queues polling.json" \
+        "r['ios'] == 3001 and r['seconds'] >= 1499 / 20000 and r['client'] == 'poll'"
+    run_bench "rate with halt-poll" "$sock" --rate 20000 --ios 1000 \
+        --iodepth 4 --halt-poll-ns 200000
+    json_expr "--rate with --halt-poll-ns issues the requested count" \
+        "$VB_TMP/rate with halt-poll.json" \
+        "r['ios'] == 1000 and r['client'] == 'halt-poll' and r['halt_poll'] is not None"
+    vb_stop "$dpid"
 else
     vb_not_ok "vhost-blkd null: daemon starts"
 fi
@@ -95,6 +139,20 @@ if vb_daemon_start blkd-file "$sock" "$blkd" \
         --rw randrw --queues 2 --iodepth 8 --verify
     run_bench "vhost-blkd file randrw --verify --packed, 2 queues" "$sock" \
         --runtime 1 --rw randrw --queues 2 --iodepth 8 --verify --packed
+    # the halt-polling client (interrupts off while it polls, re-armed
+    # before each sleep): every read checked, no lost wake-up (a lost one
+    # ends the run with "no completion within 10 s")
+    run_bench "vhost-blkd file randrw --verify --halt-poll-ns 200000" "$sock" \
+        --runtime 1 --rw randrw --queues 2 --iodepth 8 --verify \
+        --halt-poll-ns 200000
+    run_bench "vhost-blkd file randrw --verify --halt-poll-grow --packed" \
+        "$sock" --runtime 1 --rw randrw --queues 2 --iodepth 1 --verify \
+        --halt-poll-ns 20000 --halt-poll-grow --packed
+    run_bench "vhost-blkd file randrw --verify halt-poll 1 ns" \
+        "$sock" --ios 4000 --rw randrw --iodepth 1 --verify --halt-poll-ns 1
+    json_expr "a 1 ns halt-poll window completes the exact count" \
+        "$VB_TMP/vhost-blkd file randrw --verify halt-poll 1 ns.json" \
+        "r['ios'] == 4000 and r['halt_poll'] is not None"
     run_bench "vhost-blkd file randrw --verify, sizes 512 B to 32 KiB mixed" \
         "$sock" --runtime 1 --rw randrw --queues 2 --iodepth 8 --verify \
         --bs 512 --bs-max 32k

@@ -318,6 +318,12 @@ int vhost_user_frontend_wait_connected(VhostUserFrontend *fe, unsigned int q,
 /* Whether the back-end has closed its end of the control socket (one
  * poll() with no timeout: for polling drivers, now and then). */
 bool vhost_user_frontend_backend_gone(VhostUserFrontend *fe);
+/* The same with a timeout in nanoseconds (< 0: forever). */
+int vhost_user_frontend_wait_ns(VhostUserFrontend *fe, unsigned int q,
+                                int64_t timeout_ns);
+/* wait_connected with a timeout in nanoseconds (< 0: forever). */
+int vhost_user_frontend_wait_connected_ns(VhostUserFrontend *fe,
+                                          unsigned int q, int64_t timeout_ns);
 /* Requests submitted and not yet reaped. */
 unsigned int vhost_user_frontend_outstanding(VhostUserFrontend *fe,
                                              unsigned int q);
