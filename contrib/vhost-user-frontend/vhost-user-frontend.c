@@ -1747,9 +1747,15 @@ static int fe_packed_kick(VhostUserFrontend *fe, FrontendQueue *vq)
     if (vq->npend == 0) {
         return 0;
     }
-    for (unsigned int i = 0; i < vq->npend; i++) {
-        /* Release: the buffer's other descriptors before its head's
-         * flags; pairs with the device's acquire load of those flags. */
+    /*
+     * Last buffer first: the device walks the ring from the first pending
+     * head and stops at one not yet available, so it sees none of the
+     * batch until the first head's store and then all of it, like the
+     * split ring's single avail->idx store.  Release: the buffer's other
+     * descriptors (and the later buffers' heads) before a head's flags;
+     * pairs with the device's acquire load of those flags.
+     */
+    for (unsigned int i = vq->npend; i-- > 0;) {
         atomic_store_explicit((_Atomic uint16_t *)
                               &vq->pdesc[vq->pend_slot[i]].flags,
                               vq->pend_flags[i], memory_order_release);

@@ -79,6 +79,8 @@ struct VuBlkQueue {
     bool broken_reported;
     bool kick_edge;             /* kick fd edge-triggered: never read */
     bool driver_polls;          /* counted in the context's driver_polls */
+    bool bh_continues;          /* the last turn stopped at its limit: the
+                                 * bottom half pops the rest (budget) */
     VuBlkQueueCounters c;
     VirtQueueStats vq_base;     /* virtqueue stats already folded in */
     VirtQueueStats vq_total;
@@ -244,6 +246,7 @@ static void vu_blk_queue_run(VuBlkQueue *q, unsigned int limit)
     int64_t now = 0;
     bool more = true;
 
+    q->bh_continues = false;    /* this turn takes over what was left */
     defer_call_begin();
     while (more && n < limit) {
         unsigned int want = MIN(limit - n, VU_BLK_POP_AHEAD), k = 0;
@@ -298,6 +301,7 @@ static void vu_blk_queue_run(VuBlkQueue *q, unsigned int limit)
         if (limit == exp->budget) {
             q->c.budget_yields++;
         }
+        q->bh_continues = true;
         qemu_bh_schedule(q->bh);
     }
 }
@@ -367,11 +371,20 @@ static void vu_blk_poll_end_cb(void *opaque)
     virtqueue_set_notification(q->vq, true);
 }
 
+/*
+ * The bottom half continues, with the whole budget, a turn that stopped at
+ * its limit.  If another turn ran in between (a kick or a poll turn in the
+ * same loop iteration), that one took the rest, its completions may have
+ * gone out, and the driver may have made its next convoy available since:
+ * the bottom half is then a turn like a kick's, as is its run after
+ * vu_blk_queue_start(), so that convoy starts with a first batch too.
+ */
 static void vu_blk_queue_bh(void *opaque)
 {
     VuBlkQueue *q = opaque;
 
-    vu_blk_queue_run(q, q->exp->budget);
+    vu_blk_queue_run(q, likely(q->bh_continues) ? q->exp->budget
+                                                : vu_blk_turn_limit(q));
 }
 
 /* ---- queue control (queue's iothread, called by the server) ---------- */
@@ -423,7 +436,9 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
                            vu_blk_poll_end_cb);
     q->kick_edge = aio_set_fd_edge_triggered(q->ctx, q->kick_fd);
     /* Chains may be waiting already: resubmitted ones after a reconnect,
-     * or kicks sent before the queue started. */
+     * or kicks sent before the queue started.  That run is a first turn,
+     * not a continuation. */
+    q->bh_continues = false;
     qemu_bh_schedule(q->bh);
 }
 

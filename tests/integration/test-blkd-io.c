@@ -323,8 +323,9 @@ static void test_driver_polls(Fixture *f, gconstpointer data)
  * A convoy that reaches a queue with nothing in flight is popped as a
  * first batch of first-batch= requests (their completions and interrupt
  * go out first) and then the rest: two batches per convoy, one with
- * first-batch=0.  The driver publishes each convoy with one avail->idx
- * store, so the counts are exact.
+ * first-batch=0.  The driver publishes each convoy with one store
+ * (avail->idx, or the first head's flags of a packed ring), so the counts
+ * are exact.
  */
 static void test_first_batch(Fixture *f, gconstpointer data)
 {
