@@ -96,6 +96,7 @@ struct VuBlkExport {
     bool writeback_set_here;    /* a driver wrote "writeback" to this
                                  * process (main thread) */
     uint64_t config_changes;    /* CONFIG_CHANGE_MSG sent (main thread) */
+    unsigned int running_queues;    /* atomic: started, not stopped */
 };
 
 /*
@@ -395,6 +396,7 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
 {
     VuBlkExport *exp = opaque;
     VuBlkQueue *q = &exp->queues[index];
+    GError *err = NULL;
 
     if (num < exp->dev.conf.seg_max + 2) {
         /* Setup path, once per queue start: not per request. */
@@ -410,6 +412,16 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
         g_free(q->reqs);
         q->reqs = g_new0(VuBlkReq, num);
         q->pool_size = num;
+    }
+    if (!blk_attach_aio_context(exp->blk, q->ctx, &err)) {
+        /* Not fatal: the first request tries again and fails cleanly. */
+        warn_report("queue %u: %s", index, err->message);
+        g_clear_error(&err);
+    }
+    /* The device is in use from its first queue's start to its last
+     * queue's stop (see blk_set_active()). */
+    if (__atomic_fetch_add(&exp->running_queues, 1, __ATOMIC_SEQ_CST) == 0) {
+        blk_set_active(exp->blk, true);
     }
     q->vq = vq;
     q->kick_fd = virtqueue_get_kick_fd(vq);
@@ -438,6 +450,9 @@ static void vu_blk_queue_stop(void *opaque, unsigned int index,
     q->bh = NULL;
     q->kick_fd = -1;
     q->stopping = true;
+    if (__atomic_fetch_sub(&exp->running_queues, 1, __ATOMIC_SEQ_CST) == 1) {
+        blk_set_active(exp->blk, false);
+    }
     if (q->driver_polls) {
         q->driver_polls = false;
         aio_context_driver_polls_add(q->ctx, -1);
@@ -453,6 +468,7 @@ static unsigned int vu_blk_queue_inflight(void *opaque, unsigned int index)
         /* Drained: the server forgets the rings next. */
         vu_blk_fold_vq_stats(q);
         q->vq = NULL;
+        blk_detach_aio_context(exp->blk, q->ctx);
     }
     return q->inflight;
 }
@@ -568,6 +584,22 @@ static const VuDeviceOps vu_blk_ops = {
 
 /* ---- public API (main thread) ---------------------------------------- */
 
+/* Main thread: the image was resized from elsewhere (e.g. `rbd resize`
+ * on the cluster): tell the guest, as block_resize does. */
+static void vu_blk_size_changed(void *opaque, uint64_t size)
+{
+    VuBlkExport *exp = opaque;
+
+    if (virtio_blk_update_capacity(&exp->dev)) {
+        info_report("%s: image resized to %" PRIu64 " bytes; capacity now %"
+                    PRIu64 " sectors", vu_server_get_socket_path(exp->server),
+                    size, virtio_blk_get_capacity(&exp->dev));
+        if (vu_server_notify_config_change(exp->server)) {
+            exp->config_changes++;
+        }
+    }
+}
+
 VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
                                GError **errp)
 {
@@ -640,6 +672,7 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
         goto fail;
     }
     vu_blk_save_state(exp);     /* for the first inflight region */
+    blk_set_size_notifier(exp->blk, vu_blk_size_changed, exp);
     return exp;
 
 fail:
@@ -654,6 +687,9 @@ void vu_blk_export_free(VuBlkExport *exp)
     }
     /* Stops and drains every queue before anything below goes away. */
     vu_server_free(exp->server);
+    if (exp->blk) {
+        blk_set_size_notifier(exp->blk, NULL, NULL);
+    }
     if (exp->blk && !exp->blk_borrowed) {
         blk_close(exp->blk);
     }
