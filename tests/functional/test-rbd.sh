@@ -103,7 +103,7 @@ if blkd_start blkd-q2 "$sock" --iothreads 2 \
     pid=$VB_LAST_PID
     vb_check "rbd, 2 queues: fio randwrite, block sizes 512 B to 128 KiB, crc32c verify" \
         vb_guest -s "$sock" -q 2 -c 2 -j fio-verify \
-        vbrw=randwrite vbsize=16M vbiodepth=16 vbnumjobs=2 \
+        vbrw=randwrite vbsize=8M vbiodepth=16 vbnumjobs=2 \
         vbfioargs=--bssplit=512/10:4k/40:16k/20:64k/20:128k/10+--cpus_allowed=0-1+--cpus_allowed_policy=split \
         vbinfo=1
     vb_check_info "rbd, 2 queues: the guest sees 2 hw queues" nr_hw_queues 2
@@ -186,7 +186,7 @@ new=$((96 << 20))
 if vb_daemon_start blkd-qsd "$sock" "$BLKD" "${qsd_args[@]}"; then
     pid=$VB_LAST_PID
     vb_ok "vhost-blkd runs qemu-storage-daemon's driver=rbd command line (user=vhost, key-secret from a file)"
-    vb_guest_bg -s "$sock" -q 2 -j resize -t 240 vbsize=16M vbruntime=20 vbnewsize=$new
+    vb_guest_bg -s "$sock" -q 2 -j resize -t 240 vbsize=8M vbruntime=15 vbnewsize=$new
     log=$VB_TMP/guest-$VB_GUEST_N.log
     if wait_console "$log" "VBTEST-LOG: resize-ready" 200 "$VB_GUEST_PID"; then
         vb_check "rbd: block_resize over QMP while the guest runs fio" \
@@ -241,7 +241,7 @@ img=$(vb_mkimg live 64M)
 if blkd_start blkd-live "$sock" --export "socket=$sock,file=$img" \
         --chardev "socket,id=m,path=$qmpsock,server=on,wait=off" --monitor chardev=m; then
     pid=$VB_LAST_PID
-    vb_guest_bg -s "$sock" -j fio-verify -t 400 vbrw=randwrite vbsize=16M
+    vb_guest_bg -s "$sock" -j fio-verify -t 400 vbrw=randwrite vbsize=8M
     glog=$VB_TMP/guest-$VB_GUEST_N.log
     wait_console "$glog" "VBTEST-LOG: fio" 200 "$VB_GUEST_PID"
     t=$SECONDS
@@ -269,7 +269,7 @@ if blkd_start blkd-osd "$sock" --export "socket=$sock,$(rbd_opts osdimg)" \
         --export "socket=$ctlsock,file=$ctl" && vb_wait_socket "$ctlsock" 10; then
     pid=$VB_LAST_PID
     vb_guest_bg -s "$sock" -s "$ctlsock" -j fio-until-stop -t 500 \
-        vbsize=16M vbstopdev=vdb vbstopoff=0
+        vbsize=4M vbstopdev=vdb vbstopoff=0
     glog=$VB_TMP/guest-$VB_GUEST_N.log
     if wait_console "$glog" "VBTEST-LOG: fio pass" 200 "$VB_GUEST_PID"; then
         sleep 2     # let the pass get going (no result depends on it)
@@ -310,7 +310,7 @@ sock=$VB_TMP/rc.sock
 rbd_ create --size 256M rbd/rcimg || vb_bail "rbd create failed"
 rc_args=(--iothreads 2 --export "socket=$sock,$(rbd_opts rcimg),num-queues=2")
 if blkd_start blkd-rc0 "$sock" "${rc_args[@]}"; then
-    vb_kill_restart_during_fio blkd-rc "$sock" -- \
+    VB_RC_SIZE=32M vb_kill_restart_during_fio blkd-rc "$sock" -- \
         "$BLKD" --log-level info "${rc_args[@]}"
     pid=$VB_LAST_PID
     vb_check "rbd: vhost-blkd restarts on the same socket after kill -9" test "$VB_RC_RESTARTED" = 1
@@ -341,7 +341,7 @@ for i in 0 1; do
     fi
 done
 cmdline="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off no_timer_check"
-cmdline+=" vbjob=fio-until-stop vbtimeout=900 vbsize=16M vbstopdev=vdb vbstopoff=0"
+cmdline+=" vbjob=fio-until-stop vbtimeout=900 vbsize=4M vbstopdev=vdb vbstopoff=0"
 common=(-accel tcg -machine q35,memory-backend=vbmem
         -object memory-backend-memfd,id=vbmem,size=256M,share=on
         -cpu max -smp 1 -m 256M
