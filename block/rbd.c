@@ -421,7 +421,7 @@ static void rbd_connect_error(const char *desc, const BlockRbdOptions *o,
                r == -EINVAL) {
         g_set_error(errp, VB_ERROR, 0, "%s: cannot connect to the Ceph "
                     "cluster: the monitors refused client.%s: %s; check its "
-                    "key (keyring in %s, key-secret or ceph-keyfile)", desc,
+                    "key (the keyring %s names, key-secret or ceph-keyfile)", desc,
                     user, g_strerror(-r), conf);
     } else {
         g_set_error(errp, VB_ERROR, 0, "%s: cannot connect to the Ceph "
