@@ -71,9 +71,11 @@ static const BlockDriver *blk_find_driver(const char *name)
     if (!strcmp(name, "null")) {
         return &bdrv_null;
     }
-    if (!strcmp(name, "rbd") && &bdrv_rbd) {
+#if CONFIG_RBD
+    if (!strcmp(name, "rbd")) {
         return &bdrv_rbd;
     }
+#endif
     return NULL;
 }
 
@@ -109,8 +111,8 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
     if (!drv) {
         g_set_error(errp, VB_ERROR, 0,
                     "unknown block driver '%s' (use driver=file, null%s)",
-                    name, &bdrv_rbd ? " or rbd" : "; this build has no "
-                    "driver=rbd (install librbd-dev and rebuild)");
+                    name, CONFIG_RBD ? " or rbd" : "; this build has no "
+                    "driver=rbd: install librbd-dev and rebuild");
         return NULL;
     }
     bs = blk_new(drv, opts);

@@ -101,8 +101,9 @@ struct BlockDriver {
 extern const BlockDriver bdrv_file;
 extern const BlockDriver bdrv_null;
 extern const BlockDriver bdrv_blkdebug;
-/* Weak: defined only where block/rbd.c is linked in (librbd). */
-extern const BlockDriver bdrv_rbd __attribute__((weak));
+#if CONFIG_RBD
+extern const BlockDriver bdrv_rbd;      /* block/rbd.c, with librbd */
+#endif
 
 struct BlockBackend {
     const BlockDriver *drv;
