@@ -149,7 +149,9 @@ truncate -s 64M "$VB_TMP/snap.raw"
 dd if="$VB_TMP/snap-head.bin" of="$VB_TMP/snap.raw" conv=notrunc status=none
 rbd_ import --no-progress "$VB_TMP/snap.raw" rbd/snapimg >/dev/null 2>&1 &&
     rbd_ snap create rbd/snapimg@s1 >/dev/null 2>&1 || vb_bail "rbd import/snap create failed"
-if blkd_start blkd-snap "$sock" --export "socket=$sock,$(rbd_opts snapimg)@s1"; then
+# as the restricted client.vhost, its key in a file
+if blkd_start blkd-snap "$sock" --export \
+        "socket=$sock,rbd=rbd/snapimg@s1,ceph-conf=$CEPH_CONF,ceph-id=vhost,ceph-keyfile=$VB_CEPH_VHOST_KEYFILE"; then
     pid=$VB_LAST_PID
     vb_check "rbd snapshot export: guest sees ro, reads work, writes fail (also with the ro flag cleared)" \
         vb_guest -s "$sock" -j readonly
@@ -168,7 +170,7 @@ sock=$VB_TMP/qsd.sock
 qmpsock=$VB_TMP/qsd.qmp
 rbd_ create --size 64M rbd/qsdimg || vb_bail "rbd create failed"
 qsd_args=(--blockdev "driver=rbd,node-name=d0,pool=rbd,image=qsdimg,conf=$CEPH_CONF,user=vhost,key-secret=sec0"
-          --object "secret,id=sec0,file=$VB_CEPH_VHOST_KEYFILE"
+          --object "secret,id=sec0,file=$VB_CEPH_VHOST_KEYFILE,format=base64"
           --export "type=vhost-user-blk,id=e0,node-name=d0,addr.type=unix,addr.path=$sock,writable=on,num-queues=2"
           --chardev "socket,id=mon0,path=$qmpsock,server=on,wait=off"
           --monitor chardev=mon0)
@@ -224,7 +226,7 @@ badstart() {
         vb_check "$name: refused with an error naming '$want'" grep -q -- "$want" "$VB_TMP/$name.log"
     fi
 }
-badstart nopool rbd/nosuchpool "rbd=nosuchpool/img,ceph-conf=$CEPH_CONF,ceph-id=admin"
+badstart nopool nosuchpool/img "rbd=nosuchpool/img,ceph-conf=$CEPH_CONF,ceph-id=admin"
 badstart noimage rbd/nosuchimage "rbd=rbd/nosuchimage,ceph-conf=$CEPH_CONF,ceph-id=admin"
 sed "s|^keyring = .*|keyring = $VB_TMP/wrong.keyring|" "$CEPH_CONF" > "$VB_TMP/wrongkey.conf"
 ceph-authtool --create-keyring "$VB_TMP/wrong.keyring" --gen-key -n client.admin >/dev/null
