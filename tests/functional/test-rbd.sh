@@ -169,8 +169,9 @@ rm -f "$VB_TMP/snap.raw"
 sock=$VB_TMP/qsd.sock
 qmpsock=$VB_TMP/qsd.qmp
 rbd_ create --size 64M rbd/qsdimg || vb_bail "rbd create failed"
-qsd_args=(--blockdev "driver=rbd,node-name=d0,pool=rbd,image=qsdimg,conf=$CEPH_CONF,user=vhost,key-secret=sec0"
-          --object "secret,id=sec0,file=$VB_CEPH_VHOST_KEYFILE,format=base64"
+# (qemu-storage-daemon takes its options in order: the secret first)
+qsd_args=(--object "secret,id=sec0,file=$VB_CEPH_VHOST_KEYFILE,format=base64"
+          --blockdev "driver=rbd,node-name=d0,pool=rbd,image=qsdimg,conf=$CEPH_CONF,user=vhost,key-secret=sec0"
           --export "type=vhost-user-blk,id=e0,node-name=d0,addr.type=unix,addr.path=$sock,writable=on,num-queues=2"
           --chardev "socket,id=mon0,path=$qmpsock,server=on,wait=off"
           --monitor chardev=mon0)
@@ -254,6 +255,8 @@ if blkd_start blkd-live "$sock" --export "socket=$sock,file=$img" \
     echo "# blockdev-add answered after $((SECONDS - t)) s: $(head -c 400 "$VB_TMP/deadmon.qmp")"
     vb_check_eq "unreachable monitor: QMP blockdev-add fails (exit 1), within 360 s" "$rc" 1
     vb_check "unreachable monitor: the error names the image" grep -q "rbd/q2" "$VB_TMP/deadmon.qmp"
+    vb_check "unreachable monitor: the error says the cluster is unreachable" \
+        grep -q "cannot connect to the Ceph cluster" "$VB_TMP/deadmon.qmp"
     vb_check "unreachable monitor: the control plane answers afterwards" \
         "$QMP" "$qmpsock" '{"execute": "query-block-exports"}'
     vb_check "unreachable monitor: the file export's guest verifies meanwhile" wait "$VB_GUEST_PID"
