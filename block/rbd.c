@@ -421,8 +421,8 @@ static void rbd_connect_error(const char *desc, const BlockRbdOptions *o,
                r == -EINVAL) {
         g_set_error(errp, VB_ERROR, 0, "%s: cannot connect to the Ceph "
                     "cluster: the monitors refused client.%s: %s; check its "
-                    "key (the keyring %s names, key-secret or ceph-keyfile)", desc,
-                    user, g_strerror(-r), conf);
+                    "key (the keyring %s names, key-secret or "
+                    "ceph-keyfile)", desc, user, g_strerror(-r), conf);
     } else {
         g_set_error(errp, VB_ERROR, 0, "%s: cannot connect to the Ceph "
                     "cluster (%s, client.%s): %s", desc, conf, user,
@@ -483,6 +483,11 @@ static RbdCluster *rbd_cluster_get(const char *desc, const BlockRbdOptions *o,
     }
     /* Values we set: the connect bound, no librbd write-back cache. */
     if ((o->key && (r = rados_conf_set(c->cluster, "key", o->key)) < 0) ||
+        (o->mon_host &&
+         (r = rados_conf_set(c->cluster, "mon_host", o->mon_host)) < 0) ||
+        (o->auth_client_required &&
+         (r = rados_conf_set(c->cluster, "auth_client_required",
+                             o->auth_client_required)) < 0) ||
         (o->keyfile &&
          (r = rados_conf_set(c->cluster, "keyfile", o->keyfile)) < 0) ||
         (r = rados_conf_set(c->cluster, "client_mount_timeout", tmo)) < 0 ||

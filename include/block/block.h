@@ -98,6 +98,8 @@ typedef struct BlockRbdOptions {
     const char *keyfile;        /* a file holding the key */
     uint32_t connect_timeout;   /* seconds, client_mount_timeout and
                                  * rados_mon_op_timeout; 0 = default */
+    const char *mon_host;       /* overrides the conf's mon_host */
+    const char *auth_client_required;   /* e.g. "cephx,none" */
     const char *share;          /* connection shared by the nodes giving
                                  * the same name (and cluster); NULL:
                                  * one connection per node */
