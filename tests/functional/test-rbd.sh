@@ -383,7 +383,7 @@ ctl=$(vb_mkimg mig-ctl 4M)
 rbd_ create --size 64M rbd/migimg || vb_bail "rbd create failed"
 mig_ok=1
 for i in 0 1; do
-    if ! blkd_start "blkd-mig$i" "${socks[$i]}" --export "socket=${socks[$i]},$(rbd_opts migimg)" \
+    if ! blkd_start "blkd-mig$i" "${socks[$i]}" --export "socket=${socks[$i]},$(rbd_opts migimg),num-queues=2" \
             --export "socket=${ctlsocks[$i]},file=$ctl" || ! vb_wait_socket "${ctlsocks[$i]}" 10; then
         vb_not_ok "migration: vhost-blkd $i starts"
         mig_ok=0
