@@ -21,7 +21,10 @@
 # and fio's rbd engine opens one handle per job (two writing jobs would
 # bounce the image's exclusive lock between them).  librbd's cache is off
 # everywhere (a client conf with "rbd cache = false"; qemu-storage-daemon
-# also gets cache.direct=on), so every I/O goes to the OSD.
+# also gets cache.direct=on), so every I/O goes to the OSD.  All cases use
+# one image, in turn: the first write of each randwrite run takes the
+# exclusive lock from the case before (fio and vhost-blkd give it up when
+# they stop, qemu-storage-daemon when asked), a few ms of each run.
 # CPU per I/O: user + system time of each process (/proc/PID/stat, all
 # threads) over the run divided by the I/Os of the run: the daemon's for
 # qsd and vhost-blkd, fio's whole process (its client, librbd, and the
@@ -168,6 +171,13 @@ PY
     record fio-rbd "$r" "$rw" "$d" "$q" "$iops" "$ios" "$cpu" "$(( o1 - o0 )).0e-2" "$l"
 }
 
+# Warm-up, not recorded: the first I/O of a fresh image handle pays for
+# connections to the OSD and, for writes, the exclusive lock.
+log "warm-up"
+for c in qsd blkd; do
+    "$BENCH" --socket "${SOCK[$c]}" --rw randrw --bs 4k --iodepth 8 --queues 2 \
+        --runtime 1 > /dev/null 2>&1 || die "warm-up through $c failed"
+done
 log "$reps repetitions of 8 cells x 3 cases, ${runtime} s each"
 for r in $(seq 1 "$reps"); do
     log "repetition $r/$reps (load $(load1))"
