@@ -62,6 +62,13 @@ vb_ok "single-node Ceph cluster up in $((SECONDS - t0)) s ($CEPH_CONF)"
 
 rbd_() { timeout 120 rbd -c "$CEPH_CONF" "$@"; }
 
+# The cluster may be shared with other tests of the run (scripts/check.sh
+# starts one for all): drop images of an earlier run of this script.
+for i in q2 dz snapimg qsdimg osdimg rcimg migimg; do
+    rbd_ snap purge "rbd/$i" >/dev/null 2>&1
+    rbd_ rm --no-progress "rbd/$i" >/dev/null 2>&1
+done
+
 # VB_RBD_CASES: run only these cases (for development; default all):
 # queues discard snapshot qsd errors deadmon osd restart migration
 want() { case " ${VB_RBD_CASES:-all} " in *" all "*|*" $1 "*) return 0 ;; esac; return 1; }
@@ -441,9 +448,20 @@ show_mig_logs() {
         tail -n 10 "$f" | tr -d '\r' | sed 's/^/#   /'
     done
 }
+# lock_owner: the client that holds the image's exclusive lock ("" if none)
+lock_owner() {
+    rbd_ lock ls --format json rbd/migimg 2>/dev/null | python3 -c '
+import json, sys
+l = json.load(sys.stdin)
+l = list(l.values()) if isinstance(l, dict) else l
+print(l[0]["locker"] if l else "")'
+}
+# owner_is_not PREV: the lock is held, by someone other than PREV
+owner_is_not() { local o; o=$(lock_owner); [ -n "$o" ] && [ "$o" != "$1" ]; }
 if [ $mig_ok = 1 ]; then
     qemu_start 0 0
     cur=0
+    owners=()
     for m in 1 2; do
         d=$((m % 2))
         qemu_start "$m" "$d" -incoming "unix:$VB_TMP/mig-$m.sock"
@@ -453,6 +471,11 @@ if [ $mig_ok = 1 ]; then
             vb_not_ok "migration $m: QEMUs ready and fio running on QEMU $cur"
             mig_ok=0
             break
+        fi
+        if [ "$m" = 1 ]; then
+            # the writer on vhost-blkd 0 holds the lock
+            poll 120 "$cur" owner_is_not ""
+            owners[0]=$(lock_owner)
         fi
         qmp "$cur" migrate-set-parameters '{"downtime-limit": 2000}' >/dev/null
         qmp "$cur" migrate "{\"uri\": \"unix:$VB_TMP/mig-$m.sock\"}" >/dev/null
@@ -469,8 +492,17 @@ if [ $mig_ok = 1 ]; then
         qmp "$cur" quit >/dev/null
         wait "${QPIDS[$cur]}" 2>/dev/null
         cur=$m
-        echo "# lock after migration $m: $(rbd_ lock ls rbd/migimg 2>&1 | tail -n +2 | tr '\n' ' ')"
+        # The guest writes on through vhost-blkd $d: its client must get
+        # the lock from the other daemon (which gave it up when its device
+        # stopped).
+        poll 120 "$cur" owner_is_not "${owners[$((m - 1))]}"
+        owners[$m]=$(lock_owner)
+        vb_check "migration $m: the exclusive lock moved with the writer (${owners[$((m - 1))]:-none} -> ${owners[$m]:-none})" \
+            test -n "${owners[$m]}" -a "${owners[$m]}" != "${owners[$((m - 1))]}"
     done
+    [ $mig_ok = 1 ] &&
+        vb_check_eq "migration: back on vhost-blkd 0, its client holds the lock again" \
+            "${owners[2]:-none}" "${owners[0]:-?}"
     if [ $mig_ok = 1 ]; then
         stop_marker "$ctl"
         poll 600 "$cur" grep -q "VBTEST-RESULT" "$VB_TMP/serial-$cur.log"
