@@ -236,11 +236,11 @@ void blk_detach_aio_context(BlockBackend *blk, AioContext *ctx)
 }
 
 /* Any thread. */
-void blk_set_active(BlockBackend *blk, bool active)
+void blk_set_active(BlockBackend *blk, bool active, bool takeover)
 {
     for (BlockBackend *n = blk; n; n = n->child) {
         if (n->drv->bdrv_set_active) {
-            n->drv->bdrv_set_active(n, active);
+            n->drv->bdrv_set_active(n, active, takeover);
         }
     }
 }
