@@ -140,8 +140,9 @@ mon warn on pool no redundancy = false
 osd crush chooseleaf type = 0
 
 [client]
-# Never the whole conf of the machine: only this cluster.
-log file = $DIR/log/client.\$pid.log
+log file = $DIR/log/\$name.\$pid.log
+# one admin socket per client process (many run as client.admin at once)
+admin socket = $DIR/run/\$name.\$pid.asok
 
 [mon]
 mon data = $DIR/mon/\$cluster-\$id

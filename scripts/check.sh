@@ -63,6 +63,11 @@ else
 fi
 
 if [ "$guest" = 1 ]; then
+    # tests/functional/test-rbd.sh starts a Ceph test cluster in this
+    # directory (scripts/ceph-cluster.sh) and stops it at its end; should
+    # the test itself be killed, the cluster is stopped here all the same.
+    export VB_CEPH_DIR=/var/tmp/vhost-blk-check-ceph.$$
+    trap 'VB_CEPH_DIR=$VB_CEPH_DIR bash scripts/ceph-cluster.sh stop || true' EXIT
     if [ "$qemu" = 1 ]; then
         # The patched QEMU for tests/functional/test-qemu-fork.sh.
         bash scripts/build-qemu.sh || failed=$((failed + 1))
