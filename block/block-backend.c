@@ -358,6 +358,24 @@ bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
     return true;
 }
 
+/* Owner thread of @ctx. */
+bool blk_driver_engine_get_stats(AioContext *ctx, const char *driver,
+                                 BlockEngineStats *stats)
+{
+    BlockEngine *e = NULL;
+
+#if CONFIG_RBD
+    if (!strcmp(driver, "rbd")) {
+        e = aio_get_engine(ctx, AIO_ENGINE_RBD);
+    }
+#endif
+    if (!e) {
+        return false;
+    }
+    *stats = e->stats;
+    return true;
+}
+
 /* Engine thread. */
 void blk_acb_complete(BlockAIOCB *acb, int ret)
 {

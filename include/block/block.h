@@ -243,5 +243,9 @@ typedef struct BlockEngineStats {
 /* Returns false if @ctx has no instance of that engine. Owner thread. */
 bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
                           BlockEngineStats *stats);
+/* The same for the engine of a driver without aio modes: "rbd" (its
+ * completion list: requests, completions).  Owner thread. */
+bool blk_driver_engine_get_stats(AioContext *ctx, const char *driver,
+                                 BlockEngineStats *stats);
 
 #endif
