@@ -594,7 +594,8 @@ void blk_aio_pwritev(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
 void blk_aio_flush(BlockBackend *blk, BlockAIOCB *acb,
                    BlockCompletionFunc *cb, void *opaque)
 {
-    blk_submit(blk, acb, BLK_REQ_FLUSH, blk->drv->bdrv_aio_flush, 0, 0, 0, NULL, 0, cb, opaque);
+    blk_submit(blk, acb, BLK_REQ_FLUSH, blk->drv->bdrv_aio_flush, 0, 0, 0,
+               NULL, 0, cb, opaque);
 }
 
 void blk_aio_pdiscard(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
