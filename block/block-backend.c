@@ -236,11 +236,11 @@ void blk_detach_aio_context(BlockBackend *blk, AioContext *ctx)
 }
 
 /* Any thread. */
-void blk_set_active(BlockBackend *blk, bool active)
+void blk_set_active(BlockBackend *blk, bool active, bool takeover)
 {
     for (BlockBackend *n = blk; n; n = n->child) {
         if (n->drv->bdrv_set_active) {
-            n->drv->bdrv_set_active(n, active);
+            n->drv->bdrv_set_active(n, active, takeover);
         }
     }
 }
@@ -351,6 +351,24 @@ bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
         return false;           /* engine not compiled in */
     }
     e = aio_get_engine(ctx, ops->slot);
+    if (!e) {
+        return false;
+    }
+    *stats = e->stats;
+    return true;
+}
+
+/* Owner thread of @ctx. */
+bool blk_driver_engine_get_stats(AioContext *ctx, const char *driver,
+                                 BlockEngineStats *stats)
+{
+    BlockEngine *e = NULL;
+
+#if CONFIG_RBD
+    if (!strcmp(driver, "rbd")) {
+        e = aio_get_engine(ctx, AIO_ENGINE_RBD);
+    }
+#endif
     if (!e) {
         return false;
     }
@@ -576,7 +594,8 @@ void blk_aio_pwritev(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
 void blk_aio_flush(BlockBackend *blk, BlockAIOCB *acb,
                    BlockCompletionFunc *cb, void *opaque)
 {
-    blk_submit(blk, acb, BLK_REQ_FLUSH, blk->drv->bdrv_aio_flush, 0, 0, 0, NULL, 0, cb, opaque);
+    blk_submit(blk, acb, BLK_REQ_FLUSH, blk->drv->bdrv_aio_flush, 0, 0, 0,
+               NULL, 0, cb, opaque);
 }
 
 void blk_aio_pdiscard(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,

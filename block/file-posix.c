@@ -105,7 +105,8 @@ static BlockAioMode raw_choose_aio_mode(BlockAioMode want, bool direct)
         if (ok) {
             return BLOCK_AIO_IO_URING;
         }
-        want = direct && CONFIG_LINUX_AIO ? BLOCK_AIO_NATIVE : BLOCK_AIO_THREADS;
+        want = direct && CONFIG_LINUX_AIO ? BLOCK_AIO_NATIVE
+                                          : BLOCK_AIO_THREADS;
         warn_report("aio=io_uring unavailable (%s); falling back to aio=%s",
                     err ? err->message : "not compiled in",
                     blk_aio_mode_name(want));

@@ -42,9 +42,15 @@
  * it.  When the front-end stops the device (its last queue), the node
  * gives it up at once (rbd_lock_release), so a migration destination gets
  * it without a round of requests; a client that died keeps it until its
- * watch times out (osd_client_watch_timeout, 30 s by default), after
- * which librbd breaks the lock (blocklisting the dead client) and the
- * writes that waited go on.  See docs/user-guide.md, "Ceph RBD".
+ * watch times out (osd_client_watch_timeout, 30 s by default).  When the
+ * back-end restarts under a running front-end (kill -9, a crash), the
+ * export knows it from the inflight region the front-end hands back
+ * (saved by another process) and the node breaks that stale lock at
+ * once, blocklisting the dead client as `rbd lock break` does; the
+ * resubmitted writes waiting in librbd then take the lock.  Without that
+ * signal (a client of another host holds it) we never break a lock:
+ * librbd asks the owner and, if it died, breaks it after its watch timed
+ * out.  See docs/user-guide.md, "Ceph RBD".
  */
 #include "qemu/osdep.h"
 #include <rados/librados.h>
@@ -68,6 +74,7 @@ static GPtrArray *rbd_shared_clusters;
 typedef enum RbdJob {
     RBD_JOB_REFRESH_SIZE = 1,
     RBD_JOB_RELEASE_LOCK,
+    RBD_JOB_TAKEOVER,
 } RbdJob;
 
 typedef struct BDRVRBDState {
@@ -319,6 +326,9 @@ static void rbd_ctl_worker(gpointer data, gpointer opaque)
     RbdJob job = GPOINTER_TO_INT(data);
     uint64_t size;
     int owner = 0, r;
+    char *owners[8];
+    size_t n = G_N_ELEMENTS(owners);
+    rbd_lock_mode_t mode;
 
     switch (job) {
     case RBD_JOB_REFRESH_SIZE:
@@ -346,6 +356,32 @@ static void rbd_ctl_worker(gpointer data, gpointer opaque)
                         s->bs->filename);
         }
         break;
+    case RBD_JOB_TAKEOVER:
+        /*
+         * The earlier process of this device died holding the lock; its
+         * watch would keep it for osd_client_watch_timeout (30 s).  Break
+         * it (librbd blocklists that client, rbd_blocklist_on_break_lock),
+         * and the writes waiting in librbd take the lock at once.
+         */
+        if ((rbd_is_exclusive_lock_owner(s->image, &owner) == 0 && owner) ||
+            rbd_lock_get_owners(s->image, &mode, owners, &n) < 0) {
+            return;             /* ours already, or nobody's */
+        }
+        for (size_t i = 0; i < n; i++) {
+            r = rbd_lock_break(s->image, RBD_LOCK_MODE_EXCLUSIVE, owners[i]);
+            if (r < 0) {
+                warn_report("%s: cannot break the exclusive lock of %s (an "
+                            "earlier process of this back-end): %s; writes "
+                            "wait until its watch times out",
+                            s->bs->filename, owners[i], g_strerror(-r));
+            } else {
+                info_report("%s: took the exclusive lock over from %s, an "
+                            "earlier process of this back-end (blocklisted)",
+                            s->bs->filename, owners[i]);
+            }
+        }
+        rbd_lock_get_owners_cleanup(owners, n);
+        break;
     }
 }
 
@@ -358,13 +394,18 @@ static void rbd_update_cb(void *arg)
 }
 
 /* Any thread. */
-static void rbd_set_active(BlockBackend *bs, bool active)
+static void rbd_set_active(BlockBackend *bs, bool active, bool takeover)
 {
     BDRVRBDState *s = bs->opaque;
 
-    if (!active && !bs->readonly) {
+    if (bs->readonly) {
+        return;                 /* never locks */
+    }
+    if (!active) {
         g_thread_pool_push(s->ctl, GINT_TO_POINTER(RBD_JOB_RELEASE_LOCK),
                            NULL);
+    } else if (takeover) {
+        g_thread_pool_push(s->ctl, GINT_TO_POINTER(RBD_JOB_TAKEOVER), NULL);
     }
 }
 

@@ -1258,17 +1258,21 @@ static void vb_engine_stats_cb(void *opaque)
         BLOCK_AIO_IO_URING, BLOCK_AIO_NATIVE, BLOCK_AIO_THREADS,
     };
 
-    for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
+    for (size_t i = 0; i <= G_N_ELEMENTS(modes); i++) {
         BlockEngineStats st;
         JsonObject *o;
 
-        if (!blk_engine_get_stats(job->ctx, modes[i], &st)) {
+        /* the aio modes' engines, then rbd's completion list */
+        if (i < G_N_ELEMENTS(modes) ?
+            !blk_engine_get_stats(job->ctx, modes[i], &st) :
+            !blk_driver_engine_get_stats(job->ctx, "rbd", &st)) {
             continue;
         }
         o = json_object_new();
         json_object_set_string_member(o, "iothread", job->iothread);
         json_object_set_string_member(o, "engine",
-                                      blk_aio_mode_name(modes[i]));
+                                      i < G_N_ELEMENTS(modes) ?
+                                      blk_aio_mode_name(modes[i]) : "rbd");
         json_object_set_int_member(o, "requests", st.requests);
         json_object_set_int_member(o, "submit-syscalls", st.submit_syscalls);
         json_object_set_int_member(o, "completions", st.completions);

@@ -402,7 +402,8 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
     } else if (!strcmp(key, "size")) {
         ok = export_opts_parse_size(val, &e->size) && e->size > 0;
     } else if (!strcmp(key, "num-queues")) {
-        ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUES, &e->num_queues) &&
+        ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUES,
+                                    &e->num_queues) &&
              e->num_queues > 0;
     } else if (!strcmp(key, "queue-size")) {
         ok = export_opts_parse_uint(val, 1024, &e->queue_size) &&

@@ -77,12 +77,12 @@ static void vbd_usage(FILE *f)
 "      file=PATH           image file or block device (driver=file)\n"
 "      rbd=POOL[/NAMESPACE]/IMAGE[@SNAP]  a Ceph RBD image (driver=rbd; a\n"
 "                          snapshot is served read-only), with:\n"
-"      ceph-conf=FILE      the cluster's ceph.conf (default: librados's search)\n"
+"      ceph-conf=FILE      the cluster's ceph.conf (default: librados's)\n"
 "      ceph-id=ID          the client id, client.ID (default admin)\n"
 "      ceph-keyfile=PATH   a file holding the client's key (else the keyring\n"
 "                          the conf names); never a key on the command line\n"
-"      ceph-connect-timeout=S  give up connecting after S seconds (default 10;\n"
-"                          client_mount_timeout and rados_mon_op_timeout)\n"
+"      ceph-connect-timeout=S  give up connecting after S seconds (default\n"
+"                          10; client_mount_timeout, rados_mon_op_timeout)\n"
 "      ceph-share=NAME     share one cluster connection between the exports\n"
 "                          naming it (default: one connection per export)\n"
 "      driver=file|null|rbd  null: no I/O, for overhead measurements\n"
@@ -170,17 +170,21 @@ static void vbd_engine_stats_cb(void *opaque)
         BLOCK_AIO_IO_URING, BLOCK_AIO_NATIVE, BLOCK_AIO_THREADS,
     };
 
-    for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
+    for (size_t i = 0; i <= G_N_ELEMENTS(modes); i++) {
         BlockEngineStats st;
 
-        if (!blk_engine_get_stats(job->ctx, modes[i], &st)) {
+        /* the aio modes' engines, then rbd's completion list */
+        if (i < G_N_ELEMENTS(modes) ?
+            !blk_engine_get_stats(job->ctx, modes[i], &st) :
+            !blk_driver_engine_get_stats(job->ctx, "rbd", &st)) {
             continue;
         }
         log_msg(LOG_LEVEL_INFO, "iothread %u: %s: requests %" PRIu64
                 ", submit syscalls %" PRIu64 ", completions %" PRIu64
                 " (direct %" PRIu64 ", bh %" PRIu64 "), bh scheduled %" PRIu64
                 ", retries %" PRIu64 ", bounced %" PRIu64, job->iothread,
-                blk_aio_mode_name(modes[i]), st.requests, st.submit_syscalls,
+                i < G_N_ELEMENTS(modes) ? blk_aio_mode_name(modes[i]) : "rbd",
+                st.requests, st.submit_syscalls,
                 st.completions, st.completions_direct, st.completions_bh,
                 st.bh_scheduled, st.retries, st.bounced);
     }

@@ -97,6 +97,9 @@ struct VuBlkExport {
                                  * process (main thread) */
     uint64_t config_changes;    /* CONFIG_CHANGE_MSG sent (main thread) */
     unsigned int running_queues;    /* atomic: started, not stopped */
+    uint64_t process_id;        /* saved in the inflight region */
+    bool restarted;             /* main thread: the front-end handed back a
+                                 * region an earlier process saved */
 };
 
 /*
@@ -106,7 +109,8 @@ struct VuBlkExport {
  */
 enum {
     VU_BLK_STATE_WRITEBACK,     /* config "writeback": 0 or 1 */
-    VU_BLK_STATE_LEN,
+    VU_BLK_STATE_PROCESS,       /* 8 bytes: a random id of the process */
+    VU_BLK_STATE_LEN = VU_BLK_STATE_PROCESS + 8,
 };
 
 /* ---- dataplane (queue's iothread) ------------------------------------ */
@@ -421,7 +425,8 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
     /* The device is in use from its first queue's start to its last
      * queue's stop (see blk_set_active()). */
     if (__atomic_fetch_add(&exp->running_queues, 1, __ATOMIC_SEQ_CST) == 0) {
-        blk_set_active(exp->blk, true);
+        /* exp->restarted: set by the main thread before any queue ran */
+        blk_set_active(exp->blk, true, exp->restarted);
     }
     q->vq = vq;
     q->kick_fd = virtqueue_get_kick_fd(vq);
@@ -451,7 +456,7 @@ static void vu_blk_queue_stop(void *opaque, unsigned int index,
     q->kick_fd = -1;
     q->stopping = true;
     if (__atomic_fetch_sub(&exp->running_queues, 1, __ATOMIC_SEQ_CST) == 1) {
-        blk_set_active(exp->blk, false);
+        blk_set_active(exp->blk, false, false);
     }
     if (q->driver_polls) {
         q->driver_polls = false;
@@ -507,6 +512,7 @@ static void vu_blk_save_state(VuBlkExport *exp)
         [VU_BLK_STATE_WRITEBACK] = virtio_blk_get_writeback(&exp->dev),
     };
 
+    memcpy(st + VU_BLK_STATE_PROCESS, &exp->process_id, 8);
     vu_server_save_state(exp->server, st, sizeof(st));
 }
 
@@ -543,6 +549,22 @@ static void vu_blk_load_state(void *opaque, const uint8_t *data, size_t len)
     VuBlkExport *exp = opaque;
     const char *name = vu_server_get_socket_path(exp->server);
     bool writeback = virtio_blk_get_writeback(&exp->dev);
+    uint64_t saved_by;
+
+    /*
+     * Saved by another process of this export: the back-end restarted
+     * under a running front-end (after a crash or kill -9), and what that
+     * process held on the image (an RBD exclusive lock) is stale.
+     */
+    if (len >= VU_BLK_STATE_LEN) {
+        memcpy(&saved_by, data + VU_BLK_STATE_PROCESS, 8);
+        if (saved_by != exp->process_id && !exp->restarted) {
+            exp->restarted = true;
+            info_report("%s: the front-end kept the state of an earlier "
+                        "process of this back-end: taking over from it",
+                        name);
+        }
+    }
 
     if (len <= VU_BLK_STATE_WRITEBACK || data[VU_BLK_STATE_WRITEBACK] > 1) {
         warn_report("%s: the inflight region's device state holds no valid "
@@ -628,6 +650,7 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
     }
 
     exp = g_new0(VuBlkExport, 1);
+    exp->process_id = g_random_int() | (uint64_t)g_random_int() << 32;
     exp->num_queues = conf.num_queues;
     exp->budget = opts->budget ? opts->budget : VU_BLK_DEFAULT_BUDGET;
     exp->first_batch = opts->first_batch ? MIN(opts->first_batch, exp->budget)

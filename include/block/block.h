@@ -208,9 +208,11 @@ void blk_detach_aio_context(BlockBackend *blk, AioContext *ctx);
  * Any thread: the device on @blk was started (@active) or stopped (every
  * queue) by its front-end.  rbd gives up the image's exclusive lock on
  * stop, so that a VM migrating away leaves it to the destination at once.
- * Never blocks.
+ * @takeover (with @active): this process replaces an earlier one of the
+ * same device that did not stop (it crashed): rbd breaks the lock that
+ * process still holds, blocklisting it.  Never blocks.
  */
-void blk_set_active(BlockBackend *blk, bool active);
+void blk_set_active(BlockBackend *blk, bool active, bool takeover);
 
 /*
  * Main thread: call @fn(@opaque, size) in the main thread whenever the
@@ -241,5 +243,9 @@ typedef struct BlockEngineStats {
 /* Returns false if @ctx has no instance of that engine. Owner thread. */
 bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
                           BlockEngineStats *stats);
+/* The same for the engine of a driver without aio modes: "rbd" (its
+ * completion list: requests, completions).  Owner thread. */
+bool blk_driver_engine_get_stats(AioContext *ctx, const char *driver,
+                                 BlockEngineStats *stats);
 
 #endif

@@ -89,8 +89,9 @@ struct BlockDriver {
     void (*bdrv_detach_aio_context)(BlockBackend *bs, AioContext *ctx);
     /* Any thread (optional): the front-end started (@active) or stopped
      * every queue of the device using @bs (e.g. to give up a cluster
-     * lock when a VM migrates away).  Must not block. */
-    void (*bdrv_set_active)(BlockBackend *bs, bool active);
+     * lock when a VM migrates away); @takeover: see blk_set_active().
+     * Must not block. */
+    void (*bdrv_set_active)(BlockBackend *bs, bool active, bool takeover);
     BlockDriverSubmitFunc *bdrv_aio_preadv;
     BlockDriverSubmitFunc *bdrv_aio_pwritev;    /* BDRV_REQ_FUA honoured */
     BlockDriverSubmitFunc *bdrv_aio_flush;
