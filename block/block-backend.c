@@ -117,6 +117,7 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
     }
     bs = blk_new(drv, opts);
     if (!drv->bdrv_open(bs, opts, errp)) {
+        drv->bdrv_close(bs);    /* what the failed open left */
         blk_free(bs);
         return NULL;
     }
@@ -126,6 +127,7 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
         top->child = bs;
         bs->parent = top;
         if (!bdrv_blkdebug.bdrv_open(top, opts, errp)) {
+            bdrv_blkdebug.bdrv_close(top);
             blk_free(top);
             blk_close(bs);
             return NULL;

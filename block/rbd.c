@@ -703,8 +703,7 @@ static bool rbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     return true;
 
 fail:
-    rbd_drv_close(bs);
-    return false;
+    return false;               /* blk_open() calls rbd_drv_close() */
 }
 
 const BlockDriver bdrv_rbd = {

@@ -73,10 +73,12 @@ typedef void BlockDriverSubmitFunc(BlockBackend *bs, AioContext *ctx,
 struct BlockDriver {
     const char *format_name;
     /* Open @bs from @opts: fill bs->size, bs->bl, bs->filename and
-     * bs->opaque.  False with @errp set (the caller frees @bs). */
+     * bs->opaque.  False with @errp set; the caller then calls
+     * bdrv_close() on the partly opened node and frees @bs. */
     bool (*bdrv_open)(BlockBackend *bs, const BlockOptions *opts,
                       GError **errp);
-    /* Release everything bdrv_open() took. */
+    /* Release everything bdrv_open() took, also after it failed
+     * (required). */
     void (*bdrv_close)(BlockBackend *bs);
     /* Grow to @size bytes (optional: without it only the size changes);
      * the caller updates bs->size. */
