@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * blkdebug: error injection for tests, a filter in front of the engines.
+ * blkdebug: error injection for tests, a filter driver whose child is the
+ * node of any other driver (file, null, rbd).
  *
- * Theory of operation: blk_open() builds a BlkDebugState from
- * BlockOptions.inject only when something is to be injected; otherwise
- * blk->inject stays NULL and a request costs the backend one predictable
- * branch.  With a state, blk_submit() calls blkdebug_check() after its
- * cheap checks (read-only, bounds, alignment): a matching request is
- * either failed with the chosen errno, through the same bottom half as a
- * rejected one, so a device sees exactly what a failing engine would give
- * it and never synchronously; or, with inject-delay, handed to the thread
- * pool, whose worker runs blkdebug_do_delayed(): sleep, then do the
- * request (or fail it).  That makes a slow request whatever the aio mode.
+ * Theory of operation: blk_open() puts a blkdebug node on top only when
+ * something is to be injected; otherwise there is no filter and a request
+ * costs nothing more.  The filter's request functions run after the
+ * generic checks (read-only, bounds, alignment) and ask blkdebug_check():
+ * a request that does not match is forwarded to the child; a matching one
+ * is either failed with the chosen errno, through the same bottom half as
+ * a rejected one, so a device sees exactly what a failing driver would
+ * give it and never synchronously; or, with inject-delay, handed to the
+ * thread pool, whose worker only sleeps (blkdebug_do_delayed()), and on
+ * its completion, back in the submitting thread, forwarded to the child
+ * (or failed).  That makes a slow request whatever the driver below.
  *
  * Threads: the state is written once in the main thread (blk_open()) and
  * read by every thread that submits to the backend; the match and hit
@@ -303,32 +305,112 @@ BlkDebugAction blkdebug_check(BlkDebugState *s, const BlockAIOCB *acb,
     return BLKDEBUG_FAIL;
 }
 
-/* Worker thread. */
+/* Worker thread: hold the request back, then say what becomes of it. */
 int blkdebug_do_delayed(BlockAIOCB *acb)
 {
-    BlockBackend *blk = acb->blk;
-    const BlockInjectOptions *inj = &blk->inject->opts;
+    BlkDebugState *s = acb->blk->opaque;
 
-    g_usleep((gulong)inj->delay_ms * 1000);
-    if (inj->ops) {
-        return -inj->err;
-    }
-    if (blk->is_null) {
-        if (acb->type == BLK_REQ_READ && blk->null_read_zeroes) {
-            for (int i = 0; i < acb->niov; i++) {
-                memset(acb->iov[i].iov_base, 0, acb->iov[i].iov_len);
-            }
-        }
-        return 0;
-    }
-    return raw_do_request(acb);
+    g_usleep((gulong)s->opts.delay_ms * 1000);
+    return s->opts.ops ? -s->opts.err : 0;
 }
 
 /* Any thread. */
 uint64_t blk_inject_get_hits(BlockBackend *blk)
 {
-    if (!blk->inject) {
+    BlkDebugState *s;
+
+    if (blk->drv != &bdrv_blkdebug) {
         return 0;
     }
-    return atomic_load_explicit(&blk->inject->hits, memory_order_relaxed);
+    s = blk->opaque;
+    return atomic_load_explicit(&s->hits, memory_order_relaxed);
 }
+
+/* Owner thread: a delayed request is back from its worker. */
+static void blkdebug_delay_done(void *opaque, int ret)
+{
+    BlockAIOCB *acb = opaque;
+    BlockBackend *bs = acb->blk;
+
+    acb->cb = acb->filter_cb;
+    acb->opaque = acb->filter_opaque;
+    if (ret < 0) {
+        acb->cb(acb->opaque, ret);
+        return;
+    }
+    acb->blk = bs->child;
+    blk_drv_submit(bs->child, qemu_get_current_aio_context(), acb);
+}
+
+/* Owner thread of @ctx: every request type. */
+static void blkdebug_submit(BlockBackend *bs, AioContext *ctx,
+                            BlockAIOCB *acb)
+{
+    BlockEngine *e;
+    int ret = 0;
+
+    switch (blkdebug_check(bs->opaque, acb, &ret)) {
+    case BLKDEBUG_PASS:
+        acb->blk = bs->child;
+        blk_drv_submit(bs->child, ctx, acb);
+        return;
+    case BLKDEBUG_FAIL:
+        break;
+    case BLKDEBUG_DELAY:
+        e = blk_engine_get_or_pool(ctx, &thread_pool_engine_ops);
+        if (!e) {
+            ret = -EIO;
+            break;
+        }
+        acb->filter_cb = acb->cb;
+        acb->filter_opaque = acb->opaque;
+        acb->cb = blkdebug_delay_done;
+        acb->opaque = acb;
+        e->stats.requests++;
+        thread_pool_submit_delayed(e, acb);
+        return;
+    }
+    null_complete_later(ctx, acb, ret);
+}
+
+/* Main thread: the filter over bs->child, which blk_open() set. */
+static bool blkdebug_open(BlockBackend *bs, const BlockOptions *opts,
+                          GError **errp)
+{
+    BlockBackend *child = bs->child;
+
+    bs->opaque = blkdebug_new(&opts->inject, child->filename);
+    if (!bs->opaque) {
+        g_set_error(errp, VB_ERROR, 0, "%s: nothing to inject",
+                    child->filename);
+        return false;
+    }
+    bs->filename = g_strdup(child->filename);
+    bs->size = child->size;
+    bs->bl = child->bl;
+    bs->readonly = child->readonly;
+    bs->batch = child->batch;
+    return true;
+}
+
+static void blkdebug_close(BlockBackend *bs)
+{
+    blkdebug_free(bs->opaque);
+}
+
+static bool blkdebug_truncate(BlockBackend *bs, uint64_t size, GError **errp)
+{
+    return blk_truncate(bs->child, size, errp);
+}
+
+const BlockDriver bdrv_blkdebug = {
+    .format_name = "blkdebug",
+    .bdrv_open = blkdebug_open,
+    .bdrv_close = blkdebug_close,
+    .bdrv_truncate = blkdebug_truncate,
+    .bdrv_aio_preadv = blkdebug_submit,
+    .bdrv_aio_pwritev = blkdebug_submit,
+    .bdrv_aio_flush = blkdebug_submit,
+    .bdrv_aio_pdiscard = blkdebug_submit,
+    .bdrv_aio_pwrite_zeroes = blkdebug_submit,
+};

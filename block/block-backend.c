@@ -1,23 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * BlockBackend: opening an image and routing requests to the engine of the
- * submitting thread's AioContext.
+ * BlockBackend: opening a node of the chosen driver and the request entry
+ * points every driver shares.
  *
- * Theory of operation: blk_aio_*() fill the caller's BlockAIOCB, reject what
- * can be rejected cheaply (read-only image, out-of-bounds request, O_DIRECT
- * offset/length misalignment) by completing it from a bottom half, bounce
- * misaligned buffers for O_DIRECT, then pick the engine: the backend's aio
- * mode for reads and writes; the thread pool for what the mode's engine
- * cannot do (block-device discard/write-zeroes, and flush/discard/write-
- * zeroes under linux-aio); the null engine for driver=null.  The engine
- * instance lives in the context's engine slot and is created on first use.
- *
- * Error injection (BlockOptions.inject, for tests) is a filter of its own,
- * blkdebug.c.  The backend only holds its state (NULL when injection is
- * off) and, after the cheap checks, asks blkdebug_check() what to do with
- * the request: pass it on, fail it through the same bottom half as a
- * rejected request, or hand it to the thread pool as a delayed request.
- * Without injection that costs one predictable branch.
+ * Theory of operation: blk_open() finds the driver by name (file, null,
+ * rbd), lets it open the node and, when error injection is configured,
+ * puts a blkdebug filter node on top whose child is that node.
+ * blk_aio_*() fill the caller's BlockAIOCB, reject what can be rejected
+ * cheaply and the same way for every driver (read-only node, out-of-bounds
+ * request, misaligned offset or length) by completing it from a bottom
+ * half, then make one indirect call: the top node's driver function for
+ * the request type.  What happens next is the driver's business (see
+ * include/block/block_int.h): file-posix routes to its engines, null
+ * completes from a BH, rbd hands the request to librbd, blkdebug decides
+ * and forwards to its child.
  */
 #include "qemu/osdep.h"
 #include "qemu/error-report.h"
@@ -67,97 +63,82 @@ bool blk_aio_mode_parse(const char *s, BlockAioMode *mode)
     return true;
 }
 
-/* Pick the aio mode the kernel supports, starting from the requested one. */
-static BlockAioMode blk_choose_aio_mode(BlockAioMode want, bool direct)
+static const BlockDriver *blk_find_driver(const char *name)
 {
-    g_autoptr(GError) err = NULL;
-    bool ok;
+    if (!strcmp(name, "file")) {
+        return &bdrv_file;
+    }
+    if (!strcmp(name, "null")) {
+        return &bdrv_null;
+    }
+#if CONFIG_RBD
+    if (!strcmp(name, "rbd")) {
+        return &bdrv_rbd;
+    }
+#endif
+    return NULL;
+}
 
-    if (want == BLOCK_AIO_IO_URING) {
-#if CONFIG_LINUX_IO_URING
-        ok = luring_probe(&err);
-#else
-        ok = false;
-#endif
-        if (ok) {
-            return BLOCK_AIO_IO_URING;
-        }
-        want = direct && CONFIG_LINUX_AIO ? BLOCK_AIO_NATIVE : BLOCK_AIO_THREADS;
-        warn_report("aio=io_uring unavailable (%s); falling back to aio=%s",
-                    err ? err->message : "not compiled in",
-                    blk_aio_mode_name(want));
-        g_clear_error(&err);
-    }
-    if (want == BLOCK_AIO_NATIVE) {
-#if CONFIG_LINUX_AIO
-        ok = laio_probe(&err);
-#else
-        ok = false;
-#endif
-        if (ok) {
-            return BLOCK_AIO_NATIVE;
-        }
-        warn_report("aio=native unavailable (%s); falling back to aio=threads",
-                    err ? err->message : "not compiled in");
-    }
-    return BLOCK_AIO_THREADS;
+/* A node of @drv, not open yet.  Main thread. */
+static BlockBackend *blk_new(const BlockDriver *drv, const BlockOptions *opts)
+{
+    BlockBackend *bs = g_new0(BlockBackend, 1);
+
+    thread_pool_blk_init(bs);
+    bs->drv = drv;
+    bs->readonly = opts->readonly;
+    bs->batch = opts->batch;
+    bs->bl.logical_block_size = 512;
+    bs->bl.physical_block_size = 512;
+    bs->bl.request_alignment = 1;
+    return bs;
+}
+
+static void blk_free(BlockBackend *bs)
+{
+    thread_pool_blk_cleanup(bs);
+    g_free(bs->filename);
+    g_free(bs);
 }
 
 /* Main thread. */
 BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
 {
-    BlockBackend *blk;
-    const char *driver = opts->driver ? opts->driver : "file";
+    const char *name = opts->driver ? opts->driver : "file";
+    const BlockDriver *drv = blk_find_driver(name);
+    BlockBackend *bs, *top;
 
-    blk = g_new0(BlockBackend, 1);
-    thread_pool_blk_init(blk);
-    blk->fd = -1;
-    blk->readonly = opts->readonly;
-    blk->batch = opts->batch;
-    blk->req_align = 1;
-    blk->mem_align = 1;
-    blk->logical_block_size = 512;
-    blk->physical_block_size = 512;
-
-    if (!strcmp(driver, "null")) {
-        if (opts->size == 0) {
-            g_set_error(errp, VB_ERROR, 0,
-                        "driver=null needs a size (for example size=1G)");
-            goto fail;
+    if (!drv) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "unknown block driver '%s' (use driver=file, null%s)",
+                    name, CONFIG_RBD ? " or rbd" : "; this build has no "
+                    "driver=rbd: install librbd-dev and rebuild");
+        return NULL;
+    }
+    bs = blk_new(drv, opts);
+    if (!drv->bdrv_open(bs, opts, errp)) {
+        drv->bdrv_close(bs);    /* what the failed open left */
+        blk_free(bs);
+        return NULL;
+    }
+    top = bs;
+    if (opts->inject.ops || opts->inject.delay_ms) {
+        top = blk_new(&bdrv_blkdebug, opts);
+        top->child = bs;
+        bs->parent = top;
+        if (!bdrv_blkdebug.bdrv_open(top, opts, errp)) {
+            bdrv_blkdebug.bdrv_close(top);
+            blk_free(top);
+            blk_close(bs);
+            return NULL;
         }
-        blk->is_null = true;
-        blk->null_read_zeroes = opts->null_read_zeroes;
-        blk->size = opts->size;
-        blk->can_discard = true;
-        blk->aio = opts->aio;
-        blk->filename = g_strdup("null");
-        blk->inject = blkdebug_new(&opts->inject, blk->filename);
-        return blk;
+    } else if (opts->inject.has_range || opts->inject.after ||
+               opts->inject.count || opts->inject.err) {
+        warn_report("%s: inject-sector/after/count/errno given without "
+                    "inject-error or inject-delay: nothing is injected",
+                    bs->filename);
     }
-    if (strcmp(driver, "file")) {
-        g_set_error(errp, VB_ERROR, 0,
-                    "unknown block driver '%s' (use driver=file or "
-                    "driver=null)", driver);
-        goto fail;
-    }
-    if (!opts->filename || !*opts->filename) {
-        g_set_error(errp, VB_ERROR, 0,
-                    "driver=file needs a filename (an image file or a block "
-                    "device)");
-        goto fail;
-    }
-    if (!raw_open(blk, opts, errp)) {
-        goto fail;
-    }
-    blk->aio = blk_choose_aio_mode(opts->aio, blk->direct);
-    blk->inject = blkdebug_new(&opts->inject, blk->filename);
-    return blk;
-
-fail:
-    thread_pool_blk_cleanup(blk);
-    g_free(blk->filename);
-    g_free(blk);
-    return NULL;
+    return top;
 }
 
 /* Main thread; no request may be in flight. */
@@ -166,11 +147,14 @@ void blk_close(BlockBackend *blk)
     if (!blk) {
         return;
     }
-    raw_close(blk);
-    blkdebug_free(blk->inject);
-    thread_pool_blk_cleanup(blk);
-    g_free(blk->filename);
-    g_free(blk);
+    if (blk->drv->bdrv_close) {
+        blk->drv->bdrv_close(blk);
+    }
+    if (blk->child) {
+        blk->child->parent = NULL;
+        blk_close(blk->child);
+    }
+    blk_free(blk);
 }
 
 /* Getters: any thread (the fields are immutable after blk_open(), except
@@ -199,11 +183,68 @@ bool blk_truncate(BlockBackend *blk, uint64_t size, GError **errp)
                     "qemu-img resize --shrink", blk->filename, cur, size);
         return false;
     }
-    if (!blk->is_null && !raw_truncate(blk, size, errp)) {
+    if (blk->drv->bdrv_truncate && !blk->drv->bdrv_truncate(blk, size, errp)) {
         return false;
     }
     __atomic_store_n(&blk->size, size, __ATOMIC_RELAXED);
     return true;
+}
+
+/* Main thread. */
+void blk_size_changed(BlockBackend *bs, uint64_t size)
+{
+    BlockBackend *top = bs;
+
+    for (BlockBackend *n = bs; n; n = n->parent) {
+        /* Pairs with the loads in blk_getlength(). */
+        __atomic_store_n(&n->size, size, __ATOMIC_RELAXED);
+        top = n;
+    }
+    if (top->size_notifier) {
+        top->size_notifier(top->size_notifier_opaque, size);
+    }
+}
+
+/* Main thread. */
+void blk_set_size_notifier(BlockBackend *blk,
+                           void (*fn)(void *opaque, uint64_t size),
+                           void *opaque)
+{
+    blk->size_notifier = fn;
+    blk->size_notifier_opaque = opaque;
+}
+
+/* Owner thread of @ctx. */
+bool blk_attach_aio_context(BlockBackend *blk, AioContext *ctx,
+                            GError **errp)
+{
+    for (BlockBackend *n = blk; n; n = n->child) {
+        if (n->drv->bdrv_attach_aio_context &&
+            !n->drv->bdrv_attach_aio_context(n, ctx, errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Owner thread of @ctx. */
+void blk_detach_aio_context(BlockBackend *blk, AioContext *ctx)
+{
+    for (BlockBackend *n = blk; n; n = n->child) {
+        if (n->drv->bdrv_detach_aio_context) {
+            n->drv->bdrv_detach_aio_context(n, ctx);
+        }
+    }
+}
+
+/* Any thread. */
+void blk_set_active(BlockBackend *blk, bool active, bool takeover)
+{
+    for (BlockBackend *n = blk; n; n = n->child) {
+        if (n->drv->bdrv_set_active) {
+            n->drv->bdrv_set_active(n, active, takeover);
+        }
+    }
 }
 
 bool blk_is_read_only(BlockBackend *blk)
@@ -211,38 +252,61 @@ bool blk_is_read_only(BlockBackend *blk)
     return blk->readonly;
 }
 
+/* The node that stores the data: below every filter. */
+static BlockBackend *blk_bottom(BlockBackend *blk)
+{
+    while (blk->child) {
+        blk = blk->child;
+    }
+    return blk;
+}
+
 bool blk_is_block_device(BlockBackend *blk)
 {
-    return blk->is_blockdev;
+    BlockBackend *bs = blk_bottom(blk);
+
+    return bs->drv == &bdrv_file && raw_state(bs)->is_blockdev;
+}
+
+const char *blk_get_driver_name(BlockBackend *blk)
+{
+    return blk_bottom(blk)->drv->format_name;
 }
 
 uint32_t blk_get_logical_block_size(BlockBackend *blk)
 {
-    return blk->logical_block_size;
+    return blk->bl.logical_block_size;
 }
 
 uint32_t blk_get_physical_block_size(BlockBackend *blk)
 {
-    return blk->physical_block_size;
+    return blk->bl.physical_block_size;
+}
+
+uint32_t blk_get_optimal_io_size(BlockBackend *blk)
+{
+    return blk->bl.opt_io_size;
 }
 
 bool blk_can_discard(BlockBackend *blk)
 {
-    return blk->can_discard && !blk->readonly;
+    return blk->bl.can_discard && !blk->readonly;
 }
 
 bool blk_can_write_zeroes(BlockBackend *blk)
 {
-    /* Always: the slow path writes zeroes from a shared buffer. */
-    return !blk->readonly;
+    return blk->bl.can_write_zeroes && !blk->readonly;
 }
 
 BlockAioMode blk_get_aio_mode(BlockBackend *blk)
 {
-    return blk->aio;
+    BlockBackend *bs = blk_bottom(blk);
+
+    /* Only files have engines to choose from. */
+    return bs->drv == &bdrv_file ? raw_state(bs)->aio : BLOCK_AIO_THREADS;
 }
 
-static const BlockEngineOps *blk_mode_ops(BlockAioMode mode)
+const BlockEngineOps *blk_mode_ops(BlockAioMode mode)
 {
     switch (mode) {
 #if CONFIG_LINUX_IO_URING
@@ -289,6 +353,24 @@ bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
         return false;           /* engine not compiled in */
     }
     e = aio_get_engine(ctx, ops->slot);
+    if (!e) {
+        return false;
+    }
+    *stats = e->stats;
+    return true;
+}
+
+/* Owner thread of @ctx. */
+bool blk_driver_engine_get_stats(AioContext *ctx, const char *driver,
+                                 BlockEngineStats *stats)
+{
+    BlockEngine *e = NULL;
+
+#if CONFIG_RBD
+    if (!strcmp(driver, "rbd")) {
+        e = aio_get_engine(ctx, AIO_ENGINE_RBD);
+    }
+#endif
     if (!e) {
         return false;
     }
@@ -357,7 +439,7 @@ BlockXferNext blk_acb_transferred(BlockAIOCB *acb, int res, int *ret)
     /* No progress at all: end of file or device. */
     if (acb->type == BLK_REQ_WRITE) {
         *ret = -ENOSPC;
-    } else if (acb->blk->is_blockdev) {
+    } else if (raw_state(acb->blk)->is_blockdev) {
         *ret = -EIO;
     } else {
         /* The file shrank under us: the missing part reads as zeroes. */
@@ -376,72 +458,11 @@ BlockXferNext blk_acb_transferred(BlockAIOCB *acb, int res, int *ret)
     return BLK_XFER_COMPLETE;
 }
 
-static const BlockEngineOps *blk_route(BlockBackend *blk, int type)
-{
-    if (blk->is_null) {
-        return &null_engine_ops;
-    }
-    if (type == BLK_REQ_READ || type == BLK_REQ_WRITE) {
-        return blk_mode_ops(blk->aio);
-    }
-#if CONFIG_LINUX_IO_URING
-    if (blk->aio == BLOCK_AIO_IO_URING &&
-        (type == BLK_REQ_FLUSH || !blk->is_blockdev)) {
-        return &luring_engine_ops;  /* fsync and fallocate opcodes */
-    }
-#endif
-    return &thread_pool_engine_ops;
-}
-
-/*
- * O_DIRECT needs aligned buffers.  Misaligned ones are copied through a
- * freshly allocated aligned buffer (slow path, counted in 'bounced').
- * Returns 0 or -ENOMEM.
- */
-static int blk_bounce_if_needed(BlockBackend *blk, BlockAIOCB *acb,
-                                BlockEngine *e)
-{
-    uint32_t align = blk->mem_align;
-    bool aligned = true;
-    size_t copied = 0;
-    void *buf;
-
-    if (!blk->direct || align <= 1) {
-        return 0;
-    }
-    for (int i = 0; i < acb->niov; i++) {
-        if (((uintptr_t)acb->iov[i].iov_base | acb->iov[i].iov_len) &
-            (align - 1)) {
-            aligned = false;
-            break;
-        }
-    }
-    if (aligned) {
-        return 0;
-    }
-    if (posix_memalign(&buf, MAX(align, sizeof(void *)),
-                       MAX(acb->bytes, 1))) {
-        return -ENOMEM;
-    }
-    if (acb->type == BLK_REQ_WRITE) {
-        for (int i = 0; i < acb->niov; i++) {
-            memcpy((char *)buf + copied, acb->iov[i].iov_base,
-                   acb->iov[i].iov_len);
-            copied += acb->iov[i].iov_len;
-        }
-    }
-    acb->bounce = buf;
-    acb->bounce_iov.iov_base = buf;
-    acb->bounce_iov.iov_len = acb->bytes;
-    e->stats.bounced++;
-    return 0;
-}
-
 /*
  * The engine instance of @ops in @ctx, or the thread pool's if that one
  * cannot be created here (warned once), or NULL.  Owner thread of @ctx.
  */
-static BlockEngine *blk_engine_get_or_pool(AioContext *ctx,
+BlockEngine *blk_engine_get_or_pool(AioContext *ctx,
                                            const BlockEngineOps *ops)
 {
     BlockEngine *e = blk_engine_get(ctx, ops, NULL);
@@ -458,37 +479,42 @@ static BlockEngine *blk_engine_get_or_pool(AioContext *ctx,
     return e;
 }
 
-/* Owner thread of @ctx: @acb, held back by blkdebug, to the thread pool. */
-static void blk_submit_delayed(AioContext *ctx, BlockAIOCB *acb)
+/* Owner thread of @ctx. */
+void blk_drv_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
 {
-    BlockEngine *e = blk_engine_get_or_pool(ctx, &thread_pool_engine_ops);
-    int ret;
+    const BlockDriver *drv = bs->drv;
 
-    if (!e) {
-        ret = -EIO;
-        goto fail;
+    switch (acb->type) {
+    case BLK_REQ_READ:
+        drv->bdrv_aio_preadv(bs, ctx, acb);
+        break;
+    case BLK_REQ_WRITE:
+        drv->bdrv_aio_pwritev(bs, ctx, acb);
+        break;
+    case BLK_REQ_FLUSH:
+        drv->bdrv_aio_flush(bs, ctx, acb);
+        break;
+    case BLK_REQ_DISCARD:
+        drv->bdrv_aio_pdiscard(bs, ctx, acb);
+        break;
+    default:
+        drv->bdrv_aio_pwrite_zeroes(bs, ctx, acb);
+        break;
     }
-    if (acb->type == BLK_REQ_READ || acb->type == BLK_REQ_WRITE) {
-        ret = blk_bounce_if_needed(acb->blk, acb, e);
-        if (ret < 0) {
-            goto fail;
-        }
-    }
-    e->stats.requests++;
-    thread_pool_submit_delayed(e, acb);
-    return;
-
-fail:
-    null_complete_later(ctx, acb, ret);
 }
 
-static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
-                       int flags, int64_t offset, uint64_t bytes,
-                       struct iovec *iov, int niov,
-                       BlockCompletionFunc *cb, void *opaque)
+/*
+ * The checks every driver shares, then one indirect call: @fn, the top
+ * node's function for @type (the blk_aio_*() callers pass it, so there is
+ * no dispatch on the type here).
+ */
+static inline void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
+                              BlockDriverSubmitFunc *fn,
+                              int flags, int64_t offset, uint64_t bytes,
+                              struct iovec *iov, int niov,
+                              BlockCompletionFunc *cb, void *opaque)
 {
     AioContext *ctx = qemu_get_current_aio_context();
-    BlockEngine *e;
     int ret;
 
     assert(ctx);                /* requests come from an AioContext thread */
@@ -510,9 +536,10 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
         goto fail;
     }
     /*
-     * Bounds are checked here for every backend: the kernel does not fail a
-     * read at the end of a block device (it returns 0 bytes), and a write
-     * past the end of a file would grow it.
+     * Bounds are checked here for every driver: the kernel does not fail a
+     * read at the end of a block device (it returns 0 bytes), a write
+     * past the end of a file would grow it, librbd refuses it with an
+     * error of its own.
      */
     if (type != BLK_REQ_FLUSH &&
         (offset < 0 || bytes > blk_getlength(blk) ||
@@ -521,41 +548,17 @@ static void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
         goto fail;
     }
     /*
-     * O_DIRECT: offset and length must be multiples of the logical block
-     * size.  We do not do read-modify-write: such a request fails with
-     * -EINVAL (virtio-blk sends multiples of the blk_size it advertises).
+     * Offset and length must be multiples of the request alignment (the
+     * logical block size under O_DIRECT, 1 otherwise).  We do not do
+     * read-modify-write: such a request fails with -EINVAL (virtio-blk
+     * sends multiples of the blk_size it advertises).
      */
-    if ((type == BLK_REQ_READ || type == BLK_REQ_WRITE) && blk->direct &&
-        ((offset | bytes) & (blk->req_align - 1))) {
+    if ((type == BLK_REQ_READ || type == BLK_REQ_WRITE) &&
+        ((offset | bytes) & (blk->bl.request_alignment - 1))) {
         ret = -EINVAL;
         goto fail;
     }
-    /* The error-injection filter; NULL unless configured (tests). */
-    if (unlikely(blk->inject)) {
-        switch (blkdebug_check(blk->inject, acb, &ret)) {
-        case BLKDEBUG_PASS:
-            break;
-        case BLKDEBUG_FAIL:
-            goto fail;
-        case BLKDEBUG_DELAY:
-            blk_submit_delayed(ctx, acb);
-            return;
-        }
-    }
-
-    e = blk_engine_get_or_pool(ctx, blk_route(blk, type));
-    if (unlikely(!e)) {
-        ret = -EIO;
-        goto fail;
-    }
-    if (type == BLK_REQ_READ || type == BLK_REQ_WRITE) {
-        ret = blk_bounce_if_needed(blk, acb, e);
-        if (ret < 0) {
-            goto fail;
-        }
-    }
-    e->stats.requests++;
-    e->ops->submit(e, acb);
+    fn(blk, ctx, acb);
     return;
 
 fail:
@@ -577,28 +580,31 @@ void blk_aio_preadv(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
                     struct iovec *iov, int niov,
                     BlockCompletionFunc *cb, void *opaque)
 {
-    blk_submit(blk, acb, BLK_REQ_READ, 0, offset, blk_iov_size(iov, niov),
-               iov, niov, cb, opaque);
+    blk_submit(blk, acb, BLK_REQ_READ, blk->drv->bdrv_aio_preadv, 0, offset,
+               blk_iov_size(iov, niov), iov, niov, cb, opaque);
 }
 
 void blk_aio_pwritev(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
                      struct iovec *iov, int niov, int flags,
                      BlockCompletionFunc *cb, void *opaque)
 {
-    blk_submit(blk, acb, BLK_REQ_WRITE, flags & BDRV_REQ_FUA, offset,
+    blk_submit(blk, acb, BLK_REQ_WRITE, blk->drv->bdrv_aio_pwritev,
+               flags & BDRV_REQ_FUA, offset,
                blk_iov_size(iov, niov), iov, niov, cb, opaque);
 }
 
 void blk_aio_flush(BlockBackend *blk, BlockAIOCB *acb,
                    BlockCompletionFunc *cb, void *opaque)
 {
-    blk_submit(blk, acb, BLK_REQ_FLUSH, 0, 0, 0, NULL, 0, cb, opaque);
+    blk_submit(blk, acb, BLK_REQ_FLUSH, blk->drv->bdrv_aio_flush, 0, 0, 0,
+               NULL, 0, cb, opaque);
 }
 
 void blk_aio_pdiscard(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
                       uint64_t bytes, BlockCompletionFunc *cb, void *opaque)
 {
-    blk_submit(blk, acb, BLK_REQ_DISCARD, 0, offset, bytes, NULL, 0,
+    blk_submit(blk, acb, BLK_REQ_DISCARD, blk->drv->bdrv_aio_pdiscard, 0,
+               offset, bytes, NULL, 0,
                cb, opaque);
 }
 
@@ -606,6 +612,7 @@ void blk_aio_pwrite_zeroes(BlockBackend *blk, BlockAIOCB *acb,
                            int64_t offset, uint64_t bytes, int flags,
                            BlockCompletionFunc *cb, void *opaque)
 {
-    blk_submit(blk, acb, BLK_REQ_WRITE_ZEROES, flags & BDRV_REQ_MAY_UNMAP,
+    blk_submit(blk, acb, BLK_REQ_WRITE_ZEROES,
+               blk->drv->bdrv_aio_pwrite_zeroes, flags & BDRV_REQ_MAY_UNMAP,
                offset, bytes, NULL, 0, cb, opaque);
 }

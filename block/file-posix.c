@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * file-posix: opening a raw image file or block device (size, block sizes,
- * O_DIRECT alignment) and the synchronous request code the thread pool runs.
+ * file-posix: the driver of raw image files and block devices.  Opening
+ * (size, block sizes, O_DIRECT alignment, the aio mode the kernel has),
+ * request routing to its engines (io_uring, linux-aio, the thread pool;
+ * see include/block/block_int.h), bouncing misaligned O_DIRECT buffers,
+ * and the synchronous request code the thread pool runs.
  */
 #include "qemu/osdep.h"
 #include <linux/falloc.h>
@@ -9,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include "qemu/error-report.h"
 #include "block/block_int.h"
 
 #define RAW_ZERO_BUF_SIZE (1024 * 1024)
@@ -51,11 +55,12 @@ static bool raw_blockdev_can_discard(struct stat *st)
 /* Find the O_DIRECT alignment of an open file or device. */
 static bool raw_probe_alignment(BlockBackend *blk, GError **errp)
 {
+    BDRVRawState *s = raw_state(blk);
     struct statx stx;
     void *buf;
 
     memset(&stx, 0, sizeof(stx));
-    if (statx(blk->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+    if (statx(s->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
         (stx.stx_mask & STATX_DIOALIGN)) {
         if (stx.stx_dio_offset_align == 0) {
             g_set_error(errp, VB_ERROR, 0,
@@ -63,25 +68,25 @@ static bool raw_probe_alignment(BlockBackend *blk, GError **errp)
                         "use cache=writeback", blk->filename);
             return false;
         }
-        blk->req_align = stx.stx_dio_offset_align;
-        blk->mem_align = MAX(stx.stx_dio_mem_align, 1);
+        blk->bl.request_alignment = stx.stx_dio_offset_align;
+        s->mem_align = MAX(stx.stx_dio_mem_align, 1);
         return true;
     }
-    if (blk->is_blockdev) {
-        blk->req_align = blk->logical_block_size;
-        blk->mem_align = blk->logical_block_size;
+    if (s->is_blockdev) {
+        blk->bl.request_alignment = blk->bl.logical_block_size;
+        s->mem_align = blk->bl.logical_block_size;
         return true;
     }
     /* Probe: the smallest read size that the kernel accepts. */
-    blk->req_align = 512;
+    blk->bl.request_alignment = 512;
     if (posix_memalign(&buf, 4096, 4096) == 0) {
-        if (pread(blk->fd, buf, 512, 0) < 0 && errno == EINVAL &&
-            pread(blk->fd, buf, 4096, 0) >= 0) {
-            blk->req_align = 4096;
+        if (pread(s->fd, buf, 512, 0) < 0 && errno == EINVAL &&
+            pread(s->fd, buf, 4096, 0) >= 0) {
+            blk->bl.request_alignment = 4096;
         }
         free(buf);
     }
-    blk->mem_align = blk->req_align;
+    s->mem_align = blk->bl.request_alignment;
     return true;
 }
 
@@ -97,9 +102,49 @@ static void raw_set_type_error(const char *name, mode_t mode, GError **errp)
                 S_ISDIR(mode) ? "a directory" : "a special file");
 }
 
-/* Main thread (from blk_open()). */
-bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp)
+/* Pick the aio mode the kernel supports, starting from the requested one. */
+static BlockAioMode raw_choose_aio_mode(BlockAioMode want, bool direct)
 {
+    g_autoptr(GError) err = NULL;
+    bool ok;
+
+    if (want == BLOCK_AIO_IO_URING) {
+#if CONFIG_LINUX_IO_URING
+        ok = luring_probe(&err);
+#else
+        ok = false;
+#endif
+        if (ok) {
+            return BLOCK_AIO_IO_URING;
+        }
+        want = direct && CONFIG_LINUX_AIO ? BLOCK_AIO_NATIVE
+                                          : BLOCK_AIO_THREADS;
+        warn_report("aio=io_uring unavailable (%s); falling back to aio=%s",
+                    err ? err->message : "not compiled in",
+                    blk_aio_mode_name(want));
+        g_clear_error(&err);
+    }
+    if (want == BLOCK_AIO_NATIVE) {
+#if CONFIG_LINUX_AIO
+        ok = laio_probe(&err);
+#else
+        ok = false;
+#endif
+        if (ok) {
+            return BLOCK_AIO_NATIVE;
+        }
+        warn_report("aio=native unavailable (%s); falling back to aio=threads",
+                    err ? err->message : "not compiled in");
+    }
+    return BLOCK_AIO_THREADS;
+}
+
+
+/* Main thread (from blk_open()). */
+static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
+                     GError **errp)
+{
+    BDRVRawState *s = g_new0(BDRVRawState, 1);
     const char *name = opts->filename;
     /*
      * O_NONBLOCK for the open itself: opening a FIFO read-only (or a tty,
@@ -113,12 +158,22 @@ bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp)
     struct stat st;
     int err, fl;
 
+    s->fd = -1;
+    s->mem_align = 1;
+    blk->opaque = s;
+    if (!name || !*name) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "driver=file needs a filename (an image file or a block "
+                    "device)");
+        return false;
+    }
+
     if (opts->cache_direct) {
         flags |= O_DIRECT;
     }
     blk->filename = g_strdup(name);
-    blk->fd = open(name, flags);
-    if (blk->fd < 0) {
+    s->fd = open(name, flags);
+    if (s->fd < 0) {
         err = errno;
         if ((err == EINVAL || err == EISDIR || err == ENXIO) &&
             stat(name, &st) == 0 && !S_ISREG(st.st_mode) &&
@@ -142,9 +197,9 @@ bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp)
         }
         return false;
     }
-    blk->direct = opts->cache_direct;
+    s->direct = opts->cache_direct;
 
-    if (fstat(blk->fd, &st) < 0) {
+    if (fstat(s->fd, &st) < 0) {
         g_set_error(errp, VB_ERROR, 0, "cannot stat '%s': %s", name,
                     g_strerror(errno));
         goto fail;
@@ -154,70 +209,73 @@ bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp)
         int lbs = 512;
         unsigned int pbs = 512;
 
-        if (ioctl(blk->fd, BLKGETSIZE64, &size) < 0) {
+        if (ioctl(s->fd, BLKGETSIZE64, &size) < 0) {
             g_set_error(errp, VB_ERROR, 0, "cannot get the size of '%s': %s",
                         name, g_strerror(errno));
             goto fail;
         }
-        if (ioctl(blk->fd, BLKSSZGET, &lbs) < 0 || lbs < 512) {
+        if (ioctl(s->fd, BLKSSZGET, &lbs) < 0 || lbs < 512) {
             lbs = 512;
         }
-        if (ioctl(blk->fd, BLKPBSZGET, &pbs) < 0 || pbs < (unsigned)lbs) {
+        if (ioctl(s->fd, BLKPBSZGET, &pbs) < 0 || pbs < (unsigned)lbs) {
             pbs = lbs;
         }
-        blk->is_blockdev = true;
+        s->is_blockdev = true;
         blk->size = size;
-        blk->logical_block_size = lbs;
-        blk->physical_block_size = pbs;
-        blk->can_discard = raw_blockdev_can_discard(&st);
+        blk->bl.logical_block_size = lbs;
+        blk->bl.physical_block_size = pbs;
+        blk->bl.can_discard = raw_blockdev_can_discard(&st);
     } else if (S_ISREG(st.st_mode)) {
         blk->size = st.st_size;
-        blk->logical_block_size = 512;
-        blk->physical_block_size =
+        blk->bl.logical_block_size = 512;
+        blk->bl.physical_block_size =
             st.st_blksize >= 4096 && st.st_blksize <= 65536 &&
             !(st.st_blksize & (st.st_blksize - 1)) ? st.st_blksize : 512;
-        blk->can_discard = true;
+        blk->bl.can_discard = true;
     } else {
         raw_set_type_error(name, st.st_mode, errp);
         goto fail;
     }
-    fl = fcntl(blk->fd, F_GETFL);
-    if (fl < 0 || fcntl(blk->fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+    fl = fcntl(s->fd, F_GETFL);
+    if (fl < 0 || fcntl(s->fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
         g_set_error(errp, VB_ERROR, 0, "'%s': fcntl: %s", name,
                     g_strerror(errno));
         goto fail;
     }
 
-    if (blk->direct) {
+    if (s->direct) {
         if (!raw_probe_alignment(blk, errp)) {
             goto fail;
         }
-        if (!blk->is_blockdev) {
-            blk->logical_block_size = MAX(blk->logical_block_size,
-                                          blk->req_align);
-            blk->physical_block_size = MAX(blk->physical_block_size,
-                                           blk->logical_block_size);
+        if (!s->is_blockdev) {
+            blk->bl.logical_block_size = MAX(blk->bl.logical_block_size,
+                                          blk->bl.request_alignment);
+            blk->bl.physical_block_size = MAX(blk->bl.physical_block_size,
+                                           blk->bl.logical_block_size);
         }
     }
+    /* Always: the slow path writes zeroes from a shared buffer. */
+    blk->bl.can_write_zeroes = true;
+    s->aio = raw_choose_aio_mode(opts->aio, s->direct);
     return true;
 
 fail:
-    close(blk->fd);
-    blk->fd = -1;
+    close(s->fd);
+    s->fd = -1;
     return false;
 }
 
-/* Main thread. */
 /* Main thread: grow the file (sparse) or check that the device is at
  * least @size bytes; blk->size is the caller's to update. */
-bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp)
+static bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp)
 {
+    BDRVRawState *s = raw_state(blk);
     struct stat st;
 
-    if (blk->is_blockdev) {
+    if (s->is_blockdev) {
         uint64_t dev_size;
 
-        if (ioctl(blk->fd, BLKGETSIZE64, &dev_size) < 0) {
+        if (ioctl(s->fd, BLKGETSIZE64, &dev_size) < 0) {
             g_set_error(errp, VB_ERROR, 0, "cannot get the size of '%s': %s",
                         blk->filename, g_strerror(errno));
             return false;
@@ -230,7 +288,7 @@ bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp)
         }
         return true;
     }
-    if (fstat(blk->fd, &st) < 0) {
+    if (fstat(s->fd, &st) < 0) {
         g_set_error(errp, VB_ERROR, 0, "cannot stat '%s': %s", blk->filename,
                     g_strerror(errno));
         return false;
@@ -242,7 +300,7 @@ bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp)
                     (uint64_t)st.st_size);
         return false;
     }
-    if ((uint64_t)st.st_size < size && ftruncate(blk->fd, size) < 0) {
+    if ((uint64_t)st.st_size < size && ftruncate(s->fd, size) < 0) {
         g_set_error(errp, VB_ERROR, 0, "cannot resize '%s' to %" PRIu64
                     " bytes: %s", blk->filename, size, g_strerror(errno));
         return false;
@@ -250,12 +308,18 @@ bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp)
     return true;
 }
 
-void raw_close(BlockBackend *blk)
+static void raw_close(BlockBackend *blk)
 {
-    if (blk->fd >= 0) {
-        close(blk->fd);
-        blk->fd = -1;
+    BDRVRawState *s = raw_state(blk);
+
+    if (!s) {
+        return;
     }
+    if (s->fd >= 0) {
+        close(s->fd);
+    }
+    g_free(s);
+    blk->opaque = NULL;
 }
 
 /* Transfer acb's iovec from acb->done on; worker thread. */
@@ -290,18 +354,18 @@ static int raw_do_rw(BlockAIOCB *acb)
         ssize_t n;
 
         if (acb->type == BLK_REQ_READ) {
-            n = preadv(blk->fd, iov, cnt, pos);
+            n = preadv(raw_fd(blk), iov, cnt, pos);
         } else if (acb->flags & BDRV_REQ_FUA) {
-            n = pwritev2(blk->fd, iov, cnt, pos, RWF_DSYNC);
+            n = pwritev2(raw_fd(blk), iov, cnt, pos, RWF_DSYNC);
             if (n < 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {
                 /* No RWF_DSYNC (Linux < 4.7): write, then fdatasync. */
-                n = pwritev(blk->fd, iov, cnt, pos);
-                if (n > 0 && fdatasync(blk->fd) < 0) {
+                n = pwritev(raw_fd(blk), iov, cnt, pos);
+                if (n > 0 && fdatasync(raw_fd(blk)) < 0) {
                     return -errno;
                 }
             }
         } else {
-            n = pwritev(blk->fd, iov, cnt, pos);
+            n = pwritev(raw_fd(blk), iov, cnt, pos);
         }
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN) {
@@ -313,7 +377,7 @@ static int raw_do_rw(BlockAIOCB *acb)
             if (acb->type == BLK_REQ_WRITE) {
                 return -ENOSPC;
             }
-            if (blk->is_blockdev) {
+            if (raw_state(blk)->is_blockdev) {
                 return -EIO;
             }
             /* The file shrank under us: what is missing reads as zeroes. */
@@ -339,12 +403,12 @@ static int raw_do_rw(BlockAIOCB *acb)
 
 static int raw_do_discard(BlockBackend *blk, uint64_t offset, uint64_t bytes)
 {
-    if (blk->is_blockdev) {
+    if (raw_state(blk)->is_blockdev) {
         uint64_t range[2] = { offset, bytes };
 
-        return ioctl(blk->fd, BLKDISCARD, range) < 0 ? -errno : 0;
+        return ioctl(raw_fd(blk), BLKDISCARD, range) < 0 ? -errno : 0;
     }
-    if (fallocate(blk->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+    if (fallocate(raw_fd(blk), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                   offset, bytes) < 0) {
         return -errno;
     }
@@ -362,7 +426,7 @@ static int raw_write_zero_buffer(BlockBackend *blk, uint64_t offset,
     }
     while (bytes > 0) {
         size_t len = MIN(bytes, RAW_ZERO_BUF_SIZE);
-        ssize_t n = pwrite(blk->fd, zero, len, offset);
+        ssize_t n = pwrite(raw_fd(blk), zero, len, offset);
 
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN) {
@@ -388,10 +452,10 @@ static bool raw_unsupported(int err)
 static int raw_do_write_zeroes(BlockBackend *blk, uint64_t offset,
                                uint64_t bytes, int flags)
 {
-    if (blk->is_blockdev) {
+    if (raw_state(blk)->is_blockdev) {
         uint64_t range[2] = { offset, bytes };
 
-        if (ioctl(blk->fd, BLKZEROOUT, range) == 0) {
+        if (ioctl(raw_fd(blk), BLKZEROOUT, range) == 0) {
             return 0;
         }
         if (!raw_unsupported(errno)) {
@@ -400,7 +464,7 @@ static int raw_do_write_zeroes(BlockBackend *blk, uint64_t offset,
         return raw_write_zero_buffer(blk, offset, bytes);
     }
     if (flags & BDRV_REQ_MAY_UNMAP) {
-        if (fallocate(blk->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+        if (fallocate(raw_fd(blk), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                       offset, bytes) == 0) {
             return 0;
         }
@@ -408,7 +472,7 @@ static int raw_do_write_zeroes(BlockBackend *blk, uint64_t offset,
             return -errno;
         }
     }
-    if (fallocate(blk->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
+    if (fallocate(raw_fd(blk), FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE,
                   offset, bytes) == 0) {
         return 0;
     }
@@ -428,7 +492,7 @@ int raw_do_request(BlockAIOCB *acb)
     case BLK_REQ_WRITE:
         return raw_do_rw(acb);
     case BLK_REQ_FLUSH:
-        return fdatasync(blk->fd) < 0 ? -errno : 0;
+        return fdatasync(raw_fd(blk)) < 0 ? -errno : 0;
     case BLK_REQ_DISCARD:
         return raw_do_discard(blk, acb->offset, acb->bytes);
     case BLK_REQ_WRITE_ZEROES:
@@ -436,3 +500,109 @@ int raw_do_request(BlockAIOCB *acb)
     }
     return -EINVAL;
 }
+
+/* The engine for a request of @type on @blk. */
+static inline const BlockEngineOps *raw_route(BDRVRawState *s, int type)
+{
+    if (likely(type == BLK_REQ_READ || type == BLK_REQ_WRITE)) {
+        return blk_mode_ops(s->aio);
+    }
+#if CONFIG_LINUX_IO_URING
+    if (s->aio == BLOCK_AIO_IO_URING &&
+        (type == BLK_REQ_FLUSH || !s->is_blockdev)) {
+        return &luring_engine_ops;  /* fsync and fallocate opcodes */
+    }
+#endif
+    return &thread_pool_engine_ops;
+}
+
+/*
+ * O_DIRECT needs aligned buffers.  Misaligned ones are copied through a
+ * freshly allocated aligned buffer (slow path, counted in 'bounced').
+ * Returns 0 or -ENOMEM.
+ */
+static int raw_bounce_if_needed(BDRVRawState *s, BlockAIOCB *acb,
+                                BlockEngine *e)
+{
+    uint32_t align = s->mem_align;
+    bool aligned = true;
+    size_t copied = 0;
+    void *buf;
+
+    if (!s->direct || align <= 1) {
+        return 0;
+    }
+    for (int i = 0; i < acb->niov; i++) {
+        if (((uintptr_t)acb->iov[i].iov_base | acb->iov[i].iov_len) &
+            (align - 1)) {
+            aligned = false;
+            break;
+        }
+    }
+    if (aligned) {
+        return 0;
+    }
+    if (posix_memalign(&buf, MAX(align, sizeof(void *)),
+                       MAX(acb->bytes, 1))) {
+        return -ENOMEM;
+    }
+    if (acb->type == BLK_REQ_WRITE) {
+        for (int i = 0; i < acb->niov; i++) {
+            memcpy((char *)buf + copied, acb->iov[i].iov_base,
+                   acb->iov[i].iov_len);
+            copied += acb->iov[i].iov_len;
+        }
+    }
+    acb->bounce = buf;
+    acb->bounce_iov.iov_base = buf;
+    acb->bounce_iov.iov_len = acb->bytes;
+    e->stats.bounced++;
+    return 0;
+}
+
+/* Owner thread of @ctx: every request type, to the engine of its route. */
+static void raw_submit(BlockBackend *blk, AioContext *ctx, BlockAIOCB *acb)
+{
+    BDRVRawState *s = raw_state(blk);
+    BlockEngine *e = blk_engine_get_or_pool(ctx, raw_route(s, acb->type));
+    int ret;
+
+    if (unlikely(!e)) {
+        ret = -EIO;
+        goto fail;
+    }
+    if (acb->type == BLK_REQ_READ || acb->type == BLK_REQ_WRITE) {
+        ret = raw_bounce_if_needed(s, acb, e);
+        if (ret < 0) {
+            goto fail;
+        }
+    }
+    e->stats.requests++;
+    e->ops->submit(e, acb);
+    return;
+
+fail:
+    null_complete_later(ctx, acb, ret);
+}
+
+/* Owner thread of @ctx: create the engine of the aio mode ahead of the
+ * first request (the thread pool is created when a request needs it). */
+static bool raw_attach_aio_context(BlockBackend *blk, AioContext *ctx,
+                                   GError **errp)
+{
+    return blk_engine_get_or_pool(ctx,
+                                  blk_mode_ops(raw_state(blk)->aio)) != NULL;
+}
+
+const BlockDriver bdrv_file = {
+    .format_name = "file",
+    .bdrv_open = raw_open,
+    .bdrv_close = raw_close,
+    .bdrv_truncate = raw_truncate,
+    .bdrv_attach_aio_context = raw_attach_aio_context,
+    .bdrv_aio_preadv = raw_submit,
+    .bdrv_aio_pwritev = raw_submit,
+    .bdrv_aio_flush = raw_submit,
+    .bdrv_aio_pdiscard = raw_submit,
+    .bdrv_aio_pwrite_zeroes = raw_submit,
+};

@@ -94,7 +94,7 @@ static bool luring_unsupported(int res)
 static bool luring_prep(LuringState *s, BlockAIOCB *acb)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-    int fd = acb->blk->fd;
+    int fd = raw_fd(acb->blk);
     struct iovec *iov;
     int niov, mode;
     void *base;

@@ -67,7 +67,7 @@ static inline struct iocb *laio_iocb(BlockAIOCB *acb)
 static void laio_prep(LaioState *s, BlockAIOCB *acb)
 {
     struct iocb *iocb = laio_iocb(acb);
-    int fd = acb->blk->fd;
+    int fd = raw_fd(acb->blk);
     struct iovec *iov;
     int niov;
     void *base;

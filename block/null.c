@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The null engine: completes requests without touching storage (reads
- * zero-filled on request), from one bottom half per AioContext, to measure
- * the overhead of everything else.  It also completes requests that the
- * block layer rejected before they reached an engine.
+ * The null driver and its engine: completes requests without touching
+ * storage (reads zero-filled on request), from one bottom half per
+ * AioContext, to measure the overhead of everything else.  The engine also
+ * completes requests that the block layer rejected before they reached a
+ * driver, whatever the driver.
  *
  * Owner thread only: submission queues the request on a singly linked list
  * (no allocation) and schedules the BH; the BH completes the whole list
@@ -68,7 +69,7 @@ static void null_submit(BlockEngine *e, BlockAIOCB *acb)
     NullEngine *s = container_of(e, NullEngine, common);
 
     if (acb->type == BLK_REQ_READ) {
-        if (acb->blk->null_read_zeroes) {
+        if (*(bool *)acb->blk->opaque) {     /* read-zeroes=on */
             for (int i = 0; i < acb->niov; i++) {
                 memset(acb->iov[i].iov_base, 0, acb->iov[i].iov_len);
             }
@@ -98,6 +99,57 @@ bool null_engine_get_stats(AioContext *ctx, BlockEngineStats *stats)
     *stats = e->stats;
     return true;
 }
+
+/* Main thread. */
+static bool null_open(BlockBackend *bs, const BlockOptions *opts,
+                      GError **errp)
+{
+    if (opts->size == 0) {
+        g_set_error(errp, VB_ERROR, 0,
+                    "driver=null needs a size (for example size=1G)");
+        return false;
+    }
+    bs->opaque = g_new(bool, 1);
+    *(bool *)bs->opaque = opts->null_read_zeroes;
+    bs->size = opts->size;
+    bs->bl.can_discard = true;
+    bs->bl.can_write_zeroes = true;
+    bs->filename = g_strdup("null");
+    return true;
+}
+
+static void null_close(BlockBackend *bs)
+{
+    g_free(bs->opaque);
+}
+
+/* Owner thread of @ctx: every request type. */
+static void null_drv_submit(BlockBackend *bs, AioContext *ctx,
+                            BlockAIOCB *acb)
+{
+    BlockEngine *e = blk_engine_get(ctx, &null_engine_ops, NULL);
+
+    e->stats.requests++;
+    null_submit(e, acb);
+}
+
+static bool null_attach_aio_context(BlockBackend *bs, AioContext *ctx,
+                                    GError **errp)
+{
+    return blk_engine_get(ctx, &null_engine_ops, errp) != NULL;
+}
+
+const BlockDriver bdrv_null = {
+    .format_name = "null",
+    .bdrv_open = null_open,
+    .bdrv_close = null_close,
+    .bdrv_attach_aio_context = null_attach_aio_context,
+    .bdrv_aio_preadv = null_drv_submit,
+    .bdrv_aio_pwritev = null_drv_submit,
+    .bdrv_aio_flush = null_drv_submit,
+    .bdrv_aio_pdiscard = null_drv_submit,
+    .bdrv_aio_pwrite_zeroes = null_drv_submit,
+};
 
 const BlockEngineOps null_engine_ops = {
     .name = "null",

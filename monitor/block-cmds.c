@@ -79,6 +79,7 @@ void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
     s->n_pool = n_pool;
     s->poll_max_ns = poll_max_ns;
     s->iothreads = g_ptr_array_new();
+    s->secrets = g_ptr_array_new();
     s->nodes = g_ptr_array_new();
     s->exports = g_ptr_array_new();
     s->named_fds = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
@@ -157,6 +158,15 @@ void vb_state_cleanup(VbState *s)
         g_free(t->id);
         g_free(t);
     }
+    while (s->secrets->len) {
+        VbSecretObj *sec = g_ptr_array_steal_index(s->secrets, 0);
+
+        g_free(sec->id);
+        memset(sec->base64, 0, strlen(sec->base64));
+        g_free(sec->base64);
+        g_free(sec);
+    }
+    g_ptr_array_free(s->secrets, true);
     g_ptr_array_free(s->exports, true);
     g_ptr_array_free(s->nodes, true);
     g_ptr_array_free(s->iothreads, true);
@@ -192,9 +202,93 @@ bool vb_iothread_confine(IOThread *t, GError **errp)
     return job.ok;
 }
 
+static VbSecretObj *vb_secret_find(VbState *s, const char *id)
+{
+    for (guint i = 0; id && i < s->secrets->len; i++) {
+        VbSecretObj *sec = g_ptr_array_index(s->secrets, i);
+
+        if (!strcmp(sec->id, id)) {
+            return sec;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * --object secret,id=ID,file=PATH[,format=raw|base64]: read the secret
+ * now, as QEMU does.  Only from a file: a key given inline (data=) would
+ * show in ps and in the shell history.  Like QEMU's, a raw secret is
+ * base64-encoded for librados and a base64 one (a Ceph key as `ceph auth
+ * get-key` prints it) passed as it is, after checking that it decodes.
+ */
+static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
+{
+    static const char *const formats[] = { "raw", "base64", NULL };
+    const char *id = NULL, *file = NULL, *data = NULL;
+    int format = 0;
+    g_autofree char *contents = NULL;
+    gsize len = 0;
+    GError *err = NULL;
+    VbSecretObj *sec;
+
+    if (!qmp_args_str(a, "id", true, &id, errp) ||
+        !qmp_args_str(a, "file", false, &file, errp) ||
+        !qmp_args_str(a, "data", false, &data, errp) ||
+        !qmp_args_enum(a, "format", formats, false, &format, errp) ||
+        !qmp_args_check_done(a, errp)) {
+        return false;
+    }
+    if (data) {
+        vb_set_error(errp, "secret '%s': data= is not accepted (it shows in "
+                     "the process list); put the key in a file and give "
+                     "file=PATH", id);
+        return false;
+    }
+    if (!file) {
+        vb_set_error(errp, "secret '%s': give file=PATH", id);
+        return false;
+    }
+    if (vb_secret_find(s, id) || vb_iothread_find(s, id)) {
+        vb_set_error(errp, "attempt to add duplicate property '%s' to "
+                     "object (type 'container')", id);
+        return false;
+    }
+    if (!g_file_get_contents(file, &contents, &len, &err)) {
+        vb_set_error(errp, "secret '%s': cannot read %s: %s", id, file,
+                     err->message);
+        g_error_free(err);
+        return false;
+    }
+    sec = g_new0(VbSecretObj, 1);
+    if (format == 1) {
+        g_autofree guchar *raw = NULL;
+        gsize rawlen = 0;
+
+        g_strstrip(contents);
+        raw = *contents ? g_base64_decode(contents, &rawlen) : NULL;
+        if (!rawlen || !g_regex_match_simple("^[A-Za-z0-9+/]+=*$", contents,
+                                             0, 0)) {
+            vb_set_error(errp, "secret '%s': %s is not base64 (format=base64 "
+                         "wants the key as ceph auth get-key prints it)", id,
+                         file);
+            g_free(sec);
+            memset(contents, 0, strlen(contents));
+            return false;
+        }
+        memset(raw, 0, rawlen);
+        sec->base64 = g_strdup(contents);
+    } else {
+        sec->base64 = g_base64_encode((const guchar *)contents, len);
+    }
+    memset(contents, 0, len);
+    sec->id = g_strdup(id);
+    g_ptr_array_add(s->secrets, sec);
+    return true;
+}
+
 bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
 {
-    static const char *const types[] = { "iothread", NULL };
+    static const char *const types[] = { "iothread", "secret", NULL };
     g_auto(QmpArgs) a = { 0 };
     const char *id = NULL;
     int64_t poll_max_ns = s->poll_max_ns;
@@ -209,15 +303,21 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
 
         if (JSON_NODE_HOLDS_VALUE(n) &&
             json_node_get_value_type(n) == G_TYPE_STRING &&
-            strcmp(json_node_get_string(n), "iothread")) {
+            strcmp(json_node_get_string(n), "iothread") &&
+            strcmp(json_node_get_string(n), "secret")) {
             vb_set_error(errp, "object type '%s' is not supported: "
-                         "vhost-blkd has only iothread objects",
+                         "vhost-blkd has only iothread and secret objects",
                          json_node_get_string(n));
             return false;
         }
     }
-    if (!qmp_args_enum(&a, "qom-type", types, true, &type, errp) ||
-        !qmp_args_str(&a, "id", true, &id, errp) ||
+    if (!qmp_args_enum(&a, "qom-type", types, true, &type, errp)) {
+        return false;
+    }
+    if (type == 1) {
+        return vb_secret_add(s, &a, errp);
+    }
+    if (!qmp_args_str(&a, "id", true, &id, errp) ||
         !qmp_args_int(&a, "poll-max-ns", false, &poll_max_ns, NULL, errp)) {
         return false;
     }
@@ -237,7 +337,7 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
                      "negative", id);
         return false;
     }
-    if (vb_iothread_find(s, id)) {
+    if (vb_iothread_find(s, id) || vb_secret_find(s, id)) {
         vb_set_error(errp, "attempt to add duplicate property '%s' to "
                      "object (type 'container')", id);
         return false;
@@ -269,6 +369,7 @@ VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
     VbNode *n;
     BlockBackend *blk;
     bool is_null = opts->driver && !strcmp(opts->driver, "null");
+    bool is_rbd = opts->driver && !strcmp(opts->driver, "rbd");
 
     if (vb_node_find(s, name)) {
         vb_set_error(errp, "Duplicate nodes with node-name='%s'", name);
@@ -280,28 +381,208 @@ VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
     }
     n = g_new0(VbNode, 1);
     n->name = g_strdup(name);
-    n->driver = g_strdup(is_null ? "null-co" :
+    n->driver = g_strdup(is_null ? "null-co" : is_rbd ? "rbd" :
                          blk_is_block_device(blk) ? "host_device" : "file");
     if (is_null && opts->size != VB_NULL_DEFAULT_SIZE) {
         /* QEMU names a node with non-default options by its options. */
         n->filename = g_strdup_printf("json:{\"driver\": \"null-co\", "
                                       "\"size\": %" PRIu64 "}", opts->size);
+    } else if (is_rbd) {
+        /* QEMU's pseudo-protocol name of the image. */
+        n->filename = g_strdup_printf("rbd:%s/%s%s%s%s%s", opts->rbd.pool,
+                                      opts->rbd.namespace_ ?
+                                      opts->rbd.namespace_ : "",
+                                      opts->rbd.namespace_ ? "/" : "",
+                                      opts->rbd.image,
+                                      opts->rbd.snapshot ? "@" : "",
+                                      opts->rbd.snapshot ?
+                                      opts->rbd.snapshot : "");
     } else {
         n->filename = g_strdup(is_null ? "null-co://" : opts->filename);
     }
     n->blk = blk;
-    n->readonly = opts->readonly;
-    n->cache_direct = !is_null && opts->cache_direct;
+    n->readonly = blk_is_read_only(blk);
+    n->cache_direct = !is_null && !is_rbd && opts->cache_direct;
     n->discard = discard;
     g_ptr_array_add(s->nodes, n);
     return n;
+}
+
+/*
+ * A list member given as a JSON array (QMP) or, from the command line,
+ * as an object with the keys "0", "1", ... (keyval's server.0.host=...).
+ * The elements in order, or NULL (with @errp set if it is neither).
+ */
+static GPtrArray *vb_list_member(QmpArgs *a, JsonObject *args,
+                                 const char *name, GError **errp)
+{
+    JsonNode *n = json_object_get_member(args, name);
+    GPtrArray *out = g_ptr_array_new();
+
+    g_hash_table_add(a->used, g_strdup(name));
+    if (JSON_NODE_HOLDS_ARRAY(n)) {
+        JsonArray *arr = json_node_get_array(n);
+
+        for (guint i = 0; i < json_array_get_length(arr); i++) {
+            g_ptr_array_add(out, json_array_get_element(arr, i));
+        }
+        return out;
+    }
+    if (JSON_NODE_HOLDS_OBJECT(n)) {
+        JsonObject *o = json_node_get_object(n);
+
+        for (guint i = 0; i < json_object_get_size(o); i++) {
+            g_autofree char *key = g_strdup_printf("%u", i);
+
+            if (!json_object_has_member(o, key)) {
+                break;
+            }
+            g_ptr_array_add(out, json_object_get_member(o, key));
+        }
+        if (out->len == json_object_get_size(o)) {
+            return out;
+        }
+    }
+    g_ptr_array_free(out, true);
+    vb_set_error(errp, "Invalid parameter type for '%s', expected: array",
+                 name);
+    return NULL;
+}
+
+/* A string element of a list member (keyval gives every value as one). */
+static const char *vb_list_str(JsonNode *n)
+{
+    return JSON_NODE_HOLDS_VALUE(n) &&
+           json_node_get_value_type(n) == G_TYPE_STRING ?
+           json_node_get_string(n) : NULL;
+}
+
+/*
+ * blockdev-add driver=rbd: QEMU's keys pool, image, namespace, snapshot,
+ * conf, user, key-secret, server (the monitors: [{host, port}]) and
+ * auth-client-required; ours x-connect-timeout (seconds) and
+ * x-shared-connection (a name: nodes giving it share one connection).
+ */
+static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
+                                   const char *name, bool ro, bool discard,
+                                   bool auto_ro, int dz, bool no_flush,
+                                   GError **errp)
+{
+    const char *pool = NULL, *image = NULL, *ns = NULL, *snap = NULL;
+    const char *conf = NULL, *user = NULL, *secret = NULL, *share = NULL;
+    int64_t timeout = 0;
+    g_autoptr(GString) mons = g_string_new(NULL);
+    g_autoptr(GString) auth = g_string_new(NULL);
+    g_autofree char *desc = NULL;
+    BlockOptions o;
+
+    if (!qmp_args_str(a, "pool", true, &pool, errp) ||
+        !qmp_args_str(a, "image", true, &image, errp) ||
+        !qmp_args_str(a, "namespace", false, &ns, errp) ||
+        !qmp_args_str(a, "snapshot", false, &snap, errp) ||
+        !qmp_args_str(a, "conf", false, &conf, errp) ||
+        !qmp_args_str(a, "user", false, &user, errp) ||
+        !qmp_args_str(a, "key-secret", false, &secret, errp) ||
+        !qmp_args_str(a, "x-shared-connection", false, &share, errp) ||
+        !qmp_args_int(a, "x-connect-timeout", false, &timeout, NULL, errp)) {
+        return NULL;
+    }
+    if (qmp_args_has(a, "server")) {
+        g_autoptr(GPtrArray) list = vb_list_member(a, args, "server", errp);
+
+        if (!list) {
+            return NULL;
+        }
+        for (guint i = 0; i < list->len; i++) {
+            JsonNode *e = g_ptr_array_index(list, i);
+            g_auto(QmpArgs) srv = { 0 };
+            const char *host = NULL, *port = NULL;
+
+            if (!JSON_NODE_HOLDS_OBJECT(e)) {
+                vb_set_error(errp, "server.%u: expected an object with host "
+                             "and port", i);
+                return NULL;
+            }
+            qmp_args_init(&srv, json_node_get_object(e), true, NULL);
+            if (!qmp_args_str(&srv, "host", true, &host, errp) ||
+                !qmp_args_str(&srv, "port", false, &port, errp) ||
+                !qmp_args_check_done(&srv, errp)) {
+                return NULL;
+            }
+            g_string_append_printf(mons, "%s%s%s%s%s%s", mons->len ? "," : "",
+                                   strchr(host, ':') ? "[" : "", host,
+                                   strchr(host, ':') ? "]" : "",
+                                   port ? ":" : "", port ? port : "");
+        }
+    }
+    if (qmp_args_has(a, "auth-client-required")) {
+        g_autoptr(GPtrArray) list = vb_list_member(a, args,
+                                                   "auth-client-required",
+                                                   errp);
+
+        if (!list) {
+            return NULL;
+        }
+        for (guint i = 0; i < list->len; i++) {
+            const char *m = vb_list_str(g_ptr_array_index(list, i));
+
+            if (!m || (strcmp(m, "cephx") && strcmp(m, "none"))) {
+                vb_set_error(errp, "auth-client-required: use cephx and/or "
+                             "none");
+                return NULL;
+            }
+            g_string_append_printf(auth, "%s%s", auth->len ? "," : "", m);
+        }
+    }
+    if (!qmp_args_check_done(a, errp)) {
+        return NULL;
+    }
+    if (!name) {
+        vb_set_error(errp, "'node-name' must be specified for the root "
+                     "node");
+        return NULL;
+    }
+    if (auto_ro || dz != 0 || no_flush) {
+        vb_set_error(errp, "driver=rbd: auto-read-only=on, detect-zeroes "
+                     "and cache.no-flush=on are not supported");
+        return NULL;
+    }
+    if (timeout < 0 || timeout > 3600) {
+        vb_set_error(errp, "x-connect-timeout=%" PRId64 ": use 1 to 3600 "
+                     "seconds (0: the default, %u)", timeout,
+                     BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT);
+        return NULL;
+    }
+    blk_options_init(&o);
+    o.driver = "rbd";
+    o.readonly = ro || snap;
+    o.rbd.pool = pool;
+    o.rbd.image = image;
+    o.rbd.namespace_ = ns;
+    o.rbd.snapshot = snap;
+    o.rbd.conf = conf;
+    o.rbd.user = user;
+    o.rbd.connect_timeout = timeout;
+    o.rbd.share = share;
+    o.rbd.mon_host = mons->len ? mons->str : NULL;
+    o.rbd.auth_client_required = auth->len ? auth->str : NULL;
+    if (secret) {
+        VbSecretObj *sec = vb_secret_find(s, secret);
+
+        if (!sec) {
+            vb_set_error(errp, "No secret with id '%s'", secret);
+            return NULL;
+        }
+        o.rbd.key = sec->base64;
+    }
+    return vb_node_open(s, name, &o, discard, errp);
 }
 
 VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
                         GError **errp)
 {
     static const char *const drivers[] = {
-        "file", "host_device", "null-co", "null-aio", NULL
+        "file", "host_device", "null-co", "null-aio", "rbd", NULL
     };
     static const char *const aios[] = {
         "threads", "native", "io_uring", NULL
@@ -325,7 +606,7 @@ VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
         JsonNode *d = json_object_get_member(args, "driver");
         static const char *const qemu_only[] = {
             "raw", "qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed",
-            "luks", "nbd", "iscsi", "rbd", "nfs", "ssh", "http", "https",
+            "luks", "nbd", "iscsi", "nfs", "ssh", "http", "https",
             "gluster", "blkdebug", "throttle", "copy-on-read", "compress",
             "nvme", "io_uring", "host_cdrom", "preallocate", NULL,
         };
@@ -335,9 +616,10 @@ VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
                 json_node_get_string(d) : NULL;
         if (dname && g_strv_contains(qemu_only, dname)) {
             vb_set_error(errp, "Driver '%s' is not supported by vhost-blkd: "
-                         "it serves raw images and block devices (use "
-                         "driver=file, host_device or null-co; convert "
-                         "with qemu-img convert -O raw)", dname);
+                         "it serves raw images, block devices and Ceph RBD "
+                         "images (use driver=file, host_device, rbd or "
+                         "null-co; convert with qemu-img convert -O raw)",
+                         dname);
             return NULL;
         }
     }
@@ -352,6 +634,11 @@ VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
         !qmp_args_bool(&cache, "no-flush", &no_flush, errp) ||
         !qmp_args_check_done(&cache, errp)) {
         return NULL;
+    }
+    if (driver == 4) {
+        return vb_blockdev_add_rbd(s, &a, args, name, ro, discard == 1 ||
+                                   discard == 3, auto_ro, dz, no_flush,
+                                   errp);
     }
     if (driver <= 1) {
         if (!qmp_args_str(&a, "filename", true, &filename, errp) ||
@@ -435,6 +722,14 @@ VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
         }
     }
     return n;
+}
+
+/* object-add: iothread and secret objects at run time, as on the
+ * command line. */
+static JsonNode *vb_qmp_object_add(void *opaque, JsonObject *args,
+                                   GError **errp)
+{
+    return vb_object_add(opaque, args, false, errp) ? vb_empty() : NULL;
 }
 
 static JsonNode *vb_qmp_blockdev_add(void *opaque, JsonObject *args,
@@ -1139,17 +1434,21 @@ static void vb_engine_stats_cb(void *opaque)
         BLOCK_AIO_IO_URING, BLOCK_AIO_NATIVE, BLOCK_AIO_THREADS,
     };
 
-    for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
+    for (size_t i = 0; i <= G_N_ELEMENTS(modes); i++) {
         BlockEngineStats st;
         JsonObject *o;
 
-        if (!blk_engine_get_stats(job->ctx, modes[i], &st)) {
+        /* the aio modes' engines, then rbd's completion list */
+        if (i < G_N_ELEMENTS(modes) ?
+            !blk_engine_get_stats(job->ctx, modes[i], &st) :
+            !blk_driver_engine_get_stats(job->ctx, "rbd", &st)) {
             continue;
         }
         o = json_object_new();
         json_object_set_string_member(o, "iothread", job->iothread);
         json_object_set_string_member(o, "engine",
-                                      blk_aio_mode_name(modes[i]));
+                                      i < G_N_ELEMENTS(modes) ?
+                                      blk_aio_mode_name(modes[i]) : "rbd");
         json_object_set_int_member(o, "requests", st.requests);
         json_object_set_int_member(o, "submit-syscalls", st.submit_syscalls);
         json_object_set_int_member(o, "completions", st.completions);
@@ -1356,12 +1655,6 @@ static JsonNode *vb_qmp_x_log_level(void *opaque, JsonObject *args,
     return json_node_init_object(json_node_alloc(), ret);
 }
 
-static JsonNode *vb_qmp_object_add(void *opaque, JsonObject *args,
-                                   GError **errp)
-{
-    return vb_object_add(opaque, args, false, errp) ? vb_empty() : NULL;
-}
-
 /* getfd: keep the fd the client passed with this command under a name
  * (replacing, and closing, one of that name). */
 static JsonNode *vb_qmp_getfd(void *opaque, JsonObject *args, GError **errp)
@@ -1420,6 +1713,7 @@ static JsonNode *vb_qmp_closefd(void *opaque, JsonObject *args,
 
 const QmpCommand vb_qmp_commands[] = {
     { "blockdev-add", vb_qmp_blockdev_add },
+    { "object-add", vb_qmp_object_add },
     { "blockdev-del", vb_qmp_blockdev_del },
     { "block-export-add", vb_qmp_block_export_add },
     { "block-export-del", vb_qmp_block_export_del },
@@ -1430,7 +1724,6 @@ const QmpCommand vb_qmp_commands[] = {
     { "query-blockstats", vb_qmp_query_blockstats },
     { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
     { "x-vhost-blk-log-level", vb_qmp_x_log_level },
-    { "object-add", vb_qmp_object_add },
     { "getfd", vb_qmp_getfd },
     { "closefd", vb_qmp_closefd },
     { "quit", vb_qmp_quit },

@@ -39,6 +39,21 @@ ninja -C "$builddir" >/dev/null
 passed=0
 failed=0
 
+# A Ceph test cluster for the rbd cases of the unit and integration tests
+# (they need CEPH_CONF and skip without it) and for
+# tests/functional/test-rbd.sh, in a directory of this run; stopped at the
+# end, also if a test is killed.  No cluster is a failure, not a skip.
+export VB_CEPH_DIR=/var/tmp/vhost-blk-check-ceph.$$
+trap 'VB_CEPH_DIR=$VB_CEPH_DIR bash scripts/ceph-cluster.sh stop || true' EXIT
+if CEPH_CONF=$(bash scripts/ceph-cluster.sh start | tail -n 1) &&
+        [ -f "$CEPH_CONF" ]; then
+    export CEPH_CONF
+else
+    echo "check.sh: the Ceph test cluster did not start: the rbd tests will fail" >&2
+    unset CEPH_CONF
+    failed=$((failed + 1))
+fi
+
 # Unit and integration tests.  The summary comes from meson's own log.
 set +e
 meson test -C "$builddir" --suite unit --suite integration --print-errorlogs
@@ -63,6 +78,8 @@ else
 fi
 
 if [ "$guest" = 1 ]; then
+    # tests/functional/test-rbd.sh uses the cluster of $VB_CEPH_DIR
+    # (started above; its start is a no-op then) and stops it at its end.
     if [ "$qemu" = 1 ]; then
         # The patched QEMU for tests/functional/test-qemu-fork.sh.
         bash scripts/build-qemu.sh || failed=$((failed + 1))

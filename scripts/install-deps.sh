@@ -24,6 +24,11 @@ PKGS=(
     debhelper lintian
     # benchmarks
     valgrind gnuplot-nox procps
+    # Ceph RBD: librbd for block/rbd.c, a single-node test cluster
+    # (scripts/ceph-cluster.sh: ceph-mon, ceph-osd, the ceph/rbd/rados CLIs),
+    # QEMU's rbd block driver for the qemu-storage-daemon comparisons and
+    # fio (above) whose Debian build has ioengine=rbd
+    librbd-dev ceph-mon ceph-osd ceph-common qemu-block-extra iproute2
 )
 
 missing=()

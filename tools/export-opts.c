@@ -252,6 +252,14 @@ void export_opts_free(ExportOpts *e)
     g_free(e->file);
     g_free(e->driver);
     g_free(e->serial);
+    g_free(e->rbd_pool);
+    g_free(e->rbd_namespace);
+    g_free(e->rbd_image);
+    g_free(e->rbd_snapshot);
+    g_free(e->ceph_conf);
+    g_free(e->ceph_id);
+    g_free(e->ceph_keyfile);
+    g_free(e->ceph_share);
     g_free(e);
 }
 
@@ -287,7 +295,14 @@ static const char *export_opts_value_hint(const char *key)
         { "node-name", "give a name" },
         { "socket", "give a path" },
         { "file", "give a path" },
-        { "driver", "use file or null" },
+        { "driver", "use file, null or rbd" },
+        { "rbd", "use POOL/IMAGE, POOL/NAMESPACE/IMAGE, optionally with "
+          "@SNAPSHOT" },
+        { "ceph-conf", "give the path of a ceph.conf" },
+        { "ceph-id", "give a client id without 'client.', e.g. admin" },
+        { "ceph-keyfile", "give the path of a file holding the key" },
+        { "ceph-connect-timeout", "use 1 to 3600 seconds" },
+        { "ceph-share", "give a name" },
         { "size", "use a positive number with an optional k, M, G "
           "or T suffix" },
         { "num-queues", "use 1 to 64" },
@@ -313,6 +328,41 @@ static const char *export_opts_value_hint(const char *key)
         }
     }
     return hint;
+}
+
+/* rbd=POOL[/NAMESPACE]/IMAGE[@SNAP]: every part non-empty. */
+static bool export_opts_parse_rbd(ExportOpts *e, const char *val)
+{
+    g_autofree char *v = g_strdup(val);
+    char *at = strchr(v, '@');
+    g_auto(GStrv) parts = NULL;
+    guint n;
+
+    if (at) {
+        *at = '\0';
+        if (!at[1] || strchr(at + 1, '/')) {
+            return false;
+        }
+    }
+    parts = g_strsplit(v, "/", -1);
+    n = g_strv_length(parts);
+    if (n < 2 || n > 3) {
+        return false;
+    }
+    for (guint i = 0; i < n; i++) {
+        if (!*parts[i]) {
+            return false;
+        }
+    }
+    g_free(e->rbd_pool);
+    g_free(e->rbd_namespace);
+    g_free(e->rbd_image);
+    g_free(e->rbd_snapshot);
+    e->rbd_pool = g_strdup(parts[0]);
+    e->rbd_namespace = n == 3 ? g_strdup(parts[1]) : NULL;
+    e->rbd_image = g_strdup(parts[n - 1]);
+    e->rbd_snapshot = at ? g_strdup(at + 1) : NULL;
+    return true;
 }
 
 /*
@@ -341,13 +391,31 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
         e->file = g_strdup(val);
         ok = *val;
     } else if (!strcmp(key, "driver")) {
-        ok = !strcmp(val, "file") || !strcmp(val, "null");
+        ok = !strcmp(val, "file") || !strcmp(val, "null") ||
+             !strcmp(val, "rbd");
         g_free(e->driver);
         e->driver = g_strdup(val);
+    } else if (!strcmp(key, "rbd")) {
+        ok = export_opts_parse_rbd(e, val);
+        g_free(e->driver);
+        e->driver = g_strdup("rbd");
+    } else if (!strcmp(key, "ceph-conf") || !strcmp(key, "ceph-id") ||
+               !strcmp(key, "ceph-keyfile") || !strcmp(key, "ceph-share")) {
+        char **dst = key[5] == 'c' ? &e->ceph_conf :
+                     key[5] == 'i' ? &e->ceph_id :
+                     key[5] == 'k' ? &e->ceph_keyfile : &e->ceph_share;
+
+        g_free(*dst);
+        *dst = g_strdup(val);
+        ok = *val;
+    } else if (!strcmp(key, "ceph-connect-timeout")) {
+        ok = export_opts_parse_uint(val, 3600, &e->ceph_timeout) &&
+             e->ceph_timeout > 0;
     } else if (!strcmp(key, "size")) {
         ok = export_opts_parse_size(val, &e->size) && e->size > 0;
     } else if (!strcmp(key, "num-queues")) {
-        ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUES, &e->num_queues) &&
+        ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUES,
+                                    &e->num_queues) &&
              e->num_queues > 0;
     } else if (!strcmp(key, "queue-size")) {
         ok = export_opts_parse_uint(val, 1024, &e->queue_size) &&
@@ -443,7 +511,7 @@ static bool export_opts_check(const ExportOpts *e, GError **errp)
 
         if (!e->file) {
             g_set_error(errp, VB_ERROR, 0, "file=PATH is missing (or use "
-                        "driver=null,size=N)");
+                        "rbd=POOL/IMAGE, or driver=null,size=N)");
             return false;
         }
         if (stat(e->file, &st) < 0) {
@@ -451,18 +519,41 @@ static bool export_opts_check(const ExportOpts *e, GError **errp)
                         g_strerror(errno));
             return false;
         }
+    } else if (!strcmp(e->driver, "rbd")) {
+        if (!e->rbd_image) {
+            g_set_error(errp, VB_ERROR, 0, "driver=rbd needs "
+                        "rbd=POOL/IMAGE[@SNAPSHOT]");
+            return false;
+        }
+        if (e->file) {
+            g_set_error(errp, VB_ERROR, 0, "give file= or rbd=, not both");
+            return false;
+        }
+        if (e->ceph_keyfile && access(e->ceph_keyfile, R_OK) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "ceph-keyfile=%s: %s",
+                        e->ceph_keyfile, g_strerror(errno));
+            return false;
+        }
     } else if (!e->size) {
         g_set_error(errp, VB_ERROR, 0, "driver=null needs size=N");
+        return false;
+    }
+    if (strcmp(e->driver, "rbd") &&
+        (e->ceph_conf || e->ceph_id || e->ceph_keyfile || e->ceph_timeout ||
+         e->ceph_share)) {
+        g_set_error(errp, VB_ERROR, 0, "ceph-* keys need rbd=POOL/IMAGE");
         return false;
     }
     return true;
 }
 
-/* Without serial=, the serial is the image's file name (cut to fit). */
+/* Without serial=, the serial is the image's file name (an RBD image's
+ * name), cut to fit. */
 static void export_opts_default_serial(ExportOpts *e)
 {
     g_autofree char *base = e->file ? g_path_get_basename(e->file) :
-                                      g_strdup("");
+                            e->rbd_image ? g_strdup(e->rbd_image) :
+                                           g_strdup("");
 
     if (strlen(base) > VIRTIO_BLK_ID_BYTES) {
         base[VIRTIO_BLK_ID_BYTES] = '\0';

@@ -279,11 +279,34 @@ bool qsd_cli_check(QsdCli *cli, GError **errp)
     return true;
 }
 
+static bool qsd_cli_apply_pass(QsdCli *cli, VbState *s, bool objects,
+                               GError **errp);
+
+/*
+ * Objects first, then the rest in command-line order: qemu-storage-daemon
+ * wants --object before the --blockdev that uses it (a secret), we take
+ * both orders.  An object depends on nothing else.
+ */
 bool qsd_cli_apply(QsdCli *cli, VbState *s, GError **errp)
+{
+    for (guint pass = 0; pass < 2; pass++) {
+        if (!qsd_cli_apply_pass(cli, s, pass == 0, errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool qsd_cli_apply_pass(QsdCli *cli, VbState *s, bool objects,
+                               GError **errp)
 {
     for (guint i = 0; i < cli->opts->len; i++) {
         QsdOpt *o = g_ptr_array_index(cli->opts, i);
         bool ok;
+
+        if ((o->kind == QSD_OPT_OBJECT) != objects) {
+            continue;
+        }
 
         switch (o->kind) {
         case QSD_OPT_OBJECT:

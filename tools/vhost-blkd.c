@@ -68,8 +68,9 @@ static void vbd_usage(FILE *f)
     fprintf(f,
 "Usage: vhost-blkd [options] --export socket=PATH,file=PATH[,...] ...\n"
 "\n"
-"Serve images to VMs as vhost-user-blk devices (QEMU: -device\n"
-"vhost-user-blk-pci,chardev=...).  One front-end at a time per socket.\n"
+"Serve images (files, block devices, Ceph RBD) to VMs as vhost-user-blk\n"
+"devices (QEMU: -device vhost-user-blk-pci,chardev=...).  One front-end at\n"
+"a time per socket.\n"
 "\n"
 "  --export KEY=VALUE,...  add an export (repeatable); keys:\n"
 "      id=ID               its export id on the monitor (default exportN,\n"
@@ -83,7 +84,17 @@ static void vbd_usage(FILE *f)
 "      socket-group=GROUP  its group (name or gid), e.g. with 0660 for a\n"
 "                          VMM running as another user of that group\n"
 "      file=PATH           image file or block device (driver=file)\n"
-"      driver=file|null    null: no I/O, for overhead measurements\n"
+"      rbd=POOL[/NAMESPACE]/IMAGE[@SNAP]  a Ceph RBD image (driver=rbd; a\n"
+"                          snapshot is served read-only), with:\n"
+"      ceph-conf=FILE      the cluster's ceph.conf (default: librados's)\n"
+"      ceph-id=ID          the client id, client.ID (default admin)\n"
+"      ceph-keyfile=PATH   a file holding the client's key (else the keyring\n"
+"                          the conf names); never a key on the command line\n"
+"      ceph-connect-timeout=S  give up connecting after S seconds (default\n"
+"                          10; client_mount_timeout, rados_mon_op_timeout)\n"
+"      ceph-share=NAME     share one cluster connection between the exports\n"
+"                          naming it (default: one connection per export)\n"
+"      driver=file|null|rbd  null: no I/O, for overhead measurements\n"
 "      size=N              null driver: size in bytes (k, M, G, T suffixes)\n"
 "      num-queues=N        virtqueues, 1..64 (default 1)\n"
 "      queue-size=N        ring size, power of 2 up to 1024 (default 128, as\n"
@@ -120,7 +131,12 @@ static void vbd_usage(FILE *f)
 "             [,cache.direct=on|off][,aio=io_uring|native|threads]\n"
 "             [,read-only=on|off][,discard=ignore|unmap][,detect-zeroes=off]\n"
 "             (null-co: [,size=N][,read-zeroes=on|off])\n"
+"  --blockdev driver=rbd,node-name=N,pool=P,image=I[,namespace=NS]\n"
+"             [,snapshot=S][,conf=FILE][,user=ID][,key-secret=SECRET_ID]\n"
+"             [,x-connect-timeout=S][,x-shared-connection=NAME][,read-only=on]\n"
 "  --object iothread,id=ID[,poll-max-ns=N]\n"
+"  --object secret,id=ID,file=PATH[,format=raw|base64]  e.g. a Ceph key for\n"
+"             key-secret= (format=base64 for the key as ceph auth prints it)\n"
 "  --export type=vhost-user-blk,id=ID,node-name=N,addr.type=unix,\n"
 "           addr.path=PATH (or addr.type=fd,addr.str=FD)[,writable=on]\n"
 "           [,num-queues=N][,logical-block-size=512|4096][,iothread=ID]\n"
@@ -169,17 +185,21 @@ static void vbd_engine_stats_cb(void *opaque)
         BLOCK_AIO_IO_URING, BLOCK_AIO_NATIVE, BLOCK_AIO_THREADS,
     };
 
-    for (size_t i = 0; i < G_N_ELEMENTS(modes); i++) {
+    for (size_t i = 0; i <= G_N_ELEMENTS(modes); i++) {
         BlockEngineStats st;
 
-        if (!blk_engine_get_stats(job->ctx, modes[i], &st)) {
+        /* the aio modes' engines, then rbd's completion list */
+        if (i < G_N_ELEMENTS(modes) ?
+            !blk_engine_get_stats(job->ctx, modes[i], &st) :
+            !blk_driver_engine_get_stats(job->ctx, "rbd", &st)) {
             continue;
         }
         log_msg(LOG_LEVEL_INFO, "iothread %u: %s: requests %" PRIu64
                 ", submit syscalls %" PRIu64 ", completions %" PRIu64
                 " (direct %" PRIu64 ", bh %" PRIu64 "), bh scheduled %" PRIu64
                 ", retries %" PRIu64 ", bounced %" PRIu64, job->iothread,
-                blk_aio_mode_name(modes[i]), st.requests, st.submit_syscalls,
+                i < G_N_ELEMENTS(modes) ? blk_aio_mode_name(modes[i]) : "rbd",
+                st.requests, st.submit_syscalls,
                 st.completions, st.completions_direct, st.completions_bh,
                 st.bh_scheduled, st.retries, st.bounced);
     }
@@ -408,6 +428,18 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
     bo.size = e->size;
     bo.batch = e->batch;
     bo.inject = e->inject;
+    bo.rbd.pool = e->rbd_pool;
+    bo.rbd.namespace_ = e->rbd_namespace;
+    bo.rbd.image = e->rbd_image;
+    bo.rbd.snapshot = e->rbd_snapshot;
+    bo.rbd.conf = e->ceph_conf;
+    bo.rbd.user = e->ceph_id;
+    bo.rbd.keyfile = e->ceph_keyfile;
+    bo.rbd.connect_timeout = e->ceph_timeout;
+    bo.rbd.share = e->ceph_share;
+    if (e->rbd_snapshot) {
+        bo.readonly = true;     /* a snapshot is served read-only */
+    }
     p.node = vb_node_open(&d->state, node_name, &bo, e->discard, errp);
     if (!p.node) {
         g_prefix_error(errp, "--export socket=%s: ", e->socket);
@@ -422,7 +454,7 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
     p.conf.logical_block_size = e->logical_block_size;
     p.conf.num_queues = e->num_queues;
     p.conf.queue_size = e->queue_size;
-    p.conf.readonly = e->readonly;
+    p.conf.readonly = bo.readonly;
     p.conf.discard = e->discard;
     p.conf.write_zeroes = e->write_zeroes;
     g_strlcpy(p.conf.serial, e->serial, sizeof(p.conf.serial));

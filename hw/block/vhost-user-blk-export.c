@@ -98,6 +98,10 @@ struct VuBlkExport {
     bool writeback_set_here;    /* a driver wrote "writeback" to this
                                  * process (main thread) */
     uint64_t config_changes;    /* CONFIG_CHANGE_MSG sent (main thread) */
+    unsigned int running_queues;    /* atomic: started, not stopped */
+    uint64_t process_id;        /* saved in the inflight region */
+    bool restarted;             /* main thread: the front-end handed back a
+                                 * region an earlier process saved */
 };
 
 /*
@@ -107,7 +111,8 @@ struct VuBlkExport {
  */
 enum {
     VU_BLK_STATE_WRITEBACK,     /* config "writeback": 0 or 1 */
-    VU_BLK_STATE_LEN,
+    VU_BLK_STATE_PROCESS,       /* 8 bytes: a random id of the process */
+    VU_BLK_STATE_LEN = VU_BLK_STATE_PROCESS + 8,
 };
 
 /* ---- dataplane (queue's iothread) ------------------------------------ */
@@ -408,6 +413,7 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
 {
     VuBlkExport *exp = opaque;
     VuBlkQueue *q = &exp->queues[index];
+    GError *err = NULL;
 
     if (num < exp->dev.conf.seg_max + 2) {
         /* Setup path, once per queue start: not per request. */
@@ -423,6 +429,17 @@ static void vu_blk_queue_start(void *opaque, unsigned int index,
         g_free(q->reqs);
         q->reqs = g_new0(VuBlkReq, num);
         q->pool_size = num;
+    }
+    if (!blk_attach_aio_context(exp->blk, q->ctx, &err)) {
+        /* Not fatal: the first request tries again and fails cleanly. */
+        warn_report("queue %u: %s", index, err->message);
+        g_clear_error(&err);
+    }
+    /* The device is in use from its first queue's start to its last
+     * queue's stop (see blk_set_active()). */
+    if (__atomic_fetch_add(&exp->running_queues, 1, __ATOMIC_SEQ_CST) == 0) {
+        /* exp->restarted: set by the main thread before any queue ran */
+        blk_set_active(exp->blk, true, exp->restarted);
     }
     q->vq = vq;
     q->kick_fd = virtqueue_get_kick_fd(vq);
@@ -453,6 +470,9 @@ static void vu_blk_queue_stop(void *opaque, unsigned int index,
     q->bh = NULL;
     q->kick_fd = -1;
     q->stopping = true;
+    if (__atomic_fetch_sub(&exp->running_queues, 1, __ATOMIC_SEQ_CST) == 1) {
+        blk_set_active(exp->blk, false, false);
+    }
     if (q->driver_polls) {
         q->driver_polls = false;
         aio_context_driver_polls_add(q->ctx, -1);
@@ -468,6 +488,7 @@ static unsigned int vu_blk_queue_inflight(void *opaque, unsigned int index)
         /* Drained: the server forgets the rings next. */
         vu_blk_fold_vq_stats(q);
         q->vq = NULL;
+        blk_detach_aio_context(exp->blk, q->ctx);
     }
     return q->inflight;
 }
@@ -506,6 +527,7 @@ static void vu_blk_save_state(VuBlkExport *exp)
         [VU_BLK_STATE_WRITEBACK] = virtio_blk_get_writeback(&exp->dev),
     };
 
+    memcpy(st + VU_BLK_STATE_PROCESS, &exp->process_id, 8);
     vu_server_save_state(exp->server, st, sizeof(st));
 }
 
@@ -542,6 +564,22 @@ static void vu_blk_load_state(void *opaque, const uint8_t *data, size_t len)
     VuBlkExport *exp = opaque;
     const char *name = vu_server_get_socket_path(exp->server);
     bool writeback = virtio_blk_get_writeback(&exp->dev);
+    uint64_t saved_by;
+
+    /*
+     * Saved by another process of this export: the back-end restarted
+     * under a running front-end (after a crash or kill -9), and what that
+     * process held on the image (an RBD exclusive lock) is stale.
+     */
+    if (len >= VU_BLK_STATE_LEN) {
+        memcpy(&saved_by, data + VU_BLK_STATE_PROCESS, 8);
+        if (saved_by != exp->process_id && !exp->restarted) {
+            exp->restarted = true;
+            info_report("%s: the front-end kept the state of an earlier "
+                        "process of this back-end: taking over from it",
+                        name);
+        }
+    }
 
     if (len <= VU_BLK_STATE_WRITEBACK || data[VU_BLK_STATE_WRITEBACK] > 1) {
         warn_report("%s: the inflight region's device state holds no valid "
@@ -583,6 +621,22 @@ static const VuDeviceOps vu_blk_ops = {
 
 /* ---- public API (main thread) ---------------------------------------- */
 
+/* Main thread: the image was resized from elsewhere (e.g. `rbd resize`
+ * on the cluster): tell the guest, as block_resize does. */
+static void vu_blk_size_changed(void *opaque, uint64_t size)
+{
+    VuBlkExport *exp = opaque;
+
+    if (virtio_blk_update_capacity(&exp->dev)) {
+        info_report("%s: image resized to %" PRIu64 " bytes; capacity now %"
+                    PRIu64 " sectors", vu_server_get_socket_path(exp->server),
+                    size, virtio_blk_get_capacity(&exp->dev));
+        if (vu_server_notify_config_change(exp->server)) {
+            exp->config_changes++;
+        }
+    }
+}
+
 VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
                                GError **errp)
 {
@@ -611,6 +665,7 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
     }
 
     exp = g_new0(VuBlkExport, 1);
+    exp->process_id = g_random_int() | (uint64_t)g_random_int() << 32;
     exp->num_queues = conf.num_queues;
     exp->budget = opts->budget ? opts->budget : VU_BLK_DEFAULT_BUDGET;
     exp->first_batch = opts->first_batch ? MIN(opts->first_batch, exp->budget)
@@ -676,6 +731,7 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
         goto fail;
     }
     vu_blk_save_state(exp);     /* for the first inflight region */
+    blk_set_size_notifier(exp->blk, vu_blk_size_changed, exp);
     return exp;
 
 fail:
@@ -690,6 +746,9 @@ void vu_blk_export_free(VuBlkExport *exp)
     }
     /* Stops and drains every queue before anything below goes away. */
     vu_server_free(exp->server);
+    if (exp->blk) {
+        blk_set_size_notifier(exp->blk, NULL, NULL);
+    }
     if (exp->blk && !exp->blk_borrowed) {
         blk_close(exp->blk);
     }

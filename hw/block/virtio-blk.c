@@ -196,7 +196,8 @@ void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg)
     cfg->alignment_offset = 0;
     /* in logical blocks: one physical block */
     cfg->min_io_size = GUINT16_TO_LE(1u << exp);
-    cfg->opt_io_size = 0;
+    /* in logical blocks: e.g. an RBD image's object size */
+    cfg->opt_io_size = GUINT32_TO_LE(blk_get_optimal_io_size(dev->blk) / lbs);
     /* Before negotiation: the driver's choice (what a front-end caches
      * when the device is created); a driver without FLUSH: writethrough. */
     if (dev->features_acked && !virtio_blk_can_flush(dev)) {

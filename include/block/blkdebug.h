@@ -6,13 +6,14 @@
  * blk_inject_parse_option(), and read it through blk_inject_get_hits()
  * (include/block/block.h).
  *
- * The interface to the BlockBackend is small: blk_open() creates the
- * filter's state (none when nothing is to be injected, so blk->inject is
- * NULL), blk_submit() asks blkdebug_check() about each request that passed
- * the cheap checks, behind one unlikely(blk->inject) branch, and does what
- * it is told: pass the request on, fail it, or hand it to the thread pool
- * with thread_pool_submit_delayed(), whose worker then runs
- * blkdebug_do_delayed().
+ * It is a filter driver (bdrv_blkdebug, include/block/block_int.h):
+ * blk_open() puts a blkdebug node over the node of the configured driver
+ * when something is to be injected.  Its request functions ask
+ * blkdebug_check() about each request and do what it says: forward it to
+ * the child node, fail it, or hand it to the thread pool with
+ * thread_pool_submit_delayed(), whose worker runs blkdebug_do_delayed()
+ * (a sleep) before the request is forwarded or failed.  It does not know
+ * which driver the child is.
  */
 #ifndef BLOCK_BLKDEBUG_H
 #define BLOCK_BLKDEBUG_H
@@ -24,7 +25,7 @@ typedef struct BlkDebugState BlkDebugState;
 
 /* What blk_submit() does with a request, according to the filter. */
 typedef enum BlkDebugAction {
-    BLKDEBUG_PASS,              /* route it to its engine as usual */
+    BLKDEBUG_PASS,              /* forward it to the child */
     BLKDEBUG_FAIL,              /* complete it with *ret, from a BH */
     BLKDEBUG_DELAY,             /* thread_pool_submit_delayed() */
 } BlkDebugAction;
@@ -52,8 +53,8 @@ BlkDebugAction blkdebug_check(BlkDebugState *s, const BlockAIOCB *acb,
 
 /*
  * Worker thread: what a request handed over by BLKDEBUG_DELAY does: sleep
- * inject-delay ms, then fail with the injected errno (inject-error set),
- * do the null driver's nothing, or the real I/O.  Returns 0 or -errno.
+ * inject-delay ms; then it fails with the returned -errno (inject-error
+ * set) or, on 0, goes on to the child node in its submitting thread.
  */
 int blkdebug_do_delayed(BlockAIOCB *acb);
 

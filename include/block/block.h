@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The block layer: a BlockBackend is an open image (raw file or block
- * device, or the null driver) plus the asynchronous request API that devices
- * use.
+ * The block layer: a BlockBackend is an open image (a raw file or block
+ * device, a Ceph RBD image, or the null driver), optionally behind the
+ * error-injection filter, plus the asynchronous request API that devices
+ * use.  Devices never see which driver serves them; the driver contract
+ * is in include/block/block_int.h.
  *
  * Threads: blk_open()/blk_close() run in the main thread.  Requests are
- * submitted from a thread that runs an AioContext (an iothread); they are
- * queued on that context's engine instance (one io_uring ring / one libaio
- * context / one thread-pool client per AioContext, created on first use) and
- * their callbacks run later in the same context.  A callback is never called
+ * submitted from a thread that runs an AioContext (an iothread); the
+ * driver queues them on its state for that context (for files: one
+ * io_uring ring / one libaio context / one thread-pool client per
+ * AioContext; for rbd: one completion list and eventfd), created by
+ * blk_attach_aio_context() or on first use, and their callbacks run later
+ * in the same context.  A callback is never called
  * from inside the blk_aio_*() call that submitted it.
  *
  * Batching: inside a defer_call section the engine only queues; the batch is
@@ -82,8 +86,29 @@ typedef struct BlockInjectOptions {
 bool blk_inject_parse_option(BlockInjectOptions *inj, const char *key,
                              const char *val, GError **errp);
 
+/* driver=rbd: a Ceph RBD image (block/rbd.c).  Strings may be NULL. */
+typedef struct BlockRbdOptions {
+    const char *pool;           /* required */
+    const char *namespace_;     /* RADOS namespace in the pool */
+    const char *image;          /* required */
+    const char *snapshot;       /* served read-only */
+    const char *conf;           /* ceph.conf path (default: librados's) */
+    const char *user;           /* client id without "client." */
+    const char *key;            /* the secret key (from a secret object) */
+    const char *keyfile;        /* a file holding the key */
+    uint32_t connect_timeout;   /* seconds, client_mount_timeout and
+                                 * rados_mon_op_timeout; 0 = default */
+    const char *mon_host;       /* overrides the conf's mon_host */
+    const char *auth_client_required;   /* e.g. "cephx,none" */
+    const char *share;          /* connection shared by the nodes giving
+                                 * the same name (and cluster); NULL:
+                                 * one connection per node */
+} BlockRbdOptions;
+
+#define BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT 10
+
 typedef struct BlockOptions {
-    const char *driver;         /* "file" (default) or "null" */
+    const char *driver;         /* "file" (default), "null" or "rbd" */
     const char *filename;       /* file: image file or block device */
     bool cache_direct;          /* cache=none: O_DIRECT (default true) */
     BlockAioMode aio;           /* default BLOCK_AIO_IO_URING */
@@ -92,6 +117,7 @@ typedef struct BlockOptions {
     bool null_read_zeroes;      /* null: reads fill buffers with zeroes */
     bool batch;                 /* default true; false = submit each at once */
     BlockInjectOptions inject;  /* error injection (testing); off by default */
+    BlockRbdOptions rbd;        /* driver=rbd */
 } BlockOptions;
 
 /* Fill @opts with the defaults. */
@@ -120,6 +146,8 @@ typedef struct BlockAIOCB {
     void *bounce;               /* aligned bounce buffer, if any */
     struct iovec bounce_iov;
     QSIMPLEQ_ENTRY(BlockAIOCB) next;    /* engine queues */
+    BlockCompletionFunc *filter_cb;     /* saved by a filter that */
+    void *filter_opaque;                /* interposes its callback */
     int ret;
     uint64_t engine_priv[10];   /* engine-private (e.g. struct iocb) */
 } BlockAIOCB;
@@ -140,6 +168,11 @@ bool blk_is_block_device(BlockBackend *blk);
 /* Logical block size of the device (512 for files); O_DIRECT alignment. */
 uint32_t blk_get_logical_block_size(BlockBackend *blk);
 uint32_t blk_get_physical_block_size(BlockBackend *blk);
+/* Optimal I/O size in bytes (e.g. an RBD image's object size), 0 if
+ * the driver does not know one. */
+uint32_t blk_get_optimal_io_size(BlockBackend *blk);
+/* The driver's name ("file", "null", "rbd"), below any filter. */
+const char *blk_get_driver_name(BlockBackend *blk);
 bool blk_can_discard(BlockBackend *blk);
 bool blk_can_write_zeroes(BlockBackend *blk);
 BlockAioMode blk_get_aio_mode(BlockBackend *blk);   /* after fallback */
@@ -161,6 +194,35 @@ void blk_aio_pwrite_zeroes(BlockBackend *blk, BlockAIOCB *acb,
                            int64_t offset, uint64_t bytes, int flags,
                            BlockCompletionFunc *cb, void *opaque);
 
+/*
+ * Owner thread of @ctx: prepare the node for requests from @ctx (a
+ * device's queue starts there) or stop using it.  Attaching is optional
+ * (the first request does it), but it moves the setup cost and its
+ * errors out of the request path.  False with @errp set.
+ */
+bool blk_attach_aio_context(BlockBackend *blk, AioContext *ctx,
+                            GError **errp);
+void blk_detach_aio_context(BlockBackend *blk, AioContext *ctx);
+
+/*
+ * Any thread: the device on @blk was started (@active) or stopped (every
+ * queue) by its front-end.  rbd gives up the image's exclusive lock on
+ * stop, so that a VM migrating away leaves it to the destination at once.
+ * @takeover (with @active): this process replaces an earlier one of the
+ * same device that did not stop (it crashed): rbd breaks the lock that
+ * process still holds, blocklisting it.  Never blocks.
+ */
+void blk_set_active(BlockBackend *blk, bool active, bool takeover);
+
+/*
+ * Main thread: call @fn(@opaque, size) in the main thread whenever the
+ * image's size changes without blk_truncate() (an RBD image resized by
+ * the cluster).  @fn NULL removes it.  One notifier per backend.
+ */
+void blk_set_size_notifier(BlockBackend *blk,
+                           void (*fn)(void *opaque, uint64_t size),
+                           void *opaque);
+
 /* Requests failed or delayed by error injection so far (0 when it is
  * off).  Any thread. */
 uint64_t blk_inject_get_hits(BlockBackend *blk);
@@ -181,5 +243,9 @@ typedef struct BlockEngineStats {
 /* Returns false if @ctx has no instance of that engine. Owner thread. */
 bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
                           BlockEngineStats *stats);
+/* The same for the engine of a driver without aio modes: "rbd" (its
+ * completion list: requests, completions).  Owner thread. */
+bool blk_driver_engine_get_stats(AioContext *ctx, const char *driver,
+                                 BlockEngineStats *stats);
 
 #endif

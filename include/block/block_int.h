@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Internals of the block layer shared by block-backend.c, file-posix.c,
- * the error-injection filter (blkdebug.c) and the engines (io_uring.c,
- * linux-aio.c, thread-pool.c, null.c).  Not for devices: they use
- * include/block/block.h only.
+ * Internals of the block layer shared by block-backend.c, the drivers
+ * (file-posix.c, null.c, rbd.c), the error-injection filter (blkdebug.c)
+ * and file-posix's engines (io_uring.c, linux-aio.c, thread-pool.c).  Not
+ * for devices: they use include/block/block.h only.
  *
  * An engine is a per-AioContext object (stored in the context's engine
  * slot, created on the first request submitted from that context) that
@@ -28,34 +28,140 @@ typedef enum BlockReqType {
     BLK_REQ_WRITE_ZEROES,
 } BlockReqType;
 
-struct BlockBackend {
-    char *filename;
-    int fd;                     /* -1 for the null driver */
-    bool is_null;
-    bool null_read_zeroes;
-    bool readonly;
-    bool direct;                /* opened with O_DIRECT */
-    bool is_blockdev;
-    bool batch;
-    bool can_discard;
-    BlockAioMode aio;           /* after fallback */
-    uint64_t size;
+/*
+ * The driver contract.  A BlockBackend is a node: a BlockDriver (the table
+ * below) and that driver's state (@opaque).  file-posix (files and block
+ * devices, read through its io_uring / linux-aio / thread-pool engines),
+ * null and rbd (Ceph, librbd) are drivers of storage; blkdebug is a filter,
+ * a driver whose @child is another node.  blk_open() picks the driver by
+ * name, calls bdrv_open() in the main thread, which fills @size and @bl
+ * (the limits and capabilities the device advertises: block sizes, the
+ * request alignment the generic checks enforce, the optimal I/O size,
+ * discard and write-zeroes support), and wraps the node in a blkdebug
+ * filter when error injection is configured.  Requests go through
+ * blk_submit(), which does the checks every driver shares (read-only,
+ * bounds, alignment) and then makes exactly one indirect call, to the
+ * driver's function for the request type, in the submitting thread; the
+ * driver keeps whatever it needs per AioContext (an engine instance in the
+ * context's slot, created by bdrv_attach_aio_context() or on first use)
+ * and completes the request later in that same thread through
+ * blk_acb_complete() -- never from inside the submitting call and never
+ * from another thread.  Inside a defer_call section a driver may only
+ * queue and submit the batch when the section ends (its plug).  Every
+ * other function runs in the main thread with no request in flight unless
+ * it says otherwise.  A filter forwards a request by setting acb->blk to
+ * its child and calling blk_drv_submit() on it; nothing above a driver
+ * (the filter, the device, the export) looks at which driver it is.
+ */
+typedef struct BlockDriver BlockDriver;
+
+/* Limits and capabilities of a node, filled by bdrv_open(). */
+typedef struct BlockLimits {
     uint32_t logical_block_size;
     uint32_t physical_block_size;
-    uint32_t req_align;         /* O_DIRECT offset/length alignment, or 1 */
-    uint32_t mem_align;         /* O_DIRECT buffer alignment, or 1 */
-    /* Error-injection filter (blkdebug.c), NULL when off: the only field
-     * read per request for it. */
-    BlkDebugState *inject;
+    uint32_t request_alignment; /* offset/length multiple, or 1 */
+    uint32_t opt_io_size;       /* optimal I/O size in bytes, 0 unknown */
+    bool can_discard;
+    bool can_write_zeroes;
+} BlockLimits;
+
+/* A driver's function for one request type.  Owner thread of @ctx (the
+ * submitting thread); @acb has type, offset, bytes and iovec filled in. */
+typedef void BlockDriverSubmitFunc(BlockBackend *bs, AioContext *ctx,
+                                   BlockAIOCB *acb);
+
+struct BlockDriver {
+    const char *format_name;
+    /* Open @bs from @opts: fill bs->size, bs->bl, bs->filename and
+     * bs->opaque.  False with @errp set; the caller then calls
+     * bdrv_close() on the partly opened node and frees @bs. */
+    bool (*bdrv_open)(BlockBackend *bs, const BlockOptions *opts,
+                      GError **errp);
+    /* Release everything bdrv_open() took, also after it failed
+     * (required). */
+    void (*bdrv_close)(BlockBackend *bs);
+    /* Grow to @size bytes (optional: without it only the size changes);
+     * the caller updates bs->size. */
+    bool (*bdrv_truncate)(BlockBackend *bs, uint64_t size, GError **errp);
+    /* Owner thread of @ctx (optional): set up what requests from @ctx
+     * need, before the first one (a device calls it when its queue
+     * starts there), and drop the node's use of it. */
+    bool (*bdrv_attach_aio_context)(BlockBackend *bs, AioContext *ctx,
+                                    GError **errp);
+    void (*bdrv_detach_aio_context)(BlockBackend *bs, AioContext *ctx);
+    /* Any thread (optional): the front-end started (@active) or stopped
+     * every queue of the device using @bs (e.g. to give up a cluster
+     * lock when a VM migrates away); @takeover: see blk_set_active().
+     * Must not block. */
+    void (*bdrv_set_active)(BlockBackend *bs, bool active, bool takeover);
+    BlockDriverSubmitFunc *bdrv_aio_preadv;
+    BlockDriverSubmitFunc *bdrv_aio_pwritev;    /* BDRV_REQ_FUA honoured */
+    BlockDriverSubmitFunc *bdrv_aio_flush;
+    BlockDriverSubmitFunc *bdrv_aio_pdiscard;
+    BlockDriverSubmitFunc *bdrv_aio_pwrite_zeroes; /* BDRV_REQ_MAY_UNMAP */
+};
+
+extern const BlockDriver bdrv_file;
+extern const BlockDriver bdrv_null;
+extern const BlockDriver bdrv_blkdebug;
+#if CONFIG_RBD
+extern const BlockDriver bdrv_rbd;      /* block/rbd.c, with librbd */
+#endif
+
+struct BlockBackend {
+    const BlockDriver *drv;
+    void *opaque;               /* the driver's state */
+    BlockBackend *child;        /* a filter's node below, or NULL */
+    BlockBackend *parent;       /* the filter above, or NULL */
+    char *filename;             /* names the node in messages */
+    bool readonly;
+    bool batch;                 /* false: submit each request at once */
+    uint64_t size;              /* atomic: blk_truncate() changes it */
+    BlockLimits bl;
+    /* Main thread: told when the size changed behind our back (e.g. the
+     * cluster resized an image); see blk_set_size_notifier(). */
+    void (*size_notifier)(void *opaque, uint64_t size);
+    void *size_notifier_opaque;
     /*
      * Thread pool share: at most THREAD_POOL_MAX_PER_BACKEND requests of
-     * this backend run in workers at a time, the others wait here (from
+     * this node run in workers at a time, the others wait here (from
      * any iothread), so one export cannot occupy the process-wide pool.
      */
     GMutex pool_lock;
     unsigned int pool_running;                  /* protected by pool_lock */
     QSIMPLEQ_HEAD(, BlockAIOCB) pool_waiting;   /* protected by pool_lock */
 };
+
+/* file-posix's state (bs->opaque), read by its engines per request. */
+typedef struct BDRVRawState {
+    int fd;
+    bool direct;                /* opened with O_DIRECT */
+    bool is_blockdev;
+    BlockAioMode aio;           /* after fallback */
+    uint32_t mem_align;         /* O_DIRECT buffer alignment, or 1 */
+} BDRVRawState;
+
+static inline BDRVRawState *raw_state(BlockBackend *bs)
+{
+    return (BDRVRawState *)bs->opaque;
+}
+
+/* Submit @acb to @bs's driver (acb->blk must be @bs): what blk_submit()
+ * does after its checks, and how a filter forwards.  Owner thread. */
+void blk_drv_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb);
+
+/*
+ * Main thread: the driver of @bs learnt that the image now has @size
+ * bytes (resized from elsewhere).  Updates the size of @bs and of the
+ * filters above it, then tells the top node's size notifier.
+ */
+void blk_size_changed(BlockBackend *bs, uint64_t size);
+
+/* file-posix: the fd of @bs. */
+static inline int raw_fd(BlockBackend *bs)
+{
+    return raw_state(bs)->fd;
+}
 
 typedef struct BlockEngine BlockEngine;
 
@@ -81,11 +187,21 @@ extern const BlockEngineOps luring_engine_ops;
 extern const BlockEngineOps laio_engine_ops;
 extern const BlockEngineOps thread_pool_engine_ops;
 extern const BlockEngineOps null_engine_ops;
+extern const BlockEngineOps rbd_engine_ops;
 
 /* The instance of @ops in @ctx, created on first use; NULL (with @errp set)
  * if it cannot be created.  Owner thread of @ctx. */
 BlockEngine *blk_engine_get(AioContext *ctx, const BlockEngineOps *ops,
                             GError **errp);
+
+/* file-posix: the engine of @mode (the thread pool's when that engine is
+ * not compiled in). */
+const BlockEngineOps *blk_mode_ops(BlockAioMode mode);
+
+/* The instance of @ops in @ctx, or the thread pool's if that one cannot
+ * be created here (warned once), or NULL.  Owner thread of @ctx. */
+BlockEngine *blk_engine_get_or_pool(AioContext *ctx,
+                                    const BlockEngineOps *ops);
 
 /* Finish @acb: copy a bounced read back, free the bounce buffer, call the
  * callback.  @acb must not be touched afterwards.  Engine (owner) thread. */
@@ -143,10 +259,6 @@ void thread_pool_submit_delayed(BlockEngine *e, BlockAIOCB *acb);
  * Returns 0 or -errno. */
 int raw_do_request(BlockAIOCB *acb);
 
-/* file-posix.c: open/close the file or block device of @blk. */
-bool raw_open(BlockBackend *blk, const BlockOptions *opts, GError **errp);
-void raw_close(BlockBackend *blk);
-bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp);
 
 /*
  * Testing only: when non-zero, each io_uring submission hands at most this

@@ -27,12 +27,20 @@ typedef struct VbIOThreadObj {
     int64_t poll_max_ns;        /* as created (query-iothreads) */
 } VbIOThreadObj;
 
+/* --object secret,id=ID,file=PATH[,format=raw|base64]: what it holds,
+ * as QEMU passes a secret to librados (base64). */
+typedef struct VbSecretObj {
+    char *id;
+    char *base64;
+} VbSecretObj;
+
 typedef struct VbState {
     AioContext *main_ctx;
     IOThread **pool;            /* --iothreads: exports without iothread= */
     unsigned int n_pool;
     int64_t poll_max_ns;        /* default for --object iothread */
     GPtrArray *iothreads;       /* VbIOThreadObj, --object iothread */
+    GPtrArray *secrets;         /* VbSecretObj, --object secret */
     GPtrArray *nodes;           /* VbNode */
     GPtrArray *exports;         /* VbExport */
     QmpServer *qmp;             /* events go here (NULL: none yet) */

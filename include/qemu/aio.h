@@ -166,6 +166,7 @@ enum {
     AIO_ENGINE_LINUX_AIO,
     AIO_ENGINE_THREADS,
     AIO_ENGINE_NULL,
+    AIO_ENGINE_RBD,
     AIO_ENGINE_MAX,
 };
 void *aio_get_engine(AioContext *ctx, int engine);

@@ -30,7 +30,17 @@ typedef struct ExportOpts {
     char *node_name;            /* node-name=; NULL: id, else "node<i>" */
     char *socket;               /* non-empty */
     char *file;                 /* driver=file: non-empty, exists */
-    char *driver;               /* "file" (default) or "null" */
+    char *driver;               /* "file" (default), "null" or "rbd" */
+    /* rbd=POOL[/NAMESPACE]/IMAGE[@SNAP] (driver "rbd"): */
+    char *rbd_pool;
+    char *rbd_namespace;        /* NULL: the pool's default namespace */
+    char *rbd_image;
+    char *rbd_snapshot;         /* NULL: the image itself */
+    char *ceph_conf;            /* ceph-conf=FILE; NULL: librados's default */
+    char *ceph_id;              /* ceph-id=ID (client.ID); NULL: admin */
+    char *ceph_keyfile;         /* ceph-keyfile=PATH: the bare key */
+    unsigned int ceph_timeout;  /* ceph-connect-timeout=S; 0: default */
+    char *ceph_share;           /* ceph-share=NAME: shared connection */
     uint64_t size;              /* driver=null: > 0 */
     unsigned int num_queues;    /* 1..EXPORT_OPTS_MAX_QUEUES (default 1) */
     unsigned int queue_size;    /* power of 2, 2..1024 (default 128) */

@@ -170,6 +170,7 @@ vb_check_discard() {
 # in-flight requests (whether one was in flight at the kill is up to the
 # scheduler).  Sets VB_RC_RESTARTED and VB_RC_REPLAYED (1 or 0) and
 # VB_LAST_PID to the running daemon; the guest is $VB_GUEST_PID.
+# VB_RC_SIZE: bytes each of the two fio jobs writes (default 96M).
 vb_kill_restart_during_fio() {
     local prefix=$1 sock=$2 pid=$VB_LAST_PID n cycle glog
     local -a gopts=()
@@ -180,7 +181,7 @@ vb_kill_restart_during_fio() {
     done
     shift
     vb_guest_bg -r -s "$sock" -q 2 "${gopts[@]}" -j fio-verify \
-        vbrw=randwrite vbsize=96M vbnumjobs=2 vbiodepth=32 -t 240
+        vbrw=randwrite vbsize="${VB_RC_SIZE:-96M}" vbnumjobs=2 vbiodepth=32 -t 240
     glog=$VB_TMP/guest-$VB_GUEST_N.log
     n=0
     until grep -q "VBTEST-LOG: fio" "$glog" 2>/dev/null || [ $n -ge 1200 ]; do

@@ -107,7 +107,12 @@ static void vb_add_export_blkd(GPtrArray *argv, VbDaemon *d, unsigned int i)
     const VbExportSpec *s = &d->spec[i];
     GString *e = g_string_new(NULL);
 
-    g_string_append_printf(e, "socket=%s,file=%s", d->sock[i], d->image[i]);
+    if (s->rbd) {
+        g_string_append_printf(e, "socket=%s,%s", d->sock[i], s->rbd);
+    } else {
+        g_string_append_printf(e, "socket=%s,file=%s", d->sock[i],
+                               d->image[i]);
+    }
     if (s->null_driver) {
         g_string_append_printf(e, ",driver=null,size=%" PRIu64, s->size);
     }

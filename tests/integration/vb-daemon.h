@@ -31,6 +31,9 @@ typedef struct VbExportSpec {
     const char *discard;        /* "on" / "off" / NULL = default */
     const char *write_zeroes;
     const char *extra;          /* vhost-blkd only: ",KEY=VALUE..." appended */
+    const char *rbd;            /* vhost-blkd only: "rbd=...,ceph-conf=..."
+                                 * instead of file= (the image file is
+                                 * still made, unused) */
 } VbExportSpec;
 
 typedef struct VbDaemon {

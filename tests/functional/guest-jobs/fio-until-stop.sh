@@ -10,6 +10,9 @@
 #   vbstopoff=60M     byte offset of the 4 KiB stop block (outside fio's
 #                     range): the job ends after the pass during which the
 #                     block starts with "VBSTOP"
+#   vbstopdev=NAME    disk that holds the stop block (default $vbdev), for
+#                     a disk the host cannot write itself (an RBD image the
+#                     back-end holds the exclusive lock of): a second disk
 #   vbmaxpasses=500   give up (FAIL) after this many passes
 #   vbheldread=OFF:LEN  first read LEN bytes at byte offset OFF (M suffix
 #                     allowed) with O_DIRECT and report their md5sum as
@@ -26,9 +29,9 @@ tobytes() {
         *) echo "$1" ;;
     esac
 }
-# marker_at OFFSET: the first 6 bytes of the 4 KiB block at OFFSET
+# marker_at OFFSET [DISK]: the first 6 bytes of the 4 KiB block at OFFSET
 marker_at() {
-    dd if="/dev/$vbdev" bs=4096 skip=$(( $(tobytes "$1") / 4096 )) count=1 \
+    dd if="/dev/${2:-$vbdev}" bs=4096 skip=$(( $(tobytes "$1") / 4096 )) count=1 \
         iflag=direct 2>/dev/null | head -c 6
 }
 if [ -n "${vbheldread:-}" ]; then
@@ -56,7 +59,7 @@ while :; do
         cat /tmp/fio.out
         vb_fail "fio pass $pass exited with status $st"
     fi
-    [ "$(marker_at "$stopoff")" = VBSTOP ] && break
+    [ "$(marker_at "$stopoff" "${vbstopdev:-$vbdev}")" = VBSTOP ] && break
     [ "$pass" -ge "${vbmaxpasses:-500}" ] &&
         vb_fail "no stop marker after $pass passes"
 done

@@ -1,0 +1,721 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * rbd: the driver of Ceph RBD images, on librbd.
+ *
+ * Theory of operation.  Opening connects to the cluster (rados_create,
+ * rados_conf_read_file, rados_connect, bounded by client_mount_timeout and
+ * rados_mon_op_timeout, both set from connect-timeout), opens the pool's
+ * I/O context (and namespace) and the image, read-only for a snapshot or
+ * read-only=on.  Every node has its own cluster connection unless nodes
+ * name the same shared connection (x-shared-connection=NAME): a shared one
+ * makes all their requests go through one librados messenger, which is
+ * known to halve IOPS.
+ *
+ * Requests: reads and writes go to rbd_aio_readv()/rbd_aio_writev()
+ * straight on the caller's iovecs (guest memory, no bounce), flush to
+ * rbd_aio_flush(), discard to rbd_aio_discard(), write-zeroes to
+ * rbd_aio_write_zeroes() (thick, i.e. without deallocating, unless the
+ * request may unmap).  The cache of librbd is off (rbd_cache=false), so a
+ * write is on the OSDs when it completes and FUA costs nothing more.
+ *
+ * Completions: librbd calls rbd_finish_cb() on one of its own threads.
+ * It only records the result, releases the completion (exactly once; a
+ * submission that librbd refused releases it itself) and pushes the
+ * request onto the lock-free completion stack of the AioContext that
+ * submitted it (RbdEngine: one per context, multi-producer, one consumer;
+ * the link lives in the request, nothing is allocated), and writes the
+ * context's eventfd only when the stack was empty: one wake-up per batch.
+ * The owner thread's fd handler (or its busy-poll check, a load of the
+ * stack head) takes the whole stack with one atomic exchange, reverses it
+ * into submission order and completes the requests inside one defer_call
+ * section.  No lock, allocation or bottom half of ours per request.
+ *
+ * Control: operations that wait for the cluster and come from elsewhere
+ * than an open or a resize (the size after an `rbd resize` seen by the
+ * update watch, giving up the exclusive lock when the device stops) run
+ * in one worker thread per node, so neither the main loop nor an
+ * iothread waits on the network; their results reach the main thread
+ * through a one-shot bottom half.
+ *
+ * Exclusive lock: librbd takes the image's exclusive lock on the first
+ * write (automatic policy) and hands it to another client that asks for
+ * it.  When the front-end stops the device (its last queue), the node
+ * gives it up at once (rbd_lock_release), so a migration destination gets
+ * it without a round of requests; a client that died keeps it until its
+ * watch times out (osd_client_watch_timeout, 30 s by default).  When the
+ * back-end restarts under a running front-end (kill -9, a crash), the
+ * export knows it from the inflight region the front-end hands back
+ * (saved by another process) and the node breaks that stale lock at
+ * once, blocklisting the dead client as `rbd lock break` does; the
+ * resubmitted writes waiting in librbd then take the lock.  Without that
+ * signal (a client of another host holds it) we never break a lock:
+ * librbd asks the owner and, if it died, breaks it after its watch timed
+ * out.  See docs/user-guide.md, "Ceph RBD".
+ */
+#include "qemu/osdep.h"
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+#include "qemu/defer-call.h"
+#include "qemu/error-report.h"
+#include "qemu/event_notifier.h"
+#include "block/block_int.h"
+
+/* One cluster connection, maybe shared by several nodes (main thread). */
+typedef struct RbdCluster {
+    char *share;                /* NULL: private to one node */
+    char *conf;
+    char *user;
+    rados_t cluster;
+    unsigned int refs;
+} RbdCluster;
+
+static GPtrArray *rbd_shared_clusters;
+
+typedef enum RbdJob {
+    RBD_JOB_REFRESH_SIZE = 1,
+    RBD_JOB_RELEASE_LOCK,
+    RBD_JOB_TAKEOVER,
+} RbdJob;
+
+typedef struct BDRVRBDState {
+    BlockBackend *bs;
+    RbdCluster *cluster;
+    rados_ioctx_t io;
+    rbd_image_t image;
+    AioContext *main_ctx;
+    uint64_t update_handle;
+    bool watching;
+    GThreadPool *ctl;           /* one worker: RbdJob */
+    uint64_t new_size;          /* from the worker to the main thread */
+    bool closing;               /* main thread: no more size updates */
+    unsigned int refs;          /* atomic: the node, and each size BH */
+} BDRVRBDState;
+
+/* The completion side of one AioContext. */
+typedef struct RbdEngine {
+    BlockEngine common;
+    EventNotifier notifier;
+    bool edge;                  /* edge-triggered eventfd: never read */
+    /* Completed requests, linked through acb->next; pushed by librbd's
+     * threads, taken whole by the owner. */
+    _Atomic(BlockAIOCB *) done;
+} RbdEngine;
+
+/* ---- completions --------------------------------------------------- */
+
+/* librbd thread: @acb has finished. */
+static void rbd_finish_cb(rbd_completion_t c, void *arg)
+{
+    BlockAIOCB *acb = arg;
+    RbdEngine *e = (RbdEngine *)(uintptr_t)acb->engine_priv[0];
+    BlockAIOCB *old;
+
+    acb->ret = (int)rbd_aio_get_return_value(c);
+    rbd_aio_release(c);
+    old = atomic_load_explicit(&e->done, memory_order_relaxed);
+    do {
+        acb->next.sqe_next = old;
+        /* Release: the result and the link are visible to the owner
+         * before the request is; pairs with the acquire exchange in
+         * rbd_engine_drain(). */
+    } while (!atomic_compare_exchange_weak_explicit(&e->done, &old, acb,
+                                                    memory_order_release,
+                                                    memory_order_relaxed));
+    if (!old) {
+        /* The owner has taken (or will take) everything before us; only
+         * the first request of a batch needs to wake it. */
+        event_notifier_set(&e->notifier);
+    }
+}
+
+/* Owner thread: complete everything librbd has finished. */
+static void rbd_engine_drain(RbdEngine *e)
+{
+    BlockAIOCB *list, *acb, *fifo = NULL;
+
+    list = atomic_exchange_explicit(&e->done, NULL, memory_order_acquire);
+    if (!list) {
+        return;
+    }
+    /* The stack is newest first: reverse it into completion order. */
+    while (list) {
+        acb = list;
+        list = acb->next.sqe_next;
+        acb->next.sqe_next = fifo;
+        fifo = acb;
+    }
+    defer_call_begin();
+    while (fifo) {
+        int ret;
+
+        acb = fifo;
+        fifo = acb->next.sqe_next;
+        /* A read returns the bytes read (librbd zero-fills holes), the
+         * others 0; failures -errno. */
+        ret = acb->ret < 0 ? acb->ret : 0;
+        e->common.stats.completions++;
+        e->common.stats.completions_direct++;
+        blk_acb_complete(acb, ret);
+    }
+    defer_call_end();
+}
+
+static void rbd_engine_read_cb(void *opaque)
+{
+    RbdEngine *e = opaque;
+
+    /* Clear before taking the stack: a push after the exchange finds it
+     * empty and signals again, so none is missed. */
+    if (!e->edge) {
+        event_notifier_test_and_clear(&e->notifier);
+    }
+    rbd_engine_drain(e);
+}
+
+static bool rbd_engine_poll_cb(void *opaque)
+{
+    RbdEngine *e = opaque;
+
+    return atomic_load_explicit(&e->done, memory_order_relaxed) != NULL;
+}
+
+static void rbd_engine_poll_ready(void *opaque)
+{
+    rbd_engine_drain(opaque);
+}
+
+static BlockEngine *rbd_engine_create(AioContext *ctx, GError **errp)
+{
+    RbdEngine *e = g_new0(RbdEngine, 1);
+    int ret = event_notifier_init(&e->notifier, false);
+
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "rbd: cannot create an eventfd: %s",
+                    g_strerror(-ret));
+        g_free(e);
+        return NULL;
+    }
+    atomic_init(&e->done, NULL);
+    e->common.ctx = ctx;
+    aio_set_fd_handler(ctx, event_notifier_get_fd(&e->notifier),
+                       rbd_engine_read_cb, NULL, rbd_engine_poll_cb,
+                       rbd_engine_poll_ready, e);
+    e->edge = aio_set_fd_edge_triggered(ctx,
+                                        event_notifier_get_fd(&e->notifier));
+    return &e->common;
+}
+
+/* From aio_context_free(): no request in flight. */
+static void rbd_engine_cleanup(void *opaque)
+{
+    RbdEngine *e = opaque;
+
+    aio_set_fd_handler(e->common.ctx, event_notifier_get_fd(&e->notifier),
+                       NULL, NULL, NULL, NULL, NULL);
+    event_notifier_cleanup(&e->notifier);
+    g_free(e);
+}
+
+/* Unused: requests enter through the driver's functions. */
+static void rbd_engine_submit(BlockEngine *e, BlockAIOCB *acb)
+{
+    abort();
+}
+
+const BlockEngineOps rbd_engine_ops = {
+    .name = "rbd",
+    .slot = AIO_ENGINE_RBD,
+    .create = rbd_engine_create,
+    .cleanup = rbd_engine_cleanup,
+    .submit = rbd_engine_submit,
+};
+
+/* ---- requests ------------------------------------------------------ */
+
+/* Owner thread of @ctx: every request type. */
+static void rbd_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
+{
+    BDRVRBDState *s = bs->opaque;
+    BlockEngine *e = blk_engine_get(ctx, &rbd_engine_ops, NULL);
+    rbd_completion_t c;
+    int r;
+
+    if (unlikely(!e)) {
+        r = -EIO;
+        goto fail;
+    }
+    if (unlikely(acb->bytes == 0 && acb->type != BLK_REQ_FLUSH)) {
+        r = 0;                  /* librbd refuses empty vectors */
+        goto fail;
+    }
+    acb->engine_priv[0] = (uintptr_t)e;
+    r = rbd_aio_create_completion(acb, rbd_finish_cb, &c);
+    if (unlikely(r < 0)) {
+        goto fail;
+    }
+    switch (acb->type) {
+    case BLK_REQ_READ:
+        r = rbd_aio_readv(s->image, acb->iov, acb->niov, acb->offset, c);
+        break;
+    case BLK_REQ_WRITE:
+        if (acb->flags & BDRV_REQ_FUA) {
+            e->stats.fua_writes++;      /* durable on completion anyway */
+        }
+        r = rbd_aio_writev(s->image, acb->iov, acb->niov, acb->offset, c);
+        break;
+    case BLK_REQ_FLUSH:
+        r = rbd_aio_flush(s->image, c);
+        break;
+    case BLK_REQ_DISCARD:
+        r = rbd_aio_discard(s->image, acb->offset, acb->bytes, c);
+        break;
+    default:
+        r = rbd_aio_write_zeroes(s->image, acb->offset, acb->bytes, c,
+                                 (acb->flags & BDRV_REQ_MAY_UNMAP) ? 0 :
+                                 RBD_WRITE_ZEROES_FLAG_THICK_PROVISION, 0);
+        break;
+    }
+    if (unlikely(r < 0)) {
+        /* Refused before librbd took the completion: ours to release. */
+        rbd_aio_release(c);
+        goto fail;
+    }
+    e->stats.requests++;
+    return;
+
+fail:
+    null_complete_later(ctx, acb, r);
+}
+
+static bool rbd_attach_aio_context(BlockBackend *bs, AioContext *ctx,
+                                   GError **errp)
+{
+    return blk_engine_get(ctx, &rbd_engine_ops, errp) != NULL;
+}
+
+/* ---- control: the worker and the main thread ----------------------- */
+
+static void rbd_state_unref(BDRVRBDState *s)
+{
+    if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        g_free(s);
+    }
+}
+
+/* Main thread: a size the worker read after an update notification. */
+static void rbd_size_bh(void *opaque)
+{
+    BDRVRBDState *s = opaque;
+    uint64_t size = __atomic_load_n(&s->new_size, __ATOMIC_ACQUIRE);
+
+    if (s->closing || size == blk_getlength(s->bs)) {
+        rbd_state_unref(s);
+        return;
+    }
+    info_report("%s: the image was resized on the cluster: %" PRIu64
+                " bytes (was %" PRIu64 ")", s->bs->filename, size,
+                blk_getlength(s->bs));
+    blk_size_changed(s->bs, size);
+    rbd_state_unref(s);
+}
+
+/* Worker thread: one control job for the image of @opaque. */
+static void rbd_ctl_worker(gpointer data, gpointer opaque)
+{
+    BDRVRBDState *s = opaque;
+    RbdJob job = GPOINTER_TO_INT(data);
+    uint64_t size;
+    int owner = 0, r;
+    char *owners[8];
+    size_t n = G_N_ELEMENTS(owners);
+    rbd_lock_mode_t mode;
+
+    switch (job) {
+    case RBD_JOB_REFRESH_SIZE:
+        r = rbd_get_size(s->image, &size);
+        if (r < 0) {
+            warn_report("%s: cannot read the size after an update: %s",
+                        s->bs->filename, g_strerror(-r));
+            return;
+        }
+        __atomic_store_n(&s->new_size, size, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&s->refs, 1, __ATOMIC_SEQ_CST);
+        aio_bh_schedule_oneshot(s->main_ctx, rbd_size_bh, s, "rbd-size");
+        break;
+    case RBD_JOB_RELEASE_LOCK:
+        /* Waits for the writes in flight; the next write takes it back. */
+        if (rbd_is_exclusive_lock_owner(s->image, &owner) < 0 || !owner) {
+            return;
+        }
+        r = rbd_lock_release(s->image);
+        if (r < 0) {
+            warn_report("%s: cannot release the exclusive lock: %s",
+                        s->bs->filename, g_strerror(-r));
+        } else {
+            info_report("%s: device stopped: exclusive lock released",
+                        s->bs->filename);
+        }
+        break;
+    case RBD_JOB_TAKEOVER:
+        /*
+         * The earlier process of this device died holding the lock; its
+         * watch would keep it for osd_client_watch_timeout (30 s).  Break
+         * it (librbd blocklists that client, rbd_blocklist_on_break_lock),
+         * and the writes waiting in librbd take the lock at once.
+         */
+        if ((rbd_is_exclusive_lock_owner(s->image, &owner) == 0 && owner) ||
+            rbd_lock_get_owners(s->image, &mode, owners, &n) < 0) {
+            return;             /* ours already, or nobody's */
+        }
+        for (size_t i = 0; i < n; i++) {
+            r = rbd_lock_break(s->image, RBD_LOCK_MODE_EXCLUSIVE, owners[i]);
+            if (r < 0) {
+                warn_report("%s: cannot break the exclusive lock of %s (an "
+                            "earlier process of this back-end): %s; writes "
+                            "wait until its watch times out",
+                            s->bs->filename, owners[i], g_strerror(-r));
+            } else {
+                info_report("%s: took the exclusive lock over from %s, an "
+                            "earlier process of this back-end (blocklisted)",
+                            s->bs->filename, owners[i]);
+            }
+        }
+        rbd_lock_get_owners_cleanup(owners, n);
+        break;
+    }
+}
+
+/* librbd thread: the image header changed (e.g. `rbd resize`). */
+static void rbd_update_cb(void *arg)
+{
+    BDRVRBDState *s = arg;
+
+    g_thread_pool_push(s->ctl, GINT_TO_POINTER(RBD_JOB_REFRESH_SIZE), NULL);
+}
+
+/* Any thread. */
+static void rbd_set_active(BlockBackend *bs, bool active, bool takeover)
+{
+    BDRVRBDState *s = bs->opaque;
+
+    if (bs->readonly) {
+        return;                 /* never locks */
+    }
+    if (!active) {
+        g_thread_pool_push(s->ctl, GINT_TO_POINTER(RBD_JOB_RELEASE_LOCK),
+                           NULL);
+    } else if (takeover) {
+        g_thread_pool_push(s->ctl, GINT_TO_POINTER(RBD_JOB_TAKEOVER), NULL);
+    }
+}
+
+/* Main thread. */
+static bool rbd_drv_truncate(BlockBackend *bs, uint64_t size, GError **errp)
+{
+    BDRVRBDState *s = bs->opaque;
+    int r;
+
+    if (bs->readonly) {
+        g_set_error(errp, VB_ERROR, 0, "%s is read-only (a snapshot or "
+                    "read-only=on): it cannot be resized", bs->filename);
+        return false;
+    }
+    r = rbd_resize(s->image, size);
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot resize to %" PRIu64
+                    " bytes: %s", bs->filename, size, g_strerror(-r));
+        return false;
+    }
+    return true;
+}
+
+/* ---- open and close ------------------------------------------------ */
+
+static void rbd_cluster_unref(RbdCluster *c)
+{
+    if (!c || --c->refs) {
+        return;
+    }
+    if (c->share) {
+        g_ptr_array_remove(rbd_shared_clusters, c);
+    }
+    rados_shutdown(c->cluster);
+    g_free(c->share);
+    g_free(c->conf);
+    g_free(c->user);
+    g_free(c);
+}
+
+/* "rados_connect failed" explained, for @desc. */
+static void rbd_connect_error(const char *desc, const BlockRbdOptions *o,
+                              unsigned int timeout, int r, GError **errp)
+{
+    const char *conf = o->conf ? o->conf : "the default ceph.conf";
+    const char *user = o->user ? o->user : "admin";
+
+    if (r == -ETIMEDOUT || r == -EINTR) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot connect to the Ceph "
+                    "cluster: no monitor of %s answered within %u s "
+                    "(connect-timeout); check mon_host there and that the "
+                    "monitors are up", desc, conf, timeout);
+    } else if (r == -EACCES || r == -EPERM || r == -ENOENT ||
+               r == -EINVAL) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot connect to the Ceph "
+                    "cluster: the monitors refused client.%s: %s; check its "
+                    "key (the keyring %s names, key-secret or "
+                    "ceph-keyfile)", desc, user, g_strerror(-r), conf);
+    } else {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot connect to the Ceph "
+                    "cluster (%s, client.%s): %s", desc, conf, user,
+                    g_strerror(-r));
+    }
+}
+
+/* Main thread: a connected cluster for @o (a shared one when asked). */
+static RbdCluster *rbd_cluster_get(const char *desc, const BlockRbdOptions *o,
+                                   GError **errp)
+{
+    unsigned int timeout = o->connect_timeout ? o->connect_timeout :
+                           BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT;
+    g_autofree char *tmo = g_strdup_printf("%u", timeout);
+    RbdCluster *c;
+    int r;
+
+    if (o->share && rbd_shared_clusters) {
+        for (guint i = 0; i < rbd_shared_clusters->len; i++) {
+            c = g_ptr_array_index(rbd_shared_clusters, i);
+            if (!strcmp(c->share, o->share)) {
+                if (g_strcmp0(c->conf, o->conf) ||
+                    g_strcmp0(c->user, o->user)) {
+                    g_set_error(errp, VB_ERROR, 0, "%s: the shared "
+                                "connection '%s' was opened with another "
+                                "conf or user; give this image another "
+                                "name", desc, o->share);
+                    return NULL;
+                }
+                c->refs++;
+                return c;
+            }
+        }
+    }
+    c = g_new0(RbdCluster, 1);
+    c->refs = 1;
+    c->conf = g_strdup(o->conf);
+    c->user = g_strdup(o->user);
+    r = rados_create(&c->cluster, o->user);
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot create a cluster handle "
+                    "for client.%s: %s", desc, o->user ? o->user : "admin",
+                    g_strerror(-r));
+        goto fail_free;
+    }
+    r = rados_conf_read_file(c->cluster, o->conf);
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot read the Ceph "
+                    "configuration %s: %s", desc,
+                    o->conf ? o->conf : "(default search path)",
+                    g_strerror(-r));
+        goto fail;
+    }
+    if (o->keyfile && access(o->keyfile, R_OK) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot read the key file %s: "
+                    "%s", desc, o->keyfile, g_strerror(errno));
+        goto fail;
+    }
+    /* Values we set: the connect bound, no librbd write-back cache. */
+    if ((o->key && (r = rados_conf_set(c->cluster, "key", o->key)) < 0) ||
+        (o->mon_host &&
+         (r = rados_conf_set(c->cluster, "mon_host", o->mon_host)) < 0) ||
+        (o->auth_client_required &&
+         (r = rados_conf_set(c->cluster, "auth_client_required",
+                             o->auth_client_required)) < 0) ||
+        (o->keyfile &&
+         (r = rados_conf_set(c->cluster, "keyfile", o->keyfile)) < 0) ||
+        (r = rados_conf_set(c->cluster, "client_mount_timeout", tmo)) < 0 ||
+        (r = rados_conf_set(c->cluster, "rados_mon_op_timeout", tmo)) < 0 ||
+        (r = rados_conf_set(c->cluster, "rbd_cache", "false")) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot configure the cluster "
+                    "handle: %s", desc, g_strerror(-r));
+        goto fail;
+    }
+    r = rados_connect(c->cluster);
+    if (r < 0) {
+        rbd_connect_error(desc, o, timeout, r, errp);
+        goto fail;
+    }
+    if (o->share) {
+        if (!rbd_shared_clusters) {
+            rbd_shared_clusters = g_ptr_array_new();
+        }
+        c->share = g_strdup(o->share);
+        g_ptr_array_add(rbd_shared_clusters, c);
+    }
+    return c;
+
+fail:
+    rados_shutdown(c->cluster);
+fail_free:
+    g_free(c->conf);
+    g_free(c->user);
+    g_free(c);
+    return NULL;
+}
+
+static void rbd_drv_close(BlockBackend *bs)
+{
+    BDRVRBDState *s = bs->opaque;
+
+    if (!s) {
+        return;
+    }
+    s->closing = true;
+    if (s->watching) {
+        rbd_update_unwatch(s->image, s->update_handle);
+    }
+    if (s->ctl) {
+        g_thread_pool_free(s->ctl, FALSE, TRUE);    /* waits for jobs */
+    }
+    if (s->image) {
+        rbd_close(s->image);
+    }
+    if (s->io) {
+        rados_ioctx_destroy(s->io);
+    }
+    rbd_cluster_unref(s->cluster);
+    bs->opaque = NULL;
+    /* A size BH still scheduled frees it, seeing s->closing. */
+    rbd_state_unref(s);
+}
+
+/* Main thread. */
+static bool rbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
+                         GError **errp)
+{
+    const BlockRbdOptions *o = &opts->rbd;
+    BDRVRBDState *s;
+    rbd_image_info_t info;
+    uint64_t size, stripe_unit = 0;
+    g_autofree char *desc = NULL;
+    int r;
+
+    if (!o->pool || !*o->pool || !o->image || !*o->image) {
+        g_set_error(errp, VB_ERROR, 0, "driver=rbd needs pool= and image= "
+                    "(rbd=POOL/IMAGE on --export)");
+        return false;
+    }
+    desc = g_strdup_printf("rbd:%s/%s%s%s%s%s", o->pool,
+                           o->namespace_ ? o->namespace_ : "",
+                           o->namespace_ ? "/" : "", o->image,
+                           o->snapshot ? "@" : "",
+                           o->snapshot ? o->snapshot : "");
+    s = g_new0(BDRVRBDState, 1);
+    s->refs = 1;
+    s->bs = bs;
+    s->main_ctx = qemu_get_current_aio_context();
+    bs->opaque = s;
+    bs->filename = g_strdup(desc);
+    if (o->snapshot) {
+        bs->readonly = true;    /* a snapshot cannot change */
+    }
+
+    s->cluster = rbd_cluster_get(desc, o, errp);
+    if (!s->cluster) {
+        goto fail;
+    }
+    r = rados_ioctx_create(s->cluster->cluster, o->pool, &s->io);
+    if (r < 0) {
+        if (r == -ENOENT) {
+            g_set_error(errp, VB_ERROR, 0, "%s: the cluster has no pool "
+                        "'%s' (see ceph osd pool ls)", desc, o->pool);
+        } else {
+            g_set_error(errp, VB_ERROR, 0, "%s: cannot open pool '%s': %s",
+                        desc, o->pool, g_strerror(-r));
+        }
+        goto fail;
+    }
+    if (o->namespace_) {
+        rados_ioctx_set_namespace(s->io, o->namespace_);
+    }
+    if (bs->readonly) {
+        r = rbd_open_read_only(s->io, o->image, &s->image, o->snapshot);
+    } else {
+        r = rbd_open(s->io, o->image, &s->image, NULL);
+    }
+    if (r < 0) {
+        s->image = NULL;
+        if (r == -ENOENT && o->snapshot) {
+            rbd_image_t probe;
+
+            if (rbd_open_read_only(s->io, o->image, &probe, NULL) == 0) {
+                rbd_close(probe);
+                g_set_error(errp, VB_ERROR, 0, "%s: image '%s' has no "
+                            "snapshot '%s' (see rbd snap ls %s/%s)", desc,
+                            o->image, o->snapshot, o->pool, o->image);
+                goto fail;
+            }
+        }
+        if (r == -ENOENT) {
+            g_set_error(errp, VB_ERROR, 0, "%s: pool '%s' has no image "
+                        "'%s' (see rbd ls %s)", desc, o->pool, o->image,
+                        o->pool);
+        } else if (r == -EACCES || r == -EPERM) {
+            g_set_error(errp, VB_ERROR, 0, "%s: client.%s may not open the "
+                        "image: %s; check its caps (ceph auth get)", desc,
+                        o->user ? o->user : "admin", g_strerror(-r));
+        } else {
+            g_set_error(errp, VB_ERROR, 0, "%s: cannot open the image: %s",
+                        desc, g_strerror(-r));
+        }
+        goto fail;
+    }
+    r = rbd_get_size(s->image, &size);
+    if (r == 0) {
+        r = rbd_stat(s->image, &info, sizeof(info));
+    }
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot read the image's size: "
+                    "%s", desc, g_strerror(-r));
+        goto fail;
+    }
+    if (rbd_get_stripe_unit(s->image, &stripe_unit) < 0 || !stripe_unit) {
+        stripe_unit = info.obj_size;
+    }
+    bs->size = size;
+    bs->bl.logical_block_size = 512;
+    bs->bl.physical_block_size = 512;
+    bs->bl.request_alignment = 1;
+    /* Whole objects (or stripe units) are what the OSDs write best. */
+    bs->bl.opt_io_size = stripe_unit <= UINT32_MAX ? stripe_unit : 0;
+    bs->bl.can_discard = true;
+    bs->bl.can_write_zeroes = true;
+
+    s->ctl = g_thread_pool_new(rbd_ctl_worker, s, 1, FALSE, NULL);
+    if (!o->snapshot && s->main_ctx) {
+        r = rbd_update_watch(s->image, &s->update_handle, rbd_update_cb, s);
+        if (r < 0) {
+            warn_report("%s: cannot watch the image for resizes: %s; a "
+                        "resize on the cluster reaches the guest only with "
+                        "block_resize", desc, g_strerror(-r));
+        } else {
+            s->watching = true;
+        }
+    }
+    return true;
+
+fail:
+    return false;               /* blk_open() calls rbd_drv_close() */
+}
+
+const BlockDriver bdrv_rbd = {
+    .format_name = "rbd",
+    .bdrv_open = rbd_drv_open,
+    .bdrv_close = rbd_drv_close,
+    .bdrv_truncate = rbd_drv_truncate,
+    .bdrv_attach_aio_context = rbd_attach_aio_context,
+    .bdrv_set_active = rbd_set_active,
+    .bdrv_aio_preadv = rbd_submit,
+    .bdrv_aio_pwritev = rbd_submit,
+    .bdrv_aio_flush = rbd_submit,
+    .bdrv_aio_pdiscard = rbd_submit,
+    .bdrv_aio_pwrite_zeroes = rbd_submit,
+};

@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Integration test: vhost-blkd serving Ceph RBD images of a real cluster
+ * (the rbd driver, block/rbd.c) through the front-end library.
+ *
+ * The cluster is the one $CEPH_CONF names (scripts/ceph-cluster.sh start
+ * prints it; CI starts it before the tests).  Without CEPH_CONF every case
+ * is skipped with that reason.  Each case makes its own image (named after
+ * the process) in pool $VB_CEPH_POOL (default "rbd") with librbd and
+ * removes it afterwards.
+ *
+ *   io:        reads and writes of several segments verify, flush, write
+ *              zeroes (with and without the unmap bit) read back zeroes,
+ *              the config space reports the image's object size as the
+ *              optimal I/O size
+ *   snapshot:  an export of IMAGE@SNAP is read-only (writes fail) and
+ *              reads the snapshot's data, not the image's
+ *   takeover:  kill -9 with writes in flight and a restart: the new
+ *              process breaks the dead one's exclusive lock (it knows from
+ *              the inflight region the front-end hands back) and every
+ *              resubmitted write completes and is in the image
+ */
+#include "qemu/osdep.h"
+#include "vb-daemon.h"
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+
+#define IMG_SIZE    (64 << 20)
+#define BUF_SIZE    (1 << 20)
+#define NREQ        16
+#define REQ_BYTES   65536
+
+typedef struct Fixture {
+    bool skip;
+    rados_t cluster;
+    rados_ioctx_t io;
+    char *image;
+    char *spec;                 /* --export keys for the image */
+    VbDaemon d;
+    VhostUserFrontend *fe;
+    uint8_t *buf;
+} Fixture;
+
+static const char *rbd_pool(void)
+{
+    const char *p = g_getenv("VB_CEPH_POOL");
+
+    return p ? p : "rbd";
+}
+
+/* Connect to the cluster and make an image; false (skipped) without one. */
+static bool rbd_setup(Fixture *f, const char *tag)
+{
+    const char *conf = g_getenv("CEPH_CONF");
+    int order = 22;             /* 4 MiB objects */
+
+    memset(f, 0, sizeof(*f));
+    if (!conf) {
+        g_test_skip("CEPH_CONF is not set: start a cluster with "
+                    "scripts/ceph-cluster.sh start and export CEPH_CONF");
+        f->skip = true;
+        return false;
+    }
+    g_assert_cmpint(rados_create(&f->cluster, NULL), ==, 0);
+    g_assert_cmpint(rados_conf_read_file(f->cluster, conf), ==, 0);
+    g_assert_cmpint(rados_connect(f->cluster), ==, 0);
+    g_assert_cmpint(rados_ioctx_create(f->cluster, rbd_pool(), &f->io), ==,
+                    0);
+    f->image = g_strdup_printf("itest-%s-%d", tag, (int)getpid());
+    rbd_remove(f->io, f->image);        /* a leftover of a killed run */
+    g_assert_cmpint(rbd_create(f->io, f->image, IMG_SIZE, &order), ==, 0);
+    f->spec = g_strdup_printf("rbd=%s/%s,ceph-conf=%s", rbd_pool(), f->image,
+                              conf);
+    return true;
+}
+
+static void rbd_start(Fixture *f, const char *spec)
+{
+    VbExportSpec es = { .num_queues = 1, .size = 4096, .rbd = spec };
+    VhostUserFrontendOptions opts = { .queue_size = 256, .mem_size = 8 << 20 };
+    g_autoptr(GError) err = NULL;
+
+    vb_daemon_init(&f->d, 1, &es);
+    f->d.stderr_to_log = true;
+    vb_daemon_start(&f->d);
+    f->fe = vb_connect(&f->d, 0, &opts);
+    vb_start(f->fe);
+    f->buf = vhost_user_frontend_mem_alloc(f->fe, BUF_SIZE, 4096, &err);
+    g_assert_no_error(err);
+}
+
+static void rbd_teardown(Fixture *f)
+{
+    if (f->skip) {
+        return;
+    }
+    if (f->fe) {
+        vhost_user_frontend_free(f->fe);
+        vb_daemon_cleanup(&f->d);
+    }
+    rbd_remove(f->io, f->image);
+    rados_ioctx_destroy(f->io);
+    rados_shutdown(f->cluster);
+    g_free(f->image);
+    g_free(f->spec);
+}
+
+/* The image's bytes at @off, read with librbd directly. */
+static void rbd_read_direct(Fixture *f, const char *snap, uint64_t off,
+                            void *buf, size_t len)
+{
+    rbd_image_t img;
+
+    g_assert_cmpint(rbd_open_read_only(f->io, f->image, &img, snap), ==, 0);
+    g_assert_cmpint(rbd_read(img, off, len, buf), ==, (ssize_t)len);
+    rbd_close(img);
+}
+
+static void test_io(void)
+{
+    Fixture f;
+    struct iovec iov[3];
+    struct virtio_blk_discard_write_zeroes *seg;
+    struct virtio_blk_config cfg;
+    g_autofree uint8_t *direct = g_malloc(3 * 65536);
+    g_autofree uint8_t *zero = g_malloc0(65536);
+
+    if (!rbd_setup(&f, "io")) {
+        return;
+    }
+    rbd_start(&f, f.spec);
+
+    /* three segments of different sizes, one request */
+    vb_fill_pattern(f.buf, 3 * 65536, 5);
+    iov[0] = (struct iovec) { f.buf, 4096 };
+    iov[1] = (struct iovec) { f.buf + 4096, 61440 };
+    iov[2] = (struct iovec) { f.buf + 65536, 2 * 65536 };
+    g_assert_cmpint(vb_reqv(f.fe, 0, VIRTIO_BLK_T_OUT, 2048, iov, 3, false,
+                            NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, false,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    memset(f.buf + 4 * 65536, 0, 3 * 65536);
+    g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_IN, 2048, f.buf + 4 * 65536,
+                           3 * 65536, true, NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_true(vb_check_pattern(f.buf + 4 * 65536, 3 * 65536, 5));
+    rbd_read_direct(&f, NULL, 2048 * 512, direct, 3 * 65536);
+    g_assert_true(vb_check_pattern(direct, 3 * 65536, 5));
+
+    /* write zeroes, thick and with the unmap bit: zeroes read back */
+    for (int unmap = 0; unmap <= 1; unmap++) {
+        uint64_t base = 8192 + unmap * 1024;
+
+        vb_fill_pattern(f.buf, 3 * 65536, 8 + unmap);
+        g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_OUT, base, f.buf,
+                               3 * 65536, false, NULL), ==, VIRTIO_BLK_S_OK);
+        seg = (void *)(f.buf + 4 * 65536);
+        seg->sector = base + 128;
+        seg->num_sectors = 128;
+        seg->flags = unmap ? VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP : 0;
+        g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_WRITE_ZEROES, 0, seg,
+                               sizeof(*seg), false, NULL), ==,
+                        VIRTIO_BLK_S_OK);
+        rbd_read_direct(&f, NULL, base * 512, direct, 3 * 65536);
+        g_assert_cmpmem(direct, 65536, f.buf, 65536);
+        g_assert_cmpmem(direct + 65536, 65536, zero, 65536);
+        g_assert_cmpmem(direct + 2 * 65536, 65536, f.buf + 2 * 65536, 65536);
+    }
+
+    /* the object size (4 MiB) as the optimal I/O size, in 512-byte
+     * blocks; the capacity is the image's */
+    g_assert_true(vhost_user_frontend_get_config(f.fe, 0, &cfg, sizeof(cfg),
+                                                 NULL));
+    g_assert_cmpuint(cfg.capacity, ==, IMG_SIZE / 512);
+    g_assert_cmpuint(cfg.opt_io_size, ==, (4 << 20) / 512);
+    rbd_teardown(&f);
+}
+
+static void test_snapshot(void)
+{
+    Fixture f;
+    rbd_image_t img;
+    g_autofree char *spec = NULL;
+    g_autofree uint8_t *data = g_malloc(65536);
+
+    if (!rbd_setup(&f, "snap")) {
+        return;
+    }
+    /* the image holds pattern 1 when the snapshot is taken, 2 after */
+    g_assert_cmpint(rbd_open(f.io, f.image, &img, NULL), ==, 0);
+    vb_fill_pattern(data, 65536, 1);
+    g_assert_cmpint(rbd_write(img, 0, 65536, (char *)data), ==, 65536);
+    g_assert_cmpint(rbd_snap_create(img, "s1"), ==, 0);
+    vb_fill_pattern(data, 65536, 2);
+    g_assert_cmpint(rbd_write(img, 0, 65536, (char *)data), ==, 65536);
+    rbd_close(img);
+
+    spec = g_strdup_printf("rbd=%s/%s@s1,ceph-conf=%s", rbd_pool(), f.image,
+                           g_getenv("CEPH_CONF"));
+    rbd_start(&f, spec);
+    g_assert_true(vhost_user_frontend_has_feature(f.fe, VIRTIO_BLK_F_RO));
+    g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_IN, 0, f.buf, 65536, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_true(vb_check_pattern(f.buf, 65536, 1));
+    vb_fill_pattern(f.buf, 4096, 3);
+    g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_OUT, 0, f.buf, 4096, false,
+                           NULL), ==, VIRTIO_BLK_S_IOERR);
+    rbd_read_direct(&f, NULL, 0, data, 65536);
+    g_assert_true(vb_check_pattern(data, 65536, 2));
+
+    vhost_user_frontend_free(f.fe);
+    f.fe = NULL;
+    vb_daemon_cleanup(&f.d);
+    g_assert_cmpint(rbd_open(f.io, f.image, &img, NULL), ==, 0);
+    g_assert_cmpint(rbd_snap_remove(img, "s1"), ==, 0);
+    rbd_close(img);
+    rbd_teardown(&f);
+}
+
+static void test_takeover(void)
+{
+    Fixture f;
+    g_autoptr(GError) err = NULL;
+    VhostUserFrontendCompletion c[NREQ];
+    g_autofree char *log = NULL;
+    g_autofree uint8_t *direct = g_malloc(REQ_BYTES);
+    bool seen[NREQ] = { false };
+    uint64_t size;
+    int64_t t0;
+    int n;
+
+    if (!rbd_setup(&f, "kill")) {
+        return;
+    }
+    rbd_start(&f, f.spec);
+    g_assert_cmpint(vhost_user_frontend_inflight_fd(f.fe, &size), >=, 0);
+
+    /* the first write takes the exclusive lock */
+    vb_fill_pattern(f.buf, 4096, 99);
+    g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_OUT, 0, f.buf, 4096, false,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    for (int i = 0; i < NREQ; i++) {
+        struct iovec iov = { f.buf + (size_t)i * REQ_BYTES, REQ_BYTES };
+
+        vb_fill_pattern(iov.iov_base, REQ_BYTES, 300 + i);
+        g_assert_cmpint(vhost_user_frontend_blk_submit(
+                            f.fe, 0, VIRTIO_BLK_T_OUT,
+                            8 + (uint64_t)i * (REQ_BYTES / 512) * 2, &iov, 1,
+                            false, GINT_TO_POINTER(i + 1)), >=, 0);
+    }
+    g_assert_cmpint(vhost_user_frontend_kick(f.fe, 0), >=, 0);
+    vb_daemon_kill(&f.d);       /* kill -9: the lock stays with it */
+
+    t0 = g_get_monotonic_time();
+    vb_daemon_start(&f.d);
+    vhost_user_frontend_reconnect(f.fe, 10000, &err);
+    g_assert_no_error(err);
+    n = vb_reap_n(f.fe, 0, c, NREQ);
+    g_test_message("every resubmitted write completed %.2f s after the "
+                   "restart", (g_get_monotonic_time() - t0) / 1e6);
+    g_assert_cmpint(n, ==, NREQ);
+    for (int i = 0; i < n; i++) {
+        int idx = GPOINTER_TO_INT(c[i].opaque) - 1;
+
+        g_assert_cmpint(idx, >=, 0);
+        g_assert_cmpint(idx, <, NREQ);
+        g_assert_false(seen[idx]);
+        seen[idx] = true;
+        g_assert_cmpint(c[i].status, ==, VIRTIO_BLK_S_OK);
+    }
+    for (int i = 0; i < NREQ; i++) {
+        rbd_read_direct(&f, NULL, (8 + (uint64_t)i * (REQ_BYTES / 512) * 2) *
+                        512, direct, REQ_BYTES);
+        g_assert_true(vb_check_pattern(direct, REQ_BYTES, 300 + i));
+    }
+    g_assert_true(g_file_get_contents(f.d.log_path, &log, NULL, NULL));
+    g_assert_nonnull(strstr(log, "took the exclusive lock over"));
+    rbd_teardown(&f);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/vhost-blkd/rbd/io", test_io);
+    g_test_add_func("/vhost-blkd/rbd/snapshot", test_snapshot);
+    g_test_add_func("/vhost-blkd/rbd/takeover", test_takeover);
+    return g_test_run();
+}
