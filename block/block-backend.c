@@ -86,6 +86,7 @@ static BlockBackend *blk_new(const BlockDriver *drv, const BlockOptions *opts)
 
     thread_pool_blk_init(bs);
     bs->drv = drv;
+    bs->main_ctx = qemu_get_current_aio_context();
     bs->readonly = opts->readonly;
     bs->batch = opts->batch;
     bs->bl.logical_block_size = 512;
@@ -101,12 +102,15 @@ static void blk_free(BlockBackend *bs)
     g_free(bs);
 }
 
+static BlockBackend *blk_open_finish(BlockBackend *bs,
+                                     const BlockOptions *opts, GError **errp);
+
 /* Main thread. */
 BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
 {
     const char *name = opts->driver ? opts->driver : "file";
     const BlockDriver *drv = blk_find_driver(name);
-    BlockBackend *bs, *top;
+    BlockBackend *bs;
 
     if (!drv) {
         g_set_error(errp, VB_ERROR, 0,
@@ -121,7 +125,77 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
         blk_free(bs);
         return NULL;
     }
-    top = bs;
+    return blk_open_finish(bs, opts, errp);
+}
+
+/* An asynchronous open (see blk_open_async()); worker, then main thread. */
+typedef struct BlkOpenJob {
+    BlockBackend *bs;
+    const BlockOptions *opts;
+    bool ok;
+    GError *err;
+    BlockOpenCompleteFunc *cb;
+    void *opaque;
+} BlkOpenJob;
+
+/* Main thread: the worker is done with @opaque. */
+static void blk_open_bh(void *opaque)
+{
+    BlkOpenJob *job = opaque;
+    BlockBackend *top = NULL;
+
+    if (job->ok) {
+        top = blk_open_finish(job->bs, job->opts, &job->err);
+    } else {
+        blk_free(job->bs);
+    }
+    job->cb(job->opaque, top, top ? NULL : job->err);
+    g_free(job);
+}
+
+/* Worker thread: the part of the open that waits on the network. */
+static gpointer blk_open_thread(gpointer opaque)
+{
+    BlkOpenJob *job = opaque;
+    BlockBackend *bs = job->bs;
+
+    job->ok = bs->drv->bdrv_open(bs, job->opts, &job->err);
+    if (!job->ok) {
+        bs->drv->bdrv_close(bs);
+    }
+    aio_bh_schedule_oneshot(bs->main_ctx, blk_open_bh, job, "blk-open");
+    return NULL;
+}
+
+/* Main thread. */
+void blk_open_async(const BlockOptions *opts, BlockOpenCompleteFunc *cb,
+                    void *opaque)
+{
+    const BlockDriver *drv = blk_find_driver(opts->driver ? opts->driver :
+                                             "file");
+    BlkOpenJob *job;
+    GError *err = NULL;
+    BlockBackend *bs;
+
+    if (!drv || !drv->bdrv_open_any_thread) {
+        bs = blk_open(opts, &err);
+        cb(opaque, bs, err);
+        return;
+    }
+    job = g_new0(BlkOpenJob, 1);
+    job->bs = blk_new(drv, opts);
+    job->opts = opts;
+    job->cb = cb;
+    job->opaque = opaque;
+    g_thread_unref(g_thread_new("blk-open", blk_open_thread, job));
+}
+
+/* Main thread: what follows the driver's open (a filter on top). */
+static BlockBackend *blk_open_finish(BlockBackend *bs,
+                                     const BlockOptions *opts, GError **errp)
+{
+    BlockBackend *top = bs;
+
     if (opts->inject.ops || opts->inject.delay_ms) {
         top = blk_new(&bdrv_blkdebug, opts);
         top->child = bs;

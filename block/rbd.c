@@ -60,16 +60,19 @@
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
 
-/* One cluster connection, maybe shared by several nodes (main thread). */
+/* One cluster connection, maybe shared by several nodes.  Opens run in
+ * worker threads (blk_open_async()): the list of shared connections and
+ * their reference counts are protected by rbd_clusters_lock. */
 typedef struct RbdCluster {
     char *share;                /* NULL: private to one node */
     char *conf;
     char *user;
     rados_t cluster;
-    unsigned int refs;
+    unsigned int refs;          /* protected by rbd_clusters_lock */
 } RbdCluster;
 
-static GPtrArray *rbd_shared_clusters;
+static GPtrArray *rbd_shared_clusters;  /* protected by rbd_clusters_lock */
+static GMutex rbd_clusters_lock;
 
 typedef enum RbdJob {
     RBD_JOB_REFRESH_SIZE = 1,
@@ -431,14 +434,21 @@ static bool rbd_drv_truncate(BlockBackend *bs, uint64_t size, GError **errp)
 
 /* ---- open and close ------------------------------------------------ */
 
+/* Any thread. */
 static void rbd_cluster_unref(RbdCluster *c)
 {
-    if (!c || --c->refs) {
+    if (!c) {
+        return;
+    }
+    g_mutex_lock(&rbd_clusters_lock);
+    if (--c->refs) {
+        g_mutex_unlock(&rbd_clusters_lock);
         return;
     }
     if (c->share) {
         g_ptr_array_remove(rbd_shared_clusters, c);
     }
+    g_mutex_unlock(&rbd_clusters_lock);
     rados_shutdown(c->cluster);
     g_free(c->share);
     g_free(c->conf);
@@ -471,31 +481,56 @@ static void rbd_connect_error(const char *desc, const BlockRbdOptions *o,
     }
 }
 
-/* Main thread: a connected cluster for @o (a shared one when asked). */
+/* The shared connection @o names, with a reference taken, or NULL
+ * (@errp set if it exists with another conf or user).  Called with
+ * rbd_clusters_lock held. */
+static RbdCluster *rbd_cluster_find_shared(const char *desc,
+                                           const BlockRbdOptions *o,
+                                           GError **errp)
+{
+    for (guint i = 0; rbd_shared_clusters && i < rbd_shared_clusters->len;
+         i++) {
+        RbdCluster *c = g_ptr_array_index(rbd_shared_clusters, i);
+
+        if (!strcmp(c->share, o->share)) {
+            if (g_strcmp0(c->conf, o->conf) || g_strcmp0(c->user, o->user)) {
+                g_set_error(errp, VB_ERROR, 0, "%s: the shared connection "
+                            "'%s' was opened with another conf or user; "
+                            "give this image another name", desc, o->share);
+                return NULL;
+            }
+            c->refs++;
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * Any thread (a worker when opened through blk_open_async()): a connected
+ * cluster for @o (a shared one when asked).  Two nodes naming the same new
+ * shared connection at once may both connect; the second to finish uses
+ * the first's and shuts its own down.
+ */
 static RbdCluster *rbd_cluster_get(const char *desc, const BlockRbdOptions *o,
                                    GError **errp)
 {
     unsigned int timeout = o->connect_timeout ? o->connect_timeout :
                            BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT;
     g_autofree char *tmo = g_strdup_printf("%u", timeout);
-    RbdCluster *c;
+    GError *found_err = NULL;
+    RbdCluster *c, *other;
     int r;
 
-    if (o->share && rbd_shared_clusters) {
-        for (guint i = 0; i < rbd_shared_clusters->len; i++) {
-            c = g_ptr_array_index(rbd_shared_clusters, i);
-            if (!strcmp(c->share, o->share)) {
-                if (g_strcmp0(c->conf, o->conf) ||
-                    g_strcmp0(c->user, o->user)) {
-                    g_set_error(errp, VB_ERROR, 0, "%s: the shared "
-                                "connection '%s' was opened with another "
-                                "conf or user; give this image another "
-                                "name", desc, o->share);
-                    return NULL;
-                }
-                c->refs++;
-                return c;
+    if (o->share) {
+        g_mutex_lock(&rbd_clusters_lock);
+        c = rbd_cluster_find_shared(desc, o, &found_err);
+        g_mutex_unlock(&rbd_clusters_lock);
+        if (c || found_err) {
+            if (found_err) {
+                g_propagate_error(errp, found_err);
             }
+            return c;
         }
     }
     c = g_new0(RbdCluster, 1);
@@ -544,11 +579,27 @@ static RbdCluster *rbd_cluster_get(const char *desc, const BlockRbdOptions *o,
         goto fail;
     }
     if (o->share) {
-        if (!rbd_shared_clusters) {
-            rbd_shared_clusters = g_ptr_array_new();
+        g_mutex_lock(&rbd_clusters_lock);
+        other = rbd_cluster_find_shared(desc, o, &found_err);
+        if (!other && !found_err) {
+            if (!rbd_shared_clusters) {
+                rbd_shared_clusters = g_ptr_array_new();
+            }
+            c->share = g_strdup(o->share);
+            g_ptr_array_add(rbd_shared_clusters, c);
         }
-        c->share = g_strdup(o->share);
-        g_ptr_array_add(rbd_shared_clusters, c);
+        g_mutex_unlock(&rbd_clusters_lock);
+        if (other || found_err) {
+            /* Another open made it first: use that one. */
+            if (found_err) {
+                g_propagate_error(errp, found_err);
+            }
+            rados_shutdown(c->cluster);
+            g_free(c->conf);
+            g_free(c->user);
+            g_free(c);
+            return other;
+        }
     }
     return c;
 
@@ -587,7 +638,7 @@ static void rbd_drv_close(BlockBackend *bs)
     rbd_state_unref(s);
 }
 
-/* Main thread. */
+/* Any thread: the main one (blk_open()) or a worker (blk_open_async()). */
 static bool rbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
                          GError **errp)
 {
@@ -611,7 +662,7 @@ static bool rbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     s = g_new0(BDRVRBDState, 1);
     s->refs = 1;
     s->bs = bs;
-    s->main_ctx = qemu_get_current_aio_context();
+    s->main_ctx = bs->main_ctx;
     bs->opaque = s;
     bs->filename = g_strdup(desc);
     if (o->snapshot) {
@@ -708,6 +759,7 @@ fail:
 
 const BlockDriver bdrv_rbd = {
     .format_name = "rbd",
+    .bdrv_open_any_thread = true,
     .bdrv_open = rbd_drv_open,
     .bdrv_close = rbd_drv_close,
     .bdrv_truncate = rbd_drv_truncate,

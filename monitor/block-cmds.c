@@ -81,6 +81,7 @@ void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
     s->iothreads = g_ptr_array_new();
     s->secrets = g_ptr_array_new();
     s->nodes = g_ptr_array_new();
+    s->pending_nodes = g_ptr_array_new();
     s->exports = g_ptr_array_new();
     s->named_fds = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
                                          NULL);
@@ -90,6 +91,34 @@ void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
 static void vb_named_fd_close(gpointer key, gpointer value, gpointer opaque)
 {
     close(GPOINTER_TO_INT(value));
+}
+
+/*
+ * A blockdev-add (QMP) whose open runs in a worker thread
+ * (blk_open_async(): driver=rbd waits for the cluster).  Its node name is
+ * taken from the start; the node is registered and the command answered
+ * in the main thread when the open ends.  Owns copies of every string of
+ * @o: the command's arguments are gone by then.
+ */
+struct VbPendingOpen {
+    VbState *s;                 /* NULL: the daemon is shutting down */
+    char *name;
+    bool discard;
+    BlockOptions o;
+    GPtrArray *strings;         /* g_free()d with it */
+    QmpPending *p;
+};
+
+static VbPendingOpen *vb_pending_find(VbState *s, const char *name)
+{
+    for (guint i = 0; name && i < s->pending_nodes->len; i++) {
+        VbPendingOpen *po = g_ptr_array_index(s->pending_nodes, i);
+
+        if (!strcmp(po->name, name)) {
+            return po;
+        }
+    }
+    return NULL;
 }
 
 static VbNode *vb_node_find(VbState *s, const char *name)
@@ -151,6 +180,12 @@ void vb_state_cleanup(VbState *s)
     while (s->nodes->len) {
         vb_node_free(g_ptr_array_steal_index(s->nodes, 0));
     }
+    while (s->pending_nodes->len) {
+        VbPendingOpen *po = g_ptr_array_steal_index(s->pending_nodes, 0);
+
+        po->s = NULL;       /* its open, if it ever ends, closes the node */
+    }
+    g_ptr_array_free(s->pending_nodes, true);
     while (s->iothreads->len) {
         VbIOThreadObj *t = g_ptr_array_steal_index(s->iothreads, 0);
 
@@ -363,22 +398,31 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
 
 /* ---- nodes ------------------------------------------------------------- */
 
-VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
-                     bool discard, GError **errp)
+/* @name is free for a new node. */
+static bool vb_node_name_free(VbState *s, const char *name, GError **errp)
+{
+    if (vb_node_find(s, name)) {
+        vb_set_error(errp, "Duplicate nodes with node-name='%s'", name);
+        return false;
+    }
+    if (vb_pending_find(s, name)) {
+        vb_set_error(errp, "Duplicate nodes with node-name='%s': a "
+                     "blockdev-add of that name is still opening it (its "
+                     "reply has not come yet)", name);
+        return false;
+    }
+    return true;
+}
+
+/* Register the open node @blk as @name. */
+static VbNode *vb_node_register(VbState *s, const char *name,
+                                const BlockOptions *opts, bool discard,
+                                BlockBackend *blk)
 {
     VbNode *n;
-    BlockBackend *blk;
     bool is_null = opts->driver && !strcmp(opts->driver, "null");
     bool is_rbd = opts->driver && !strcmp(opts->driver, "rbd");
 
-    if (vb_node_find(s, name)) {
-        vb_set_error(errp, "Duplicate nodes with node-name='%s'", name);
-        return NULL;
-    }
-    blk = blk_open(opts, errp);
-    if (!blk) {
-        return NULL;
-    }
     n = g_new0(VbNode, 1);
     n->name = g_strdup(name);
     n->driver = g_strdup(is_null ? "null-co" : is_rbd ? "rbd" :
@@ -406,6 +450,105 @@ VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
     n->discard = discard;
     g_ptr_array_add(s->nodes, n);
     return n;
+}
+
+VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
+                     bool discard, GError **errp)
+{
+    BlockBackend *blk;
+
+    if (!vb_node_name_free(s, name, errp)) {
+        return NULL;
+    }
+    blk = blk_open(opts, errp);
+    if (!blk) {
+        return NULL;
+    }
+    return vb_node_register(s, name, opts, discard, blk);
+}
+
+static const char *vb_pending_strdup(VbPendingOpen *po, const char *str)
+{
+    char *copy = g_strdup(str);
+
+    if (copy) {
+        g_ptr_array_add(po->strings, copy);
+    }
+    return copy;
+}
+
+static void vb_pending_free(VbPendingOpen *po)
+{
+    g_ptr_array_free(po->strings, true);
+    g_free(po->name);
+    g_free(po);
+}
+
+/* Main thread: the worker's open of @opaque ended. */
+static void vb_node_open_done(void *opaque, BlockBackend *blk, GError *err)
+{
+    VbPendingOpen *po = opaque;
+    VbState *s = po->s;
+
+    if (!s) {
+        /* The daemon shut down meanwhile. */
+        blk_close(blk);
+        qmp_pending_complete(po->p, NULL, err ? err :
+                             g_error_new(VB_ERROR, 0, "shutting down"));
+        vb_pending_free(po);
+        return;
+    }
+    g_ptr_array_remove(s->pending_nodes, po);
+    if (blk) {
+        vb_node_register(s, po->name, &po->o, po->discard, blk);
+        qmp_pending_complete(po->p, vb_empty(), NULL);
+    } else {
+        qmp_pending_complete(po->p, NULL, err);
+    }
+    vb_pending_free(po);
+}
+
+/*
+ * vb_node_open() without blocking the main loop: the reply of @p comes
+ * when the open has ended (at once for the drivers that open in the main
+ * thread).
+ */
+static void vb_node_open_async(VbState *s, const char *name,
+                               const BlockOptions *opts, bool discard,
+                               QmpPending *p)
+{
+    GError *err = NULL;
+    VbPendingOpen *po;
+    BlockRbdOptions *r;
+
+    if (!vb_node_name_free(s, name, &err)) {
+        qmp_pending_complete(p, NULL, err);
+        return;
+    }
+    po = g_new0(VbPendingOpen, 1);
+    po->s = s;
+    po->name = g_strdup(name);
+    po->discard = discard;
+    po->p = p;
+    po->strings = g_ptr_array_new_with_free_func(g_free);
+    po->o = *opts;
+    po->o.driver = vb_pending_strdup(po, opts->driver);
+    po->o.filename = vb_pending_strdup(po, opts->filename);
+    r = &po->o.rbd;
+    r->pool = vb_pending_strdup(po, r->pool);
+    r->namespace_ = vb_pending_strdup(po, r->namespace_);
+    r->image = vb_pending_strdup(po, r->image);
+    r->snapshot = vb_pending_strdup(po, r->snapshot);
+    r->conf = vb_pending_strdup(po, r->conf);
+    r->user = vb_pending_strdup(po, r->user);
+    r->key = vb_pending_strdup(po, r->key);
+    r->keyfile = vb_pending_strdup(po, r->keyfile);
+    r->mon_host = vb_pending_strdup(po, r->mon_host);
+    r->auth_client_required = vb_pending_strdup(po,
+                                                r->auth_client_required);
+    r->share = vb_pending_strdup(po, r->share);
+    g_ptr_array_add(s->pending_nodes, po);
+    blk_open_async(&po->o, vb_node_open_done, po);
 }
 
 /*
@@ -466,6 +609,7 @@ static const char *vb_list_str(JsonNode *n)
 static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
                                    const char *name, bool ro, bool discard,
                                    bool auto_ro, int dz, bool no_flush,
+                                   QmpPending *p, bool *deferred,
                                    GError **errp)
 {
     const char *pool = NULL, *image = NULL, *ns = NULL, *snap = NULL;
@@ -575,11 +719,23 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
         }
         o.rbd.key = sec->base64;
     }
+    if (p) {
+        /* The cluster may not answer for connect-timeout seconds. */
+        *deferred = true;
+        vb_node_open_async(s, name, &o, discard, p);
+        return NULL;
+    }
     return vb_node_open(s, name, &o, discard, errp);
 }
 
-VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
-                        GError **errp)
+/*
+ * blockdev-add; with @p (QMP), a driver=rbd open goes to a worker thread:
+ * then *@deferred is set and @p is answered later, else the node (or NULL
+ * with @errp set) is the answer.
+ */
+static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
+                                      bool keyval, QmpPending *p,
+                                      bool *deferred, GError **errp)
 {
     static const char *const drivers[] = {
         "file", "host_device", "null-co", "null-aio", "rbd", NULL
@@ -638,7 +794,7 @@ VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
     if (driver == 4) {
         return vb_blockdev_add_rbd(s, &a, args, name, ro, discard == 1 ||
                                    discard == 3, auto_ro, dz, no_flush,
-                                   errp);
+                                   p, deferred, errp);
     }
     if (driver <= 1) {
         if (!qmp_args_str(&a, "filename", true, &filename, errp) ||
@@ -732,10 +888,24 @@ static JsonNode *vb_qmp_object_add(void *opaque, JsonObject *args,
     return vb_object_add(opaque, args, false, errp) ? vb_empty() : NULL;
 }
 
-static JsonNode *vb_qmp_blockdev_add(void *opaque, JsonObject *args,
-                                     GError **errp)
+VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
+                        GError **errp)
 {
-    return vb_blockdev_add(opaque, args, false, errp) ? vb_empty() : NULL;
+    return vb_blockdev_add_common(s, args, keyval, NULL, NULL, errp);
+}
+
+/* Deferred reply: an rbd image opens in a worker (see VbPendingOpen). */
+static void vb_qmp_blockdev_add(void *opaque, JsonObject *args,
+                                QmpPending *p)
+{
+    GError *err = NULL;
+    bool deferred = false;
+
+    if (vb_blockdev_add_common(opaque, args, false, p, &deferred, &err)) {
+        qmp_pending_complete(p, vb_empty(), NULL);
+    } else if (!deferred) {
+        qmp_pending_complete(p, NULL, err);
+    }
 }
 
 static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
@@ -752,6 +922,12 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
         return NULL;
     }
     n = vb_node_find(s, name);
+    if (!n && vb_pending_find(s, name)) {
+        vb_set_error(errp, "Node '%s' is still being opened (its "
+                     "blockdev-add has not returned yet); delete it after "
+                     "that command's reply", name);
+        return NULL;
+    }
     if (!n) {
         vb_set_error(errp, "Failed to find node with node-name='%s'", name);
         return NULL;
@@ -1712,7 +1888,7 @@ static JsonNode *vb_qmp_closefd(void *opaque, JsonObject *args,
 }
 
 const QmpCommand vb_qmp_commands[] = {
-    { "blockdev-add", vb_qmp_blockdev_add },
+    { "blockdev-add", NULL, vb_qmp_blockdev_add },
     { "object-add", vb_qmp_object_add },
     { "blockdev-del", vb_qmp_blockdev_del },
     { "block-export-add", vb_qmp_block_export_add },

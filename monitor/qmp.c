@@ -17,6 +17,18 @@
  * queued; the socket's write handler is installed only while the queue is
  * not empty.  Everything runs in one AioContext (the main thread): a
  * handler that blocks would stall the monitor, not the iothreads.
+ *
+ * Deferred replies: a command with an async handler gets a QmpPending
+ * and the session records it.  While it is pending the scanner stops
+ * after that command's text (the rest stays buffered, unscanned) and a
+ * socket client's read handler is removed, so the kernel's socket buffer
+ * holds back what the client sends next: nothing of that connection runs
+ * before the reply, and nothing piles up in our memory.  The completion
+ * (main thread) sends the reply, then resumes the session: the buffered
+ * commands run and reading starts again.  If the client went away in the
+ * meantime, the QmpPending has lost its session and the reply is dropped.
+ * A stand-alone session (tests, fuzzing) has no loop of its own to come
+ * back from: it waits in aio_poll() for the completion.
  */
 #include "qemu/osdep.h"
 #include "monitor/qmp.h"
@@ -27,6 +39,11 @@
 #include <sys/un.h>
 
 typedef struct QmpClient QmpClient;
+
+struct QmpPending {
+    QmpSession *ss;             /* NULL once the client has gone */
+    JsonNode *id;               /* the request's "id", or NULL */
+};
 
 struct QmpSession {
     QmpServer *server;
@@ -44,6 +61,10 @@ struct QmpSession {
     void (*emit)(void *opaque, const char *text, size_t len);
     void *emit_opaque;
     GString *sink;              /* stand-alone sessions */
+    /* Socket clients: run what was buffered after a deferred reply. */
+    void (*resume)(void *opaque);
+    QmpPending *pending;        /* a command whose reply is deferred */
+    bool dispatching;           /* inside a command handler */
 };
 
 struct QmpClient {
@@ -104,6 +125,19 @@ static void qmp_session_send_error(QmpSession *ss, const GError *err,
     json_object_set_string_member(e, "class", qmp_error_class_name(err));
     json_object_set_string_member(e, "desc", err->message);
     json_object_set_object_member(reply, "error", e);
+    if (id) {
+        json_object_set_member(reply, "id", json_node_copy(id));
+    }
+    qmp_session_send_object(ss, reply);
+}
+
+/* Send {"return": @ret} (taken) for the request with @id. */
+static void qmp_session_send_return(QmpSession *ss, JsonNode *ret,
+                                    JsonNode *id)
+{
+    g_autoptr(JsonObject) reply = json_object_new();
+
+    json_object_set_member(reply, "return", ret);
     if (id) {
         json_object_set_member(reply, "id", json_node_copy(id));
     }
@@ -315,6 +349,19 @@ static void qmp_session_dispatch(QmpSession *ss, JsonNode *root)
                         "The command %s has not been found", name);
             goto fail;
         }
+        if (c->async_fn) {
+            QmpPending *p = g_new0(QmpPending, 1);
+
+            p->ss = ss;
+            p->id = id ? json_node_copy(id) : NULL;
+            ss->pending = p;
+            ss->server->current = ss;
+            ss->dispatching = true;
+            c->async_fn(ss->server->cfg.opaque, args, p);
+            ss->dispatching = false;
+            ss->server->current = NULL;
+            return;     /* replied already, or qmp_pending_complete() will */
+        }
         ss->server->current = ss;
         ret = c->fn(ss->server->cfg.opaque, args, &err);
         ss->server->current = NULL;
@@ -323,20 +370,41 @@ static void qmp_session_dispatch(QmpSession *ss, JsonNode *root)
         assert(err);
         goto fail;
     }
-
-    {
-        g_autoptr(JsonObject) reply = json_object_new();
-
-        json_object_set_member(reply, "return", ret);
-        if (id) {
-            json_object_set_member(reply, "id", json_node_copy(id));
-        }
-        qmp_session_send_object(ss, reply);
-    }
+    qmp_session_send_return(ss, ret, id);
     return;
 
 fail:
     qmp_session_send_error(ss, err, id);
+}
+
+void qmp_pending_complete(QmpPending *p, JsonNode *ret, GError *err)
+{
+    QmpSession *ss = p->ss;
+
+    if (ss) {
+        assert(ss->pending == p);
+        if (ret) {
+            qmp_session_send_return(ss, ret, p->id);
+            ret = NULL;
+        } else {
+            assert(err);
+            qmp_session_send_error(ss, err, p->id);
+        }
+        ss->pending = NULL;
+        if (!ss->dispatching && ss->resume) {
+            ss->resume(ss->emit_opaque);
+        }
+    }
+    if (ret) {
+        json_node_unref(ret);
+    }
+    if (err) {
+        g_error_free(err);
+    }
+    if (p->id) {
+        json_node_unref(p->id);
+    }
+    g_free(p);
 }
 
 static void qmp_session_handle_text(QmpSession *ss, const char *text,
@@ -396,6 +464,11 @@ static bool qmp_session_pending(QmpSession *ss, size_t from, size_t to)
 static bool qmp_session_process(QmpSession *ss)
 {
     size_t start = 0;
+    bool stopped = false;
+
+    if (ss->pending) {
+        return true;            /* resumed by qmp_pending_complete() */
+    }
 
     for (size_t i = ss->scan; i < ss->in->len; i++) {
         char c = ss->in->data[i];
@@ -463,11 +536,22 @@ static bool qmp_session_process(QmpSession *ss)
             qmp_session_handle_range(ss, start, i + 1);
             start = i + 1;
             ss->depth = 0;
+            if (ss->pending && !ss->resume) {
+                /* Stand-alone: wait here for the deferred reply. */
+                while (ss->pending) {
+                    aio_poll(ss->server->cfg.ctx, true);
+                }
+            }
+            if (ss->pending) {
+                /* The rest waits, unscanned, for the reply. */
+                stopped = true;
+                break;
+            }
         }
     }
     /* Drop what was handled; keep the partial message. */
     g_byte_array_remove_range(ss->in, 0, start);
-    ss->scan = ss->in->len;
+    ss->scan = stopped ? 0 : ss->in->len;
     if (ss->in->len > QMP_MAX_INPUT) {
         g_autoptr(GError) e = g_error_new(QMP_ERROR, QMP_ERROR_GENERIC,
                                           "QMP message too large (over %u "
@@ -554,6 +638,9 @@ bool qmp_server_is_listener(QmpServer *s, int fd)
 void qmp_session_free(QmpSession *ss)
 {
     if (ss) {
+        if (ss->pending) {
+            ss->pending->ss = NULL;     /* its reply has nowhere to go */
+        }
         qmp_session_drop_fds(ss);
         g_byte_array_unref(ss->in);
         g_free(ss);
@@ -597,11 +684,31 @@ bool qmp_session_feed(QmpSession *ss, const char *buf, size_t len,
 
 static void qmp_client_read(void *opaque);
 static void qmp_client_write(void *opaque);
+static void qmp_client_kill(QmpClient *c, const char *why);
 
 static void qmp_client_update_handlers(QmpClient *c)
 {
-    aio_set_fd_handler(c->server->cfg.ctx, c->fd, qmp_client_read,
+    /* No reading while a reply is deferred: see the theory above. */
+    aio_set_fd_handler(c->server->cfg.ctx, c->fd,
+                       c->ss->pending ? NULL : qmp_client_read,
                        c->writing ? qmp_client_write : NULL, NULL, NULL, c);
+}
+
+/* Main thread: the deferred reply of @opaque's command went out. */
+static void qmp_client_resume(void *opaque)
+{
+    QmpClient *c = opaque;
+
+    if (c->dead) {
+        return;
+    }
+    if (!qmp_session_process(c->ss)) {
+        qmp_client_kill(c, "message too large");
+        return;
+    }
+    if (!c->dead) {
+        qmp_client_update_handlers(c);
+    }
 }
 
 /* Stop serving @c now; it is freed from a bottom half (we may be inside
@@ -753,6 +860,8 @@ static void qmp_client_read(void *opaque)
     g_byte_array_append(c->ss->in, (const guint8 *)buf, n);
     if (!qmp_session_process(c->ss)) {
         qmp_client_kill(c, "message too large");
+    } else if (c->ss->pending && !c->dead) {
+        qmp_client_update_handlers(c);      /* stop reading */
     }
 }
 
@@ -777,6 +886,7 @@ void qmp_server_add_client(QmpServer *s, int fd, bool pretty)
     c->fd = fd;
     c->out = g_byte_array_new();
     c->ss = qmp_session_create(s, pretty, qmp_client_emit, c);
+    c->ss->resume = qmp_client_resume;
     g_ptr_array_add(s->clients, c);
     qmp_client_update_handlers(c);
     qmp_session_greet(c->ss);

@@ -153,6 +153,18 @@ typedef struct BlockAIOCB {
 } BlockAIOCB;
 
 BlockBackend *blk_open(const BlockOptions *opts, GError **errp);
+/*
+ * Main thread: blk_open() without blocking the main loop.  A driver whose
+ * open waits on the network (rbd: the monitors, then the OSDs) opens in a
+ * worker thread; @cb then runs later in the main thread with the node, or
+ * NULL and an error (taken by @cb).  For the other drivers (file, null)
+ * this is blk_open() and @cb runs before blk_open_async() returns.  @opts
+ * (and every string it points to) must stay valid until @cb runs.
+ */
+typedef void BlockOpenCompleteFunc(void *opaque, BlockBackend *blk,
+                                   GError *err);
+void blk_open_async(const BlockOptions *opts, BlockOpenCompleteFunc *cb,
+                    void *opaque);
 void blk_close(BlockBackend *blk);
 
 uint64_t blk_getlength(BlockBackend *blk);

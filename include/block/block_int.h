@@ -52,6 +52,14 @@ typedef enum BlockReqType {
  * it says otherwise.  A filter forwards a request by setting acb->blk to
  * its child and calling blk_drv_submit() on it; nothing above a driver
  * (the filter, the device, the export) looks at which driver it is.
+ * Opening may leave the main thread: a driver that sets
+ * @bdrv_open_any_thread (rbd) promises that bdrv_open() and, after a
+ * failed open, bdrv_close() touch nothing but @bs, @opts and state of its
+ * own that it locks, and use bs->main_ctx instead of the current context;
+ * blk_open_async() then runs them in a worker thread, because they wait
+ * on the network, and finishes in the main thread (the filter on top, the
+ * caller's registration of the node).  file and null open synchronously
+ * in the main thread, where blk_open() always opens.
  */
 typedef struct BlockDriver BlockDriver;
 
@@ -72,6 +80,9 @@ typedef void BlockDriverSubmitFunc(BlockBackend *bs, AioContext *ctx,
 
 struct BlockDriver {
     const char *format_name;
+    /* bdrv_open() (and bdrv_close() after it failed) may run in a worker
+     * thread: see the contract above. */
+    bool bdrv_open_any_thread;
     /* Open @bs from @opts: fill bs->size, bs->bl, bs->filename and
      * bs->opaque.  False with @errp set; the caller then calls
      * bdrv_close() on the partly opened node and frees @bs. */
@@ -116,6 +127,7 @@ struct BlockBackend {
     char *filename;             /* names the node in messages */
     bool readonly;
     bool batch;                 /* false: submit each request at once */
+    AioContext *main_ctx;       /* the main thread's, for bottom halves */
     uint64_t size;              /* atomic: blk_truncate() changes it */
     BlockLimits bl;
     /* Main thread: told when the size changed behind our back (e.g. the

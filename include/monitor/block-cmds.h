@@ -19,6 +19,7 @@
 #include "qemu/systemd.h"
 
 typedef struct VbNode VbNode;
+typedef struct VbPendingOpen VbPendingOpen;
 typedef struct VbExport VbExport;
 
 typedef struct VbIOThreadObj {
@@ -42,6 +43,8 @@ typedef struct VbState {
     GPtrArray *iothreads;       /* VbIOThreadObj, --object iothread */
     GPtrArray *secrets;         /* VbSecretObj, --object secret */
     GPtrArray *nodes;           /* VbNode */
+    GPtrArray *pending_nodes;   /* VbPendingOpen: blockdev-adds whose open
+                                 * runs in a worker; their names are taken */
     GPtrArray *exports;         /* VbExport */
     QmpServer *qmp;             /* events go here (NULL: none yet) */
     GHashTable *named_fds;      /* getfd: name -> fd (GINT_TO_POINTER) */

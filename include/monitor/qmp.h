@@ -8,6 +8,12 @@
  *
  * Threads: everything runs in the main thread's AioContext given at
  * creation; command handlers run there too, never in an iothread.
+ * Deferred replies: a command that must wait (for a cluster, say) has an
+ * async handler; it returns at once and its reply is sent later, from the
+ * main thread, by qmp_pending_complete().  Until then the connection that
+ * issued it runs none of its next commands (QMP's order per connection,
+ * as QEMU's monitor without out-of-band execution); every other
+ * connection and the rest of the main loop go on.
  * Hostile clients: a message over QMP_MAX_INPUT bytes, or a client that
  * lets more than QMP_MAX_OUTPUT bytes of replies pile up (it never reads),
  * is answered (if it can be) and disconnected; a message nested deeper
@@ -39,10 +45,28 @@ typedef struct QmpServer QmpServer;
 typedef JsonNode *QmpCommandFn(void *opaque, JsonObject *args,
                                GError **errp);
 
+/*
+ * A command whose reply may come later.  The handler (main thread) owns
+ * @p and must call qmp_pending_complete(@p, ...) exactly once, from the
+ * main thread, either before it returns or later.  @args is valid only
+ * during the call: copy what the later part needs.
+ */
+typedef struct QmpPending QmpPending;
+typedef void QmpCommandAsyncFn(void *opaque, JsonObject *args, QmpPending *p);
+
 typedef struct QmpCommand {
     const char *name;
-    QmpCommandFn *fn;
+    QmpCommandFn *fn;               /* the reply at once, or NULL... */
+    QmpCommandAsyncFn *async_fn;    /* ...for a command with a deferred one */
 } QmpCommand;
+
+/*
+ * Main thread: finish the command of @p with @ret (its "return" value,
+ * taken) or, if @ret is NULL, with @err (taken; class from
+ * qmp_error_class_name()).  Frees @p.  The reply is dropped if the client
+ * has gone; its next buffered command then runs.
+ */
+void qmp_pending_complete(QmpPending *p, JsonNode *ret, GError *err);
 
 typedef struct QmpServerConfig {
     AioContext *ctx;
