@@ -264,6 +264,61 @@ bool blk_truncate(BlockBackend *blk, uint64_t size, GError **errp)
     return true;
 }
 
+/* A resize in a worker (see blk_truncate_async()). */
+typedef struct BlkTruncateJob {
+    BlockBackend *blk;
+    uint64_t size;
+    GError *err;
+    BlockTruncateCompleteFunc *cb;
+    void *opaque;
+} BlkTruncateJob;
+
+/* Main thread: the worker's resize ended. */
+static void blk_truncate_bh(void *opaque)
+{
+    BlkTruncateJob *job = opaque;
+
+    if (!job->err) {
+        /* Pairs with the loads in blk_getlength(). */
+        __atomic_store_n(&job->blk->size, job->size, __ATOMIC_RELAXED);
+    }
+    job->cb(job->opaque, job->err);
+    g_free(job);
+}
+
+/* Worker thread: the part of the resize that waits on the network. */
+static gpointer blk_truncate_thread(gpointer opaque)
+{
+    BlkTruncateJob *job = opaque;
+
+    job->blk->drv->bdrv_truncate(job->blk, job->size, &job->err);
+    aio_bh_schedule_oneshot(job->blk->main_ctx, blk_truncate_bh, job,
+                            "blk-truncate");
+    return NULL;
+}
+
+/* Main thread. */
+void blk_truncate_async(BlockBackend *blk, uint64_t size,
+                        BlockTruncateCompleteFunc *cb, void *opaque)
+{
+    BlkTruncateJob *job;
+    GError *err = NULL;
+
+    if (!blk->drv->bdrv_truncate_any_thread || !blk->drv->bdrv_truncate ||
+        size < blk_getlength(blk)) {
+        /* Also the refusal to shrink, with blk_truncate()'s words. */
+        blk_truncate(blk, size, &err);
+        cb(opaque, err);
+        return;
+    }
+    job = g_new0(BlkTruncateJob, 1);
+    job->blk = blk;
+    job->size = size;
+    job->cb = cb;
+    job->opaque = opaque;
+    g_thread_unref(g_thread_new("blk-truncate", blk_truncate_thread, job));
+}
+
 /* Main thread. */
 void blk_size_changed(BlockBackend *bs, uint64_t size)
 {

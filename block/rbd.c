@@ -412,7 +412,7 @@ static void rbd_set_active(BlockBackend *bs, bool active, bool takeover)
     }
 }
 
-/* Main thread. */
+/* Any thread (a worker through blk_truncate_async()). */
 static bool rbd_drv_truncate(BlockBackend *bs, uint64_t size, GError **errp)
 {
     BDRVRBDState *s = bs->opaque;
@@ -760,6 +760,7 @@ fail:
 const BlockDriver bdrv_rbd = {
     .format_name = "rbd",
     .bdrv_open_any_thread = true,
+    .bdrv_truncate_any_thread = true,
     .bdrv_open = rbd_drv_open,
     .bdrv_close = rbd_drv_close,
     .bdrv_truncate = rbd_drv_truncate,

@@ -34,6 +34,7 @@ struct VbNode {
     bool cache_direct;
     bool discard;               /* discard=unmap */
     VbExport *user;             /* the export on it, if any */
+    bool resizing;              /* a block_resize runs in a worker */
 };
 
 struct VbExport {
@@ -178,7 +179,16 @@ void vb_state_cleanup(VbState *s)
         vb_export_delete(s, g_ptr_array_index(s->exports, 0));
     }
     while (s->nodes->len) {
-        vb_node_free(g_ptr_array_steal_index(s->nodes, 0));
+        VbNode *n = g_ptr_array_steal_index(s->nodes, 0);
+
+        if (n->resizing) {
+            /* A worker still waits on the cluster with it: leave it to
+             * the exiting process rather than free it under the worker. */
+            warn_report("node '%s': a block_resize is still waiting for "
+                        "the cluster; not closing it", n->name);
+            continue;
+        }
+        vb_node_free(n);
     }
     while (s->pending_nodes->len) {
         VbPendingOpen *po = g_ptr_array_steal_index(s->pending_nodes, 0);
@@ -932,6 +942,12 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
         vb_set_error(errp, "Failed to find node with node-name='%s'", name);
         return NULL;
     }
+    if (n->resizing) {
+        vb_set_error(errp, "Node '%s' is being resized (its block_resize "
+                     "has not returned yet); delete it after that "
+                     "command's reply", name);
+        return NULL;
+    }
     if (n->user) {
         vb_set_error(errp, "Node %s is in use", name);
         return NULL;
@@ -1452,49 +1468,97 @@ static JsonNode *vb_qmp_query_named_block_nodes(void *opaque,
     return json_node_init_array(json_node_alloc(), arr);
 }
 
-static JsonNode *vb_qmp_block_resize(void *opaque, JsonObject *args,
-                                     GError **errp)
+/* A block_resize whose resize runs in a worker (driver=rbd). */
+typedef struct VbResizeJob {
+    VbNode *node;               /* not deleted while resizing */
+    uint64_t size;
+    QmpPending *p;
+} VbResizeJob;
+
+/* The front-end of @n's export learns the new size @size. */
+static void vb_resize_tell(VbNode *n, uint64_t size, bool notified)
+{
+    if (!notified && vu_blk_export_is_connected(n->user->exp) && size != 0) {
+        info_report("export '%s': the front-end has no back-end channel "
+                    "(CONFIG_CHANGE_MSG); the guest sees the new size "
+                    "when it reads the config space again", n->user->id);
+    }
+}
+
+/* Main thread: the worker's resize of @opaque ended. */
+static void vb_resize_done(void *opaque, GError *err)
+{
+    VbResizeJob *job = opaque;
+    VbNode *n = job->node;
+    bool notified = false;
+
+    n->resizing = false;
+    if (err) {
+        qmp_pending_complete(job->p, NULL, err);
+    } else {
+        /* The export may have gone (or come) meanwhile. */
+        if (n->user) {
+            vu_blk_export_resized(n->user->exp, job->size, &notified);
+            vb_resize_tell(n, job->size, notified);
+        }
+        qmp_pending_complete(job->p, vb_empty(), NULL);
+    }
+    g_free(job);
+}
+
+/*
+ * Deferred reply: resizing an rbd image waits for the cluster, so it runs
+ * in a worker (blk_truncate_async()); the others resize at once.
+ */
+static void vb_qmp_block_resize(void *opaque, JsonObject *args,
+                                QmpPending *p)
 {
     VbState *s = opaque;
     g_auto(QmpArgs) a = { 0 };
+    GError *err = NULL;
+    GError **errp = &err;
     const char *device = NULL, *name = NULL;
     int64_t size = 0;
+    VbResizeJob *job;
     VbNode *n;
-    bool notified = false;
 
     qmp_args_init(&a, args, false, NULL);
     if (!qmp_args_str(&a, "device", false, &device, errp) ||
         !qmp_args_str(&a, "node-name", false, &name, errp) ||
         !qmp_args_int(&a, "size", true, &size, NULL, errp) ||
         !qmp_args_check_done(&a, errp)) {
-        return NULL;
+        goto fail;
     }
     /* vhost-blkd has no named BlockBackends ("devices"), as QSD. */
     n = device ? NULL : vb_node_find(s, name);
     if (!n) {
         vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
                      device ? device : "", name && !device ? name : "");
-        return NULL;
+        goto fail;
     }
     if (size < 0) {
         vb_set_error(errp, "Parameter 'size' expects a >0 size");
-        return NULL;
+        goto fail;
     }
-    if (n->user) {
-        if (!vu_blk_export_resize(n->user->exp, size, &notified, errp)) {
-            return NULL;
-        }
-        if (!notified && vu_blk_export_is_connected(n->user->exp) &&
-            (uint64_t)size != 0) {
-            info_report("export '%s': the front-end has no back-end channel "
-                        "(CONFIG_CHANGE_MSG); the guest sees the new size "
-                        "when it reads the config space again",
-                        n->user->id);
-        }
-    } else if (!blk_truncate(n->blk, size, errp)) {
-        return NULL;
+    if (n->resizing) {
+        vb_set_error(errp, "Node '%s' is being resized already (an earlier "
+                     "block_resize has not returned yet); wait for its "
+                     "reply", n->name);
+        goto fail;
     }
-    return vb_empty();
+    if (n->user && !vu_blk_export_resize_check(n->user->exp, size, errp)) {
+        goto fail;
+    }
+    job = g_new0(VbResizeJob, 1);
+    job->node = n;
+    job->size = size;
+    job->p = p;
+    n->resizing = true;
+    blk_truncate_async(n->blk, size, vb_resize_done, job);
+    return;
+
+fail:
+    qmp_pending_complete(p, NULL, err);
 }
 
 /* ---- statistics -------------------------------------------------------- */
@@ -1896,7 +1960,7 @@ const QmpCommand vb_qmp_commands[] = {
     { "query-block-exports", vb_qmp_query_block_exports },
     { "query-named-block-nodes", vb_qmp_query_named_block_nodes },
     { "query-iothreads", vb_qmp_query_iothreads },
-    { "block_resize", vb_qmp_block_resize },
+    { "block_resize", NULL, vb_qmp_block_resize },
     { "query-blockstats", vb_qmp_query_blockstats },
     { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
     { "x-vhost-blk-log-level", vb_qmp_x_log_level },

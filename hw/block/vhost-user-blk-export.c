@@ -860,20 +860,34 @@ BlockBackend *vu_blk_export_get_blk(VuBlkExport *exp)
     return exp->blk;
 }
 
-bool vu_blk_export_resize(VuBlkExport *exp, uint64_t size, bool *notified,
-                          GError **errp)
+bool vu_blk_export_resize_check(VuBlkExport *exp, uint64_t size,
+                                GError **errp)
 {
     uint32_t lbs = exp->dev.conf.logical_block_size;
 
-    *notified = false;
     if (size % lbs) {
         g_set_error(errp, VB_ERROR, 0, "size %" PRIu64 " is not a multiple "
                     "of the export's logical block size (%u)", size, lbs);
         return false;
     }
-    if (!blk_truncate(exp->blk, size, errp)) {
+    return true;
+}
+
+bool vu_blk_export_resize(VuBlkExport *exp, uint64_t size, bool *notified,
+                          GError **errp)
+{
+    *notified = false;
+    if (!vu_blk_export_resize_check(exp, size, errp) ||
+        !blk_truncate(exp->blk, size, errp)) {
         return false;
     }
+    vu_blk_export_resized(exp, size, notified);
+    return true;
+}
+
+void vu_blk_export_resized(VuBlkExport *exp, uint64_t size, bool *notified)
+{
+    *notified = false;
     if (virtio_blk_update_capacity(&exp->dev)) {
         info_report("%s: capacity now %" PRIu64 " sectors (%" PRIu64
                     " bytes)", vu_server_get_socket_path(exp->server),
@@ -883,7 +897,6 @@ bool vu_blk_export_resize(VuBlkExport *exp, uint64_t size, bool *notified,
             exp->config_changes++;
         }
     }
-    return true;
 }
 
 void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats)

@@ -165,6 +165,16 @@ typedef void BlockOpenCompleteFunc(void *opaque, BlockBackend *blk,
                                    GError *err);
 void blk_open_async(const BlockOptions *opts, BlockOpenCompleteFunc *cb,
                     void *opaque);
+/*
+ * Main thread: blk_truncate() without blocking the main loop.  For a
+ * driver whose resize waits on the network (rbd) the resize runs in a
+ * worker thread and @cb runs later in the main thread, with NULL or an
+ * error (taken by @cb); otherwise this is blk_truncate() and @cb runs
+ * before it returns.  @blk must not be closed before @cb has run.
+ */
+typedef void BlockTruncateCompleteFunc(void *opaque, GError *err);
+void blk_truncate_async(BlockBackend *blk, uint64_t size,
+                        BlockTruncateCompleteFunc *cb, void *opaque);
 void blk_close(BlockBackend *blk);
 
 uint64_t blk_getlength(BlockBackend *blk);

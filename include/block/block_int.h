@@ -59,7 +59,9 @@ typedef enum BlockReqType {
  * blk_open_async() then runs them in a worker thread, because they wait
  * on the network, and finishes in the main thread (the filter on top, the
  * caller's registration of the node).  file and null open synchronously
- * in the main thread, where blk_open() always opens.
+ * in the main thread, where blk_open() always opens.  Likewise
+ * @bdrv_truncate_any_thread lets blk_truncate_async() run bdrv_truncate()
+ * in a worker; the new size is stored in the main thread after it.
  */
 typedef struct BlockDriver BlockDriver;
 
@@ -83,6 +85,9 @@ struct BlockDriver {
     /* bdrv_open() (and bdrv_close() after it failed) may run in a worker
      * thread: see the contract above. */
     bool bdrv_open_any_thread;
+    /* bdrv_truncate() may run in a worker thread, with requests in flight
+     * (blk_truncate_async()); it must not touch bs->size. */
+    bool bdrv_truncate_any_thread;
     /* Open @bs from @opts: fill bs->size, bs->bl, bs->filename and
      * bs->opaque.  False with @errp set; the caller then calls
      * bdrv_close() on the partly opened node and frees @bs. */

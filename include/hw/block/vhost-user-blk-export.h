@@ -134,5 +134,13 @@ BlockBackend *vu_blk_export_get_blk(VuBlkExport *exp);
  */
 bool vu_blk_export_resize(VuBlkExport *exp, uint64_t size, bool *notified,
                           GError **errp);
+/*
+ * The two halves of vu_blk_export_resize() around a resize done
+ * elsewhere (blk_truncate_async()), main thread: can the export take
+ * @size; the image now has @size bytes, tell the front-end.
+ */
+bool vu_blk_export_resize_check(VuBlkExport *exp, uint64_t size,
+                                GError **errp);
+void vu_blk_export_resized(VuBlkExport *exp, uint64_t size, bool *notified);
 
 #endif
