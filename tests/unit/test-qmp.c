@@ -3,11 +3,14 @@
  * The QMP monitor without sockets (monitor/qmp.c, monitor/qmp-args.c) and
  * qemu-storage-daemon's command-line parser (tools/qsd-cli.c): keyval,
  * argument checks and their QEMU error texts, framing across reads,
- * negotiation, id echoing, oversized messages.
+ * negotiation, id echoing, oversized messages; deferred replies with
+ * socket clients (socketpair).
  */
 #include "qemu/osdep.h"
 #include "monitor/qmp.h"
 #include "tools/qsd-cli.h"
+
+#include <sys/socket.h>
 
 static AioContext *ctx;
 
@@ -41,8 +44,39 @@ static JsonNode *echo_cmd(void *opaque, JsonObject *args, GError **errp)
     return json_node_init_object(json_node_alloc(), ret);
 }
 
+/* Deferred replies: "later" parks its QmpPending here. */
+static QmpPending *parked;
+
+static void later_cmd(void *opaque, JsonObject *args, QmpPending *p)
+{
+    g_assert_null(parked);
+    parked = p;
+}
+
+/* "now": an async handler that answers before it returns. */
+static void now_cmd(void *opaque, JsonObject *args, QmpPending *p)
+{
+    qmp_pending_complete(p, json_node_init_string(json_node_alloc(), "now"),
+                         NULL);
+}
+
+static void soon_bh(void *opaque)
+{
+    qmp_pending_complete(opaque, NULL,
+                         g_error_new(QMP_ERROR, QMP_ERROR_GENERIC, "soon"));
+}
+
+/* "soon": answers (an error) from a bottom half. */
+static void soon_cmd(void *opaque, JsonObject *args, QmpPending *p)
+{
+    aio_bh_schedule_oneshot(ctx, soon_bh, p, "soon");
+}
+
 static const QmpCommand cmds[] = {
     { "echo", echo_cmd },
+    { "later", NULL, later_cmd },
+    { "now", NULL, now_cmd },
+    { "soon", NULL, soon_cmd },
     { NULL, NULL },
 };
 
@@ -459,6 +493,133 @@ static void test_qsd_cli(void)
     g_assert_false(qsd_cli_export_is_qsd("file=/f,socket=/x,typo=1"));
 }
 
+/* The next line the server sent on @fd, running the loop until it has. */
+static char *client_line(int fd, GString *buf)
+{
+    for (;;) {
+        char *nl = strchr(buf->str, '\n');
+        char tmp[4096];
+        ssize_t n;
+
+        if (nl) {
+            char *line = g_strndup(buf->str, nl - buf->str);
+
+            g_string_erase(buf, 0, nl - buf->str + 1);
+            return line;
+        }
+        n = recv(fd, tmp, sizeof(tmp), MSG_DONTWAIT);
+        if (n > 0) {
+            g_string_append_len(buf, tmp, n);
+            continue;
+        }
+        g_assert_true(n < 0 && errno == EAGAIN);
+        aio_poll(ctx, true);
+    }
+}
+
+/* Nothing more from the server on @fd now. */
+static bool client_quiet(int fd, GString *buf)
+{
+    char c;
+
+    return !buf->len && recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK) < 0 &&
+           errno == EAGAIN;
+}
+
+static void client_send(int fd, const char *text)
+{
+    g_assert_cmpint(send(fd, text, strlen(text), 0), ==, strlen(text));
+}
+
+/* A socket client of @s past negotiation: our end of the socket. */
+static int client_new(QmpServer *s, GString *buf)
+{
+    int sv[2];
+    g_autofree char *greeting = NULL, *caps = NULL;
+
+    g_assert_cmpint(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+                    ==, 0);
+    qmp_server_add_client(s, sv[1], false);
+    greeting = client_line(sv[0], buf);
+    g_assert_nonnull(strstr(greeting, "\"QMP\""));
+    client_send(sv[0], "{\"execute\": \"qmp_capabilities\"}\n");
+    caps = client_line(sv[0], buf);
+    g_assert_cmpstr(caps, ==, "{\"return\":{}}");
+    return sv[0];
+}
+
+/*
+ * A deferred reply holds back the next commands of its connection only:
+ * another connection is answered meanwhile; then the reply comes, then
+ * the commands sent after it, in order.
+ */
+static void test_deferred(void)
+{
+    QmpServer *s = new_server();
+    g_autoptr(GString) abuf = g_string_new(NULL);
+    g_autoptr(GString) bbuf = g_string_new(NULL);
+    int a = client_new(s, abuf), b = client_new(s, bbuf);
+    char *line;
+
+    client_send(a, "{\"execute\": \"later\", \"id\": 1}\n"
+                "{\"execute\": \"echo\", \"arguments\": {\"s\": \"a\"}, "
+                "\"id\": 2}\n");
+    client_send(b, "{\"execute\": \"echo\", \"arguments\": {\"s\": \"b\"}}\n");
+    line = client_line(b, bbuf);
+    g_assert_cmpstr(line, ==, "{\"return\":{\"s\":\"b\",\"n\":0}}");
+    g_free(line);
+    g_assert_nonnull(parked);
+    g_assert_true(client_quiet(a, abuf));
+
+    /* Commands that answer at once or from a BH, on the other one. */
+    client_send(b, "{\"execute\": \"now\"}\n{\"execute\": \"soon\"}\n"
+                "{\"execute\": \"query-version\", \"id\": \"v\"}\n");
+    line = client_line(b, bbuf);
+    g_assert_cmpstr(line, ==, "{\"return\":\"now\"}");
+    g_free(line);
+    line = client_line(b, bbuf);
+    g_assert_cmpstr(line, ==, "{\"error\":{\"class\":\"GenericError\","
+                    "\"desc\":\"soon\"}}");
+    g_free(line);
+    line = client_line(b, bbuf);
+    g_assert_nonnull(strstr(line, "\"id\":\"v\""));
+    g_free(line);
+    g_assert_true(client_quiet(a, abuf));
+
+    qmp_pending_complete(g_steal_pointer(&parked),
+                         json_node_init_int(json_node_alloc(), 7), NULL);
+    line = client_line(a, abuf);
+    g_assert_cmpstr(line, ==, "{\"return\":7,\"id\":1}");
+    g_free(line);
+    line = client_line(a, abuf);
+    g_assert_cmpstr(line, ==, "{\"return\":{\"s\":\"a\",\"n\":0},\"id\":2}");
+    g_free(line);
+
+    /* A client (here: its session) that goes while its reply is
+     * deferred: the reply is dropped, nothing else happens. */
+    client_send(a, "{\"execute\": \"later\"}\n");
+    while (!parked) {
+        aio_poll(ctx, true);
+    }
+    close(a);
+    /* (Not reading while its reply is deferred, the server notices the
+     * end of file only after it: free the server, and the session, now.) */
+    qmp_server_free(s);
+    qmp_pending_complete(g_steal_pointer(&parked), NULL,
+                         g_error_new(QMP_ERROR, QMP_ERROR_GENERIC, "gone"));
+    close(b);
+}
+
+/* A stand-alone session waits for a deferred reply in the loop. */
+static void test_deferred_session(void)
+{
+    g_autofree char *out = talk("{\"execute\": \"soon\", \"id\": 3}\n"
+                                "{\"execute\": \"now\"}\n");
+
+    g_assert_cmpstr(out, ==, "{\"error\":{\"class\":\"GenericError\","
+                    "\"desc\":\"soon\"},\"id\":3}\n{\"return\":\"now\"}\n");
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -471,5 +632,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/keyval", test_keyval);
     g_test_add_func("/qmp/keyval-args", test_keyval_args);
     g_test_add_func("/qmp/qsd-cli", test_qsd_cli);
+    g_test_add_func("/qmp/deferred", test_deferred);
+    g_test_add_func("/qmp/deferred-session", test_deferred_session);
     return g_test_run();
 }
