@@ -6,10 +6,14 @@
  * rados_conf_read_file, rados_connect, bounded by client_mount_timeout and
  * rados_mon_op_timeout, both set from connect-timeout), opens the pool's
  * I/O context (and namespace) and the image, read-only for a snapshot or
- * read-only=on.  Every node has its own cluster connection unless nodes
- * name the same shared connection (x-shared-connection=NAME): a shared one
- * makes all their requests go through one librados messenger, which is
- * known to halve IOPS.
+ * read-only=on.  The open and a resize wait on the network, so the driver
+ * lets them run in a worker thread (bdrv_open_any_thread,
+ * bdrv_truncate_any_thread; QMP blockdev-add and block_resize do that):
+ * they touch only the node's own state and the shared-connection list,
+ * which rbd_clusters_lock protects.  Every node has its own cluster
+ * connection unless nodes name the same shared connection
+ * (x-shared-connection=NAME): a shared one makes all their requests go
+ * through one librados messenger, which is known to halve IOPS.
  *
  * Requests: reads and writes go to rbd_aio_readv()/rbd_aio_writev()
  * straight on the caller's iovecs (guest memory, no bounce), flush to
