@@ -176,6 +176,7 @@ void blk_open_async(const BlockOptions *opts, BlockOpenCompleteFunc *cb,
     BlkOpenJob *job;
     GError *err = NULL;
     BlockBackend *bs;
+    GThread *thread;
 
     if (!drv || !drv->bdrv_open_any_thread) {
         bs = blk_open(opts, &err);
@@ -187,7 +188,15 @@ void blk_open_async(const BlockOptions *opts, BlockOpenCompleteFunc *cb,
     job->opts = opts;
     job->cb = cb;
     job->opaque = opaque;
-    g_thread_unref(g_thread_new("blk-open", blk_open_thread, job));
+    thread = g_thread_try_new("blk-open", blk_open_thread, job, &err);
+    if (!thread) {
+        g_prefix_error(&err, "cannot start a thread to open the image: ");
+        blk_free(job->bs);
+        g_free(job);
+        cb(opaque, NULL, err);
+        return;
+    }
+    g_thread_unref(thread);
 }
 
 /* Main thread: what follows the driver's open (a filter on top). */
@@ -303,6 +312,7 @@ void blk_truncate_async(BlockBackend *blk, uint64_t size,
 {
     BlkTruncateJob *job;
     GError *err = NULL;
+    GThread *thread;
 
     if (!blk->drv->bdrv_truncate_any_thread || !blk->drv->bdrv_truncate ||
         size < blk_getlength(blk)) {
@@ -316,7 +326,14 @@ void blk_truncate_async(BlockBackend *blk, uint64_t size,
     job->size = size;
     job->cb = cb;
     job->opaque = opaque;
-    g_thread_unref(g_thread_new("blk-truncate", blk_truncate_thread, job));
+    thread = g_thread_try_new("blk-truncate", blk_truncate_thread, job, &err);
+    if (!thread) {
+        g_prefix_error(&err, "cannot start a thread to resize the image: ");
+        g_free(job);
+        cb(opaque, err);
+        return;
+    }
+    g_thread_unref(thread);
 }
 
 /* Main thread. */

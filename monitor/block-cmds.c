@@ -489,6 +489,10 @@ static const char *vb_pending_strdup(VbPendingOpen *po, const char *str)
 
 static void vb_pending_free(VbPendingOpen *po)
 {
+    if (po->o.rbd.key) {
+        /* As the secret objects: no copy of a key outlives its use. */
+        memset((char *)po->o.rbd.key, 0, strlen(po->o.rbd.key));
+    }
     g_ptr_array_free(po->strings, true);
     g_free(po->name);
     g_free(po);
