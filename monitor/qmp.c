@@ -164,7 +164,8 @@ static void qmp_session_greet(QmpSession *ss)
 
     json_object_set_object_member(qmp, "version",
                                   qmp_version_object(ss->server));
-    /* No out-of-band execution: every command is quick. */
+    /* No out-of-band execution: a command that waits defers its reply
+     * (QmpCommand.async_fn) and the main loop goes on. */
     json_object_set_array_member(qmp, "capabilities", json_array_new());
     json_object_set_object_member(g, "QMP", qmp);
     qmp_session_send_object(ss, g);
