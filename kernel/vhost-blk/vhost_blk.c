@@ -50,6 +50,7 @@
  * taking requests, then waits for every request in flight on it to
  * complete and be returned to the used ring, then drops the image.
  */
+#include <linux/cgroup.h>
 #include <linux/compat.h>
 #include <linux/falloc.h>
 #include <linux/file.h>
@@ -76,9 +77,16 @@
  * completions again (fairness between submission and completion).
  */
 #define VHOST_BLK_BATCH 64
+/*
+ * Dirty logging (VHOST_F_LOG_ALL): the guest-physical ranges of a request's
+ * device-writable descriptors are kept with the request until it completes,
+ * up to this many after merging adjacent ones.  A request with more is
+ * served synchronously, with the vhost core's own log array.
+ */
+#define VHOST_BLK_LOG_SLOTS 16
 
 enum {
-	VHOST_BLK_FEATURES = (VHOST_FEATURES & ~(1ULL << VHOST_F_LOG_ALL)) |
+	VHOST_BLK_FEATURES = VHOST_FEATURES |
 			     (1ULL << VIRTIO_BLK_F_SIZE_MAX) |
 			     (1ULL << VIRTIO_BLK_F_SEG_MAX) |
 			     (1ULL << VIRTIO_BLK_F_GEOMETRY) |
@@ -108,6 +116,14 @@ struct vhost_blk_req {
 	u32 len;		/* data bytes expected */
 	u16 head;
 	bool in;		/* device writes guest memory (IN) */
+	bool log_sync;		/* logging, too many ranges: synchronous I/O */
+	/*
+	 * Logging on: the device-writable ranges (guest-physical, in chain
+	 * order; the last one ends with the status byte), marked in the dirty
+	 * log when the request completes.  nlog is 0 when logging is off.
+	 */
+	unsigned int nlog;
+	struct vhost_log *log;
 };
 
 struct vhost_blk_vq {
@@ -135,6 +151,7 @@ struct vhost_blk_vq {
 	bool starved;
 	struct vring_used_elem *used;
 	unsigned int nused;
+	struct vhost_log *logs;	/* VHOST_BLK_LOG_SLOTS per request */
 };
 
 struct vhost_blk {
@@ -171,11 +188,47 @@ static void vhost_blk_req_put(struct vhost_blk_vq *bq, struct vhost_blk_req *req
 	bq->free[bq->nfree++] = req - bq->reqs;
 }
 
-/* Finish @req with @status; @written: data bytes put in guest memory. */
-static void vhost_blk_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
-			     u8 status, u32 written)
+/*
+ * Dirty logging: mark the first @dirty bytes of @req's device-writable
+ * ranges and, if @status_byte, the status byte (the last byte of the last
+ * range) in the VMM's log.  The ranges were taken, and checked against the
+ * memory table, by vhost_get_vq_desc(); vhost_log_write() marks the pages
+ * (its smp_wmb() orders our guest memory writes before the bits) and signals
+ * the log eventfd.  Queue thread, vq mutex held.
+ */
+static void vhost_blk_log_req(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
+			      u64 dirty, bool status_byte)
+{
+	struct vhost_log *last = &req->log[req->nlog - 1];
+	struct vhost_log st = { .addr = last->addr + last->len - 1, .len = 1 };
+	u64 total = 0;
+	unsigned int i;
+	int r = 0;
+
+	for (i = 0; i < req->nlog; i++)
+		total += req->log[i].len;
+	/* vhost_log_write() BUG()s on a length beyond its ranges. */
+	dirty = min(dirty, total);
+	if (dirty)
+		r = vhost_log_write(&bq->vq, req->log, req->nlog, dirty, NULL, 0);
+	if (!r && status_byte)
+		r = vhost_log_write(&bq->vq, &st, 1, 1, NULL, 0);
+	if (r < 0)
+		vq_err(&bq->vq, "vhost-blk: cannot write the dirty log (%d)\n", r);
+	req->nlog = 0;
+	req->log_sync = false;
+}
+
+/*
+ * Finish @req with @status; @written: data bytes put in guest memory (the
+ * used length), @dirty: data bytes the device may have written (what the
+ * dirty log gets; more than @written when a read failed part-way).
+ */
+static void __vhost_blk_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
+			       u8 status, u32 written, u32 dirty)
 {
 	u32 len = written;
+	bool status_ok = false;
 
 	if (req->status) {
 		if (put_user(status, req->status)) {
@@ -183,20 +236,29 @@ static void vhost_blk_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
 			len = 0;
 		} else {
 			len += 1;
+			status_ok = true;
 		}
 	} else {
 		len = 0;
 	}
+	if (unlikely(req->nlog))
+		vhost_blk_log_req(bq, req, dirty, status_ok);
 	vhost_blk_push_used(bq, req->head, len);
 	vhost_blk_req_put(bq, req);
+}
+
+static void vhost_blk_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
+			     u8 status, u32 written)
+{
+	__vhost_blk_finish(bq, req, status, written, written);
 }
 
 static void vhost_blk_rw_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req)
 {
 	bool ok = req->res >= 0 && (u64)req->res == req->len;
 
-	vhost_blk_finish(bq, req, ok ? VIRTIO_BLK_S_OK : VIRTIO_BLK_S_IOERR,
-			 ok && req->in ? req->len : 0);
+	__vhost_blk_finish(bq, req, ok ? VIRTIO_BLK_S_OK : VIRTIO_BLK_S_IOERR,
+			   ok && req->in ? req->len : 0, req->in ? req->len : 0);
 }
 
 /*
@@ -393,7 +455,9 @@ static void vhost_blk_handle_req(struct vhost_blk_vq *bq,
 		req->len = len;
 		init_sync_kiocb(&req->iocb, bq->file);
 		req->iocb.ki_pos = sector << VHOST_BLK_SECTOR_SHIFT;
-		req->iocb.ki_complete = vhost_blk_rw_done;
+		/* No ki_complete: the read/write returns when it is done. */
+		if (likely(!req->log_sync))
+			req->iocb.ki_complete = vhost_blk_rw_done;
 		if (!is_in) {
 			req->iocb.ki_flags |= IOCB_WRITE;
 			if (!READ_ONCE(bq->blk->writeback))
@@ -440,17 +504,55 @@ static void vhost_blk_handle_req(struct vhost_blk_vq *bq,
 	}
 }
 
+/*
+ * Logging on: keep @req's device-writable ranges (@log, @nlog from
+ * vhost_get_vq_desc()) until it completes.  Adjacent ranges are merged in
+ * place; if more than VHOST_BLK_LOG_SLOTS remain, the request is served
+ * synchronously and keeps pointing at the core's array, which stays valid
+ * until the next vhost_get_vq_desc() of this queue.
+ */
+static void vhost_blk_keep_log(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
+			       struct vhost_log *log, unsigned int nlog)
+{
+	unsigned int i, n = 0;
+
+	for (i = 0; i < nlog; i++) {
+		if (n && log[n - 1].addr + log[n - 1].len == log[i].addr) {
+			log[n - 1].len += log[i].len;
+			continue;
+		}
+		log[n++] = log[i];
+	}
+	req->nlog = n;
+	req->log_sync = n > VHOST_BLK_LOG_SLOTS;
+	if (req->log_sync) {
+		req->log = log;
+		return;
+	}
+	req->log = &bq->logs[(req - bq->reqs) * VHOST_BLK_LOG_SLOTS];
+	memcpy(req->log, log, n * sizeof(*log));
+}
+
 /* Queue thread, vq mutex held: take requests from the avail ring. */
 static void vhost_blk_handle_vq(struct vhost_blk_vq *bq)
 {
 	struct vhost_virtqueue *vq = &bq->vq;
 	struct vhost_dev *dev = &bq->blk->dev;
+	struct vhost_log *log = NULL;
 	struct blk_plug plug;
-	unsigned int out, in, n = 0;
+	unsigned int out, in, nlog = 0, n = 0;
+	struct vhost_blk_req *req;
 	int head;
 
 	if (!vhost_vq_get_backend(vq))
 		return;
+	/*
+	 * The only cost of dirty logging while it is off.  LOG_ALL changes only
+	 * while no request is in flight (vhost_blk_set_features), so every
+	 * request completes under the mode it was taken in.
+	 */
+	if (unlikely(vhost_has_feature(vq, VHOST_F_LOG_ALL)))
+		log = vq->log;
 	vhost_disable_notify(dev, vq);
 	blk_start_plug(&plug);
 	for (;;) {
@@ -464,7 +566,7 @@ static void vhost_blk_handle_vq(struct vhost_blk_vq *bq)
 			break;
 		}
 		head = vhost_get_vq_desc(vq, vq->iov, ARRAY_SIZE(vq->iov),
-					 &out, &in, NULL, NULL);
+					 &out, &in, log, &nlog);
 		if (unlikely(head < 0))
 			break;		/* the core reported it (vq_err) */
 		if (head == vq->num) {
@@ -475,8 +577,11 @@ static void vhost_blk_handle_vq(struct vhost_blk_vq *bq)
 			break;
 		}
 		bq->nfree--;
-		bq->reqs[bq->free[bq->nfree]].head = head;
-		vhost_blk_handle_req(bq, &bq->reqs[bq->free[bq->nfree]], out, in);
+		req = &bq->reqs[bq->free[bq->nfree]];
+		req->head = head;
+		if (unlikely(log))
+			vhost_blk_keep_log(bq, req, log, nlog);
+		vhost_blk_handle_req(bq, req, out, in);
 		n++;
 	}
 	blk_finish_plug(&plug);
@@ -546,9 +651,11 @@ static void vhost_blk_free_reqs(struct vhost_blk_vq *bq)
 	kvfree(bq->reqs);
 	kvfree(bq->free);
 	kvfree(bq->used);
+	kvfree(bq->logs);
 	bq->reqs = NULL;
 	bq->free = NULL;
 	bq->used = NULL;
+	bq->logs = NULL;
 	bq->nreqs = bq->nfree = bq->nused = 0;
 }
 
@@ -622,6 +729,18 @@ static long vhost_blk_attach(struct vhost_blk *b, struct vhost_blk_vq *bq, int f
 			ret = PTR_ERR(t);
 			goto err_file;
 		}
+		/*
+		 * A kthread starts in kthreadd's (the root) cgroups.  Put it in
+		 * the owner's, as the vhost core did with its own worker at
+		 * VHOST_SET_OWNER (vhost_attach_cgroups): the VM's cpu, cpuset,
+		 * io and pids limits then cover its disk work.  The worker is
+		 * the source, so every thread of the device shares its cgroups.
+		 */
+		ret = cgroup_attach_task_all(b->dev.worker, t);
+		if (ret) {
+			kthread_stop(t);
+			goto err_file;
+		}
 		get_task_struct(t);
 		WRITE_ONCE(bq->thread, t);
 		wake_up_process(t);
@@ -639,7 +758,9 @@ static long vhost_blk_attach(struct vhost_blk *b, struct vhost_blk_vq *bq, int f
 	bq->reqs = kvcalloc(num, sizeof(*bq->reqs), GFP_KERNEL_ACCOUNT);
 	bq->free = kvcalloc(num, sizeof(*bq->free), GFP_KERNEL_ACCOUNT);
 	bq->used = kvcalloc(num, sizeof(*bq->used), GFP_KERNEL_ACCOUNT);
-	if (!bq->reqs || !bq->free || !bq->used)
+	bq->logs = kvcalloc(num * VHOST_BLK_LOG_SLOTS, sizeof(*bq->logs),
+			    GFP_KERNEL_ACCOUNT);
+	if (!bq->reqs || !bq->free || !bq->used || !bq->logs)
 		goto err_reqs;
 	for (i = 0; i < num; i++) {
 		bq->reqs[i].bq = bq;
@@ -719,17 +840,59 @@ static void vhost_blk_stop_all(struct vhost_blk *b)
 
 /* ------------------------------------------------------------------ ioctls */
 
+/*
+ * dev mutex held, @bq attached.  Switch VHOST_F_LOG_ALL with no request in
+ * flight, so that each request is logged (or not) from the moment it is
+ * taken from the ring to its completion: a request taken before logging
+ * starts would otherwise write guest memory unmarked after the VMM began
+ * copying it, and one taken while logging was on would mark bits in a log
+ * the VMM frees once LOG_ALL is off.  The queue takes no new request, the
+ * thread keeps reaping, and the switch happens once everything completed.
+ */
+static void vhost_blk_switch_log(struct vhost_blk_vq *bq, u64 features)
+{
+	struct vhost_virtqueue *vq = &bq->vq;
+	struct file *file;
+
+	mutex_lock(&vq->mutex);
+	file = vhost_vq_get_backend(vq);
+	vhost_vq_set_backend(vq, NULL);
+	mutex_unlock(&vq->mutex);
+	wait_event(bq->drain_wq, atomic_read(&bq->inflight) == 0);
+	mutex_lock(&vq->mutex);
+	vhost_blk_reap(bq);
+	vq->acked_features = features;
+	vhost_vq_set_backend(vq, file);
+	mutex_unlock(&vq->mutex);
+	/* Requests may have arrived meanwhile. */
+	set_bit(VHOST_BLK_KICKED, &bq->flags);
+	wake_up_process(bq->thread);
+}
+
 static long vhost_blk_set_features(struct vhost_blk *b, u64 features)
 {
+	const u64 log_all = 1ULL << VHOST_F_LOG_ALL;
 	int i;
 
 	if (features & ~(u64)VHOST_BLK_FEATURES)
 		return -EOPNOTSUPP;
 	mutex_lock(&b->dev.mutex);
+	/* As vhost-net: the log must cover the memory table (-EFAULT). */
+	if ((features & log_all) && !vhost_log_access_ok(&b->dev)) {
+		mutex_unlock(&b->dev.mutex);
+		return -EFAULT;
+	}
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
-		mutex_lock(&b->vqs[i].vq.mutex);
-		b->vqs[i].vq.acked_features = features;
-		mutex_unlock(&b->vqs[i].vq.mutex);
+		struct vhost_blk_vq *bq = &b->vqs[i];
+
+		/* bq->file changes only under the dev mutex, which we hold. */
+		if (bq->file && ((bq->vq.acked_features ^ features) & log_all)) {
+			vhost_blk_switch_log(bq, features);
+			continue;
+		}
+		mutex_lock(&bq->vq.mutex);
+		bq->vq.acked_features = features;
+		mutex_unlock(&bq->vq.mutex);
 	}
 	if (!b->wc_explicit)
 		WRITE_ONCE(b->writeback,

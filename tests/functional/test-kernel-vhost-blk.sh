@@ -11,7 +11,8 @@
 # 25 hostile ring cases, 5 hostile VMM cases) on a file and on the block
 # device; vhost-blk-bench in kernel mode, --verify randrw with sizes from
 # 512 B to 64 KiB mixed in each run on 1 and 4 queues, and 4 KiB / 128 KiB
-# runs, on both; one kthread per queue; read-only
+# runs, on both, and with a dirty log set; one kthread per queue, each in
+# the owner's cgroup (cgroup v2, the owner in a child cgroup); read-only
 # enforcement; rmmod; no Oops, BUG, WARNING, KASAN or hung-task line in
 # dmesg.  Deterministic: nothing here is timed (waits have generous limits
 # and only catch hangs).
@@ -56,6 +57,10 @@ vb_check "guest job kernel-vhost-blk runs" vb_guest -a "$A" -j kernel-vhost-blk 
 vb_check_info "module loads (insmod vhost_iotlb, vhost, vhost_blk)" insmod pass
 vb_check_info "kcheck on a file (functional + hostile)" kcheck_file pass
 vb_check_info "kcheck on a block device (functional + hostile)" kcheck_bdev pass
+for b in file bdev; do
+    vb_check_info "kcheck dirty-log on the $b: every page the module wrote is marked, nothing else" \
+        kcheck_${b}_dirty_log 1
+done
 n=$(vb_info_get kcheck_file_hostile_ok || echo 0)
 if [ "$n" -ge 15 ]; then
     vb_ok "at least 15 hostile ring cases pass on the file ($n)"
@@ -71,10 +76,16 @@ for b in file bdev; do
         vb_check_info "bench --verify randrw 4 KiB and 128 KiB, 2 queues, $b" bench_${b}_fixed pass
     fi
 done
+for b in file bdev; do
+    vb_check_info "bench --verify with a dirty log set (VHOST_F_LOG_ALL on the running rings), $b" \
+        bench_${b}_dirty_log pass
+done
 vb_check_info "4 queues are served by 4 queue threads (vblk-PID-q0..3)" queue_threads 4
+vb_check_info "the 4 queue threads are in the owner's cgroup (0::/vbowner)" \
+    queue_threads_in_owner_cgroup 4
 vb_check_info "read-only image: reads work" bench_ro_read pass
 vb_check_info "read-only image: writes fail" bench_ro_write_refused pass
 vb_check_info "rmmod vhost_blk (and vhost, vhost_iotlb)" rmmod pass
 vb_check_info "/dev/vhost-blk gone after rmmod" dev_gone pass
-vb_check_info "no Oops/BUG/WARNING/KASAN line in the guest's dmesg" dmesg_bad 0
+vb_check_info "no Oops/BUG/WARNING/KASAN/hung-task/lockup line in the guest's dmesg" dmesg_bad 0
 vb_done
