@@ -49,6 +49,23 @@
  * Teardown: detaching a queue (fd -1, RESET_OWNER, close) first stops
  * taking requests, then waits for every request in flight on it to
  * complete and be returned to the used ring, then drops the image.
+ *
+ * Cgroups: each queue thread is attached, when it is created, to the
+ * cgroups of the vhost core's worker, which VHOST_SET_OWNER attached to the
+ * owner's; the VM's cpu, cpuset, io and pids limits cover its disk work.
+ *
+ * Dirty logging (VHOST_F_LOG_ALL, for live migration): with LOG_ALL acked
+ * the queue thread asks vhost_get_vq_desc() for the guest-physical ranges
+ * of each request's device-writable descriptors, keeps them (merged, up to
+ * VHOST_BLK_LOG_SLOTS per request; a request with more is served
+ * synchronously) and, when the request completes, marks the pages of the
+ * data it may have written and of its status byte with vhost_log_write().
+ * Used-ring updates are logged by the vhost core (VHOST_VRING_F_LOG).  The
+ * VMM switches LOG_ALL on and off on running rings; the switch waits until
+ * no request is in flight on the queue, so that each request is logged
+ * from its start to its end or not at all.  With logging off the cost is
+ * one feature test per batch, plus a never-taken branch per request (on a
+ * register) and per completion (on the request's nlog).
  */
 #include <linux/cgroup.h>
 #include <linux/compat.h>
@@ -848,31 +865,36 @@ static void vhost_blk_stop_all(struct vhost_blk *b)
  * copying it, and one taken while logging was on would mark bits in a log
  * the VMM frees once LOG_ALL is off.  The queue takes no new request, the
  * thread keeps reaping, and the switch happens once everything completed.
+ * A VMM killed meanwhile gets -EINTR, with the queue running as before.
  */
-static void vhost_blk_switch_log(struct vhost_blk_vq *bq, u64 features)
+static int vhost_blk_switch_log(struct vhost_blk_vq *bq, u64 features)
 {
 	struct vhost_virtqueue *vq = &bq->vq;
 	struct file *file;
+	int ret;
 
 	mutex_lock(&vq->mutex);
 	file = vhost_vq_get_backend(vq);
 	vhost_vq_set_backend(vq, NULL);
 	mutex_unlock(&vq->mutex);
-	wait_event(bq->drain_wq, atomic_read(&bq->inflight) == 0);
+	ret = wait_event_killable(bq->drain_wq, atomic_read(&bq->inflight) == 0);
 	mutex_lock(&vq->mutex);
-	vhost_blk_reap(bq);
-	vq->acked_features = features;
+	if (!ret) {
+		vhost_blk_reap(bq);
+		vq->acked_features = features;
+	}
 	vhost_vq_set_backend(vq, file);
 	mutex_unlock(&vq->mutex);
 	/* Requests may have arrived meanwhile. */
 	set_bit(VHOST_BLK_KICKED, &bq->flags);
 	wake_up_process(bq->thread);
+	return ret ? -EINTR : 0;
 }
 
 static long vhost_blk_set_features(struct vhost_blk *b, u64 features)
 {
 	const u64 log_all = 1ULL << VHOST_F_LOG_ALL;
-	int i;
+	int i, ret;
 
 	if (features & ~(u64)VHOST_BLK_FEATURES)
 		return -EOPNOTSUPP;
@@ -887,7 +909,11 @@ static long vhost_blk_set_features(struct vhost_blk *b, u64 features)
 
 		/* bq->file changes only under the dev mutex, which we hold. */
 		if (bq->file && ((bq->vq.acked_features ^ features) & log_all)) {
-			vhost_blk_switch_log(bq, features);
+			ret = vhost_blk_switch_log(bq, features);
+			if (ret) {
+				mutex_unlock(&b->dev.mutex);
+				return ret;
+			}
 			continue;
 		}
 		mutex_lock(&bq->vq.mutex);
