@@ -48,19 +48,35 @@ ln -s "$VHOST_BLK_GUEST_ASSETS/vmlinux" "$A/vmlinux"
   (cd "$P" && find . -print0 | LC_ALL=C sort -z |
       cpio --null -o -H newc --quiet -R 0:0) | gzip -1n; } > "$A/initramfs.img"
 
+# autoloading: the module names its static misc minor and its node
+aliases=$(modinfo -F alias "$(echo "$mods" | tail -n1)" | sort | tr '\n' ' ')
+vb_check_eq "module aliases for /dev/vhost-blk autoloading" "$aliases" \
+    "char-major-10-243 devname:vhost-blk "
+
 disk=$(vb_mkimg bdev 128M)
+# an ext4 file system for an O_DIRECT image file and the freeze check
+fsimg=$(vb_mkimg fs 256M)
+mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$fsimg" ||
+    vb_bail "mkfs.ext4 failed (e2fsprogs)"
 vb_check "guest job kernel-vhost-blk runs" vb_guest -a "$A" -j kernel-vhost-blk \
-    -t "${VB_KMOD_TIMEOUT:-900}" -m 1G vbdev=vda "$@" -- \
+    -t "${VB_KMOD_TIMEOUT:-900}" -m 1G vbdev=vda vbfsdev=vdb "$@" -- \
     -drive "file=$disk,if=none,id=kd0,format=raw,cache=none,aio=threads,discard=unmap" \
-    -device virtio-blk-pci,drive=kd0
+    -device virtio-blk-pci,drive=kd0 \
+    -drive "file=$fsimg,if=none,id=kd1,format=raw,cache=none,aio=threads" \
+    -device virtio-blk-pci,drive=kd1
 
 vb_check_info "module loads (insmod vhost_iotlb, vhost, vhost_blk)" insmod pass
 vb_check_info "kcheck on a file (functional + hostile)" kcheck_file pass
 vb_check_info "kcheck on a block device (functional + hostile)" kcheck_bdev pass
-for b in file bdev; do
+for b in file bdev fsfile; do
     vb_check_info "kcheck dirty-log on the $b: every page the module wrote is marked, nothing else" \
         kcheck_${b}_dirty_log 1
 done
+vb_check_info "kcheck on a buffered block device (page-cache coherence, layouts)" \
+    kcheck_bdev_buffered pass
+vb_check_info "kcheck on an O_DIRECT file on ext4 (layouts, limits, freeze)" \
+    kcheck_fsfile pass
+vb_check_info "/dev/vhost-blk is misc 10:243 (hex a:f3)" misc_dev a:f3
 n=$(vb_info_get kcheck_file_hostile_ok || echo 0)
 if [ "$n" -ge 15 ]; then
     vb_ok "at least 15 hostile ring cases pass on the file ($n)"

@@ -25,14 +25,24 @@
 
 #include <getopt.h>
 #include <linux/fs.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #define KC_QSIZE 64
 #define KC_HI 32                /* hand-built chains use descriptors >= this */
 #define KC_WAIT_STEPS 600       /* x 100 ms: a hang detector, not a timing */
+/*
+ * What the bounded-work checks allow SET_BACKEND -1 and the exit of a killed
+ * owner: generous against the seconds they take here, and far below the
+ * minutes an unbounded request would hold them.
+ */
+#define KC_BOUND_S 20
 
 static const char *kc_dev;
 static const char *kc_file;
@@ -612,6 +622,534 @@ static bool kc_case_dirty_log(Kc *k)
         }
     }
     return true;
+}
+
+/* -------------------------------------------- coherence, layouts, limits */
+
+static int kc_outcome(Kc *k, uint16_t head, uint32_t *ulen);
+
+/* O_DIRECT read of the image through an fd of our own (not the module). */
+static bool kc_direct_read(Kc *k, uint64_t sector, size_t off, size_t len)
+{
+    int fd = open(kc_file, O_RDONLY | O_DIRECT);
+    ssize_t r;
+
+    if (fd < 0) {
+        KC_FAIL("open %s O_DIRECT: %s", kc_file, strerror(errno));
+    }
+    r = pread(fd, k->buf + off, len, sector * 512);
+    close(fd);
+    if (r != (ssize_t)len) {
+        KC_FAIL("O_DIRECT pread: %zd (%s)", r, strerror(errno));
+    }
+    return true;
+}
+
+/*
+ * A block device opened buffered: WRITE_ZEROES (with and without the unmap
+ * flag) must read back as zeroes through the module's page cache, and
+ * still be zeroes on the disk after a FLUSH (no dirty page written over
+ * them); after a DISCARD the module and the disk agree.
+ */
+static bool kc_case_zero_coherence(Kc *k)
+{
+    static const struct { uint32_t type, flags; const char *what; } ops[] = {
+        { VIRTIO_BLK_T_WRITE_ZEROES, 0, "WRITE_ZEROES" },
+        { VIRTIO_BLK_T_WRITE_ZEROES, VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP,
+          "WRITE_ZEROES (unmap)" },
+        { VIRTIO_BLK_T_DISCARD, 0, "DISCARD" },
+    };
+    const uint64_t sector = 8192;
+    int st;
+
+    if (!kc_block || !kc_buffered) {
+        KC_FAIL("needs --block --buffered");
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(ops); i++) {
+        if (!kc_rw(k, sector, 65536, 0x21 + i)) {
+            return false;
+        }
+        kc_seg_req(k, ops[i].type, sector, 128, ops[i].flags, 1, &st);
+        if (ops[i].type == VIRTIO_BLK_T_DISCARD && st == VIRTIO_BLK_S_UNSUPP) {
+            continue;
+        }
+        if (st != VIRTIO_BLK_S_OK) {
+            KC_FAIL("%s: status %d", ops[i].what, st);
+        }
+        if (ops[i].type == VIRTIO_BLK_T_WRITE_ZEROES &&
+            !kc_zeroed(k, sector, 65536, ops[i].what)) {
+            return false;
+        }
+        /* what the module reads now, at 512 KiB */
+        memset(k->buf + 512 * 1024, 0xee, 65536);
+        if (kc_req(k, VIRTIO_BLK_T_IN, sector, 512 * 1024, 65536, true,
+                   NULL) != VIRTIO_BLK_S_OK) {
+            KC_FAIL("%s: read back failed", ops[i].what);
+        }
+        if (kc_req(k, VIRTIO_BLK_T_FLUSH, 0, 0, 0, false, NULL) !=
+            VIRTIO_BLK_S_OK) {
+            KC_FAIL("%s: FLUSH failed", ops[i].what);
+        }
+        if (!kc_direct_read(k, sector, 256 * 1024, 65536)) {
+            return false;
+        }
+        if (memcmp(k->buf + 256 * 1024, k->buf + 512 * 1024, 65536)) {
+            KC_FAIL("%s: after a FLUSH the disk (O_DIRECT) differs from what "
+                    "the module reads: a stale page was written back",
+                    ops[i].what);
+        }
+    }
+    return true;
+}
+
+/* One hand-built chain at KC_HI: descriptors over k->buf. */
+typedef struct KcDesc {
+    size_t off;                 /* into k->buf */
+    uint32_t len;
+    bool writable;
+} KcDesc;
+
+/* Publish it and return the status byte at k->buf[status_off], or -1. */
+static int kc_run_chain(Kc *k, const KcDesc *d, int n, size_t status_off)
+{
+    int got;
+
+    k->buf[status_off] = 0xff;
+    for (int i = 0; i < n; i++) {
+        vhost_user_frontend_write_desc(k->fe, 0, KC_HI + i,
+                                       k->buf_gpa + d[i].off, d[i].len,
+                                       (i < n - 1 ? VRING_DESC_F_NEXT : 0) |
+                                       (d[i].writable ? VRING_DESC_F_WRITE : 0),
+                                       KC_HI + i + 1);
+    }
+    got = kc_outcome(k, KC_HI, NULL);
+    return got & KC_GOT_USED ? k->buf[status_off] : -1;
+}
+
+/*
+ * VIRTIO 1.x 2.6.4: any descriptor layout.  Three of them, for a write and
+ * for a read of 4 KiB: header and data in one descriptor (data and status
+ * in one for the read), the data split at a non-sector boundary (100 +
+ * 3996), and the data at an odd address.  On an O_DIRECT backing all three
+ * are misaligned for the block layer.  Area at 640 KiB of k->buf.
+ */
+static bool kc_case_any_layout(Kc *k)
+{
+    const size_t A = 640 * 1024;      /* header at A, data around A + 4 KiB */
+    const size_t D = A + 4096;
+    static const char *names[] = { "header+data in one descriptor",
+                                   "data split 100 + 3996",
+                                   "data at an odd address" };
+
+    for (int l = 0; l < 3; l++) {
+        uint64_t sector = 2048 + l * 16;
+        struct virtio_blk_outhdr h = { .sector = htole64(sector) };
+        KcDesc d[4];
+        size_t data, st_off = A + 64;
+        int n, st;
+
+        /* --- write through layout l, read back the normal way --- */
+        h.type = htole32(VIRTIO_BLK_T_OUT);
+        switch (l) {
+        case 0:
+            data = A + 16;
+            memcpy(k->buf + A, &h, sizeof(h));
+            d[0] = (KcDesc){ A, 16 + 4096, false };
+            st_off = A + 16 + 4096 + 64;
+            d[1] = (KcDesc){ st_off, 1, true };
+            n = 2;
+            break;
+        case 1:
+            data = D;
+            memcpy(k->buf + A, &h, sizeof(h));
+            d[0] = (KcDesc){ A, 16, false };
+            d[1] = (KcDesc){ D, 100, false };
+            d[2] = (KcDesc){ D + 100, 3996, false };
+            d[3] = (KcDesc){ st_off, 1, true };
+            n = 4;
+            break;
+        default:
+            data = D + 1;
+            memcpy(k->buf + A, &h, sizeof(h));
+            d[0] = (KcDesc){ A, 16, false };
+            d[1] = (KcDesc){ D + 1, 4096, false };
+            d[2] = (KcDesc){ st_off, 1, true };
+            n = 3;
+            break;
+        }
+        for (size_t i = 0; i < 4096; i++) {
+            k->buf[data + i] = (uint8_t)(0x40 + l + i * 13 + (i >> 8));
+        }
+        st = kc_run_chain(k, d, n, st_off);
+        if (st != VIRTIO_BLK_S_OK) {
+            KC_FAIL("write, %s: status %d", names[l], st);
+        }
+        memset(k->buf + 512 * 1024, 0xee, 4096);
+        if (kc_req(k, VIRTIO_BLK_T_IN, sector, 512 * 1024, 4096, true,
+                   NULL) != VIRTIO_BLK_S_OK ||
+            memcmp(k->buf + 512 * 1024, k->buf + data, 4096)) {
+            KC_FAIL("write, %s: the data read back differs", names[l]);
+        }
+
+        /* --- write the normal way, read through layout l --- */
+        kc_fill(k, 0, 4096, 0x70 + l);
+        if (kc_req(k, VIRTIO_BLK_T_OUT, sector, 0, 4096, false, NULL) !=
+            VIRTIO_BLK_S_OK) {
+            KC_FAIL("read, %s: the plain write failed", names[l]);
+        }
+        h.type = htole32(VIRTIO_BLK_T_IN);
+        memcpy(k->buf + A, &h, sizeof(h));
+        memset(k->buf + D - 64, 0xee, 4096 + 256);
+        switch (l) {
+        case 0:
+            data = D;
+            st_off = D + 4096;
+            d[0] = (KcDesc){ A, 16, false };
+            d[1] = (KcDesc){ D, 4096 + 1, true };
+            n = 2;
+            break;
+        case 1:
+            data = D;
+            st_off = A + 64;
+            d[0] = (KcDesc){ A, 16, false };
+            d[1] = (KcDesc){ D, 100, true };
+            d[2] = (KcDesc){ D + 100, 3996, true };
+            d[3] = (KcDesc){ st_off, 1, true };
+            n = 4;
+            break;
+        default:
+            data = D + 1;
+            st_off = A + 64;
+            d[0] = (KcDesc){ A, 16, false };
+            d[1] = (KcDesc){ D + 1, 4096, true };
+            d[2] = (KcDesc){ st_off, 1, true };
+            n = 3;
+            break;
+        }
+        st = kc_run_chain(k, d, n, st_off);
+        if (st != VIRTIO_BLK_S_OK) {
+            KC_FAIL("read, %s: status %d", names[l], st);
+        }
+        if (memcmp(k->buf + data, k->buf, 4096)) {
+            KC_FAIL("read, %s: the data differs from what was written",
+                    names[l]);
+        }
+    }
+    return true;
+}
+
+/* The flush counter of the block device kc_file (/sys/dev/block/M:N/stat). */
+static bool kc_flushes(uint64_t *n)
+{
+    struct stat stt;
+    char path[64];
+    unsigned long long f[17] = { 0 };
+    FILE *fp;
+    int got;
+
+    if (stat(kc_file, &stt) < 0 || !S_ISBLK(stt.st_mode)) {
+        return false;
+    }
+    snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/stat",
+             major(stt.st_rdev), minor(stt.st_rdev));
+    fp = fopen(path, "r");
+    if (!fp) {
+        return false;
+    }
+    got = 0;
+    for (int i = 0; i < 17 && fscanf(fp, "%llu", &f[i]) == 1; i++) {
+        got++;
+    }
+    fclose(fp);
+    if (got < 16) {
+        return false;
+    }
+    *n = f[15];                 /* flush requests completed */
+    return true;
+}
+
+/*
+ * Writethrough (SET_WRITE_CACHE 0) makes DISCARD and WRITE_ZEROES durable
+ * too: the block device sees a flush after each of them.
+ */
+static bool kc_case_writethrough_flush(Kc *k)
+{
+    int kfd = vhost_user_frontend_kernel_fd(k->fe);
+    uint64_t f0, f1;
+    int v = 0, st;
+
+    if (!kc_block) {
+        KC_FAIL("needs --block");
+    }
+    if (ioctl(kfd, VHOST_BLK_SET_WRITE_CACHE, &v) < 0) {
+        KC_FAIL("VHOST_BLK_SET_WRITE_CACHE 0: %s", strerror(errno));
+    }
+    for (int i = 0; i < 2; i++) {
+        uint32_t type = i ? VIRTIO_BLK_T_DISCARD : VIRTIO_BLK_T_WRITE_ZEROES;
+
+        if (!kc_flushes(&f0)) {
+            KC_FAIL("no flush counter in /sys/dev/block/*/stat");
+        }
+        kc_seg_req(k, type, 4096, 64, 0, 1, &st);
+        if (i && st == VIRTIO_BLK_S_UNSUPP) {
+            break;
+        }
+        if (st != VIRTIO_BLK_S_OK) {
+            KC_FAIL("%s: status %d", i ? "DISCARD" : "WRITE_ZEROES", st);
+        }
+        if (!kc_flushes(&f1)) {
+            KC_FAIL("no flush counter");
+        }
+        if (f1 <= f0) {
+            KC_FAIL("writethrough %s completed without a flush of the device "
+                    "(flushes %" PRIu64 " -> %" PRIu64 ")",
+                    i ? "DISCARD" : "WRITE_ZEROES", f0, f1);
+        }
+    }
+    return true;
+}
+
+/*
+ * Freeze protection: with the image's file system frozen (FIFREEZE, what
+ * fsfreeze -f does), a guest write does not complete (we watch it for 2 s:
+ * nothing may happen), and completes with its data after the thaw.
+ */
+static bool kc_case_freeze(Kc *k)
+{
+    struct iovec iov = { k->buf, 4096 };
+    VhostUserFrontendCompletion c;
+    int fd = open(kc_file, O_RDONLY);
+    bool done = false;
+    int r, i;
+
+    if (fd < 0 || ioctl(fd, FIFREEZE, 0) < 0) {
+        int e = errno;
+
+        if (fd >= 0) {
+            close(fd);
+        }
+        KC_FAIL("FIFREEZE on %s: %s", kc_file, strerror(e));
+    }
+    kc_fill(k, 0, 4096, 0x66);
+    r = vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_OUT, 200, &iov,
+                                       1, false, NULL);
+    if (r >= 0) {
+        vhost_user_frontend_kick(k->fe, 0);
+        for (i = 0; i < 20 && !done; i++) {
+            done = vhost_user_frontend_reap(k->fe, 0, &c, 1) == 1;
+            if (!done) {
+                vhost_user_frontend_wait(k->fe, 0, 100);
+            }
+        }
+    }
+    if (ioctl(fd, FITHAW, 0) < 0) {
+        close(fd);
+        KC_FAIL("FITHAW: %s", strerror(errno));
+    }
+    close(fd);
+    if (r < 0) {
+        KC_FAIL("submit failed");
+    }
+    if (done) {
+        KC_FAIL("a write completed (status %d) while the file system was "
+                "frozen", c.status);
+    }
+    for (i = 0; i < KC_WAIT_STEPS && !done; i++) {
+        done = vhost_user_frontend_reap(k->fe, 0, &c, 1) == 1;
+        if (!done) {
+            vhost_user_frontend_wait(k->fe, 0, 100);
+        }
+    }
+    if (!done || c.status != VIRTIO_BLK_S_OK) {
+        KC_FAIL("after the thaw the write %s", done ? "failed" : "never completed");
+    }
+    memset(k->buf + 512 * 1024, 0xee, 4096);
+    if (kc_req(k, VIRTIO_BLK_T_IN, 200, 512 * 1024, 4096, true, NULL) != 0 ||
+        memcmp(k->buf + 512 * 1024, k->buf, 4096)) {
+        KC_FAIL("the write's data is not in the image after the thaw");
+    }
+    return true;
+}
+
+static double kc_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * Queue a guest-sized WRITE_ZEROES (32 segments over the whole image, many
+ * GiB of zeroes: minutes where the backing cannot offload it) and one
+ * within the limits (one segment of the maximum), and kick.
+ */
+static void kc_submit_huge(Kc *k)
+{
+    struct virtio_blk_discard_write_zeroes *seg = (void *)(k->buf + 768 * 1024);
+    uint32_t nsec = kc_cap / 512 > UINT32_MAX ? UINT32_MAX : kc_cap / 512;
+    struct iovec iov = { seg, sizeof(*seg) * VHOST_BLK_MAX_DISCARD_SEG };
+    struct iovec iov1 = { seg + VHOST_BLK_MAX_DISCARD_SEG, sizeof(*seg) };
+
+    for (int i = 0; i < VHOST_BLK_MAX_DISCARD_SEG; i++) {
+        seg[i] = (struct virtio_blk_discard_write_zeroes) { 0, htole32(nsec), 0 };
+    }
+    seg[VHOST_BLK_MAX_DISCARD_SEG] = (struct virtio_blk_discard_write_zeroes) {
+        0, htole32(MIN(nsec, VHOST_BLK_MAX_WRITE_ZEROES_SECTORS)), 0 };
+    vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_WRITE_ZEROES, 0,
+                                   &iov, 1, false, NULL);
+    vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_WRITE_ZEROES, 0,
+                                   &iov1, 1, false, NULL);
+    vhost_user_frontend_kick(k->fe, 0);
+}
+
+/*
+ * Bounded work: DISCARD/WRITE_ZEROES over the advertised limits are refused;
+ * SET_BACKEND -1 with a guest-sized request queued, and the exit of a
+ * SIGKILLed owner with one in flight, return within KC_BOUND_S.
+ */
+static bool kc_case_limits(Kc *k)
+{
+    struct vhost_vring_file f = { .index = 0, .fd = -1 };
+    int kfd = vhost_user_frontend_kernel_fd(k->fe);
+    uint64_t big = VHOST_BLK_MAX_WRITE_ZEROES_SECTORS + 8;
+    int st, pfd[2], wst;
+    double t0, t;
+    pid_t pid;
+    char c;
+
+    kc_seg_req(k, VIRTIO_BLK_T_WRITE_ZEROES, 0, 8, 0,
+               VHOST_BLK_MAX_WRITE_ZEROES_SEG + 1, &st);
+    if (st != VIRTIO_BLK_S_IOERR) {
+        KC_FAIL("WRITE_ZEROES with %d segments: status %d, want IOERR",
+                VHOST_BLK_MAX_WRITE_ZEROES_SEG + 1, st);
+    }
+    if (big <= kc_cap / 512) {
+        kc_seg_req(k, VIRTIO_BLK_T_WRITE_ZEROES, 0, big, 0, 1, &st);
+        if (st != VIRTIO_BLK_S_IOERR) {
+            KC_FAIL("WRITE_ZEROES of %" PRIu64 " sectors: status %d, want "
+                    "IOERR", big, st);
+        }
+    }
+    if ((uint64_t)VHOST_BLK_MAX_DISCARD_SECTORS + 8 <= kc_cap / 512) {
+        kc_seg_req(k, VIRTIO_BLK_T_DISCARD, 0,
+                   VHOST_BLK_MAX_DISCARD_SECTORS + 8, 0, 1, &st);
+        if (st != VIRTIO_BLK_S_IOERR) {
+            KC_FAIL("DISCARD over the sector limit: status %d", st);
+        }
+    }
+    /* within the limits: done */
+    kc_seg_req(k, VIRTIO_BLK_T_WRITE_ZEROES, 0,
+               MIN(kc_cap / 512, VHOST_BLK_MAX_WRITE_ZEROES_SECTORS), 0, 1, &st);
+    if (st != VIRTIO_BLK_S_OK) {
+        KC_FAIL("WRITE_ZEROES of the maximum: status %d", st);
+    }
+
+    kc_submit_huge(k);
+    t0 = kc_now();
+    if (ioctl(kfd, VHOST_BLK_SET_BACKEND, &f) < 0) {
+        KC_FAIL("SET_BACKEND -1: %s", strerror(errno));
+    }
+    t = kc_now() - t0;
+    printf("# SET_BACKEND -1 with a guest-sized request queued: %.2f s\n", t);
+    if (t > KC_BOUND_S) {
+        KC_FAIL("SET_BACKEND -1 took %.1f s (bound %d s)", t, KC_BOUND_S);
+    }
+
+    /* a killed owner with the same requests in flight */
+    if (pipe(pfd) < 0) {
+        KC_FAIL("pipe: %s", strerror(errno));
+    }
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        Kc k2 = { .img = -1, .errfd = -1 };
+
+        close(pfd[0]);
+        if (!kc_open(&k2, false, 0)) {
+            _exit(1);
+        }
+        kc_submit_huge(&k2);
+        if (write(pfd[1], "x", 1) != 1) {
+            _exit(1);
+        }
+        for (;;) {
+            pause();
+        }
+    }
+    close(pfd[1]);
+    if (pid < 0 || read(pfd[0], &c, 1) != 1) {
+        close(pfd[0]);
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &wst, 0);
+        }
+        KC_FAIL("the child owner did not start");
+    }
+    close(pfd[0]);
+    t0 = kc_now();
+    kill(pid, SIGKILL);
+    for (;;) {
+        pid_t r = waitpid(pid, &wst, WNOHANG);
+
+        t = kc_now() - t0;
+        if (r == pid) {
+            break;
+        }
+        if (t > KC_BOUND_S) {
+            KC_FAIL("a SIGKILLed owner has not exited after %d s (D state "
+                    "in close?)", KC_BOUND_S);
+        }
+        usleep(50 * 1000);
+    }
+    printf("# exit of a SIGKILLed owner with a guest-sized request: %.2f s\n",
+           t);
+    return true;
+}
+
+/*
+ * The owner's ioctls: a forked child (another mm) may not change the
+ * serial, the write cache or the features (EPERM); the ring may not move
+ * while an image is attached (SET_VRING_ADDR: EBUSY).
+ */
+static bool kc_v_owner_checks(Kc *k)
+{
+    int kfd = vhost_user_frontend_kernel_fd(k->fe);
+    uintptr_t base = ((uintptr_t)k->buf + 4095) & ~(uintptr_t)4095;
+    struct vhost_vring_addr a = {
+        .index = 0,
+        .desc_user_addr = base + 900 * 1024,
+        .avail_user_addr = base + 920 * 1024,
+        .used_user_addr = base + 940 * 1024,
+    };
+    pid_t pid;
+    int st;
+
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        struct vhost_blk_serial s = { .serial = "not-the-owner" };
+        uint64_t feat = 1ULL << VIRTIO_F_VERSION_1;
+        int v = 0, bad = 0;
+
+        bad |= !(ioctl(kfd, VHOST_BLK_SET_SERIAL, &s) < 0 && errno == EPERM);
+        bad |= !(ioctl(kfd, VHOST_BLK_SET_WRITE_CACHE, &v) < 0 &&
+                 errno == EPERM) << 1;
+        bad |= !(ioctl(kfd, VHOST_SET_FEATURES, &feat) < 0 &&
+                 errno == EPERM) << 2;
+        _exit(bad);
+    }
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+        WEXITSTATUS(st) != 0) {
+        KC_FAIL("a child process could use the owner's ioctls (mask 0x%x: "
+                "1 SET_SERIAL, 2 SET_WRITE_CACHE, 4 SET_FEATURES)",
+                WIFEXITED(st) ? WEXITSTATUS(st) : 0xff);
+    }
+    if (ioctl(kfd, VHOST_SET_VRING_ADDR, &a) == 0 || errno != EBUSY) {
+        KC_FAIL("SET_VRING_ADDR to new addresses while attached was not "
+                "refused with EBUSY (%s)", strerror(errno));
+    }
+    return kc_rw(k, 32, 4096, 0x34);
 }
 
 /* -------------------------------------------------------------- hostile */
@@ -1225,6 +1763,104 @@ static bool kc_v_other_process(Kc *k)
     return kc_rw(k, 32, 4096, 0x33);
 }
 
+/*
+ * SET_MEM_TABLE with requests in flight: the new table maps the guest's
+ * memory to a copy.  Requests that translated their buffers and status
+ * byte through the old table must be done with it when the ioctl returns:
+ * nothing may write the old memory after that.  20 reads are queued and
+ * the table changes as soon as the first one completes, while the others
+ * are in flight or not yet taken (those then use the new table).
+ */
+static bool kc_v_mem_table_drain(Kc *k)
+{
+    union {
+        struct vhost_memory m;
+        char b[sizeof(struct vhost_memory) + sizeof(struct vhost_memory_region)];
+    } u;
+    int kfd = vhost_user_frontend_kernel_fd(k->fe);
+    const size_t msz = 8 << 20, dlen = 768 * 1024;
+    const int nreq = 20;
+    uint8_t *m1 = vhost_user_frontend_gpa_to_host(k->fe, 0, msz);
+    uint8_t *m2, *snap, st_snap[KC_QSIZE];
+    VhostUserFrontendCompletion c[20];
+    int n = 0, i;
+
+    if (!m1) {
+        KC_FAIL("guest memory is not one region at GPA 0");
+    }
+    memset(k->buf, 0x5a, dlen);
+    for (i = 0; i < nreq; i++) {
+        struct iovec iov = { k->buf + 32768 * i, 32768 };
+
+        if (vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_IN,
+                                           (uint64_t)i * 64, &iov, 1, true,
+                                           NULL) < 0) {
+            KC_FAIL("submit %d failed", i);
+        }
+    }
+    m2 = mmap(NULL, msz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+              -1, 0);
+    snap = g_malloc(dlen);
+    if (m2 == MAP_FAILED) {
+        g_free(snap);
+        KC_FAIL("mmap: %s", strerror(errno));
+    }
+    memcpy(m2, m1, msz);
+    memset(&u, 0, sizeof(u));
+    u.m.nregions = 1;
+    u.m.regions[0].guest_phys_addr = 0;
+    u.m.regions[0].memory_size = msz;
+    u.m.regions[0].userspace_addr = (uintptr_t)m2;
+    vhost_user_frontend_kick(k->fe, 0);
+    for (i = 0; i < KC_WAIT_STEPS && !n; i++) {
+        n = vhost_user_frontend_reap(k->fe, 0, c, 1);
+        if (n < 0) {
+            g_free(snap);
+            KC_FAIL("reap failed");
+        }
+        if (!n) {
+            vhost_user_frontend_wait(k->fe, 0, 100);
+        }
+    }
+    if (ioctl(kfd, VHOST_SET_MEM_TABLE, &u.m) < 0) {
+        g_free(snap);
+        KC_FAIL("SET_MEM_TABLE: %s", strerror(errno));
+    }
+    memcpy(snap, k->buf, dlen);
+    for (int h = 0; h < KC_QSIZE; h++) {
+        st_snap[h] = ((uint8_t *)vhost_user_frontend_req_slot(k->fe, 0, h))[16];
+    }
+    for (i = 0; i < KC_WAIT_STEPS && n < nreq; i++) {
+        int r = vhost_user_frontend_reap(k->fe, 0, c, nreq - n);
+
+        if (r < 0) {
+            break;
+        }
+        n += r;
+        if (n < nreq) {
+            vhost_user_frontend_wait(k->fe, 0, 100);
+        }
+    }
+    if (n != nreq) {
+        g_free(snap);
+        KC_FAIL("%d of %d requests completed", n, nreq);
+    }
+    if (memcmp(snap, k->buf, dlen)) {
+        g_free(snap);
+        KC_FAIL("a request wrote data into the old memory after "
+                "SET_MEM_TABLE returned");
+    }
+    g_free(snap);
+    for (int h = 0; h < KC_QSIZE; h++) {
+        if (st_snap[h] !=
+            ((uint8_t *)vhost_user_frontend_req_slot(k->fe, 0, h))[16]) {
+            KC_FAIL("a status byte was written into the old memory after "
+                    "SET_MEM_TABLE returned (head %d)", h);
+        }
+    }
+    return true;                /* m2 stays mapped: the device may use it */
+}
+
 typedef struct KcCase {
     const char *name;
     bool (*fn)(Kc *k);
@@ -1232,6 +1868,7 @@ typedef struct KcCase {
     bool hostile;
     bool raw;                   /* fn opens what it needs */
     uint64_t features;          /* 0 = the library's default set */
+    bool named;                 /* run only when named on the command line */
 } KcCase;
 
 static const KcCase kc_cases[] = {
@@ -1251,6 +1888,11 @@ static const KcCase kc_cases[] = {
     { "ro-feature", kc_case_ro_feature, .features =
       (1ULL << VIRTIO_F_VERSION_1) | (1ULL << VIRTIO_BLK_F_RO) |
       (1ULL << VIRTIO_BLK_F_DISCARD) | (1ULL << VIRTIO_BLK_F_WRITE_ZEROES) },
+    { "any-layout", kc_case_any_layout },
+    { "limits", kc_case_limits },
+    { "zero-coherence", kc_case_zero_coherence, .named = true },
+    { "writethrough-flush", kc_case_writethrough_flush, .named = true },
+    { "freeze", kc_case_freeze, .named = true },
     { "hostile-data-outside-memory", kc_h_data_outside, false, true },
     { "hostile-data-past-region", kc_h_data_past_region, false, true },
     { "hostile-header-outside-memory", kc_h_header_outside, false, true },
@@ -1282,6 +1924,8 @@ static const KcCase kc_cases[] = {
     { "vmm-bad-backends", kc_v_bad_backends, false, true, true },
     { "vmm-reset-owner-in-flight", kc_v_reset_inflight, false, true },
     { "vmm-other-process", kc_v_other_process, false, true },
+    { "vmm-owner-checks", kc_v_owner_checks, false, true },
+    { "vmm-mem-table-drain", kc_v_mem_table_drain, false, true },
 };
 
 static bool kc_run(const KcCase *c)
@@ -1370,12 +2014,13 @@ int main(int argc, char **argv)
         return 1;
     }
     for (size_t i = 0; i < ARRAY_SIZE(kc_cases); i++) {
-        bool want = optind == argc;
+        bool want = optind == argc && !kc_cases[i].named;
 
         for (int a = optind; a < argc; a++) {
             want |= !strcmp(argv[a], kc_cases[i].name) ||
                     (!strcmp(argv[a], "hostile") && kc_cases[i].hostile) ||
-                    (!strcmp(argv[a], "functional") && !kc_cases[i].hostile);
+                    (!strcmp(argv[a], "functional") && !kc_cases[i].hostile &&
+                     !kc_cases[i].named);
         }
         if (want) {
             ran++;

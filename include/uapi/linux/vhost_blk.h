@@ -23,7 +23,8 @@
  * with VIRTIO_BLK_S_IOERR.  .fd = -1 detaches: requests in flight on that
  * queue complete first, then the ring is no longer processed.  The ring
  * must be set up (SET_VRING_NUM/ADDR) before attaching; while attached,
- * SET_VRING_NUM/ADDR/BASE fail with EBUSY (detach first).
+ * SET_VRING_NUM/BASE fail with EBUSY, and so does SET_VRING_ADDR unless the
+ * ring addresses stay the same (only the dirty-log flag changes).
  */
 #ifndef VHOST_BLK_SET_BACKEND
 #define VHOST_BLK_SET_BACKEND _IOW(VHOST_VIRTIO, 0x50, struct vhost_vring_file)
@@ -54,7 +55,16 @@ struct vhost_blk_serial {
 /* Virtqueues one device serves (VHOST_BLK_SET_BACKEND .index < this). */
 #define VHOST_BLK_MAX_QUEUES 16
 
-/* Segments one DISCARD or WRITE_ZEROES request may carry. */
+/*
+ * The limits the module enforces on DISCARD and WRITE_ZEROES (a request
+ * over them completes with VIRTIO_BLK_S_IOERR); the VMM advertises them in
+ * max_discard_seg / max_discard_sectors and max_write_zeroes_seg /
+ * max_write_zeroes_sectors.  A zero-out the backing cannot offload writes
+ * zero pages, so WRITE_ZEROES is one segment of at most 64 MiB.
+ */
 #define VHOST_BLK_MAX_DISCARD_SEG 32
+#define VHOST_BLK_MAX_DISCARD_SECTORS (1u << 21)	/* 1 GiB per segment */
+#define VHOST_BLK_MAX_WRITE_ZEROES_SEG 1
+#define VHOST_BLK_MAX_WRITE_ZEROES_SECTORS (1u << 17)	/* 64 MiB */
 
 #endif /* _UAPI_LINUX_VHOST_BLK_H */

@@ -5,10 +5,14 @@
 # /usr/bin/vhost-blk-bench and /usr/bin/vhost-blk-kcheck.
 # Every step reports VBTEST-INFO key=pass|fail (and its output as
 # VBTEST-LOG lines); the host asserts them.  /dev/$vbdev is the block
-# device backing; a 64 MiB file on tmpfs (buffered: tmpfs has no O_DIRECT)
-# is the file backing.
+# device backing (O_DIRECT, and buffered for the page-cache checks); a 64
+# MiB file on tmpfs (buffered: tmpfs has no O_DIRECT) is the file backing;
+# /dev/$vbfsdev holds an ext4 file system (made by the host) with a 64 MiB
+# image for O_DIRECT on a file and for the freeze check.
 #   vbkquick=1   fewer bench runs
+#   vbkonly=...  only the named kcheck cases on the block device
 dev=/dev/$vbdev
+fsdev=/dev/${vbfsdev:-vdb}
 
 # step NAME CMD...: run CMD, report NAME=pass|fail with its output.
 step() {
@@ -53,11 +57,38 @@ done
 [ -c /dev/vhost-blk ] || mods_ok=0
 vb_info insmod "$([ $mods_ok = 1 ] && echo pass || echo fail)"
 [ $mods_ok = 1 ] || return 0
+# the static misc minor (10:243) that autoloading needs
+vb_info misc_dev "$(stat -c %t:%T /dev/vhost-blk)"
 
 truncate -s 64M /tmp/img
 
+# vbkonly="CASE..." (diagnostics): only these kcheck cases, on the block
+# device, then the kernel log check
+if [ -n "${vbkonly:-}" ]; then
+    kcheck kcheck_only --file "$dev" --block $vbkonly
+    dmesg | grep -E 'Oops|BUG|WARNING|KASAN|Call Trace|hung_task|blocked for more than|lockup|LOCKUP' |
+        sed 's/^/VBTEST-LOG: dmesg: /' | head -n 40
+    return 0
+fi
+
 kcheck kcheck_file --file /tmp/img --buffered
-kcheck kcheck_bdev --file "$dev" --block
+kcheck kcheck_bdev --file "$dev" --block functional hostile writethrough-flush
+# a buffered block device: the page cache stays coherent with WRITE_ZEROES
+# and DISCARD, and any descriptor layout works
+kcheck kcheck_bdev_buffered --file "$dev" --block --buffered zero-coherence \
+    rw write-zeroes flush any-layout
+# an O_DIRECT file on ext4: any layout, limits, and a write waits for a thaw
+i=0
+while [ ! -b "$fsdev" ] && [ $i -lt 200 ]; do usleep 100000; i=$((i + 1)); done
+mkdir -p /mnt
+if mount -t ext4 "$fsdev" /mnt && truncate -s 64M /mnt/img; then
+    kcheck kcheck_fsfile --file /mnt/img rw flush write-zeroes discard \
+        any-layout limits freeze dirty-log
+    umount /mnt || vb_log "umount /mnt failed"
+else
+    vb_info kcheck_fsfile fail
+    vb_log "cannot mount $fsdev (ext4) on /mnt"
+fi
 
 # bench --verify, randrw with mixed sizes inside each run (--bs 512
 # --bs-max 64k: every request covers 1 to 128 random sectors), 1 and 4
@@ -128,7 +159,7 @@ step rmmod sh -c 'rmmod vhost_blk && rmmod vhost && rmmod vhost_iotlb'
 
 # the kernel log: no Oops, BUG, WARNING, KASAN report or call trace
 dmesg > /tmp/dmesg
-grep -E 'Oops|BUG|WARNING|KASAN|Call Trace|general protection|hung_task|blocked for more than|lockup' \
+grep -E 'Oops|BUG|WARNING|KASAN|Call Trace|general protection|hung_task|blocked for more than|soft lockup|hard LOCKUP|rcu.*stall' \
     /tmp/dmesg > /tmp/dmesg.bad
 vb_info dmesg_bad "$(wc -l < /tmp/dmesg.bad)"
 sed 's/^/VBTEST-LOG: dmesg: /' /tmp/dmesg.bad | head -n 60

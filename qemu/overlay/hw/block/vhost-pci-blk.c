@@ -793,20 +793,22 @@ static int vhost_pci_blk_open_image(VHostPciBlk *s, Error **errp)
 
     /*
      * DISCARD / WRITE_ZEROES limits (used only if the features are
-     * negotiated): whole blocks, up to 2 GiB and VHOST_BLK_MAX_DISCARD_SEG
-     * segments per request, which is what the module accepts.
+     * negotiated): whole blocks, and no more than the module accepts
+     * (VHOST_BLK_MAX_* of its header): it fails larger requests, and
+     * bounds the work of one request that way.
      */
     s->kernel_discard = vhost_pci_blk_can_discard(fd);
-    max_sectors = (INT32_MAX >> BDRV_SECTOR_BITS) & ~(bsize / 512 - 1);
+    max_sectors = VHOST_BLK_MAX_DISCARD_SECTORS & ~(bsize / 512 - 1);
     virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_discard_sectors, max_sectors);
     virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_discard_seg,
                  VHOST_BLK_MAX_DISCARD_SEG);
     virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.discard_sector_alignment,
                  bsize / 512);
+    max_sectors = VHOST_BLK_MAX_WRITE_ZEROES_SECTORS & ~(bsize / 512 - 1);
     virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_write_zeroes_sectors,
                  max_sectors);
     virtio_stl_p(VIRTIO_DEVICE(s), &s->blkcfg.max_write_zeroes_seg,
-                 VHOST_BLK_MAX_DISCARD_SEG);
+                 VHOST_BLK_MAX_WRITE_ZEROES_SEG);
     s->blkcfg.write_zeroes_may_unmap = 1;
     return fd;
 }
