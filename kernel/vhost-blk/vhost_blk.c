@@ -35,7 +35,7 @@
  * and block devices alike, so the page cache stays coherent) run
  * synchronously in the queue's thread.  Request contexts are preallocated
  * per queue (one per ring entry) at attach time: nothing is allocated and
- * nothing is logged per request.
+ * nothing is printed per request.
  *
  * The fast path is an aligned O_DIRECT read or write: an async kiocb
  * submitted with the vq mutex held.  Everything whose duration the guest or
