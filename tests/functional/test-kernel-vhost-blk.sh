@@ -6,16 +6,23 @@
 # appends them, with the static vhost-blk-bench and vhost-blk-kcheck, as a
 # second cpio archive to the standard initramfs (Linux unpacks concatenated
 # archives) and runs the guest job kernel-vhost-blk with a second virtio
-# disk as the block-device backing.  Inside: insmod; vhost-blk-kcheck
-# (GET_ID, FLUSH, DISCARD, WRITE_ZEROES contents, read-only, write cache,
-# 25 hostile ring cases, 5 hostile VMM cases) on a file and on the block
-# device; vhost-blk-bench in kernel mode, --verify randrw with sizes from
+# disk as the block-device backing and a third one with an ext4 file
+# system (made here) for an O_DIRECT image file.  Inside: insmod, the static
+# misc minor; vhost-blk-kcheck (GET_ID, FLUSH, DISCARD, WRITE_ZEROES
+# contents, read-only, write cache, any descriptor layout, the DISCARD/
+# WRITE_ZEROES limits with SET_BACKEND -1 and a killed owner's exit within
+# 20 s, 25 hostile ring cases, 7 hostile VMM cases) on a file and on the
+# block device (O_DIRECT: writethrough DISCARD/WRITE_ZEROES flush it;
+# buffered: page-cache coherence of WRITE_ZEROES/DISCARD), on the ext4
+# file (layouts, limits, a write waits for FIFREEZE's thaw);
+# vhost-blk-bench in kernel mode, --verify randrw with sizes from
 # 512 B to 64 KiB mixed in each run on 1 and 4 queues, and 4 KiB / 128 KiB
 # runs, on both, and with a dirty log set; one kthread per queue, each in
 # the owner's cgroup (cgroup v2, the owner in a child cgroup); read-only
-# enforcement; rmmod; no Oops, BUG, WARNING, KASAN or hung-task line in
-# dmesg.  Deterministic: nothing here is timed (waits have generous limits
-# and only catch hangs).
+# enforcement; rmmod; no Oops, BUG, WARNING, KASAN, hung-task, lockup or
+# RCU stall line in dmesg.  On the host: the module's autoload aliases.
+# Deterministic: nothing here depends on speed (waits have generous limits
+# and only catch hangs; the 20 s bounds are against minutes).
 set -u
 . "$(dirname "$0")/lib.sh"
 vb_setup

@@ -9,8 +9,13 @@
  * Every case opens its own /dev/vhost-blk (through the vhost-user-frontend
  * library in kernel mode: this process's memory is the guest memory), runs,
  * and closes it.  Functional cases check GET_ID, FLUSH, DISCARD and
- * WRITE_ZEROES contents, read-only images, the write-cache ioctl and
- * unsupported types.  Hostile cases build rings by hand and expect the
+ * WRITE_ZEROES contents, read-only images, the write-cache ioctl,
+ * unsupported types, any descriptor layout, and the DISCARD/WRITE_ZEROES
+ * limits with bounded detach and owner exit.  Cases run only when named:
+ * zero-coherence (--block --buffered: the page cache after WRITE_ZEROES
+ * and DISCARD), writethrough-flush (--block: they flush the device), freeze
+ * (IMAGE on a freezable file system: a write waits for the thaw).
+ * Hostile cases build rings by hand and expect the
  * module to answer with an error status, or to give up on the queue with an
  * error-eventfd signal (vq_err) -- never to hang or crash; after each one a
  * fresh device must still serve a good request.  Prints "ok NAME" or
@@ -27,6 +32,7 @@
 #include <linux/fs.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -971,6 +977,45 @@ static bool kc_case_freeze(Kc *k)
     return true;
 }
 
+/*
+ * fsnotify: a guest write is an IN_MODIFY on the image and a read an
+ * IN_ACCESS, as for write(2)/read(2).  The module reports them before it
+ * publishes the completion, so they are queued when kc_req() returns.
+ */
+static bool kc_case_fsnotify(Kc *k)
+{
+    char ev[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    uint32_t mask = 0;
+    ssize_t n;
+
+    if (fd < 0 || inotify_add_watch(fd, kc_file, IN_MODIFY | IN_ACCESS) < 0) {
+        if (fd >= 0) {
+            close(fd);
+        }
+        KC_FAIL("inotify on %s: %s", kc_file, strerror(errno));
+    }
+    if (!kc_rw(k, 96, 4096, 0x77)) {
+        close(fd);
+        return false;
+    }
+    while ((n = read(fd, ev, sizeof(ev))) > 0) {
+        for (char *p = ev; p < ev + n;) {
+            struct inotify_event *e = (struct inotify_event *)p;
+
+            mask |= e->mask;
+            p += sizeof(*e) + e->len;
+        }
+    }
+    close(fd);
+    if (!(mask & IN_MODIFY) || !(mask & IN_ACCESS)) {
+        KC_FAIL("inotify saw %s%s for a guest write and read",
+                mask & IN_MODIFY ? "IN_MODIFY" : "no IN_MODIFY",
+                mask & IN_ACCESS ? ", IN_ACCESS" : ", no IN_ACCESS");
+    }
+    return true;
+}
+
 static double kc_now(void)
 {
     struct timespec ts;
@@ -1890,6 +1935,7 @@ static const KcCase kc_cases[] = {
       (1ULL << VIRTIO_BLK_F_DISCARD) | (1ULL << VIRTIO_BLK_F_WRITE_ZEROES) },
     { "any-layout", kc_case_any_layout },
     { "limits", kc_case_limits },
+    { "fsnotify", kc_case_fsnotify },
     { "zero-coherence", kc_case_zero_coherence, .named = true },
     { "writethrough-flush", kc_case_writethrough_flush, .named = true },
     { "freeze", kc_case_freeze, .named = true },
