@@ -91,7 +91,12 @@ if [ "${vbnmigrate:-0}" -gt 0 ]; then
             "$@" > /tmp/$name.err 2>&1 &
         QPID=$!
     }
-    hmp() { echo "$2" > /tmp/$1.mon.in; }
+    # hmp NAME CMD: one HMP command to the running QEMU $curpid (a write to
+    # the pipe of a QEMU that is gone would block)
+    hmp() {
+        kill -0 "$curpid" 2>/dev/null || return 1
+        echo "$2" > /tmp/$1.mon.in
+    }
     # wait_for SECONDS WHAT CMD...: poll CMD every 0.5 s
     wait_for() {
         local n=0 limit=$(( $1 * 2 )) what=$2
@@ -111,10 +116,11 @@ if [ "${vbnmigrate:-0}" -gt 0 ]; then
         sed -n 's/^Migration status: *//p' /tmp/$1.hmp | tr -d '\r' | tail -n 1
     }
     mig_done() {
+        kill -0 "$curpid" 2>/dev/null || { st="source QEMU gone"; return 0; }
         st=$(mig_status $1)
         case $st in
             completed) return 0 ;;
-            failed|cancelled) return 0 ;;
+            failed*|cancelled*) return 0 ;;
         esac
         return 1
     }
@@ -139,14 +145,15 @@ if [ "${vbnmigrate:-0}" -gt 0 ]; then
         hmp $cur "migrate -d unix:/tmp/$next.sock"
         wait_for 900 "migration $i" mig_done $cur ||
             vb_fail "migration $i did not end: $(mig_status $cur)"
-        st=$(mig_status $cur)
+        kill -0 "$curpid" 2>/dev/null && st=$(mig_status $cur)
         tm1=$(cut -d' ' -f1 /proc/uptime)
         vb_info mig${i}_status "$st"
         vb_info mig${i}_secs "$(awk -v a="$tm0" -v b="$tm1" 'BEGIN { printf "%.1f", b - a }')"
         vb_info mig${i}_passes_before "$before"
         sed -n '/^Migration status/,/^$/p' /tmp/$cur.hmp | tr -d '\r' | tail -n 25 |
             sed "s/^/hmp-$cur: /"
-        [ "$st" = completed ] || vb_fail "migration $i: status $st"
+        [ "$st" = completed ] ||
+            vb_fail "migration $i: status $st; source: $(tail -n 3 /tmp/$cur.err | tr '\n' ' '); destination: $(tail -n 3 /tmp/$next.err | tr '\n' ' ')"
         tr -d '\r' < /tmp/$cur.log | grep -q '^VBTEST-RESULT' &&
             vb_fail "migration $i: the nested job ended on the source first"
         hmp $cur quit
