@@ -66,7 +66,7 @@ fsimg=$(vb_mkimg fs 256M)
 mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$fsimg" ||
     vb_bail "mkfs.ext4 failed (e2fsprogs)"
 vb_check "guest job kernel-vhost-blk runs" vb_guest -a "$A" -j kernel-vhost-blk \
-    -t "${VB_KMOD_TIMEOUT:-900}" -m 1G vbdev=vda vbfsdev=vdb "$@" -- \
+    -t "${VB_KMOD_TIMEOUT:-1800}" -m 1G vbdev=vda vbfsdev=vdb "$@" -- \
     -drive "file=$disk,if=none,id=kd0,format=raw,cache=none,aio=threads,discard=unmap" \
     -device virtio-blk-pci,drive=kd0 \
     -drive "file=$fsimg,if=none,id=kd1,format=raw,cache=none,aio=threads" \

@@ -109,8 +109,8 @@ fi
 
 # dirty logging as a migrating VMM runs it (VHOST_F_LOG_ALL on the running
 # rings): bench --verify with the log set, on both backings
-step bench_file_dirty_log bench --file /tmp/img --buffered $v --bs 512 --bs-max 64k --queues 2 --iodepth 8 --dirty-log
-step bench_bdev_dirty_log bench --file "$dev" $v --bs 512 --bs-max 64k --queues 2 --iodepth 8 --dirty-log
+step bench_file_dirty_log bench --file /tmp/img --buffered $v --bs 512 --bs-max 64k --queues 2 --iodepth 8 --size 16M --dirty-log
+step bench_bdev_dirty_log bench --file "$dev" $v --bs 512 --bs-max 64k --queues 2 --iodepth 8 --size 16M --dirty-log
 
 # one kthread per queue: 4 queues -> vblk-<pid>-q0..q3 while the bench runs,
 # and the threads join the owner's cgroups: the bench runs in a child
