@@ -141,6 +141,7 @@ if [ "${vbnmigrate:-0}" -gt 0 ]; then
             vb_fail "migration $i: no fio pass started on $cur: $(tail -n 5 /tmp/$cur.log)"
         before=$(passes_in $cur)
         tm0=$(cut -d' ' -f1 /proc/uptime)
+        vb_log "migration $i: $cur -> $next, after $before fio pass(es) started on $cur (t=${tm0}s)"
         hmp $cur "migrate_set_parameter downtime-limit 2000"
         hmp $cur "migrate -d unix:/tmp/$next.sock"
         wait_for 900 "migration $i" mig_done $cur ||
@@ -156,6 +157,7 @@ if [ "${vbnmigrate:-0}" -gt 0 ]; then
             vb_fail "migration $i: status $st; source: $(tail -n 3 /tmp/$cur.err | tr '\n' ' '); destination: $(tail -n 3 /tmp/$next.err | tr '\n' ' ')"
         tr -d '\r' < /tmp/$cur.log | grep -q '^VBTEST-RESULT' &&
             vb_fail "migration $i: the nested job ended on the source first"
+        vb_log "migration $i: $st after $(awk -v a="$tm0" -v b="$tm1" 'BEGIN { printf "%.1f", b - a }') s"
         hmp $cur quit
         wait_for 60 "$cur to quit" sh -c "! kill -0 $curpid 2>/dev/null" ||
             vb_fail "migration $i: the source QEMU did not quit"
@@ -163,6 +165,7 @@ if [ "${vbnmigrate:-0}" -gt 0 ]; then
         curpid=$npid
         i=$((i + 1))
     done
+    vb_log "writing the stop marker; the nested job ends on $cur"
     # the job ends after the pass running now: it verifies on the last QEMU
     { printf VBSTOP; head -c 4090 /dev/zero; } > /tmp/stop.blk
     so=${vbnstopoff:-60M}
