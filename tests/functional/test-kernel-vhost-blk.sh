@@ -19,8 +19,8 @@
 # 512 B to 64 KiB mixed in each run on 1 and 4 queues, and 4 KiB / 128 KiB
 # runs, on both, and with a dirty log set; one kthread per queue, each in
 # the owner's cgroup (cgroup v2, the owner in a child cgroup); read-only
-# enforcement; rmmod; no Oops, BUG, WARNING, KASAN, hung-task, lockup or
-# RCU stall line in dmesg.  On the host: the module's autoload aliases.
+# enforcement; rmmod; no Oops, BUG, WARNING, KASAN, hung-task or lockup
+# line in dmesg.  On the host: the module's autoload aliases.
 # Deterministic: nothing here depends on speed (waits have generous limits
 # and only catch hangs; the 20 s bounds are against minutes).
 set -u
