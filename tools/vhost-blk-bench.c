@@ -134,6 +134,9 @@ typedef struct BenchWorker {
     const BenchOptions *opts;
     unsigned int q;
     GThread *thread;
+    /* --dirty-log: the log each completed read must be marked in */
+    const uint8_t *dirty_log;
+    uint64_t dirty_log_size;
 
     /* slice of the disk owned by this queue */
     uint64_t first_block;
@@ -465,6 +468,36 @@ static void bench_halt_poll_adapt(BenchWorker *w, uint64_t idle_ns)
 }
 
 /*
+ * --dirty-log: a read's data reached guest memory before its completion
+ * was published, so every guest page of its buffer must be marked in the
+ * log by now (the back-end marks after writing, before the used ring;
+ * nothing here clears the log).
+ */
+static bool bench_dirty_check(BenchWorker *w, const BenchReq *req)
+{
+    uint64_t len = (uint64_t)req->nblk * w->opts->bs, gpa, pg;
+
+    if (!vhost_user_frontend_host_to_gpa(w->fe, req->buf, len, &gpa)) {
+        return true;
+    }
+    for (pg = gpa / 4096; pg <= (gpa + len - 1) / 4096; pg++) {
+        if (pg / 8 >= w->dirty_log_size ||
+            !(__atomic_load_n(&w->dirty_log[pg / 8], __ATOMIC_RELAXED) &
+              (1u << (pg % 8)))) {
+            if (!w->first_failure[0]) {
+                snprintf(w->first_failure, sizeof(w->first_failure),
+                         "queue %u: the read at byte offset %" PRIu64
+                         " completed, but guest page 0x%" PRIx64 " of its "
+                         "buffer is not marked in the dirty log", w->q,
+                         req->block * w->opts->bs, pg);
+            }
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
  * Run one phase: @total requests (0 = until bench_stop) of kind @rw.
  * @record: count into the results (the timed phase; it also follows
  * --rate, the verify fill pass is always closed-loop).  Returns false on
@@ -666,6 +699,11 @@ static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
                 } else if (!bench_verify_check(w, req)) {
                     w->verify_errors++;
                 }
+            }
+            if (unlikely(w->dirty_log) && !req->is_write &&
+                w->comps[i].status == VIRTIO_BLK_S_OK &&
+                !bench_dirty_check(w, req)) {
+                w->verify_errors++;
             }
             if (w->busy) {
                 memset(&w->busy[idx], 0, req->nblk);
@@ -1130,7 +1168,9 @@ static void bench_usage(FILE *f)
 "  --no-inflight        do not set up the inflight region (QEMU does when\n"
 "                       the back-end offers it): measures its cost\n"
 "  --dirty-log          run with a dirty log set and VHOST_F_LOG_ALL on, as\n"
-"                       a VMM does while it migrates the VM\n"
+"                       a VMM does while it migrates the VM (vhost-user\n"
+"                       and kernel mode); every page of a completed read's\n"
+"                       buffer must be marked in it (else a verify error)\n"
 "  --seed N             random seed (default 1)\n"
 "  --json               print one JSON object instead of text\n"
 "  -h, --help           this text\n"
@@ -1632,9 +1672,20 @@ int main(int argc, char **argv)
                 err->message);
         return 1;
     }
-    if (o.dirty_log && !vhost_user_frontend_log_start(fe, 0, &err)) {
-        fprintf(stderr, "vhost-blk-bench: --dirty-log: %s\n", err->message);
-        return 1;
+    if (o.dirty_log) {
+        uint64_t log_size;
+        const uint8_t *log;
+
+        if (!vhost_user_frontend_log_start(fe, 0, &err)) {
+            fprintf(stderr, "vhost-blk-bench: --dirty-log: %s\n",
+                    err->message);
+            return 1;
+        }
+        log = vhost_user_frontend_log(fe, &log_size);
+        for (unsigned int q = 0; q < o.queues; q++) {
+            w[q].dirty_log = log;
+            w[q].dirty_log_size = log_size;
+        }
     }
 
     if (o.rate > 0) {

@@ -19,6 +19,8 @@
 
 #define FE_REPLY_TIMEOUT_MS 10000
 #define FE_SLOT_SIZE 32         /* virtio_blk_outhdr (16) + status byte */
+#define FE_LOG_GUARD 4096       /* kernel mode: guard page around the log */
+#define FE_LOG_GUARD_BYTE 0xa5
 
 typedef struct FrontendRegion {
     int fd;
@@ -759,6 +761,8 @@ static bool fe_kioctl(VhostUserFrontend *fe, unsigned long req,
     return true;
 }
 
+static uint64_t fe_features_now(VhostUserFrontend *fe);
+
 static bool fe_kernel_open(VhostUserFrontend *fe, GError **errp)
 {
     uint64_t features;
@@ -811,8 +815,18 @@ static bool fe_kernel_start(VhostUserFrontend *fe, GError **errp)
     g_autofree struct vhost_memory *mem =
         g_malloc0(sizeof(*mem) + fe->nregions * sizeof(mem->regions[0]));
 
+    uint64_t features = fe_features_now(fe);
+
+    if (fe->log) {
+        uint64_t base = (uintptr_t)fe->log;
+
+        if (!fe_kioctl(fe, VHOST_SET_LOG_BASE, "VHOST_SET_LOG_BASE", &base,
+                       errp)) {
+            return false;
+        }
+    }
     if (!fe_kioctl(fe, VHOST_SET_FEATURES, "VHOST_SET_FEATURES",
-                   &fe->features, errp)) {
+                   &features, errp)) {
         return false;
     }
     mem->nregions = fe->nregions;
@@ -832,11 +846,19 @@ static bool fe_kernel_start(VhostUserFrontend *fe, GError **errp)
                                           .num = vq->avail_published };
         struct vhost_vring_addr addr = {
             .index = q,
+            .flags = fe->log_on ? 1u << VHOST_VRING_F_LOG : 0,
             .desc_user_addr = (uintptr_t)vq->desc,
             .used_user_addr = (uintptr_t)vq->used,
             .avail_user_addr = (uintptr_t)vq->avail,
         };
         struct vhost_vring_file kick = { .index = q, .fd = vq->kick_fd };
+
+        if (fe->log_on) {
+            uint64_t gpa = 0;
+
+            vhost_user_frontend_host_to_gpa(fe, vq->used, 1, &gpa);
+            addr.log_guest_addr = gpa;
+        }
         struct vhost_vring_file call = { .index = q, .fd = vq->call_fd };
 
         if (!fe_kioctl(fe, VHOST_SET_VRING_NUM, "VHOST_SET_VRING_NUM", &num,
@@ -1026,7 +1048,10 @@ void vhost_user_frontend_free(VhostUserFrontend *fe)
     if (fe->inflight_fd >= 0) {
         close(fe->inflight_fd);
     }
-    if (fe->log) {
+    if (fe->log && fe->kfd >= 0) {
+        munmap(fe->log - FE_LOG_GUARD,
+               QEMU_ALIGN_UP(fe->log_size, FE_LOG_GUARD) + 2 * FE_LOG_GUARD);
+    } else if (fe->log) {
         munmap(fe->log, fe->log_size);
     }
     if (fe->log_fd >= 0) {
@@ -1368,8 +1393,97 @@ static bool fe_set_log_base(VhostUserFrontend *fe, GError **errp)
                    1, &reply, sizeof(reply), &len, NULL, errp);
 }
 
+/*
+ * Kernel mode: the log is plain memory of this process (the module marks
+ * it through the owner's mm), with one guard page on each side filled with
+ * FE_LOG_GUARD_BYTE, so that a test can see the module wrote nothing
+ * outside it (vhost_user_frontend_log_guard_intact).
+ */
+static bool fe_kernel_log_alloc(VhostUserFrontend *fe, uint64_t size,
+                                GError **errp)
+{
+    size_t map = QEMU_ALIGN_UP(size, FE_LOG_GUARD) + 2 * FE_LOG_GUARD;
+    uint8_t *p = mmap(NULL, map, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (p == MAP_FAILED) {
+        g_set_error(errp, VB_ERROR, 0, "mmap dirty log: %s",
+                    g_strerror(errno));
+        return false;
+    }
+    memset(p, FE_LOG_GUARD_BYTE, map);
+    fe->log = p + FE_LOG_GUARD;
+    fe->log_size = size;
+    memset(fe->log, 0, size);
+    return true;
+}
+
+bool vhost_user_frontend_log_guard_intact(VhostUserFrontend *fe)
+{
+    const uint8_t *lo, *hi;
+    size_t hi_len;
+
+    if (!fe->log || fe->kfd < 0) {
+        return true;
+    }
+    lo = fe->log - FE_LOG_GUARD;
+    hi = fe->log + fe->log_size;
+    hi_len = QEMU_ALIGN_UP(fe->log_size, FE_LOG_GUARD) - fe->log_size +
+             FE_LOG_GUARD;
+    for (size_t i = 0; i < FE_LOG_GUARD; i++) {
+        if (lo[i] != FE_LOG_GUARD_BYTE) {
+            return false;
+        }
+    }
+    for (size_t i = 0; i < hi_len; i++) {
+        if (hi[i] != FE_LOG_GUARD_BYTE) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* As QEMU's vhost_dev_set_log(): features, then each ring's used logging. */
+static bool fe_kernel_log_switch(VhostUserFrontend *fe, bool on,
+                                 GError **errp)
+{
+    uint64_t features;
+
+    fe->log_on = on;
+    features = fe_features_now(fe);
+    if (!fe_kioctl(fe, VHOST_SET_FEATURES, "VHOST_SET_FEATURES", &features,
+                   errp)) {
+        return false;
+    }
+    for (unsigned int q = 0; q < fe->num_queues; q++) {
+        FrontendQueue *vq = &fe->queues[q];
+        struct vhost_vring_addr addr = {
+            .index = q,
+            .flags = on ? 1u << VHOST_VRING_F_LOG : 0,
+            .desc_user_addr = (uintptr_t)vq->desc,
+            .used_user_addr = (uintptr_t)vq->used,
+            .avail_user_addr = (uintptr_t)vq->avail,
+        };
+
+        if (on) {
+            uint64_t gpa = 0;
+
+            vhost_user_frontend_host_to_gpa(fe, vq->used, 1, &gpa);
+            addr.log_guest_addr = gpa;
+        }
+        if (!fe_kioctl(fe, VHOST_SET_VRING_ADDR, "VHOST_SET_VRING_ADDR",
+                       &addr, errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool fe_log_switch(VhostUserFrontend *fe, bool on, GError **errp)
 {
+    if (fe->kfd >= 0) {
+        return fe_kernel_log_switch(fe, on, errp);
+    }
     fe->log_on = on;
     if (!fe_call_u64(fe, VHOST_USER_SET_FEATURES, fe_features_now(fe),
                      errp)) {
@@ -1402,6 +1516,25 @@ bool vhost_user_frontend_log_start(VhostUserFrontend *fe, uint64_t size,
 {
     void *p;
 
+    if (fe->kfd >= 0) {
+        uint64_t base;
+
+        if (!(fe->backend_features & (1ULL << VHOST_F_LOG_ALL))) {
+            g_set_error(errp, VB_ERROR, 0, "%s does not offer VHOST_F_LOG_ALL "
+                        "(a vhost_blk module without dirty logging)",
+                        fe->socket_path);
+            return false;
+        }
+        if (!fe->log && !fe_kernel_log_alloc(fe, size ? size :
+                                             vhost_user_frontend_log_size(fe),
+                                             errp)) {
+            return false;
+        }
+        base = (uintptr_t)fe->log;
+        return fe_kioctl(fe, VHOST_SET_LOG_BASE, "VHOST_SET_LOG_BASE", &base,
+                         errp) &&
+               fe_log_switch(fe, true, errp);
+    }
     if (!(fe->protocol_features & (1ULL << VHOST_USER_PROTOCOL_F_LOG_SHMFD)) ||
         !(fe->backend_features & (1ULL << VHOST_F_LOG_ALL))) {
         g_set_error(errp, VB_ERROR, 0, "back-end %s cannot log dirty pages "

@@ -35,7 +35,7 @@
  * and block devices alike, so the page cache stays coherent) run
  * synchronously in the queue's thread.  Request contexts are preallocated
  * per queue (one per ring entry) at attach time: nothing is allocated and
- * nothing is logged per request.
+ * nothing is printed per request.
  *
  * The fast path is an aligned O_DIRECT read or write: an async kiocb
  * submitted with the vq mutex held.  Everything whose duration the guest or
@@ -66,7 +66,25 @@
  * Teardown: detaching a queue (fd -1, RESET_OWNER, close) first stops
  * taking requests, then waits for every request in flight on it to
  * complete and be returned to the used ring, then drops the image.
+ *
+ * Cgroups: each queue thread is attached, when it is created, to the
+ * cgroups of the vhost core's worker, which VHOST_SET_OWNER attached to the
+ * owner's; the VM's cpu, cpuset, io and pids limits cover its disk work.
+ *
+ * Dirty logging (VHOST_F_LOG_ALL, for live migration): with LOG_ALL acked
+ * the queue thread asks vhost_get_vq_desc() for the guest-physical ranges
+ * of each request's device-writable descriptors, keeps them (merged, up to
+ * VHOST_BLK_LOG_SLOTS per request; a request with more is served
+ * synchronously) and, when the request completes, marks the pages of the
+ * data it may have written and of its status byte with vhost_log_write().
+ * Used-ring updates are logged by the vhost core (VHOST_VRING_F_LOG).  The
+ * VMM switches LOG_ALL on and off on running rings; the switch waits until
+ * no request is in flight on the queue, so that each request is logged
+ * from its start to its end or not at all.  With logging off the cost is
+ * one feature test per batch, plus a never-taken branch per request (on a
+ * register) and per completion (on the request's nlog).
  */
+#include <linux/cgroup.h>
 #include <linux/compat.h>
 #include <linux/falloc.h>
 #include <linux/file.h>
@@ -102,9 +120,16 @@
 #define VHOST_BLK_BOUNCE_PAGES 64
 /* Static misc minor (243-254 are for local use, devices.txt). */
 #define VHOST_BLK_MINOR 243
+/*
+ * Dirty logging (VHOST_F_LOG_ALL): the guest-physical ranges of a request's
+ * device-writable descriptors are kept with the request until it completes,
+ * up to this many after merging adjacent ones.  A request with more is
+ * served synchronously, with the vhost core's own log array.
+ */
+#define VHOST_BLK_LOG_SLOTS 16
 
 enum {
-	VHOST_BLK_FEATURES = (VHOST_FEATURES & ~(1ULL << VHOST_F_LOG_ALL)) |
+	VHOST_BLK_FEATURES = VHOST_FEATURES |
 			     (1ULL << VIRTIO_BLK_F_SIZE_MAX) |
 			     (1ULL << VIRTIO_BLK_F_SEG_MAX) |
 			     (1ULL << VIRTIO_BLK_F_GEOMETRY) |
@@ -134,6 +159,14 @@ struct vhost_blk_req {
 	u32 len;		/* data bytes expected */
 	u16 head;
 	bool in;		/* device writes guest memory (IN) */
+	bool log_sync;		/* logging, too many ranges: synchronous I/O */
+	/*
+	 * Logging on: the device-writable ranges (guest-physical, in chain
+	 * order; the last one ends with the status byte), marked in the dirty
+	 * log when the request completes.  nlog is 0 when logging is off.
+	 */
+	unsigned int nlog;
+	struct vhost_log *log;
 	bool sb_write;		/* holds freeze protection (kiocb_start_write) */
 };
 
@@ -165,6 +198,7 @@ struct vhost_blk_vq {
 	bool starved;
 	struct vring_used_elem *used;
 	unsigned int nused;
+	struct vhost_log *logs;	/* VHOST_BLK_LOG_SLOTS per request */
 	struct page *bounce[VHOST_BLK_BOUNCE_PAGES];	/* O_DIRECT only */
 	struct bio_vec bounce_bv[VHOST_BLK_BOUNCE_PAGES];
 };
@@ -204,11 +238,47 @@ static void vhost_blk_req_put(struct vhost_blk_vq *bq, struct vhost_blk_req *req
 	bq->free[bq->nfree++] = req - bq->reqs;
 }
 
-/* Finish @req with @status; @written: data bytes put in guest memory. */
-static void vhost_blk_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
-			     u8 status, u32 written)
+/*
+ * Dirty logging: mark the first @dirty bytes of @req's device-writable
+ * ranges and, if @status_byte, the status byte (the last byte of the last
+ * range) in the VMM's log.  The ranges were taken, and checked against the
+ * memory table, by vhost_get_vq_desc(); vhost_log_write() marks the pages
+ * (its smp_wmb() orders our guest memory writes before the bits) and signals
+ * the log eventfd.  Queue thread, vq mutex held.
+ */
+static void vhost_blk_log_req(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
+			      u64 dirty, bool status_byte)
+{
+	struct vhost_log *last = &req->log[req->nlog - 1];
+	struct vhost_log st = { .addr = last->addr + last->len - 1, .len = 1 };
+	u64 total = 0;
+	unsigned int i;
+	int r = 0;
+
+	for (i = 0; i < req->nlog; i++)
+		total += req->log[i].len;
+	/* vhost_log_write() BUG()s on a length beyond its ranges. */
+	dirty = min(dirty, total);
+	if (dirty)
+		r = vhost_log_write(&bq->vq, req->log, req->nlog, dirty, NULL, 0);
+	if (!r && status_byte)
+		r = vhost_log_write(&bq->vq, &st, 1, 1, NULL, 0);
+	if (r < 0)
+		vq_err(&bq->vq, "vhost-blk: cannot write the dirty log (%d)\n", r);
+	req->nlog = 0;
+	req->log_sync = false;
+}
+
+/*
+ * Finish @req with @status; @written: data bytes put in guest memory (the
+ * used length), @dirty: data bytes the device may have written (what the
+ * dirty log gets; more than @written when a read failed part-way).
+ */
+static void __vhost_blk_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
+			       u8 status, u32 written, u32 dirty)
 {
 	u32 len = written;
+	bool status_ok = false;
 
 	if (req->status) {
 		if (put_user(status, req->status)) {
@@ -216,12 +286,21 @@ static void vhost_blk_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
 			len = 0;
 		} else {
 			len += 1;
+			status_ok = true;
 		}
 	} else {
 		len = 0;
 	}
+	if (unlikely(req->nlog))
+		vhost_blk_log_req(bq, req, dirty, status_ok);
 	vhost_blk_push_used(bq, req->head, len);
 	vhost_blk_req_put(bq, req);
+}
+
+static void vhost_blk_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
+			     u8 status, u32 written)
+{
+	__vhost_blk_finish(bq, req, status, written, written);
 }
 
 static void vhost_blk_rw_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *req)
@@ -239,8 +318,8 @@ static void vhost_blk_rw_finish(struct vhost_blk_vq *bq, struct vhost_blk_req *r
 		else
 			fsnotify_modify(bq->file);
 	}
-	vhost_blk_finish(bq, req, ok ? VIRTIO_BLK_S_OK : VIRTIO_BLK_S_IOERR,
-			 ok && req->in ? req->len : 0);
+	__vhost_blk_finish(bq, req, ok ? VIRTIO_BLK_S_OK : VIRTIO_BLK_S_IOERR,
+			   ok && req->in ? req->len : 0, req->in ? req->len : 0);
 }
 
 /*
@@ -597,7 +676,8 @@ static u64 vhost_blk_handle_req(struct vhost_blk_vq *bq,
 		 * waiting.
 		 */
 		bounce = bq->dio_mask && (iov_iter_alignment(iter) & bq->dio_mask);
-		slow = !bq->dio_mask || bounce || len > MAX_RW_COUNT;
+		slow = !bq->dio_mask || bounce || len > MAX_RW_COUNT ||
+		       unlikely(req->log_sync);
 		if (!slow && !is_in && S_ISREG(inode->i_mode)) {
 			if (sb_start_write_trylock(inode->i_sb)) {
 				/* lockdep: completion releases it (aio does so) */
@@ -664,18 +744,56 @@ static u64 vhost_blk_handle_req(struct vhost_blk_vq *bq,
 	}
 }
 
+/*
+ * Logging on: keep @req's device-writable ranges (@log, @nlog from
+ * vhost_get_vq_desc()) until it completes.  Adjacent ranges are merged in
+ * place; if more than VHOST_BLK_LOG_SLOTS remain, the request is served
+ * synchronously and keeps pointing at the core's array, which stays valid
+ * until the next vhost_get_vq_desc() of this queue.
+ */
+static void vhost_blk_keep_log(struct vhost_blk_vq *bq, struct vhost_blk_req *req,
+			       struct vhost_log *log, unsigned int nlog)
+{
+	unsigned int i, n = 0;
+
+	for (i = 0; i < nlog; i++) {
+		if (n && log[n - 1].addr + log[n - 1].len == log[i].addr) {
+			log[n - 1].len += log[i].len;
+			continue;
+		}
+		log[n++] = log[i];
+	}
+	req->nlog = n;
+	req->log_sync = n > VHOST_BLK_LOG_SLOTS;
+	if (req->log_sync) {
+		req->log = log;
+		return;
+	}
+	req->log = &bq->logs[(req - bq->reqs) * VHOST_BLK_LOG_SLOTS];
+	memcpy(req->log, log, n * sizeof(*log));
+}
+
 /* Queue thread, vq mutex held: take requests from the avail ring. */
 static void vhost_blk_handle_vq(struct vhost_blk_vq *bq)
 {
 	struct vhost_virtqueue *vq = &bq->vq;
 	struct vhost_dev *dev = &bq->blk->dev;
+	struct vhost_log *log = NULL;
 	struct blk_plug plug;
-	unsigned int out, in;
+	unsigned int out, in, nlog = 0;
+	struct vhost_blk_req *req;
 	int head, n = 0;
 	u64 bytes = 0;
 
 	if (!vhost_vq_get_backend(vq) || bq->paused)
 		return;
+	/*
+	 * The only cost of dirty logging while it is off.  LOG_ALL changes only
+	 * while no request is in flight (vhost_blk_set_features), so every
+	 * request completes under the mode it was taken in.
+	 */
+	if (unlikely(vhost_has_feature(vq, VHOST_F_LOG_ALL)))
+		log = vq->log;
 	vhost_disable_notify(dev, vq);
 	blk_start_plug(&plug);
 	for (;;) {
@@ -695,7 +813,7 @@ static void vhost_blk_handle_vq(struct vhost_blk_vq *bq)
 			break;
 		n++;
 		head = vhost_get_vq_desc(vq, vq->iov, ARRAY_SIZE(vq->iov),
-					 &out, &in, NULL, NULL);
+					 &out, &in, log, &nlog);
 		if (unlikely(head < 0))
 			break;		/* the core reported it (vq_err) */
 		if (head == vq->num) {
@@ -706,9 +824,11 @@ static void vhost_blk_handle_vq(struct vhost_blk_vq *bq)
 			break;
 		}
 		bq->nfree--;
-		bq->reqs[bq->free[bq->nfree]].head = head;
-		bytes += vhost_blk_handle_req(bq, &bq->reqs[bq->free[bq->nfree]],
-					      out, in);
+		req = &bq->reqs[bq->free[bq->nfree]];
+		req->head = head;
+		if (unlikely(log))
+			vhost_blk_keep_log(bq, req, log, nlog);
+		bytes += vhost_blk_handle_req(bq, req, out, in);
 	}
 	blk_finish_plug(&plug);
 	vhost_blk_flush_used(bq);
@@ -784,9 +904,11 @@ static void vhost_blk_free_reqs(struct vhost_blk_vq *bq)
 	kvfree(bq->reqs);
 	kvfree(bq->free);
 	kvfree(bq->used);
+	kvfree(bq->logs);
 	bq->reqs = NULL;
 	bq->free = NULL;
 	bq->used = NULL;
+	bq->logs = NULL;
 	bq->nreqs = bq->nfree = bq->nused = 0;
 }
 
@@ -911,6 +1033,18 @@ static long vhost_blk_attach(struct vhost_blk *b, struct vhost_blk_vq *bq, int f
 			ret = PTR_ERR(t);
 			goto err_file;
 		}
+		/*
+		 * A kthread starts in kthreadd's (the root) cgroups.  Put it in
+		 * the owner's, as the vhost core did with its own worker at
+		 * VHOST_SET_OWNER (vhost_attach_cgroups): the VM's cpu, cpuset,
+		 * io and pids limits then cover its disk work.  The worker is
+		 * the source, so every thread of the device shares its cgroups.
+		 */
+		ret = cgroup_attach_task_all(b->dev.worker, t);
+		if (ret) {
+			kthread_stop(t);
+			goto err_file;
+		}
 		get_task_struct(t);
 		WRITE_ONCE(bq->thread, t);
 		wake_up_process(t);
@@ -928,7 +1062,9 @@ static long vhost_blk_attach(struct vhost_blk *b, struct vhost_blk_vq *bq, int f
 	bq->reqs = kvcalloc(num, sizeof(*bq->reqs), GFP_KERNEL_ACCOUNT);
 	bq->free = kvcalloc(num, sizeof(*bq->free), GFP_KERNEL_ACCOUNT);
 	bq->used = kvcalloc(num, sizeof(*bq->used), GFP_KERNEL_ACCOUNT);
-	if (!bq->reqs || !bq->free || !bq->used)
+	bq->logs = kvcalloc(num * VHOST_BLK_LOG_SLOTS, sizeof(*bq->logs),
+			    GFP_KERNEL_ACCOUNT);
+	if (!bq->reqs || !bq->free || !bq->used || !bq->logs)
 		goto err_reqs;
 	for (i = 0; i < num; i++) {
 		bq->reqs[i].bq = bq;
@@ -1115,9 +1251,44 @@ out:
 
 /* ------------------------------------------------------------------ ioctls */
 
+/*
+ * dev mutex held, @bq attached.  Switch VHOST_F_LOG_ALL with no request in
+ * flight, so that each request is logged (or not) from the moment it is
+ * taken from the ring to its completion: a request taken before logging
+ * starts would otherwise write guest memory unmarked after the VMM began
+ * copying it, and one taken while logging was on would mark bits in a log
+ * the VMM frees once LOG_ALL is off.  As for SET_MEM_TABLE, the queue takes
+ * no new request, the thread keeps reaping (a request counts as in flight
+ * until it is finished and logged, vhost_blk_reap/relock), and the switch
+ * happens once everything completed.  The wait is interruptible; then the
+ * queue runs on under the old mode.
+ */
+static int vhost_blk_switch_log(struct vhost_blk_vq *bq, u64 features)
+{
+	struct vhost_virtqueue *vq = &bq->vq;
+	int ret;
+
+	mutex_lock(&vq->mutex);
+	bq->paused = true;
+	mutex_unlock(&vq->mutex);
+	ret = vhost_blk_drain(bq, VHOST_BLK_WAIT_INTR);
+	mutex_lock(&vq->mutex);
+	if (!ret) {
+		vhost_blk_reap(bq);
+		vq->acked_features = features;
+	}
+	bq->paused = false;
+	mutex_unlock(&vq->mutex);
+	/* Requests may have arrived meanwhile. */
+	set_bit(VHOST_BLK_KICKED, &bq->flags);
+	wake_up_process(bq->thread);
+	return ret;
+}
+
 static long vhost_blk_set_features(struct vhost_blk *b, u64 features)
 {
-	int i;
+	const u64 log_all = 1ULL << VHOST_F_LOG_ALL;
+	int i, ret;
 
 	if (features & ~(u64)VHOST_BLK_FEATURES)
 		return -EOPNOTSUPP;
@@ -1126,10 +1297,26 @@ static long vhost_blk_set_features(struct vhost_blk *b, u64 features)
 		mutex_unlock(&b->dev.mutex);
 		return -EPERM;
 	}
+	/* As vhost-net: the log must cover the memory table (-EFAULT). */
+	if ((features & log_all) && !vhost_log_access_ok(&b->dev)) {
+		mutex_unlock(&b->dev.mutex);
+		return -EFAULT;
+	}
 	for (i = 0; i < VHOST_BLK_MAX_QUEUES; i++) {
-		mutex_lock(&b->vqs[i].vq.mutex);
-		b->vqs[i].vq.acked_features = features;
-		mutex_unlock(&b->vqs[i].vq.mutex);
+		struct vhost_blk_vq *bq = &b->vqs[i];
+
+		/* bq->file changes only under the dev mutex, which we hold. */
+		if (bq->file && ((bq->vq.acked_features ^ features) & log_all)) {
+			ret = vhost_blk_switch_log(bq, features);
+			if (ret) {
+				mutex_unlock(&b->dev.mutex);
+				return ret;
+			}
+			continue;
+		}
+		mutex_lock(&bq->vq.mutex);
+		bq->vq.acked_features = features;
+		mutex_unlock(&bq->vq.mutex);
 	}
 	if (!b->wc_explicit)
 		WRITE_ONCE(b->writeback,

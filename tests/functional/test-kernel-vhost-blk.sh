@@ -17,7 +17,8 @@
 # file (layouts, limits, a write waits for FIFREEZE's thaw);
 # vhost-blk-bench in kernel mode, --verify randrw with sizes from
 # 512 B to 64 KiB mixed in each run on 1 and 4 queues, and 4 KiB / 128 KiB
-# runs, on both; one kthread per queue; read-only
+# runs, on both, and with a dirty log set; one kthread per queue, each in
+# the owner's cgroup (cgroup v2, the owner in a child cgroup); read-only
 # enforcement; rmmod; no Oops, BUG, WARNING, KASAN, hung-task or lockup
 # line in dmesg.  On the host: the module's autoload aliases.
 # Deterministic: nothing here depends on speed (waits have generous limits
@@ -65,7 +66,7 @@ fsimg=$(vb_mkimg fs 256M)
 mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$fsimg" ||
     vb_bail "mkfs.ext4 failed (e2fsprogs)"
 vb_check "guest job kernel-vhost-blk runs" vb_guest -a "$A" -j kernel-vhost-blk \
-    -t "${VB_KMOD_TIMEOUT:-900}" -m 1G vbdev=vda vbfsdev=vdb "$@" -- \
+    -t "${VB_KMOD_TIMEOUT:-1800}" -m 1G vbdev=vda vbfsdev=vdb "$@" -- \
     -drive "file=$disk,if=none,id=kd0,format=raw,cache=none,aio=threads,discard=unmap" \
     -device virtio-blk-pci,drive=kd0 \
     -drive "file=$fsimg,if=none,id=kd1,format=raw,cache=none,aio=threads" \
@@ -74,6 +75,10 @@ vb_check "guest job kernel-vhost-blk runs" vb_guest -a "$A" -j kernel-vhost-blk 
 vb_check_info "module loads (insmod vhost_iotlb, vhost, vhost_blk)" insmod pass
 vb_check_info "kcheck on a file (functional + hostile)" kcheck_file pass
 vb_check_info "kcheck on a block device (functional + hostile)" kcheck_bdev pass
+for b in file bdev fsfile; do
+    vb_check_info "kcheck dirty-log on the $b: every page the module wrote is marked, nothing else" \
+        kcheck_${b}_dirty_log 1
+done
 vb_check_info "kcheck on a buffered block device (page-cache coherence, layouts)" \
     kcheck_bdev_buffered pass
 vb_check_info "kcheck on an O_DIRECT file on ext4 (layouts, limits, freeze)" \
@@ -94,7 +99,13 @@ for b in file bdev; do
         vb_check_info "bench --verify randrw 4 KiB and 128 KiB, 2 queues, $b" bench_${b}_fixed pass
     fi
 done
+for b in file bdev; do
+    vb_check_info "bench --verify with a dirty log set (VHOST_F_LOG_ALL on the running rings), $b" \
+        bench_${b}_dirty_log pass
+done
 vb_check_info "4 queues are served by 4 queue threads (vblk-PID-q0..3)" queue_threads 4
+vb_check_info "the 4 queue threads are in the owner's cgroup (0::/vbowner)" \
+    queue_threads_in_owner_cgroup 4
 vb_check_info "read-only image: reads work" bench_ro_read pass
 vb_check_info "read-only image: writes fail" bench_ro_write_refused pass
 vb_check_info "rmmod vhost_blk (and vhost, vhost_iotlb)" rmmod pass

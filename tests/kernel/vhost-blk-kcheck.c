@@ -434,6 +434,202 @@ static bool kc_case_ro_feature(Kc *k)
     return kc_case_read_only(k);
 }
 
+/* ------------------------------------------------------------ dirty log */
+
+#define KC_PAGE 4096
+#define KC_MEM (8u << 20)       /* kc_open's guest memory: region 0 */
+
+static bool kc_log_bit(const uint8_t *log, uint64_t page)
+{
+    return log[page / 8] & (1u << (page % 8));
+}
+
+/*
+ * VHOST_F_LOG_ALL as a migrating VMM uses it: set a log, switch logging on
+ * on the running ring (VHOST_SET_LOG_BASE, SET_FEATURES, SET_VRING_ADDR
+ * with VHOST_VRING_F_LOG), then send one batch of reads (one unaligned
+ * buffer over 4 pages; 4 adjacent pieces; 20 scattered 512-byte pieces, more
+ * ranges than the module keeps per request), GET_ID, a write and a FLUSH.
+ * Guest memory is copied just before the batch is published and again after
+ * the queue was stopped: every page whose contents changed must be marked
+ * in the log (data, status bytes, the used ring); no page the module did
+ * not write may be marked (the avail ring, which only this process writes,
+ * must not be); no bit past guest memory and no byte around the log may be
+ * touched.  Then with logging off: a write and a read mark nothing.
+ */
+static bool kc_case_dirty_log(Kc *k)
+{
+    struct vhost_blk_serial serial = { .serial = "kcheck-dirty-log-001" };
+    g_autofree uint8_t *before = g_malloc(KC_MEM);
+    g_autoptr(GError) e = NULL;
+    struct vring_desc *desc;
+    struct vring_avail *avail;
+    struct vring_used *used;
+    struct iovec piece[4], scatter[20];
+    uint8_t *mem, *log;
+    uint64_t log_size, mem_gpa, avail_page, unmarked = 0, spurious = 0;
+    uint64_t first_unmarked = 0, first_spurious = 0;
+    uint16_t used0;
+    int nreq = 0, st;
+
+    mem = vhost_user_frontend_gpa_to_host(k->fe, 0, KC_MEM);
+    if (!mem || !vhost_user_frontend_host_to_gpa(k->fe, mem, 1, &mem_gpa) ||
+        mem_gpa != 0) {
+        KC_FAIL("guest memory is not one region at 0");
+    }
+    if (ioctl(vhost_user_frontend_kernel_fd(k->fe), VHOST_BLK_SET_SERIAL,
+              &serial) < 0) {
+        KC_FAIL("VHOST_BLK_SET_SERIAL: %s", strerror(errno));
+    }
+    /* the image's sectors 64..575 hold a pattern the reads bring back */
+    kc_fill(k, 0, 256 * 1024, 0x3c);
+    st = kc_req(k, VIRTIO_BLK_T_OUT, 64, 0, 256 * 1024, false, NULL);
+    if (st != VIRTIO_BLK_S_OK) {
+        KC_FAIL("writing the pattern: status %d", st);
+    }
+    /* a log for 128 MiB of guest-physical space: bits past memory exist */
+    if (!vhost_user_frontend_log_start(k->fe, 4096, &e)) {
+        KC_FAIL("log start: %s", e->message);
+    }
+    log = vhost_user_frontend_log(k->fe, &log_size);
+    if (log_size * 8 < KC_MEM / KC_PAGE) {
+        KC_FAIL("log of %" PRIu64 " bytes for %u pages", log_size,
+                KC_MEM / KC_PAGE);
+    }
+    memset(log, 0, log_size);
+
+    /* the batch: buffers 0xee, so that what the module writes shows */
+    memset(k->buf + 0x40000, 0xee, 0x60000);
+    if (vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_IN, 64,
+            &(struct iovec){ k->buf + 0x40000 + 512, 12288 }, 1, true,
+            NULL) < 0) {
+        KC_FAIL("submit");
+    }
+    nreq++;
+    for (int i = 0; i < 4; i++) {
+        piece[i] = (struct iovec){ k->buf + 0x50000 + i * 1024, 1024 };
+    }
+    for (int i = 0; i < 20; i++) {
+        scatter[i] = (struct iovec){ k->buf + 0x60000 + i * 8192 + 1024, 512 };
+    }
+    if (vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_IN, 128, piece,
+                                       4, true, NULL) < 0 ||
+        vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_IN, 256,
+                                       scatter, 20, true, NULL) < 0 ||
+        vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_GET_ID, 0,
+            &(struct iovec){ k->buf + 0x90000 + 100, 20 }, 1, true,
+            NULL) < 0 ||
+        vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_OUT, 2048,
+            &(struct iovec){ k->buf, 4096 }, 1, false, NULL) < 0 ||
+        vhost_user_frontend_blk_submit(k->fe, 0, VIRTIO_BLK_T_FLUSH, 0, NULL,
+                                       0, false, NULL) < 0) {
+        KC_FAIL("submit");
+    }
+    nreq += 5;
+    vhost_user_frontend_rings(k->fe, 0, &desc, &avail, &used);
+    used0 = __atomic_load_n(&used->idx, __ATOMIC_ACQUIRE);
+    /* avail->idx is published by the kick: the module starts after this */
+    memcpy(before, mem, KC_MEM);
+    if (vhost_user_frontend_kick(k->fe, 0) < 0) {
+        KC_FAIL("kick");
+    }
+    for (int i = 0; (uint16_t)(__atomic_load_n(&used->idx, __ATOMIC_ACQUIRE) -
+                               used0) < nreq; i++) {
+        if (i == KC_WAIT_STEPS * 10) {
+            KC_FAIL("the batch did not complete (hang?)");
+        }
+        g_usleep(10000);
+    }
+    /* after the detach nothing of the queue runs: the log is final */
+    if (!vhost_user_frontend_stop(k->fe, NULL, &e)) {
+        KC_FAIL("stop: %s", e->message);
+    }
+    vhost_user_frontend_host_to_gpa(k->fe, avail, 1, &avail_page);
+    avail_page /= KC_PAGE;
+    for (uint64_t pg = 0; pg < KC_MEM / KC_PAGE; pg++) {
+        bool changed = memcmp(before + pg * KC_PAGE, mem + pg * KC_PAGE,
+                              KC_PAGE) != 0;
+        bool marked = kc_log_bit(log, pg);
+
+        if (pg == avail_page) {
+            if (marked) {
+                KC_FAIL("the avail ring's page %" PRIu64 " is marked: the "
+                        "module never writes it", pg);
+            }
+            continue;
+        }
+        if (changed && !marked && !unmarked++) {
+            first_unmarked = pg;
+        }
+        if (marked && !changed && !spurious++) {
+            first_spurious = pg;
+        }
+    }
+    if (unmarked) {
+        KC_FAIL("%" PRIu64 " page(s) written by the module but not marked "
+                "(first: page %" PRIu64 ")", unmarked, first_unmarked);
+    }
+    if (spurious) {
+        KC_FAIL("%" PRIu64 " page(s) marked that the module did not write "
+                "(first: page %" PRIu64 ")", spurious, first_spurious);
+    }
+    for (uint64_t pg = KC_MEM / KC_PAGE; pg < log_size * 8; pg++) {
+        if (kc_log_bit(log, pg)) {
+            KC_FAIL("page %" PRIu64 " past guest memory is marked", pg);
+        }
+    }
+    if (!vhost_user_frontend_log_guard_intact(k->fe)) {
+        KC_FAIL("the module wrote next to the log");
+    }
+    /* what the batch read is what the image holds */
+    if (memcmp(k->buf + 0x40000 + 512, k->buf, 12288) ||
+        memcmp(k->buf + 0x50000, k->buf + 0x8000, 4096) ||
+        memcmp(k->buf + 0x90000 + 100, serial.serial, 20)) {
+        KC_FAIL("the batch read wrong data");
+    }
+    for (int i = 0; i < 20; i++) {
+        if (memcmp(scatter[i].iov_base, k->buf + 0x18000 + i * 512, 512)) {
+            KC_FAIL("scattered piece %d read wrong data", i);
+        }
+    }
+
+    for (int got = 0; got < nreq;) {
+        VhostUserFrontendCompletion c[8];
+        int r = vhost_user_frontend_reap(k->fe, 0, c, 8);
+
+        if (r <= 0) {
+            KC_FAIL("reaping the batch: %d", r);
+        }
+        for (int i = 0; i < r; i++) {
+            if (c[i].status != VIRTIO_BLK_S_OK) {
+                KC_FAIL("request %u of the batch: status %d", c[i].head,
+                        c[i].status);
+            }
+        }
+        got += r;
+    }
+
+    /* logging off: the same kind of I/O marks nothing */
+    if (!vhost_user_frontend_start(k->fe, &e) ||
+        !vhost_user_frontend_log_stop(k->fe, &e)) {
+        KC_FAIL("restart / log stop: %s", e->message);
+    }
+    memset(log, 0, log_size);
+    if (!kc_rw(k, 1024, 16384, 0x77)) {
+        return false;
+    }
+    if (!vhost_user_frontend_stop(k->fe, NULL, &e)) {
+        KC_FAIL("stop: %s", e->message);
+    }
+    for (uint64_t i = 0; i < log_size; i++) {
+        if (log[i]) {
+            KC_FAIL("logging off, yet byte %" PRIu64 " of the log is 0x%02x",
+                    i, log[i]);
+        }
+    }
+    return true;
+}
+
 /* -------------------------------------------- coherence, layouts, limits */
 
 static int kc_outcome(Kc *k, uint16_t head, uint32_t *ulen);
@@ -1733,6 +1929,7 @@ static const KcCase kc_cases[] = {
     { "no-event-idx", kc_case_rw, .features = (1ULL << VIRTIO_F_VERSION_1) |
       (1ULL << VIRTIO_BLK_F_FLUSH) | (1ULL << VIRTIO_RING_F_INDIRECT_DESC) },
     { "minimal-features", kc_case_rw, .features = 1ULL << VIRTIO_F_VERSION_1 },
+    { "dirty-log", kc_case_dirty_log },
     { "ro-feature", kc_case_ro_feature, .features =
       (1ULL << VIRTIO_F_VERSION_1) | (1ULL << VIRTIO_BLK_F_RO) |
       (1ULL << VIRTIO_BLK_F_DISCARD) | (1ULL << VIRTIO_BLK_F_WRITE_ZEROES) },

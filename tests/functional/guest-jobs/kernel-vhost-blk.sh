@@ -44,6 +44,7 @@ kcheck() {
     step "$name" /usr/bin/vhost-blk-kcheck --vhost-dev /dev/vhost-blk "$@"
     vb_info "${name}_hostile_ok" "$(grep -c '^ok hostile-' /tmp/step.out)"
     vb_info "${name}_not_ok" "$(grep -c '^not ok' /tmp/step.out)"
+    vb_info "${name}_dirty_log" "$(grep -c '^ok dirty-log$' /tmp/step.out)"
 }
 bench() {
     /usr/bin/vhost-blk-bench --vhost-dev /dev/vhost-blk "$@"
@@ -82,7 +83,7 @@ while [ ! -b "$fsdev" ] && [ $i -lt 200 ]; do usleep 100000; i=$((i + 1)); done
 mkdir -p /mnt
 if mount -t ext4 "$fsdev" /mnt && truncate -s 64M /mnt/img; then
     kcheck kcheck_fsfile --file /mnt/img rw flush write-zeroes discard \
-        any-layout limits freeze
+        any-layout limits freeze dirty-log
     umount /mnt || vb_log "umount /mnt failed"
 else
     vb_info kcheck_fsfile fail
@@ -106,21 +107,47 @@ if [ "${vbkquick:-0}" != 1 ]; then
             $v --bs \$bs --queues 2 --iodepth 16 || exit 1; done"
 fi
 
-# one kthread per queue: 4 queues -> vblk-<pid>-q0..q3 while the bench runs
-/usr/bin/vhost-blk-bench --vhost-dev /dev/vhost-blk --file /tmp/img --buffered \
-    --queues 4 --rw randread --runtime 120 > /dev/null 2>&1 &
+# dirty logging as a migrating VMM runs it (VHOST_F_LOG_ALL on the running
+# rings): bench --verify with the log set, on both backings
+step bench_file_dirty_log bench --file /tmp/img --buffered $v --bs 512 --bs-max 64k --queues 2 --iodepth 8 --size 16M --dirty-log
+step bench_bdev_dirty_log bench --file "$dev" $v --bs 512 --bs-max 64k --queues 2 --iodepth 8 --size 16M --dirty-log
+
+# one kthread per queue: 4 queues -> vblk-<pid>-q0..q3 while the bench runs,
+# and the threads join the owner's cgroups: the bench runs in a child
+# cgroup of a cgroup v2 hierarchy, and each queue thread must be there too
+cg=/sys/fs/cgroup
+[ -f $cg/cgroup.controllers ] || mount -t cgroup2 none $cg
+mkdir -p $cg/vbowner
+sh -c "echo \$\$ > $cg/vbowner/cgroup.procs && exec /usr/bin/vhost-blk-bench \
+    --vhost-dev /dev/vhost-blk --file /tmp/img --buffered --queues 4 \
+    --rw randread --runtime 120" > /dev/null 2>&1 &
 bp=$!
 n=0
 i=0
 while [ $i -lt 600 ] && kill -0 $bp 2>/dev/null; do
-    n=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^vblk-[0-9]*-q[0-3]$')
+    n=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c "^vblk-$bp-q[0-3]$")
     [ "$n" -ge 4 ] && break
     usleep 100000
     i=$((i + 1))
 done
+vb_log "owner $bp: $(cat /proc/$bp/cgroup 2>/dev/null)"
+incg=0
+for d in /proc/[0-9]*; do
+    case $(cat $d/comm 2>/dev/null) in
+        vblk-$bp-q[0-3]|vhost-$bp)
+            c=$(cat $d/cgroup 2>/dev/null)
+            vb_log "$(cat $d/comm) (${d#/proc/}): $c"
+            case $(cat $d/comm) in
+                vblk-*) [ "$c" = "0::/vbowner" ] && incg=$((incg + 1)) ;;
+            esac
+            ;;
+    esac
+done
 kill $bp 2>/dev/null
 wait $bp 2>/dev/null
 vb_info queue_threads "$n"
+vb_info queue_threads_in_owner_cgroup "$incg"
+rmdir $cg/vbowner 2>/dev/null
 
 # read-only: reads work, the write job fails with I/O errors
 step bench_ro_read bench --file "$dev" --read-only --rw randread --ios 500 --queues 2

@@ -27,7 +27,7 @@
 #include "block/block_int.h"
 #include "sysemu/block-backend.h"
 #include "monitor/monitor.h"
-#include "migration/blocker.h"
+#include "migration/vmstate.h"
 #include "sysemu/sysemu.h"
 
 /* Attempts to reach the vhost-user backend while realizing. */
@@ -974,32 +974,17 @@ static void vhost_pci_blk_realize(DeviceState *dev, Error **errp)
         goto fail;
     }
 
-    if (user) {
-        /*
-         * vhost-user migrates as vhost-user-blk does: the virtio state
-         * goes in vmstate_vhost_pci_blk, vhost_dev_stop() takes the ring
-         * positions back from the backend (GET_VRING_BASE, after its
-         * requests completed), and QEMU's vhost core logs the backend's
-         * guest memory writes (LOG_ALL, SET_LOG_BASE).  A backend without
-         * VHOST_F_LOG_ALL gets vhost_dev_init()'s own blocker.
-         */
-        return;
-    }
-    /* See docs/qemu-fork.md, "Live migration". */
-    error_setg(&s->migration_blocker, "vhost-pci-blk with drive= (kernel "
-               "vhost_blk) cannot be live-migrated: the module does not log "
-               "the guest pages it writes (no VHOST_F_LOG_ALL, and its rings "
-               "refuse SET_VRING_ADDR while attached); use chardev= with "
-               "vhost-blkd to migrate");
-    if (migrate_add_blocker(s->migration_blocker, errp) < 0) {
-        error_free(s->migration_blocker);
-        s->migration_blocker = NULL;
-        if (s->connected) {
-            vhost_dev_cleanup(&s->dev);
-            s->connected = false;
-        }
-        goto fail;
-    }
+    /*
+     * Both backends migrate as vhost-user-blk does: the virtio state goes
+     * in vmstate_vhost_pci_blk, vhost_dev_stop() takes the ring positions
+     * back from the backend (the kernel's VHOST_BLK_SET_BACKEND -1 and
+     * vhost-blkd's GET_VRING_BASE both wait for the requests in flight),
+     * and QEMU's vhost core logs the backend's guest memory writes
+     * (SET_LOG_BASE, VHOST_F_LOG_ALL, VHOST_VRING_F_LOG on the running
+     * rings).  A backend without VHOST_F_LOG_ALL (vhost_blk.ko before
+     * dirty logging) gets vhost_dev_init()'s own blocker.  See
+     * docs/qemu-fork.md, "Live migration".
+     */
     return;
 
 fail:
@@ -1020,11 +1005,6 @@ static void vhost_pci_blk_unrealize(DeviceState *dev)
         vhost_dev_cleanup(&s->dev);
         s->connected = false;
     }
-    if (s->migration_blocker) {
-        migrate_del_blocker(s->migration_blocker);
-        error_free(s->migration_blocker);
-        s->migration_blocker = NULL;
-    }
     vhost_pci_blk_free(s);
 }
 
@@ -1042,6 +1022,47 @@ static struct vhost_dev *vhost_pci_blk_get_vhost(VirtIODevice *vdev)
     return &VHOST_PCI_BLK(vdev)->dev;
 }
 
+/*
+ * The guest's write cache choice (CONFIG_WCE) lives in the config space,
+ * which virtio_load() does not hand back to the device: migrate it, so that
+ * a guest that chose writethrough keeps getting durable writes on the
+ * destination.  The kernel backend applies it when the device starts
+ * (vhost_pci_blk_guest_wce); a vhost-user backend is told here.
+ */
+static bool vhost_pci_blk_wce_needed(void *opaque)
+{
+    return virtio_vdev_has_feature(VIRTIO_DEVICE(opaque),
+                                   VIRTIO_BLK_F_CONFIG_WCE);
+}
+
+static int vhost_pci_blk_wce_post_load(void *opaque, int version_id)
+{
+    VHostPciBlk *s = opaque;
+    uint8_t wce = s->blkcfg.wce ? 1 : 0;
+
+    s->blkcfg.wce = wce;
+    if (s->backend == VHOST_PCI_BLK_BACKEND_USER && s->connected &&
+        vhost_dev_set_config(&s->dev, &wce,
+                             offsetof(struct virtio_blk_config, wce),
+                             sizeof(wce), VHOST_SET_CONFIG_TYPE_MIGRATION)) {
+        warn_report("vhost-pci-blk: the vhost-user backend refused the "
+                    "migrated write cache setting (wce=%u)", wce);
+    }
+    return 0;
+}
+
+static const VMStateDescription vmstate_vhost_pci_blk_wce = {
+    .name = "vhost-pci-blk/wce",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .needed = vhost_pci_blk_wce_needed,
+    .post_load = vhost_pci_blk_wce_post_load,
+    .fields = (VMStateField[]) {
+        VMSTATE_UINT8(blkcfg.wce, VHostPciBlk),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
 static const VMStateDescription vmstate_vhost_pci_blk = {
     .name = "vhost-pci-blk",
     .minimum_version_id = 1,
@@ -1049,6 +1070,10 @@ static const VMStateDescription vmstate_vhost_pci_blk = {
     .fields = (VMStateField[]) {
         VMSTATE_VIRTIO_DEVICE,
         VMSTATE_END_OF_LIST()
+    },
+    .subsections = (const VMStateDescription * []) {
+        &vmstate_vhost_pci_blk_wce,
+        NULL
     },
 };
 

@@ -218,7 +218,10 @@ int vhost_user_frontend_inflight_fd(VhostUserFrontend *fe, uint64_t *size);
  * a log of @size bytes (0: just enough for guest memory), hands it over
  * and turns LOG_ALL and the used ring logging on; log_stop turns them off
  * (the log stays mapped, as in QEMU).  Needs LOG_SHMFD negotiated and
- * VHOST_F_LOG_ALL offered.
+ * VHOST_F_LOG_ALL offered.  Kernel mode (/dev/vhost-blk): VHOST_SET_LOG_BASE
+ * with a log in this process's memory, VHOST_SET_FEATURES with LOG_ALL and
+ * VHOST_SET_VRING_ADDR with VHOST_VRING_F_LOG, on the running rings, as
+ * QEMU's vhost_dev_set_log() does.
  */
 bool vhost_user_frontend_log_start(VhostUserFrontend *fe, uint64_t size,
                                    GError **errp);
@@ -226,6 +229,9 @@ bool vhost_user_frontend_log_stop(VhostUserFrontend *fe, GError **errp);
 /* The log bitmap (bit page % 8 of byte page / 8) and its size; NULL when
  * none was made.  The back-end sets bits concurrently. */
 uint8_t *vhost_user_frontend_log(VhostUserFrontend *fe, uint64_t *size);
+/* Kernel mode: true while the guard pages around the log are untouched
+ * (nothing was written outside the log); true in vhost-user mode. */
+bool vhost_user_frontend_log_guard_intact(VhostUserFrontend *fe);
 /* Bytes of log guest memory needs (one bit per 4 KiB page). */
 uint64_t vhost_user_frontend_log_size(VhostUserFrontend *fe);
 

@@ -69,7 +69,6 @@ struct VHostPciBlk {
     VhostUserState vhost_user;          /* vhost-user only */
     int image_fd;                       /* kernel only, else -1 */
     bool kernel_discard;                /* kernel: the backing can discard */
-    Error *migration_blocker;
     bool connected;                     /* vhost_dev initialised */
     bool started;                       /* vhost_dev started */
 };
