@@ -35,7 +35,12 @@ if [ ! -f "$builddir/build.ninja" ] ||
    ! grep -q "fuzzing *: *true" "$builddir/meson-logs/meson-log.txt" 2>/dev/null; then
     ./configure --builddir="$builddir" --enable-fuzzing >/dev/null
 fi
-ninja -C "$builddir" "${targets[@]/#/tests/fuzz/}" >/dev/null
+# ninja reports a failed build on stdout: show it, or CI says nothing
+if ! out=$(ninja -C "$builddir" "${targets[@]/#/tests/fuzz/}" 2>&1); then
+    printf '%s\n' "$out" | grep -vE '^\[[0-9]+/[0-9]+\] ' | tail -n 40
+    echo "fuzz.sh: building the fuzz targets failed (see above)" >&2
+    exit 1
+fi
 
 # Inputs as big as the largest seeds, with room to grow
 max_len() {
