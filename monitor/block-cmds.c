@@ -1135,6 +1135,16 @@ VuBlkExport *vb_export_get_vu(VbExport *e)
     return e->exp;
 }
 
+const char *vb_export_get_id(VbExport *e)
+{
+    return e->id;
+}
+
+const char *vb_export_get_node_name(VbExport *e)
+{
+    return e->node->name;
+}
+
 /* In the main thread, from the server: the deleted export's last request
  * completed.  Freed from a bottom half (we are inside its server). */
 static void vb_export_idle(void *opaque)
@@ -1608,6 +1618,44 @@ static void vb_stats_fill(JsonObject *st, const VuBlkExportStats *x)
     json_object_set_array_member(st, "timed_stats", json_array_new());
 }
 
+/* QEMU's BlockLatencyHistogramInfo. */
+static JsonObject *vb_lat_hist_json(const LatHist *h)
+{
+    JsonObject *o = json_object_new();
+    JsonArray *b = json_array_new(), *bins = json_array_new();
+
+    for (unsigned int i = 0; i < h->n; i++) {
+        json_array_add_int_element(b, h->boundaries[i]);
+    }
+    for (unsigned int i = 0; i <= h->n; i++) {
+        json_array_add_int_element(bins, h->bins[i]);
+    }
+    json_object_set_array_member(o, "boundaries", b);
+    json_object_set_array_member(o, "bins", bins);
+    return o;
+}
+
+/* The histograms set with block-latency-histogram-set, under QEMU's
+ * names; absent when not set, as in QEMU. */
+static void vb_stats_fill_histograms(JsonObject *st, VuBlkExport *exp)
+{
+    static const char *const names[VU_BLK_HIST__MAX] = {
+        [VU_BLK_HIST_READ] = "rd_latency_histogram",
+        [VU_BLK_HIST_WRITE] = "wr_latency_histogram",
+        [VU_BLK_HIST_FLUSH] = "flush_latency_histogram",
+        [VU_BLK_HIST_ZAP] = "zap_latency_histogram",
+    };
+
+    for (int t = 0; t < VU_BLK_HIST__MAX; t++) {
+        LatHist *h = vu_blk_export_get_latency_histogram(exp, t);
+
+        if (h) {
+            json_object_set_object_member(st, names[t], vb_lat_hist_json(h));
+            lat_hist_free(h);
+        }
+    }
+}
+
 static JsonObject *vb_node_blockstats(VbNode *n, bool device_level)
 {
     JsonObject *o = json_object_new();
@@ -1618,6 +1666,9 @@ static JsonObject *vb_node_blockstats(VbNode *n, bool device_level)
         vu_blk_export_get_stats(n->user->exp, &x);
     }
     vb_stats_fill(st, &x);
+    if (n->user) {
+        vb_stats_fill_histograms(st, n->user->exp);
+    }
     if (device_level) {
         json_object_set_string_member(o, "device", "");
         json_object_set_string_member(o, "qdev", n->user->id);
@@ -1662,6 +1713,91 @@ static JsonNode *vb_qmp_query_blockstats(void *opaque, JsonObject *args,
         }
     }
     return json_node_init_array(json_node_alloc(), arr);
+}
+
+/*
+ * block-latency-histogram-set, QEMU's: @id is an export id or the name of
+ * a node an export serves.  Only @id: remove every histogram.
+ * @boundaries: new empty histograms for every type, except those given
+ * their own boundaries-TYPE, which wins.  Everything is checked before
+ * anything changes.
+ */
+static JsonNode *vb_qmp_latency_histogram_set(void *opaque, JsonObject *args,
+                                              GError **errp)
+{
+    static const char *const keys[VU_BLK_HIST__MAX] = {
+        [VU_BLK_HIST_READ] = "boundaries-read",
+        [VU_BLK_HIST_WRITE] = "boundaries-write",
+        [VU_BLK_HIST_FLUSH] = "boundaries-flush",
+        [VU_BLK_HIST_ZAP] = "boundaries-zap",
+    };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *id = NULL;
+    g_autofree uint64_t *all = NULL;
+    uint64_t *own[VU_BLK_HIST__MAX] = { 0 };
+    unsigned int n_all = 0, n_own[VU_BLK_HIST__MAX] = { 0 };
+    bool has_all = false, has_own[VU_BLK_HIST__MAX] = { 0 }, any;
+    LatHist *h[VU_BLK_HIST__MAX] = { 0 };
+    JsonNode *ret = NULL;
+    VbExport *e;
+    int t;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "id", true, &id, errp) ||
+        !qmp_args_uint_list(&a, "boundaries", LAT_HIST_MAX_BOUNDARIES, &all,
+                            &n_all, &has_all, errp)) {
+        return NULL;
+    }
+    for (t = 0; t < VU_BLK_HIST__MAX; t++) {
+        if (!qmp_args_uint_list(&a, keys[t], LAT_HIST_MAX_BOUNDARIES,
+                                &own[t], &n_own[t], &has_own[t], errp)) {
+            goto out;
+        }
+    }
+    if (!qmp_args_check_done(&a, errp)) {
+        goto out;
+    }
+    e = vb_export_find(s, id);
+    if (!e) {
+        VbNode *n = vb_node_find(s, id);
+
+        e = n ? n->user : NULL;
+    }
+    if (!e) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_DEVICE_NOT_FOUND,
+                    "Device '%s' not found (give an export id or the node "
+                    "name of an export; query-block-exports lists them)", id);
+        goto out;
+    }
+    any = has_all;
+    for (t = 0; t < VU_BLK_HIST__MAX; t++) {
+        const uint64_t *b = has_own[t] ? own[t] : all;
+        unsigned int nb = has_own[t] ? n_own[t] : n_all;
+
+        any |= has_own[t];
+        if (has_own[t] || has_all) {
+            h[t] = lat_hist_new(b, nb, has_own[t] ? keys[t] : "boundaries",
+                                errp);
+            if (!h[t]) {
+                goto out;
+            }
+        }
+    }
+    for (t = 0; t < VU_BLK_HIST__MAX; t++) {
+        /* Only @id: remove all; @boundaries: replace all; else only the
+         * types given. */
+        if (!any || has_all || has_own[t]) {
+            vu_blk_export_set_latency_histogram(e->exp, t, h[t]);
+        }
+    }
+    ret = vb_empty();
+out:
+    for (t = 0; t < VU_BLK_HIST__MAX; t++) {
+        g_free(own[t]);
+        lat_hist_free(h[t]);
+    }
+    return ret;
 }
 
 typedef struct VbEngineJob {
@@ -1718,6 +1854,24 @@ static JsonObject *vb_op_stats_json(const VuBlkOpStats *st)
     return o;
 }
 
+/* The fixed latency buckets of one request type (vendor command). */
+static JsonObject *vb_fixed_hist_json(const uint64_t *bins)
+{
+    JsonObject *o = json_object_new();
+    JsonArray *b = json_array_new(), *a = json_array_new();
+
+    for (unsigned int i = 0; i < LAT_HIST_FIXED_FINITE; i++) {
+        json_array_add_int_element(b, lat_hist_fixed_le_ns(i));
+    }
+    for (unsigned int i = 0; i < LAT_HIST_FIXED_BINS; i++) {
+        json_array_add_int_element(a, bins[i]);
+    }
+    /* Upper bounds, inclusive: the last bin counts the rest. */
+    json_object_set_array_member(o, "le-ns", b);
+    json_object_set_array_member(o, "bins", a);
+    return o;
+}
+
 static JsonNode *vb_qmp_x_query_stats(void *opaque, JsonObject *args,
                                       GError **errp)
 {
@@ -1762,8 +1916,11 @@ static JsonNode *vb_qmp_x_query_stats(void *opaque, JsonObject *args,
                                    x.config_changes);
         json_object_set_int_member(o, "resubmitted", x.resubmitted);
         for (int op = 0; op < VU_BLK_OP__MAX; op++) {
-            json_object_set_object_member(ops, op_names[op],
-                                          vb_op_stats_json(&x.ops[op]));
+            JsonObject *oo = vb_op_stats_json(&x.ops[op]);
+
+            json_object_set_object_member(oo, "latency",
+                                          vb_fixed_hist_json(x.lat_bins[op]));
+            json_object_set_object_member(ops, op_names[op], oo);
         }
         json_object_set_object_member(o, "operations", ops);
         for (unsigned int q = 0; q < vu_blk_export_get_num_queues(e->exp);
@@ -1966,6 +2123,7 @@ const QmpCommand vb_qmp_commands[] = {
     { "query-iothreads", vb_qmp_query_iothreads },
     { "block_resize", NULL, vb_qmp_block_resize },
     { "query-blockstats", vb_qmp_query_blockstats },
+    { "block-latency-histogram-set", vb_qmp_latency_histogram_set },
     { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
     { "x-vhost-blk-log-level", vb_qmp_x_log_level },
     { "getfd", vb_qmp_getfd },

@@ -399,6 +399,51 @@ bool qmp_args_object(QmpArgs *a, const char *name, bool required,
     return true;
 }
 
+bool qmp_args_uint_list(QmpArgs *a, const char *name, unsigned int max,
+                        uint64_t **out, unsigned int *n_out, bool *present,
+                        GError **errp)
+{
+    JsonNode *n = qmp_args_take(a, name, false, errp);
+    JsonArray *arr;
+    unsigned int len;
+
+    *out = NULL;
+    *n_out = 0;
+    if (present) {
+        *present = n != NULL;
+    }
+    if (!n) {
+        return true;
+    }
+    if (!JSON_NODE_HOLDS_ARRAY(n)) {
+        qmp_args_type_error(a, name, "array", errp);
+        return false;
+    }
+    arr = json_node_get_array(n);
+    len = json_array_get_length(arr);
+    if (len > max) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Parameter '%s%s' "
+                    "has %u elements; at most %u are allowed", a->prefix,
+                    name, len, max);
+        return false;
+    }
+    *out = g_new(uint64_t, MAX(len, 1));
+    for (unsigned int i = 0; i < len; i++) {
+        JsonNode *e = json_array_get_element(arr, i);
+
+        if (!qmp_node_is(e, G_TYPE_INT64) || json_node_get_int(e) < 0) {
+            g_set_error(errp, QMP_ERROR, QMP_ERROR_GENERIC, "Parameter "
+                        "'%s%s' expects a list of unsigned integers (element "
+                        "%u is not one)", a->prefix, name, i);
+            g_clear_pointer(out, g_free);
+            return false;
+        }
+        (*out)[i] = json_node_get_int(e);
+    }
+    *n_out = len;
+    return true;
+}
+
 bool qmp_args_check_done(QmpArgs *a, GError **errp)
 {
     g_autoptr(GList) members = NULL;

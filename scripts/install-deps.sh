@@ -9,10 +9,15 @@ PKGS=(
     # build
     gcc pkg-config meson ninja-build libglib2.0-dev liburing-dev libaio-dev
     libjson-glib-dev libseccomp-dev libpcre2-dev
+    libmicrohttpd-dev   # vhost-blkd --metrics (Prometheus endpoint)
     # tests and the guest harness
     qemu-system-x86 qemu-utils qemu-system-data seabios ipxe-qemu fio busybox-static
     cpio zstd xz-utils kmod dpkg-dev util-linux e2fsprogs strace
     python3     # QMP client of tests/functional/test-migration.sh
+    # promtool and a Prometheus server for tests/functional/test-metrics.sh;
+    # the tests run their own instance (own config, data dir and port) and
+    # neither use nor disturb a system prometheus service
+    prometheus
     # guest assets (scripts/guest/build-assets.sh): kernel unpacking, static fio
     lz4 gzip binutils make zlib1g-dev apt
     libvirt-clients libvirt-daemon libvirt-daemon-system libxml2-utils

@@ -31,6 +31,7 @@
 #include "qemu/sandbox.h"
 #include "qemu/systemd.h"
 #include "qemu/host-load.h"
+#include "monitor/metrics-http.h"
 
 #define VBD_MAX_IOTHREADS EXPORT_OPTS_MAX_IOTHREADS
 
@@ -51,6 +52,8 @@ typedef struct Vbd {
     int notify_fd;              /* $NOTIFY_SOCKET, or -1 */
     bool poll_host_check;       /* --poll-host-check on (default) */
     HostLoadMonitor *host_load; /* pauses polling when no CPU is idle */
+    char *metrics_addr;         /* --metrics ADDR:PORT; NULL: none */
+    MetricsHttp *metrics;
 
     QsdCli qsd;                 /* --blockdev, --export type=..., ... */
 
@@ -153,9 +156,12 @@ static void vbd_usage(FILE *f)
 "  --user USER[:GROUP]     once every image and socket is open, switch to\n"
 "                          USER (its groups, or only GROUP); needs root.\n"
 "                          --runas is the same\n"
-"  --seccomp on|off        confine the I/O threads to an allowlist of system\n"
-"                          calls; any other call ends the process with a log\n"
-"                          line (default off)\n"
+"  --seccomp on|off        confine the I/O threads (and the --metrics HTTP\n"
+"                          thread) to an allowlist of system calls; any other\n"
+"                          call ends the process with a log line (default off)\n"
+"  --metrics ADDR:PORT     serve Prometheus metrics at http://ADDR:PORT/metrics\n"
+"                          (e.g. 127.0.0.1:9100; port 0 picks a free one, which\n"
+"                          the log names); nothing listens without it\n"
 "  --daemonize             run in the background once every socket listens\n"
 "                          (relative socket and --pidfile paths are made\n"
 "                          absolute first: the daemon then moves to /)\n"
@@ -577,6 +583,16 @@ static bool vbd_setup(Vbd *d, GError **errp)
         }
     }
 
+    /* Bound now (a port below 1024 needs root), served once credentials
+     * and the sandbox are set up. */
+    if (d->metrics_addr) {
+        d->metrics = metrics_http_new(&d->state, d->main_ctx,
+                                      d->metrics_addr, errp);
+        if (!d->metrics) {
+            return false;
+        }
+    }
+
     /* Credentials first: glibc's setuid() runs in every thread, which the
      * sandbox would not allow. */
     if (d->runas_user && !vbd_drop_privileges(d, errp)) {
@@ -600,11 +616,17 @@ static bool vbd_setup(Vbd *d, GError **errp)
         info_report("seccomp: %u iothread(s) confined to the allowlist",
                     d->n_iothreads + d->state.iothreads->len);
     }
+    if (d->metrics && !metrics_http_start(d->metrics, d->seccomp, errp)) {
+        return false;
+    }
     return true;
 }
 
 static void vbd_cleanup(Vbd *d)
 {
+    /* First: a scrape may be waiting for this thread. */
+    metrics_http_free(d->metrics);
+    d->metrics = NULL;
     if (d->qmp) {
         d->state.qmp = NULL;
         qmp_server_free(d->qmp);
@@ -719,6 +741,7 @@ enum {
     OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
     OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP, OPT_POLL_HOST_CHECK,
     OPT_BLOCKDEV, OPT_OBJECT, OPT_CHARDEV, OPT_MONITOR, OPT_QSD_UNSUPPORTED,
+    OPT_METRICS,
 };
 
 /* "FILE:LINE" of the option being applied when a --config file gave it,
@@ -860,6 +883,18 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
             return false;
         }
         break;
+    case OPT_METRICS: {
+        g_autofree char *host = NULL, *port = NULL;
+
+        if (!metrics_http_parse_addr(arg, &host, &port, &err)) {
+            vbd_arg_error("%s\n", err->message);
+            g_error_free(err);
+            return false;
+        }
+        g_free(d->metrics_addr);
+        d->metrics_addr = g_strdup(arg);
+        break;
+    }
     case OPT_SECCOMP:
         if (!export_opts_parse_bool(arg, &d->seccomp)) {
             vbd_arg_error("--seccomp %s: use on or off\n",
@@ -952,6 +987,7 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
         { "user", required_argument, NULL, OPT_USER },
         { "runas", required_argument, NULL, OPT_USER },
         { "seccomp", required_argument, NULL, OPT_SECCOMP },
+        { "metrics", required_argument, NULL, OPT_METRICS },
         { "poll-host-check", required_argument, NULL, OPT_POLL_HOST_CHECK },
         { "blockdev", required_argument, NULL, OPT_BLOCKDEV },
         { "object", required_argument, NULL, OPT_OBJECT },
@@ -1147,5 +1183,6 @@ int main(int argc, char **argv)
     qsd_cli_cleanup(&d.qsd);
     g_free(d.pidfile);
     g_free(d.runas_user);
+    g_free(d.metrics_addr);
     return ret;
 }

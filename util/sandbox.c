@@ -51,6 +51,19 @@ static const int sandbox_iothread_calls[] = {
     SCMP_SYS(sendto), SCMP_SYS(sendmsg), SCMP_SYS(connect),
 };
 
+/*
+ * What the metrics endpoint's HTTP thread (libmicrohttpd, poll mode) needs
+ * on top of the list above, found with strace and the SIGSYS line: accept
+ * and serve TCP connections on the socket the main thread bound.  It
+ * creates no socket of its own (socket() stays AF_UNIX-only).
+ */
+static const int sandbox_http_calls[] = {
+    SCMP_SYS(accept), SCMP_SYS(accept4), SCMP_SYS(recvfrom),
+    SCMP_SYS(recvmsg), SCMP_SYS(shutdown), SCMP_SYS(setsockopt),
+    SCMP_SYS(getsockopt), SCMP_SYS(getsockname), SCMP_SYS(getpeername),
+    SCMP_SYS(fcntl), SCMP_SYS(pipe2),
+};
+
 static const unsigned long sandbox_ioctls[] = {
     BLKDISCARD, BLKZEROOUT, BLKSECDISCARD, BLKGETSIZE64, BLKSSZGET,
     BLKPBSZGET,
@@ -113,7 +126,7 @@ bool sandbox_available(void)
     return true;
 }
 
-bool sandbox_apply_iothread_filter(GError **errp)
+static bool sandbox_apply(const int *extra, size_t n_extra, GError **errp)
 {
     struct sigaction sa = {
         .sa_sigaction = sandbox_sigsys,
@@ -139,6 +152,11 @@ bool sandbox_apply_iothread_filter(GError **errp)
     for (size_t i = 0; i < ARRAY_SIZE(sandbox_iothread_calls); i++) {
         if (!sandbox_add(ctx, SCMP_ACT_ALLOW, sandbox_iothread_calls[i], 0,
                          NULL, errp)) {
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n_extra; i++) {
+        if (!sandbox_add(ctx, SCMP_ACT_ALLOW, extra[i], 0, NULL, errp)) {
             goto out;
         }
     }
@@ -209,6 +227,17 @@ out:
     return ok;
 }
 
+bool sandbox_apply_iothread_filter(GError **errp)
+{
+    return sandbox_apply(NULL, 0, errp);
+}
+
+bool sandbox_apply_http_filter(GError **errp)
+{
+    return sandbox_apply(sandbox_http_calls, ARRAY_SIZE(sandbox_http_calls),
+                         errp);
+}
+
 #else /* !CONFIG_SECCOMP */
 
 bool sandbox_available(void)
@@ -221,6 +250,11 @@ bool sandbox_apply_iothread_filter(GError **errp)
     g_set_error(errp, VB_ERROR, 0, "seccomp: this build has no libseccomp "
                 "support (install libseccomp-dev and rebuild)");
     return false;
+}
+
+bool sandbox_apply_http_filter(GError **errp)
+{
+    return sandbox_apply_iothread_filter(errp);
 }
 
 #endif

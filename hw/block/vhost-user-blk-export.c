@@ -58,6 +58,7 @@ typedef struct VuBlkQueueCounters {
     uint64_t budget_yields;
     VuBlkOpStats ops[VU_BLK_OP__MAX];
     uint64_t wr_highest_offset;
+    uint64_t lat_bins[VU_BLK_OP__MAX][LAT_HIST_FIXED_BINS];
 } VuBlkQueueCounters;
 
 struct VuBlkQueue {
@@ -82,6 +83,10 @@ struct VuBlkQueue {
     bool bh_continues;          /* the last turn stopped at its limit: the
                                  * bottom half pops the rest (budget) */
     VuBlkQueueCounters c;
+    /* The operator's histograms (owned), and for each request type the
+     * one it counts in (NULL: none); swapped in the iothread only. */
+    LatHist *hist[VU_BLK_HIST__MAX];
+    LatHist *hist_of_op[VU_BLK_OP__MAX];
     VirtQueueStats vq_base;     /* virtqueue stats already folded in */
     VirtQueueStats vq_total;
 };
@@ -163,13 +168,19 @@ static int64_t vu_blk_clock_ns(void)
     return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Per-type accounting, in the queue's iothread: plain stores to counters
+/*
+ * Per-type accounting, in the queue's iothread: plain stores to counters
  * only this thread writes (the main thread reads them through
- * vu_server_run_in_queue()). */
+ * vu_server_run_in_queue()).  Latency: one fixed bucket (a multiply and a
+ * clz, qemu/latency-hist.h) and, only if the operator set one, a binary
+ * search in the QMP histogram.
+ */
 static void vu_blk_account(VuBlkQueue *q, VuBlkReq *r, uint8_t status,
                            int64_t now)
 {
     VuBlkOpStats *st;
+    LatHist *h;
+    uint64_t lat;
     VuBlkOp op;
 
     switch (r->req.type) {
@@ -203,7 +214,15 @@ static void vu_blk_account(VuBlkQueue *q, VuBlkReq *r, uint8_t status,
     } else {
         st->failed++;
     }
-    st->total_ns += now - r->start_ns;
+    /* Both clocks are one CLOCK_MONOTONIC; never negative, but cheap to
+     * be sure of. */
+    lat = likely(now >= r->start_ns) ? now - r->start_ns : 0;
+    st->total_ns += lat;
+    q->c.lat_bins[op][lat_hist_fixed_bucket(lat)]++;
+    h = q->hist_of_op[op];
+    if (unlikely(h)) {
+        lat_hist_record(h, lat);
+    }
 }
 
 static void vu_blk_req_done(VirtioBlkReq *req, uint8_t status,
@@ -754,6 +773,9 @@ void vu_blk_export_free(VuBlkExport *exp)
     }
     for (unsigned int i = 0; i < exp->num_queues; i++) {
         g_free(exp->queues[i].reqs);
+        for (unsigned int t = 0; t < VU_BLK_HIST__MAX; t++) {
+            lat_hist_free(exp->queues[i].hist[t]);
+        }
     }
     g_free(exp->queues);
     g_free(exp);
@@ -848,6 +870,8 @@ void vu_blk_export_get_queue_stats(VuBlkExport *exp, unsigned int index,
     stats->notifies = snap.vq.notifies;
     stats->notifies_suppressed = snap.vq.notifies_suppressed;
     stats->driver_polls = snap.driver_polls;
+    memcpy(stats->ops, snap.c.ops, sizeof(stats->ops));
+    memcpy(stats->lat_bins, snap.c.lat_bins, sizeof(stats->lat_bins));
 }
 
 unsigned int vu_blk_export_get_num_queues(VuBlkExport *exp)
@@ -913,6 +937,9 @@ void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats)
             stats->ops[o].failed += snap.c.ops[o].failed;
             stats->ops[o].bytes += snap.c.ops[o].bytes;
             stats->ops[o].total_ns += snap.c.ops[o].total_ns;
+            for (unsigned int b = 0; b < LAT_HIST_FIXED_BINS; b++) {
+                stats->lat_bins[o][b] += snap.c.lat_bins[o][b];
+            }
         }
         stats->inflight += snap.inflight;
         stats->wr_highest_offset = MAX(stats->wr_highest_offset,
@@ -931,4 +958,105 @@ void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats)
     vu_server_get_stats(exp->server, &ss);
     stats->sessions = ss.sessions;
     stats->config_changes = exp->config_changes;
+}
+
+/* ---- the operator's latency histograms (main thread) ------------------ */
+
+typedef struct VuBlkHistJob {
+    VuBlkQueue *q;
+    VuBlkHistType type;
+    LatHist *h;                 /* in: the new one; out: the old one */
+} VuBlkHistJob;
+
+/* Which histogram each request type counts in (QEMU's accounting). */
+static const int vu_blk_hist_type_of_op[VU_BLK_OP__MAX] = {
+    [VU_BLK_OP_READ] = VU_BLK_HIST_READ,
+    [VU_BLK_OP_WRITE] = VU_BLK_HIST_WRITE,
+    [VU_BLK_OP_WRITE_ZEROES] = VU_BLK_HIST_WRITE,
+    [VU_BLK_OP_FLUSH] = VU_BLK_HIST_FLUSH,
+    [VU_BLK_OP_DISCARD] = -1,
+    [VU_BLK_OP_OTHER] = -1,
+};
+
+/* In the queue's iothread (or the main thread while the queue is
+ * stopped): swap the histogram in. */
+static void vu_blk_hist_swap(VuBlkHistJob *job)
+{
+    VuBlkQueue *q = job->q;
+    LatHist *old = q->hist[job->type];
+
+    q->hist[job->type] = job->h;
+    for (unsigned int op = 0; op < VU_BLK_OP__MAX; op++) {
+        if (vu_blk_hist_type_of_op[op] == (int)job->type) {
+            q->hist_of_op[op] = job->h;
+        }
+    }
+    job->h = old;
+}
+
+static void vu_blk_hist_swap_fn(VirtQueue *vq, void *opaque)
+{
+    vu_blk_hist_swap(opaque);
+}
+
+void vu_blk_export_set_latency_histogram(VuBlkExport *exp,
+                                         VuBlkHistType type,
+                                         const LatHist *tmpl)
+{
+    assert(type < VU_BLK_HIST__MAX);
+    for (unsigned int i = 0; i < exp->num_queues; i++) {
+        VuBlkHistJob job = { .q = &exp->queues[i], .type = type };
+
+        if (tmpl) {
+            job.h = lat_hist_copy(tmpl);
+            memset(job.h->bins, 0, (job.h->n + 1) * sizeof(uint64_t));
+        }
+        if (!vu_server_run_in_queue(exp->server, i, vu_blk_hist_swap_fn,
+                                    &job)) {
+            vu_blk_hist_swap(&job);
+        }
+        lat_hist_free(job.h);
+    }
+}
+
+typedef struct VuBlkHistRead {
+    VuBlkQueue *q;
+    VuBlkHistType type;
+    LatHist *sum;
+} VuBlkHistRead;
+
+static void vu_blk_hist_read(VuBlkHistRead *rd)
+{
+    const LatHist *h = rd->q->hist[rd->type];
+
+    if (!h) {
+        return;
+    }
+    if (!rd->sum) {
+        rd->sum = lat_hist_copy(h);
+    } else {
+        lat_hist_add_bins(rd->sum, h);
+    }
+}
+
+static void vu_blk_hist_read_fn(VirtQueue *vq, void *opaque)
+{
+    vu_blk_hist_read(opaque);
+}
+
+LatHist *vu_blk_export_get_latency_histogram(VuBlkExport *exp,
+                                             VuBlkHistType type)
+{
+    VuBlkHistRead rd = { .type = type };
+
+    assert(type < VU_BLK_HIST__MAX);
+    /* Every queue has one with the same boundaries, or none has. */
+    for (unsigned int i = 0; i < exp->num_queues; i++) {
+        rd.q = &exp->queues[i];
+        if (!vu_server_run_in_queue(exp->server, i, vu_blk_hist_read_fn,
+                                    &rd)) {
+            vu_blk_hist_read(&rd);
+        }
+    }
+    return rd.sum;
 }

@@ -102,6 +102,8 @@ VbExport *vb_export_find(VbState *s, const char *id);
  * BLOCK_EXPORT_DELETED: shutdown only. */
 void vb_export_delete(VbState *s, VbExport *e);
 VuBlkExport *vb_export_get_vu(VbExport *e);
+const char *vb_export_get_id(VbExport *e);
+const char *vb_export_get_node_name(VbExport *e);
 /*
  * addr.type=fd,addr.str=STR of block-export-add: on the command line
  * (@keyval) STR is the number of an inherited fd (socket activation passes

@@ -75,6 +75,11 @@ bool qmp_args_enum(QmpArgs *a, const char *name, const char *const *values,
  * object, or if @required and missing.  *present = whether given. */
 bool qmp_args_object(QmpArgs *a, const char *name, bool required,
                      QmpArgs *sub, bool *present, GError **errp);
+/* A list of unsigned integers (QAPI ['uint64']), at most @max: *out is
+ * g_new'd (the caller frees it), *n_out its length; both zero if absent. */
+bool qmp_args_uint_list(QmpArgs *a, const char *name, unsigned int max,
+                        uint64_t **out, unsigned int *n_out, bool *present,
+                        GError **errp);
 /* Whether @name was given (does not consume it). */
 bool qmp_args_has(QmpArgs *a, const char *name);
 /* Every member consumed?  Otherwise "Parameter 'x' is unexpected". */

@@ -29,4 +29,11 @@ bool sandbox_available(void);
  */
 bool sandbox_apply_iothread_filter(GError **errp);
 
+/*
+ * The calling thread: the iothread allowlist plus serving TCP connections
+ * on an already listening socket (accept, recv, shutdown, socket options),
+ * for the metrics endpoint's HTTP thread (monitor/metrics-http.c).
+ */
+bool sandbox_apply_http_filter(GError **errp);
+
 #endif

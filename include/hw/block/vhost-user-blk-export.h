@@ -14,6 +14,7 @@
 #include "qemu/aio.h"
 #include "block/block.h"
 #include "hw/block/virtio-blk.h"
+#include "qemu/latency-hist.h"
 
 typedef struct VuBlkExport VuBlkExport;
 
@@ -80,6 +81,9 @@ typedef struct VuBlkQueueStats {
     bool running;
     bool driver_polls;          /* no interrupt wanted for a whole ring:
                                  * the driver polls its used ring */
+    VuBlkOpStats ops[VU_BLK_OP__MAX];
+    /* Completed requests by latency, fixed buckets (qemu/latency-hist.h) */
+    uint64_t lat_bins[VU_BLK_OP__MAX][LAT_HIST_FIXED_BINS];
 } VuBlkQueueStats;
 
 typedef struct VuBlkExportStats {
@@ -98,7 +102,22 @@ typedef struct VuBlkExportStats {
     unsigned int driver_polls;  /* queues whose driver polls, now */
     uint64_t wr_highest_offset; /* end of the highest write, bytes */
     VuBlkOpStats ops[VU_BLK_OP__MAX];
+    uint64_t lat_bins[VU_BLK_OP__MAX][LAT_HIST_FIXED_BINS];
 } VuBlkExportStats;
+
+/*
+ * The operator's latency histograms (QMP block-latency-histogram-set), as
+ * QEMU's block accounting has them: write-zeroes count as writes; zone
+ * append ("zap") exists for QEMU's interface and never counts anything
+ * here; discards have none.
+ */
+typedef enum VuBlkHistType {
+    VU_BLK_HIST_READ,
+    VU_BLK_HIST_WRITE,
+    VU_BLK_HIST_FLUSH,
+    VU_BLK_HIST_ZAP,
+    VU_BLK_HIST__MAX,
+} VuBlkHistType;
 
 /* Main thread.  Open the image and start listening.  On failure nothing is
  * left behind (no socket file). */
@@ -125,6 +144,19 @@ void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats);
 void vu_blk_export_get_queue_stats(VuBlkExport *exp, unsigned int index,
                                    VuBlkQueueStats *stats);
 unsigned int vu_blk_export_get_num_queues(VuBlkExport *exp);
+/*
+ * Main thread.  Replace the @type histogram of every queue by an empty one
+ * with @tmpl's boundaries (its bins are ignored), or remove it (@tmpl
+ * NULL).  The new histograms are allocated here and handed to each queue
+ * in its iothread; the request path only records into them.
+ */
+void vu_blk_export_set_latency_histogram(VuBlkExport *exp,
+                                         VuBlkHistType type,
+                                         const LatHist *tmpl);
+/* Main thread.  The @type histogram summed over queues (the caller frees
+ * it), or NULL if none is set. */
+LatHist *vu_blk_export_get_latency_histogram(VuBlkExport *exp,
+                                             VuBlkHistType type);
 BlockBackend *vu_blk_export_get_blk(VuBlkExport *exp);
 /*
  * Main thread.  Grow the image to @size bytes (blk_truncate()), update the
