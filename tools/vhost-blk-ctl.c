@@ -11,6 +11,7 @@
  * command through and prints the raw "return" for scripts.
  */
 #include "qemu/osdep.h"
+#include "qemu/latency-hist.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -528,6 +529,8 @@ typedef struct CtlStat {
     uint64_t rd_bytes, wr_bytes, un_bytes;
     uint64_t errors;
     uint64_t rd_ns, wr_ns;
+    bool has_lat;               /* vhost-blkd's latency buckets, all ops */
+    uint64_t lat[LAT_HIST_FIXED_BINS];
 } CtlStat;
 
 static void ctl_stat_free(gpointer p)
@@ -601,6 +604,89 @@ static GPtrArray *ctl_collect_stats(JsonNode *ret)
         g_ptr_array_add(out, s);
     }
     return out;
+}
+
+/*
+ * vhost-blkd's fixed latency buckets (x-query-vhost-blk-stats), summed
+ * over request types, into the entries of @st named by export id.  Not
+ * an error when the daemon has no such command (qemu-storage-daemon):
+ * the percentile columns then show "-".
+ */
+static void ctl_collect_latency(Ctl *c, GPtrArray *st)
+{
+    g_autofree char *cls = NULL, *desc = NULL;
+    g_autoptr(JsonNode) ret = ctl_execute(c, "x-query-vhost-blk-stats", NULL,
+                                          &cls, &desc);
+    JsonArray *exps;
+
+    if (!ret || !ctl_obj(ret) ||
+        !json_object_has_member(ctl_obj(ret), "exports")) {
+        return;
+    }
+    exps = json_object_get_array_member(ctl_obj(ret), "exports");
+    for (guint i = 0; exps && i < json_array_get_length(exps); i++) {
+        JsonObject *e = ctl_obj(json_array_get_element(exps, i));
+        JsonObject *ops = e ? ctl_obj(json_object_get_member(e, "operations"))
+                            : NULL;
+        const char *id = ctl_str(e, "id");
+        CtlStat *s = NULL;
+        g_autoptr(GList) names = NULL;
+
+        for (guint k = 0; id && k < st->len; k++) {
+            CtlStat *x = g_ptr_array_index(st, k);
+
+            if (!strcmp(x->name, id)) {
+                s = x;
+            }
+        }
+        if (!s || !ops) {
+            continue;
+        }
+        names = json_object_get_members(ops);
+        for (GList *l = names; l; l = l->next) {
+            JsonObject *op = ctl_obj(json_object_get_member(ops, l->data));
+            JsonObject *lat = op ? ctl_obj(json_object_get_member(op,
+                                                                  "latency"))
+                                 : NULL;
+            JsonNode *bn = lat ? json_object_get_member(lat, "bins") : NULL;
+            JsonArray *bins = bn && JSON_NODE_HOLDS_ARRAY(bn) ?
+                              json_node_get_array(bn) : NULL;
+
+            if (!bins || json_array_get_length(bins) != LAT_HIST_FIXED_BINS) {
+                continue;       /* another daemon's layout: not ours */
+            }
+            for (guint b = 0; b < LAT_HIST_FIXED_BINS; b++) {
+                s->lat[b] += json_array_get_int_element(bins, b);
+            }
+            s->has_lat = true;
+        }
+    }
+}
+
+/* One percentile column: the upper bound in us of the bucket holding the
+ * quantile of the requests done between two samples. */
+static void ctl_format_quantile(char *buf, size_t size, const CtlStat *s,
+                                const CtlStat *p, unsigned int per_mille)
+{
+    uint64_t d[LAT_HIST_FIXED_BINS], total = 0, q;
+
+    if (!s->has_lat || !p->has_lat) {
+        g_strlcpy(buf, "-", size);
+        return;
+    }
+    for (unsigned int b = 0; b < LAT_HIST_FIXED_BINS; b++) {
+        d[b] = s->lat[b] >= p->lat[b] ? s->lat[b] - p->lat[b] : 0;
+        total += d[b];
+    }
+    q = lat_hist_fixed_quantile(d, per_mille);
+    if (!total) {
+        g_strlcpy(buf, "-", size);
+    } else if (q == UINT64_MAX) {
+        snprintf(buf, size, ">%" PRIu64,
+                 lat_hist_fixed_le_ns(LAT_HIST_FIXED_FINITE - 1) / 1000);
+    } else {
+        snprintf(buf, size, "%" PRIu64, q / 1000);
+    }
 }
 
 static void ctl_print_totals(GPtrArray *st)
@@ -691,7 +777,10 @@ static int ctl_cmd_stats(Ctl *c, int argc, char **argv)
     while (!ctl_stop) {
         g_autoptr(JsonNode) ret = ctl_query_stats(c);
         GPtrArray *st = ctl_collect_stats(ret);
-        gint64 t = g_get_monotonic_time();
+        gint64 t;
+
+        ctl_collect_latency(c, st);
+        t = g_get_monotonic_time();
         double secs = prev ? (t - prev_t) / 1e6 : 0;
         g_autoptr(GDateTime) dt = g_date_time_new_now_local();
         g_autofree char *now = g_date_time_format(dt, "%H:%M:%S");
@@ -701,21 +790,27 @@ static int ctl_cmd_stats(Ctl *c, int argc, char **argv)
         }
         printf("vhost-blk-ctl stats: %s, every %.1f s, %s\n\n", c->path,
                interval, now);
-        printf("%-16s %9s %9s %9s %9s %8s %8s %9s %9s %7s\n", "EXPORT",
-               "r/s", "w/s", "rMB/s", "wMB/s", "flush/s", "disc/s",
-               "r_lat_us", "w_lat_us", "errors");
+        printf("%-16s %9s %9s %9s %9s %8s %8s %9s %9s %7s %8s %8s %8s\n",
+               "EXPORT", "r/s", "w/s", "rMB/s", "wMB/s", "flush/s", "disc/s",
+               "r_lat_us", "w_lat_us", "errors", "p50_us", "p99_us",
+               "p99.9_us");
         for (guint i = 0; i < st->len; i++) {
             CtlStat *s = g_ptr_array_index(st, i);
             CtlStat *p = ctl_find_stat(prev, s->name);
 
+            char p50[24], p99[24], p999[24];
+
             if (!p || secs <= 0) {
                 printf("%-16s %9s %9s %9s %9s %8s %8s %9s %9s %7" PRIu64
-                       "\n", s->name, "-", "-", "-", "-", "-", "-", "-", "-",
-                       s->errors);
+                       " %8s %8s %8s\n", s->name, "-", "-", "-", "-", "-",
+                       "-", "-", "-", s->errors, "-", "-", "-");
                 continue;
             }
+            ctl_format_quantile(p50, sizeof(p50), s, p, 500);
+            ctl_format_quantile(p99, sizeof(p99), s, p, 990);
+            ctl_format_quantile(p999, sizeof(p999), s, p, 999);
             printf("%-16s %9.0f %9.0f %9.1f %9.1f %8.0f %8.0f %9.0f %9.0f "
-                   "%7" PRIu64 "\n", s->name,
+                   "%7" PRIu64 " %8s %8s %8s\n", s->name,
                    ctl_rate(s->rd_ops, p->rd_ops, secs),
                    ctl_rate(s->wr_ops, p->wr_ops, secs),
                    ctl_rate(s->rd_bytes, p->rd_bytes, secs) / 1e6,
@@ -724,7 +819,7 @@ static int ctl_cmd_stats(Ctl *c, int argc, char **argv)
                    ctl_rate(s->un_ops, p->un_ops, secs),
                    ctl_lat_us(s->rd_ns, p->rd_ns, s->rd_ops, p->rd_ops),
                    ctl_lat_us(s->wr_ns, p->wr_ns, s->wr_ops, p->wr_ops),
-                   s->errors);
+                   s->errors, p50, p99, p999);
         }
         if (st->len == 0) {
             printf("no exports\n");
