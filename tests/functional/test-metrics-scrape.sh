@@ -143,6 +143,25 @@ r=$(q '{"execute":"query-blockstats"}' | tail -n1)
 vb_check_eq "  ...none in query-blockstats" \
     "$("$mpy" qmp-bins "$r" rd_latency_histogram)/$("$mpy" qmp-bins "$r" wr_latency_histogram)" "none/none"
 
+# By node name: an export added over QMP on node n2 (export id e2).
+img2=$(vb_mkimg d2 16M)
+qc "{\"execute\":\"blockdev-add\",\"arguments\":{\"driver\":\"file\",\"node-name\":\"n2\",\"filename\":\"$img2\"}}" > /dev/null
+qc "{\"execute\":\"block-export-add\",\"arguments\":{\"type\":\"vhost-user-blk\",\"id\":\"e2\",\"node-name\":\"n2\",\"writable\":true,\"addr\":{\"type\":\"unix\",\"path\":\"$VB_TMP/d2.sock\"}}}" > /dev/null
+vb_check "block-latency-histogram-set by the node name of export e2" \
+    qc '{"execute":"block-latency-histogram-set","arguments":{"id":"n2","boundaries-read":[1000000]}}'
+vb_check "bench: 100 reads on e2" \
+    bench --socket "$VB_TMP/d2.sock" --rw randread --bs 4k --ios 100 --iodepth 2
+r=$(q '{"execute":"query-blockstats"}' | tail -n1)
+vb_check_eq "  ...e2's rd bins sum to 100, vm1 has none" \
+    "$(python3 -c 'import json,sys
+for e in json.loads(sys.argv[1])["return"]:
+    st = e["stats"]
+    print(e["qdev"], sum(st["rd_latency_histogram"]["bins"]) if "rd_latency_histogram" in st else "none")' "$r" | sort | tr '\n' ' ')" "e2 100 vm1 none "
+qc '{"execute":"block-export-del","arguments":{"id":"e2"}}' > /dev/null
+qc '{"execute":"blockdev-add","arguments":{"driver":"null-co","node-name":"lonely"}}' > /dev/null
+vb_check "a node no export serves is refused" \
+    bash -c "'$qmppy' '$qmp' '{\"execute\":\"block-latency-histogram-set\",\"arguments\":{\"id\":\"lonely\"}}' | grep -q \"Device 'lonely' not found\""
+
 # --- vhost-blk-ctl stats --watch percentiles ----------------------------
 "$ctl" -s "$qmp" stats --watch 0.2 > "$VB_TMP/watch.txt" 2>&1 &
 wpid=$!
