@@ -440,7 +440,28 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
     if (e->rbd_snapshot) {
         bo.readonly = true;     /* a snapshot is served read-only */
     }
+    if (e->throttle_group) {
+        bo.throttle_group = vb_throttle_group_find(&d->state,
+                                                   e->throttle_group);
+        if (!bo.throttle_group) {
+            g_set_error(errp, VB_ERROR, 0, "--export socket=%s: "
+                        "throttle-group=%s: no such group; add --object "
+                        "throttle-group,id=%s,limits.iops-total=N", e->socket,
+                        e->throttle_group, e->throttle_group);
+            return false;
+        }
+        throttle_group_ref(bo.throttle_group);
+    } else if (e->throttle_set) {
+        /* The export's own group, named after it (qom-set path=ID). */
+        bo.throttle_group = throttle_group_new(id, &e->throttle, errp);
+        if (!bo.throttle_group) {
+            g_prefix_error(errp, "--export socket=%s: ", e->socket);
+            return false;
+        }
+    }
     p.node = vb_node_open(&d->state, node_name, &bo, e->discard, errp);
+    /* The filter took its own reference. */
+    throttle_group_unref(bo.throttle_group);
     if (!p.node) {
         g_prefix_error(errp, "--export socket=%s: ", e->socket);
         return false;
@@ -535,6 +556,10 @@ static bool vbd_setup(Vbd *d, GError **errp)
                   d->poll_max_ns);
     d->state.sd = &d->sd;       /* addr.type=fd claims passed sockets */
     d->state_ready = true;
+    /* Objects first: --export throttle-group=NAME names one. */
+    if (!qsd_cli_apply_objects(&d->qsd, &d->state, errp)) {
+        return false;
+    }
     for (guint i = 0; i < d->specs->len; i++) {
         if (!vbd_add_legacy_export(d, i, g_ptr_array_index(d->specs, i),
                                    errp)) {
