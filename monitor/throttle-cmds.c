@@ -146,7 +146,8 @@ static ThrottleGroup *vb_tg_resolve(VbState *s, const char *path,
         return NULL;
     }
     g_set_error(errp, QMP_ERROR, QMP_ERROR_DEVICE_NOT_FOUND,
-                "Device '%s' not found", path);
+                "Device '%s' not found: no throttle group (--object "
+                "throttle-group) or export of that name", path);
     return NULL;
 }
 
