@@ -6,20 +6,24 @@
  * Theory of operation: the filter sits on top of any node; the device
  * above and the node below do not know it is there.  A flush, and every
  * request while the group has no limit set, is forwarded at once: one
- * predictable branch.  Otherwise the request asks the group
- * (throttle_group_try(): lock-free, one compare-and-exchange per limit);
- * if it may go it is forwarded, else it waits in the FIFO of the
+ * predictable branch.  Otherwise the request reserves its share of the
+ * group (throttle_group_reserve(): lock-free, one compare-and-exchange
+ * per limit) and learns when it may go.  If that is now and nothing of
+ * this context waits, it is forwarded; else it waits in the FIFO of the
  * submitting AioContext -- the iothread of the device queue that sent it
  * -- linked through the BlockAIOCB it came in (no allocation), and that
- * context's timerfd is armed for when the head may go.  Requests that
- * come while the FIFO is not empty queue behind it, so a queue's requests
- * leave in order.  The timer's handler runs in the same iothread, lets
- * out as many as the group allows (in one defer_call section, so they are
- * submitted as a batch) and re-arms.  Nothing ever blocks: other queues,
- * other exports and every other fd handler of the iothread go on.
+ * context's timerfd is armed for the head's departure.  Because capacity
+ * is reserved at arrival, the exports and iothreads sharing a group are
+ * served first come, first served: none can starve another by being a
+ * little quicker to retry.  The timer's handler runs in the same
+ * iothread, lets out every request whose time has come (in one
+ * defer_call section, so they are submitted as a batch) and re-arms.
+ * Nothing ever blocks: other queues, other exports and every other fd
+ * handler of the iothread go on.
  *
  * A limit change (throttle_group_set_limits(), main thread) fires every
- * context's timer at once, so waiting requests see the new limits.
+ * context's timer at once; the handler sees the group's generation moved
+ * and makes every waiting request reserve again under the new limits.
  *
  * Threads: the per-context state (ThrottleCtx) is created by
  * bdrv_attach_aio_context() in its owner thread (or by the first request
@@ -60,9 +64,12 @@ typedef struct BDRVThrottleState {
     _Atomic(ThrottleCtx *) ctxs[THROTTLE_MAX_CTX];
 } BDRVThrottleState;
 
-/* The enqueue time of a waiting request, in its engine-private words
- * (no engine has it yet). */
-#define THROTTLE_ACB_TIME(acb) ((acb)->engine_priv[0])
+/* A waiting request's departure time, the group generation it reserved
+ * in and when it came, in its engine-private words (no engine has it
+ * yet). */
+#define THROTTLE_ACB_DEP(acb) ((acb)->engine_priv[0])
+#define THROTTLE_ACB_GEN(acb) ((acb)->engine_priv[1])
+#define THROTTLE_ACB_ENQ(acb) ((acb)->engine_priv[2])
 
 static int64_t throttle_now(void)
 {
@@ -92,35 +99,44 @@ static void throttle_forward(BlockBackend *bs, AioContext *ctx,
     blk_drv_submit(bs->child, ctx, acb);
 }
 
-/* Owner thread: let out what the group allows now; re-arm for the rest. */
+static void throttle_count(_Atomic uint64_t *c, uint64_t n)
+{
+    /* One writer (the owner thread); the main thread reads. */
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) +
+                          n, memory_order_relaxed);
+}
+
+/* Owner thread: let out the requests whose time has come; re-arm for the
+ * next.  After a limit change every waiting request reserves again, in
+ * FIFO order, under the new limits. */
 static void throttle_ctx_run(ThrottleCtx *tc)
 {
     BDRVThrottleState *s = tc->bs->opaque;
+    uint64_t gen = throttle_group_generation(s->tg);
     int64_t now = throttle_now();
     BlockAIOCB *acb;
 
-    defer_call_begin();
-    while ((acb = QSIMPLEQ_FIRST(&tc->waiting))) {
-        int64_t w = throttle_group_try(s->tg, acb->type != BLK_REQ_READ,
+    QSIMPLEQ_FOREACH(acb, &tc->waiting, next) {
+        if (THROTTLE_ACB_GEN(acb) != gen) {
+            THROTTLE_ACB_GEN(acb) = gen;
+            THROTTLE_ACB_DEP(acb) = now +
+                throttle_group_reserve(s->tg, acb->type != BLK_REQ_READ,
                                        acb->bytes, now);
-
-        if (w > 0) {
-            throttle_arm(tc, w);
-            break;
         }
+    }
+    defer_call_begin();
+    while ((acb = QSIMPLEQ_FIRST(&tc->waiting)) &&
+           (int64_t)THROTTLE_ACB_DEP(acb) <= now) {
         QSIMPLEQ_REMOVE_HEAD(&tc->waiting, next);
-        atomic_store_explicit(&tc->waiting_now,
-                              atomic_load_explicit(&tc->waiting_now,
-                                                   memory_order_relaxed) - 1,
-                              memory_order_relaxed);
-        atomic_store_explicit(&tc->throttled_ns,
-                              atomic_load_explicit(&tc->throttled_ns,
-                                                   memory_order_relaxed) +
-                              (now - (int64_t)THROTTLE_ACB_TIME(acb)),
-                              memory_order_relaxed);
+        throttle_count(&tc->waiting_now, -1);
+        throttle_count(&tc->throttled_ns,
+                       now - (int64_t)THROTTLE_ACB_ENQ(acb));
         throttle_forward(tc->bs, tc->ctx, acb);
     }
     defer_call_end();
+    if (acb) {
+        throttle_arm(tc, (int64_t)THROTTLE_ACB_DEP(acb) - now);
+    }
 }
 
 /* Owner thread: the retry timer fired (or a limit changed). */
@@ -203,6 +219,7 @@ static void throttle_submit(BlockBackend *bs, AioContext *ctx,
 {
     BDRVThrottleState *s = bs->opaque;
     ThrottleCtx *tc;
+    uint64_t gen;
     int64_t now, w;
 
     if (likely(acb->type == BLK_REQ_FLUSH ||
@@ -216,25 +233,23 @@ static void throttle_submit(BlockBackend *bs, AioContext *ctx,
         return;
     }
     now = throttle_now();
-    if (QSIMPLEQ_EMPTY(&tc->waiting)) {
-        w = throttle_group_try(s->tg, acb->type != BLK_REQ_READ, acb->bytes,
+    gen = throttle_group_generation(s->tg);
+    w = throttle_group_reserve(s->tg, acb->type != BLK_REQ_READ, acb->bytes,
                                now);
-        if (w == 0) {
-            throttle_forward(bs, ctx, acb);
-            return;
-        }
+    if (w == 0 && QSIMPLEQ_EMPTY(&tc->waiting)) {
+        throttle_forward(bs, ctx, acb);
+        return;
+    }
+    /* Its capacity is reserved: it leaves at now + w, after those ahead. */
+    THROTTLE_ACB_DEP(acb) = now + w;
+    THROTTLE_ACB_GEN(acb) = gen;
+    THROTTLE_ACB_ENQ(acb) = now;
+    if (QSIMPLEQ_EMPTY(&tc->waiting)) {
         throttle_arm(tc, w);
     }
-    THROTTLE_ACB_TIME(acb) = now;
     QSIMPLEQ_INSERT_TAIL(&tc->waiting, acb, next);
-    atomic_store_explicit(&tc->throttled,
-                          atomic_load_explicit(&tc->throttled,
-                                               memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    atomic_store_explicit(&tc->waiting_now,
-                          atomic_load_explicit(&tc->waiting_now,
-                                               memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    throttle_count(&tc->throttled, 1);
+    throttle_count(&tc->waiting_now, 1);
 }
 
 /* Main thread: the group's limits changed; fire every timer now. */

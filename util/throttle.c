@@ -36,6 +36,17 @@
  * request waits.  Refunds make the accounting conservative, never
  * generous: a cell only ever admits conforming charges.
  *
+ * throttle_group_reserve() is the same cell used as a scheduler: the
+ * request's departure is the earliest time every cell conforms,
+ * max(now, TAT - tau) over its cells, and each cell is charged as of
+ * then, TAT := max(TAT, departure) + cost, whether that is now or later.
+ * The request then waits until its departure (the block filter holds
+ * it); reservations are granted in arrival order, so the users of a group
+ * are served first come, first served, and since a request never leaves
+ * before its departure the same bound holds for any window that starts
+ * when the requests in it were submitted.  A racing reservation that
+ * pushes a cell past the departure makes it refund and compute again.
+ *
  * The limits themselves are an immutable ThrottleConfig published with a
  * release store of one pointer (NULL: no limit, the callers' fast path);
  * set_limits swaps it and resets the TATs.  Readers may still use the old
@@ -64,6 +75,7 @@ struct ThrottleGroup {
     unsigned int refs;          /* main thread */
     ThrottleLimits limits;      /* main thread */
     _Atomic(ThrottleConfig *) cfg;
+    _Atomic uint64_t generation;    /* set_limits calls */
     GPtrArray *retired;         /* old configs, main thread */
     GList *notifiers;           /* ThrottleNotifier, main thread */
     /* TAT of each cell, ns; written by every submitting thread. */
@@ -308,12 +320,19 @@ bool throttle_group_set_limits(ThrottleGroup *tg,
         atomic_store_explicit(&tg->tat[k][0], 0, memory_order_relaxed);
         atomic_store_explicit(&tg->tat[k][1], 0, memory_order_relaxed);
     }
+    atomic_fetch_add_explicit(&tg->generation, 1, memory_order_release);
     for (GList *l = tg->notifiers; l; l = l->next) {
         ThrottleNotifier *n = l->data;
 
         n->fn(n->opaque);
     }
     return true;
+}
+
+uint64_t throttle_group_generation(ThrottleGroup *tg)
+{
+    /* Pairs with the increment in throttle_group_set_limits(). */
+    return atomic_load_explicit(&tg->generation, memory_order_acquire);
 }
 
 void throttle_group_get_limits(ThrottleGroup *tg, ThrottleLimits *limits)
@@ -439,4 +458,87 @@ refund:
         }
     }
     return wait;
+}
+
+/* Give back what pass 2 of throttle_group_reserve() charged. */
+static void throttle_refund(ThrottleGroup *tg, int64_t before[][2],
+                            int64_t after[][2], int64_t inc[][2])
+{
+    for (int k = 0; k < THROTTLE__MAX; k++) {
+        for (int b = 0; b < 2; b++) {
+            int64_t expect = after[k][b];
+
+            if (!inc[k][b]) {
+                continue;
+            }
+            /* Undo exactly if nobody charged since, else take off ours. */
+            if (!atomic_compare_exchange_strong_explicit(
+                    &tg->tat[k][b], &expect, before[k][b],
+                    memory_order_relaxed, memory_order_relaxed)) {
+                atomic_fetch_sub_explicit(&tg->tat[k][b], inc[k][b],
+                                          memory_order_relaxed);
+            }
+            inc[k][b] = 0;
+        }
+    }
+}
+
+int64_t throttle_group_reserve(ThrottleGroup *tg, bool is_write,
+                               uint64_t bytes, int64_t now)
+{
+    /* Pairs with the exchange in throttle_group_set_limits(). */
+    const ThrottleConfig *c = atomic_load_explicit(&tg->cfg,
+                                                   memory_order_acquire);
+    unsigned int mask = throttle_mask(is_write);
+    int64_t before[THROTTLE__MAX][2], after[THROTTLE__MAX][2];
+    int64_t inc[THROTTLE__MAX][2] = { { 0 } };
+
+    if (!c) {
+        return 0;
+    }
+    for (;;) {
+        int64_t dep = now;
+
+        /* Pass 1, no writes: the earliest time every cell conforms. */
+        for (int k = 0; k < THROTTLE__MAX; k++) {
+            for (int b = 0; b < 2 && (mask & (1u << k)); b++) {
+                const ThrottleCell *cell = &c->cell[k][b];
+
+                if (cell->rate) {
+                    int64_t tat = atomic_load_explicit(&tg->tat[k][b],
+                                                       memory_order_relaxed);
+                    dep = MAX(dep, tat - cell->tau);
+                }
+            }
+        }
+        /* Pass 2: charge each cell as of the departure @dep. */
+        for (int k = 0; k < THROTTLE__MAX; k++) {
+            for (int b = 0; b < 2 && (mask & (1u << k)); b++) {
+                const ThrottleCell *cell = &c->cell[k][b];
+                int64_t tat, cost;
+
+                if (!cell->rate) {
+                    continue;
+                }
+                cost = throttle_cost(c, k, cell, bytes);
+                tat = atomic_load_explicit(&tg->tat[k][b],
+                                           memory_order_relaxed);
+                do {
+                    if (tat - cell->tau > dep) {
+                        /* A racing reservation moved it: start over. */
+                        throttle_refund(tg, before, after, inc);
+                        goto again;
+                    }
+                    before[k][b] = tat;
+                    after[k][b] = MAX(tat, dep) + cost;
+                } while (!atomic_compare_exchange_weak_explicit(
+                             &tg->tat[k][b], &tat, after[k][b],
+                             memory_order_relaxed, memory_order_relaxed));
+                inc[k][b] = after[k][b] - before[k][b];
+            }
+        }
+        return dep - now;
+    again:
+        continue;
+    }
 }

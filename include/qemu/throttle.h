@@ -116,4 +116,18 @@ bool throttle_group_enabled(ThrottleGroup *tg);
 int64_t throttle_group_try(ThrottleGroup *tg, bool is_write, uint64_t bytes,
                            int64_t now);
 
+/*
+ * Any thread: reserve the group's capacity for a request of @bytes at
+ * @now, whether or not it may go now: returns in how many ns it may go
+ * (0: at once) and charges every limit as of that departure.  Requests
+ * that reserve in turn leave in that order, whichever thread or queue
+ * they come from (first come, first served across the whole group).
+ * The caller keeps the request until then; if the limits change before
+ * (throttle_group_generation() moved on), it reserves again.
+ */
+int64_t throttle_group_reserve(ThrottleGroup *tg, bool is_write,
+                               uint64_t bytes, int64_t now);
+/* Any thread: incremented by each throttle_group_set_limits(). */
+uint64_t throttle_group_generation(ThrottleGroup *tg);
+
 #endif

@@ -308,6 +308,78 @@ static void test_threads(void)
     throttle_group_unref(tg);
 }
 
+/* Reservations: every request learns its departure at once. */
+static void test_reserve(void)
+{
+    ThrottleGroup *tg = group("iops-total=1000");
+
+    for (int i = 0; i < 101; i++) {
+        g_assert_cmpint(throttle_group_reserve(tg, false, 4096, SEC), ==, 0);
+    }
+    for (int i = 1; i <= 50; i++) {
+        g_assert_cmpint(throttle_group_reserve(tg, i & 1, 4096, SEC), ==,
+                        i * MS);
+    }
+    /* Later, the queue of reservations has moved on with the clock. */
+    g_assert_cmpint(throttle_group_reserve(tg, false, 4096, SEC + 20 * MS),
+                    ==, 31 * MS);
+    throttle_group_unref(tg);
+
+    /* Two limits: the later departure of the two, both charged. */
+    tg = group("iops-read=1000,bps-read=4096000");
+    for (int i = 0; i < 101; i++) {
+        g_assert_cmpint(throttle_group_reserve(tg, false, 8192, SEC), ==,
+                        MAX(0, (i * 2 - 100) * MS));
+    }
+    throttle_group_unref(tg);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+typedef struct Reserver {
+    ThrottleGroup *tg;
+    int64_t *out;
+} Reserver;
+
+static gpointer reserver(gpointer opaque)
+{
+    Reserver *r = opaque;
+
+    for (int i = 0; i < 1000; i++) {
+        r->out[i] = throttle_group_reserve(r->tg, i & 1, 4096, 5 * SEC);
+    }
+    return NULL;
+}
+
+/* Four threads reserving at one instant get exactly the slots a single
+ * one would, each once: no lost and no doubled update. */
+static void test_reserve_threads(void)
+{
+    ThrottleGroup *tg = group("iops-total=1000,bps-total=4096000000");
+    int64_t *all = g_new0(int64_t, 4000);
+    Reserver r[4];
+    GThread *t[4];
+
+    for (int i = 0; i < 4; i++) {
+        r[i] = (Reserver) { .tg = tg, .out = all + i * 1000 };
+        t[i] = g_thread_new("reserve", reserver, &r[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        g_thread_join(t[i]);
+    }
+    qsort(all, 4000, sizeof(all[0]), cmp_i64);
+    for (int i = 0; i < 4000; i++) {
+        g_assert_cmpint(all[i], ==, MAX(0, i - 100) * MS);
+    }
+    g_free(all);
+    throttle_group_unref(tg);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -321,5 +393,7 @@ int main(int argc, char **argv)
     g_test_add_func("/throttle/change", test_change);
     g_test_add_func("/throttle/errors", test_errors);
     g_test_add_func("/throttle/threads", test_threads);
+    g_test_add_func("/throttle/reserve", test_reserve);
+    g_test_add_func("/throttle/reserve-threads", test_reserve_threads);
     return g_test_run();
 }
