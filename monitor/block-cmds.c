@@ -1015,8 +1015,8 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
     return n;
 }
 
-/* object-add: iothread and secret objects at run time, as on the
- * command line. */
+/* object-add: iothread, secret and throttle-group objects at run time,
+ * as on the command line. */
 static JsonNode *vb_qmp_object_add(void *opaque, JsonObject *args,
                                    GError **errp)
 {
