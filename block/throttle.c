@@ -21,6 +21,10 @@
  * Nothing ever blocks: other queues, other exports and every other fd
  * handler of the iothread go on.
  *
+ * When the device stops every queue (its front-end went away, or the
+ * daemon drains it to shut down) the waiting requests go at once, as
+ * QEMU's drain lets throttled requests through.
+ *
  * A limit change (throttle_group_set_limits(), main thread) fires every
  * context's timer at once; the handler sees the group's generation moved
  * and makes every waiting request reserve again under the new limits.
@@ -59,6 +63,9 @@ typedef struct ThrottleCtx {
 
 typedef struct BDRVThrottleState {
     ThrottleGroup *tg;
+    /* The device stopped every queue (front-end gone, shutdown): what
+     * waits goes at once, so the drain does not wait for the limit. */
+    atomic_bool bypass;
     pthread_mutex_t lock;
     _Atomic unsigned int n_ctx;
     _Atomic(ThrottleCtx *) ctxs[THROTTLE_MAX_CTX];
@@ -116,6 +123,11 @@ static void throttle_ctx_run(ThrottleCtx *tc)
     int64_t now = throttle_now();
     BlockAIOCB *acb;
 
+    if (unlikely(atomic_load_explicit(&s->bypass, memory_order_relaxed))) {
+        QSIMPLEQ_FOREACH(acb, &tc->waiting, next) {
+            THROTTLE_ACB_DEP(acb) = now;
+        }
+    }
     QSIMPLEQ_FOREACH(acb, &tc->waiting, next) {
         if (THROTTLE_ACB_GEN(acb) != gen) {
             THROTTLE_ACB_GEN(acb) = gen;
@@ -223,7 +235,8 @@ static void throttle_submit(BlockBackend *bs, AioContext *ctx,
     int64_t now, w;
 
     if (likely(acb->type == BLK_REQ_FLUSH ||
-               !throttle_group_enabled(s->tg))) {
+               !throttle_group_enabled(s->tg) ||
+               atomic_load_explicit(&s->bypass, memory_order_relaxed))) {
         throttle_forward(bs, ctx, acb);
         return;
     }
@@ -252,17 +265,38 @@ static void throttle_submit(BlockBackend *bs, AioContext *ctx,
     throttle_count(&tc->waiting_now, 1);
 }
 
-/* Main thread: the group's limits changed; fire every timer now. */
-static void throttle_limits_changed(void *opaque)
+/* Any thread: fire every context's timer now. */
+static void throttle_kick_all(BDRVThrottleState *s)
 {
-    BlockBackend *bs = opaque;
-    BDRVThrottleState *s = bs->opaque;
-
     pthread_mutex_lock(&s->lock);
     for (unsigned int i = 0; i < s->n_ctx; i++) {
         throttle_arm(s->ctxs[i], 1);
     }
     pthread_mutex_unlock(&s->lock);
+}
+
+/* Main thread: the group's limits changed. */
+static void throttle_limits_changed(void *opaque)
+{
+    BlockBackend *bs = opaque;
+
+    throttle_kick_all(bs->opaque);
+}
+
+/*
+ * Any thread: the device started or stopped every queue.  Stopped (the
+ * front-end went away, or the daemon shuts down and drains), the waiting
+ * requests are let out at once, as QEMU's drain does, rather than
+ * holding the drain to the limit's pace.
+ */
+static void throttle_set_active(BlockBackend *bs, bool active, bool takeover)
+{
+    BDRVThrottleState *s = bs->opaque;
+
+    atomic_store_explicit(&s->bypass, !active, memory_order_relaxed);
+    if (!active) {
+        throttle_kick_all(s);
+    }
 }
 
 static bool throttle_attach(BlockBackend *bs, AioContext *ctx,
@@ -369,6 +403,7 @@ const BlockDriver bdrv_throttle = {
     .bdrv_truncate = throttle_truncate,
     .bdrv_attach_aio_context = throttle_attach,
     .bdrv_detach_aio_context = throttle_detach,
+    .bdrv_set_active = throttle_set_active,
     .bdrv_aio_preadv = throttle_submit,
     .bdrv_aio_pwritev = throttle_submit,
     .bdrv_aio_flush = throttle_submit,

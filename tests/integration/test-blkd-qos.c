@@ -391,6 +391,43 @@ static void test_unthrottled_neighbour(Fixture *f, gconstpointer data)
     vhost_user_frontend_free(free_fe);
 }
 
+/* A front-end that goes away with requests waiting: they are let out at
+ * once (the drain does not wait for the limit), not at 1/s. */
+static void test_disconnect_drains(Fixture *f, gconstpointer data)
+{
+    Driver v;
+    int64_t t0, waited;
+    int64_t waiting = 1;
+
+    qmp_ok(f, "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"thr\","
+           "\"property\":\"limits\",\"value\":{\"iops-total\":1}}}");
+    driver_init(&v, f, 0, 20, 20);
+    driver_step(&v);
+    g_assert_cmpint(v.sent, ==, 20);
+    /* Wait until the daemon has them all (popped: in flight). */
+    t0 = now_ns();
+    while (export_stat(f, "thr", "in-flight") + v.done < 20) {
+        driver_step(&v);
+        g_assert_cmpint(now_ns() - t0, <, 60 * 1000000000LL);
+        g_usleep(10 * 1000);    /* polling the daemon's counters */
+    }
+    t0 = now_ns();
+    driver_free(&v);
+    while (waiting > 0 || export_stat(f, "thr", "in-flight") > 0) {
+        waiting = export_stat(f, "thr", "throttle-waiting");
+        g_assert_cmpint(now_ns() - t0, <, 60 * 1000000000LL);
+        g_usleep(10 * 1000);
+    }
+    waited = now_ns() - t0;
+    g_test_message("disconnected with %d waiting: drained in %.3f s",
+                   20 - v.done, waited / 1e9);
+    /* At 1/s the last would have gone after >= 17 s. */
+    if (v.done < 2) {
+        g_assert_cmpint(waited, <, 17 * 1000000000LL);
+    }
+    g_assert_true(vb_daemon_alive(&f->d));
+}
+
 /* The syntax errors say what is wrong and what to do. */
 static void test_errors(Fixture *f, gconstpointer data)
 {
@@ -456,6 +493,8 @@ int main(int argc, char **argv)
                test_qom_set, fixture_teardown);
     g_test_add("/blkd-qos/unthrottled-neighbour", Fixture, NULL,
                fixture_setup, test_unthrottled_neighbour, fixture_teardown);
+    g_test_add("/blkd-qos/disconnect-drains", Fixture, NULL, fixture_setup,
+               test_disconnect_drains, fixture_teardown);
     g_test_add("/blkd-qos/errors", Fixture, NULL, fixture_setup,
                test_errors, fixture_teardown);
     return g_test_run();
