@@ -63,11 +63,18 @@
 typedef struct ThrottleCell {
     uint64_t rate;              /* units per second; 0 = unused */
     int64_t tau;                /* tolerance, ns */
+    int64_t op_ns;              /* iops: the cost of one operation */
 } ThrottleCell;
+
+#define THROTTLE_CELLS (THROTTLE__MAX * 2)
 
 typedef struct ThrottleConfig {
     ThrottleCell cell[THROTTLE__MAX][2];    /* [kind][0 avg, 1 burst] */
     uint64_t iops_size;
+    /* The cells in use by a read [0] and by a write [1], as indices
+     * kind * 2 + (0 avg, 1 burst), so a request visits only those. */
+    uint8_t n_used[2];
+    uint8_t used[2][THROTTLE_CELLS];
 } ThrottleConfig;
 
 struct ThrottleGroup {
@@ -225,6 +232,14 @@ static uint64_t throttle_muldiv_up(uint64_t a, uint64_t b, uint64_t c)
     return q > INT64_MAX ? INT64_MAX : (uint64_t)q;
 }
 
+/* The limits a request falls under: kind k applies if @mask bit k. */
+static unsigned int throttle_mask(bool is_write)
+{
+    return 1u << THROTTLE_BPS_TOTAL | 1u << THROTTLE_OPS_TOTAL |
+           (is_write ? 1u << THROTTLE_BPS_WRITE | 1u << THROTTLE_OPS_WRITE
+                     : 1u << THROTTLE_BPS_READ | 1u << THROTTLE_OPS_READ);
+}
+
 /* The cells of @t, or NULL if no limit is set. */
 static ThrottleConfig *throttle_config_new(const ThrottleLimits *t)
 {
@@ -249,6 +264,21 @@ static ThrottleConfig *throttle_config_new(const ThrottleLimits *t)
         if (l->max) {
             c->cell[k][1].rate = l->max;
             c->cell[k][1].tau = THROTTLE_SLACK_NS;
+        }
+    }
+    for (int k = 0; k < THROTTLE__MAX; k++) {
+        for (int b = 0; b < 2; b++) {
+            ThrottleCell *cell = &c->cell[k][b];
+
+            if (!cell->rate) {
+                continue;
+            }
+            cell->op_ns = throttle_muldiv_up(1, NS_PER_SEC, cell->rate);
+            for (int w = 0; w < 2; w++) {
+                if (throttle_mask(w) & (1u << k)) {
+                    c->used[w][c->n_used[w]++] = k * 2 + b;
+                }
+            }
         }
     }
     return c;
@@ -369,19 +399,14 @@ bool throttle_group_enabled(ThrottleGroup *tg)
     return atomic_load_explicit(&tg->cfg, memory_order_relaxed) != NULL;
 }
 
-/* The limits a request falls under: kind k applies if @mask bit k. */
-static unsigned int throttle_mask(bool is_write)
-{
-    return 1u << THROTTLE_BPS_TOTAL | 1u << THROTTLE_OPS_TOTAL |
-           (is_write ? 1u << THROTTLE_BPS_WRITE | 1u << THROTTLE_OPS_WRITE
-                     : 1u << THROTTLE_BPS_READ | 1u << THROTTLE_OPS_READ);
-}
-
 /* What one request adds to the TAT of a cell of kind @k. */
 static int64_t throttle_cost(const ThrottleConfig *c, int k,
                              const ThrottleCell *cell, uint64_t bytes)
 {
     if (k <= THROTTLE_BPS_WRITE) {
+        if (likely(bytes <= UINT64_MAX / NS_PER_SEC)) {
+            return (bytes * NS_PER_SEC + cell->rate - 1) / cell->rate;
+        }
         return throttle_muldiv_up(bytes, NS_PER_SEC, cell->rate);
     }
     if (c->iops_size && bytes > c->iops_size) {
@@ -389,7 +414,7 @@ static int64_t throttle_cost(const ThrottleConfig *c, int k,
         return throttle_muldiv_up(bytes, NS_PER_SEC,
                                   c->iops_size * cell->rate);
     }
-    return throttle_muldiv_up(1, NS_PER_SEC, cell->rate);
+    return cell->op_ns;
 }
 
 int64_t throttle_group_try(ThrottleGroup *tg, bool is_write, uint64_t bytes,
@@ -460,25 +485,27 @@ refund:
     return wait;
 }
 
-/* Give back what pass 2 of throttle_group_reserve() charged. */
-static void throttle_refund(ThrottleGroup *tg, int64_t before[][2],
-                            int64_t after[][2], int64_t inc[][2])
+/* The state word of cell @i (kind * 2 + avg/burst). */
+static inline _Atomic int64_t *throttle_tat(ThrottleGroup *tg, int i)
 {
-    for (int k = 0; k < THROTTLE__MAX; k++) {
-        for (int b = 0; b < 2; b++) {
-            int64_t expect = after[k][b];
+    return &tg->tat[i / 2][i % 2];
+}
 
-            if (!inc[k][b]) {
-                continue;
-            }
-            /* Undo exactly if nobody charged since, else take off ours. */
-            if (!atomic_compare_exchange_strong_explicit(
-                    &tg->tat[k][b], &expect, before[k][b],
-                    memory_order_relaxed, memory_order_relaxed)) {
-                atomic_fetch_sub_explicit(&tg->tat[k][b], inc[k][b],
-                                          memory_order_relaxed);
-            }
-            inc[k][b] = 0;
+/* Give back what pass 2 of throttle_group_reserve() charged: the first
+ * @n cells of @used. */
+static void throttle_refund(ThrottleGroup *tg, const uint8_t *used, int n,
+                            const int64_t *before, const int64_t *after)
+{
+    for (int j = 0; j < n; j++) {
+        _Atomic int64_t *t = throttle_tat(tg, used[j]);
+        int64_t expect = after[j];
+
+        /* Undo exactly if nobody charged since, else take off ours. */
+        if (!atomic_compare_exchange_strong_explicit(
+                t, &expect, before[j], memory_order_relaxed,
+                memory_order_relaxed)) {
+            atomic_fetch_sub_explicit(t, after[j] - before[j],
+                                      memory_order_relaxed);
         }
     }
 }
@@ -489,56 +516,51 @@ int64_t throttle_group_reserve(ThrottleGroup *tg, bool is_write,
     /* Pairs with the exchange in throttle_group_set_limits(). */
     const ThrottleConfig *c = atomic_load_explicit(&tg->cfg,
                                                    memory_order_acquire);
-    unsigned int mask = throttle_mask(is_write);
-    int64_t before[THROTTLE__MAX][2], after[THROTTLE__MAX][2];
-    int64_t inc[THROTTLE__MAX][2] = { { 0 } };
+    int64_t before[THROTTLE_CELLS], after[THROTTLE_CELLS];
+    const uint8_t *used;
+    int n;
 
     if (!c) {
         return 0;
     }
+    used = c->used[is_write];
+    n = c->n_used[is_write];
     for (;;) {
         int64_t dep = now;
+        int j;
 
         /* Pass 1, no writes: the earliest time every cell conforms. */
-        for (int k = 0; k < THROTTLE__MAX; k++) {
-            for (int b = 0; b < 2 && (mask & (1u << k)); b++) {
-                const ThrottleCell *cell = &c->cell[k][b];
+        for (j = 0; j < n; j++) {
+            const ThrottleCell *cell = &c->cell[used[j] / 2][used[j] % 2];
+            int64_t tat = atomic_load_explicit(throttle_tat(tg, used[j]),
+                                               memory_order_relaxed);
 
-                if (cell->rate) {
-                    int64_t tat = atomic_load_explicit(&tg->tat[k][b],
-                                                       memory_order_relaxed);
-                    dep = MAX(dep, tat - cell->tau);
-                }
-            }
+            dep = MAX(dep, tat - cell->tau);
         }
         /* Pass 2: charge each cell as of the departure @dep. */
-        for (int k = 0; k < THROTTLE__MAX; k++) {
-            for (int b = 0; b < 2 && (mask & (1u << k)); b++) {
-                const ThrottleCell *cell = &c->cell[k][b];
-                int64_t tat, cost;
+        for (j = 0; j < n; j++) {
+            const ThrottleCell *cell = &c->cell[used[j] / 2][used[j] % 2];
+            _Atomic int64_t *t = throttle_tat(tg, used[j]);
+            int64_t cost = throttle_cost(c, used[j] / 2, cell, bytes);
+            int64_t tat = atomic_load_explicit(t, memory_order_relaxed);
 
-                if (!cell->rate) {
-                    continue;
+            do {
+                if (tat - cell->tau > dep) {
+                    break;
                 }
-                cost = throttle_cost(c, k, cell, bytes);
-                tat = atomic_load_explicit(&tg->tat[k][b],
-                                           memory_order_relaxed);
-                do {
-                    if (tat - cell->tau > dep) {
-                        /* A racing reservation moved it: start over. */
-                        throttle_refund(tg, before, after, inc);
-                        goto again;
-                    }
-                    before[k][b] = tat;
-                    after[k][b] = MAX(tat, dep) + cost;
-                } while (!atomic_compare_exchange_weak_explicit(
-                             &tg->tat[k][b], &tat, after[k][b],
-                             memory_order_relaxed, memory_order_relaxed));
-                inc[k][b] = after[k][b] - before[k][b];
+                before[j] = tat;
+                after[j] = MAX(tat, dep) + cost;
+            } while (!atomic_compare_exchange_weak_explicit(
+                         t, &tat, after[j], memory_order_relaxed,
+                         memory_order_relaxed));
+            if (tat - cell->tau > dep) {
+                /* A racing reservation moved it: give back, start over. */
+                throttle_refund(tg, used, j, before, after);
+                break;
             }
         }
-        return dep - now;
-    again:
-        continue;
+        if (j == n) {
+            return dep - now;
+        }
     }
 }
