@@ -63,6 +63,9 @@ typedef struct ThrottleCtx {
 
 typedef struct BDRVThrottleState {
     ThrottleGroup *tg;
+    /* The group has a limit set (main thread writes it when the limits
+     * change): the request path's one test. */
+    atomic_bool limited;
     /* The device stopped every queue (front-end gone, shutdown): what
      * waits goes at once, so the drain does not wait for the limit. */
     atomic_bool bypass;
@@ -226,17 +229,17 @@ found:
 }
 
 /* Owner thread of @ctx: every request type. */
-static void throttle_submit(BlockBackend *bs, AioContext *ctx,
-                            BlockAIOCB *acb)
+/* Owner thread of @ctx: a request the group's limits apply to. */
+static void __attribute__((noinline))
+throttle_submit_limited(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
 {
     BDRVThrottleState *s = bs->opaque;
     ThrottleCtx *tc;
     uint64_t gen;
     int64_t now, w;
 
-    if (likely(acb->type == BLK_REQ_FLUSH ||
-               !throttle_group_enabled(s->tg) ||
-               atomic_load_explicit(&s->bypass, memory_order_relaxed))) {
+    if (acb->type == BLK_REQ_FLUSH ||
+        atomic_load_explicit(&s->bypass, memory_order_relaxed)) {
         throttle_forward(bs, ctx, acb);
         return;
     }
@@ -265,6 +268,23 @@ static void throttle_submit(BlockBackend *bs, AioContext *ctx,
     throttle_count(&tc->waiting_now, 1);
 }
 
+/*
+ * Owner thread of @ctx: every request type.  With no limit set this is
+ * one load and one predictable branch before the child gets it; the rest
+ * is out of line.
+ */
+static void throttle_submit(BlockBackend *bs, AioContext *ctx,
+                            BlockAIOCB *acb)
+{
+    BDRVThrottleState *s = bs->opaque;
+
+    if (likely(!atomic_load_explicit(&s->limited, memory_order_relaxed))) {
+        throttle_forward(bs, ctx, acb);
+        return;
+    }
+    throttle_submit_limited(bs, ctx, acb);
+}
+
 /* Any thread: fire every context's timer now. */
 static void throttle_kick_all(BDRVThrottleState *s)
 {
@@ -279,8 +299,11 @@ static void throttle_kick_all(BDRVThrottleState *s)
 static void throttle_limits_changed(void *opaque)
 {
     BlockBackend *bs = opaque;
+    BDRVThrottleState *s = bs->opaque;
 
-    throttle_kick_all(bs->opaque);
+    atomic_store_explicit(&s->limited, throttle_group_enabled(s->tg),
+                          memory_order_relaxed);
+    throttle_kick_all(s);
 }
 
 /*
@@ -355,6 +378,8 @@ static bool throttle_open(BlockBackend *bs, const BlockOptions *opts,
     s = g_new0(BDRVThrottleState, 1);
     pthread_mutex_init(&s->lock, NULL);
     s->tg = throttle_group_ref(opts->throttle_group);
+    atomic_store_explicit(&s->limited, throttle_group_enabled(s->tg),
+                          memory_order_relaxed);
     bs->opaque = s;
     bs->filename = g_strdup(child->filename);
     bs->size = child->size;
