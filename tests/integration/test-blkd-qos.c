@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * Integration tests of per-export QoS: vhost-blkd with four null exports
- * in one iothread -- "thr" with its own iops-total limit, "free" without
- * any, "g1" and "g2" sharing the throttle group tg0 -- and a QMP monitor.
+ * -- "thr" with its own iops-total limit and "free" without any in one
+ * iothread, "g1" (same iothread) and "g2" (another) sharing the throttle
+ * group tg0 -- and a QMP monitor.
  *
  * Every assertion is an upper bound or an ordering, never a speed: a
  * limit of R requests/s with its slack of R/10 lets through at most
@@ -143,10 +144,10 @@ static void qmp_connect(Fixture *f)
 static void fixture_setup(Fixture *f, gconstpointer data)
 {
     static const VbExportSpec specs[] = {
-        { .null_driver = true, .extra = "id=thr,iops-total=100" },
-        { .null_driver = true, .extra = "id=free" },
-        { .null_driver = true, .extra = "id=g1,throttle-group=tg0" },
-        { .null_driver = true, .extra = "id=g2,throttle-group=tg0" },
+        { .null_driver = true, .extra = "id=thr,iops-total=100,iothread=0" },
+        { .null_driver = true, .extra = "id=free,iothread=0" },
+        { .null_driver = true, .extra = "id=g1,throttle-group=tg0,iothread=0" },
+        { .null_driver = true, .extra = "id=g2,throttle-group=tg0,iothread=1" },
     };
     g_autofree char *chardev = NULL;
 
@@ -162,7 +163,9 @@ static void fixture_setup(Fixture *f, gconstpointer data)
         };
 
         f->d.args = args;
-        f->d.iothreads = 1;     /* every export in one iothread */
+        /* thr, free and g1 in iothread 0; g2 in iothread 1, so the
+         * group is shared across iothreads. */
+        f->d.iothreads = 2;
         vb_daemon_start(&f->d);
         f->d.args = NULL;
     }
@@ -283,7 +286,7 @@ static void test_export_limit(Fixture *f, gconstpointer data)
     driver_free(&v);
 }
 
-/* Two exports of one group share its rate. */
+/* Two exports of one group, in two iothreads, share its rate. */
 static void test_group_shared(Fixture *f, gconstpointer data)
 {
     Driver v[2];
