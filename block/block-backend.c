@@ -221,7 +221,57 @@ static BlockBackend *blk_open_finish(BlockBackend *bs,
                     "inject-error or inject-delay: nothing is injected",
                     bs->filename);
     }
+    if (opts->throttle_group) {
+        BlockBackend *t = blk_throttle_new(top, opts->throttle_group, errp);
+
+        if (!t) {
+            blk_close(top);
+            return NULL;
+        }
+        top = t;
+    }
     return top;
+}
+
+/* Main thread. */
+BlockBackend *blk_throttle_new(BlockBackend *child, ThrottleGroup *tg,
+                               GError **errp)
+{
+    BlockOptions o;
+    BlockBackend *top;
+
+    if (child->parent) {
+        g_set_error(errp, VB_ERROR, 0, "%s already has a filter above it: "
+                    "put the throttle filter on top of that one",
+                    child->filename);
+        return NULL;
+    }
+    blk_options_init(&o);
+    o.readonly = child->readonly;
+    o.batch = child->batch;
+    o.throttle_group = tg;
+    top = blk_new(&bdrv_throttle, &o);
+    top->child = child;
+    child->parent = top;
+    if (!bdrv_throttle.bdrv_open(top, &o, errp)) {
+        bdrv_throttle.bdrv_close(top);
+        child->parent = NULL;
+        top->child = NULL;
+        blk_free(top);
+        return NULL;
+    }
+    return top;
+}
+
+/* Main thread; no request in flight. */
+void blk_throttle_release(BlockBackend *blk)
+{
+    assert(blk->drv == &bdrv_throttle);
+    if (blk->child) {
+        blk->child->parent = NULL;
+        blk->child = NULL;
+    }
+    blk_close(blk);
 }
 
 /* Main thread; no request may be in flight. */

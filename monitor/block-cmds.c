@@ -34,6 +34,8 @@ struct VbNode {
     bool cache_direct;
     bool discard;               /* discard=unmap */
     VbExport *user;             /* the export on it, if any */
+    VbNode *file;               /* driver=throttle: the node below */
+    VbNode *filter;             /* the driver=throttle node above, if any */
     bool resizing;              /* a block_resize runs in a worker */
 };
 
@@ -81,6 +83,8 @@ void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
     s->poll_max_ns = poll_max_ns;
     s->iothreads = g_ptr_array_new();
     s->secrets = g_ptr_array_new();
+    s->throttle_groups = g_ptr_array_new_with_free_func(
+        (GDestroyNotify)throttle_group_unref);
     s->nodes = g_ptr_array_new();
     s->pending_nodes = g_ptr_array_new();
     s->exports = g_ptr_array_new();
@@ -160,7 +164,13 @@ static VbIOThreadObj *vb_iothread_find(VbState *s, const char *id)
 
 static void vb_node_free(VbNode *n)
 {
-    blk_close(n->blk);
+    if (n->file) {
+        /* A throttle filter over another node: that one stays open. */
+        n->file->filter = NULL;
+        blk_throttle_release(n->blk);
+    } else {
+        blk_close(n->blk);
+    }
     g_free(n->name);
     g_free(n->driver);
     g_free(n->filename);
@@ -177,6 +187,17 @@ void vb_state_cleanup(VbState *s)
     }
     while (s->exports->len) {
         vb_export_delete(s, g_ptr_array_index(s->exports, 0));
+    }
+    /* Throttle filters first: they sit on other nodes. */
+    for (guint i = 0; i < s->nodes->len;) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if (n->file) {
+            g_ptr_array_remove_index(s->nodes, i);
+            vb_node_free(n);
+        } else {
+            i++;
+        }
     }
     while (s->nodes->len) {
         VbNode *n = g_ptr_array_steal_index(s->nodes, 0);
@@ -212,6 +233,8 @@ void vb_state_cleanup(VbState *s)
         g_free(sec);
     }
     g_ptr_array_free(s->secrets, true);
+    /* After the nodes: each filter holds a reference of its own. */
+    g_ptr_array_free(s->throttle_groups, true);
     g_ptr_array_free(s->exports, true);
     g_ptr_array_free(s->nodes, true);
     g_ptr_array_free(s->iothreads, true);
@@ -293,7 +316,8 @@ static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
         vb_set_error(errp, "secret '%s': give file=PATH", id);
         return false;
     }
-    if (vb_secret_find(s, id) || vb_iothread_find(s, id)) {
+    if (vb_secret_find(s, id) || vb_iothread_find(s, id) ||
+        vb_throttle_group_find(s, id)) {
         vb_set_error(errp, "attempt to add duplicate property '%s' to "
                      "object (type 'container')", id);
         return false;
@@ -333,7 +357,8 @@ static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
 
 bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
 {
-    static const char *const types[] = { "iothread", "secret", NULL };
+    static const char *const types[] = { "iothread", "secret",
+                                         "throttle-group", NULL };
     g_auto(QmpArgs) a = { 0 };
     const char *id = NULL;
     int64_t poll_max_ns = s->poll_max_ns;
@@ -349,9 +374,11 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
         if (JSON_NODE_HOLDS_VALUE(n) &&
             json_node_get_value_type(n) == G_TYPE_STRING &&
             strcmp(json_node_get_string(n), "iothread") &&
-            strcmp(json_node_get_string(n), "secret")) {
+            strcmp(json_node_get_string(n), "secret") &&
+            strcmp(json_node_get_string(n), "throttle-group")) {
             vb_set_error(errp, "object type '%s' is not supported: "
-                         "vhost-blkd has only iothread and secret objects",
+                         "vhost-blkd has only iothread, secret and "
+                         "throttle-group objects",
                          json_node_get_string(n));
             return false;
         }
@@ -361,6 +388,21 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
     }
     if (type == 1) {
         return vb_secret_add(s, &a, errp);
+    }
+    if (type == 2) {
+        if (qmp_args_has(&a, "id") &&
+            JSON_NODE_HOLDS_VALUE(json_object_get_member(args, "id")) &&
+            json_node_get_value_type(json_object_get_member(args, "id")) ==
+            G_TYPE_STRING) {
+            const char *tid = json_object_get_string_member(args, "id");
+
+            if (vb_iothread_find(s, tid) || vb_secret_find(s, tid)) {
+                vb_set_error(errp, "attempt to add duplicate property '%s' "
+                             "to object (type 'container')", tid);
+                return false;
+            }
+        }
+        return vb_throttle_group_add(s, &a, errp);
     }
     if (!qmp_args_str(&a, "id", true, &id, errp) ||
         !qmp_args_int(&a, "poll-max-ns", false, &poll_max_ns, NULL, errp)) {
@@ -382,7 +424,8 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
                      "negative", id);
         return false;
     }
-    if (vb_iothread_find(s, id) || vb_secret_find(s, id)) {
+    if (vb_iothread_find(s, id) || vb_secret_find(s, id) ||
+        vb_throttle_group_find(s, id)) {
         vb_set_error(errp, "attempt to add duplicate property '%s' to "
                      "object (type 'container')", id);
         return false;
@@ -743,6 +786,80 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
 }
 
 /*
+ * driver=throttle,node-name=NAME,throttle-group=GROUP,file=NODE: QEMU's
+ * throttle filter over the node NODE (added before), limited by the
+ * throttle-group object GROUP.  Exporting NAME throttles the export.
+ */
+static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
+                                        const char *name, GError **errp)
+{
+    const char *group = NULL, *file = NULL;
+    ThrottleGroup *tg;
+    BlockBackend *blk;
+    GError *err = NULL;
+    VbNode *child, *n;
+
+    if (qmp_args_has(a, "file") &&
+        JSON_NODE_HOLDS_OBJECT(json_object_get_member(a->obj, "file"))) {
+        vb_set_error(errp, "driver=throttle: give file=NODE-NAME, the name "
+                     "of a node added before (a nested blockdev is not "
+                     "supported)");
+        return NULL;
+    }
+    if (!qmp_args_str(a, "throttle-group", true, &group, errp) ||
+        !qmp_args_str(a, "file", true, &file, errp) ||
+        !qmp_args_check_done(a, errp)) {
+        return NULL;
+    }
+    if (!name) {
+        vb_set_error(errp, "'node-name' must be specified for the root "
+                     "node");
+        return NULL;
+    }
+    tg = vb_throttle_group_find(s, group);
+    if (!tg) {
+        vb_set_error(errp, "Throttle group '%s' not found: add it first "
+                     "with --object throttle-group,id=%s,limits.iops-total=N "
+                     "(or object-add)", group, group);
+        return NULL;
+    }
+    child = vb_node_find(s, file);
+    if (!child) {
+        vb_set_error(errp, "Cannot find device='' nor node-name='%s' (add "
+                     "the node below the throttle filter first)", file);
+        return NULL;
+    }
+    if (child->filter) {
+        vb_set_error(errp, "Node '%s' already has the throttle node '%s' on "
+                     "top: export that one, or throttle '%s' with the "
+                     "group it uses", file, child->filter->name,
+                     child->filter->name);
+        return NULL;
+    }
+    if (!vb_node_name_free(s, name, errp)) {
+        return NULL;
+    }
+    blk = blk_throttle_new(child->blk, tg, &err);
+    if (!blk) {
+        vb_set_error(errp, "%s", err->message);
+        g_error_free(err);
+        return NULL;
+    }
+    n = g_new0(VbNode, 1);
+    n->name = g_strdup(name);
+    n->driver = g_strdup("throttle");
+    n->filename = g_strdup(child->filename);
+    n->blk = blk;
+    n->readonly = child->readonly;
+    n->cache_direct = child->cache_direct;
+    n->discard = child->discard;
+    n->file = child;
+    child->filter = n;
+    g_ptr_array_add(s->nodes, n);
+    return n;
+}
+
+/*
  * blockdev-add; with @p (QMP), a driver=rbd open goes to a worker thread:
  * then *@deferred is set and @p is answered later, else the node (or NULL
  * with @errp set) is the answer.
@@ -752,7 +869,8 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
                                       bool *deferred, GError **errp)
 {
     static const char *const drivers[] = {
-        "file", "host_device", "null-co", "null-aio", "rbd", NULL
+        "file", "host_device", "null-co", "null-aio", "rbd", "throttle",
+        NULL
     };
     static const char *const aios[] = {
         "threads", "native", "io_uring", NULL
@@ -777,7 +895,7 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
         static const char *const qemu_only[] = {
             "raw", "qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed",
             "luks", "nbd", "iscsi", "nfs", "ssh", "http", "https",
-            "gluster", "blkdebug", "throttle", "copy-on-read", "compress",
+            "gluster", "blkdebug", "copy-on-read", "compress",
             "nvme", "io_uring", "host_cdrom", "preallocate", NULL,
         };
 
@@ -804,6 +922,9 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
         !qmp_args_bool(&cache, "no-flush", &no_flush, errp) ||
         !qmp_args_check_done(&cache, errp)) {
         return NULL;
+    }
+    if (driver == 5) {
+        return vb_blockdev_add_throttle(s, &a, name, errp);
     }
     if (driver == 4) {
         return vb_blockdev_add_rbd(s, &a, args, name, ro, discard == 1 ||
@@ -894,8 +1015,8 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
     return n;
 }
 
-/* object-add: iothread and secret objects at run time, as on the
- * command line. */
+/* object-add: iothread, secret and throttle-group objects at run time,
+ * as on the command line. */
 static JsonNode *vb_qmp_object_add(void *opaque, JsonObject *args,
                                    GError **errp)
 {
@@ -954,6 +1075,12 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
     }
     if (n->user) {
         vb_set_error(errp, "Node %s is in use", name);
+        return NULL;
+    }
+    if (n->filter) {
+        vb_set_error(errp, "Node '%s' is busy: the throttle node '%s' is on "
+                     "top of it; delete that one first", name,
+                     n->filter->name);
         return NULL;
     }
     g_ptr_array_remove(s->nodes, n);
@@ -1143,6 +1270,11 @@ const char *vb_export_get_id(VbExport *e)
 const char *vb_export_get_node_name(VbExport *e)
 {
     return e->node->name;
+}
+
+void vb_export_get_throttle_stats(VbExport *e, BlockThrottleStats *st)
+{
+    blk_throttle_get_stats(e->node->blk, st);
 }
 
 /* In the main thread, from the server: the deleted export's last request
@@ -1674,6 +1806,14 @@ static JsonObject *vb_node_blockstats(VbNode *n, bool device_level)
         json_object_set_string_member(o, "qdev", n->user->id);
     }
     json_object_set_string_member(o, "node-name", n->name);
+    if (device_level) {
+        BlockThrottleStats ts;
+
+        /* An export's own: requests its throttle filter held back. */
+        blk_throttle_get_stats(n->blk, &ts);
+        json_object_set_int_member(st, "throttled", ts.throttled);
+        json_object_set_int_member(st, "throttled-ns", ts.throttled_ns);
+    }
     json_object_set_object_member(o, "stats", st);
     if (!g_str_has_prefix(n->driver, "null-")) {
         JsonObject *ds = json_object_new();
@@ -1915,6 +2055,19 @@ static JsonNode *vb_qmp_x_query_stats(void *opaque, JsonObject *args,
         json_object_set_int_member(o, "config-change-messages",
                                    x.config_changes);
         json_object_set_int_member(o, "resubmitted", x.resubmitted);
+        {
+            BlockThrottleStats ts;
+            ThrottleGroup *tg = blk_throttle_group(e->node->blk);
+
+            blk_throttle_get_stats(e->node->blk, &ts);
+            json_object_set_int_member(o, "throttled", ts.throttled);
+            json_object_set_int_member(o, "throttled-ns", ts.throttled_ns);
+            json_object_set_int_member(o, "throttle-waiting", ts.waiting);
+            if (tg) {
+                json_object_set_string_member(o, "throttle-group",
+                                              throttle_group_name(tg));
+            }
+        }
         for (int op = 0; op < VU_BLK_OP__MAX; op++) {
             JsonObject *oo = vb_op_stats_json(&x.ops[op]);
 
@@ -2124,6 +2277,8 @@ const QmpCommand vb_qmp_commands[] = {
     { "block_resize", NULL, vb_qmp_block_resize },
     { "query-blockstats", vb_qmp_query_blockstats },
     { "block-latency-histogram-set", vb_qmp_latency_histogram_set },
+    { "qom-get", vb_qmp_qom_get },
+    { "qom-set", vb_qmp_qom_set },
     { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
     { "x-vhost-blk-log-level", vb_qmp_x_log_level },
     { "getfd", vb_qmp_getfd },

@@ -52,11 +52,19 @@ static const MetricsField metrics_queue_counters[] = {
     { "vhost_blk_queue_notifies_suppressed_total", "counter",
       "Interrupts not sent because the driver did not want them.",
       offsetof(VuBlkQueueStats, notifies_suppressed) },
-    /*
-     * QoS: once VuBlkQueueStats counts throttled requests, one line each:
-     * { "vhost_blk_queue_throttled_requests_total", "counter", "...",
-     *   offsetof(VuBlkQueueStats, throttled_requests) },
-     */
+};
+
+/* Per export: fields of BlockThrottleStats (QoS is kept per node). */
+static const MetricsField metrics_throttle_counters[] = {
+    { "vhost_blk_throttled_requests_total", "counter",
+      "Requests that waited for a QoS limit.",
+      offsetof(BlockThrottleStats, throttled) },
+    { "vhost_blk_throttled_seconds_total", "counter",
+      "Time requests waited for a QoS limit, summed.",
+      offsetof(BlockThrottleStats, throttled_ns) },
+    { "vhost_blk_throttle_waiting", "gauge",
+      "Requests waiting for a QoS limit now.",
+      offsetof(BlockThrottleStats, waiting) },
 };
 
 /* Per export, queue and operation: fields of VuBlkOpStats. */
@@ -240,6 +248,27 @@ void metrics_render(const MetricsSnapshot *snap, GString *out)
         }
     }
 
+    for (size_t m = 0; m < G_N_ELEMENTS(metrics_throttle_counters); m++) {
+        const MetricsField *f = &metrics_throttle_counters[m];
+        bool seconds = f->offset == offsetof(BlockThrottleStats,
+                                             throttled_ns);
+
+        metrics_header(out, f->name, f->type, f->help);
+        for (unsigned int i = 0; i < snap->num_exports; i++) {
+            uint64_t v = metrics_field(&snap->exports[i].throttle, f->offset);
+
+            g_string_append_printf(out, "%s{export=\"", f->name);
+            metrics_put_label(out, snap->exports[i].id);
+            g_string_append(out, "\"} ");
+            if (seconds) {
+                metrics_put_seconds(out, v);
+            } else {
+                g_string_append_printf(out, "%" PRIu64, v);
+            }
+            g_string_append_c(out, '\n');
+        }
+    }
+
     metrics_render_latency(snap, out);
 
     if (snap->have_process) {
@@ -300,6 +329,7 @@ MetricsSnapshot *metrics_collect(VbState *s)
         for (unsigned int q = 0; q < e->num_queues; q++) {
             vu_blk_export_get_queue_stats(vu, q, &e->queues[q]);
         }
+        vb_export_get_throttle_stats(x, &e->throttle);
     }
     snap->have_process = metrics_read_process(&snap->rss_bytes,
                                               &snap->open_fds);

@@ -260,6 +260,7 @@ void export_opts_free(ExportOpts *e)
     g_free(e->ceph_id);
     g_free(e->ceph_keyfile);
     g_free(e->ceph_share);
+    g_free(e->throttle_group);
     g_free(e);
 }
 
@@ -319,6 +320,7 @@ static const char *export_opts_value_hint(const char *key)
         { "iothread", "use an iothread number" },
         { "socket-mode", "use octal permissions from 1 to 0777, "
           "e.g. 0660" },
+        { "throttle-group", "give the id of an --object throttle-group" },
     };
     const char *hint = "";
 
@@ -479,11 +481,41 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
 
         ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_IOTHREADS - 1, &n);
         e->iothread = n;
+    } else if (!strcmp(key, "throttle-group")) {
+        g_free(e->throttle_group);
+        e->throttle_group = g_strdup(val);
+        ok = *val;
+    } else if (g_str_has_prefix(key, "iops-") ||
+               g_str_has_prefix(key, "bps-")) {
+        uint64_t v;
+        bool known = false;
+
+        if (!export_opts_parse_size(val, &v) || v > INT64_MAX) {
+            v = 0;
+            throttle_limits_set_key(&e->throttle, key, 0, &known, NULL);
+            if (!known) {
+                goto unknown;
+            }
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: use a "
+                        "number >= 0 (0: no limit), optionally with a k, M, "
+                        "G or T suffix%s", val, key,
+                        g_str_has_suffix(key, "-max-length") ?
+                        " (max-length is in seconds)" : "");
+            return false;
+        }
+        if (!throttle_limits_set_key(&e->throttle, key, v, &known, errp)) {
+            if (!known) {
+                goto unknown;
+            }
+            return false;
+        }
+        e->throttle_set = true;
     } else if (g_str_has_prefix(key, "inject-")) {
         if (!blk_inject_parse_option(&e->inject, key, val, errp)) {
             return false;
         }
     } else {
+    unknown:
         g_set_error(errp, VB_ERROR, 0, "unknown key '%s' (see "
                     "vhost-blkd --help)", key);
         return false;
@@ -536,6 +568,16 @@ static bool export_opts_check(const ExportOpts *e, GError **errp)
         }
     } else if (!e->size) {
         g_set_error(errp, VB_ERROR, 0, "driver=null needs size=N");
+        return false;
+    }
+    if (e->throttle_set && e->throttle_group) {
+        g_set_error(errp, VB_ERROR, 0, "give throttle-group=%s or the "
+                    "export's own iops-*/bps-* limits, not both (change the "
+                    "group's limits with qom-set or vhost-blk-ctl throttle)",
+                    e->throttle_group);
+        return false;
+    }
+    if (e->throttle_set && !throttle_limits_check(&e->throttle, errp)) {
         return false;
     }
     if (strcmp(e->driver, "rbd") &&

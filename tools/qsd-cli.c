@@ -11,6 +11,7 @@ typedef struct QsdOpt {
     char *arg;
     JsonObject *obj;
     bool keyval;                /* from keyval (strings), not JSON (typed) */
+    bool applied;               /* an object created already */
 } QsdOpt;
 
 static void qsd_opt_free(QsdOpt *o)
@@ -304,7 +305,7 @@ static bool qsd_cli_apply_pass(QsdCli *cli, VbState *s, bool objects,
         QsdOpt *o = g_ptr_array_index(cli->opts, i);
         bool ok;
 
-        if ((o->kind == QSD_OPT_OBJECT) != objects) {
+        if ((o->kind == QSD_OPT_OBJECT) != objects || o->applied) {
             continue;
         }
 
@@ -325,8 +326,14 @@ static bool qsd_cli_apply_pass(QsdCli *cli, VbState *s, bool objects,
             g_prefix_error(errp, "%s %s: ", qsd_opt_name(o->kind), o->arg);
             return false;
         }
+        o->applied = true;
     }
     return true;
+}
+
+bool qsd_cli_apply_objects(QsdCli *cli, VbState *s, GError **errp)
+{
+    return qsd_cli_apply_pass(cli, s, true, errp);
 }
 
 const char *qsd_cli_monitor_path(QsdCli *cli, unsigned int i)

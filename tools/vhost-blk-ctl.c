@@ -75,6 +75,14 @@ static void ctl_usage(FILE *f)
 "  resize ID SIZE             set the size of export (or node) ID's image\n"
 "                             (k, M, G, T suffixes); the guest is told\n"
 "                             through a config change\n"
+"  throttle NAME [--iops-total N] [--bps-read N] ...\n"
+"                             show or change the limits of throttle group\n"
+"                             NAME, or of export NAME's own (--export\n"
+"                             iops-total=...): --iops-total, --iops-read,\n"
+"                             --iops-write, --bps-total, --bps-read,\n"
+"                             --bps-write, each also with -max (burst) and\n"
+"                             -max-length (seconds), --iops-size; 0 lifts a\n"
+"                             limit, the others keep their values\n"
 "  log-level [LEVEL]          show or set the log level: error, warn, info\n"
 "                             or debug (vhost-blkd only)\n"
 "  qmp COMMAND [ARGS-JSON]    run any QMP command, print its \"return\" as\n"
@@ -1151,6 +1159,125 @@ static int ctl_cmd_log_level(Ctl *c, int argc, char **argv)
     return 0;
 }
 
+/* ---- throttle ---------------------------------------------------------- */
+
+/* A key of QEMU's ThrottleLimits: bps|iops-total|read|write[-max[-length]]
+ * or iops-size. */
+static bool ctl_throttle_key(const char *k)
+{
+    static const char *const kinds[] = {
+        "bps-total", "bps-read", "bps-write",
+        "iops-total", "iops-read", "iops-write",
+    };
+
+    if (!strcmp(k, "iops-size")) {
+        return true;
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(kinds); i++) {
+        size_t n = strlen(kinds[i]);
+
+        if (!strncmp(k, kinds[i], n) &&
+            (!k[n] || !strcmp(k + n, "-max") ||
+             !strcmp(k + n, "-max-length"))) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * throttle NAME [--KEY VALUE]...: show (no KEY) or change the limits of
+ * throttle group NAME, or of export NAME's own limits, with qom-set of
+ * "limits" (the keys not given keep their values).
+ */
+static int ctl_cmd_throttle(Ctl *c, int argc, char **argv)
+{
+    JsonObject *lim = json_object_new();
+    g_autoptr(JsonNode) r = NULL;
+    JsonObject *cur;
+    GList *members;
+    bool any = false;
+
+    if (argc < 1 || argv[0][0] == '-') {
+        json_object_unref(lim);
+        ctl_usage_error("throttle: give the NAME of a throttle group or of "
+                        "a throttled export");
+    }
+    for (int i = 1; i < argc; i++) {
+        g_autofree char *key = NULL;
+        const char *val, *eq;
+        uint64_t v;
+
+        if (!g_str_has_prefix(argv[i], "--")) {
+            ctl_usage_error("throttle: '%s' is not an option; use e.g. "
+                            "--iops-total 500", argv[i]);
+        }
+        eq = strchr(argv[i], '=');
+        key = eq ? g_strndup(argv[i] + 2, eq - argv[i] - 2)
+                 : g_strdup(argv[i] + 2);
+        if (!ctl_throttle_key(key)) {
+            ctl_usage_error("throttle: unknown limit --%s (use --iops-total, "
+                            "--iops-read, --iops-write, --bps-total, "
+                            "--bps-read, --bps-write, each also with -max "
+                            "and -max-length, or --iops-size)", key);
+        }
+        if (eq) {
+            val = eq + 1;
+        } else if (i + 1 < argc) {
+            val = argv[++i];
+        } else {
+            ctl_usage_error("throttle: --%s needs a value", key);
+        }
+        if (!ctl_parse_size(val, &v) || v > INT64_MAX) {
+            ctl_usage_error("throttle: --%s %s: give a number >= 0 (0: no "
+                            "limit), with an optional k, M, G or T suffix",
+                            key, val);
+        }
+        json_object_set_int_member(lim, key, v);
+        any = true;
+    }
+    if (any) {
+        JsonNode *args = ctl_args_str("path", argv[0]);
+        JsonObject *ao = json_node_get_object(args);
+        g_autoptr(JsonNode) set = NULL;
+
+        json_object_set_string_member(ao, "property", "limits");
+        json_object_set_object_member(ao, "value", lim);
+        set = ctl_run(c, "throttle", "qom-set", args);
+    } else {
+        json_object_unref(lim);
+    }
+    {
+        JsonNode *args = ctl_args_str("path", argv[0]);
+
+        json_object_set_string_member(json_node_get_object(args), "property",
+                                      "limits");
+        r = ctl_run(c, "throttle", "qom-get", args);
+    }
+    if (c->json) {
+        ctl_print_json(r);
+        return 0;
+    }
+    cur = ctl_obj(r);
+    printf("%s:", argv[0]);
+    any = false;
+    members = json_object_get_members(cur);
+    for (GList *l = members; l; l = l->next) {
+        const char *k = l->data;
+        gint64 v = ctl_int(cur, k);
+
+        /* The set limits; max-length only with its max. */
+        if (!v || (g_str_has_suffix(k, "-max-length") && v == 1)) {
+            continue;
+        }
+        printf(" %s=%" G_GINT64_FORMAT, k, v);
+        any = true;
+    }
+    g_list_free(members);
+    printf("%s\n", any ? "" : " no limit");
+    return 0;
+}
+
 /* qmp's arguments, checked before connecting: NULL when none given. */
 static JsonNode *ctl_qmp_args(int argc, char **argv)
 {
@@ -1249,7 +1376,7 @@ int main(int argc, char **argv)
     }
     if (optind >= argc) {
         ctl_usage_error("give a command: exports, iothreads, stats, add, "
-                        "del, resize, log-level or qmp");
+                        "del, resize, throttle, log-level or qmp");
     }
     cmd = argv[optind];
     argc -= optind + 1;
@@ -1263,7 +1390,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "exports") && strcmp(cmd, "iothreads") &&
         strcmp(cmd, "stats") &&
         strcmp(cmd, "add") && strcmp(cmd, "del") && strcmp(cmd, "resize") &&
-        strcmp(cmd, "log-level") && strcmp(cmd, "qmp")) {
+        strcmp(cmd, "throttle") && strcmp(cmd, "log-level") &&
+        strcmp(cmd, "qmp")) {
         ctl_usage_error("unknown command '%s'", cmd);
     }
     if ((!strcmp(cmd, "exports") || !strcmp(cmd, "iothreads")) && argc > 0) {
@@ -1291,6 +1419,8 @@ int main(int argc, char **argv)
         ret = ctl_cmd_del(&c, argc, argv);
     } else if (!strcmp(cmd, "resize")) {
         ret = ctl_cmd_resize(&c, argc, argv);
+    } else if (!strcmp(cmd, "throttle")) {
+        ret = ctl_cmd_throttle(&c, argc, argv);
     } else if (!strcmp(cmd, "log-level")) {
         ret = ctl_cmd_log_level(&c, argc, argv);
     } else {

@@ -117,6 +117,16 @@ static void vbd_usage(FILE *f)
 "                          while the rest are processed (default 4, 0 off)\n"
 "      iothread=N          run every queue of this export in iothread N\n"
 "                          (default: queue q in iothread q mod --iothreads)\n"
+"      iops-total=N, iops-read=N, iops-write=N, bps-total=N, bps-read=N,\n"
+"      bps-write=N         QoS: this export's own limits in requests or bytes\n"
+"                          per second (k, M, G suffixes; 0 no limit); each\n"
+"                          with KEY-max=N (burst rate) and KEY-max-length=S\n"
+"                          (seconds a burst lasts, default 1), and\n"
+"                          iops-size=BYTES (a request counts as its size\n"
+"                          over this many operations); change them at run\n"
+"                          time with vhost-blk-ctl throttle ID\n"
+"      throttle-group=NAME share the limits of --object throttle-group,id=NAME\n"
+"                          with the other exports naming it\n"
 "      inject-error=read|write|flush|discard|any  testing only: fail these\n"
 "                          requests (join several with +); with\n"
 "      inject-sector=START[-END]  only those overlapping these 512-byte\n"
@@ -137,7 +147,12 @@ static void vbd_usage(FILE *f)
 "  --blockdev driver=rbd,node-name=N,pool=P,image=I[,namespace=NS]\n"
 "             [,snapshot=S][,conf=FILE][,user=ID][,key-secret=SECRET_ID]\n"
 "             [,x-connect-timeout=S][,x-shared-connection=NAME][,read-only=on]\n"
+"  --blockdev driver=throttle,node-name=N,throttle-group=GROUP,file=NODE\n"
+"             a throttle filter over node NODE; export N to limit it\n"
 "  --object iothread,id=ID[,poll-max-ns=N]\n"
+"  --object throttle-group,id=ID,limits.iops-total=N[,limits.bps-read=N,...]\n"
+"             (or x-iops-total=N, ...): limits shared by its users; QMP\n"
+"             qom-set path=ID,property=limits changes them at run time\n"
 "  --object secret,id=ID,file=PATH[,format=raw|base64]  e.g. a Ceph key for\n"
 "             key-secret= (format=base64 for the key as ceph auth prints it)\n"
 "  --export type=vhost-user-blk,id=ID,node-name=N,addr.type=unix,\n"
@@ -446,7 +461,28 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
     if (e->rbd_snapshot) {
         bo.readonly = true;     /* a snapshot is served read-only */
     }
+    if (e->throttle_group) {
+        bo.throttle_group = vb_throttle_group_find(&d->state,
+                                                   e->throttle_group);
+        if (!bo.throttle_group) {
+            g_set_error(errp, VB_ERROR, 0, "--export socket=%s: "
+                        "throttle-group=%s: no such group; add --object "
+                        "throttle-group,id=%s,limits.iops-total=N", e->socket,
+                        e->throttle_group, e->throttle_group);
+            return false;
+        }
+        throttle_group_ref(bo.throttle_group);
+    } else if (e->throttle_set) {
+        /* The export's own group, named after it (qom-set path=ID). */
+        bo.throttle_group = throttle_group_new(id, &e->throttle, errp);
+        if (!bo.throttle_group) {
+            g_prefix_error(errp, "--export socket=%s: ", e->socket);
+            return false;
+        }
+    }
     p.node = vb_node_open(&d->state, node_name, &bo, e->discard, errp);
+    /* The filter took its own reference. */
+    throttle_group_unref(bo.throttle_group);
     if (!p.node) {
         g_prefix_error(errp, "--export socket=%s: ", e->socket);
         return false;
@@ -541,6 +577,10 @@ static bool vbd_setup(Vbd *d, GError **errp)
                   d->poll_max_ns);
     d->state.sd = &d->sd;       /* addr.type=fd claims passed sockets */
     d->state_ready = true;
+    /* Objects first: --export throttle-group=NAME names one. */
+    if (!qsd_cli_apply_objects(&d->qsd, &d->state, errp)) {
+        return false;
+    }
     for (guint i = 0; i < d->specs->len; i++) {
         if (!vbd_add_legacy_export(d, i, g_ptr_array_index(d->specs, i),
                                    errp)) {

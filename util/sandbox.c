@@ -23,6 +23,8 @@ static const int sandbox_iothread_calls[] = {
     SCMP_SYS(epoll_ctl), SCMP_SYS(poll), SCMP_SYS(ppoll),
     SCMP_SYS(read), SCMP_SYS(write), SCMP_SYS(readv), SCMP_SYS(writev),
     SCMP_SYS(eventfd2), SCMP_SYS(close),
+    /* throttle filter: each iothread's retry timer (block/throttle.c) */
+    SCMP_SYS(timerfd_create), SCMP_SYS(timerfd_settime),
     /* I/O engines (the thread pool issues the plain calls) */
     SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter),
     SCMP_SYS(io_uring_register),

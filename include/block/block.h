@@ -30,6 +30,7 @@
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
 #include "qemu/queue.h"
+#include "qemu/throttle.h"
 
 typedef struct BlockBackend BlockBackend;
 typedef void BlockCompletionFunc(void *opaque, int ret);
@@ -118,6 +119,9 @@ typedef struct BlockOptions {
     bool batch;                 /* default true; false = submit each at once */
     BlockInjectOptions inject;  /* error injection (testing); off by default */
     BlockRbdOptions rbd;        /* driver=rbd */
+    ThrottleGroup *throttle_group;  /* non-NULL: a throttle filter on top
+                                     * (block/throttle.c), which takes a
+                                     * reference */
 } BlockOptions;
 
 /* Fill @opts with the defaults. */
@@ -248,6 +252,29 @@ void blk_set_size_notifier(BlockBackend *blk,
 /* Requests failed or delayed by error injection so far (0 when it is
  * off).  Any thread. */
 uint64_t blk_inject_get_hits(BlockBackend *blk);
+
+/*
+ * Main thread: a throttle filter (block/throttle.c) over @child, an open
+ * node that stays its caller's (blk_throttle_release() leaves it open),
+ * limited by @tg.  NULL with @errp set (e.g. @child has a filter above
+ * it already).
+ */
+BlockBackend *blk_throttle_new(BlockBackend *child, ThrottleGroup *tg,
+                               GError **errp);
+/* Main thread, no request in flight: close the filter @blk made by
+ * blk_throttle_new(), leaving its child open. */
+void blk_throttle_release(BlockBackend *blk);
+
+/* Throttling counters of the throttle filters in @blk's chain (zero when
+ * there is none).  Any thread. */
+typedef struct BlockThrottleStats {
+    uint64_t throttled;         /* requests that had to wait */
+    uint64_t throttled_ns;      /* the time they waited, summed */
+    uint64_t waiting;           /* waiting now */
+} BlockThrottleStats;
+void blk_throttle_get_stats(BlockBackend *blk, BlockThrottleStats *st);
+/* The group of the topmost throttle filter in @blk's chain, or NULL. */
+ThrottleGroup *blk_throttle_group(BlockBackend *blk);
 
 /* Counters of one engine instance (the one of @ctx), for tests and
  * benchmarks. */

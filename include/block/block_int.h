@@ -120,6 +120,7 @@ struct BlockDriver {
 extern const BlockDriver bdrv_file;
 extern const BlockDriver bdrv_null;
 extern const BlockDriver bdrv_blkdebug;
+extern const BlockDriver bdrv_throttle;    /* block/throttle.c */
 #if CONFIG_RBD
 extern const BlockDriver bdrv_rbd;      /* block/rbd.c, with librbd */
 #endif

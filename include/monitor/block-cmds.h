@@ -17,6 +17,7 @@
 #include "hw/block/vhost-user-blk-export.h"
 #include "monitor/qmp.h"
 #include "qemu/systemd.h"
+#include "qemu/throttle.h"
 
 typedef struct VbNode VbNode;
 typedef struct VbPendingOpen VbPendingOpen;
@@ -42,6 +43,7 @@ typedef struct VbState {
     int64_t poll_max_ns;        /* default for --object iothread */
     GPtrArray *iothreads;       /* VbIOThreadObj, --object iothread */
     GPtrArray *secrets;         /* VbSecretObj, --object secret */
+    GPtrArray *throttle_groups; /* ThrottleGroup, --object throttle-group */
     GPtrArray *nodes;           /* VbNode */
     GPtrArray *pending_nodes;   /* VbPendingOpen: blockdev-adds whose open
                                  * runs in a worker; their names are taken */
@@ -104,6 +106,8 @@ void vb_export_delete(VbState *s, VbExport *e);
 VuBlkExport *vb_export_get_vu(VbExport *e);
 const char *vb_export_get_id(VbExport *e);
 const char *vb_export_get_node_name(VbExport *e);
+/* The QoS counters of the export's node (zero when no throttle filter). */
+void vb_export_get_throttle_stats(VbExport *e, BlockThrottleStats *st);
 /*
  * addr.type=fd,addr.str=STR of block-export-add: on the command line
  * (@keyval) STR is the number of an inherited fd (socket activation passes
@@ -116,6 +120,20 @@ const char *vb_export_get_node_name(VbExport *e);
  */
 int vb_listen_fd_take(VbState *s, const char *str, bool keyval,
                       GError **errp);
+
+/*
+ * Throttle groups (monitor/throttle-cmds.c).  --object throttle-group and
+ * object-add qom-type=throttle-group (@a: the object's arguments after
+ * qom-type); the group named @id; QEMU's ThrottleLimits keys read from
+ * @a, each prefixed by @prefix ("" or "x-"), into @t (*@any set if one
+ * was given); qom-get / qom-set of a group's limits.
+ */
+bool vb_throttle_group_add(VbState *s, QmpArgs *a, GError **errp);
+ThrottleGroup *vb_throttle_group_find(VbState *s, const char *id);
+bool vb_throttle_limits_parse(QmpArgs *a, const char *prefix,
+                              ThrottleLimits *t, bool *any, GError **errp);
+JsonNode *vb_qmp_qom_get(void *opaque, JsonObject *args, GError **errp);
+JsonNode *vb_qmp_qom_set(void *opaque, JsonObject *args, GError **errp);
 
 /* The QMP commands (QmpCommand table, ends with { NULL }). */
 extern const QmpCommand vb_qmp_commands[];

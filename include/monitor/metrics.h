@@ -24,6 +24,7 @@ typedef struct MetricsExport {
     bool connected;
     unsigned int num_queues;
     VuBlkQueueStats *queues;    /* num_queues entries */
+    BlockThrottleStats throttle; /* the export's node; zero without QoS */
 } MetricsExport;
 
 typedef struct MetricsSnapshot {

@@ -16,6 +16,7 @@
 #define TOOLS_EXPORT_OPTS_H
 
 #include "block/block.h"
+#include "qemu/throttle.h"
 
 #include <sys/stat.h>
 
@@ -62,6 +63,12 @@ typedef struct ExportOpts {
     uid_t socket_uid;           /* (uid_t)-1: unchanged */
     gid_t socket_gid;           /* (gid_t)-1: unchanged */
     BlockInjectOptions inject;  /* inject-*: error injection (testing) */
+    ThrottleLimits throttle;    /* iops-total=, bps-read-max=, ...: the
+                                 * export's own limits (checked) */
+    bool throttle_set;          /* one of them given (even 0): the export
+                                 * gets a throttle filter */
+    char *throttle_group;       /* throttle-group=NAME: a shared group
+                                 * (--object throttle-group) instead */
 } ExportOpts;
 
 /*

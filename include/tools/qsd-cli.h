@@ -54,6 +54,9 @@ bool qsd_cli_add(QsdCli *cli, QsdOptKind kind, const char *arg,
 /* Whole-command-line checks (every --monitor names a --chardev, every
  * chardev is used by a monitor). */
 bool qsd_cli_check(QsdCli *cli, GError **errp);
+/* Create the --object objects only (iothreads, secrets, throttle groups
+ * that vhost-blkd's own --export may name); qsd_cli_apply() skips them. */
+bool qsd_cli_apply_objects(QsdCli *cli, VbState *s, GError **errp);
 /* Create the iothread objects, nodes and exports in order. */
 bool qsd_cli_apply(QsdCli *cli, VbState *s, GError **errp);
 /* The socket path of monitor @i's chardev. */

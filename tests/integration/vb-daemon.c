@@ -193,6 +193,9 @@ void vb_daemon_start(VbDaemon *d)
                     "it to the vhost-blkd executable");
         }
         g_ptr_array_add(argv, g_strdup(blkd));
+        for (const char *const *a = d->args; a && *a; a++) {
+            g_ptr_array_add(argv, g_strdup(*a));
+        }
         for (unsigned int i = 0; i < d->nexports; i++) {
             vb_add_export_blkd(argv, d, i);
         }

@@ -46,6 +46,8 @@ typedef struct VbDaemon {
     unsigned int iothreads;     /* 0 = daemon default */
     bool seccomp;               /* vhost-blkd --seccomp on (also for every
                                  * daemon when VB_SECCOMP=on is set) */
+    const char *const *args;    /* vhost-blkd only: more arguments
+                                 * (NULL-terminated), before the exports */
     bool stderr_to_log;         /* log lines to log_path too (tests that
                                  * read them), not to the test's stderr */
     GPid pid;                   /* 0 when not running */
