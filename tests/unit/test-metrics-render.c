@@ -37,6 +37,9 @@ static MetricsSnapshot *make_snapshot(void)
     e->queues[1].ops[VU_BLK_OP_WRITE_ZEROES].ops = 2;
     e->queues[1].ops[VU_BLK_OP_WRITE_ZEROES].total_ns = 2000000000;
     e->queues[1].lat_bins[VU_BLK_OP_WRITE_ZEROES][24] = 2;
+    e->throttle = (BlockThrottleStats) {
+        .throttled = 9, .throttled_ns = 2500000000, .waiting = 3,
+    };
 
     e = &s->exports[1];
     e->id = g_strdup("we\"ird\\id\nx");
@@ -100,6 +103,11 @@ static void test_samples(void)
         "vhost_blk_export_info{export=\"we\\\"ird\\\\id\\nx\",node=\"n\"} 1",
         "vhost_blk_queue_requests_total{export=\"we\\\"ird\\\\id\\nx\","
         "queue=\"0\"} 0",
+        /* QoS counters, per export */
+        "vhost_blk_throttled_requests_total{export=\"vm1\"} 9",
+        "vhost_blk_throttled_seconds_total{export=\"vm1\"} 2.5",
+        "vhost_blk_throttle_waiting{export=\"vm1\"} 3",
+        "vhost_blk_throttle_waiting{export=\"we\\\"ird\\\\id\\nx\"} 0",
         "vhost_blk_process_resident_memory_bytes 409600",
         "vhost_blk_process_open_fds 17",
     };
@@ -151,11 +159,12 @@ static void test_families(void)
         g_assert_true(g_str_has_prefix(*l, family));
         samples++;
     }
-    /* info, connected, 9 queue counters, 3 op counters, the histogram,
-     * 2 process gauges */
-    g_assert_cmpuint(families, ==, 17);
-    /* 3 queues: 9 + 3 * 6 ops + 6 ops * (26 + 2); 2 exports: 2 * 2; 2 */
-    g_assert_cmpuint(samples, ==, 3 * (9 + 3 * 6 + 6 * 28) + 4 + 2);
+    /* info, connected, 9 queue counters, 3 op counters, 3 throttle
+     * counters, the histogram, 2 process gauges */
+    g_assert_cmpuint(families, ==, 20);
+    /* 3 queues: 9 + 3 * 6 ops + 6 ops * (26 + 2); 2 exports: 2 * (2 + 3);
+     * 2 */
+    g_assert_cmpuint(samples, ==, 3 * (9 + 3 * 6 + 6 * 28) + 10 + 2);
     metrics_snapshot_free(s);
 }
 
