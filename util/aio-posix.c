@@ -60,15 +60,20 @@
  *     again), until polling pays (the credit reaches +limit);
  *   - back-to-back events (hits within a few us) add nearly B each: the
  *     window stays;
- *   - an event the first look finds (spent 0: a bottom half's
- *     notification, a completion that came while the handlers ran) was
- *     there before any spinning and epoll_wait() would not have slept for
- *     it: it neither costs nor saves.  (Counting it as a saved sleep
- *     kept the window open at 20k IOPS, where every request is followed
- *     by such an event.)
+ *   - an event the first look finds (spent 0, the peer answered before
+ *     we came back to look) was there before any spinning and
+ *     epoll_wait() would not have slept for it: it neither costs nor
+ *     saves, but counts as a hit for the shrink (the window serves such
+ *     a peer: while it is open the peer need not kick).  Our own
+ *     notification found that way (a bottom half the last iteration
+ *     scheduled, e.g. the null engine's completions) says nothing about
+ *     the peer and is not fed to the policy at all; counting it as a
+ *     saved sleep kept the window open at 20k IOPS.
  * A window of 0 spends and saves nothing, so the account cannot move;
- * what restarts polling is a probe: after a near wait, the window starts
- * again at AIO_POLL_NS_START (a burst after idle grows it back as above).
+ * what restarts polling is a probe: after a near wait (or a first-look
+ * hit: a peer that answers that fast need not kick while we poll), the
+ * window starts again at AIO_POLL_NS_START (a burst after idle grows it
+ * back as above).
  * A probe that fails (the window comes back to 0 without hits) costs at
  * most about limit + poll-max-ns, and the next probe waits for twice as
  * many near waits as the last (up to AIO_POLL_PROBE_BACKOFF_MAX); the
@@ -464,9 +469,10 @@ void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
     const int64_t limit = p->max_ns * AIO_POLL_CREDIT_FACTOR;
     const bool near = wait_ns <= p->max_ns * AIO_POLL_NEAR_FACTOR;
 
-    if (hit && spent_ns <= 0) {
+    if (hit && spent_ns <= 0 && w->ns) {
         /* The first look found it: it was there before any spinning, and
          * epoll_wait() would not have slept for it either. */
+        w->hits++;
         return;
     }
     if (w->ns == 0) {
@@ -663,9 +669,14 @@ bool aio_poll(AioContext *ctx, bool blocking)
 
     if (poll_window) {
         /* A hit: polling (or the last look before sleeping) found the
-         * event, so the loop did not sleep for it. */
-        aio_adjust_poll_window(ctx, poll_end - start, aio_clock_ns() - start,
-                               polled || notified);
+         * event, so the loop did not sleep for it.  Our own notification
+         * found by the first look (a bottom half scheduled by the last
+         * iteration) says nothing about the peer: not counted. */
+        if (polled || !notified || poll_end != start) {
+            aio_adjust_poll_window(ctx, poll_end - start,
+                                   aio_clock_ns() - start,
+                                   polled || notified);
+        }
     }
 
     ctx->in_poll = false;

@@ -628,25 +628,36 @@ static void test_poll_window_steady_50us(void)
     g_assert_cmpint(spent / 10000, <, 1000);
 }
 
-/* What vhost-blkd's loop sees at 20k IOPS: each request (a miss, 50 us
- * after the last) is followed by an event the first look finds (spent 0:
- * the null engine's completion notification).  Such events save no
- * sleep: the window still goes to 0. */
+/*
+ * Events the first look finds (spent 0: the peer answered before the loop
+ * came back to look).  They cost and save nothing: with a request 50 us
+ * after each of them the window still closes and polling costs under
+ * 1 us per request.  A closed window reopens on one (a driver that fast
+ * need not kick while we poll), and a peer that is always that fast keeps
+ * it open for free.  (The loop does not feed the policy its own
+ * notifications found that way: at 20k IOPS every request is followed by
+ * the null engine's, and counted as a saved sleep they kept the window
+ * at 8-16 us.)
+ */
 static void test_poll_window_first_look(void)
 {
     AioPollWindow w = { .ns = test_pp.max_ns };
+    int64_t spent = 0;
 
-    for (int i = 0; i < 100; i++) {
-        feed(&w, 1, 50000, 20000);
+    for (int i = 0; i < 10000; i++) {
+        spent += feed(&w, 1, 50000, 20000);
         aio_poll_window_next(&w, &test_pp, 0, 600, true);
     }
-    g_assert_cmpint(w.ns, ==, 0);
-    /* nor do they start a probe */
+    g_assert_cmpint(spent / 10000, <, 1000);
+
     w = (AioPollWindow) { 0 };
-    for (int i = 0; i < 100; i++) {
+    aio_poll_window_next(&w, &test_pp, 0, 600, true);
+    g_assert_cmpint(w.ns, ==, AIO_POLL_NS_START);
+    for (int i = 0; i < 10000; i++) {
         aio_poll_window_next(&w, &test_pp, 0, 600, true);
+        g_assert_cmpint(w.ns, ==, AIO_POLL_NS_START);
     }
-    g_assert_cmpint(w.ns, ==, 0);
+    g_assert_cmpint(w.credit_ns, ==, 0);
 }
 
 /* Back-to-back requests (each within 2 us): every one is caught for 2 us
