@@ -308,17 +308,20 @@ static uint8_t virtio_blk_start_rw(VirtioBlkDev *dev, VirtioBlkReq *req,
     }
     req->bytes = len;
     req->offset = sector << VIRTIO_BLK_SECTOR_BITS;
+    /* @len is the sum of req->data_iov (both callers computed it from
+     * our own copy of the iovecs): the block layer need not sum them. */
     if (is_write) {
-        blk_aio_pwritev(dev->blk, &req->acb,
-                        (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
-                        req->data_iov, req->data_niov,
-                        atomic_load_explicit(&dev->write_cache,
-                                             memory_order_relaxed) ?
-                        0 : BDRV_REQ_FUA, virtio_blk_io_cb, req);
+        blk_aio_pwritev_sized(dev->blk, &req->acb,
+                              (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
+                              len, req->data_iov, req->data_niov,
+                              atomic_load_explicit(&dev->write_cache,
+                                                   memory_order_relaxed) ?
+                              0 : BDRV_REQ_FUA, virtio_blk_io_cb, req);
     } else {
-        blk_aio_preadv(dev->blk, &req->acb,
-                       (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
-                       req->data_iov, req->data_niov, virtio_blk_io_cb, req);
+        blk_aio_preadv_sized(dev->blk, &req->acb,
+                             (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),
+                             len, req->data_iov, req->data_niov,
+                             virtio_blk_io_cb, req);
     }
     return 0xff;                /* in flight */
 }
