@@ -389,18 +389,22 @@ static uint8_t virtio_blk_start_dwz(VirtioBlkDev *dev, VirtioBlkReq *req,
 }
 
 /* The index of the last non-empty writable iovec (it holds the status
- * byte), or -1. */
-static int virtio_blk_find_status(struct iovec *in, unsigned int in_num)
+ * byte), or -1; *@in_size gets the writable bytes in all.  One pass
+ * (a 4 KiB read has two iovecs: data and status). */
+static int virtio_blk_find_status(const struct iovec *in,
+                                  unsigned int in_num, size_t *in_size)
 {
-    int i = in_num;
+    size_t n = 0;
+    int si = -1;
 
-    while (i > 0) {
-        i--;
+    for (unsigned int i = 0; i < in_num; i++) {
+        n += in[i].iov_len;
         if (in[i].iov_len > 0) {
-            return i;
+            si = i;
         }
     }
-    return -1;
+    *in_size = n;
+    return si;
 }
 
 /* Remember @iov's value so virtio_blk_req_complete() can restore it. */
@@ -453,10 +457,10 @@ void virtio_blk_process_req(VirtioBlkDev *dev, VirtioBlkReq *req,
                             VirtioBlkReqDone *done, void *opaque)
 {
     struct virtio_blk_outhdr hdr;
-    size_t in_size = iov_size(in, in_num);
+    size_t in_size;
     uint8_t status;
     uint64_t sector;
-    int si = virtio_blk_find_status(in, in_num);
+    int si = virtio_blk_find_status(in, in_num, &in_size);
 
     req->dev = dev;
     req->done = done;
