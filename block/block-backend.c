@@ -711,6 +711,7 @@ static inline void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
                               BlockCompletionFunc *cb, void *opaque)
 {
     AioContext *ctx = qemu_get_current_aio_context();
+    uint64_t len;
     int ret;
 
     assert(ctx);                /* requests come from an AioContext thread */
@@ -737,9 +738,11 @@ static inline void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
      * past the end of a file would grow it, librbd refuses it with an
      * error of its own.
      */
+    /* The size is read once: both comparisons must see the same one
+     * (blk_truncate() may change it meanwhile). */
+    len = blk_getlength(blk);
     if (type != BLK_REQ_FLUSH &&
-        (offset < 0 || bytes > blk_getlength(blk) ||
-         (uint64_t)offset > blk_getlength(blk) - bytes)) {
+        (offset < 0 || bytes > len || (uint64_t)offset > len - bytes)) {
         ret = -EINVAL;
         goto fail;
     }
@@ -787,6 +790,24 @@ void blk_aio_pwritev(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
     blk_submit(blk, acb, BLK_REQ_WRITE, blk->drv->bdrv_aio_pwritev,
                flags & BDRV_REQ_FUA, offset,
                blk_iov_size(iov, niov), iov, niov, cb, opaque);
+}
+
+void blk_aio_preadv_sized(BlockBackend *blk, BlockAIOCB *acb,
+                          int64_t offset, uint64_t bytes,
+                          struct iovec *iov, int niov,
+                          BlockCompletionFunc *cb, void *opaque)
+{
+    blk_submit(blk, acb, BLK_REQ_READ, blk->drv->bdrv_aio_preadv, 0, offset,
+               bytes, iov, niov, cb, opaque);
+}
+
+void blk_aio_pwritev_sized(BlockBackend *blk, BlockAIOCB *acb,
+                           int64_t offset, uint64_t bytes,
+                           struct iovec *iov, int niov, int flags,
+                           BlockCompletionFunc *cb, void *opaque)
+{
+    blk_submit(blk, acb, BLK_REQ_WRITE, blk->drv->bdrv_aio_pwritev,
+               flags & BDRV_REQ_FUA, offset, bytes, iov, niov, cb, opaque);
 }
 
 void blk_aio_flush(BlockBackend *blk, BlockAIOCB *acb,

@@ -46,12 +46,39 @@ static BlockEngine *null_create(AioContext *ctx, GError **errp)
     return &s->common;
 }
 
+/*
+ * The engine of the context this thread last submitted from: the lookup
+ * (blk_engine_get(), then the context's slot) is two calls per request
+ * otherwise.  A context's engines are freed by its owner thread (the
+ * only one that submits from it), which clears its own cache then.
+ */
+static __thread AioContext *null_cached_ctx;
+static __thread NullEngine *null_cached;
+
 static void null_cleanup(void *opaque)
 {
     NullEngine *s = opaque;
 
+    if (null_cached == s) {
+        null_cached = NULL;
+        null_cached_ctx = NULL;
+    }
     qemu_bh_delete(s->bh);
     g_free(s);
+}
+
+/* Owner thread of @ctx. */
+static inline NullEngine *null_engine(AioContext *ctx)
+{
+    BlockEngine *e;
+
+    if (likely(ctx == null_cached_ctx)) {
+        return null_cached;
+    }
+    e = blk_engine_get(ctx, &null_engine_ops, NULL);
+    null_cached_ctx = ctx;
+    null_cached = container_of(e, NullEngine, common);
+    return null_cached;
 }
 
 static void null_enqueue(NullEngine *s, BlockAIOCB *acb, int ret)
@@ -127,10 +154,10 @@ static void null_close(BlockBackend *bs)
 static void null_drv_submit(BlockBackend *bs, AioContext *ctx,
                             BlockAIOCB *acb)
 {
-    BlockEngine *e = blk_engine_get(ctx, &null_engine_ops, NULL);
+    NullEngine *s = null_engine(ctx);
 
-    e->stats.requests++;
-    null_submit(e, acb);
+    s->common.stats.requests++;
+    null_submit(&s->common, acb);
 }
 
 static bool null_attach_aio_context(BlockBackend *bs, AioContext *ctx,

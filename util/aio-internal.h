@@ -85,7 +85,9 @@ struct AioContext {
     int64_t poll_max_ns;
     int64_t poll_grow;
     int64_t poll_shrink;
-    unsigned poll_far_waits;        /* see aio_poll_window_next() */
+    int64_t poll_block_ns;          /* AioPollParams.block_ns */
+    AioPollWindow poll_window;      /* see aio_poll_window_next(); its ns
+                                     * is mirrored in poll_ns for stats */
     /* drivers that poll (aio_context_driver_polls_add()); read by
      * aio_context_get_stats() from other threads */
     _Atomic unsigned driver_polls;

@@ -12,11 +12,7 @@
  *      that we may sleep (notify_me), re-check for news and epoll_wait();
  *   4. run the ready fd handlers, then the bottom halves they (or other
  *      threads) scheduled;
- *   5. adapt the window: keep it if polling caught the event, grow it
- *      (x grow, from AIO_POLL_NS_START) if the event came within
- *      AIO_POLL_NEAR_FACTOR x poll_max_ns, shrink it (/ shrink) once the
- *      loop slept longer than that AIO_POLL_SHRINK_AFTER times in a row
- *      (aio_poll_window_next()).
+ *   5. adapt the window (aio_poll_window_next(), "The poll window" below).
  * Poll phases: when a blocking iteration starts polling with a non-zero
  * window, the handlers' io_poll_begin() runs (they may turn notifications
  * off: polling will see the work); the phase lasts while the loop keeps
@@ -34,6 +30,57 @@
  * Except where a driver polls (aio_context_driver_polls_add()): its CPU
  * spins waiting on us whatever we do, so sleeping would free nothing and
  * cost it a wake-up per request.
+ *
+ * The poll window: spin, then block, and spin only as long as it pays.
+ * Polling until an event costs the CPU time spun; sleeping costs a block
+ * and wake-up cycle (the epoll_wait() that sleeps, the wake-up, the
+ * peer's kick: B, AioPollParams.block_ns, AIO_POLL_BLOCK_NS by default).
+ * The classic rule of spin-then-block follows: spinning longer than B
+ * for an event cannot pay, and a window only pays while the events it
+ * catches save (B each) at least what it spins in all, misses included
+ * (a miss spins the whole window and then pays B anyway).  So the loop
+ * keeps an account per context, the credit: each blocking iteration that
+ * polled adds B - spent when polling caught its event (a hit) and
+ * subtracts spent when it did not, and the credit is kept within
+ * +-AIO_POLL_CREDIT_FACTOR x poll-max-ns (so it reacts within a bounded
+ * loss however long polling paid before):
+ *   - the credit reaches -limit: polling spent a full limit more than it
+ *     saved.  The window shrinks (/ shrink; to 0 at once if nothing hit
+ *     since the account last started, since then no window catches
+ *     anything) and the account starts again from 0.  At 50 us between
+ *     requests a 32 us window spins 32 us per request for nothing, and
+ *     goes to 0 after four requests;
+ *   - a miss whose event still came soon (within AIO_POLL_NEAR_FACTOR x
+ *     poll-max-ns: a wait that ended in a kick includes our own wake-up,
+ *     so a peer that answers within the window looks slower than it is)
+ *     grows the window (x grow, up to poll-max-ns) while the credit is
+ *     above -limit / 2, i.e. while the hits so far pay for the try, and
+ *     only below the last window that lost with hits (the ceiling: its
+ *     hits cost more than they saved, growing back to it would lose
+ *     again), until polling pays (the credit reaches +limit);
+ *   - back-to-back events (hits within a few us) add nearly B each: the
+ *     window stays;
+ *   - an event the first look finds (spent 0, the peer answered before
+ *     we came back to look) was there before any spinning and
+ *     epoll_wait() would not have slept for it: it neither costs nor
+ *     saves, but counts as a hit for the shrink (the window serves such
+ *     a peer: while it is open the peer need not kick).  Our own
+ *     notification found that way (a bottom half the last iteration
+ *     scheduled, e.g. the null engine's completions) says nothing about
+ *     the peer and is not fed to the policy at all; counting it as a
+ *     saved sleep kept the window open at 20k IOPS.
+ * A window of 0 spends and saves nothing, so the account cannot move;
+ * what restarts polling is a probe: after a near wait (or a first-look
+ * hit: a peer that answers that fast need not kick while we poll), the
+ * window starts again at AIO_POLL_NS_START (a burst after idle grows it
+ * back as above).
+ * A probe that fails (the window comes back to 0 without hits) costs at
+ * most about limit + poll-max-ns, and the next probe waits for twice as
+ * many near waits as the last (up to AIO_POLL_PROBE_BACKOFF_MAX); the
+ * wait is forgotten once the credit reaches +limit (polling pays).  An
+ * idle queue stops polling after at most limit of spinning.
+ * Per iteration the policy costs a few additions on times the loop reads
+ * anyway (the clock before and after the window, at the end): no syscall.
  */
 #include "qemu/osdep.h"
 #include <sys/epoll.h>
@@ -295,6 +342,7 @@ bool aio_context_setup(AioContext *ctx, GError **errp)
     ctx->notifier_handler->internal = true;
     ctx->poll_grow = 2;
     ctx->poll_shrink = 2;
+    ctx->poll_block_ns = AIO_POLL_BLOCK_NS;
     return true;
 }
 
@@ -322,9 +370,16 @@ void aio_context_set_poll_params(AioContext *ctx, int64_t max_ns,
     ctx->poll_max_ns = max_ns > 0 ? max_ns : 0;
     ctx->poll_grow = grow > 1 ? grow : 2;
     ctx->poll_shrink = shrink > 1 ? shrink : 2;
-    if (aio_get_poll_ns(ctx) > ctx->poll_max_ns) {
+    if (ctx->poll_window.ns > ctx->poll_max_ns) {
+        ctx->poll_window.ns = ctx->poll_max_ns;
         aio_set_poll_ns(ctx, ctx->poll_max_ns);
     }
+}
+
+/* Owner thread. */
+void aio_context_set_poll_block_ns(AioContext *ctx, int64_t block_ns)
+{
+    ctx->poll_block_ns = block_ns > 0 ? block_ns : AIO_POLL_BLOCK_NS;
 }
 
 /* One pass over the io_poll() callbacks.  Returns true if a user handler
@@ -389,65 +444,98 @@ static bool aio_set_poll_started(AioContext *ctx, bool started,
 }
 
 /* The busy-poll window.  With @blocking, keep going until work shows up or
- * ctx->poll_ns elapsed; otherwise one pass.  Returns true on user work. */
+ * ctx->poll_ns elapsed; otherwise one pass.  Returns true on user work;
+ * *end is the last clock read (@start if none: the first pass found it). */
 static bool aio_try_poll(AioContext *ctx, bool blocking, int64_t start,
-                         bool *notified)
+                         bool *notified, int64_t *end)
 {
     int64_t deadline = start + aio_get_poll_ns(ctx);
     bool progress;
 
+    *end = start;
     ctx->walking++;
     do {
         progress = aio_run_poll_handlers_once(ctx, notified);
     } while (!progress && !*notified && blocking &&
-             aio_clock_ns() < deadline);
+             (*end = aio_clock_ns()) < deadline);
     ctx->walking--;
     aio_purge_deleted(ctx);
     return progress;
 }
 
-int64_t aio_poll_window_next(int64_t ns, int64_t block_ns, int64_t max_ns,
-                             int64_t grow, int64_t shrink,
-                             unsigned *far_waits)
+void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
+                          int64_t spent_ns, int64_t wait_ns, bool hit)
 {
-    if (block_ns <= ns) {
-        /* Polling caught the event inside the window: keep it. */
-        *far_waits = 0;
-        return ns;
+    const int64_t limit = p->max_ns * AIO_POLL_CREDIT_FACTOR;
+    const bool near = wait_ns <= p->max_ns * AIO_POLL_NEAR_FACTOR;
+
+    if (hit && spent_ns <= 0 && w->ns) {
+        /* The first look found it: it was there before any spinning, and
+         * epoll_wait() would not have slept for it either. */
+        w->hits++;
+        return;
     }
-    if (block_ns > max_ns * AIO_POLL_NEAR_FACTOR) {
-        /* Slept far longer than we would ever poll: polling wasted CPU.
-         * One such wait is not a trend (a peer that was descheduled once,
-         * a timer): shrink after AIO_POLL_SHRINK_AFTER in a row. */
-        if (++*far_waits < AIO_POLL_SHRINK_AFTER) {
-            return ns;
+    if (w->ns == 0) {
+        /* Nothing spent, nothing saved: only a probe restarts polling. */
+        if (!near || p->max_ns <= 0) {
+            return;
         }
-        *far_waits = 0;
-        ns /= shrink;
-        return ns < AIO_POLL_NS_START ? 0 : ns;
+        if (w->probe_wait) {
+            w->probe_wait--;
+            return;
+        }
+        w->ns = MIN(AIO_POLL_NS_START, p->max_ns);
+        w->credit_ns = 0;
+        w->hits = 0;
+        return;
     }
-    /*
-     * The event came after the window, but not far after: a longer window
-     * catches it.  "Not far" reaches past max_ns because a wait that ended
-     * in a kick includes our own wake-up: a peer that answers within the
-     * window looks slower than it is once we sleep, and judging it by that
-     * sleep would keep us asleep (and the peer waiting for our wake-up).
-     */
-    *far_waits = 0;
-    if (ns < max_ns) {
-        ns = ns ? ns * grow : AIO_POLL_NS_START;
-        ns = MIN(ns, max_ns);
+
+    if (hit) {
+        w->credit_ns += p->block_ns - spent_ns;
+        w->hits++;
+    } else {
+        w->credit_ns -= spent_ns;
     }
-    return ns;
+    if (w->credit_ns >= limit) {
+        w->credit_ns = limit;
+        w->probe_backoff = 0;
+        w->ceiling_ns = 0;
+    } else if (w->credit_ns <= -limit) {
+        /* Polling cost a full limit more than it saved. */
+        if (w->hits) {
+            w->ceiling_ns = w->ns;
+            w->ns /= p->shrink;
+        } else {
+            w->ns = 0;
+        }
+        if (w->ns < AIO_POLL_NS_START) {
+            w->ns = 0;
+            w->probe_wait = w->probe_backoff;
+            w->probe_backoff = MIN(MAX(2 * w->probe_backoff, 1),
+                                   AIO_POLL_PROBE_BACKOFF_MAX);
+        }
+        w->credit_ns = 0;
+        w->hits = 0;
+        return;
+    }
+    if (!hit && near && w->ns < p->max_ns && w->credit_ns > -limit / 2 &&
+        (!w->ceiling_ns || w->ns * p->grow < w->ceiling_ns)) {
+        w->ns = MIN(w->ns * p->grow, p->max_ns);
+    }
 }
 
-static void aio_adjust_poll_window(AioContext *ctx, int64_t block_ns)
+static void aio_adjust_poll_window(AioContext *ctx, int64_t spent_ns,
+                                   int64_t wait_ns, bool hit)
 {
-    aio_set_poll_ns(ctx, aio_poll_window_next(aio_get_poll_ns(ctx), block_ns,
-                                              ctx->poll_max_ns,
-                                              ctx->poll_grow,
-                                              ctx->poll_shrink,
-                                              &ctx->poll_far_waits));
+    const AioPollParams p = {
+        .max_ns = ctx->poll_max_ns,
+        .grow = ctx->poll_grow,
+        .shrink = ctx->poll_shrink,
+        .block_ns = ctx->poll_block_ns,
+    };
+
+    aio_poll_window_next(&ctx->poll_window, &p, spent_ns, wait_ns, hit);
+    aio_set_poll_ns(ctx, ctx->poll_window.ns);
 }
 
 static bool aio_dispatch_events(AioContext *ctx, struct epoll_event *events,
@@ -486,7 +574,7 @@ bool aio_poll(AioContext *ctx, bool blocking)
     struct epoll_event events[AIO_MAX_EVENTS];
     bool progress, polled = false, notified = false;
     bool poll_window = false;
-    int64_t start = 0;
+    int64_t start = 0, poll_end = 0;
     bool may_sleep = false;
     bool poll_on;
     int timeout, n;
@@ -515,7 +603,8 @@ bool aio_poll(AioContext *ctx, bool blocking)
         if (poll_window && !ctx->poll_started && aio_get_poll_ns(ctx) > 0) {
             aio_set_poll_started(ctx, true, &notified);
         }
-        polled = aio_try_poll(ctx, timeout != 0, start, &notified);
+        polled = aio_try_poll(ctx, timeout != 0, start, &notified,
+                              &poll_end);
         if (polled || notified) {
             timeout = 0;
         }
@@ -579,7 +668,15 @@ bool aio_poll(AioContext *ctx, bool blocking)
     progress |= aio_bh_poll(ctx);
 
     if (poll_window) {
-        aio_adjust_poll_window(ctx, aio_clock_ns() - start);
+        /* A hit: polling (or the last look before sleeping) found the
+         * event, so the loop did not sleep for it.  Our own notification
+         * found by the first look (a bottom half scheduled by the last
+         * iteration) says nothing about the peer: not counted. */
+        if (polled || !notified || poll_end != start) {
+            aio_adjust_poll_window(ctx, poll_end - start,
+                                   aio_clock_ns() - start,
+                                   polled || notified);
+        }
     }
 
     ctx->in_poll = false;

@@ -212,6 +212,20 @@ void blk_aio_preadv(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
 void blk_aio_pwritev(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
                      struct iovec *iov, int niov, int flags,
                      BlockCompletionFunc *cb, void *opaque);
+/*
+ * The same, for a caller that has the payload's length at hand (the
+ * virtio-blk device sums the iovecs as it parses the chain): @bytes must
+ * be iov_size(@iov, @niov), which the block layer then does not sum
+ * again.  The range checks on @offset and @bytes are the same.
+ */
+void blk_aio_preadv_sized(BlockBackend *blk, BlockAIOCB *acb,
+                          int64_t offset, uint64_t bytes,
+                          struct iovec *iov, int niov,
+                          BlockCompletionFunc *cb, void *opaque);
+void blk_aio_pwritev_sized(BlockBackend *blk, BlockAIOCB *acb,
+                           int64_t offset, uint64_t bytes,
+                           struct iovec *iov, int niov, int flags,
+                           BlockCompletionFunc *cb, void *opaque);
 void blk_aio_flush(BlockBackend *blk, BlockAIOCB *acb,
                    BlockCompletionFunc *cb, void *opaque);
 void blk_aio_pdiscard(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,

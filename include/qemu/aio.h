@@ -10,8 +10,9 @@
  * aio_poll() runs, in this order: scheduled bottom halves, then (if polling
  * is enabled) a busy-poll window in which each handler's io_poll() is called
  * without any syscall, then epoll_wait() and the ready fd handlers.  The poll
- * window adapts between 0 and poll-max-ns: it grows when polling found work
- * and shrinks when the loop had to block anyway.
+ * window adapts between 0 and poll-max-ns: it stays while what polling
+ * saves (a sleep and wake-up per event it catches) is worth the time it
+ * spins, and shrinks, down to 0, when it is not.
  *
  * Nested event loops are forbidden: a callback must never call aio_poll().
  */
@@ -90,24 +91,47 @@ bool aio_poll(AioContext *ctx, bool blocking);
 void aio_notify(AioContext *ctx);
 
 /*
- * The adaptive poll window's policy, pure so tests can feed it waits: the
- * window after a blocking iteration that waited @block_ns for its event
- * with window @ns.  Caught (@block_ns <= @ns): unchanged.  Within
- * AIO_POLL_NEAR_FACTOR x @max_ns: grow (x @grow, from AIO_POLL_NS_START, up
- * to @max_ns).  Longer: shrink (/ @shrink, below AIO_POLL_NS_START to 0),
- * but only the AIO_POLL_SHRINK_AFTER-th such wait in a row; @far_waits
- * counts them (in/out).
+ * The adaptive poll window's policy, pure so tests can feed it synthetic
+ * sequences (no clock): see "The poll window" in util/aio-posix.c.  After
+ * each blocking iteration that could poll, aio_poll_window_next() is told
+ * how long the iteration spent polling (@spent_ns), how long it waited for
+ * its event in all (@wait_ns, polling plus any sleep) and whether polling
+ * caught it (@hit); it updates @w, whose ns is the next window.
  */
-#define AIO_POLL_NS_START 4000
-#define AIO_POLL_NEAR_FACTOR 4
-#define AIO_POLL_SHRINK_AFTER 4
-int64_t aio_poll_window_next(int64_t ns, int64_t block_ns, int64_t max_ns,
-                             int64_t grow, int64_t shrink,
-                             unsigned *far_waits);
+#define AIO_POLL_NS_START 4000          /* first window of a probe */
+#define AIO_POLL_NEAR_FACTOR 4          /* "near" waits: <= 4 x max_ns */
+#define AIO_POLL_CREDIT_FACTOR 4        /* credit limit: 4 x max_ns */
+#define AIO_POLL_BLOCK_NS 10000         /* default cost of a block+wake-up */
+#define AIO_POLL_PROBE_BACKOFF_MAX 4096 /* near waits between failed probes */
+
+typedef struct AioPollParams {
+    int64_t max_ns;     /* poll-max-ns: the window never exceeds it */
+    int64_t grow;       /* factor (> 1) */
+    int64_t shrink;     /* divisor (> 1) */
+    int64_t block_ns;   /* what a sleep + wake-up costs: a hit saves it */
+} AioPollParams;
+
+typedef struct AioPollWindow {
+    int64_t ns;             /* the window of the next blocking iteration */
+    int64_t credit_ns;      /* block costs saved by hits minus time spent
+                             * polling, within +-CREDIT_FACTOR x max_ns */
+    unsigned hits;          /* hits since credit_ns last started from 0 */
+    int64_t ceiling_ns;     /* a window that lost with hits: grow only
+                             * below it until polling pays (0: none) */
+    unsigned probe_wait;    /* near waits to let pass before a probe */
+    unsigned probe_backoff; /* probe_wait after the next failed probe */
+} AioPollWindow;
+
+void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
+                          int64_t spent_ns, int64_t wait_ns, bool hit);
 
 /* Adaptive polling: 0 disables.  grow/shrink factors: 0 = defaults (2). */
 void aio_context_set_poll_params(AioContext *ctx, int64_t max_ns,
                                  int64_t grow, int64_t shrink);
+
+/* The cost of a block + wake-up cycle the window weighs polling against
+ * (AioPollParams.block_ns); <= 0: AIO_POLL_BLOCK_NS.  Owner thread. */
+void aio_context_set_poll_block_ns(AioContext *ctx, int64_t block_ns);
 
 /*
  * The host has no idle CPU (process-wide, any thread; see host-load.h):
