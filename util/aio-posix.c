@@ -534,7 +534,17 @@ static void aio_adjust_poll_window(AioContext *ctx, int64_t spent_ns,
         .block_ns = ctx->poll_block_ns,
     };
 
-    aio_poll_window_next(&ctx->poll_window, &p, spent_ns, wait_ns, hit);
+    if (atomic_load_explicit(&ctx->driver_polls, memory_order_relaxed)) {
+        /*
+         * A polling driver never kicks and spins whether we poll or not:
+         * only our polling serves it, so the account does not apply (a
+         * moment of CPU contention must not close the window on it).  The
+         * account starts again when the driver first wants an interrupt.
+         */
+        ctx->poll_window = (AioPollWindow) { .ns = p.max_ns };
+    } else {
+        aio_poll_window_next(&ctx->poll_window, &p, spent_ns, wait_ns, hit);
+    }
     aio_set_poll_ns(ctx, ctx->poll_window.ns);
 }
 
