@@ -1147,5 +1147,19 @@ int main(int argc, char **argv)
     qsd_cli_cleanup(&d.qsd);
     g_free(d.pidfile);
     g_free(d.runas_user);
+    if (blk_async_workers()) {
+        /*
+         * A blockdev-add or block_resize still waits for a cluster in a
+         * worker (its QMP command was answered with an error): exit()
+         * would tear librados' globals down under that thread (seen to
+         * crash).  Leave without running the destructors.
+         */
+        warn_report("%u open(s) or resize(s) of an image were still "
+                    "waiting for a cluster; exiting without them",
+                    blk_async_workers());
+        fflush(stdout);
+        fflush(stderr);
+        _exit(ret);
+    }
     return ret;
 }

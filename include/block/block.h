@@ -175,6 +175,13 @@ void blk_open_async(const BlockOptions *opts, BlockOpenCompleteFunc *cb,
 typedef void BlockTruncateCompleteFunc(void *opaque, GError *err);
 void blk_truncate_async(BlockBackend *blk, uint64_t size,
                         BlockTruncateCompleteFunc *cb, void *opaque);
+/*
+ * Any thread: how many workers of blk_open_async() and blk_truncate_async()
+ * are still running (waiting for a cluster).  A process that ends while
+ * one is inside librados must leave with _exit(): exit() would run the
+ * library's destructors under that thread.
+ */
+unsigned int blk_async_workers(void);
 void blk_close(BlockBackend *blk);
 
 uint64_t blk_getlength(BlockBackend *blk);
