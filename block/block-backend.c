@@ -63,6 +63,19 @@ bool blk_aio_mode_parse(const char *s, BlockAioMode *mode)
     return true;
 }
 
+/* Any thread. */
+bool blk_rbd_completion_parse(const char *s, BlockRbdCompletion *out)
+{
+    if (s && !strcmp(s, "callback")) {
+        *out = BLOCK_RBD_COMPLETION_CALLBACK;
+    } else if (s && !strcmp(s, "poll")) {
+        *out = BLOCK_RBD_COMPLETION_POLL;
+    } else {
+        return false;
+    }
+    return true;
+}
+
 static const BlockDriver *blk_find_driver(const char *name)
 {
     if (!strcmp(name, "file")) {

@@ -437,6 +437,7 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
     bo.rbd.keyfile = e->ceph_keyfile;
     bo.rbd.connect_timeout = e->ceph_timeout;
     bo.rbd.share = e->ceph_share;
+    bo.rbd.completion = e->rbd_completion;
     if (e->rbd_snapshot) {
         bo.readonly = true;     /* a snapshot is served read-only */
     }

@@ -86,6 +86,21 @@ typedef struct BlockInjectOptions {
 bool blk_inject_parse_option(BlockInjectOptions *inj, const char *key,
                              const char *val, GError **errp);
 
+/*
+ * How the rbd driver learns that librbd has finished a request (see
+ * block/rbd.c, "Completions"): librbd's callback pushing onto our stack,
+ * or librbd's own event notification (rbd_set_image_notification() and
+ * rbd_poll_io_events()).  DEFAULT is the one block/rbd.c says is better.
+ */
+typedef enum BlockRbdCompletion {
+    BLOCK_RBD_COMPLETION_DEFAULT,
+    BLOCK_RBD_COMPLETION_CALLBACK,
+    BLOCK_RBD_COMPLETION_POLL,
+} BlockRbdCompletion;
+
+/* "callback" or "poll": false if @str is neither. */
+bool blk_rbd_completion_parse(const char *str, BlockRbdCompletion *out);
+
 /* driver=rbd: a Ceph RBD image (block/rbd.c).  Strings may be NULL. */
 typedef struct BlockRbdOptions {
     const char *pool;           /* required */
@@ -103,6 +118,7 @@ typedef struct BlockRbdOptions {
     const char *share;          /* connection shared by the nodes giving
                                  * the same name (and cluster); NULL:
                                  * one connection per node */
+    BlockRbdCompletion completion;  /* how completions come back */
 } BlockRbdOptions;
 
 #define BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT 10
