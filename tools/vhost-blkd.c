@@ -94,6 +94,8 @@ static void vbd_usage(FILE *f)
 "                          10; client_mount_timeout, rados_mon_op_timeout)\n"
 "      ceph-share=NAME     share one cluster connection between the exports\n"
 "                          naming it (default: one connection per export)\n"
+"      rbd-completion=callback|poll  how librbd's completions come back\n"
+"                          (default callback; poll: librbd's event fd)\n"
 "      driver=file|null|rbd  null: no I/O, for overhead measurements\n"
 "      size=N              null driver: size in bytes (k, M, G, T suffixes)\n"
 "      num-queues=N        virtqueues, 1..64 (default 1)\n"
