@@ -103,9 +103,12 @@ typedef enum RbdJob {
 /* How long the list of contexts watching a node's eventfd can get. */
 #define RBD_POLL_MAX_CTX 64
 
+/* A context watching a node's eventfd.  Slots never move: a context's
+ * own thread checks its slot without the lock (only it sets or clears
+ * it). */
 typedef struct RbdPollCtx {
-    AioContext *ctx;
-    unsigned int refs;          /* attaches of this context */
+    _Atomic(AioContext *) ctx;  /* NULL: a free slot */
+    unsigned int refs;          /* attaches of this context; poll_lock */
 } RbdPollCtx;
 
 /*
@@ -137,9 +140,9 @@ typedef struct BDRVRBDState {
     /* completion=poll */
     bool poll;
     EventNotifier poll_notifier;    /* given to rbd_set_image_notification */
-    GMutex poll_lock;               /* protects poll_ctx, n_poll_ctx */
+    GMutex poll_lock;               /* protects the refs, n_poll_ctx */
     RbdPollCtx poll_ctx[RBD_POLL_MAX_CTX];
-    unsigned int n_poll_ctx;
+    _Atomic unsigned int n_poll_ctx;    /* slots ever used */
 } BDRVRBDState;
 
 /* The completion side of one AioContext. */
@@ -325,50 +328,79 @@ static void rbd_poll_read_cb(void *opaque)
     defer_call_end();
 }
 
-/* Owner thread of @ctx: watch the node's eventfd from @ctx too. */
-static bool rbd_poll_attach(BDRVRBDState *s, AioContext *ctx, GError **errp)
+/* The slot of @ctx, or -1.  Exact in @ctx's own thread. */
+static int rbd_poll_slot(BDRVRBDState *s, AioContext *ctx)
+{
+    unsigned int n = atomic_load_explicit(&s->n_poll_ctx,
+                                          memory_order_acquire);
+
+    for (unsigned int i = 0; i < n; i++) {
+        if (atomic_load_explicit(&s->poll_ctx[i].ctx,
+                                 memory_order_relaxed) == ctx) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/*
+ * Owner thread of @ctx: watch the node's eventfd from @ctx too (at
+ * attach, or at the first request of a context that never attached).
+ * @drain: take what is queued already (not from inside a submission).
+ */
+static bool rbd_poll_attach(BDRVRBDState *s, AioContext *ctx, bool drain,
+                            GError **errp)
 {
     int fd = event_notifier_get_fd(&s->poll_notifier);
-    unsigned int i;
+    int i;
 
     g_mutex_lock(&s->poll_lock);
-    for (i = 0; i < s->n_poll_ctx && s->poll_ctx[i].ctx != ctx; i++) {
-    }
-    if (i < s->n_poll_ctx) {
+    i = rbd_poll_slot(s, ctx);
+    if (i >= 0) {
         s->poll_ctx[i].refs++;
         g_mutex_unlock(&s->poll_lock);
         return true;
     }
-    if (i == RBD_POLL_MAX_CTX) {
-        g_mutex_unlock(&s->poll_lock);
-        g_set_error(errp, VB_ERROR, 0, "%s: completion=poll serves an image "
-                    "from at most %u I/O threads; use completion=callback",
-                    s->bs->filename, RBD_POLL_MAX_CTX);
-        return false;
+    i = rbd_poll_slot(s, NULL);
+    if (i < 0) {
+        if (s->n_poll_ctx == RBD_POLL_MAX_CTX) {
+            g_mutex_unlock(&s->poll_lock);
+            g_set_error(errp, VB_ERROR, 0, "%s: completion=poll serves an "
+                        "image from at most %u I/O threads; use "
+                        "completion=callback", s->bs->filename,
+                        RBD_POLL_MAX_CTX);
+            return false;
+        }
+        i = s->n_poll_ctx;
     }
-    s->poll_ctx[i].ctx = ctx;
     s->poll_ctx[i].refs = 1;
-    s->n_poll_ctx++;
+    atomic_store_explicit(&s->poll_ctx[i].ctx, ctx, memory_order_relaxed);
+    if ((unsigned int)i == s->n_poll_ctx) {
+        /* Release: the slot is set before it is counted; pairs with the
+         * acquire load in rbd_poll_slot(). */
+        atomic_store_explicit(&s->n_poll_ctx, i + 1, memory_order_release);
+    }
     g_mutex_unlock(&s->poll_lock);
     aio_set_fd_handler(ctx, fd, rbd_poll_read_cb, NULL, NULL, NULL, s);
-    /* Completions queued before we watched: take them now. */
-    rbd_poll_read_cb(s);
+    if (drain) {
+        /* Completions queued before we watched: take them now. */
+        rbd_poll_read_cb(s);
+    }
     return true;
 }
 
 /* Owner thread of @ctx: its last queue on the node has drained. */
 static void rbd_poll_detach(BDRVRBDState *s, AioContext *ctx)
 {
-    unsigned int i;
+    int i;
 
     g_mutex_lock(&s->poll_lock);
-    for (i = 0; i < s->n_poll_ctx && s->poll_ctx[i].ctx != ctx; i++) {
-    }
-    if (i == s->n_poll_ctx || --s->poll_ctx[i].refs) {
+    i = rbd_poll_slot(s, ctx);
+    if (i < 0 || --s->poll_ctx[i].refs) {
         g_mutex_unlock(&s->poll_lock);
         return;
     }
-    s->poll_ctx[i] = s->poll_ctx[--s->n_poll_ctx];
+    atomic_store_explicit(&s->poll_ctx[i].ctx, NULL, memory_order_relaxed);
     g_mutex_unlock(&s->poll_lock);
     aio_set_fd_handler(ctx, event_notifier_get_fd(&s->poll_notifier),
                        NULL, NULL, NULL, NULL, NULL);
@@ -391,6 +423,13 @@ static void rbd_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
     if (unlikely(acb->bytes == 0 && acb->type != BLK_REQ_FLUSH)) {
         r = 0;                  /* librbd refuses empty vectors */
         goto fail;
+    }
+    if (s->poll && unlikely(rbd_poll_slot(s, ctx) < 0)) {
+        /* A context that never attached: it watches from now on. */
+        if (!rbd_poll_attach(s, ctx, false, NULL)) {
+            r = -EIO;
+            goto fail;
+        }
     }
     acb->engine_priv[0] = (uintptr_t)e;
     /* completion=poll: no callback, librbd queues it and writes our
@@ -441,7 +480,7 @@ static bool rbd_attach_aio_context(BlockBackend *bs, AioContext *ctx,
     if (!blk_engine_get(ctx, &rbd_engine_ops, errp)) {
         return false;
     }
-    return !s->poll || rbd_poll_attach(s, ctx, errp);
+    return !s->poll || rbd_poll_attach(s, ctx, true, errp);
 }
 
 static void rbd_detach_aio_context(BlockBackend *bs, AioContext *ctx)
@@ -800,11 +839,27 @@ static void rbd_drv_close(BlockBackend *bs)
         rbd_close(s->image);
     }
     if (s->poll) {
-        if (s->n_poll_ctx) {
-            /* Still in a context's epoll set: leave the fd open there. */
+        AioContext *self = qemu_get_current_aio_context();
+        unsigned int left = 0;
+
+        /* Contexts that used the node without detaching (the first use
+         * attached them): ours we can stop watching here. */
+        for (unsigned int i = 0; i < s->n_poll_ctx; i++) {
+            AioContext *c = atomic_load(&s->poll_ctx[i].ctx);
+
+            if (c && c == self) {
+                aio_set_fd_handler(c,
+                                   event_notifier_get_fd(&s->poll_notifier),
+                                   NULL, NULL, NULL, NULL, NULL);
+            } else if (c) {
+                left++;
+            }
+        }
+        if (left) {
+            /* Still in another thread's epoll set: leave the fd open. */
             warn_report("%s: closed while %u I/O thread(s) still watch its "
                         "completions; keeping their eventfd",
-                        bs->filename, s->n_poll_ctx);
+                        bs->filename, left);
         } else {
             event_notifier_cleanup(&s->poll_notifier);
         }
