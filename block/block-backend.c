@@ -63,6 +63,19 @@ bool blk_aio_mode_parse(const char *s, BlockAioMode *mode)
     return true;
 }
 
+/* Any thread. */
+bool blk_rbd_completion_parse(const char *s, BlockRbdCompletion *out)
+{
+    if (s && !strcmp(s, "callback")) {
+        *out = BLOCK_RBD_COMPLETION_CALLBACK;
+    } else if (s && !strcmp(s, "poll")) {
+        *out = BLOCK_RBD_COMPLETION_POLL;
+    } else {
+        return false;
+    }
+    return true;
+}
+
 static const BlockDriver *blk_find_driver(const char *name)
 {
     if (!strcmp(name, "file")) {
@@ -128,6 +141,15 @@ BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
     return blk_open_finish(bs, opts, errp);
 }
 
+/* Workers of blk_open_async() and blk_truncate_async() still running
+ * (atomic): see blk_async_workers(). */
+static unsigned int blk_workers;
+
+unsigned int blk_async_workers(void)
+{
+    return __atomic_load_n(&blk_workers, __ATOMIC_ACQUIRE);
+}
+
 /* An asynchronous open (see blk_open_async()); worker, then main thread. */
 typedef struct BlkOpenJob {
     BlockBackend *bs;
@@ -164,6 +186,9 @@ static gpointer blk_open_thread(gpointer opaque)
         bs->drv->bdrv_close(bs);
     }
     aio_bh_schedule_oneshot(bs->main_ctx, blk_open_bh, job, "blk-open");
+    /* Last: done with the driver's library.  Pairs with the acquire load
+     * in blk_async_workers(). */
+    __atomic_sub_fetch(&blk_workers, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -188,8 +213,10 @@ void blk_open_async(const BlockOptions *opts, BlockOpenCompleteFunc *cb,
     job->opts = opts;
     job->cb = cb;
     job->opaque = opaque;
+    __atomic_add_fetch(&blk_workers, 1, __ATOMIC_RELAXED);
     thread = g_thread_try_new("blk-open", blk_open_thread, job, &err);
     if (!thread) {
+        __atomic_sub_fetch(&blk_workers, 1, __ATOMIC_RELAXED);
         g_prefix_error(&err, "cannot start a thread to open the image: ");
         blk_free(job->bs);
         g_free(job);
@@ -353,6 +380,7 @@ static gpointer blk_truncate_thread(gpointer opaque)
     job->blk->drv->bdrv_truncate(job->blk, job->size, &job->err);
     aio_bh_schedule_oneshot(job->blk->main_ctx, blk_truncate_bh, job,
                             "blk-truncate");
+    __atomic_sub_fetch(&blk_workers, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -376,8 +404,10 @@ void blk_truncate_async(BlockBackend *blk, uint64_t size,
     job->size = size;
     job->cb = cb;
     job->opaque = opaque;
+    __atomic_add_fetch(&blk_workers, 1, __ATOMIC_RELAXED);
     thread = g_thread_try_new("blk-truncate", blk_truncate_thread, job, &err);
     if (!thread) {
+        __atomic_sub_fetch(&blk_workers, 1, __ATOMIC_RELAXED);
         g_prefix_error(&err, "cannot start a thread to resize the image: ");
         g_free(job);
         cb(opaque, err);

@@ -660,8 +660,9 @@ static const char *vb_list_str(JsonNode *n)
 /*
  * blockdev-add driver=rbd: QEMU's keys pool, image, namespace, snapshot,
  * conf, user, key-secret, server (the monitors: [{host, port}]) and
- * auth-client-required; ours x-connect-timeout (seconds) and
- * x-shared-connection (a name: nodes giving it share one connection).
+ * auth-client-required; ours x-connect-timeout (seconds),
+ * x-shared-connection (a name: nodes giving it share one connection) and
+ * x-completion (callback or poll: see block/rbd.c).
  */
 static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
                                    const char *name, bool ro, bool discard,
@@ -671,6 +672,8 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
 {
     const char *pool = NULL, *image = NULL, *ns = NULL, *snap = NULL;
     const char *conf = NULL, *user = NULL, *secret = NULL, *share = NULL;
+    const char *completion = NULL;
+    BlockRbdCompletion comp = BLOCK_RBD_COMPLETION_DEFAULT;
     int64_t timeout = 0;
     g_autoptr(GString) mons = g_string_new(NULL);
     g_autoptr(GString) auth = g_string_new(NULL);
@@ -685,6 +688,7 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
         !qmp_args_str(a, "user", false, &user, errp) ||
         !qmp_args_str(a, "key-secret", false, &secret, errp) ||
         !qmp_args_str(a, "x-shared-connection", false, &share, errp) ||
+        !qmp_args_str(a, "x-completion", false, &completion, errp) ||
         !qmp_args_int(a, "x-connect-timeout", false, &timeout, NULL, errp)) {
         return NULL;
     }
@@ -748,6 +752,11 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
                      "and cache.no-flush=on are not supported");
         return NULL;
     }
+    if (completion && !blk_rbd_completion_parse(completion, &comp)) {
+        vb_set_error(errp, "x-completion=%s: use callback or poll",
+                     completion);
+        return NULL;
+    }
     if (timeout < 0 || timeout > 3600) {
         vb_set_error(errp, "x-connect-timeout=%" PRId64 ": use 1 to 3600 "
                      "seconds (0: the default, %u)", timeout,
@@ -765,6 +774,7 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
     o.rbd.user = user;
     o.rbd.connect_timeout = timeout;
     o.rbd.share = share;
+    o.rbd.completion = comp;
     o.rbd.mon_host = mons->len ? mons->str : NULL;
     o.rbd.auth_client_required = auth->len ? auth->str : NULL;
     if (secret) {

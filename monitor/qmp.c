@@ -27,6 +27,12 @@
  * (main thread) sends the reply, then resumes the session: the buffered
  * commands run and reading starts again.  If the client went away in the
  * meantime, the QmpPending has lost its session and the reply is dropped.
+ * If the server goes first (the daemon quits while a worker still waits
+ * for a cluster), qmp_server_free() answers every pending command with an
+ * error at once and gives the replies up to QMP_SHUTDOWN_FLUSH_MS to
+ * leave: a client never sees its connection close with no answer.  The
+ * QmpPending loses its session then, so the late completion, if it comes
+ * before the process exits, is dropped as for a client that went.
  * A stand-alone session (tests, fuzzing) has no loop of its own to come
  * back from: it waits in aio_poll() for the completion.
  */
@@ -34,6 +40,7 @@
 #include "monitor/qmp.h"
 #include "qemu/error-report.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -43,6 +50,7 @@ typedef struct QmpClient QmpClient;
 struct QmpPending {
     QmpSession *ss;             /* NULL once the client has gone */
     JsonNode *id;               /* the request's "id", or NULL */
+    char *name;                 /* the command, for the shutdown error */
 };
 
 struct QmpSession {
@@ -355,6 +363,7 @@ static void qmp_session_dispatch(QmpSession *ss, JsonNode *root)
 
             p->ss = ss;
             p->id = id ? json_node_copy(id) : NULL;
+            p->name = g_strdup(name);
             ss->pending = p;
             ss->server->current = ss;
             ss->dispatching = true;
@@ -405,6 +414,7 @@ void qmp_pending_complete(QmpPending *p, JsonNode *ret, GError *err)
     if (p->id) {
         json_node_unref(p->id);
     }
+    g_free(p->name);
     g_free(p);
 }
 
@@ -937,10 +947,50 @@ static void qmp_listener_free(QmpListener *l)
     g_free(l);
 }
 
+/*
+ * Main thread, shutting down: answer the command of @c whose reply is
+ * still deferred with an error, and try until @deadline (monotonic us) to
+ * get the reply out.
+ */
+static void qmp_client_abandon_pending(QmpClient *c, gint64 deadline)
+{
+    QmpSession *ss = c->ss;
+    QmpPending *p = ss->pending;
+    g_autoptr(GError) err = NULL;
+
+    if (!p || c->dead) {
+        return;
+    }
+    err = g_error_new(QMP_ERROR, QMP_ERROR_GENERIC, "the daemon is shutting "
+                      "down: '%s' had not finished and was abandoned (what "
+                      "it started outside this process, such as a resize "
+                      "on a cluster, may or may not have happened; check "
+                      "there)", p->name ? p->name : "?");
+    ss->pending = NULL;
+    p->ss = NULL;               /* the late completion is dropped */
+    qmp_session_send_error(ss, err, p->id);
+    while (!c->dead && c->out->len > c->out_off) {
+        gint64 left = deadline - g_get_monotonic_time();
+        struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
+
+        if (left <= 0 || poll(&pfd, 1, (int)((left + 999) / 1000)) <= 0) {
+            break;              /* it does not read: it loses the reply */
+        }
+        qmp_client_flush(c);
+    }
+}
+
 void qmp_server_free(QmpServer *s)
 {
+    gint64 deadline;
+
     if (!s) {
         return;
+    }
+    deadline = g_get_monotonic_time() + QMP_SHUTDOWN_FLUSH_MS * 1000;
+    for (guint i = 0; i < s->clients->len; i++) {
+        qmp_client_abandon_pending(g_ptr_array_index(s->clients, i),
+                                   deadline);
     }
     for (guint i = 0; i < s->listeners->len; i++) {
         qmp_listener_free(g_ptr_array_index(s->listeners, i));

@@ -108,6 +108,47 @@ free_port() {
 
 uuid() { cat /proc/sys/kernel/random/uuid; }
 
+# The [client] admin socket: one per cluster handle.  Many clients run as
+# client.admin at once, and one vhost-blkd opens one handle per export, so
+# \$name.\$pid is not enough ("File exists" from the second handle of a
+# process): \$cctid (the handle's CephContext) makes it unique.
+ASOK_MARK="# one admin socket per cluster handle (\$cctid: several per process)"
+client_asok_lines() {
+    echo "$ASOK_MARK"
+    echo "admin socket = $DIR/run/\$name.\$pid.\$cctid.asok"
+}
+
+# fix_conf: bring the conf of a cluster made by an older version of this
+# script up to date (the [client] admin socket above).  Only client
+# settings change, so the running monitor and OSD are unaffected; the file
+# is replaced atomically, as clients may be reading it.
+fix_conf() {
+    grep -qF "$ASOK_MARK" "$CONF" && return 0
+    log "updating $CONF: one client admin socket per cluster handle"
+    python3 - "$CONF" "$(client_asok_lines)" <<'PY' || die "cannot update $CONF"
+import os, sys
+path, lines = sys.argv[1], sys.argv[2].split("\n")
+out, section, done = [], None, False
+for l in open(path).read().split("\n"):
+    t = l.strip()
+    if t.startswith("[") and t.endswith("]"):
+        section = t
+        out.append(l)
+        if t == "[client]" and not done:
+            out.extend(lines)
+            done = True
+        continue
+    if section == "[client]" and (t.replace("_", " ").startswith("admin socket")
+                                  or t.startswith("# one admin socket")):
+        continue
+    out.append(l)
+if not done:
+    out += ["", "[client]"] + lines
+open(path + ".new", "w").write("\n".join(out))
+os.rename(path + ".new", path)
+PY
+}
+
 write_conf() {
     local fsid=$1 port=$2
     cat > "$CONF" <<EOF
@@ -141,8 +182,7 @@ osd crush chooseleaf type = 0
 
 [client]
 log file = $DIR/log/\$name.\$pid.log
-# one admin socket per client process (many run as client.admin at once)
-admin socket = $DIR/run/\$name.\$pid.asok
+$(client_asok_lines)
 
 [mon]
 mon data = $DIR/mon/\$cluster-\$id
@@ -262,6 +302,7 @@ start_osd() {
 cmd_start() {
     local t0=$SECONDS
     need_ceph
+    [ -f "$DIR/created" ] && fix_conf
     if [ -f "$DIR/created" ] && pid_of "mon.$MON_ID" >/dev/null &&
        pid_of "osd.$OSD_ID" >/dev/null; then
         echo "$CONF"

@@ -304,6 +304,7 @@ static const char *export_opts_value_hint(const char *key)
         { "ceph-keyfile", "give the path of a file holding the key" },
         { "ceph-connect-timeout", "use 1 to 3600 seconds" },
         { "ceph-share", "give a name" },
+        { "rbd-completion", "use callback or poll" },
         { "size", "use a positive number with an optional k, M, G "
           "or T suffix" },
         { "num-queues", "use 1 to 64" },
@@ -410,6 +411,8 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
         g_free(*dst);
         *dst = g_strdup(val);
         ok = *val;
+    } else if (!strcmp(key, "rbd-completion")) {
+        ok = blk_rbd_completion_parse(val, &e->rbd_completion);
     } else if (!strcmp(key, "ceph-connect-timeout")) {
         ok = export_opts_parse_uint(val, 3600, &e->ceph_timeout) &&
              e->ceph_timeout > 0;
@@ -582,8 +585,9 @@ static bool export_opts_check(const ExportOpts *e, GError **errp)
     }
     if (strcmp(e->driver, "rbd") &&
         (e->ceph_conf || e->ceph_id || e->ceph_keyfile || e->ceph_timeout ||
-         e->ceph_share)) {
-        g_set_error(errp, VB_ERROR, 0, "ceph-* keys need rbd=POOL/IMAGE");
+         e->ceph_share || e->rbd_completion)) {
+        g_set_error(errp, VB_ERROR, 0, "ceph-* and rbd-completion keys need "
+                    "rbd=POOL/IMAGE");
         return false;
     }
     return true;

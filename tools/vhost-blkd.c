@@ -97,6 +97,8 @@ static void vbd_usage(FILE *f)
 "                          10; client_mount_timeout, rados_mon_op_timeout)\n"
 "      ceph-share=NAME     share one cluster connection between the exports\n"
 "                          naming it (default: one connection per export)\n"
+"      rbd-completion=callback|poll  how librbd's completions come back\n"
+"                          (default callback; poll: librbd's event fd)\n"
 "      driver=file|null|rbd  null: no I/O, for overhead measurements\n"
 "      size=N              null driver: size in bytes (k, M, G, T suffixes)\n"
 "      num-queues=N        virtqueues, 1..64 (default 1)\n"
@@ -458,6 +460,7 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
     bo.rbd.keyfile = e->ceph_keyfile;
     bo.rbd.connect_timeout = e->ceph_timeout;
     bo.rbd.share = e->ceph_share;
+    bo.rbd.completion = e->rbd_completion;
     if (e->rbd_snapshot) {
         bo.readonly = true;     /* a snapshot is served read-only */
     }
@@ -1224,5 +1227,19 @@ int main(int argc, char **argv)
     g_free(d.pidfile);
     g_free(d.runas_user);
     g_free(d.metrics_addr);
+    if (blk_async_workers()) {
+        /*
+         * A blockdev-add or block_resize still waits for a cluster in a
+         * worker (its QMP command was answered with an error): exit()
+         * would tear librados' globals down under that thread (seen to
+         * crash).  Leave without running the destructors.
+         */
+        warn_report("%u open(s) or resize(s) of an image were still "
+                    "waiting for a cluster; exiting without them",
+                    blk_async_workers());
+        fflush(stdout);
+        fflush(stderr);
+        _exit(ret);
+    }
     return ret;
 }

@@ -87,6 +87,21 @@ typedef struct BlockInjectOptions {
 bool blk_inject_parse_option(BlockInjectOptions *inj, const char *key,
                              const char *val, GError **errp);
 
+/*
+ * How the rbd driver learns that librbd has finished a request (see
+ * block/rbd.c, "Completions"): librbd's callback pushing onto our stack,
+ * or librbd's own event notification (rbd_set_image_notification() and
+ * rbd_poll_io_events()).  DEFAULT is the one block/rbd.c says is better.
+ */
+typedef enum BlockRbdCompletion {
+    BLOCK_RBD_COMPLETION_DEFAULT,
+    BLOCK_RBD_COMPLETION_CALLBACK,
+    BLOCK_RBD_COMPLETION_POLL,
+} BlockRbdCompletion;
+
+/* "callback" or "poll": false if @str is neither. */
+bool blk_rbd_completion_parse(const char *str, BlockRbdCompletion *out);
+
 /* driver=rbd: a Ceph RBD image (block/rbd.c).  Strings may be NULL. */
 typedef struct BlockRbdOptions {
     const char *pool;           /* required */
@@ -104,6 +119,7 @@ typedef struct BlockRbdOptions {
     const char *share;          /* connection shared by the nodes giving
                                  * the same name (and cluster); NULL:
                                  * one connection per node */
+    BlockRbdCompletion completion;  /* how completions come back */
 } BlockRbdOptions;
 
 #define BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT 10
@@ -179,6 +195,13 @@ void blk_open_async(const BlockOptions *opts, BlockOpenCompleteFunc *cb,
 typedef void BlockTruncateCompleteFunc(void *opaque, GError *err);
 void blk_truncate_async(BlockBackend *blk, uint64_t size,
                         BlockTruncateCompleteFunc *cb, void *opaque);
+/*
+ * Any thread: how many workers of blk_open_async() and blk_truncate_async()
+ * are still running (waiting for a cluster).  A process that ends while
+ * one is inside librados must leave with _exit(): exit() would run the
+ * library's destructors under that thread.
+ */
+unsigned int blk_async_workers(void);
 void blk_close(BlockBackend *blk);
 
 uint64_t blk_getlength(BlockBackend *blk);

@@ -34,6 +34,7 @@
 #define QMP_MAX_CLIENTS 16          /* per server; more are refused */
 #define QMP_MAX_NESTING 1024        /* bracket depth, as QEMU's streamer */
 #define QMP_MAX_FDS     8           /* SCM_RIGHTS fds kept per client */
+#define QMP_SHUTDOWN_FLUSH_MS 1000  /* qmp_server_free(): last replies */
 
 typedef struct QmpServer QmpServer;
 
@@ -77,7 +78,12 @@ typedef struct QmpServerConfig {
 } QmpServerConfig;
 
 QmpServer *qmp_server_new(const QmpServerConfig *cfg);
-/* Close every listener and client. */
+/*
+ * Close every listener and client.  A command whose deferred reply has not
+ * come yet is answered with an error first ("the daemon is shutting
+ * down"), and the replies get up to QMP_SHUTDOWN_FLUSH_MS to leave; its
+ * qmp_pending_complete() later is then a no-op that frees @p.
+ */
 void qmp_server_free(QmpServer *s);
 /*
  * Listen on unix socket @path (replacing a stale socket file; created

@@ -42,6 +42,7 @@ typedef struct ExportOpts {
     char *ceph_keyfile;         /* ceph-keyfile=PATH: the bare key */
     unsigned int ceph_timeout;  /* ceph-connect-timeout=S; 0: default */
     char *ceph_share;           /* ceph-share=NAME: shared connection */
+    BlockRbdCompletion rbd_completion;  /* rbd-completion=callback|poll */
     uint64_t size;              /* driver=null: > 0 */
     unsigned int num_queues;    /* 1..EXPORT_OPTS_MAX_QUEUES (default 1) */
     unsigned int queue_size;    /* power of 2, 2..1024 (default 128) */

@@ -12,7 +12,8 @@
  *   io:        reads and writes of several segments verify, flush, write
  *              zeroes (with and without the unmap bit) read back zeroes,
  *              the config space reports the image's object size as the
- *              optimal I/O size
+ *              optimal I/O size; io-poll: the same with
+ *              rbd-completion=poll (librbd's event notification)
  *   snapshot:  an export of IMAGE@SNAP is read-only (writes fail) and
  *              reads the snapshot's data, not the image's
  *   takeover:  kill -9 with writes in flight and a restart: the new
@@ -116,19 +117,23 @@ static void rbd_read_direct(Fixture *f, const char *snap, uint64_t off,
     rbd_close(img);
 }
 
-static void test_io(void)
+/* The io case with completion=@comp (NULL: the default, callback). */
+static void run_io(const char *comp)
 {
     Fixture f;
+    g_autofree char *spec = NULL;
     struct iovec iov[3];
     struct virtio_blk_discard_write_zeroes *seg;
     struct virtio_blk_config cfg;
     g_autofree uint8_t *direct = g_malloc(3 * 65536);
     g_autofree uint8_t *zero = g_malloc0(65536);
 
-    if (!rbd_setup(&f, "io")) {
+    if (!rbd_setup(&f, comp ? comp : "io")) {
         return;
     }
-    rbd_start(&f, f.spec);
+    spec = comp ? g_strdup_printf("%s,rbd-completion=%s", f.spec, comp) :
+                  g_strdup(f.spec);
+    rbd_start(&f, spec);
 
     /* three segments of different sizes, one request */
     vb_fill_pattern(f.buf, 3 * 65536, 5);
@@ -173,6 +178,17 @@ static void test_io(void)
     g_assert_cmpuint(cfg.capacity, ==, IMG_SIZE / 512);
     g_assert_cmpuint(cfg.opt_io_size, ==, (4 << 20) / 512);
     rbd_teardown(&f);
+}
+
+static void test_io(void)
+{
+    run_io(NULL);
+}
+
+/* The same through librbd's event notification (block/rbd.c, "poll"). */
+static void test_io_poll(void)
+{
+    run_io("poll");
 }
 
 static void test_snapshot(void)
@@ -281,6 +297,7 @@ int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/vhost-blkd/rbd/io", test_io);
+    g_test_add_func("/vhost-blkd/rbd/io-poll", test_io_poll);
     g_test_add_func("/vhost-blkd/rbd/snapshot", test_snapshot);
     g_test_add_func("/vhost-blkd/rbd/takeover", test_takeover);
     return g_test_run();

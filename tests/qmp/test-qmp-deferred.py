@@ -18,7 +18,10 @@ so this never skips.  While connection 1's blockdev-add is pending
   writes and reads back a pattern;
 then connection 1 gets the connect error (naming the image and
 connect-timeout), and only after it the reply to the command it sent
-next (QMP order per connection); the name is free again.
+next (QMP order per connection); the name is free again.  Last, a quit
+while another such blockdev-add is pending: that command is answered
+with a "shutting down" error before the connection closes, and the
+daemon exits with 0.
 Env: VHOST_BLKD, VB_IO.
 """
 import os
@@ -167,8 +170,32 @@ def run(tmp):
         ok(r == {"return": {}}, "the name is free after the failure", r)
         r = q2.cmd("blockdev-del", **{"node-name": "dead"})
         ok(r == {"return": {}}, "and that node is deleted", r)
-        r = q1.cmd("quit")
-        ok(r == {"return": {}} and p.wait(timeout=30) == 0, "quit")
+
+        # quit while a blockdev-add waits for the mute monitor: the pending
+        # command gets an error reply, then the connection closes (it used
+        # to close with no reply at all).
+        q1.send_raw('{"execute": "blockdev-add", "id": "add2", "arguments": '
+                    '{"driver": "rbd", "node-name": "late", "pool": "rbd", '
+                    '"image": "img", "conf": "%s", "x-connect-timeout": 600}}'
+                    % conf)
+        r = q2.cmd("query-version")
+        ok("return" in r and not has_input(q1),
+           "a second blockdev-add is pending", r)
+        r = q2.cmd("quit")
+        ok(r == {"return": {}}, "quit on connection 2", r)
+        try:
+            r = q1.read_msg()
+            while "event" in r:
+                r = q1.read_msg()
+        except Exception as e:  # noqa: BLE001 - the end of file is the bug
+            r = {"exception": repr(e)}
+        ok(r.get("id") == "add2" and
+           "the daemon is shutting down: 'blockdev-add' had not finished"
+           in desc(r),
+           "the pending blockdev-add is answered with an error on quit", r)
+        rc = p.wait(timeout=30)
+        ok(rc == 0, "vhost-blkd exits with 0 (%s)" % rc,
+           open(os.path.join(tmp, "blkd.log")).read())
     finally:
         if p.poll() is None:
             p.kill()

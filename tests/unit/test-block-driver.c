@@ -81,6 +81,7 @@ static int do_other(BlockBackend *blk, int type, int64_t off, uint64_t len,
 typedef struct DriverCase {
     const char *name;           /* "file", "null", "rbd" */
     bool inject;                /* under a blkdebug filter */
+    bool poll;                  /* rbd: completion=poll */
 } DriverCase;
 
 static char *rbd_image;
@@ -161,6 +162,8 @@ static BlockBackend *open_case(const DriverCase *dc, bool readonly,
         opts.rbd.pool = "rbd";
         opts.rbd.image = rbd_image;
         opts.rbd.conf = g_getenv("CEPH_CONF");
+        opts.rbd.completion = dc->poll ? BLOCK_RBD_COMPLETION_POLL :
+                                         BLOCK_RBD_COMPLETION_DEFAULT;
     }
     if (dc->inject) {
         /* the 2nd write fails, once */
@@ -375,6 +378,7 @@ int main(int argc, char **argv)
     static const DriverCase cases[] = {
         { "file", false }, { "null", false }, { "rbd", false },
         { "file", true }, { "null", true }, { "rbd", true },
+        { "rbd", false, true },
     };
     GError *err = NULL;
     int ret;
@@ -387,18 +391,19 @@ int main(int argc, char **argv)
     g_assert_no_error(err);
 
     for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
-        g_autofree char *c = g_strdup_printf("/block/driver/%s%s/contract",
+        const char *poll = cases[i].poll ? "-poll" : "";
+        g_autofree char *c = g_strdup_printf("/block/driver/%s%s%s/contract",
                                              cases[i].inject ? "blkdebug-" :
-                                             "", cases[i].name);
-        g_autofree char *r = g_strdup_printf("/block/driver/%s%s/read-only",
+                                             "", cases[i].name, poll);
+        g_autofree char *r = g_strdup_printf("/block/driver/%s%s%s/read-only",
                                              cases[i].inject ? "blkdebug-" :
-                                             "", cases[i].name);
+                                             "", cases[i].name, poll);
 
         g_test_add_data_func(c, &cases[i], test_contract);
         g_test_add_data_func(r, &cases[i], test_readonly);
         if (!cases[i].inject) {
             g_autofree char *d = g_strdup_printf(
-                "/block/driver/blkdebug-delay-%s", cases[i].name);
+                "/block/driver/blkdebug-delay-%s%s", cases[i].name, poll);
 
             g_test_add_data_func(d, &cases[i], test_delay);
         }

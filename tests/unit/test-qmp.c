@@ -610,6 +610,44 @@ static void test_deferred(void)
     close(b);
 }
 
+/*
+ * The server goes (the daemon quits) while a command's reply is deferred:
+ * the client gets an error for it, with its id, before the end of file;
+ * the other client gets nothing; the late completion is a no-op.
+ */
+static void test_deferred_shutdown(void)
+{
+    QmpServer *s = new_server();
+    g_autoptr(GString) abuf = g_string_new(NULL);
+    g_autoptr(GString) bbuf = g_string_new(NULL);
+    int a = client_new(s, abuf), b = client_new(s, bbuf);
+    char tmp[4096];
+    ssize_t n;
+
+    client_send(a, "{\"execute\": \"later\", \"id\": \"r\"}\n"
+                "{\"execute\": \"echo\", \"arguments\": {\"s\": \"x\"}}\n");
+    while (!parked) {
+        aio_poll(ctx, true);
+    }
+    g_assert_true(client_quiet(a, abuf));
+    qmp_server_free(s);
+    /* Everything a got, up to the end of file: exactly the error. */
+    while ((n = recv(a, tmp, sizeof(tmp), 0)) > 0) {
+        g_string_append_len(abuf, tmp, n);
+    }
+    g_assert_cmpint(n, ==, 0);
+    g_assert_cmpstr(abuf->str, ==, "{\"error\":{\"class\":\"GenericError\","
+                    "\"desc\":\"the daemon is shutting down: 'later' had not "
+                    "finished and was abandoned (what it started outside "
+                    "this process, such as a resize on a cluster, may or may "
+                    "not have happened; check there)\"},\"id\":\"r\"}\n");
+    g_assert_cmpint(recv(b, tmp, sizeof(tmp), 0), ==, 0);
+    qmp_pending_complete(g_steal_pointer(&parked),
+                         json_node_init_int(json_node_alloc(), 1), NULL);
+    close(a);
+    close(b);
+}
+
 /* A stand-alone session waits for a deferred reply in the loop. */
 static void test_deferred_session(void)
 {
@@ -634,5 +672,6 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/qsd-cli", test_qsd_cli);
     g_test_add_func("/qmp/deferred", test_deferred);
     g_test_add_func("/qmp/deferred-session", test_deferred_session);
+    g_test_add_func("/qmp/deferred-shutdown", test_deferred_shutdown);
     return g_test_run();
 }
