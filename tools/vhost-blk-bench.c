@@ -193,6 +193,14 @@ static atomic_bool bench_go;
 /* --reconnect: where the workers meet when the back-end restarts */
 static BenchReconnect bench_rc;
 
+/* SIGINT/SIGTERM end a timed run early, as its deadline would: what is
+ * in flight completes (and is verified), the figures cover the time run.
+ * A lock-free atomic store is async-signal-safe. */
+static void bench_on_signal(int sig)
+{
+    atomic_store(&bench_stop, true);
+}
+
 /* ---------------------------------------------------------------- helpers */
 
 static inline uint64_t bench_now_ns(void)
@@ -1152,7 +1160,9 @@ static void bench_usage(FILE *f)
 "  --queues N           virtqueues and worker threads (default 1)\n"
 "  --queue-size N       ring size (default: smallest power of two >= 128\n"
 "                       and >= 3 * iodepth; the back-end must accept it)\n"
-"  --runtime S          run for S seconds (default 5)\n"
+"  --runtime S          run for S seconds (default 5); SIGINT or SIGTERM\n"
+"                       ends it early (in-flight requests still complete\n"
+"                       and are verified)\n"
 "  --ios N              run exactly N requests in total instead\n"
 "  --size N             bytes of the disk to use (default: its capacity);\n"
 "                       queue q uses the q-th 1/queues slice\n"
@@ -1736,6 +1746,13 @@ int main(int argc, char **argv)
         /* the schedule's sleeps end on time, not up to 50 us late (the
          * default slack); the workers inherit it */
         prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    }
+    if (!o.ios) {
+        struct sigaction sa = { .sa_handler = bench_on_signal };
+
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
     }
     for (unsigned int q = 0; q < o.queues; q++) {
         w[q].thread = g_thread_new("bench-queue", bench_worker_run, &w[q]);
