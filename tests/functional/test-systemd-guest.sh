@@ -51,17 +51,21 @@ mkfs.ext4 -q -F -L vbtest -d "$VB_TMP/vbtest" "$VB_TMP/vbtest.img" ||
 # The root disk is the cached image under a throw-away overlay
 # (snapshot=on): the cache never changes.  timeout is a hang guard only.
 console=$VB_TMP/console.log
-timeout 1200 qemu-system-x86_64 -accel tcg -machine q35 -cpu max -smp 2 -m 1536 \
+TIMEFORMAT="%R %U %S"
+{ time timeout 1200 qemu-system-x86_64 -accel tcg -machine q35 -cpu max -smp 2 -m 1536 \
     -display none -monitor none -nic none -no-reboot \
     -serial "file:$console" \
     -kernel "$image/vmlinux" -initrd "$image/initramfs.img" \
     -append "console=ttyS0 quiet systemd.show_status=error panic=-1 vbtest=1" \
     -drive "file=$image/rootfs.img,if=virtio,format=raw,snapshot=on" \
     -drive "file=$VB_TMP/vbtest.img,if=virtio,format=raw,readonly=on" \
-    > "$VB_TMP/qemu.log" 2>&1
+    > "$VB_TMP/qemu.log" 2>&1; } 2> "$VB_TMP/qemu.time"
 qrc=$?
 t3=$(date +%s)
-echo "# guest ran $((t3 - t2)) s (QEMU exit $qrc)"
+# QEMU's CPU time says how much of the wall time was the guest's work and
+# how much waiting for a busy host.
+read -r qreal quser qsys < "$VB_TMP/qemu.time"
+echo "# guest ran $((t3 - t2)) s (QEMU exit $qrc; ${qreal}s wall, ${quser}s user + ${qsys}s sys CPU)"
 
 # The guest's lines, stripped of the console's carriage returns.
 tr -d '\r' < "$console" | grep -a '^VBSD: ' | sed 's/^VBSD: //' > "$VB_TMP/results"
