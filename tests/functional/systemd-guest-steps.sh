@@ -201,6 +201,25 @@ rm -rf "/run/systemd/system/$SVC.d"
 systemctl daemon-reload
 systemctl stop "$SVC"
 
+# --- a block device under the hardened unit --------------------------------
+# ProtectSystem=strict leaves /dev writable and the unit sets no device
+# ACL: a second instance serves the test's third disk, O_DIRECT.
+BDEV=/dev/disk/by-id/virtio-vbblock
+if [ -b "$BDEV" ]; then
+    printf 'export socket=/run/vhost-blk/vm2.sock,file=%s,num-queues=2\niothreads 2\nseccomp on\n' \
+        "$(readlink -f "$BDEV")" > /etc/vhost-blk/vm2.conf
+    check "systemctl enable --now vhost-blkd@vm2.socket (block device)" \
+        systemctl enable --now vhost-blkd@vm2.socket
+    vhost-blk-bench --socket /run/vhost-blk/vm2.sock --verify --rw randrw \
+        --queues 2 --iodepth 16 --size 8M --ios 2000 > "$T/b4.out" 2> "$T/b4.err"
+    rc=$?
+    check_eq "vhost-blk-bench --verify on $(readlink -f "$BDEV") through vhost-blkd@vm2" "$rc" 0
+    [ $rc -eq 0 ] || { detail "$T/b4.err"; journalctl -u vhost-blkd@vm2 -b -o cat --no-pager | detail; }
+    systemctl stop vhost-blkd@vm2.socket vhost-blkd@vm2.service
+else
+    not_ok "the block device disk ($BDEV) is there"
+fi
+
 # --- systemd-analyze security ---------------------------------------------
 systemd-analyze security --no-pager "$SVC" > "$T/sec" 2>&1
 score=$(sed -n 's/.*Overall exposure level for [^:]*: *\([0-9.]*\) *\(.*\)/\1 \2/p' "$T/sec")

@@ -48,8 +48,12 @@ truncate -s 64M "$VB_TMP/vbtest.img"
 mkfs.ext4 -q -F -L vbtest -d "$VB_TMP/vbtest" "$VB_TMP/vbtest.img" ||
     vb_bail "mkfs.ext4 -d of the vbtest disk failed"
 
-# The root disk is the cached image under a throw-away overlay
-# (snapshot=on): the cache never changes.  timeout is a hang guard only.
+# A disk the guest serves as a block device (vhost-blkd@vm2).
+truncate -s 64M "$VB_TMP/block.img"
+
+# The root disk (vda: the first PCI slot of the three) is the cached image
+# under a throw-away overlay (snapshot=on): the cache never changes.
+# timeout is a hang guard only.
 console=$VB_TMP/console.log
 TIMEFORMAT="%R %U %S"
 { time timeout 1200 qemu-system-x86_64 -accel tcg -machine q35 -cpu max -smp 2 -m 1536 \
@@ -57,8 +61,12 @@ TIMEFORMAT="%R %U %S"
     -serial "file:$console" \
     -kernel "$image/vmlinux" -initrd "$image/initramfs.img" \
     -append "console=ttyS0 quiet systemd.show_status=error panic=-1 vbtest=1" \
-    -drive "file=$image/rootfs.img,if=virtio,format=raw,snapshot=on" \
-    -drive "file=$VB_TMP/vbtest.img,if=virtio,format=raw,readonly=on" \
+    -drive "file=$image/rootfs.img,if=none,id=vbroot,format=raw,snapshot=on" \
+    -device virtio-blk-pci,drive=vbroot,addr=0x4 \
+    -drive "file=$VB_TMP/vbtest.img,if=none,id=vbtest,format=raw,readonly=on" \
+    -device virtio-blk-pci,drive=vbtest,addr=0x5 \
+    -drive "file=$VB_TMP/block.img,if=none,id=vbblock,format=raw" \
+    -device virtio-blk-pci,drive=vbblock,serial=vbblock,addr=0x6 \
     > "$VB_TMP/qemu.log" 2>&1; } 2> "$VB_TMP/qemu.time"
 qrc=$?
 t3=$(date +%s)
