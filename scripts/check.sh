@@ -4,7 +4,9 @@
 # the unit and integration tests (meson) and the guest tests (a real Linux
 # guest under QEMU/TCG running fio against vhost-blkd, through stock QEMU
 # and through the project's patched QEMU, which it builds with
-# scripts/build-qemu.sh: minutes the first time, seconds once cached).
+# scripts/build-qemu.sh: minutes the first time, seconds once cached, and
+# through systemd as PID 1 in a Debian 12 guest whose image
+# scripts/guest/build-systemd-image.sh debootstraps and caches).
 #
 #   scripts/check.sh [--builddir DIR] [--no-guest] [--no-qemu] [--sanitizers]
 #
@@ -83,6 +85,15 @@ if [ "$guest" = 1 ]; then
     if [ "$qemu" = 1 ]; then
         # The patched QEMU for tests/functional/test-qemu-fork.sh.
         bash scripts/build-qemu.sh || failed=$((failed + 1))
+    fi
+    # The Debian 12 systemd guest of tests/functional/test-systemd-guest.sh
+    # (debootstrap: about 5 minutes the first time, cached after), built
+    # here so that its time shows on its own.
+    t=$(date +%s)
+    if img=$(bash scripts/guest/build-systemd-image.sh); then
+        echo "check: systemd guest image $img ($(( $(date +%s) - t )) s)"
+    else
+        echo "check: building the systemd guest image failed"
     fi
     set +e
     VHOST_BLK_BUILD="$PWD/$builddir" bash tests/functional/run-all.sh | tee "$builddir/functional.log"

@@ -27,6 +27,8 @@ PKGS=(
     ccache libpixman-1-dev libfdt-dev dpkg-dev
     # the Debian package (debian/, tests/functional/test-deb.sh)
     debhelper lintian
+    # the systemd guest (scripts/guest/build-systemd-image.sh)
+    debootstrap
     # benchmarks
     valgrind gnuplot-nox procps
     # Ceph RBD: librbd for block/rbd.c, a single-node test cluster

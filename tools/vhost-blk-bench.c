@@ -46,6 +46,7 @@
 #include "qemu/osdep.h"
 #include "hw/virtio/vhost-user-frontend.h"
 #include "bench-halt-poll.h"
+#include "bench-reconnect.h"
 #include "bench-hist.h"
 
 #include <endian.h>
@@ -109,6 +110,7 @@ typedef struct BenchOptions {
     double rate;                /* open loop: IOPS in total, 0 = closed */
     int backend_pid;            /* 0 = from the socket's peer credentials */
     bool dirty_log;
+    unsigned int reconnect_ms;  /* --reconnect: 0 = a hang-up fails */
     uint64_t seed;
 } BenchOptions;
 
@@ -188,6 +190,16 @@ static atomic_bool bench_stop;
  * starts */
 static atomic_uint bench_ready;
 static atomic_bool bench_go;
+/* --reconnect: where the workers meet when the back-end restarts */
+static BenchReconnect bench_rc;
+
+/* SIGINT/SIGTERM end a timed run early, as its deadline would: what is
+ * in flight completes (and is verified), the figures cover the time run.
+ * A lock-free atomic store is async-signal-safe. */
+static void bench_on_signal(int sig)
+{
+    atomic_store(&bench_stop, true);
+}
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -524,10 +536,12 @@ static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
     uint64_t issued = 0, completed = 0, idle_start = 0;
     uint64_t stalled_at = UINT64_MAX;   /* --rate: request found no context */
     unsigned int idle_polls = 0;        /* --poll: empty reaps */
+    const char *why = NULL;
 
     if (rate) {
         w->sched_t0_ns = bench_now_ns();
     }
+resume:
     for (;;) {
         bool more = total ? issued < total : !atomic_load_explicit(
                             &bench_stop, memory_order_relaxed);
@@ -733,7 +747,18 @@ static bool bench_run_phase(BenchWorker *w, BenchRw rw, uint64_t total,
     }
 
 hung_up:
+    /* --reconnect: wait for the new session; what was in flight stays
+     * outstanding and the new back-end completes it */
+    if (bench_reconnect_park(&bench_rc, &why)) {
+        goto resume;
+    }
     w->fatal = -ENOTCONN;
+    if (why) {
+        snprintf(w->first_failure, sizeof(w->first_failure),
+                 "queue %u: the back-end closed the connection and "
+                 "--reconnect failed: %s", w->q, why);
+        return false;
+    }
     snprintf(w->first_failure, sizeof(w->first_failure),
              "queue %u: the back-end closed the connection (%" PRIu64
              " request(s) outstanding): it exited or dropped this session; "
@@ -755,10 +780,13 @@ static gpointer bench_worker_run(gpointer opaque)
 
     if (o->verify && o->rw != BENCH_RW_WRITE && o->rw != BENCH_RW_RANDWRITE) {
         /* reads must find known data: write the whole slice first */
+        bench_reconnect_enter(&bench_rc);
         if (!bench_run_phase(w, BENCH_RW_WRITE, w->nblocks, false)) {
+            bench_reconnect_leave(&bench_rc);
             atomic_store(&bench_stop, true);
             return NULL;
         }
+        bench_reconnect_leave(&bench_rc);
         w->seq_next = 0;
     }
     atomic_fetch_add(&bench_ready, 1);
@@ -778,9 +806,11 @@ static gpointer bench_worker_run(gpointer opaque)
                                    &w->kicks_suppressed);
     getrusage(RUSAGE_THREAD, &ru0);
     w->t_start_ns = bench_now_ns();
+    bench_reconnect_enter(&bench_rc);
     if (!bench_run_phase(w, o->rw, total, true)) {
         atomic_store(&bench_stop, true);
     }
+    bench_reconnect_leave(&bench_rc);
     w->t_end_ns = bench_now_ns();
     getrusage(RUSAGE_THREAD, &ru1);
     w->cpu_user = bench_tv_s(&ru1.ru_utime) - bench_tv_s(&ru0.ru_utime);
@@ -1130,7 +1160,9 @@ static void bench_usage(FILE *f)
 "  --queues N           virtqueues and worker threads (default 1)\n"
 "  --queue-size N       ring size (default: smallest power of two >= 128\n"
 "                       and >= 3 * iodepth; the back-end must accept it)\n"
-"  --runtime S          run for S seconds (default 5)\n"
+"  --runtime S          run for S seconds (default 5); SIGINT or SIGTERM\n"
+"                       ends it early (in-flight requests still complete\n"
+"                       and are verified)\n"
 "  --ios N              run exactly N requests in total instead\n"
 "  --size N             bytes of the disk to use (default: its capacity);\n"
 "                       queue q uses the q-th 1/queues slice\n"
@@ -1160,6 +1192,10 @@ static void bench_usage(FILE *f)
 "  --backend-pid PID    the back-end's process, for its CPU time per I/O\n"
 "                       (/proc/PID/stat); default: the socket's peer\n"
 "                       (SO_PEERCRED)\n"
+"  --reconnect MS       when the back-end hangs up, connect again (trying for\n"
+"                       up to MS ms) and go on, as QEMU's reconnect= does:\n"
+"                       requests in flight complete on the new back-end\n"
+"                       (e.g. across systemctl restart with a .socket unit)\n"
 "  --packed             use packed virtqueues (VIRTIO_F_RING_PACKED); an\n"
 "                       error if the back-end does not offer them\n"
 "  --publish-each       split rings: store avail->idx after every request,\n"
@@ -1188,7 +1224,8 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
            OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_PACKED, OPT_NO_INFLIGHT,
            OPT_DIRTY_LOG, OPT_PUBLISH_EACH, OPT_POLL_INTERRUPTS,
-           OPT_HALT_POLL_NS, OPT_HALT_POLL_GROW, OPT_RATE, OPT_BACKEND_PID };
+           OPT_HALT_POLL_NS, OPT_HALT_POLL_GROW, OPT_RATE, OPT_BACKEND_PID,
+           OPT_RECONNECT };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
         { "vhost-dev", required_argument, NULL, OPT_VHOST_DEV },
@@ -1217,6 +1254,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         { "halt-poll-grow", no_argument, NULL, OPT_HALT_POLL_GROW },
         { "rate", required_argument, NULL, OPT_RATE },
         { "backend-pid", required_argument, NULL, OPT_BACKEND_PID },
+        { "reconnect", required_argument, NULL, OPT_RECONNECT },
         { "seed", required_argument, NULL, OPT_SEED },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
@@ -1384,6 +1422,13 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
             }
             o->backend_pid = i;
             break;
+        case OPT_RECONNECT:
+            if (!bench_parse_uint(optarg, 1, 600000, &o->reconnect_ms)) {
+                fprintf(stderr, "vhost-blk-bench: --reconnect %s: expected "
+                        "milliseconds from 1 to 600000\n", optarg);
+                return 2;
+            }
+            break;
         case OPT_SEED:
             o->seed = g_ascii_strtoull(optarg, NULL, 10);
             break;
@@ -1412,6 +1457,11 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         (!o->vhost_dev && (o->read_only || o->buffered))) {
         fprintf(stderr, "vhost-blk-bench: --file, --read-only and --buffered "
                 "go with --vhost-dev, which needs --file\n");
+        return 2;
+    }
+    if (o->reconnect_ms && (o->vhost_dev || o->dirty_log)) {
+        fprintf(stderr, "vhost-blk-bench: --reconnect is for a vhost-user "
+                "back-end (--socket) without --dirty-log\n");
         return 2;
     }
     if (o->poll && o->halt_poll_ns) {
@@ -1660,6 +1710,10 @@ int main(int argc, char **argv)
         return 1;
     }
     blocks_per_queue = o.size / o.bs / o.queues;
+    g_mutex_init(&bench_rc.lock);
+    g_cond_init(&bench_rc.cond);
+    bench_rc.fe = fe;
+    bench_rc.timeout_ms = o.reconnect_ms;
     w = g_new0(BenchWorker, o.queues);
     for (unsigned int q = 0; q < o.queues; q++) {
         if (!bench_worker_init(&w[q], fe, &o, q, blocks_per_queue, &err)) {
@@ -1692,6 +1746,13 @@ int main(int argc, char **argv)
         /* the schedule's sleeps end on time, not up to 50 us late (the
          * default slack); the workers inherit it */
         prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    }
+    if (!o.ios) {
+        struct sigaction sa = { .sa_handler = bench_on_signal };
+
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
     }
     for (unsigned int q = 0; q < o.queues; q++) {
         w[q].thread = g_thread_new("bench-queue", bench_worker_run, &w[q]);

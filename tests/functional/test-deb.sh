@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
-# The Debian package end to end: build the .deb once (dpkg-buildpackage -b,
-# no tests inside), lintian, unpack it into a scratch root, check what it
-# installs, verify the installed units with systemd-analyze, then start the
-# installed vhost-blkd exactly as vhost-blkd@test.service would (its
+# The Debian package end to end: build the .deb (dpkg-buildpackage -b, no
+# tests inside; once per tree content, tests/functional/deb-build.sh),
+# lintian, unpack it into a scratch root, check what it installs, verify
+# the installed units with systemd-analyze, then start the installed
+# vhost-blkd exactly as vhost-blkd@test.service would (its
 # ExecStart line, the installed example conf, Type=notify, the socket of
 # vhost-blkd@test.socket passed as fd 3) and serve a real guest running
 # fio with verification.  Paths under / are mapped into the scratch root;
@@ -18,24 +19,13 @@ for tool in dpkg-buildpackage dh lintian systemd-analyze python3; do
 done
 
 # --- build the .deb from the tree's files (not from build dirs) ---------
-src=$VB_TMP/pkg/vhost-blk
-mkdir -p "$src"
-# The files git tracks; outside a git checkout, everything but build dirs.
-if git -C "$VB_ROOT" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
-    (cd "$VB_ROOT" && git ls-files -z | tar --null -cf - -T -)
-else
-    (cd "$VB_ROOT" && tar --exclude='./build*' --exclude='./obj-*' -cf - .)
-fi | tar -xf - -C "$src" || vb_bail "copying the source tree failed"
-echo "# dpkg-buildpackage -b -us -uc (log: $VB_TMP/pkg/build.log)"
-if (cd "$src" && DEB_BUILD_OPTIONS="nocheck parallel=2" \
-        dpkg-buildpackage -b -us -uc > ../build.log 2>&1); then
+# Once per tree content (tests/functional/deb-build.sh caches it).
+. "$VB_FUNC/deb-build.sh"
+if deb=$(vb_deb_build); then
     vb_ok "dpkg-buildpackage -b -us -uc builds the package"
 else
-    tail -n 30 "$VB_TMP/pkg/build.log" | sed 's/^/#   /'
     vb_bail "dpkg-buildpackage failed"
 fi
-deb=$(ls "$VB_TMP"/pkg/vhost-blk_*_*.deb 2>/dev/null | head -n1)
-[ -f "$deb" ] || vb_bail "no vhost-blk_*.deb was produced"
 echo "# $(basename "$deb"), $(stat -c %s "$deb") bytes"
 
 lintian --fail-on error,warning -q "$deb" > "$VB_TMP/lintian.log" 2>&1
