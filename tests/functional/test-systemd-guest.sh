@@ -38,6 +38,19 @@ grep -E '^(build_seconds|rootfs_|packages)' "$image/info" | sed 's/^/#   /'
 deb=$(vb_deb_build) || vb_bail "building the .deb failed"
 t2=$(date +%s)
 echo "# package: $deb ($((t2 - t1)) s)"
+# The guest has no network: every package the .deb depends on must be in
+# the image (scripts/guest/build-systemd-image.sh's PACKAGES), or dpkg -i
+# leaves it unconfigured and every later step waits for nothing.
+missing=
+for dep in $(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/^ *//; s/[ (].*//'); do
+    case $dep in libc6) continue ;; esac
+    grep -qE "^packages=(.* )?$dep( |$)" "$image/info" || missing="$missing $dep"
+done
+if ! vb_check "every package the .deb depends on is in the image${missing:+ (missing:$missing; add them to PACKAGES in scripts/guest/build-systemd-image.sh)}" \
+        test -z "$missing"; then
+    vb_done
+    exit 1
+fi
 
 # The second disk: the package and the guest half, an ext4 made without
 # mounting.
