@@ -228,7 +228,6 @@ found:
     return tc;
 }
 
-/* Owner thread of @ctx: every request type. */
 /* Owner thread of @ctx: a request the group's limits apply to. */
 static void __attribute__((noinline))
 throttle_submit_limited(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
