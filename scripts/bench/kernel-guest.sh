@@ -45,10 +45,8 @@ die() { echo "kernel-guest.sh: $*" >&2; exit 1; }
 
 ninja -C "$builddir" tools/vhost-blk-bench tools/vhost-blkd >/dev/null ||
     die "building the tools in $builddir failed"
-for b in vhost-blk-bench vhost-blkd; do
-    ldd "$builddir/tools/$b" 2>&1 | grep -q 'not a dynamic executable' ||
-        die "$builddir/tools/$b is not static (configure without sanitizers)"
-done
+ldd "$builddir/tools/vhost-blk-bench" 2>&1 | grep -q 'not a dynamic executable' ||
+    die "$builddir/tools/vhost-blk-bench is not static (configure without sanitizers)"
 assets=$("$srcdir/scripts/guest/build-assets.sh") || die "guest assets failed"
 mods=$("$srcdir/scripts/build-kmod.sh" --guest-modules) || die "build-kmod.sh failed"
 
@@ -58,8 +56,25 @@ trap 'rm -rf "$tmp"' EXIT
 P=$tmp/payload
 mkdir -p "$P/kmod" "$P/usr/bin" "$P/jobs"
 for m in $mods; do cp "$m" "$P/kmod/"; done
-cp "$builddir/tools/vhost-blk-bench" "$builddir/tools/vhost-blkd" "$P/usr/bin/"
-strip "$P/usr/bin/"*
+cp "$builddir/tools/vhost-blk-bench" "$P/usr/bin/"
+if ldd "$builddir/tools/vhost-blkd" 2>&1 | grep -q 'not a dynamic executable'; then
+    cp "$builddir/tools/vhost-blkd" "$P/usr/bin/"
+else
+    # vhost-blkd links shared libraries (json-glib has no static archive
+    # in Debian): the guest gets them beside the binary and runs it
+    # through the dynamic loader with that library path.
+    mkdir -p "$P/usr/lib/vb"
+    cp "$builddir/tools/vhost-blkd" "$P/usr/lib/vb/vhost-blkd.bin"
+    ldd "$builddir/tools/vhost-blkd" | awk '/=> \// {print $3} /^\t\// {print $1}' |
+        while read -r lib; do cp -L "$lib" "$P/usr/lib/vb/"; done
+    ld=$(ldd "$builddir/tools/vhost-blkd" | awk '/^\t\/.*ld-linux/ {print $1}')
+    [ -n "$ld" ] || die "no dynamic loader in ldd's output for vhost-blkd"
+    printf '#!/bin/sh\nexec /usr/lib/vb/%s --library-path /usr/lib/vb /usr/lib/vb/vhost-blkd.bin "$@"\n' \
+        "${ld##*/}" > "$P/usr/bin/vhost-blkd"
+    chmod +x "$P/usr/bin/vhost-blkd"
+    strip "$P/usr/lib/vb/"* 2>/dev/null
+fi
+strip "$P/usr/bin/vhost-blk-bench" "$P/usr/bin/vhost-blkd" 2>/dev/null
 cat > "$P/jobs/kernel-bench.sh" <<'EOF'
 # kernel-bench (scripts/bench/kernel-guest.sh): one line per run,
 # VBTEST-INFO: kb_PATH_BACKING_qN_rR=IOPS,CPU_US_PER_IO

@@ -124,26 +124,46 @@ PID[qsd]=$!
 wait_sock qsd || die "qemu-storage-daemon did not start"
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# ceph_ticks PID: user + system ticks of the process's threads that
+# librados and librbd started (messenger workers, librbd's io_context
+# pool, finishers, timers, the admin socket, ...): every thread but the
+# daemon's own main thread and I/O threads ("vb-*" for vhost-blkd, "IO *"
+# and the RCU thread for qemu-storage-daemon).  The own threads' time
+# still includes the librbd calls made on them (request set-up in
+# rbd_aio_*), so the own share is an upper bound of the front-end's cost.
+ceph_ticks() {
+    local t c sum=0
+    for t in /proc/$1/task/*; do
+        [ "${t##*/}" = "$1" ] && continue
+        c=$(cat "$t/comm" 2>/dev/null) || continue
+        case $c in vb-*|"IO "*|call_rcu|qemu-storage-d|vhost-blkd) continue ;; esac
+        sum=$((sum + $(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{print $12 + $13}')))
+    done 2>/dev/null
+    echo "$sum"
+}
 load1() { cut -d' ' -f1 /proc/loadavg; }
 raw=$tmp/raw.jsonl
 : > "$raw"
 
-# record CASE REP RW DEPTH QUEUES IOPS IOS DAEMON_TICKS OSD_TICKS LOAD
+# record CASE REP RW DEPTH QUEUES IOPS IOS DAEMON_TICKS OSD_TICKS LOAD [CEPH_TICKS]
 record() {
-    echo "{\"case\": \"$1\", \"rep\": $2, \"rw\": \"$3\", \"depth\": $4, \"queues\": $5, \"iops\": $6, \"ios\": $7, \"proc_cpu_s\": $8, \"osd_cpu_s\": $9, \"load1\": ${10}}" >> "$raw"
+    echo "{\"case\": \"$1\", \"rep\": $2, \"rw\": \"$3\", \"depth\": $4, \"queues\": $5, \"iops\": $6, \"ios\": $7, \"proc_cpu_s\": $8, \"osd_cpu_s\": $9, \"load1\": ${10}${11:+, \"ceph_threads_cpu_s\": ${11}}}" >> "$raw"
 }
 
 # run_bench CASE REP RW DEPTH QUEUES: vhost-blk-bench against a daemon.
 run_bench() {
-    local c=$1 r=$2 rw=$3 d=$4 q=$5 a0 a1 o0 o1 l j
+    local c=$1 r=$2 rw=$3 d=$4 q=$5 a0 a1 o0 o1 c0 c1 l j
     l=$(load1)
+    c0=$(ceph_ticks "${PID[$c]}")
     a0=$(ticks "${PID[$c]}"); o0=$(ticks "$osd_pid")
     j=$("$BENCH" --socket "${SOCK[$c]}" --rw "$rw" --bs 4k --iodepth "$d" \
         --queues "$q" --runtime "$runtime" --json 2> "$tmp/bench.err") ||
         { cat "$tmp/bench.err" >&2; echo "rbd.sh: bench against $c failed" >&2; return 1; }
     a1=$(ticks "${PID[$c]}"); o1=$(ticks "$osd_pid")
+    c1=$(ceph_ticks "${PID[$c]}")
     read -r iops ios < <(echo "$j" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["iops"], r["ios"])')
-    record "$c" "$r" "$rw" "$d" "$q" "$iops" "$ios" "$(( a1 - a0 )).0e-2" "$(( o1 - o0 )).0e-2" "$l"
+    record "$c" "$r" "$rw" "$d" "$q" "$iops" "$ios" "$(( a1 - a0 )).0e-2" "$(( o1 - o0 )).0e-2" "$l" \
+        "$(( c1 - c0 )).0e-2"
 }
 
 # run_fio REP RW DEPTH QUEUES: fio ioengine=rbd, one job at depth Q*D.
@@ -255,6 +275,31 @@ for rw, q, d in cells:
              cell["osd_cpu_us_per_io"]["fio-rbd"][1], cell["osd_cpu_us_per_io"]["qsd"][1],
              cell["osd_cpu_us_per_io"]["vhost-blkd"][1],
              rl(r_fio), rl(r_qsd), rl(r_cpu)))
+# Where each daemon's CPU goes: its own threads (main, I/O threads; they
+# also run librbd's request set-up) against the threads librados and
+# librbd start.  "floor" is the CPU ratio vhost-blkd would reach against
+# qemu-storage-daemon if its own threads cost nothing at all.
+if all("ceph_threads_cpu_s" in x for x in runs if x["case"] != "fio-rbd"):
+    print("\nCPU us per I/O by thread (median): own threads + librados/librbd threads; "
+          "floor = vb's librados/librbd threads / qsd's whole process, per repetition")
+    print("%-9s %2s %3s | %-17s %-17s | %s" % ("rw", "q", "dep", "qsd own+ceph", "vb own+ceph",
+                                              "floor vb/qsd"))
+    for cell in res["cells"]:
+        rw, q, d = cell["rw"], cell["queues"], cell["depth"]
+        s, b = get("qsd", rw, q, d), get("blkd", rw, q, d)
+        n = min(len(s), len(b))
+        own = lambda rs: [1e6 * (x["proc_cpu_s"] - x["ceph_threads_cpu_s"]) / max(x["ios"], 1) for x in rs]
+        lib = lambda rs: [1e6 * x["ceph_threads_cpu_s"] / max(x["ios"], 1) for x in rs]
+        tot = lambda rs: [1e6 * x["proc_cpu_s"] / max(x["ios"], 1) for x in rs]
+        floor = [lib(b)[i] / tot(s)[i] if tot(s)[i] > 0 else float("nan") for i in range(n)]
+        cell["cpu_split_us_per_io"] = {
+            "qsd": {"own": mmm(own(s)), "ceph": mmm(lib(s))},
+            "vhost-blkd": {"own": mmm(own(b)), "ceph": mmm(lib(b))}}
+        cell["cpu_floor_vs_qsd"] = floor
+        print("%-9s %2d %3d | %5.0f + %-9.0f %5.0f + %-9.0f | %s"
+              % (rw, q, d, statistics.median(own(s)), statistics.median(lib(s)),
+                 statistics.median(own(b)), statistics.median(lib(b)),
+                 " ".join("%.2f" % x for x in floor)))
 print("\nRSS (kB): " + ", ".join("%s %s" % kv for kv in meta["rss_kb"].items()))
 json.dump(res, open(sys.argv[2], "w"), indent=1)
 print("written: " + sys.argv[2])
