@@ -127,8 +127,9 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # ceph_ticks PID: user + system ticks of the process's threads that
 # librados and librbd started (messenger workers, librbd's io_context
 # pool, finishers, timers, the admin socket, ...): every thread but the
-# daemon's own main thread and I/O threads ("vb-*" for vhost-blkd, "IO *"
-# and the RCU thread for qemu-storage-daemon).  The own threads' time
+# daemon's own main thread and I/O threads ("vb-*" for vhost-blkd; for
+# qemu-storage-daemon, which names no thread unless asked, every thread
+# still called "qemu-storage-da...", and "IO *" / call_rcu when named).  The own threads' time
 # still includes the librbd calls made on them (request set-up in
 # rbd_aio_*), so the own share is an upper bound of the front-end's cost.
 ceph_ticks() {
@@ -136,7 +137,7 @@ ceph_ticks() {
     for t in /proc/$1/task/*; do
         [ "${t##*/}" = "$1" ] && continue
         c=$(cat "$t/comm" 2>/dev/null) || continue
-        case $c in vb-*|"IO "*|call_rcu|qemu-storage-d|vhost-blkd) continue ;; esac
+        case $c in vb-*|"IO "*|call_rcu|qemu-storage-d*|vhost-blkd) continue ;; esac
         sum=$((sum + $(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{print $12 + $13}')))
     done 2>/dev/null
     echo "$sum"
