@@ -107,6 +107,7 @@ typedef struct BenchOptions {
     bool poll_interrupts;       /* --poll but still ask for interrupts */
     uint64_t halt_poll_ns;      /* halt-polling client: poll window max */
     bool halt_poll_grow;        /* ... adapted as KVM does */
+    bool halt_poll_greedy;      /* ... and polled even when others wait */
     double rate;                /* open loop: IOPS in total, 0 = closed */
     int backend_pid;            /* 0 = from the socket's peer credentials */
     bool dirty_log;
@@ -168,6 +169,9 @@ typedef struct BenchWorker {
     uint64_t polls_ok;          /* --halt-poll-ns: idle ends caught polling */
     uint64_t hp_window_ns;      /* --halt-poll-ns: current poll window */
     uint64_t hp_grows, hp_shrinks;
+    uint64_t hp_yields;         /* windows ended: another task took the CPU */
+    uint64_t hp_check_ns;       /* last yield of the current window */
+    long hp_nivcsw;             /* involuntary switches at the last check */
     uint64_t sched_t0_ns;       /* --rate: when request 0 was due */
     double sched_interval_ns;   /* --rate: between two of this queue's */
     uint64_t depth_exhausted;   /* --rate: due requests with no context */
@@ -480,6 +484,36 @@ static void bench_halt_poll_adapt(BenchWorker *w, uint64_t idle_ns)
 }
 
 /*
+ * --halt-poll-ns without --halt-poll-greedy: may the poll window go on?
+ * KVM polls a halted vCPU only while single_task_running() (and no
+ * need_resched()): as soon as another task is runnable on that CPU the
+ * window ends and the vCPU blocks, so a halt-polling vCPU never keeps a
+ * woken back-end thread off its CPU.  A thread cannot see its run queue;
+ * every BENCH_HALT_POLL_YIELD_NS of polling it yields instead, and if the
+ * yield let another task run (the thread's involuntary context switches
+ * went up: a yield that switches counts as one, as a preemption does) the
+ * window ends as KVM's would.  Windows shorter than the period (a fast
+ * back-end) never make the two system calls.
+ */
+#define BENCH_HALT_POLL_YIELD_NS 2000
+
+static bool bench_halt_poll_solo(BenchWorker *w, uint64_t now)
+{
+    struct rusage ru;
+
+    if (now - w->hp_check_ns < BENCH_HALT_POLL_YIELD_NS) {
+        return true;
+    }
+    w->hp_check_ns = now;
+    sched_yield();
+    if (getrusage(RUSAGE_THREAD, &ru) < 0 || ru.ru_nivcsw == w->hp_nivcsw) {
+        return true;
+    }
+    w->hp_nivcsw = ru.ru_nivcsw;
+    return false;
+}
+
+/*
  * --dirty-log: a read's data reached guest memory before its completion
  * was published, so every guest page of its buffer must be marked in the
  * log by now (the back-end marks after writing, before the used ring;
@@ -634,9 +668,15 @@ resume:
             if (halt_poll) {
                 if (!idle_start) {
                     idle_start = now;
+                    w->hp_check_ns = now;
                 }
                 if (now - idle_start < w->hp_window_ns) {
-                    continue;       /* still inside the poll window */
+                    if (o->halt_poll_greedy || bench_halt_poll_solo(w, now)) {
+                        continue;   /* still inside the poll window */
+                    }
+                    if (record) {
+                        w->hp_yields++;
+                    }
                 }
             }
             /* sleep: until a completion or the next scheduled issue */
@@ -886,6 +926,7 @@ typedef struct BenchResult {
     double lat_mean_us, p50_us, p99_us, p999_us, lat_max_us;
     double cpu_user, cpu_sys, proc_cpu;
     uint64_t sleeps, polls_ok, hp_grows, hp_shrinks, hp_window_max_ns;
+    uint64_t hp_yields;
     uint64_t depth_exhausted, max_issue_lag_ns;
     int backend_pid;            /* 0: unknown */
     double backend_cpu_s;       /* utime + stime over the timed phase */
@@ -918,6 +959,7 @@ static void bench_summarize(BenchWorker *w, unsigned int nw, double proc_cpu,
         res->polls_ok += w[i].polls_ok;
         res->hp_grows += w[i].hp_grows;
         res->hp_shrinks += w[i].hp_shrinks;
+        res->hp_yields += w[i].hp_yields;
         res->hp_window_max_ns = MAX(res->hp_window_max_ns,
                                     w[i].hp_window_ns);
         res->depth_exhausted += w[i].depth_exhausted;
@@ -1050,8 +1092,9 @@ static void bench_print_json(const BenchOptions *o, const BenchResult *r,
     if (o->halt_poll_ns && !o->poll) {
         printf(", \"halt_poll\": {\"polls_ok\": %" PRIu64 ", \"grows\": %"
                PRIu64 ", \"shrinks\": %" PRIu64 ", \"window_ns_end\": %"
-               PRIu64 "}", r->polls_ok, r->hp_grows, r->hp_shrinks,
-               r->hp_window_max_ns);
+               PRIu64 ", \"greedy\": %s, \"yielded\": %" PRIu64 "}",
+               r->polls_ok, r->hp_grows, r->hp_shrinks, r->hp_window_max_ns,
+               o->halt_poll_greedy ? "true" : "false", r->hp_yields);
     } else {
         printf(", \"halt_poll\": null");
     }
@@ -1092,10 +1135,12 @@ static void bench_print_text(const BenchOptions *o, const BenchResult *r)
            r->ios, r->seconds);
     printf("  client: %s", bench_client_name(o));
     if (o->halt_poll_ns && !o->poll) {
-        printf(" (window %" PRIu64 " ns%s: %" PRIu64 " idle ends caught "
-               "polling, %" PRIu64 " grows, %" PRIu64 " shrinks)",
+        printf(" (window %" PRIu64 " ns%s%s: %" PRIu64 " idle ends caught "
+               "polling, %" PRIu64 " ended for another task, %" PRIu64
+               " grows, %" PRIu64 " shrinks)",
                o->halt_poll_ns, o->halt_poll_grow ? " max, KVM-style grow" :
-               "", r->polls_ok, r->hp_grows, r->hp_shrinks);
+               "", o->halt_poll_greedy ? ", greedy" : "", r->polls_ok,
+               r->hp_yields, r->hp_grows, r->hp_shrinks);
     }
     if (o->rate > 0) {
         printf(", open loop at %.0f IOPS (%" PRIu64 " requests found the "
@@ -1178,7 +1223,11 @@ static void bench_usage(FILE *f)
 "                       (nothing to issue, nothing completed) poll the used\n"
 "                       ring with interrupts off for up to N ns, then re-arm\n"
 "                       interrupts, re-check the ring and sleep on the call\n"
-"                       eventfd (KVM's halt_poll_ns is 200000 by default)\n"
+"                       eventfd (KVM's halt_poll_ns is 200000 by default);\n"
+"                       as KVM's, the window ends early when another task\n"
+"                       wants this CPU (it yields every 2 us to find out)\n"
+"  --halt-poll-greedy   with --halt-poll-ns, poll the whole window even when\n"
+"                       other tasks wait for the CPU (the model before)\n"
 "  --halt-poll-grow     with --halt-poll-ns MAX, adapt the window as KVM\n"
 "                       does: start at 10 us, double it after a sleep that\n"
 "                       ended within MAX, reset it to 0 after one longer\n"
@@ -1224,7 +1273,8 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
            OPT_QSIZE, OPT_RUNTIME, OPT_IOS, OPT_SIZE, OPT_VERIFY, OPT_JSON,
            OPT_POLL, OPT_SEED, OPT_BS_MAX, OPT_PACKED, OPT_NO_INFLIGHT,
            OPT_DIRTY_LOG, OPT_PUBLISH_EACH, OPT_POLL_INTERRUPTS,
-           OPT_HALT_POLL_NS, OPT_HALT_POLL_GROW, OPT_RATE, OPT_BACKEND_PID,
+           OPT_HALT_POLL_NS, OPT_HALT_POLL_GROW, OPT_HALT_POLL_GREEDY,
+           OPT_RATE, OPT_BACKEND_PID,
            OPT_RECONNECT };
     static const struct option longopts[] = {
         { "socket", required_argument, NULL, OPT_SOCKET },
@@ -1252,6 +1302,7 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
         { "dirty-log", no_argument, NULL, OPT_DIRTY_LOG },
         { "halt-poll-ns", required_argument, NULL, OPT_HALT_POLL_NS },
         { "halt-poll-grow", no_argument, NULL, OPT_HALT_POLL_GROW },
+        { "halt-poll-greedy", no_argument, NULL, OPT_HALT_POLL_GREEDY },
         { "rate", required_argument, NULL, OPT_RATE },
         { "backend-pid", required_argument, NULL, OPT_BACKEND_PID },
         { "reconnect", required_argument, NULL, OPT_RECONNECT },
@@ -1405,6 +1456,9 @@ static int bench_parse_args(int argc, char **argv, BenchOptions *o)
             break;
         case OPT_HALT_POLL_GROW:
             o->halt_poll_grow = true;
+            break;
+        case OPT_HALT_POLL_GREEDY:
+            o->halt_poll_greedy = true;
             break;
         case OPT_RATE:
             o->rate = g_ascii_strtod(optarg, &end);

@@ -108,7 +108,12 @@ if vb_daemon_start blkd "$sock" "$blkd" \
         --iodepth 4 --halt-poll-ns 200000
     json_expr "--rate with --halt-poll-ns issues the requested count" \
         "$VB_TMP/rate with halt-poll.json" \
-        "r['ios'] == 1000 and r['client'] == 'halt-poll' and r['halt_poll'] is not None"
+        "r['ios'] == 1000 and r['client'] == 'halt-poll' and r['halt_poll'] is not None and r['halt_poll']['greedy'] is False and r['halt_poll']['yielded'] >= 0"
+    run_bench "halt-poll greedy" "$sock" --ios 1000 --iodepth 4 \
+        --halt-poll-ns 200000 --halt-poll-greedy
+    json_expr "--halt-poll-greedy polls whole windows: none ends for another task" \
+        "$VB_TMP/halt-poll greedy.json" \
+        "r['ios'] == 1000 and r['halt_poll']['greedy'] is True and r['halt_poll']['yielded'] == 0"
     vb_stop "$dpid"
 else
     vb_not_ok "vhost-blkd null: daemon starts"
