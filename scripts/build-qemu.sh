@@ -16,8 +16,8 @@
 #      (only files whose contents changed) and apply qemu/patches/series
 #      with patch -p1 (re-applied only when the series changed; the
 #      previous series is reverted first)
-#   4. configure x86_64-softmmu with a small feature set into build/qemu/
-#      (only when the flags changed or build/qemu has no build.ninja)
+#   4. configure x86_64-softmmu with a small feature set into the build dir
+#      (only when the flags changed or it has no build.ninja)
 #   5. ninja qemu-system-x86_64 tests/qtest/qos-test, through ccache
 #      ($CACHE/ccache)
 #   6. link Debian's firmware (seabios, qemu-system-data, ipxe-qemu) into
@@ -51,7 +51,7 @@ while [ $# -gt 0 ]; do
         --fetch-only) fetch_only=1; shift ;;
         --source-only) source_only=1; shift ;;
         -j) JOBS=$2; shift 2 ;;
-        -h|--help) sed -n '3,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '3,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-qemu: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
