@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 # Build the patched QEMU (Debian bookworm's qemu source + qemu/overlay +
-# qemu/patches/series) into build/qemu/qemu-system-x86_64.
+# qemu/patches/series) into build/qemu/qemu-system-x86_64, and QEMU's
+# qos-test (its qtests, for tests/functional/test-qemu-qtest.sh) into
+# build/qemu/qos-test.
 #
 # Usage: scripts/build-qemu.sh [--fetch-only] [--source-only] [-j N]
 #
@@ -14,17 +16,21 @@
 #      (only files whose contents changed) and apply qemu/patches/series
 #      with patch -p1 (re-applied only when the series changed; the
 #      previous series is reverted first)
-#   4. configure x86_64-softmmu with a small feature set into build/qemu/
-#      (only when the flags changed or build/qemu has no build.ninja)
-#   5. ninja qemu-system-x86_64, through ccache ($CACHE/ccache)
+#   4. configure x86_64-softmmu with a small feature set into the build dir
+#      (only when the flags changed or it has no build.ninja)
+#   5. ninja qemu-system-x86_64 tests/qtest/qos-test, through ccache
+#      ($CACHE/ccache)
 #   6. link Debian's firmware (seabios, qemu-system-data, ipxe-qemu) into
 #      the build's qemu-bundle, so that the binary runs without -L
 #
 # Environment:
 #   VHOST_BLK_CACHE   cache dir outside the clone (default /var/cache/vhost-blk)
-#   QEMU_BUILD_DIR    build dir (default $VHOST_BLK_CACHE/qemu-build/VERSION,
-#                     outside the clone so a fresh clone reuses it; the
-#                     binary is linked into <tree>/build/qemu/)
+#   QEMU_BUILD_DIR    build dir (default $VHOST_BLK_CACHE/qemu-build/
+#                     VERSION-CONF, CONF a hash of the configure flags:
+#                     outside the clone so a fresh clone reuses it, and one
+#                     per configuration, so trees whose flags differ do not
+#                     wipe each other's; the binaries are linked into
+#                     <tree>/build/qemu/)
 #   CCACHE_DIR        default $VHOST_BLK_CACHE/ccache
 set -euo pipefail
 
@@ -36,7 +42,6 @@ QEMU_DSC_SHA256=6b6bd27b947ec89e40a1d6b26d9c9f3c698ca691da13163e0483f6061bbb20b3
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${VHOST_BLK_CACHE:-/var/cache/vhost-blk}
-BUILD=${QEMU_BUILD_DIR:-$CACHE/qemu-build/${QEMU_DEB_VERSION#*:}}
 JOBS=$(nproc)
 fetch_only=0
 source_only=0
@@ -46,7 +51,7 @@ while [ $# -gt 0 ]; do
         --fetch-only) fetch_only=1; shift ;;
         --source-only) source_only=1; shift ;;
         -j) JOBS=$2; shift 2 ;;
-        -h|--help) sed -n '3,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '3,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-qemu: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -208,11 +213,18 @@ export CCACHE_NOHASHDIR=1 CCACHE_BASEDIR=/
 command -v ccache >/dev/null || die "ccache is missing: run scripts/install-deps.sh"
 
 CONF=(--target-list=x86_64-softmmu --without-default-features
-      --disable-docs --disable-user --disable-tools --disable-guest-agent
+      --disable-docs --disable-user --disable-guest-agent
+      # for tests/qtest/vhost-user-blk-test.c in qos-test, which QEMU's
+      # meson builds only with both (ninja builds no tool: we name the
+      # targets)
+      --enable-tools --enable-vhost-user-blk-server
       --disable-werror --enable-kvm --enable-vhost-user --enable-vhost-kernel
       --enable-linux-aio --enable-linux-io-uring
       "--cc=ccache gcc" "--host-cc=ccache gcc")
 conf_id=$(printf '%s\n' "$SRC" "${CONF[@]}" | sha256sum | cut -d' ' -f1)
+# Same depth as the source dir ($CACHE/qemu-src/VERSION): the compile
+# lines hold the relative path between them, which ccache hashes.
+BUILD=${QEMU_BUILD_DIR:-$CACHE/qemu-build/$ver_noepoch-${conf_id:0:12}}
 mkdir -p "$BUILD"
 if [ ! -f "$BUILD/build.ninja" ] || [ "$(cat "$BUILD/.vhost-blk-conf" 2>/dev/null)" != "$conf_id" ]; then
     say "configuring in $BUILD"
@@ -225,14 +237,19 @@ fi
 
 # ---------------------------------------------------------------- 5. build
 
-say "ninja -C $BUILD -j $JOBS qemu-system-x86_64"
+# qos-test is QEMU's qtest driver (libqos plus the device tests, among
+# them tests/qtest/vhost-user-blk-test.c): test-qemu-qtest.sh runs its
+# vhost-user-blk cases against vhost-blkd.  81 more C files, built in the
+# same ninja call (no second lock, one ccache pass).
+TARGETS=(qemu-system-x86_64 tests/qtest/qos-test)
+say "ninja -C $BUILD -j $JOBS ${TARGETS[*]}"
 start=$(date +%s)
 set +e
-ninja -C "$BUILD" -j "$JOBS" qemu-system-x86_64 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\] '
+ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}" 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\] '
 rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" -eq 0 ] || die "ninja failed"
-say "built $BUILD/qemu-system-x86_64 in $(( $(date +%s) - start ))s"
+say "built ${TARGETS[*]} in $BUILD in $(( $(date +%s) - start ))s"
 # ---------------------------------------------------------------- 6. firmware
 
 # Debian's qemu source is dfsg: no firmware blobs, so the binary finds no
@@ -263,8 +280,11 @@ done
     die "no bios-256k.bin in /usr/share/seabios: install seabios (scripts/install-deps.sh)"
 say "firmware: $fwdir links Debian's firmware ($nfw files from qemu-system-data, seabios, ipxe-qemu)"
 
-if [ "$BUILD" != "$ROOT/build/qemu" ]; then
-    mkdir -p "$ROOT/build/qemu"
-    ln -sfn "$BUILD/qemu-system-x86_64" "$ROOT/build/qemu/qemu-system-x86_64"
-    say "linked $ROOT/build/qemu/qemu-system-x86_64 -> $BUILD/qemu-system-x86_64"
-fi
+# Into <tree>/build/qemu/ (where the tests look) when the build dir is
+# elsewhere; qos-test also when it is there, at the top of build/qemu.
+mkdir -p "$ROOT/build/qemu"
+for t in qemu-system-x86_64 tests/qtest/qos-test; do
+    [ "$BUILD/$t" != "$ROOT/build/qemu/${t##*/}" ] || continue
+    ln -sfn "$BUILD/$t" "$ROOT/build/qemu/${t##*/}"
+    say "linked $ROOT/build/qemu/${t##*/} -> $BUILD/$t"
+done
