@@ -43,6 +43,14 @@ enum {
 
 #define VQ_INFLIGHT_VERSION 1
 
+/* Packed ring: what the pop of a buffer took, by its buffer id; one
+ * array so that push and pop find all three in one place. */
+typedef struct VirtQueuePackedBuf {
+    uint16_t slots;             /* ring slots (= region entries) */
+    uint16_t head;              /* region entry of its head */
+    uint16_t last;              /* region entry of its last descriptor */
+} VirtQueuePackedBuf;
+
 struct VirtQueue {
     unsigned int index;
     unsigned int num;
@@ -87,9 +95,7 @@ struct VirtQueue {
     bool signalled_used_wrap;
     bool base_set;              /* SET_VRING_BASE since the last start */
     unsigned int inflight_slots;    /* ring slots of popped, unused buffers */
-    uint16_t *chain_len;        /* per buffer id: ring slots it took */
-    uint16_t *inflight_entry;   /* per buffer id: region entry of its head */
-    uint16_t *inflight_last;    /* per buffer id: region entry of its last */
+    VirtQueuePackedBuf *pbuf;   /* per buffer id, while it is in flight */
     uint16_t *pnext;            /* our copy of the region's entry links */
     uint16_t pfree_head;        /* our copy of the region's free_head */
     /* A chain is mapped here before its buffer id (in its last

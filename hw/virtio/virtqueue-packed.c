@@ -43,9 +43,9 @@
  *
  * Memory ordering: the same pairs as the split ring, with the descriptor
  * flags in the role of the indexes.
- *  - the head's flags are loaded with acquire before the rest of the
- *    buffer is read: pairs with the driver's write barrier before it
- *    stores the head's flags;
+ *  - the head's flags (with its len and id, one 8-byte word) are loaded
+ *    with acquire before the rest of the buffer is read: pairs with the
+ *    driver's write barrier before it stores the head's flags;
  *  - a used descriptor's flags are stored with release after its id and
  *    len and after the data and status: pairs with the driver's read
  *    barrier after it sees the flags;
@@ -115,6 +115,64 @@ static inline void vq_packed_advance(VirtQueue *vq, uint16_t *idx, bool *wrap,
 static inline uint32_t vq_event_word(uint16_t off_wrap, uint16_t flags)
 {
     return off_wrap | (uint32_t)flags << 16;
+}
+
+/*
+ * Descriptor words.  A packed descriptor is addr, then len, id and flags
+ * in one 8-byte word, which pop loads as one untorn access: every field of
+ * it is read once, the flags with the rest (acquire for the head: the
+ * driver stores the head's flags last, and an aligned 8-byte load is
+ * single-copy atomic on the hosts we build for, so a word showing the new
+ * flags shows the len and id written before them).  A region entry
+ * (DescStatePacked) holds id, flags and len in the 8 bytes before its
+ * addr: the same word rotated by 32 bits.  So copying a descriptor into
+ * the region is two 8-byte stores of what was loaded, no field taken
+ * apart.  Rings and region are used as host integers: little-endian hosts
+ * only.
+ */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "the packed ring code assumes a little-endian host");
+_Static_assert(offsetof(struct vring_packed_desc, len) == 8 &&
+               offsetof(struct vring_packed_desc, id) == 12 &&
+               offsetof(struct vring_packed_desc, flags) == 14 &&
+               sizeof(struct vring_packed_desc) == 16,
+               "VIRTIO 1.2 2.8.13 packed descriptor layout");
+_Static_assert(offsetof(VhostUserDescStatePacked, id) == 16 &&
+               offsetof(VhostUserDescStatePacked, flags) == 18 &&
+               offsetof(VhostUserDescStatePacked, len) == 20 &&
+               offsetof(VhostUserDescStatePacked, addr) == 24 &&
+               sizeof(VhostUserDescStatePacked) == 32,
+               "vhost-user DescStatePacked layout");
+
+static inline const uint64_t *vq_pdesc_word(const struct vring_packed_desc *d)
+{
+    return (const uint64_t *)&d->len;
+}
+
+static inline uint32_t vq_pword_len(uint64_t w)
+{
+    return (uint32_t)w;
+}
+
+static inline uint16_t vq_pword_id(uint64_t w)
+{
+    return (uint16_t)(w >> 32);
+}
+
+static inline uint16_t vq_pword_flags(uint64_t w)
+{
+    return (uint16_t)(w >> 48);
+}
+
+/* Region entry @e's id / flags / len word, and its value for ring word @w */
+static inline uint64_t *vq_pentry_word(VhostUserDescStatePacked *e)
+{
+    return (uint64_t *)&e->id;
+}
+
+static inline uint64_t vq_pentry_value(uint64_t w)
+{
+    return w >> 32 | w << 32;
 }
 
 /*
@@ -350,9 +408,9 @@ static bool vq_packed_inflight_restore(VirtQueue *vq, uint16_t version,
             return false;
         }
         id_seen[id] = 1;
-        vq->inflight_entry[id] = i;
-        vq->inflight_last[id] = e;
-        vq->chain_len[id] = cnt;
+        vq->pbuf[id] = (VirtQueuePackedBuf) {
+            .slots = cnt, .head = i, .last = e,
+        };
         replay[n].counter = counter;
         replay[n].head = id;
         max_counter = MAX(max_counter, counter);
@@ -444,6 +502,13 @@ bool virtqueue_packed_start(VirtQueue *vq, GError **errp)
         return false;
     }
     vq->inflight_slots = 0;
+    if ((uintptr_t)vq->pinflight & 7) {
+        /* pop copies descriptors into the entries as 8-byte words */
+        g_set_error(errp, VB_ERROR, 0,
+                    "queue %u: packed inflight region at %p is not 8-byte "
+                    "aligned", vq->index, (void *)vq->pinflight);
+        return false;
+    }
     if (vq->pinflight) {
         /* read once: the restore checks this value, not a new one */
         uint16_t version = VQ_LOAD(&vq->pinflight->version);
@@ -478,21 +543,6 @@ bool virtqueue_packed_start(VirtQueue *vq, GError **errp)
                                      VRING_PACKED_EVENT_FLAG_DESC :
                                      VRING_PACKED_EVENT_FLAG_ENABLE);
     return true;
-}
-
-/* The buffer's entries are all in the region: commit the fetch. */
-static inline void vq_packed_inflight_commit(VirtQueue *vq, uint16_t head_e,
-                                             uint16_t last_e,
-                                             unsigned int count)
-{
-    VhostUserQueueRegionPacked *r = vq->pinflight;
-
-    VQ_STORE(&r->desc[head_e].num, count);
-    VQ_STORE(&r->desc[head_e].last, last_e);
-    VQ_STORE(&r->free_head, vq->pfree_head);
-    /* Crash consistency only (a later instance reads this). */
-    atomic_signal_fence(memory_order_release);
-    VQ_STORE(&r->old_free_head, vq->pfree_head);
 }
 
 /*
@@ -563,10 +613,10 @@ static VirtQueueElement *vq_packed_move(VirtQueue *vq, VirtQueueElement *from,
  * The ring looked empty and the caller will wait for a kick: like the
  * split ring's recheck, publish "kick me at this slot", full barrier, look
  * again.  Returns true if a buffer arrived in between, with the head's
- * flags in *@flags (loaded once, with acquire: the caller uses these, it
- * does not load them again).
+ * len / id / flags word in *@w (loaded once, with acquire: the caller uses
+ * this one, it does not load the word again).
  */
-static bool vq_packed_empty_recheck(VirtQueue *vq, uint16_t *flags)
+static bool vq_packed_empty_recheck(VirtQueue *vq, uint64_t *w)
 {
     if (!vq->notification || !vq->event_idx) {
         /* Busy polling re-checks after set_notification(on); without
@@ -580,8 +630,8 @@ static bool vq_packed_empty_recheck(VirtQueue *vq, uint16_t *flags)
     VQ_MB();
     /* Acquire: pairs with the driver's write barrier before it stores the
      * head's flags. */
-    *flags = VQ_LOAD_ACQUIRE(&vq->pdesc[vq->last_avail_idx].flags);
-    return vq_packed_is_avail(*flags, vq->avail_wrap);
+    *w = VQ_LOAD_ACQUIRE(vq_pdesc_word(&vq->pdesc[vq->last_avail_idx]));
+    return vq_packed_is_avail(vq_pword_flags(*w), vq->avail_wrap);
 }
 
 static VirtQueueElement *vq_packed_pop_resubmit(VirtQueue *vq)
@@ -590,17 +640,18 @@ static VirtQueueElement *vq_packed_pop_resubmit(VirtQueue *vq)
     uint16_t id = vq->resubmit[vq->resubmit_pos];
     VirtQueueElement *elem = &vq->elems[id];
     VirtQueueSgList s = { .sg = elem->inline_sg, .cap = VIRTQUEUE_INLINE_SG };
-    unsigned int cnt = vq->chain_len[id];
-    uint16_t e = vq->inflight_entry[id];
+    const VirtQueuePackedBuf *b = &vq->pbuf[id];
+    uint16_t e = b->head;
 
-    for (unsigned int k = 0; k < cnt; k++) {
+    for (unsigned int k = 0; k < b->slots; k++) {
         VirtQueueDesc d;
 
         d.addr = VQ_LOAD(&r->desc[e].addr);
         d.len = VQ_LOAD(&r->desc[e].len);
         d.flags = VQ_LOAD(&r->desc[e].flags);
         if (d.flags & VRING_DESC_F_INDIRECT) {
-            if (cnt != 1 || !vq_packed_map_indirect(vq, elem, id, &d, &s)) {
+            if (b->slots != 1 ||
+                !vq_packed_map_indirect(vq, elem, id, &d, &s)) {
                 virtqueue_set_broken(vq, "replayed buffer id %u has a bad "
                                      "indirect descriptor", id);
                 return NULL;
@@ -619,129 +670,217 @@ static VirtQueueElement *vq_packed_pop_resubmit(VirtQueue *vq)
     return elem;
 }
 
-/* Called from: the owner thread.  Hot path. */
-VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
+/*
+ * The pop's walk off its common case, out of line so that the walk's state
+ * stays in registers (a VirtQueueSgList whose address a call takes lives
+ * in memory): the shared mapping of descriptor @d (length 0, a buffer
+ * outside the cached memory region or across regions, iovecs spilled to
+ * the long slot, and every error), or the indirect table @d names.
+ */
+static bool __attribute__((noinline, cold))
+vq_packed_pop_map_slow(VirtQueue *vq, VirtQueueElement *tgt, uint16_t slot,
+                       VirtQueueDesc d, VirtQueueSgList *s)
+{
+    if (d.flags & VRING_DESC_F_INDIRECT) {
+        return vq_packed_map_indirect(vq, tgt, slot, &d, s);
+    }
+    return virtqueue_map_desc(vq, tgt, slot, &d, s);
+}
+
+/*
+ * The rest of a pop, once the head's len / id / flags word @w showed a
+ * buffer available.  Inlined twice, @inflight constant in each: with and
+ * without the inflight region, so that the walk tests for it nowhere.
+ *
+ * Shape of the common case (one virtio-blk request: a chain of 3, no
+ * indirect table, the id in every descriptor, an inflight region): one
+ * pass over the chain, two loads per descriptor (addr and the len / id /
+ * flags word), two stores of them into the region entry, the iovec mapped
+ * in line; then the head entry and the fetch commit.  The walk keeps its
+ * state in scalars and anything unusual goes to vq_packed_pop_map_slow(),
+ * which runs the shared checks: the fast path takes a descriptor only when
+ * they would all pass and map it to one iovec (virtqueue_map_desc()).
+ */
+static inline __attribute__((always_inline)) VirtQueueElement *
+vq_packed_pop_buf(VirtQueue *vq, uint64_t w, const bool inflight)
 {
     const struct vring_packed_desc *ring = vq->pdesc;
     VhostUserQueueRegionPacked *r = vq->pinflight;
-    uint16_t slot = vq->last_avail_idx, i = slot;
-    bool wrap = vq->avail_wrap;
-    uint16_t avail_bits = vq_packed_avail_bits(wrap);
-    unsigned int room = vq->num - vq->inflight_slots;
-    uint16_t e = vq->pfree_head, head_e = e, last_e = e, id, head_id;
-    unsigned int count = 0;
+    const unsigned int num = vq->num;
+    unsigned int i = vq->last_avail_idx;
+    uint16_t avail_bits = vq_packed_avail_bits(vq->avail_wrap);
+    unsigned int left, count, cap, nsg = 0, in_num = 0;
+    uint16_t e, last_e, id, head_id;
+    const GuestMemRegion *reg;
     VirtQueueElement *tgt, *elem;
-    VirtQueueSgList s;
-    VirtQueueDesc d;
+    VirtQueuePackedBuf *b;
+    struct iovec *sg;
+    uint64_t total = 0;
 
-    if (unlikely(vq->resubmit_pos < vq->resubmit_num)) {
-        return vq_packed_pop_resubmit(vq);
-    }
-    /* Acquire: pairs with the driver's write barrier before it stores the
-     * head's flags; the rest of the buffer is read after this. */
-    d.flags = VQ_LOAD_ACQUIRE(&ring[slot].flags);
-    if (!vq_packed_is_avail(d.flags, wrap) &&
-        !vq_packed_empty_recheck(vq, &d.flags)) {
-        return NULL;
-    }
     /*
      * The buffer id is the last descriptor's.  Drivers put it in every
      * descriptor (Linux does), so map straight into the element the head's
      * id names if that one is free, and move the chain only if the last
-     * descriptor says otherwise; else map into the scratch element.  The
-     * head's id is loaded once, here; the walk below takes it for the
-     * head and loads the others, and the last one's is checked and used.
+     * descriptor says otherwise; else map into the scratch element.
      */
-    head_id = id = VQ_LOAD(&ring[slot].id);
-    tgt = likely(id < vq->num && vq->elem_state[id] == VQ_ELEM_FREE) ?
-          &vq->elems[id] : &vq->scratch;
-    s = (VirtQueueSgList) { .sg = tgt->inline_sg, .cap = VIRTQUEUE_INLINE_SG };
+    head_id = vq_pword_id(w);
+    tgt = likely(head_id < num && vq->elem_state[head_id] == VQ_ELEM_FREE) ?
+          &vq->elems[head_id] : &vq->scratch;
+    sg = tgt->inline_sg;
+    cap = VIRTQUEUE_INLINE_SG;
+    reg = vq->last_reg;
+    /* Descriptors the driver can still have made available; it also
+     * keeps @e on the free list, which has that many entries. */
+    left = num - vq->inflight_slots;
+    e = vq->pfree_head;         /* the entry of descriptor i */
 
+    /* @w: descriptor i's len / id / flags, read once; flags checked */
     for (;;) {
-        if (count > 0) {
-            d.flags = VQ_LOAD(&ring[i].flags);
-            if (unlikely((d.flags & (VQ_F_AVAIL | VQ_F_USED)) != avail_bits)) {
-                virtqueue_set_broken(vq, "descriptor %u of the buffer at "
-                                     "slot %u is not available (flags 0x%x, "
-                                     "wrap counter %u)", i, slot, d.flags,
-                                     wrap);
-                return NULL;
-            }
-        }
-        d.addr = VQ_LOAD(&ring[i].addr);
-        d.len = VQ_LOAD(&ring[i].len);
-        id = count > 0 ? VQ_LOAD(&ring[i].id) : head_id;
-        if (unlikely(++count > room)) {
+        uint16_t flags = vq_pword_flags(w);
+        uint32_t len = vq_pword_len(w);
+        uint64_t addr = VQ_LOAD(&ring[i].addr);
+        bool writable = flags & VRING_DESC_F_WRITE;
+        uint64_t off = addr - reg->gpa;
+
+        if (unlikely(left == 0)) {
             virtqueue_set_broken(vq, "buffer at slot %u makes more than %u "
                                  "descriptors available (chain loop or a "
-                                 "driver lapping the device)", slot, vq->num);
+                                 "driver lapping the device)",
+                                 vq->last_avail_idx, num);
             return NULL;
         }
-        if (r) {
-            /* Copy the descriptor into the next free region entry. */
-            if (count == 1) {
-                VQ_STORE(&r->desc[e].counter, ++vq->inflight_counter);
-                VQ_STORE(&r->desc[e].inflight, 1);
-            }
-            VQ_STORE(&r->desc[e].addr, d.addr);
-            VQ_STORE(&r->desc[e].len, d.len);
-            VQ_STORE(&r->desc[e].flags, d.flags);
-            VQ_STORE(&r->desc[e].id, id);
-            last_e = e;
-            e = vq->pnext[e];
+        left--;
+        if (inflight) {
+            /* The copy of the descriptor, in the next free entry. */
+            VQ_STORE(vq_pentry_word(&r->desc[e]), vq_pentry_value(w));
+            VQ_STORE(&r->desc[e].addr, addr);
         }
-        if (++i == vq->num) {
+        if (unlikely(++i == num)) {
             i = 0;
-            wrap = !wrap;
             avail_bits ^= VQ_F_AVAIL | VQ_F_USED;
         }
+        /* (The 4 GiB limit is checked once, after the walk; the long
+         * slot, if the slow path moved there, has room for more.) */
+        if (likely(!(flags & VRING_DESC_F_INDIRECT) &&
+                   (writable || in_num == 0) && len != 0 &&
+                   nsg < VIRTQUEUE_INLINE_SG &&
+                   off < reg->size && len <= reg->size - off)) {
+            sg[nsg].iov_base = reg->host + off;
+            sg[nsg].iov_len = len;
+            nsg++;
+            in_num += writable;
+            total += len;
+        } else {
+            VirtQueueDesc d = { .addr = addr, .len = len, .flags = flags };
+            VirtQueueSgList s = {
+                .sg = sg, .cap = cap, .nsg = nsg, .out_num = nsg - in_num,
+                .in_num = in_num, .total = total,
+            };
 
-        if (unlikely(d.flags & VRING_DESC_F_INDIRECT)) {
-            if (count != 1 || (d.flags & VRING_DESC_F_NEXT)) {
+            if ((flags & VRING_DESC_F_INDIRECT) &&
+                (left + 1 != num - vq->inflight_slots ||
+                 (flags & VRING_DESC_F_NEXT))) {
                 virtqueue_set_broken(vq, "indirect descriptor at slot %u is "
                                      "not the buffer's only descriptor",
-                                     slot);
+                                     vq->last_avail_idx);
                 return NULL;
             }
-            if (!vq_packed_map_indirect(vq, tgt, slot, &d, &s)) {
+            if (!vq_packed_pop_map_slow(vq, tgt, vq->last_avail_idx, d, &s)) {
                 return NULL;
             }
+            sg = s.sg;
+            cap = s.cap;
+            nsg = s.nsg;
+            in_num = s.in_num;
+            total = s.total;
+            reg = vq->last_reg;
+            if (flags & VRING_DESC_F_INDIRECT) {
+                break;
+            }
+        }
+        if (!(flags & VRING_DESC_F_NEXT)) {
             break;
         }
-        if (unlikely(!virtqueue_map_desc(vq, tgt, slot, &d, &s))) {
+        if (inflight) {
+            e = vq->pnext[e];
+        }
+        /* The head's flags were loaded with acquire: the driver wrote
+         * the rest of the chain before them. */
+        w = VQ_LOAD(vq_pdesc_word(&ring[i]));
+        if (unlikely((vq_pword_flags(w) & (VQ_F_AVAIL | VQ_F_USED)) !=
+                     avail_bits)) {
+            virtqueue_set_broken(vq, "descriptor %u of the buffer at slot "
+                                 "%u is not available (flags 0x%x, wrap "
+                                 "counter %u)", i, vq->last_avail_idx,
+                                 vq_pword_flags(w),
+                                 avail_bits == vq_packed_avail_bits(true));
             return NULL;
-        }
-        if (!(d.flags & VRING_DESC_F_NEXT)) {
-            break;
         }
     }
 
-    if (unlikely(id >= vq->num)) {
-        virtqueue_set_broken(vq, "buffer at slot %u has id %u, queue size "
-                             "%u", slot, id, vq->num);
+    if (unlikely(total > UINT32_MAX)) {
+        virtqueue_set_broken(vq, "chain of head %u is longer than 4 GiB",
+                             vq->last_avail_idx);
         return NULL;
     }
-    if (unlikely(vq->elem_state[id] != VQ_ELEM_FREE)) {
+    id = vq_pword_id(w);
+    if (likely(id == head_id && tgt != &vq->scratch)) {
+        /* tgt is the element of @id, checked in range and free above */
+        elem = tgt;
+    } else if (unlikely(id >= num)) {
+        virtqueue_set_broken(vq, "buffer at slot %u has id %u, queue size "
+                             "%u", vq->last_avail_idx, id, num);
+        return NULL;
+    } else if (unlikely(vq->elem_state[id] != VQ_ELEM_FREE)) {
         virtqueue_set_broken(vq, "buffer id %u made available again while "
                              "in flight", id);
         return NULL;
+    } else {
+        elem = &vq->elems[id];
     }
-    elem = &vq->elems[id];
     if (likely(tgt == elem)) {
+        VirtQueueSgList s = {
+            .sg = sg, .nsg = nsg, .out_num = nsg - in_num, .in_num = in_num,
+        };
+
         virtqueue_elem_finish(elem, id, &s);
     } else {
+        VirtQueueSgList s = {
+            .sg = sg, .cap = cap, .nsg = nsg, .out_num = nsg - in_num,
+            .in_num = in_num, .total = total,
+        };
+
         elem = vq_packed_move(vq, tgt, id, &s);
     }
-    if (r) {
+    count = num - vq->inflight_slots - left;
+    last_e = e;
+    b = &vq->pbuf[id];
+    b->slots = count;
+    b->head = vq->pfree_head;
+    b->last = last_e;
+    if (inflight) {
+        VhostUserDescStatePacked *h = &r->desc[b->head];
+
+        /*
+         * The head entry, then the fetch commit (the vhost-user
+         * specification's order): until old_free_head moves past them the
+         * entries are on the free list, so a kill before it leaves the
+         * buffer in the ring for the next instance to fetch again.
+         * Compiler barrier: the region is read back only after a crash.
+         */
+        VQ_STORE(&h->counter, ++vq->inflight_counter);
+        VQ_STORE(&h->num, count);
+        VQ_STORE(&h->last, last_e);
+        VQ_STORE(&h->inflight, 1);
+        atomic_signal_fence(memory_order_release);
+        e = vq->pnext[last_e];
+        VQ_STORE(&r->free_head, e);
+        VQ_STORE(&r->old_free_head, e);
         vq->pfree_head = e;
-        vq_packed_inflight_commit(vq, head_e, last_e, count);
     }
-    vq->chain_len[id] = count;
-    vq->inflight_entry[id] = head_e;
-    vq->inflight_last[id] = last_e;
     vq->inflight_slots += count;
     vq->last_avail_idx = i;
-    vq->avail_wrap = wrap;
+    vq->avail_wrap = avail_bits == vq_packed_avail_bits(true);
     if (vq->event_idx && vq->notification) {
         /* Kick me when you make the next slot available. */
         vq_packed_write_device_event(vq, VRING_PACKED_EVENT_FLAG_DESC);
@@ -752,16 +891,26 @@ VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
     return elem;
 }
 
-/* Give buffer @id's region entries back to the free list. */
-static inline void vq_packed_inflight_release(VirtQueue *vq, uint16_t id)
+/* Called from: the owner thread.  Hot path (see vq_packed_pop_buf()). */
+VirtQueueElement *virtqueue_packed_pop(VirtQueue *vq)
 {
-    VhostUserQueueRegionPacked *r = vq->pinflight;
-    uint16_t e = vq->inflight_entry[id], last = vq->inflight_last[id];
+    uint16_t avail_bits = vq_packed_avail_bits(vq->avail_wrap);
+    uint64_t w;
 
-    vq->pnext[last] = vq->pfree_head;
-    VQ_STORE(&r->desc[last].next, vq->pfree_head);
-    vq->pfree_head = e;
-    VQ_STORE(&r->free_head, e);
+    if (unlikely(vq->resubmit_pos < vq->resubmit_num)) {
+        return vq_packed_pop_resubmit(vq);
+    }
+    /* Acquire: pairs with the driver's write barrier before it stores the
+     * head's flags; the rest of the buffer is read after this. */
+    w = VQ_LOAD_ACQUIRE(vq_pdesc_word(&vq->pdesc[vq->last_avail_idx]));
+    if ((vq_pword_flags(w) & (VQ_F_AVAIL | VQ_F_USED)) != avail_bits &&
+        !vq_packed_empty_recheck(vq, &w)) {
+        return NULL;
+    }
+    if (vq->pinflight) {
+        return vq_packed_pop_buf(vq, w, true);
+    }
+    return vq_packed_pop_buf(vq, w, false);
 }
 
 /*
@@ -769,11 +918,9 @@ static inline void vq_packed_inflight_release(VirtQueue *vq, uint16_t id)
  * memory: id and len, then the flags with release (the driver reads the
  * id, len, data and status after it saw the flags).
  */
-static inline void vq_packed_write_used(VirtQueue *vq, uint16_t slot,
+static inline void vq_packed_write_used(struct vring_packed_desc *d,
                                         uint16_t id, uint32_t len, bool wrap)
 {
-    struct vring_packed_desc *d = &vq->pdesc[slot];
-
     VQ_STORE(&d->id, id);
     VQ_STORE(&d->len, len);
     VQ_STORE_RELEASE(&d->flags, wrap ? (VQ_F_AVAIL | VQ_F_USED) : 0);
@@ -792,32 +939,62 @@ vq_packed_log_push(VirtQueue *vq, const VirtQueueElement *elem,
     vq_packed_log(vq, &vq->pdesc[slot], sizeof(vq->pdesc[slot]));
 }
 
-/* Called from: the owner thread.  Hot path.  The element was already
- * marked free by virtqueue_push(). */
+/*
+ * Called from: the owner thread.  Hot path.  The element was already
+ * marked free by virtqueue_push().
+ *
+ * The vhost-user specification's order: the buffer's entries back on the
+ * free list and the new used_idx / wrap counter, then the used descriptor
+ * (vq_packed_write_used()), then inflight = 0 and the commit of
+ * old_free_head, old_used_idx, old_used_wrap_counter.  A kill before the
+ * flags store leaves the ring at old_used_idx showing the driver's
+ * descriptor, and the restore rolls back; after it, the restore sees the
+ * used descriptor and commits what this push wrote.
+ *
+ * The commit is per push, not per batch: the restore looks only at the
+ * used descriptor at old_used_idx, and each push makes its used descriptor
+ * visible at once, so with a batched commit a kill inside the second push
+ * of a batch would have the restore commit that push too (its completion
+ * lost) or roll back the first (completed twice).
+ */
 void virtqueue_packed_push(VirtQueue *vq, VirtQueueElement *elem,
                            uint32_t len)
 {
     VhostUserQueueRegionPacked *r = vq->pinflight;
     uint16_t id = elem->head;
+    const VirtQueuePackedBuf b = vq->pbuf[id];
     uint16_t slot = vq->used_idx;
-    bool wrap = vq->used_wrap;
+    bool wrap = vq->used_wrap, new_wrap = wrap;
+    unsigned int used = slot + b.slots;
+    struct vring_packed_desc *d = &vq->pdesc[slot];
 
-    vq_packed_advance(vq, &vq->used_idx, &vq->used_wrap, vq->chain_len[id]);
-    vq->inflight_slots -= vq->chain_len[id];
+    if (used >= vq->num) {
+        used -= vq->num;
+        new_wrap = !wrap;
+    }
+    vq->used_idx = used;
+    vq->used_wrap = new_wrap;
+    vq->inflight_slots -= b.slots;
     if (r) {
-        vq_packed_inflight_release(vq, id);
-        VQ_STORE(&r->used_idx, vq->used_idx);
-        VQ_STORE(&r->used_wrap_counter, vq->used_wrap);
+        uint16_t free_head = vq->pfree_head;
+
+        vq->pnext[b.last] = free_head;
+        vq->pfree_head = b.head;
+        VQ_STORE(&r->desc[b.last].next, free_head);
+        VQ_STORE(&r->free_head, b.head);
+        VQ_STORE(&r->used_idx, used);
+        VQ_STORE(&r->used_wrap_counter, new_wrap);
         atomic_signal_fence(memory_order_release);
     }
-    vq_packed_write_used(vq, slot, id, len, wrap);
+    vq_packed_write_used(d, id, len, wrap);
     if (r) {
-        /* Crash consistency only: the steps in order (see the top). */
-        VQ_STORE(&r->desc[vq->inflight_entry[id]].inflight, 0);
+        /* In either order: the commit puts the head entry on the free
+         * list, whose inflight flags the restore ignores. */
+        VQ_STORE(&r->desc[b.head].inflight, 0);
         atomic_signal_fence(memory_order_release);
-        VQ_STORE(&r->old_free_head, vq->pfree_head);
-        VQ_STORE(&r->old_used_idx, vq->used_idx);
-        VQ_STORE(&r->old_used_wrap_counter, vq->used_wrap);
+        VQ_STORE(&r->old_free_head, b.head);
+        VQ_STORE(&r->old_used_idx, used);
+        VQ_STORE(&r->old_used_wrap_counter, new_wrap);
     }
     vq->stats.pushed++;
     vq->pushed_since_notify++;
@@ -832,7 +1009,8 @@ void virtqueue_packed_unpop(VirtQueue *vq, VirtQueueElement *elem)
 {
     VhostUserQueueRegionPacked *r = vq->pinflight;
     uint16_t id = elem->head;
-    unsigned int n = vq->chain_len[id];
+    const VirtQueuePackedBuf *b = &vq->pbuf[id];
+    unsigned int n = b->slots;
 
     if (vq->elem_state[id] == VQ_ELEM_POPPED_RESUBMIT) {
         /* Still pending in the inflight region: replay it again. */
@@ -853,11 +1031,14 @@ void virtqueue_packed_unpop(VirtQueue *vq, VirtQueueElement *elem)
          * between, the next instance finds every entry either free or in
          * the chain of a buffer in flight (see the restore's accounting;
          * a free head entry's stale flag is cleared there). */
-        vq_packed_inflight_release(vq, id);
+        vq->pnext[b->last] = vq->pfree_head;
+        VQ_STORE(&r->desc[b->last].next, vq->pfree_head);
+        vq->pfree_head = b->head;
+        VQ_STORE(&r->free_head, b->head);
         atomic_signal_fence(memory_order_release);
-        VQ_STORE(&r->old_free_head, vq->pfree_head);
+        VQ_STORE(&r->old_free_head, b->head);
         atomic_signal_fence(memory_order_release);
-        VQ_STORE(&r->desc[vq->inflight_entry[id]].inflight, 0);
+        VQ_STORE(&r->desc[b->head].inflight, 0);
     }
 }
 

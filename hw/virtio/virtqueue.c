@@ -98,14 +98,10 @@ static void virtqueue_free_pool(VirtQueue *vq)
     g_free(vq->elems);
     g_free(vq->elem_state);
     g_free(vq->resubmit);
-    g_free(vq->chain_len);
-    g_free(vq->inflight_entry);
-    g_free(vq->inflight_last);
+    g_free(vq->pbuf);
     g_free(vq->pnext);
-    vq->inflight_last = NULL;
+    vq->pbuf = NULL;
     vq->pnext = NULL;
-    vq->chain_len = NULL;
-    vq->inflight_entry = NULL;
     vq->elems = NULL;
     vq->elem_state = NULL;
     vq->resubmit = NULL;
@@ -1157,9 +1153,7 @@ static bool virtqueue_alloc_pool(VirtQueue *vq, unsigned int num,
     vq->elems = g_new0(VirtQueueElement, num);
     vq->elem_state = g_new0(uint8_t, num);
     vq->resubmit = g_new0(uint16_t, num);
-    vq->chain_len = g_new0(uint16_t, num);
-    vq->inflight_entry = g_new0(uint16_t, num);
-    vq->inflight_last = g_new0(uint16_t, num);
+    vq->pbuf = g_new0(VirtQueuePackedBuf, num);
     vq->pnext = g_new0(uint16_t, num);
     /* the elements use the slots of their index (long_slot 0: not
      * written, so their pages stay untouched until used); the spare */
