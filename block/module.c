@@ -174,11 +174,13 @@ const BlockDriver *block_module_load_driver(const char *name,
         goto out;
     }
     g_set_error(errp, VB_ERROR, 0, "%s: driver=%s needs the module %s, "
-                "which is not installed: tried %s; install it (Debian: the "
-                "vhost-blk package puts it in %s), build with -D%s=enabled "
-                "and run the program from the build tree, or point "
-                "VHOST_BLK_MODULE_DIR at the directory holding it", what,
-                name, file, tried->str, CONFIG_MODULE_DIR, name);
+                "which is not installed: tried %s; install it into %s "
+                "(what the vhost-blk package or 'ninja -C build install' "
+                "does), build with -D%s=enabled "
+                "(./configure's default, with librbd-dev) and run the "
+                "program from the build tree, or point VHOST_BLK_MODULE_DIR "
+                "at the directory holding it", what, name, file, tried->str,
+                CONFIG_MODULE_DIR, name);
 out:
     g_mutex_unlock(&block_module_lock);
     return drv;
