@@ -4,7 +4,8 @@
  * points every driver shares.
  *
  * Theory of operation: blk_open() finds the driver by name (file, null,
- * rbd), lets it open the node and, when error injection is configured,
+ * rbd; rbd's module is loaded on first use, block/module.c), lets it open
+ * the node and, when error injection is configured,
  * puts a blkdebug filter node on top whose child is that node.
  * blk_aio_*() fill the caller's BlockAIOCB, reject what can be rejected
  * cheaply and the same way for every driver (read-only node, out-of-bounds
@@ -20,6 +21,7 @@
 #include "block/block.h"
 #include "block/block_int.h"
 #include "block/blkdebug.h"
+#include "block/module.h"
 
 /* Any thread. */
 void blk_options_init(BlockOptions *opts)
@@ -76,8 +78,17 @@ bool blk_rbd_completion_parse(const char *s, BlockRbdCompletion *out)
     return true;
 }
 
-static const BlockDriver *blk_find_driver(const char *name)
+/*
+ * Main thread.  The driver @opts names, or NULL with @errp set.  file and
+ * null are part of the program; rbd is a module (block-rbd.so, see
+ * include/block/module.h), loaded here on its first use so that a
+ * process without an RBD node maps none of Ceph's libraries.
+ */
+static const BlockDriver *blk_find_driver(const BlockOptions *opts,
+                                          GError **errp)
 {
+    const char *name = opts->driver ? opts->driver : "file";
+
     if (!strcmp(name, "file")) {
         return &bdrv_file;
     }
@@ -86,9 +97,20 @@ static const BlockDriver *blk_find_driver(const char *name)
     }
 #if CONFIG_RBD
     if (!strcmp(name, "rbd")) {
-        return &bdrv_rbd;
+        const BlockRbdOptions *o = &opts->rbd;
+        g_autofree char *what = g_strdup_printf(
+            "rbd:%s/%s%s%s%s%s", o->pool ? o->pool : "?",
+            o->namespace_ ? o->namespace_ : "", o->namespace_ ? "/" : "",
+            o->image ? o->image : "?", o->snapshot ? "@" : "",
+            o->snapshot ? o->snapshot : "");
+
+        return block_module_load_driver("rbd", what, errp);
     }
 #endif
+    g_set_error(errp, VB_ERROR, 0,
+                "unknown block driver '%s' (use driver=file, null%s)",
+                name, CONFIG_RBD ? " or rbd" : "; this build has no "
+                "driver=rbd: install librbd-dev and rebuild");
     return NULL;
 }
 
@@ -121,15 +143,10 @@ static BlockBackend *blk_open_finish(BlockBackend *bs,
 /* Main thread. */
 BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
 {
-    const char *name = opts->driver ? opts->driver : "file";
-    const BlockDriver *drv = blk_find_driver(name);
+    const BlockDriver *drv = blk_find_driver(opts, errp);
     BlockBackend *bs;
 
     if (!drv) {
-        g_set_error(errp, VB_ERROR, 0,
-                    "unknown block driver '%s' (use driver=file, null%s)",
-                    name, CONFIG_RBD ? " or rbd" : "; this build has no "
-                    "driver=rbd: install librbd-dev and rebuild");
         return NULL;
     }
     bs = blk_new(drv, opts);
@@ -196,14 +213,17 @@ static gpointer blk_open_thread(gpointer opaque)
 void blk_open_async(const BlockOptions *opts, BlockOpenCompleteFunc *cb,
                     void *opaque)
 {
-    const BlockDriver *drv = blk_find_driver(opts->driver ? opts->driver :
-                                             "file");
-    BlkOpenJob *job;
     GError *err = NULL;
+    const BlockDriver *drv = blk_find_driver(opts, &err);
+    BlkOpenJob *job;
     BlockBackend *bs;
     GThread *thread;
 
-    if (!drv || !drv->bdrv_open_any_thread) {
+    if (!drv) {
+        cb(opaque, NULL, err);
+        return;
+    }
+    if (!drv->bdrv_open_any_thread) {
         bs = blk_open(opts, &err);
         cb(opaque, bs, err);
         return;

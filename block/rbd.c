@@ -71,6 +71,11 @@
  * signal (a client of another host holds it) we never break a lock:
  * librbd asks the owner and, if it died, breaks it after its watch timed
  * out.  See docs/user-guide.md, "Ceph RBD".
+ *
+ * Built as a module, block-rbd.so (the only file linked with librbd and
+ * librados), which the daemon loads when a node first names driver=rbd:
+ * see include/block/module.h.  What it calls of the daemon resolves
+ * through the daemon's exported symbols (block/module-exports.list).
  */
 #include "qemu/osdep.h"
 #include <rados/librados.h>
@@ -79,6 +84,7 @@
 #include "qemu/error-report.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
+#include "block/module.h"
 
 /* One cluster connection, maybe shared by several nodes.  Opens run in
  * worker threads (blk_open_async()): the list of shared connections and
@@ -1029,3 +1035,6 @@ const BlockDriver bdrv_rbd = {
     .bdrv_aio_pdiscard = rbd_submit,
     .bdrv_aio_pwrite_zeroes = rbd_submit,
 };
+
+/* The loader checks it before it uses bdrv_rbd. */
+const BlockModuleAbi block_module_abi = BLOCK_MODULE_ABI_INIT;

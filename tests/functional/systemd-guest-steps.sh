@@ -220,6 +220,30 @@ else
     not_ok "the block device disk ($BDEV) is there"
 fi
 
+# --- the rbd driver's module under the hardened unit ----------------------
+# The package installs block-rbd.so where the daemon looks for it; a file
+# export maps none of Ceph, and a blockdev-add driver=rbd dlopen()s the
+# module under SystemCallFilter=, ProtectSystem=strict,
+# MemoryDenyWriteExecute= and seccomp on: the error is then librados's own
+# (the guest has no cluster), not a missing or refused module.
+MODULE=$(dpkg -L vhost-blk | grep '^/usr/lib/.*/vhost-blk/block-rbd\.so$')
+check "the package installed /usr/lib/<triplet>/vhost-blk/block-rbd.so" \
+    test -f "$MODULE"
+systemctl start "$SVC"
+check "$SVC is active again" wait_until is_state "$SVC" active
+pid=$(prop MainPID $SVC)
+ceph_maps() { grep -c 'librbd\.so\|block-rbd\.so' "/proc/$pid/maps"; }
+check_eq "its file export maps no librbd" "$(ceph_maps)" 0
+vhost-blk-ctl -s "$QMP" qmp blockdev-add \
+    '{"driver":"rbd","node-name":"r0","pool":"rbd","image":"vm1","conf":"/nonexistent/ceph.conf"}' \
+    > "$T/rbd" 2>&1
+detail "$T/rbd"
+check "blockdev-add driver=rbd loads the module (librados reads the conf)" \
+    grep -q "cannot read the Ceph configuration" "$T/rbd"
+check "block-rbd.so and librbd are mapped now" test "$(ceph_maps)" -gt 0
+check_eq "... and the daemon is still active" "$(prop ActiveState $SVC)" active
+systemctl stop "$SVC"
+
 # --- systemd-analyze security ---------------------------------------------
 systemd-analyze security --no-pager "$SVC" > "$T/sec" 2>&1
 score=$(sed -n 's/.*Overall exposure level for [^:]*: *\([0-9.]*\) *\(.*\)/\1 \2/p' "$T/sec")

@@ -1,0 +1,445 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Integration tests of the rbd driver as a module (block-rbd.so, see
+ * include/block/module.h), with no Ceph cluster:
+ *
+ * - a null export maps none of Ceph's libraries (/proc/PID/maps) and its
+ *   file-backed resident memory stays under a bound that Ceph's mapping
+ *   alone exceeds; a QMP blockdev-add driver=rbd then loads the module
+ *   (the error it gets is the module's own: no such ceph.conf), and the
+ *   export keeps serving;
+ * - with VHOST_BLK_MODULE_DIR naming an empty directory, blockdev-add,
+ *   --export rbd= and --blockdev driver=rbd fail with an error naming the
+ *   image, the path tried and what to do, while a file export of the same
+ *   process serves;
+ * - a file there that is not a module is refused with dlerror()'s reason.
+ *
+ * Run again with VB_SECCOMP=on (meson: test-blkd-module-seccomp): the
+ * blockdev-add comes after the iothreads' filter is installed.
+ * Deterministic: every check is structural (what is mapped, what an error
+ * says); the memory bound, on the libraries mapped (not the executable
+ * or sanitizer runtimes, which an instrumented build makes bigger), has
+ * a margin of more than 5 MiB both ways.
+ */
+#include "qemu/osdep.h"
+#include "vb-daemon.h"
+
+#include <json-glib/json-glib.h>
+#include <linux/virtio_blk.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+/*
+ * File-backed resident memory of the libraries of a vhost-blkd with one
+ * null export: about 6 MiB (docs/user-guide.md, "The driver module");
+ * librbd, librados, libceph-common and the C++ libraries they bring add
+ * about 15 MiB (21 MiB in all before the driver became a module).
+ */
+#define RSS_FILE_BOUND_KB (12 * 1024)
+
+typedef struct Fixture {
+    VbDaemon d;
+    char *qmp_path;
+    int qmp;
+    GString *in;
+    char *moddir;               /* VHOST_BLK_MODULE_DIR of the daemon */
+} Fixture;
+
+/* ---- QMP ---------------------------------------------------------------- */
+
+static char *qmp_line(Fixture *f)
+{
+    for (;;) {
+        char *nl = strchr(f->in->str, '\n');
+        char buf[4096];
+        ssize_t n;
+
+        if (nl) {
+            char *line = g_strndup(f->in->str, nl - f->in->str);
+
+            g_string_erase(f->in, 0, nl - f->in->str + 1);
+            return line;
+        }
+        n = read(f->qmp, buf, sizeof(buf));
+        g_assert_cmpint(n, >, 0);
+        g_string_append_len(f->in, buf, n);
+    }
+}
+
+/* Run @cmd; NULL on success, else the error's description. */
+static char *qmp_error(Fixture *f, const char *cmd)
+{
+    g_autofree char *msg = g_strdup_printf("%s\n", cmd);
+
+    g_assert_cmpint(write(f->qmp, msg, strlen(msg)), ==, strlen(msg));
+    for (;;) {
+        g_autofree char *line = qmp_line(f);
+        g_autoptr(JsonParser) p = json_parser_new();
+        JsonObject *o;
+
+        g_assert_true(json_parser_load_from_data(p, line, -1, NULL));
+        o = json_node_get_object(json_parser_get_root(p));
+        if (json_object_has_member(o, "event")) {
+            continue;
+        }
+        if (json_object_has_member(o, "return")) {
+            return NULL;
+        }
+        g_assert_true(json_object_has_member(o, "error"));
+        return g_strdup(json_object_get_string_member(
+            json_object_get_object_member(o, "error"), "desc"));
+    }
+}
+
+static void qmp_connect(Fixture *f)
+{
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    g_autofree char *greeting = NULL;
+
+    g_strlcpy(sa.sun_path, f->qmp_path, sizeof(sa.sun_path));
+    /* The daemon is starting: retry until it listens (a hang guard of
+     * 30 s, not a timing assumption). */
+    for (int i = 0; i < 600; i++) {
+        f->qmp = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (connect(f->qmp, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            break;
+        }
+        close(f->qmp);
+        f->qmp = -1;
+        g_assert_true(vb_daemon_alive(&f->d));
+        g_usleep(50 * 1000);
+    }
+    g_assert_cmpint(f->qmp, >=, 0);
+    greeting = qmp_line(f);
+    g_assert_nonnull(strstr(greeting, "QMP"));
+    g_assert_null(qmp_error(f, "{\"execute\":\"qmp_capabilities\"}"));
+}
+
+/* A blockdev-add driver=rbd of image rbd/@image with ceph.conf @conf. */
+static char *rbd_blockdev_add(Fixture *f, const char *node,
+                              const char *image, const char *conf)
+{
+    g_autofree char *cmd = g_strdup_printf(
+        "{\"execute\":\"blockdev-add\",\"arguments\":{\"driver\":\"rbd\","
+        "\"node-name\":\"%s\",\"pool\":\"rbd\",\"image\":\"%s\","
+        "\"conf\":\"%s\"}}", node, image, conf);
+
+    return qmp_error(f, cmd);
+}
+
+/* ---- the daemon's memory ------------------------------------------------ */
+
+static char *proc_file(Fixture *f, const char *name)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/%s", (int)f->d.pid,
+                                            name);
+    char *text = NULL;
+
+    g_assert_true(g_file_get_contents(path, &text, NULL, NULL));
+    return text;
+}
+
+/* The lines of /proc/PID/maps naming a Ceph library or the module. */
+static unsigned int ceph_mappings(Fixture *f)
+{
+    g_autofree char *maps = proc_file(f, "maps");
+    g_auto(GStrv) lines = g_strsplit(maps, "\n", -1);
+    unsigned int n = 0;
+
+    for (char **l = lines; *l; l++) {
+        if (strstr(*l, "/librbd.so") || strstr(*l, "/librados.so") ||
+            strstr(*l, "/libceph-common.so") || strstr(*l, "/block-rbd.so")) {
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Resident kB of the mappings that are not libraries the daemon loads:
+ * its own executable (bigger in an instrumented build) and the sanitizer
+ * runtimes (libasan, libubsan, libtsan).  Left out of the bound below. */
+static long own_rss_kb(Fixture *f)
+{
+    g_autofree char *link = g_strdup_printf("/proc/%d/exe", (int)f->d.pid);
+    g_autofree char *exe = g_file_read_link(link, NULL);
+    g_autofree char *smaps = proc_file(f, "smaps");
+    g_auto(GStrv) lines = g_strsplit(smaps, "\n", -1);
+    bool own = false;
+    long kb = 0;
+
+    g_assert_nonnull(exe);
+    for (char **l = lines; *l; l++) {
+        if (g_ascii_isxdigit(**l) && strchr(*l, '-')) {
+            /* a mapping's header line: "start-end perms ... path" */
+            own = g_str_has_suffix(*l, exe) || strstr(*l, "/libasan.so") ||
+                  strstr(*l, "/libubsan.so") || strstr(*l, "/libtsan.so");
+        } else if (own && g_str_has_prefix(*l, "Rss:")) {
+            kb += strtol(*l + strlen("Rss:"), NULL, 10);
+        }
+    }
+    return kb;
+}
+
+static long status_kb(Fixture *f, const char *key)
+{
+    g_autofree char *status = proc_file(f, "status");
+    g_autofree char *needle = g_strdup_printf("\n%s:", key);
+    const char *p = strstr(status, needle);
+
+    g_assert_nonnull(p);
+    return strtol(p + strlen(needle), NULL, 10);
+}
+
+/* ---- fixtures ----------------------------------------------------------- */
+
+/* One export (@null_driver or a file) and a QMP monitor; @moddir, if not
+ * NULL, becomes the daemon's VHOST_BLK_MODULE_DIR. */
+static void daemon_start(Fixture *f, bool null_driver, const char *moddir)
+{
+    VbExportSpec spec = { .null_driver = null_driver };
+    g_autofree char *chardev = NULL;
+    const char *args[5];
+
+    memset(f, 0, sizeof(*f));
+    vb_daemon_init(&f->d, 1, &spec);
+    f->qmp_path = g_strdup_printf("%s/qmp.sock", f->d.dir);
+    chardev = g_strdup_printf("socket,id=mon,path=%s,server=on,wait=off",
+                              f->qmp_path);
+    args[0] = "--chardev";
+    args[1] = chardev;
+    args[2] = "--monitor";
+    args[3] = "chardev=mon";
+    args[4] = NULL;
+    f->d.args = args;
+    /* The daemon inherits our environment. */
+    if (moddir) {
+        g_setenv("VHOST_BLK_MODULE_DIR", moddir, TRUE);
+    } else {
+        g_unsetenv("VHOST_BLK_MODULE_DIR");
+    }
+    vb_daemon_start(&f->d);
+    g_unsetenv("VHOST_BLK_MODULE_DIR");
+    f->d.args = NULL;
+    f->in = g_string_new(NULL);
+    qmp_connect(f);
+}
+
+static void daemon_stop(Fixture *f)
+{
+    if (f->qmp >= 0) {
+        close(f->qmp);
+    }
+    g_string_free(f->in, true);
+    g_free(f->qmp_path);
+    vb_daemon_cleanup(&f->d);
+}
+
+/* A scratch directory for VHOST_BLK_MODULE_DIR: empty, or holding a
+ * block-rbd.so that is not a shared object. */
+static char *moddir_new(bool junk)
+{
+    g_autofree char *tmpl = g_strdup_printf("/var/tmp/vb-itest-%d-mod-XXXXXX",
+                                            (int)getpid());
+    char *dir = g_strdup(mkdtemp(tmpl));
+
+    g_assert_nonnull(dir);
+    if (junk) {
+        g_autofree char *so = g_build_filename(dir, "block-rbd.so", NULL);
+
+        g_assert_true(g_file_set_contents(so, "not a module\n", -1, NULL));
+    }
+    return dir;
+}
+
+static void moddir_free(char *dir)
+{
+    g_autofree char *so = g_build_filename(dir, "block-rbd.so", NULL);
+
+    unlink(so);
+    rmdir(dir);
+    g_free(dir);
+}
+
+/* A null export answers a write and a read (it stores nothing). */
+static void check_null_export_works(Fixture *f)
+{
+    VhostUserFrontend *fe = vb_connect_started(&f->d, 0, 0);
+    g_autoptr(GError) err = NULL;
+    uint8_t *buf = vhost_user_frontend_mem_alloc(fe, 4096, 4096, &err);
+
+    g_assert_no_error(err);
+    g_assert_cmpint(vb_req(fe, 0, VIRTIO_BLK_T_OUT, 8, buf, 4096, false,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_cmpint(vb_req(fe, 0, VIRTIO_BLK_T_IN, 8, buf, 4096, true,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    vhost_user_frontend_free(fe);
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+/* A null export carries no Ceph; the first driver=rbd node loads it. */
+static void test_null_no_ceph(void)
+{
+    Fixture f;
+    g_autofree char *conf = NULL;
+    g_autofree char *err = NULL;
+    long rss, rss_file, own;
+
+    daemon_start(&f, true, NULL);
+    check_null_export_works(&f);
+    rss = status_kb(&f, "VmRSS");
+    rss_file = status_kb(&f, "RssFile");
+    own = own_rss_kb(&f);
+    g_test_message("null export: VmRSS %ld kB, RssFile %ld kB (of which "
+                   "the executable and sanitizer runtimes %ld kB)", rss,
+                   rss_file, own);
+    g_assert_cmpuint(ceph_mappings(&f), ==, 0);
+    g_assert_cmpint(rss_file - own, <, RSS_FILE_BOUND_KB);
+
+    /* The module loads (RTLD_NOW: every symbol it needs from the daemon
+     * is there) and runs: the error is librados's, about the conf. */
+    conf = g_strdup_printf("%s/no-such-ceph.conf", f.d.dir);
+    err = rbd_blockdev_add(&f, "r0", "img0", conf);
+    g_assert_nonnull(err);
+    g_test_message("blockdev-add: %s", err);
+    g_assert_nonnull(strstr(err, "rbd:rbd/img0"));
+    g_assert_nonnull(strstr(err, "cannot read the Ceph configuration"));
+    g_assert_nonnull(strstr(err, conf));
+    g_assert_null(strstr(err, "module"));
+    g_assert_cmpuint(ceph_mappings(&f), >, 0);
+    g_test_message("after loading the module: VmRSS %ld kB, RssFile %ld kB",
+                   status_kb(&f, "VmRSS"), status_kb(&f, "RssFile"));
+    check_null_export_works(&f);
+    g_assert_true(vb_daemon_alive(&f.d));
+    daemon_stop(&f);
+}
+
+/* What the error of a missing module must say. */
+static void check_missing_error(const char *err, const char *moddir)
+{
+    g_autofree char *path = g_build_filename(moddir, "block-rbd.so", NULL);
+
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err, "rbd:rbd/img0"));           /* the node */
+    g_assert_nonnull(strstr(err, "needs the module block-rbd.so"));
+    g_assert_nonnull(strstr(err, path));                     /* tried */
+    g_assert_nonnull(strstr(err, "VHOST_BLK_MODULE_DIR"));
+    g_assert_nonnull(strstr(err, "No such file or directory"));
+    g_assert_nonnull(strstr(err, "-Drbd=enabled"));          /* what to do */
+    g_assert_nonnull(strstr(err, CONFIG_MODULE_DIR));
+}
+
+/* Start vhost-blkd with @args (one export must fail): its stderr. */
+static char *blkd_fails(const char *moddir, const char *const *args)
+{
+    g_autoptr(GPtrArray) argv = g_ptr_array_new();
+    g_auto(GStrv) env = g_environ_setenv(g_get_environ(),
+                                         "VHOST_BLK_MODULE_DIR", moddir,
+                                         TRUE);
+    g_autoptr(GError) gerr = NULL;
+    char *out = NULL;
+    int status;
+
+    g_ptr_array_add(argv, (char *)g_getenv("VHOST_BLKD"));
+    for (const char *const *a = args; *a; a++) {
+        g_ptr_array_add(argv, (char *)*a);
+    }
+    g_ptr_array_add(argv, NULL);
+    g_assert_true(g_spawn_sync(NULL, (char **)argv->pdata, env,
+                               G_SPAWN_STDOUT_TO_DEV_NULL, NULL, NULL, NULL,
+                               &out, &status, &gerr));
+    g_assert_no_error(gerr);
+    g_test_message("vhost-blkd said: %s", out);
+    g_assert_true(WIFEXITED(status));
+    g_assert_cmpint(WEXITSTATUS(status), !=, 0);
+    return out;
+}
+
+/* No module: a clear error for every syntax; the file export serves. */
+static void test_missing_module(void)
+{
+    char *moddir = moddir_new(false);
+    g_autofree char *conf = NULL;
+    g_autofree char *err = NULL;
+    g_autofree char *out1 = NULL, *out2 = NULL;
+    g_autofree char *sock = NULL, *exp_rbd = NULL, *exp_file = NULL;
+    Fixture f;
+
+    daemon_start(&f, false, moddir);
+    conf = g_strdup_printf("%s/no-such-ceph.conf", f.d.dir);
+    err = rbd_blockdev_add(&f, "r0", "img0", conf);
+    g_test_message("blockdev-add: %s", err);
+    check_missing_error(err, moddir);
+    /* Nothing of Ceph came in; the file export and QMP carry on. */
+    g_assert_cmpuint(ceph_mappings(&f), ==, 0);
+    vb_check_export_works(&f.d, 0);
+    g_free(err);
+    err = rbd_blockdev_add(&f, "r0", "img0", conf);     /* tried again */
+    check_missing_error(err, moddir);
+    g_assert_null(qmp_error(&f, "{\"execute\":\"query-named-block-nodes\"}"));
+    vb_check_export_works(&f.d, 0);
+
+    /* The command line's two syntaxes, at start-up. */
+    sock = g_strdup_printf("%s/rbd.sock", f.d.dir);
+    exp_rbd = g_strdup_printf("socket=%s,rbd=rbd/img0,ceph-conf=%s", sock,
+                              conf);
+    exp_file = g_strdup_printf("socket=%s/file.sock,file=%s", f.d.dir,
+                               f.d.image[0]);
+    {
+        const char *args[] = { "--export", exp_file, "--export", exp_rbd,
+                               NULL };
+
+        out1 = blkd_fails(moddir, args);
+        check_missing_error(out1, moddir);
+        g_assert_nonnull(strstr(out1, "--export socket="));
+        g_assert_nonnull(strstr(out1, sock));
+    }
+    {
+        const char *args[] = {
+            "--export", exp_file,
+            "--blockdev", "driver=rbd,node-name=n0,pool=rbd,image=img0",
+            NULL,
+        };
+
+        out2 = blkd_fails(moddir, args);
+        check_missing_error(out2, moddir);
+        g_assert_nonnull(strstr(out2, "--blockdev driver=rbd,node-name=n0"));
+    }
+    daemon_stop(&f);
+    moddir_free(moddir);
+}
+
+/* A module file that does not load: dlerror()'s reason, nothing else. */
+static void test_broken_module(void)
+{
+    char *moddir = moddir_new(true);
+    g_autofree char *path = g_build_filename(moddir, "block-rbd.so", NULL);
+    g_autofree char *conf = NULL;
+    g_autofree char *err = NULL;
+    Fixture f;
+
+    daemon_start(&f, false, moddir);
+    conf = g_strdup_printf("%s/no-such-ceph.conf", f.d.dir);
+    err = rbd_blockdev_add(&f, "r0", "img0", conf);
+    g_test_message("blockdev-add: %s", err);
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err, "rbd:rbd/img0"));
+    g_assert_nonnull(strstr(err, "cannot load the rbd driver module"));
+    g_assert_nonnull(strstr(err, path));
+    /* dlerror(): "invalid ELF header" or "file too short" */
+    g_assert_true(strstr(err, "ELF") || strstr(err, "too short"));
+    g_assert_cmpuint(ceph_mappings(&f), ==, 0);
+    vb_check_export_works(&f.d, 0);
+    daemon_stop(&f);
+    moddir_free(moddir);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    g_test_add_func("/module/null-export-maps-no-ceph", test_null_no_ceph);
+    g_test_add_func("/module/missing", test_missing_module);
+    g_test_add_func("/module/broken", test_broken_module);
+    return g_test_run();
+}
