@@ -79,6 +79,14 @@ static void sandbox_put_str(char *buf, size_t *pos, size_t size,
     }
 }
 
+/*
+ * Which kind of thread this filter confines, for the SIGSYS line: set by
+ * the thread before it installs its filter, read by the handler on the
+ * same thread (a thread-local pointer to a string literal: safe in a
+ * signal handler).
+ */
+static __thread const char *sandbox_role;
+
 /* Async-signal-safe: format the number by hand, write(2), re-raise. */
 static void sandbox_sigsys(int sig, siginfo_t *info, void *uctx)
 {
@@ -91,8 +99,10 @@ static void sandbox_sigsys(int sig, siginfo_t *info, void *uctx)
         num[n++] = '0' + nr % 10;
         nr /= 10;
     } while (nr && n < sizeof(num));
-    sandbox_put_str(buf, &pos, sizeof(buf), "vhost-blk: seccomp: an I/O "
-                    "thread made system call ");
+    sandbox_put_str(buf, &pos, sizeof(buf), "vhost-blk: seccomp: ");
+    sandbox_put_str(buf, &pos, sizeof(buf),
+                    sandbox_role ? sandbox_role : "a sandboxed thread");
+    sandbox_put_str(buf, &pos, sizeof(buf), " made system call ");
     while (n && pos + 1 < sizeof(buf)) {
         buf[pos++] = num[--n];
     }
@@ -231,11 +241,13 @@ out:
 
 bool sandbox_apply_iothread_filter(GError **errp)
 {
+    sandbox_role = "an I/O thread";
     return sandbox_apply(NULL, 0, errp);
 }
 
 bool sandbox_apply_http_filter(GError **errp)
 {
+    sandbox_role = "the metrics HTTP thread";
     return sandbox_apply(sandbox_http_calls, ARRAY_SIZE(sandbox_http_calls),
                          errp);
 }

@@ -7,6 +7,8 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/ptrace.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 typedef struct SandboxJob {
@@ -18,6 +20,7 @@ enum {
     SANDBOX_JOB_ALLOWED,        /* eventfd, read/write, mmap, thread */
     SANDBOX_JOB_OPEN,           /* openat: refused with EACCES */
     SANDBOX_JOB_FORBIDDEN,      /* socket(AF_INET): kills the process */
+    SANDBOX_JOB_FORBIDDEN_HTTP, /* the HTTP thread's filter, ptrace */
 };
 
 static gpointer sandbox_thread_fn(gpointer p)
@@ -30,7 +33,9 @@ static void sandbox_job_cb(void *opaque)
     SandboxJob *job = opaque;
     g_autoptr(GError) err = NULL;
 
-    if (!sandbox_apply_iothread_filter(&err)) {
+    if (!(job->mode == SANDBOX_JOB_FORBIDDEN_HTTP ?
+          sandbox_apply_http_filter(&err) :
+          sandbox_apply_iothread_filter(&err))) {
         job->result = 100;
         return;
     }
@@ -75,11 +80,21 @@ static void sandbox_job_cb(void *opaque)
         job->result = fd >= 0 ? 5 : 6;
         break;
     }
+    case SANDBOX_JOB_FORBIDDEN_HTTP: {
+        /* Harmless if it ran: no tracee; not reached either. */
+        long r = syscall(SYS_ptrace, PTRACE_PEEKDATA, 1, NULL, NULL);
+
+        job->result = r == 0 ? 7 : 8;
+        break;
+    }
     }
 }
 
-/* Run one job in an iothread of a child process; return the wait status. */
-static int sandbox_run_child(int mode)
+/*
+ * Run one job in an iothread of a child process; return the wait status.
+ * A job that must die has its stderr (the SIGSYS line) in @log.
+ */
+static int sandbox_run_child_log(int mode, const char *log)
 {
     pid_t pid;
     int status;
@@ -94,11 +109,11 @@ static int sandbox_run_child(int mode)
         if (!t) {
             _exit(99);
         }
-        /* Silence the expected SIGSYS line in the test log. */
-        if (mode == SANDBOX_JOB_FORBIDDEN) {
-            int null = open("/dev/null", O_WRONLY);
+        /* Keep the expected SIGSYS line out of the test log. */
+        if (log) {
+            int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 
-            dup2(null, STDERR_FILENO);
+            dup2(fd, STDERR_FILENO);
         }
         iothread_run_sync(t, sandbox_job_cb, &job);
         /* The main thread is not filtered: opening a file still works. */
@@ -110,6 +125,28 @@ static int sandbox_run_child(int mode)
     }
     g_assert_cmpint(waitpid(pid, &status, 0), ==, pid);
     return status;
+}
+
+static int sandbox_run_child(int mode)
+{
+    return sandbox_run_child_log(mode, NULL);
+}
+
+/* A forbidden call kills with SIGSYS and the line names the thread. */
+static void sandbox_check_kill(int mode, const char *role)
+{
+    g_autofree char *dir = g_dir_make_tmp("vb-sandbox-XXXXXX", NULL);
+    g_autofree char *log = g_build_filename(dir, "stderr", NULL);
+    g_autofree char *text = NULL;
+    int status = sandbox_run_child_log(mode, log);
+
+    g_assert_true(WIFSIGNALED(status));
+    g_assert_cmpint(WTERMSIG(status), ==, SIGSYS);
+    g_assert_true(g_file_get_contents(log, &text, NULL, NULL));
+    g_assert_nonnull(strstr(text, role));
+    g_assert_nonnull(strstr(text, " made system call "));
+    unlink(log);
+    rmdir(dir);
 }
 
 static void test_sandbox_allowed(void)
@@ -130,10 +167,13 @@ static void test_sandbox_open_refused(void)
 
 static void test_sandbox_forbidden_kills(void)
 {
-    int status = sandbox_run_child(SANDBOX_JOB_FORBIDDEN);
+    sandbox_check_kill(SANDBOX_JOB_FORBIDDEN, "seccomp: an I/O thread made");
+}
 
-    g_assert_true(WIFSIGNALED(status));
-    g_assert_cmpint(WTERMSIG(status), ==, SIGSYS);
+static void test_sandbox_http_forbidden_kills(void)
+{
+    sandbox_check_kill(SANDBOX_JOB_FORBIDDEN_HTTP,
+                       "seccomp: the metrics HTTP thread made");
 }
 
 static void test_sandbox_unavailable(void)
@@ -153,6 +193,8 @@ int main(int argc, char **argv)
                         test_sandbox_open_refused);
         g_test_add_func("/sandbox/iothread/forbidden-kills",
                         test_sandbox_forbidden_kills);
+        g_test_add_func("/sandbox/http/forbidden-kills",
+                        test_sandbox_http_forbidden_kills);
     } else {
         g_test_add_func("/sandbox/unavailable", test_sandbox_unavailable);
     }
