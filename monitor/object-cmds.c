@@ -292,8 +292,9 @@ JsonNode *vb_qmp_qom_list(void *opaque, JsonObject *args, GError **errp)
 JsonNode *vb_qmp_qom_get_obj(void *opaque, JsonObject *args, GError **errp)
 {
     VbState *s = opaque;
-    JsonNode *pn = json_object_get_member(args, "path");
-    JsonNode *prop = json_object_get_member(args, "property");
+    /* No "arguments" at all: vb_qmp_qom_get() says what is missing. */
+    JsonNode *pn = args ? json_object_get_member(args, "path") : NULL;
+    JsonNode *prop = args ? json_object_get_member(args, "property") : NULL;
     VbObjType type = VB_OBJ_NONE;
     const char *name;
 

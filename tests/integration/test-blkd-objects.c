@@ -210,6 +210,16 @@ static void test_unknown(Fixture *f, gconstpointer data)
     object_del(f, "g1", "object 'g1' not found");
     qmp_fails(f, "{\"execute\":\"object-del\"}",
               "Parameter 'id' is missing");
+    qmp_fails(f, "{\"execute\":\"qom-list\"}",
+              "Parameter 'path' is missing");
+    qmp_fails(f, "{\"execute\":\"qom-get\"}",
+              "Parameter 'path' is missing");
+    qmp_fails(f, "{\"execute\":\"object-del\",\"arguments\":{\"id\":"
+              "\"tg0\",\"force\":true}}", "Parameter 'force' is unexpected");
+    qmp_fails(f, "{\"execute\":\"qom-get\",\"arguments\":{\"path\":"
+              "\"/objects/tg0\",\"property\":\"nope\"}}",
+              "Property 'throttle-group.nope' not found (use limits or an "
+              "x-* limit such as x-iops-total)");
     g_assert_true(vb_daemon_alive(&f->d));
 }
 
