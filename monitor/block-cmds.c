@@ -19,6 +19,7 @@
  */
 #include "qemu/osdep.h"
 #include "monitor/block-cmds.h"
+#include "monitor/object-cmds.h"
 #include "qemu/error-report.h"
 #include "qemu/sandbox.h"
 
@@ -2278,6 +2279,7 @@ static JsonNode *vb_qmp_closefd(void *opaque, JsonObject *args,
 const QmpCommand vb_qmp_commands[] = {
     { "blockdev-add", NULL, vb_qmp_blockdev_add },
     { "object-add", vb_qmp_object_add },
+    { "object-del", vb_qmp_object_del },
     { "blockdev-del", vb_qmp_blockdev_del },
     { "block-export-add", vb_qmp_block_export_add },
     { "block-export-del", vb_qmp_block_export_del },
@@ -2287,7 +2289,8 @@ const QmpCommand vb_qmp_commands[] = {
     { "block_resize", NULL, vb_qmp_block_resize },
     { "query-blockstats", vb_qmp_query_blockstats },
     { "block-latency-histogram-set", vb_qmp_latency_histogram_set },
-    { "qom-get", vb_qmp_qom_get },
+    { "qom-get", vb_qmp_qom_get_obj },
+    { "qom-list", vb_qmp_qom_list },
     { "qom-set", vb_qmp_qom_set },
     { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
     { "x-vhost-blk-log-level", vb_qmp_x_log_level },

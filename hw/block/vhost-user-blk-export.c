@@ -879,6 +879,12 @@ unsigned int vu_blk_export_get_num_queues(VuBlkExport *exp)
     return exp->num_queues;
 }
 
+AioContext *vu_blk_export_get_queue_ctx(VuBlkExport *exp, unsigned int index)
+{
+    assert(index < exp->num_queues);
+    return exp->queues[index].ctx;
+}
+
 BlockBackend *vu_blk_export_get_blk(VuBlkExport *exp)
 {
     return exp->blk;

@@ -144,6 +144,9 @@ void vu_blk_export_get_stats(VuBlkExport *exp, VuBlkExportStats *stats);
 void vu_blk_export_get_queue_stats(VuBlkExport *exp, unsigned int index,
                                    VuBlkQueueStats *stats);
 unsigned int vu_blk_export_get_num_queues(VuBlkExport *exp);
+/* Main thread.  The AioContext queue @index (< num_queues) runs in. */
+AioContext *vu_blk_export_get_queue_ctx(VuBlkExport *exp,
+                                        unsigned int index);
 /*
  * Main thread.  Replace the @type histogram of every queue by an empty one
  * with @tmpl's boundaries (its bins are ignored), or remove it (@tmpl
