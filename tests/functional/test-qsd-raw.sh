@@ -24,8 +24,9 @@ S=$VB_TMP
 # bench_verify NAME SOCK: an exact count of verified random I/O.
 bench_verify() {
     local out
+    # stderr apart: the bench may warn about its own CPU use there.
     if out=$("$bench" --socket "$2" --json --ios 2000 --rw randrw \
-            --iodepth 8 --verify 2>&1); then
+            --iodepth 8 --verify 2> "$VB_TMP/bench.err"); then
         if python3 -c 'import json,sys; r=json.loads(sys.argv[1]);
 sys.exit(0 if r["ios"] == 2000 and r["errors"] == 0 and
          r["verify_errors"] == 0 else 1)' "$out"; then
@@ -34,7 +35,7 @@ sys.exit(0 if r["ios"] == 2000 and r["errors"] == 0 and
             vb_not_ok "$1" "$out"
         fi
     else
-        vb_not_ok "$1" "$out"
+        vb_not_ok "$1" "$out $(cat "$VB_TMP/bench.err")"
     fi
 }
 
