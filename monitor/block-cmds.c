@@ -822,6 +822,21 @@ static void vb_node_drop_implicit(VbState *s, VbNode *n)
     }
 }
 
+/* An inline definition @def, or one nested in it, is of an rbd image. */
+static bool vb_def_has_rbd(JsonObject *def)
+{
+    JsonNode *d = json_object_get_member(def, "driver");
+    JsonNode *f = json_object_get_member(def, "file");
+
+    if (d && JSON_NODE_HOLDS_VALUE(d) &&
+        json_node_get_value_type(d) == G_TYPE_STRING &&
+        !strcmp(json_node_get_string(d), "rbd")) {
+        return true;
+    }
+    return f && JSON_NODE_HOLDS_OBJECT(f) &&
+           vb_def_has_rbd(json_node_get_object(f));
+}
+
 /*
  * The `file` child of a raw or throttle node (QEMU's BlockdevRef): the
  * node-name of a node added before, or an inline definition (dotted keys
@@ -831,11 +846,13 @@ static void vb_node_drop_implicit(VbState *s, VbNode *n)
  * (a letter first) cannot take.  As in QEMU the inline child inherits
  * read-only, discard and cache.direct from its parent unless it sets
  * them.  *@implicit says whether the child was opened here (the caller
- * owns it then: vb_node_drop_implicit() on failure).
+ * owns it then: vb_node_drop_implicit() on failure).  With @qmp an
+ * inline rbd image is refused: its open waits for the cluster, which QMP
+ * does only in a worker, for a blockdev-add of its own.
  */
 static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
                                 bool ro, const char *discard, bool direct,
-                                bool *implicit, GError **errp)
+                                bool qmp, bool *implicit, GError **errp)
 {
     static unsigned int implicit_count;
     JsonNode *ref = json_object_get_member(a->obj, "file");
@@ -861,6 +878,13 @@ static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
         return child;
     }
     if (!qmp_args_object(a, "file", true, &sub, NULL, errp)) {
+        return NULL;
+    }
+    if (qmp && vb_def_has_rbd(sub.obj)) {
+        vb_set_error(errp, "%s: an inline driver=rbd file is not supported "
+                     "in QMP (the monitor would wait for the cluster): add "
+                     "the rbd node with a blockdev-add of its own and give "
+                     "its node-name as file", drv);
         return NULL;
     }
     /* A copy: the caller's arguments stay as given. */
@@ -940,7 +964,7 @@ static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
 static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a, const char *name,
                                    bool ro, int discard, bool direct,
                                    bool auto_ro, int dz, bool no_flush,
-                                   GError **errp)
+                                   bool qmp, GError **errp)
 {
     static const char *const discards[] = { "ignore", "unmap", "off", "on" };
     bool implicit = false;
@@ -978,8 +1002,8 @@ static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a, const char *name,
     g_hash_table_remove(a->used, "file");
     child = vb_blockdev_file(s, a, "raw", ro,
                              qmp_args_has(a, "discard") ?
-                             discards[discard] : NULL, direct, &implicit,
-                             errp);
+                             discards[discard] : NULL, direct, qmp,
+                             &implicit, errp);
     if (!child) {
         return NULL;
     }
@@ -1017,7 +1041,8 @@ static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a, const char *name,
  * Exporting NAME throttles the export.
  */
 static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
-                                        const char *name, GError **errp)
+                                        const char *name, bool qmp,
+                                        GError **errp)
 {
     const char *group = NULL, *file;
     ThrottleGroup *tg;
@@ -1053,7 +1078,7 @@ static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
     if (!vb_node_name_free(s, name, errp)) {
         return NULL;
     }
-    child = vb_blockdev_file(s, a, "throttle", false, NULL, false,
+    child = vb_blockdev_file(s, a, "throttle", false, NULL, false, qmp,
                              &implicit, errp);
     if (!child) {
         return NULL;
@@ -1156,11 +1181,11 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
         return NULL;
     }
     if (driver == 5) {
-        return vb_blockdev_add_throttle(s, &a, name, errp);
+        return vb_blockdev_add_throttle(s, &a, name, p != NULL, errp);
     }
     if (driver == 6) {
         return vb_blockdev_add_raw(s, &a, name, ro, discard, direct, auto_ro,
-                                   dz, no_flush, errp);
+                                   dz, no_flush, p != NULL, errp);
     }
     if (driver == 4) {
         return vb_blockdev_add_rbd(s, &a, args, name, ro, discard == 1 ||

@@ -171,6 +171,10 @@ qmp_err "qcow2 is refused, telling qcow2 users to convert" \
     "convert a qcow2 or other image with qemu-img convert -O raw" \
     '{"execute": "blockdev-add", "arguments": {"driver": "qcow2", "node-name": "q8", "file": "f5"}}'
 
+qmp_err "QMP: an inline rbd file is refused (it would block the monitor)" \
+    "an inline driver=rbd file is not supported in QMP" \
+    '{"execute": "blockdev-add", "arguments": {"driver": "raw", "node-name": "q9", "file": {"driver": "rbd", "pool": "p", "image": "i"}}}'
+
 # throttle takes an inline file too.
 qmp_ok "QMP blockdev-add throttle with an inline file" \
     '{"execute": "object-add", "arguments": {"qom-type": "throttle-group", "id": "tg0", "limits": {"iops-total": 100000}}}' \
