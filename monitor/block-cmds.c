@@ -35,8 +35,11 @@ struct VbNode {
     bool cache_direct;
     bool discard;               /* discard=unmap */
     VbExport *user;             /* the export on it, if any */
-    VbNode *file;               /* driver=throttle: the node below */
+    VbNode *file;               /* driver=throttle or raw: the node below */
     VbNode *filter;             /* the driver=throttle node above, if any */
+    bool alias;                 /* driver=raw: blk is file's, not ours */
+    bool implicit_file;         /* file was defined inline: dropped with us */
+    unsigned int parents;       /* driver=raw nodes using us as their file */
     bool resizing;              /* a block_resize runs in a worker */
 };
 
@@ -165,7 +168,10 @@ static VbIOThreadObj *vb_iothread_find(VbState *s, const char *id)
 
 static void vb_node_free(VbNode *n)
 {
-    if (n->file) {
+    if (n->alias) {
+        /* A raw node: the image is its file child's, which stays open. */
+        n->file->parents--;
+    } else if (n->file) {
         /* A throttle filter over another node: that one stays open. */
         n->file->filter = NULL;
         blk_throttle_release(n->blk);
@@ -189,15 +195,16 @@ void vb_state_cleanup(VbState *s)
     while (s->exports->len) {
         vb_export_delete(s, g_ptr_array_index(s->exports, 0));
     }
-    /* Throttle filters first: they sit on other nodes. */
-    for (guint i = 0; i < s->nodes->len;) {
+    /*
+     * Throttle and raw nodes first: they sit on other nodes, and from the
+     * top down (newest first: a node is always added after its file).
+     */
+    for (guint i = s->nodes->len; i-- > 0;) {
         VbNode *n = g_ptr_array_index(s->nodes, i);
 
         if (n->file) {
             g_ptr_array_remove_index(s->nodes, i);
             vb_node_free(n);
-        } else {
-            i++;
         }
     }
     while (s->nodes->len) {
@@ -796,32 +803,267 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
     return vb_node_open(s, name, &o, discard, errp);
 }
 
+static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
+                                      bool keyval, QmpPending *p,
+                                      bool *deferred, GError **errp);
+
+/*
+ * Drop @n, the implicit file child of a node just deleted (or never
+ * completed), unless something else uses it now; then its own implicit
+ * child, and so on down.
+ */
+static void vb_node_drop_implicit(VbState *s, VbNode *n)
+{
+    while (n && !n->user && !n->filter && !n->parents && !n->resizing) {
+        VbNode *below = n->implicit_file ? n->file : NULL;
+
+        g_ptr_array_remove(s->nodes, n);
+        vb_node_free(n);
+        n = below;
+    }
+}
+
+/* An inline definition @def, or one nested in it, is of an rbd image. */
+static bool vb_def_has_rbd(JsonObject *def)
+{
+    JsonNode *d = json_object_get_member(def, "driver");
+    JsonNode *f = json_object_get_member(def, "file");
+
+    if (d && JSON_NODE_HOLDS_VALUE(d) &&
+        json_node_get_value_type(d) == G_TYPE_STRING &&
+        !strcmp(json_node_get_string(d), "rbd")) {
+        return true;
+    }
+    return f && JSON_NODE_HOLDS_OBJECT(f) &&
+           vb_def_has_rbd(json_node_get_object(f));
+}
+
+/*
+ * The `file` child of a raw or throttle node (QEMU's BlockdevRef): the
+ * node-name of a node added before, or an inline definition (dotted keys
+ * file.driver=... or a JSON object) of any driver we have, opened here as
+ * an implicit child.  Without a node-name of its own that child is named
+ * "#blockNNN": QEMU's form for implicit nodes, which a user's node-name
+ * (a letter first) cannot take.  As in QEMU the inline child inherits
+ * read-only, discard and cache.direct from its parent unless it sets
+ * them.  *@implicit says whether the child was opened here (the caller
+ * owns it then: vb_node_drop_implicit() on failure).  With @qmp an
+ * inline rbd image is refused: its open waits for the cluster, which QMP
+ * does only in a worker, for a blockdev-add of its own.
+ */
+static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
+                                bool ro, const char *discard, bool direct,
+                                bool qmp, bool *implicit, GError **errp)
+{
+    static unsigned int implicit_count;
+    JsonNode *ref = json_object_get_member(a->obj, "file");
+    g_auto(QmpArgs) sub = { 0 };
+    g_autoptr(JsonObject) def = NULL;
+    g_autofree char *auto_name = NULL;
+    GError *err = NULL;
+    const char *file = NULL;
+    VbNode *child;
+
+    *implicit = false;
+    if (!ref || !JSON_NODE_HOLDS_OBJECT(ref)) {
+        if (!qmp_args_str(a, "file", true, &file, errp)) {
+            return NULL;
+        }
+        child = vb_node_find(s, file);
+        if (!child) {
+            vb_set_error(errp, "Cannot find device='' nor node-name='%s' "
+                         "(add the node below the %s node first, or define "
+                         "it inline: file.driver=file,file.filename=PATH)",
+                         file, drv);
+        }
+        return child;
+    }
+    if (!qmp_args_object(a, "file", true, &sub, NULL, errp)) {
+        return NULL;
+    }
+    if (qmp && vb_def_has_rbd(sub.obj)) {
+        vb_set_error(errp, "%s: an inline driver=rbd file is not supported "
+                     "in QMP (the monitor would wait for the cluster): add "
+                     "the rbd node with a blockdev-add of its own and give "
+                     "its node-name as file", drv);
+        return NULL;
+    }
+    /* A copy: the caller's arguments stay as given. */
+    def = json_object_new();
+    {
+        GList *members = json_object_get_members(sub.obj);
+
+        for (GList *l = members; l; l = l->next) {
+            json_object_set_member(def, l->data,
+                                   json_node_copy(
+                                       json_object_get_member(sub.obj,
+                                                              l->data)));
+        }
+        g_list_free(members);
+    }
+    if (!json_object_has_member(def, "node-name")) {
+        do {
+            g_free(auto_name);
+            auto_name = g_strdup_printf("#block%03u", ++implicit_count);
+        } while (vb_node_find(s, auto_name) ||
+                 vb_pending_find(s, auto_name));
+        json_object_set_string_member(def, "node-name", auto_name);
+    }
+    if (ro && !json_object_has_member(def, "read-only")) {
+        if (a->keyval) {
+            json_object_set_string_member(def, "read-only", "on");
+        } else {
+            json_object_set_boolean_member(def, "read-only", true);
+        }
+    }
+    if (discard && !json_object_has_member(def, "discard")) {
+        json_object_set_string_member(def, "discard", discard);
+    }
+    if (direct) {
+        JsonNode *c = json_object_get_member(def, "cache");
+
+        if (!c) {
+            JsonObject *co = json_object_new();
+
+            if (a->keyval) {
+                json_object_set_string_member(co, "direct", "on");
+            } else {
+                json_object_set_boolean_member(co, "direct", true);
+            }
+            json_object_set_object_member(def, "cache", co);
+        } else if (JSON_NODE_HOLDS_OBJECT(c) &&
+                   !json_object_has_member(json_node_get_object(c),
+                                           "direct")) {
+            if (a->keyval) {
+                json_object_set_string_member(json_node_get_object(c),
+                                              "direct", "on");
+            } else {
+                json_object_set_boolean_member(json_node_get_object(c),
+                                               "direct", true);
+            }
+        }
+    }
+    /* No QMP deferral here: the parent is answered with its child. */
+    child = vb_blockdev_add_common(s, def, a->keyval, NULL, NULL, &err);
+    if (!child) {
+        vb_set_error(errp, "%s: file: %s", drv, err->message);
+        g_error_free(err);
+        return NULL;
+    }
+    *implicit = true;
+    return child;
+}
+
+/*
+ * driver=raw,node-name=NAME,file=NODE (or an inline file): QEMU's raw
+ * format node over a protocol node.  Our images are raw already, so the
+ * node is an alias of its file child: it shares the child's
+ * BlockBackend, and exporting it costs nothing per request over
+ * exporting the child.  QEMU's offset and size (a slice of the image)
+ * are refused.
+ */
+static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a, const char *name,
+                                   bool ro, int discard, bool direct,
+                                   bool auto_ro, int dz, bool no_flush,
+                                   bool qmp, GError **errp)
+{
+    static const char *const discards[] = { "ignore", "unmap", "off", "on" };
+    bool implicit = false;
+    VbNode *child, *n;
+
+    if (qmp_args_has(a, "offset") || qmp_args_has(a, "size")) {
+        vb_set_error(errp, "raw: offset/size are not supported; export the "
+                     "whole image (driver=raw without offset and size)");
+        return NULL;
+    }
+    if (!name) {
+        vb_set_error(errp, "'node-name' must be specified for the root "
+                     "node");
+        return NULL;
+    }
+    if (auto_ro || dz != 0 || no_flush) {
+        vb_set_error(errp, "driver=raw: auto-read-only=on, detect-zeroes "
+                     "and cache.no-flush=on are not supported");
+        return NULL;
+    }
+    if (!qmp_args_has(a, "file")) {
+        vb_set_error(errp, "Parameter 'file' is missing: give file=NODE-NAME "
+                     "or an inline definition (file.driver=file,"
+                     "file.filename=PATH)");
+        return NULL;
+    }
+    if (!vb_node_name_free(s, name, errp)) {
+        return NULL;
+    }
+    /* Everything but file first: no child opened for a bad command. */
+    g_hash_table_add(a->used, g_strdup("file"));
+    if (!qmp_args_check_done(a, errp)) {
+        return NULL;
+    }
+    g_hash_table_remove(a->used, "file");
+    child = vb_blockdev_file(s, a, "raw", ro,
+                             qmp_args_has(a, "discard") ?
+                             discards[discard] : NULL, direct, qmp,
+                             &implicit, errp);
+    if (!child) {
+        return NULL;
+    }
+    if (!ro && child->readonly) {
+        /* QEMU: a writable format node needs a writable child. */
+        vb_set_error(errp, "Block node is read-only: '%s' below '%s' was "
+                     "added with read-only=on; add '%s' with read-only=on "
+                     "too", child->name, name, name);
+        if (implicit) {
+            vb_node_drop_implicit(s, child);
+        }
+        return NULL;
+    }
+    n = g_new0(VbNode, 1);
+    n->name = g_strdup(name);
+    n->driver = g_strdup("raw");
+    n->filename = g_strdup(child->filename);
+    n->blk = child->blk;
+    n->alias = true;
+    n->readonly = ro || child->readonly;
+    n->cache_direct = child->cache_direct;
+    /* QEMU passes a discard down only if every layer has discard=unmap. */
+    n->discard = child->discard && (discard == 1 || discard == 3);
+    n->file = child;
+    n->implicit_file = implicit;
+    child->parents++;
+    g_ptr_array_add(s->nodes, n);
+    return n;
+}
+
 /*
  * driver=throttle,node-name=NAME,throttle-group=GROUP,file=NODE: QEMU's
- * throttle filter over the node NODE (added before), limited by the
- * throttle-group object GROUP.  Exporting NAME throttles the export.
+ * throttle filter over the node NODE (added before, or defined inline:
+ * see vb_blockdev_file()), limited by the throttle-group object GROUP.
+ * Exporting NAME throttles the export.
  */
 static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
-                                        const char *name, GError **errp)
+                                        const char *name, bool qmp,
+                                        GError **errp)
 {
-    const char *group = NULL, *file = NULL;
+    const char *group = NULL, *file;
     ThrottleGroup *tg;
     BlockBackend *blk;
     GError *err = NULL;
     VbNode *child, *n;
+    bool implicit = false;
 
-    if (qmp_args_has(a, "file") &&
-        JSON_NODE_HOLDS_OBJECT(json_object_get_member(a->obj, "file"))) {
-        vb_set_error(errp, "driver=throttle: give file=NODE-NAME, the name "
-                     "of a node added before (a nested blockdev is not "
-                     "supported)");
+    if (!qmp_args_has(a, "file")) {
+        vb_set_error(errp, "Parameter 'file' is missing: give file=NODE-NAME "
+                     "or an inline definition (file.driver=file,"
+                     "file.filename=PATH)");
         return NULL;
     }
+    g_hash_table_add(a->used, g_strdup("file"));
     if (!qmp_args_str(a, "throttle-group", true, &group, errp) ||
-        !qmp_args_str(a, "file", true, &file, errp) ||
         !qmp_args_check_done(a, errp)) {
         return NULL;
     }
+    g_hash_table_remove(a->used, "file");
     if (!name) {
         vb_set_error(errp, "'node-name' must be specified for the root "
                      "node");
@@ -834,12 +1076,15 @@ static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
                      "(or object-add)", group, group);
         return NULL;
     }
-    child = vb_node_find(s, file);
-    if (!child) {
-        vb_set_error(errp, "Cannot find device='' nor node-name='%s' (add "
-                     "the node below the throttle filter first)", file);
+    if (!vb_node_name_free(s, name, errp)) {
         return NULL;
     }
+    child = vb_blockdev_file(s, a, "throttle", false, NULL, false, qmp,
+                             &implicit, errp);
+    if (!child) {
+        return NULL;
+    }
+    file = child->name;
     if (child->filter) {
         vb_set_error(errp, "Node '%s' already has the throttle node '%s' on "
                      "top: export that one, or throttle '%s' with the "
@@ -847,13 +1092,13 @@ static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
                      child->filter->name);
         return NULL;
     }
-    if (!vb_node_name_free(s, name, errp)) {
-        return NULL;
-    }
     blk = blk_throttle_new(child->blk, tg, &err);
     if (!blk) {
         vb_set_error(errp, "%s", err->message);
         g_error_free(err);
+        if (implicit) {
+            vb_node_drop_implicit(s, child);
+        }
         return NULL;
     }
     n = g_new0(VbNode, 1);
@@ -865,6 +1110,7 @@ static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
     n->cache_direct = child->cache_direct;
     n->discard = child->discard;
     n->file = child;
+    n->implicit_file = implicit;
     child->filter = n;
     g_ptr_array_add(s->nodes, n);
     return n;
@@ -881,7 +1127,7 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
 {
     static const char *const drivers[] = {
         "file", "host_device", "null-co", "null-aio", "rbd", "throttle",
-        NULL
+        "raw", NULL
     };
     static const char *const aios[] = {
         "threads", "native", "io_uring", NULL
@@ -904,7 +1150,7 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
     if (qmp_args_has(&a, "driver")) {
         JsonNode *d = json_object_get_member(args, "driver");
         static const char *const qemu_only[] = {
-            "raw", "qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed",
+            "qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed",
             "luks", "nbd", "iscsi", "nfs", "ssh", "http", "https",
             "gluster", "blkdebug", "copy-on-read", "compress",
             "nvme", "io_uring", "host_cdrom", "preallocate", NULL,
@@ -915,10 +1161,11 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
                 json_node_get_string(d) : NULL;
         if (dname && g_strv_contains(qemu_only, dname)) {
             vb_set_error(errp, "Driver '%s' is not supported by vhost-blkd: "
-                         "it serves raw images, block devices and Ceph RBD "
-                         "images (use driver=file, host_device, rbd or "
-                         "null-co; convert with qemu-img convert -O raw)",
-                         dname);
+                         "it serves only raw images, block devices and Ceph "
+                         "RBD images (driver=file, host_device, rbd, "
+                         "null-co, throttle, and raw over any of them); "
+                         "convert a qcow2 or other image with qemu-img "
+                         "convert -O raw", dname);
             return NULL;
         }
     }
@@ -935,7 +1182,11 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
         return NULL;
     }
     if (driver == 5) {
-        return vb_blockdev_add_throttle(s, &a, name, errp);
+        return vb_blockdev_add_throttle(s, &a, name, p != NULL, errp);
+    }
+    if (driver == 6) {
+        return vb_blockdev_add_raw(s, &a, name, ro, discard, direct, auto_ro,
+                                   dz, no_flush, p != NULL, errp);
     }
     if (driver == 4) {
         return vb_blockdev_add_rbd(s, &a, args, name, ro, discard == 1 ||
@@ -1094,8 +1345,30 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
                      n->filter->name);
         return NULL;
     }
-    g_ptr_array_remove(s->nodes, n);
-    vb_node_free(n);
+    if (n->parents) {
+        const char *parent = "?";
+
+        for (guint i = 0; i < s->nodes->len; i++) {
+            VbNode *p = g_ptr_array_index(s->nodes, i);
+
+            if (p->alias && p->file == n) {
+                parent = p->name;
+                break;
+            }
+        }
+        vb_set_error(errp, "Block device %s is in use: the raw node '%s' "
+                     "uses it as its file child; delete that one first",
+                     name, parent);
+        return NULL;
+    }
+    {
+        VbNode *below = n->implicit_file ? n->file : NULL;
+
+        g_ptr_array_remove(s->nodes, n);
+        vb_node_free(n);
+        /* As QEMU: an inline child goes with the node that defined it. */
+        vb_node_drop_implicit(s, below);
+    }
     return vb_empty();
 }
 
@@ -1243,6 +1516,19 @@ VbExport *vb_export_create(VbState *s, const VbExportParams *p,
                      "vhost-blkd serves a node through one export",
                      p->node->name, p->node->user->id);
         return NULL;
+    }
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *other = g_ptr_array_index(s->nodes, i);
+
+        /* A raw node and its file child share one BlockBackend. */
+        if (other->blk == p->node->blk && other->user) {
+            vb_set_error(errp, "node '%s' is the same image as node '%s' "
+                         "(a raw node and its file child), exported "
+                         "already by '%s'; vhost-blkd serves an image "
+                         "through one export", p->node->name, other->name,
+                         other->user->id);
+            return NULL;
+        }
     }
     for (unsigned int q = 0; q < nq; q++) {
         IOThread *t = p->iothread;
@@ -1594,6 +1880,23 @@ static JsonObject *vb_node_info(VbNode *n)
     if (!is_null) {
         json_object_set_boolean_member(img, "dirty-flag", false);
     }
+    if (n->file) {
+        /* QEMU's ImageInfo children: the node below, by its role. */
+        JsonArray *children = json_array_new();
+        JsonObject *c = json_object_new();
+        JsonObject *ci = json_object_new();
+
+        json_object_set_string_member(ci, "filename", n->file->filename);
+        json_object_set_string_member(ci, "format", n->file->driver);
+        json_object_set_int_member(ci, "virtual-size",
+                                   blk_getlength(n->file->blk));
+        json_object_set_string_member(c, "name", "file");
+        json_object_set_object_member(c, "info", ci);
+        json_array_add_object_element(children, c);
+        json_object_set_array_member(img, "children", children);
+        /* Ours: the child's node-name, which QEMU's form leaves out. */
+        json_object_set_string_member(o, "x-file-node-name", n->file->name);
+    }
     json_object_set_object_member(o, "image", img);
     json_object_set_boolean_member(cache, "writeback", true);
     json_object_set_boolean_member(cache, "direct", n->cache_direct);
@@ -1702,6 +2005,17 @@ static void vb_qmp_block_resize(void *opaque, JsonObject *args,
                      "block_resize has not returned yet); wait for its "
                      "reply", n->name);
         goto fail;
+    }
+    for (guint i = 0; !n->user && i < s->nodes->len; i++) {
+        VbNode *other = g_ptr_array_index(s->nodes, i);
+
+        if (other->blk == n->blk && other->user) {
+            /* Its export must learn the new size: go through it. */
+            vb_set_error(errp, "Node '%s' is the image of node '%s', which "
+                         "export '%s' serves: resize node-name='%s'",
+                         n->name, other->name, other->user->id, other->name);
+            goto fail;
+        }
     }
     if (n->user && !vu_blk_export_resize_check(n->user->exp, size, errp)) {
         goto fail;
