@@ -63,11 +63,13 @@ vb_check_discard "packed: " packed-dz "$BLKD" -o packed=on
 # kill -9 during a guest write+verify job, restart: the job finishes and
 # every block verifies.  QEMU 7.2 cannot fetch a packed ring's position
 # from a dead back-end and sends its stale base again; the inflight region
-# says where the ring is and what to replay.  As in test-vhost-blkd.sh the
-# daemon is killed up to four times until a restart reports a replay.
+# says where the ring is and what to replay.  As in test-vhost-blkd.sh
+# every request is held 5 ms (inject-delay) so that the kill finds some in
+# flight, and the daemon is killed up to four times until a restart
+# reports a replay.
 sock=$VB_TMP/packed-rc.sock
 img=$(vb_mkimg packed-rc 256M)
-rc_args=(--iothreads 2 --export "socket=$sock,file=$img,num-queues=2,aio=threads")
+rc_args=(--iothreads 2 --export "socket=$sock,file=$img,num-queues=2,aio=threads,inject-delay=5")
 if blkd_start packed-rc0 "$sock" "${rc_args[@]}"; then
     vb_kill_restart_during_fio packed-rc "$sock" -o packed=on -- \
         "$BLKD" --log-level info "${rc_args[@]}"

@@ -99,14 +99,16 @@ fi
 
 # kill -9 during a guest write+verify job, restart: the job finishes and
 # every block verifies (the inflight region replays what was in flight).
-# Whether a request is in flight at the instant of the kill is up to the
-# scheduler (the guest under TCG is far slower than the disk), so the
-# daemon is killed up to four times during the job, on the thread-pool
-# engine whose completions take longest, until a restarted daemon reports
-# a replay; the guest must verify whatever happened.
+# A request is in flight at the instant of the kill only if the daemon
+# holds it then: the guest under TCG is far slower than the disk, and on a
+# loaded host the kills found none in four tries (seen twice).  So every
+# request is held 5 ms (inject-delay: a blkdebug delay, in thread-pool
+# workers) and the guest's 64 outstanding writes keep the region full; the
+# daemon is still killed up to four times until a restarted one reports a
+# replay, and the guest must verify whatever happened.
 sock=$VB_TMP/blkd-rc.sock
 img=$(vb_mkimg rc 256M)
-rc_args=(--iothreads 2 --export "socket=$sock,file=$img,num-queues=2,aio=threads")
+rc_args=(--iothreads 2 --export "socket=$sock,file=$img,num-queues=2,aio=threads,inject-delay=5")
 if blkd_start blkd-rc0 "$sock" "${rc_args[@]}"; then
     vb_kill_restart_during_fio blkd-rc "$sock" -- \
         "$BLKD" --log-level info "${rc_args[@]}"
