@@ -23,6 +23,7 @@
  */
 #include "qemu/osdep.h"
 #include "vb-daemon.h"
+#include "vb-qmp.h"
 
 #include <json-glib/json-glib.h>
 #include <linux/virtio_blk.h>
@@ -41,80 +42,11 @@
 typedef struct Fixture {
     VbDaemon d;
     char *qmp_path;
-    int qmp;
-    GString *in;
+    VbQmp q;
     char *moddir;               /* VHOST_BLK_MODULE_DIR of the daemon */
 } Fixture;
 
 /* ---- QMP ---------------------------------------------------------------- */
-
-static char *qmp_line(Fixture *f)
-{
-    for (;;) {
-        char *nl = strchr(f->in->str, '\n');
-        char buf[4096];
-        ssize_t n;
-
-        if (nl) {
-            char *line = g_strndup(f->in->str, nl - f->in->str);
-
-            g_string_erase(f->in, 0, nl - f->in->str + 1);
-            return line;
-        }
-        n = read(f->qmp, buf, sizeof(buf));
-        g_assert_cmpint(n, >, 0);
-        g_string_append_len(f->in, buf, n);
-    }
-}
-
-/* Run @cmd; NULL on success, else the error's description. */
-static char *qmp_error(Fixture *f, const char *cmd)
-{
-    g_autofree char *msg = g_strdup_printf("%s\n", cmd);
-
-    g_assert_cmpint(write(f->qmp, msg, strlen(msg)), ==, strlen(msg));
-    for (;;) {
-        g_autofree char *line = qmp_line(f);
-        g_autoptr(JsonParser) p = json_parser_new();
-        JsonObject *o;
-
-        g_assert_true(json_parser_load_from_data(p, line, -1, NULL));
-        o = json_node_get_object(json_parser_get_root(p));
-        if (json_object_has_member(o, "event")) {
-            continue;
-        }
-        if (json_object_has_member(o, "return")) {
-            return NULL;
-        }
-        g_assert_true(json_object_has_member(o, "error"));
-        return g_strdup(json_object_get_string_member(
-            json_object_get_object_member(o, "error"), "desc"));
-    }
-}
-
-static void qmp_connect(Fixture *f)
-{
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    g_autofree char *greeting = NULL;
-
-    g_strlcpy(sa.sun_path, f->qmp_path, sizeof(sa.sun_path));
-    /* The daemon is starting: retry until it listens (a hang guard of
-     * 30 s, not a timing assumption). */
-    for (int i = 0; i < 600; i++) {
-        f->qmp = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (connect(f->qmp, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            break;
-        }
-        close(f->qmp);
-        f->qmp = -1;
-        g_assert_true(vb_daemon_alive(&f->d));
-        g_usleep(50 * 1000);
-    }
-    g_assert_cmpint(f->qmp, >=, 0);
-    greeting = qmp_line(f);
-    g_assert_nonnull(strstr(greeting, "QMP"));
-    g_assert_null(qmp_error(f, "{\"execute\":\"qmp_capabilities\"}"));
-}
 
 /* A blockdev-add driver=rbd of image rbd/@image with ceph.conf @conf. */
 static char *rbd_blockdev_add(Fixture *f, const char *node,
@@ -125,7 +57,7 @@ static char *rbd_blockdev_add(Fixture *f, const char *node,
         "\"node-name\":\"%s\",\"pool\":\"rbd\",\"image\":\"%s\","
         "\"conf\":\"%s\"}}", node, image, conf);
 
-    return qmp_error(f, cmd);
+    return vb_qmp_error(&f->q, cmd);
 }
 
 /* ---- the daemon's memory ------------------------------------------------ */
@@ -221,16 +153,12 @@ static void daemon_start(Fixture *f, bool null_driver, const char *moddir)
     vb_daemon_start(&f->d);
     g_unsetenv("VHOST_BLK_MODULE_DIR");
     f->d.args = NULL;
-    f->in = g_string_new(NULL);
-    qmp_connect(f);
+    vb_qmp_connect(&f->q, f->qmp_path, &f->d);
 }
 
 static void daemon_stop(Fixture *f)
 {
-    if (f->qmp >= 0) {
-        close(f->qmp);
-    }
-    g_string_free(f->in, true);
+    vb_qmp_close(&f->q);
     g_free(f->qmp_path);
     vb_daemon_cleanup(&f->d);
 }
@@ -377,7 +305,8 @@ static void test_missing_module(void)
     g_free(err);
     err = rbd_blockdev_add(&f, "r0", "img0", conf);     /* tried again */
     check_missing_error(err, moddir);
-    g_assert_null(qmp_error(&f, "{\"execute\":\"query-named-block-nodes\"}"));
+    g_assert_null(vb_qmp_error(&f.q,
+        "{\"execute\":\"query-named-block-nodes\"}"));
     vb_check_export_works(&f.d, 0);
 
     /* The command line's two syntaxes, at start-up. */

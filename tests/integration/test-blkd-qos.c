@@ -15,6 +15,7 @@
  */
 #include "qemu/osdep.h"
 #include "vb-daemon.h"
+#include "vb-qmp.h"
 
 #include <json-glib/json-glib.h>
 #include <linux/virtio_blk.h>
@@ -29,8 +30,7 @@
 typedef struct Fixture {
     VbDaemon d;
     char *qmp_path;
-    int qmp;
-    GString *in;
+    VbQmp q;
 } Fixture;
 
 static int64_t now_ns(void)
@@ -47,66 +47,13 @@ static int64_t bound(int64_t rate, int64_t ns)
     return rate * ns / 1000000000LL + rate / 10 + 1;
 }
 
-/* ---- a minimal QMP client ---------------------------------------------- */
-
-static char *qmp_line(Fixture *f)
-{
-    for (;;) {
-        char *nl = strchr(f->in->str, '\n');
-        char buf[4096];
-        ssize_t n;
-
-        if (nl) {
-            char *line = g_strndup(f->in->str, nl - f->in->str);
-
-            g_string_erase(f->in, 0, nl - f->in->str + 1);
-            return line;
-        }
-        n = read(f->qmp, buf, sizeof(buf));
-        g_assert_cmpint(n, >, 0);
-        g_string_append_len(f->in, buf, n);
-    }
-}
-
-/* Run @cmd (a JSON object); the reply's "return" or NULL and *@err. */
-static JsonNode *qmp(Fixture *f, const char *cmd, char **err)
-{
-    g_autofree char *msg = g_strdup_printf("%s\n", cmd);
-
-    g_assert_cmpint(write(f->qmp, msg, strlen(msg)), ==, strlen(msg));
-    for (;;) {
-        g_autofree char *line = qmp_line(f);
-        g_autoptr(JsonParser) p = json_parser_new();
-        JsonObject *o;
-
-        g_assert_true(json_parser_load_from_data(p, line, -1, NULL));
-        o = json_node_get_object(json_parser_get_root(p));
-        if (json_object_has_member(o, "event")) {
-            continue;
-        }
-        if (json_object_has_member(o, "return")) {
-            return json_node_copy(json_object_get_member(o, "return"));
-        }
-        g_assert_true(json_object_has_member(o, "error"));
-        if (!err) {
-            g_error("QMP %s failed: %s", cmd, line);
-        }
-        *err = g_strdup(json_object_get_string_member(
-            json_object_get_object_member(o, "error"), "desc"));
-        return NULL;
-    }
-}
-
-static void qmp_ok(Fixture *f, const char *cmd)
-{
-    json_node_unref(qmp(f, cmd, NULL));
-}
+/* ---- QMP queries (vb-qmp.h is the client) ------------------------------ */
 
 /* x-query-vhost-blk-stats: member @m of export @id. */
 static int64_t export_stat(Fixture *f, const char *id, const char *m)
 {
-    g_autoptr(JsonNode) r = qmp(f, "{\"execute\":\"x-query-vhost-blk-stats\"}",
-                                NULL);
+    g_autoptr(JsonNode) r =
+        vb_qmp(&f->q, "{\"execute\":\"x-query-vhost-blk-stats\"}", NULL);
     JsonArray *a = json_object_get_array_member(json_node_get_object(r),
                                                 "exports");
 
@@ -118,27 +65,6 @@ static int64_t export_stat(Fixture *f, const char *id, const char *m)
         }
     }
     g_error("no export %s", id);
-}
-
-static void qmp_connect(Fixture *f)
-{
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
-    g_autofree char *greeting = NULL;
-
-    g_strlcpy(sa.sun_path, f->qmp_path, sizeof(sa.sun_path));
-    for (int i = 0; i < 600; i++) {
-        f->qmp = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (connect(f->qmp, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            break;
-        }
-        close(f->qmp);
-        f->qmp = -1;
-        g_usleep(50 * 1000);    /* the daemon is starting: poll for it */
-    }
-    g_assert_cmpint(f->qmp, >=, 0);
-    greeting = qmp_line(f);
-    g_assert_nonnull(strstr(greeting, "QMP"));
-    qmp_ok(f, "{\"execute\":\"qmp_capabilities\"}");
 }
 
 static void fixture_setup(Fixture *f, gconstpointer data)
@@ -169,16 +95,12 @@ static void fixture_setup(Fixture *f, gconstpointer data)
         vb_daemon_start(&f->d);
         f->d.args = NULL;
     }
-    f->in = g_string_new(NULL);
-    qmp_connect(f);
+    vb_qmp_connect(&f->q, f->qmp_path, &f->d);
 }
 
 static void fixture_teardown(Fixture *f, gconstpointer data)
 {
-    if (f->qmp >= 0) {
-        close(f->qmp);
-    }
-    g_string_free(f->in, true);
+    vb_qmp_close(&f->q);
     g_free(f->qmp_path);
     vb_daemon_cleanup(&f->d);
 }
@@ -314,20 +236,24 @@ static void test_qom_set(Fixture *f, gconstpointer data)
     Driver v;
     int64_t ns;
 
-    qmp_ok(f, "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"tg0\","
-           "\"property\":\"limits\",\"value\":{\"iops-total\":40}}}");
-    lim = qmp(f, "{\"execute\":\"qom-get\",\"arguments\":{\"path\":"
-              "\"/objects/tg0\",\"property\":\"limits\"}}", NULL);
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"tg0\","
+        "\"property\":\"limits\",\"value\":{\"iops-total\":40}}}");
+    lim = vb_qmp(&f->q,
+        "{\"execute\":\"qom-get\",\"arguments\":{\"path\":"
+        "\"/objects/tg0\",\"property\":\"limits\"}}", NULL);
     g_assert_cmpint(json_object_get_int_member(json_node_get_object(lim),
                                                "iops-total"), ==, 40);
-    g_assert_null(qmp(f, "{\"execute\":\"qom-set\",\"arguments\":{\"path\":"
-                      "\"tg0\",\"property\":\"limits\",\"value\":"
-                      "{\"iops-total\":-5}}}", &err));
+    g_assert_null(vb_qmp(&f->q,
+        "{\"execute\":\"qom-set\",\"arguments\":{\"path\":"
+        "\"tg0\",\"property\":\"limits\",\"value\":"
+        "{\"iops-total\":-5}}}", &err));
     g_assert_nonnull(strstr(err, "must not be negative"));
     g_clear_pointer(&err, g_free);
-    g_assert_null(qmp(f, "{\"execute\":\"qom-set\",\"arguments\":{\"path\":"
-                      "\"tg9\",\"property\":\"limits\",\"value\":{}}}",
-                      &err));
+    g_assert_null(vb_qmp(&f->q,
+        "{\"execute\":\"qom-set\",\"arguments\":{\"path\":"
+        "\"tg9\",\"property\":\"limits\",\"value\":{}}}",
+        &err));
     g_assert_nonnull(strstr(err, "tg9"));
 
     driver_init(&v, f, 2, 8, 60);
@@ -354,8 +280,9 @@ static void test_unthrottled_neighbour(Fixture *f, gconstpointer data)
 
     g_assert_no_error(gerr);
     /* The export's own limits, through its id. */
-    qmp_ok(f, "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"thr\","
-           "\"property\":\"limits\",\"value\":{\"iops-total\":1}}}");
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"thr\","
+        "\"property\":\"limits\",\"value\":{\"iops-total\":1}}}");
     driver_init(&v, f, 0, 20, 20);
     t0 = now_ns();
     driver_step(&v);
@@ -377,9 +304,10 @@ static void test_unthrottled_neighbour(Fixture *f, gconstpointer data)
     if (waiting > 2) {
         /* Lift the limit: the waiting ones go now, not at 1/s. */
         t_lift = now_ns();
-        qmp_ok(f, "{\"execute\":\"qom-set\",\"arguments\":{\"path\":"
-               "\"thr\",\"property\":\"limits\",\"value\":"
-               "{\"iops-total\":0}}}");
+        vb_qmp_ok(&f->q,
+            "{\"execute\":\"qom-set\",\"arguments\":{\"path\":"
+            "\"thr\",\"property\":\"limits\",\"value\":"
+            "{\"iops-total\":0}}}");
         drive(&v, 1);
         drain_ns = now_ns() - t_lift;
         g_test_message("after lifting the limit: %d waiting drained in "
@@ -402,8 +330,9 @@ static void test_disconnect_drains(Fixture *f, gconstpointer data)
     int64_t t0, waited;
     int64_t waiting = 1;
 
-    qmp_ok(f, "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"thr\","
-           "\"property\":\"limits\",\"value\":{\"iops-total\":1}}}");
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"qom-set\",\"arguments\":{\"path\":\"thr\","
+        "\"property\":\"limits\",\"value\":{\"iops-total\":1}}}");
     driver_init(&v, f, 0, 20, 20);
     driver_step(&v);
     g_assert_cmpint(v.sent, ==, 20);
@@ -453,30 +382,36 @@ static void test_errors(Fixture *f, gconstpointer data)
     for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
         g_autofree char *err = NULL;
 
-        g_assert_null(qmp(f, cases[i].cmd, &err));
+        g_assert_null(vb_qmp(&f->q, cases[i].cmd, &err));
         if (!strstr(err, cases[i].msg)) {
             g_error("'%s' not in '%s'", cases[i].msg, err);
         }
     }
     /* And a group added at run time works with a driver=throttle node. */
-    qmp_ok(f, "{\"execute\":\"object-add\",\"arguments\":{\"qom-type\":"
-           "\"throttle-group\",\"id\":\"tg1\",\"x-iops-total\":1000}}");
-    qmp_ok(f, "{\"execute\":\"blockdev-add\",\"arguments\":{\"driver\":"
-           "\"null-co\",\"node-name\":\"n9\",\"size\":1048576}}");
-    qmp_ok(f, "{\"execute\":\"blockdev-add\",\"arguments\":{\"driver\":"
-           "\"throttle\",\"node-name\":\"t9\",\"throttle-group\":\"tg1\","
-           "\"file\":\"n9\"}}");
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"object-add\",\"arguments\":{\"qom-type\":"
+        "\"throttle-group\",\"id\":\"tg1\",\"x-iops-total\":1000}}");
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"blockdev-add\",\"arguments\":{\"driver\":"
+        "\"null-co\",\"node-name\":\"n9\",\"size\":1048576}}");
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"blockdev-add\",\"arguments\":{\"driver\":"
+        "\"throttle\",\"node-name\":\"t9\",\"throttle-group\":\"tg1\","
+        "\"file\":\"n9\"}}");
     {
         g_autofree char *err = NULL;
 
-        g_assert_null(qmp(f, "{\"execute\":\"blockdev-del\",\"arguments\":"
-                          "{\"node-name\":\"n9\"}}", &err));
+        g_assert_null(vb_qmp(&f->q,
+            "{\"execute\":\"blockdev-del\",\"arguments\":"
+            "{\"node-name\":\"n9\"}}", &err));
         g_assert_nonnull(strstr(err, "delete that one first"));
     }
-    qmp_ok(f, "{\"execute\":\"blockdev-del\",\"arguments\":{\"node-name\":"
-           "\"t9\"}}");
-    qmp_ok(f, "{\"execute\":\"blockdev-del\",\"arguments\":{\"node-name\":"
-           "\"n9\"}}");
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"blockdev-del\",\"arguments\":{\"node-name\":"
+        "\"t9\"}}");
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"blockdev-del\",\"arguments\":{\"node-name\":"
+        "\"n9\"}}");
     g_assert_true(vb_daemon_alive(&f->d));
 }
 
