@@ -34,6 +34,8 @@
 #include "qemu/osdep.h"
 #include "hw/virtio/virtqueue.h"
 
+#include "vq-test-mem.h"
+
 #include <sys/mman.h>
 #include <linux/virtio_ring.h>
 
@@ -89,40 +91,6 @@ static struct {
 
 /* ---- the model: every device store to shared memory ------------------ */
 
-static uint64_t mem_read(const void *p, size_t size)
-{
-    switch (size) {
-    case 1:
-        return *(const uint8_t *)p;
-    case 2:
-        return *(const uint16_t *)p;
-    case 4:
-        return *(const uint32_t *)p;
-    case 8:
-        return *(const uint64_t *)p;
-    }
-    g_assert_not_reached();
-}
-
-static void mem_write(void *p, uint64_t v, size_t size)
-{
-    switch (size) {
-    case 1:
-        *(uint8_t *)p = v;
-        return;
-    case 2:
-        *(uint16_t *)p = v;
-        return;
-    case 4:
-        *(uint32_t *)p = v;
-        return;
-    case 8:
-        *(uint64_t *)p = v;
-        return;
-    }
-    g_assert_not_reached();
-}
-
 /* Buffer id @id: the ring slots it takes (a fixed layout per id). */
 static unsigned int id_slots(uint16_t id)
 {
@@ -144,7 +112,7 @@ static void take_snapshot(void)
 
 uint64_t vq_model_load(const void *p, size_t size)
 {
-    return mem_read(p, size);
+    return vq_test_mem_read(p, size);
 }
 
 void vq_model_store(void *p, uint64_t v, size_t size)
@@ -155,7 +123,7 @@ void vq_model_store(void *p, uint64_t v, size_t size)
     if (t.recording) {
         take_snapshot();        /* killed just before this store */
     }
-    mem_write(p, v, size);
+    vq_test_mem_write(p, v, size);
     /* The flags of a used descriptor: from now on the driver sees it. */
     if (off < QSIZE * sizeof(struct vring_packed_desc) &&
         off % sizeof(struct vring_packed_desc) ==

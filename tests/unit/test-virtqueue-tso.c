@@ -36,6 +36,8 @@
 #include "hw/virtio/virtqueue.h"
 #include "hw/virtio/virtqueue-model.h"
 
+#include "vq-test-mem.h"
+
 #include <sys/mman.h>
 #include <linux/virtio_ring.h>
 
@@ -89,47 +91,13 @@ typedef struct Model {
 
 static Model m;
 
-static uint64_t mem_read(const void *p, size_t size)
-{
-    switch (size) {
-    case 1:
-        return *(const uint8_t *)p;
-    case 2:
-        return *(const uint16_t *)p;
-    case 4:
-        return *(const uint32_t *)p;
-    case 8:
-        return *(const uint64_t *)p;
-    }
-    g_assert_not_reached();
-}
-
-static void mem_write(void *p, uint64_t v, size_t size)
-{
-    switch (size) {
-    case 1:
-        *(uint8_t *)p = v;
-        return;
-    case 2:
-        *(uint16_t *)p = v;
-        return;
-    case 4:
-        *(uint32_t *)p = v;
-        return;
-    case 8:
-        *(uint64_t *)p = v;
-        return;
-    }
-    g_assert_not_reached();
-}
-
 static void sb_drain(unsigned int n)
 {
     unsigned int i;
 
     n = MIN(n, m.sb_len);
     for (i = 0; i < n; i++) {
-        mem_write(m.sb[i].p, m.sb[i].v, m.sb[i].size);
+        vq_test_mem_write(m.sb[i].p, m.sb[i].v, m.sb[i].size);
     }
     memmove(m.sb, m.sb + n, (m.sb_len - n) * sizeof(m.sb[0]));
     m.sb_len -= n;
@@ -240,7 +208,7 @@ uint64_t vq_model_load(const void *p, size_t size)
     }
 
     if (!m.active) {
-        return mem_read(p, size);
+        return vq_test_mem_read(p, size);
     }
     model_step();
     /* Store forwarding: the device sees its own newest store. */
@@ -253,13 +221,13 @@ uint64_t vq_model_load(const void *p, size_t size)
         /* Partial overlaps do not happen in virtqueue.c. */
         g_assert_true(s + m.sb[i].size <= b || b + size <= s);
     }
-    return mem_read(p, size);
+    return vq_test_mem_read(p, size);
 }
 
 void vq_model_store(void *p, uint64_t v, size_t size)
 {
     if (!m.active) {
-        mem_write(p, v, size);
+        vq_test_mem_write(p, v, size);
         return;
     }
     model_step();
