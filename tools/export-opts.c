@@ -541,6 +541,20 @@ static bool export_opts_check(const ExportOpts *e, GError **errp)
         g_set_error(errp, VB_ERROR, 0, "socket=PATH is missing");
         return false;
     }
+    if (e->rbd_image && strcmp(e->driver, "rbd")) {
+        g_set_error(errp, VB_ERROR, 0, "rbd=%s%s%s/%s needs driver=rbd, not "
+                    "driver=%s (drop driver= to serve the RBD image)",
+                    e->rbd_pool, e->rbd_namespace ? "/" : "",
+                    e->rbd_namespace ? e->rbd_namespace : "", e->rbd_image,
+                    e->driver);
+        return false;
+    }
+    if (e->file && !strcmp(e->driver, "null")) {
+        g_set_error(errp, VB_ERROR, 0, "driver=null reads no file: drop "
+                    "file=%s, or drop driver=null to serve the file",
+                    e->file);
+        return false;
+    }
     if (!strcmp(e->driver, "file")) {
         struct stat st;
 

@@ -131,6 +131,19 @@ iothreads 2"
 conf_err bare-export-last 2 "'export' needs a value" "iothreads 2
 export"
 
+# --- --export keys that contradict the driver ------------------------------
+# A later driver= would otherwise silently drop an earlier file= or rbd=
+# (QEMU's null-co refuses a filename too).
+"$blkd" --export "socket=$VB_TMP/c.sock,rbd=rbd/img,driver=null,size=1M" > "$out" 2>&1
+vb_check_eq "rbd= then driver=null is refused (exit 1)" "$?" 1
+show "$out"
+vb_check "  ...saying rbd= needs driver=rbd" grep -q "rbd=rbd/img needs driver=rbd, not driver=null" "$out"
+head -c 4096 /dev/zero > "$VB_TMP/c.img"
+"$blkd" --export "socket=$VB_TMP/c.sock,file=$VB_TMP/c.img,driver=null,size=1M" > "$out" 2>&1
+vb_check_eq "file= with driver=null is refused (exit 1)" "$?" 1
+show "$out"
+vb_check "  ...saying which to drop" grep -q "driver=null reads no file: drop file=" "$out"
+
 # --- an image that is not a multiple of 512 bytes ---------------------------
 odd=$VB_TMP/odd.img
 head -c 1000 /dev/zero > "$odd"

@@ -75,23 +75,57 @@ static bool feo_is_pow2(unsigned int v)
     return v && !(v & (v - 1));
 }
 
+/* A name part of rbd=POOL[/NAMESPACE]/IMAGE[@SNAP]: non-empty, and
+ * without the separators that would have split it. */
+static void feo_check_rbd_part(const char *what, const char *part,
+                               const char *forbidden)
+{
+    fuzz_check(part && *part, "rbd %s empty", what);
+    fuzz_check(!strpbrk(part, forbidden), "rbd %s '%s' holds one of '%s'",
+               what, part, forbidden);
+}
+
+static void feo_check_rbd(const ExportOpts *e)
+{
+    fuzz_check(!e->file, "driver=rbd with file=%s", e->file);
+    feo_check_rbd_part("pool", e->rbd_pool, "/@");
+    if (e->rbd_namespace) {
+        feo_check_rbd_part("namespace", e->rbd_namespace, "/@");
+    }
+    feo_check_rbd_part("image", e->rbd_image, "/@");
+    fuzz_check(e->ceph_timeout <= 3600, "ceph-connect-timeout %u",
+               e->ceph_timeout);
+    if (e->rbd_snapshot) {
+        feo_check_rbd_part("snapshot", e->rbd_snapshot, "/");
+    }
+    fuzz_check(e->rbd_completion == BLOCK_RBD_COMPLETION_DEFAULT ||
+               e->rbd_completion == BLOCK_RBD_COMPLETION_CALLBACK ||
+               e->rbd_completion == BLOCK_RBD_COMPLETION_POLL,
+               "rbd-completion %d", (int)e->rbd_completion);
+}
+
 static void feo_check_export(const ExportOpts *e)
 {
-    bool is_file;
-
     fuzz_check(e->socket && *e->socket, "socket missing");
     fuzz_check(e->driver, "driver missing");
-    is_file = !strcmp(e->driver, "file");
-    fuzz_check(is_file || !strcmp(e->driver, "null"), "driver '%s'",
-               e->driver);
-    if (is_file) {
+    if (!strcmp(e->driver, "file")) {
         struct stat st;
 
         fuzz_check(e->file && *e->file, "driver=file without file=");
         fuzz_check(fstatat(feo_dir_fd, e->file, &st, 0) == 0,
                    "file=%s does not exist", e->file);
+        fuzz_check(!e->rbd_image, "driver=file with an rbd image");
+    } else if (!strcmp(e->driver, "rbd")) {
+        feo_check_rbd(e);
     } else {
+        fuzz_check(!strcmp(e->driver, "null"), "driver '%s'", e->driver);
         fuzz_check(e->size > 0, "driver=null with size 0");
+        fuzz_check(!e->rbd_image, "driver=null with an rbd image");
+    }
+    if (strcmp(e->driver, "rbd")) {
+        fuzz_check(!e->ceph_conf && !e->ceph_id && !e->ceph_keyfile &&
+                   !e->ceph_timeout && !e->ceph_share && !e->rbd_completion,
+                   "ceph-* or rbd-completion kept for driver=%s", e->driver);
     }
     fuzz_check(e->num_queues >= 1 &&
                e->num_queues <= EXPORT_OPTS_MAX_QUEUES,
