@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: GPL-2.0-or-later
 # Build the libFuzzer targets (clang, ASan+UBSan) and run each for a while.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]
+#   scripts/fuzz.sh [SECONDS | --runs N] [TARGET...]
 #
-# SECONDS per target (default 60); TARGETs default to all of them
+# SECONDS per target (default 60), or --runs N: exactly N inputs per
+# target, which with a fixed -seed in FUZZ_ARGS makes the run repeat the
+# same inputs on any machine (CI does this); TARGETs default to all of them
 # (fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts
 # fuzz-qmp fuzz-inflight).  fuzz-virtqueue covers both ring formats: split,
 # and packed (header flag 0x40, seeds tests/fuzz/corpus/fuzz-virtqueue/
@@ -21,13 +23,23 @@ set -euo pipefail
 
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
 builddir=${BUILDDIR:-build-fuzz}
-seconds=${1:-60}
-[ $# -gt 0 ] && shift
+seconds=60
+runs=
+if [ "${1:-}" = --runs ]; then
+    runs=${2:-}
+    shift 2 || true
+    case "$runs" in
+    ''|*[!0-9]*) echo "usage: $0 [SECONDS | --runs N] [TARGET...]" >&2; exit 2 ;;
+    esac
+elif [ $# -gt 0 ]; then
+    seconds=$1
+    shift
+fi
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts fuzz-qmp fuzz-inflight)
 
 case "$seconds" in
-''|*[!0-9]*) echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2 ;;
+''|*[!0-9]*) echo "usage: $0 [SECONDS | --runs N] [TARGET...]" >&2; exit 2 ;;
 esac
 
 cd "$srcdir"
@@ -65,7 +77,13 @@ for t in "${targets[@]}"; do
         fi
     done
     seeds=$(ls "$work/corpus" | wc -l)
-    echo "== $t: ${seconds}s from $seeds seed(s) in $work"
+    if [ -n "$runs" ]; then
+        limit=(-runs="$runs")
+        echo "== $t: $runs inputs from $seeds seed(s) in $work"
+    else
+        limit=(-max_total_time="$seconds")
+        echo "== $t: ${seconds}s from $seeds seed(s) in $work"
+    fi
     # A small quarantine lets freed memory be reused soon: each input
     # allocates a queue's element pool, and fresh pages cost more than
     # the whole rest of the run.
@@ -74,7 +92,7 @@ for t in "${targets[@]}"; do
     rc=0
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:quarantine_size_mb=16 \
-    "$bin" -max_total_time="$seconds" -max_len="$(max_len "$t")" \
+    "$bin" "${limit[@]}" -max_len="$(max_len "$t")" \
         -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -close_fd_mask=2 -artifact_prefix="$work/artifacts/" \
         ${FUZZ_ARGS:-} "$work/corpus" >"$work/log" 2>&1 || rc=$?
