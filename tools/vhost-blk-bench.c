@@ -172,6 +172,7 @@ typedef struct BenchWorker {
     uint64_t hp_yields;         /* windows ended: another task took the CPU */
     uint64_t hp_check_ns;       /* last yield of the current window */
     long hp_nivcsw;             /* involuntary switches at the last check */
+    bool hp_counted;            /* hp_nivcsw was read in this window */
     uint64_t sched_t0_ns;       /* --rate: when request 0 was due */
     double sched_interval_ns;   /* --rate: between two of this queue's */
     uint64_t depth_exhausted;   /* --rate: due requests with no context */
@@ -492,8 +493,10 @@ static void bench_halt_poll_adapt(BenchWorker *w, uint64_t idle_ns)
  * every BENCH_HALT_POLL_YIELD_NS of polling it yields instead, and if the
  * yield let another task run (the thread's involuntary context switches
  * went up: a yield that switches counts as one, as a preemption does) the
- * window ends as KVM's would.  Windows shorter than the period (a fast
- * back-end) never make the two system calls.
+ * window ends as KVM's would.  The count is read afresh at a window's
+ * first check, so a preemption while the client was issuing is not taken
+ * for one.  Windows shorter than the period (a fast back-end) never make
+ * these system calls.
  */
 #define BENCH_HALT_POLL_YIELD_NS 2000
 
@@ -505,6 +508,15 @@ static bool bench_halt_poll_solo(BenchWorker *w, uint64_t now)
         return true;
     }
     w->hp_check_ns = now;
+    if (!w->hp_counted) {
+        /* the count before this window's first yield: a preemption
+         * between windows must not end this one */
+        if (getrusage(RUSAGE_THREAD, &ru) < 0) {
+            return true;
+        }
+        w->hp_nivcsw = ru.ru_nivcsw;
+        w->hp_counted = true;
+    }
     sched_yield();
     if (getrusage(RUSAGE_THREAD, &ru) < 0 || ru.ru_nivcsw == w->hp_nivcsw) {
         return true;
@@ -669,6 +681,7 @@ resume:
                 if (!idle_start) {
                     idle_start = now;
                     w->hp_check_ns = now;
+                    w->hp_counted = false;
                 }
                 if (now - idle_start < w->hp_window_ns) {
                     if (o->halt_poll_greedy || bench_halt_poll_solo(w, now)) {
