@@ -109,12 +109,12 @@ static void vb_add_export_blkd(GPtrArray *argv, VbDaemon *d, unsigned int i)
 
     if (s->rbd) {
         g_string_append_printf(e, "socket=%s,%s", d->sock[i], s->rbd);
+    } else if (s->null_driver) {
+        g_string_append_printf(e, "socket=%s,driver=null,size=%" PRIu64,
+                               d->sock[i], s->size);
     } else {
         g_string_append_printf(e, "socket=%s,file=%s", d->sock[i],
                                d->image[i]);
-    }
-    if (s->null_driver) {
-        g_string_append_printf(e, ",driver=null,size=%" PRIu64, s->size);
     }
     if (s->num_queues) {
         g_string_append_printf(e, ",num-queues=%u", s->num_queues);
