@@ -76,6 +76,13 @@ repeat_args() {
     esac
 }
 
+# --runs: no address-space randomisation (pointer values reach the
+# comparison feedback), where setarch can turn it off.
+norand=()
+if [ -n "$runs" ] && setarch "$(uname -m)" -R true 2>/dev/null; then
+    norand=(setarch "$(uname -m)" -R)
+fi
+
 failed=0
 for t in "${targets[@]}"; do
     bin="$builddir/tests/fuzz/$t"
@@ -88,15 +95,11 @@ for t in "${targets[@]}"; do
     done
     seeds=$(ls "$work/corpus" | wc -l)
     if [ -n "$runs" ]; then
-        # Repeatable: no time-based corpus reload, and no address-space
-        # randomisation (pointer values reach the comparison feedback).
+        # Repeatable: no time-based corpus reload.
         limit=(-runs="$runs" -reload=0 $(repeat_args "$t"))
-        norand=(setarch "$(uname -m)" -R)
-        "${norand[@]}" true 2>/dev/null || norand=()
         echo "== $t: $runs inputs from $seeds seed(s) in $work"
     else
         limit=(-max_total_time="$seconds")
-        norand=()
         echo "== $t: ${seconds}s from $seeds seed(s) in $work"
     fi
     # A small quarantine lets freed memory be reused soon: each input

@@ -93,11 +93,11 @@ static void feo_check_rbd(const ExportOpts *e)
         feo_check_rbd_part("namespace", e->rbd_namespace, "/@");
     }
     feo_check_rbd_part("image", e->rbd_image, "/@");
-    fuzz_check(e->ceph_timeout <= 3600, "ceph-connect-timeout %u",
-               e->ceph_timeout);
     if (e->rbd_snapshot) {
         feo_check_rbd_part("snapshot", e->rbd_snapshot, "/");
     }
+    fuzz_check(e->ceph_timeout <= 3600, "ceph-connect-timeout %u",
+               e->ceph_timeout);
     fuzz_check(e->rbd_completion == BLOCK_RBD_COMPLETION_DEFAULT ||
                e->rbd_completion == BLOCK_RBD_COMPLETION_CALLBACK ||
                e->rbd_completion == BLOCK_RBD_COMPLETION_POLL,
