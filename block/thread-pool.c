@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * The thread pool engine: the slow, always available path.  Workers of one
- * process-wide GThreadPool run raw_do_request(); each AioContext has a
+ * process-wide GThreadPool run each request's acb->target->run (the
+ * driver's synchronous code, e.g. file-posix's preadv, fdatasync or
+ * fallocate calls); each AioContext has a
  * client whose lock-protected completion list is drained by an EventNotifier
  * handler in that context.
  *
  * Threads: submission and completion in the owner thread of the client's
- * context; raw_do_request() and the list append in worker threads.  Locking
+ * context; the target's function and the list append in worker threads.  Locking
  * and the allocation inside g_thread_pool_push() are accepted here: the
  * fast engines are io_uring and linux-aio.
  *
@@ -22,7 +24,7 @@
 #include "qemu/defer-call.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
-#include "block/blkdebug.h"
+#include "block/engine.h"
 
 typedef struct ThreadPoolClient {
     BlockEngine common;
@@ -75,12 +77,7 @@ static void thread_pool_worker(gpointer data, gpointer unused)
         if (unlikely(thread_pool_test_hook)) {
             thread_pool_test_hook(acb);
         }
-        if (unlikely(acb->engine_priv[1])) {
-            /* inject-delay: blkdebug holds the request, then does it */
-            acb->ret = blkdebug_do_delayed(acb);
-        } else {
-            acb->ret = raw_do_request(acb);
-        }
+        acb->ret = acb->target->run(acb);
 
         g_mutex_lock(&blk->pool_lock);
         next = QSIMPLEQ_FIRST(&blk->pool_waiting);
@@ -192,17 +189,6 @@ static void thread_pool_submit(BlockEngine *e, BlockAIOCB *acb)
     if (acb->type == BLK_REQ_WRITE && (acb->flags & BDRV_REQ_FUA)) {
         c->common.stats.fua_writes++;   /* pwritev2(RWF_DSYNC) */
     }
-    acb->engine_priv[1] = 0;
-    thread_pool_enqueue(c, acb);
-}
-
-/* Owner thread: @acb waits inject-delay ms in its worker, then runs
- * blkdebug_do_delayed(). */
-void thread_pool_submit_delayed(BlockEngine *e, BlockAIOCB *acb)
-{
-    ThreadPoolClient *c = container_of(e, ThreadPoolClient, common);
-
-    acb->engine_priv[1] = 1;
     thread_pool_enqueue(c, acb);
 }
 
@@ -213,16 +199,18 @@ void thread_pool_forward(BlockAIOCB *acb)
     BlockEngine *e = blk_engine_get(ctx, &thread_pool_engine_ops, NULL);
 
     if (!e) {
-        null_complete_later(ctx, acb, -EIO);
+        blk_complete_later(ctx, acb, -EIO);
         return;
     }
     e->stats.requests++;
     thread_pool_submit(e, acb);
 }
 
+static AioLocalKey thread_pool_key;
+
 const BlockEngineOps thread_pool_engine_ops = {
     .name = "threads",
-    .slot = AIO_ENGINE_THREADS,
+    .key = &thread_pool_key,
     .create = thread_pool_create,
     .cleanup = thread_pool_cleanup,
     .submit = thread_pool_submit,

@@ -22,6 +22,7 @@
 #include "monitor/object-cmds.h"
 #include "qemu/error-report.h"
 #include "qemu/sandbox.h"
+#include "block/engine.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -2271,41 +2272,34 @@ typedef struct VbEngineJob {
     const char *iothread;
 } VbEngineJob;
 
+/* In the iothread: one engine's counters. */
+static void vb_engine_stats_one(void *opaque, const char *name,
+                                const BlockEngineStats *st)
+{
+    VbEngineJob *job = opaque;
+    JsonObject *o = json_object_new();
+
+    json_object_set_string_member(o, "iothread", job->iothread);
+    json_object_set_string_member(o, "engine", name);
+    json_object_set_int_member(o, "requests", st->requests);
+    json_object_set_int_member(o, "submit-syscalls", st->submit_syscalls);
+    json_object_set_int_member(o, "completions", st->completions);
+    json_object_set_int_member(o, "completions-direct",
+                               st->completions_direct);
+    json_object_set_int_member(o, "completions-bh", st->completions_bh);
+    json_object_set_int_member(o, "bh-scheduled", st->bh_scheduled);
+    json_object_set_int_member(o, "retries", st->retries);
+    json_object_set_int_member(o, "bounced", st->bounced);
+    json_object_set_int_member(o, "fua-writes", st->fua_writes);
+    json_array_add_object_element(job->arr, o);
+}
+
 /* In the iothread: its engines' counters. */
 static void vb_engine_stats_cb(void *opaque)
 {
     VbEngineJob *job = opaque;
-    static const BlockAioMode modes[] = {
-        BLOCK_AIO_IO_URING, BLOCK_AIO_NATIVE, BLOCK_AIO_THREADS,
-    };
 
-    for (size_t i = 0; i <= G_N_ELEMENTS(modes); i++) {
-        BlockEngineStats st;
-        JsonObject *o;
-
-        /* the aio modes' engines, then rbd's completion list */
-        if (i < G_N_ELEMENTS(modes) ?
-            !blk_engine_get_stats(job->ctx, modes[i], &st) :
-            !blk_driver_engine_get_stats(job->ctx, "rbd", &st)) {
-            continue;
-        }
-        o = json_object_new();
-        json_object_set_string_member(o, "iothread", job->iothread);
-        json_object_set_string_member(o, "engine",
-                                      i < G_N_ELEMENTS(modes) ?
-                                      blk_aio_mode_name(modes[i]) : "rbd");
-        json_object_set_int_member(o, "requests", st.requests);
-        json_object_set_int_member(o, "submit-syscalls", st.submit_syscalls);
-        json_object_set_int_member(o, "completions", st.completions);
-        json_object_set_int_member(o, "completions-direct",
-                                   st.completions_direct);
-        json_object_set_int_member(o, "completions-bh", st.completions_bh);
-        json_object_set_int_member(o, "bh-scheduled", st.bh_scheduled);
-        json_object_set_int_member(o, "retries", st.retries);
-        json_object_set_int_member(o, "bounced", st.bounced);
-        json_object_set_int_member(o, "fua-writes", st.fua_writes);
-        json_array_add_object_element(job->arr, o);
-    }
+    blk_engine_foreach_stats(job->ctx, vb_engine_stats_one, job);
 }
 
 static JsonObject *vb_op_stats_json(const VuBlkOpStats *st)
