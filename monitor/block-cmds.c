@@ -20,6 +20,7 @@
 #include "qemu/osdep.h"
 #include "monitor/block-cmds.h"
 #include "monitor/object-cmds.h"
+#include "monitor-internal.h"
 #include "qemu/error-report.h"
 #include "qemu/sandbox.h"
 
@@ -55,10 +56,7 @@ struct VbExport {
 
 #define VB_NULL_DEFAULT_SIZE (1ULL << 30)   /* QEMU's null-co default */
 
-static void vb_set_error(GError **errp, const char *fmt, ...)
-    G_GNUC_PRINTF(2, 3);
-
-static void vb_set_error(GError **errp, const char *fmt, ...)
+void vb_set_error(GError **errp, const char *fmt, ...)
 {
     va_list ap;
 
@@ -68,7 +66,7 @@ static void vb_set_error(GError **errp, const char *fmt, ...)
     va_end(ap);
 }
 
-static JsonNode *vb_empty(void)
+JsonNode *vb_empty(void)
 {
     return json_node_init_object(json_node_alloc(), json_object_new());
 }

@@ -27,20 +27,8 @@
  */
 #include "qemu/osdep.h"
 #include "monitor/block-cmds.h"
+#include "monitor-internal.h"
 #include "monitor/object-cmds.h"
-
-static void vb_obj_error(GError **errp, const char *fmt, ...)
-    G_GNUC_PRINTF(2, 3);
-
-static void vb_obj_error(GError **errp, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    g_propagate_error(errp, g_error_new_valist(QMP_ERROR, QMP_ERROR_GENERIC,
-                                               fmt, ap));
-    va_end(ap);
-}
 
 typedef enum VbObjType {
     VB_OBJ_NONE,
@@ -123,13 +111,13 @@ JsonNode *vb_qmp_object_del(void *opaque, JsonObject *args, GError **errp)
     }
     switch (vb_obj_find(s, id, &i)) {
     case VB_OBJ_NONE:
-        vb_obj_error(errp, "object '%s' not found", id);
+        vb_set_error(errp, "object '%s' not found", id);
         return NULL;
     case VB_OBJ_IOTHREAD: {
         VbIOThreadObj *t = g_ptr_array_index(s->iothreads, i);
 
         if (vb_iothread_in_use(s, t)) {
-            vb_obj_error(errp, "object '%s' is in use, can not be deleted",
+            vb_set_error(errp, "object '%s' is in use, can not be deleted",
                          id);
             return NULL;
         }
@@ -149,7 +137,7 @@ JsonNode *vb_qmp_object_del(void *opaque, JsonObject *args, GError **errp)
 
         /* One reference is the object's; any other is a filter's. */
         if (throttle_group_refs(tg) > 1) {
-            vb_obj_error(errp, "object '%s' is in use, can not be deleted",
+            vb_set_error(errp, "object '%s' is in use, can not be deleted",
                          id);
             return NULL;
         }
@@ -157,7 +145,7 @@ JsonNode *vb_qmp_object_del(void *opaque, JsonObject *args, GError **errp)
         break;
     }
     }
-    return json_node_init_object(json_node_alloc(), json_object_new());
+    return vb_empty();
 }
 
 /* ---- paths ------------------------------------------------------------- */

@@ -11,20 +11,8 @@
  */
 #include "qemu/osdep.h"
 #include "monitor/block-cmds.h"
+#include "monitor-internal.h"
 #include "qemu/throttle.h"
-
-static void vb_tg_error(GError **errp, const char *fmt, ...)
-    G_GNUC_PRINTF(2, 3);
-
-static void vb_tg_error(GError **errp, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    g_propagate_error(errp, g_error_new_valist(QMP_ERROR, QMP_ERROR_GENERIC,
-                                               fmt, ap));
-    va_end(ap);
-}
 
 /* Every key of QEMU's ThrottleLimits, in its order. */
 static GPtrArray *vb_tg_keys(void)
@@ -62,7 +50,7 @@ bool vb_throttle_limits_parse(QmpArgs *a, const char *prefix,
         }
         *any = true;
         if (!throttle_limits_set_key(t, key, v, &known, &err)) {
-            vb_tg_error(errp, "%s%s", a->prefix, err->message);
+            vb_set_error(errp, "%s%s", a->prefix, err->message);
             g_error_free(err);
             return false;
         }
@@ -102,18 +90,18 @@ bool vb_throttle_group_add(VbState *s, QmpArgs *a, GError **errp)
         return false;
     }
     if (has_limits && any_x) {
-        vb_tg_error(errp, "throttle-group '%s': give the limits either as "
-                    "limits.* or as the x-* properties, not both", id);
+        vb_set_error(errp, "throttle-group '%s': give the limits either as "
+                     "limits.* or as the x-* properties, not both", id);
         return false;
     }
     if (vb_throttle_group_find(s, id)) {
-        vb_tg_error(errp, "attempt to add duplicate property '%s' to "
-                    "object (type 'container')", id);
+        vb_set_error(errp, "attempt to add duplicate property '%s' to "
+                     "object (type 'container')", id);
         return false;
     }
     tg = throttle_group_new(id, &t, &err);
     if (!tg) {
-        vb_tg_error(errp, "throttle-group '%s': %s", id, err->message);
+        vb_set_error(errp, "throttle-group '%s': %s", id, err->message);
         g_error_free(err);
         return false;
     }
@@ -140,9 +128,9 @@ static ThrottleGroup *vb_tg_resolve(VbState *s, const char *path,
         if (tg) {
             return tg;
         }
-        vb_tg_error(errp, "export '%s' is not throttled: start it with "
-                    "iops-total=... (or throttle-group=NAME) on --export, or "
-                    "export a driver=throttle node", id);
+        vb_set_error(errp, "export '%s' is not throttled: start it with "
+                     "iops-total=... (or throttle-group=NAME) on --export, or "
+                     "export a driver=throttle node", id);
         return NULL;
     }
     g_set_error(errp, QMP_ERROR, QMP_ERROR_DEVICE_NOT_FOUND,
@@ -189,8 +177,8 @@ JsonNode *vb_qmp_qom_get(void *opaque, JsonObject *args,
         return v;
     }
     json_object_unref(o);
-    vb_tg_error(errp, "Property 'throttle-group.%s' not found (use limits "
-                "or an x-* limit such as x-iops-total)", prop);
+    vb_set_error(errp, "Property 'throttle-group.%s' not found (use limits "
+                 "or an x-* limit such as x-iops-total)", prop);
     return NULL;
 }
 
@@ -229,7 +217,7 @@ JsonNode *vb_qmp_qom_set(void *opaque, JsonObject *args,
         g_auto(QmpArgs) w = { 0 };
 
         if (!val) {
-            vb_tg_error(errp, "Parameter 'value' is missing");
+            vb_set_error(errp, "Parameter 'value' is missing");
             return NULL;
         }
         json_object_set_member(wrap, prop, json_node_copy(val));
@@ -240,20 +228,20 @@ JsonNode *vb_qmp_qom_set(void *opaque, JsonObject *args,
             return NULL;
         }
         if (!any) {
-            vb_tg_error(errp, "Property 'throttle-group.%s' not found (use "
-                        "limits or an x-* limit such as x-iops-total)", prop);
+            vb_set_error(errp, "Property 'throttle-group.%s' not found (use "
+                         "limits or an x-* limit such as x-iops-total)", prop);
             return NULL;
         }
     } else {
-        vb_tg_error(errp, "Property 'throttle-group.%s' not found (use "
-                    "limits or an x-* limit such as x-iops-total)", prop);
+        vb_set_error(errp, "Property 'throttle-group.%s' not found (use "
+                     "limits or an x-* limit such as x-iops-total)", prop);
         return NULL;
     }
     if (!throttle_group_set_limits(tg, &t, &err)) {
-        vb_tg_error(errp, "throttle-group '%s': %s",
-                    throttle_group_name(tg), err->message);
+        vb_set_error(errp, "throttle-group '%s': %s",
+                     throttle_group_name(tg), err->message);
         g_error_free(err);
         return NULL;
     }
-    return json_node_init_object(json_node_alloc(), json_object_new());
+    return vb_empty();
 }
