@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * Block nodes, exports and iothread objects, and the QMP commands over
- * them (see include/monitor/block-cmds.h).  Names, arguments, replies and
+ * them (see include/monitor/state.h).  Names, arguments, replies and
  * error texts follow qemu-storage-daemon 7.2 so that its tooling works
  * unchanged; docs/user-guide.md lists the deliberate differences.
  *
@@ -18,41 +18,12 @@
  * waits for the drain in this thread (vb_export_delete()).
  */
 #include "qemu/osdep.h"
-#include "monitor/block-cmds.h"
-#include "monitor/object-cmds.h"
 #include "monitor-internal.h"
 #include "qemu/error-report.h"
 #include "qemu/sandbox.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
-
-struct VbNode {
-    char *name;
-    char *driver;               /* "file", "host_device", "null-co", ... */
-    char *filename;             /* as given; "null-co://" for null */
-    BlockBackend *blk;
-    bool readonly;
-    bool cache_direct;
-    bool discard;               /* discard=unmap */
-    VbExport *user;             /* the export on it, if any */
-    VbNode *file;               /* driver=throttle or raw: the node below */
-    VbNode *filter;             /* the driver=throttle node above, if any */
-    bool alias;                 /* driver=raw: blk is file's, not ours */
-    bool implicit_file;         /* file was defined inline: dropped with us */
-    unsigned int parents;       /* driver=raw nodes using us as their file */
-    bool resizing;              /* a block_resize runs in a worker */
-};
-
-struct VbExport {
-    VbState *state;
-    char *id;
-    VbNode *node;
-    VuBlkExport *exp;
-    bool deleting;              /* block-export-del: waiting for its I/O */
-    bool idle;                  /* ... which has completed: reap it */
-    bool writable;              /* the export's, not its node's */
-};
 
 #define VB_NULL_DEFAULT_SIZE (1ULL << 30)   /* QEMU's null-co default */
 

@@ -26,9 +26,7 @@
  * Threads: main thread only.
  */
 #include "qemu/osdep.h"
-#include "monitor/block-cmds.h"
 #include "monitor-internal.h"
-#include "monitor/object-cmds.h"
 
 typedef enum VbObjType {
     VB_OBJ_NONE,

@@ -10,7 +10,6 @@
  * Threads: main thread only.
  */
 #include "qemu/osdep.h"
-#include "monitor/block-cmds.h"
 #include "monitor-internal.h"
 #include "qemu/throttle.h"
 

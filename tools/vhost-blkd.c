@@ -19,7 +19,10 @@
 #include "hw/block/vhost-user-blk-export.h"
 #include "tools/export-opts.h"
 #include "tools/qsd-cli.h"
-#include "monitor/block-cmds.h"
+#include "monitor/state.h"
+#include "monitor/objects.h"
+#include "monitor/blockdev.h"
+#include "monitor/export.h"
 #include "monitor/qmp.h"
 #include "tools/config-file.h"
 
