@@ -2559,7 +2559,9 @@ static JsonNode *vb_qmp_closefd(void *opaque, JsonObject *args,
     return vb_empty();
 }
 
-const QmpCommand vb_qmp_commands[] = {
+/* ---- the command table ------------------------------------------------- */
+
+static const QmpCommand vb_block_commands[] = {
     { "blockdev-add", NULL, vb_qmp_blockdev_add },
     { "object-add", vb_qmp_object_add },
     { "object-del", vb_qmp_object_del },
@@ -2580,5 +2582,22 @@ const QmpCommand vb_qmp_commands[] = {
     { "getfd", vb_qmp_getfd },
     { "closefd", vb_qmp_closefd },
     { "quit", vb_qmp_quit },
-    { NULL, NULL },
 };
+
+static void vb_block_register(GArray *table)
+{
+    g_array_append_vals(table, vb_block_commands,
+                        G_N_ELEMENTS(vb_block_commands));
+}
+
+const QmpCommand *vb_qmp_commands(void)
+{
+    static GArray *table;
+
+    if (!table) {
+        /* Zero-terminated: the { NULL } that ends QmpServerConfig's. */
+        table = g_array_new(true, true, sizeof(QmpCommand));
+        vb_block_register(table);
+    }
+    return (const QmpCommand *)table->data;
+}

@@ -602,7 +602,7 @@ static bool vbd_setup(Vbd *d, GError **errp)
     if (d->qsd.monitors->len) {
         QmpServerConfig qcfg = {
             .ctx = d->main_ctx,
-            .commands = vb_qmp_commands,
+            .commands = vb_qmp_commands(),
             .opaque = &d->state,
             .package = "vhost-blkd " VHOST_BLK_VERSION,
         };

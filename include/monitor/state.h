@@ -49,7 +49,8 @@ void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
 /* Delete every export (draining it), node and iothread object. */
 void vb_state_cleanup(VbState *s);
 
-/* The QMP commands (QmpCommand table, ends with { NULL }). */
-extern const QmpCommand vb_qmp_commands[];
+/* The QMP commands of every monitor file, for QmpServerConfig.commands
+ * (ends with { NULL }; built at the first call, then the same). */
+const QmpCommand *vb_qmp_commands(void);
 
 #endif
