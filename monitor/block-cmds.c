@@ -20,7 +20,6 @@
 #include "qemu/osdep.h"
 #include "monitor-internal.h"
 #include "qemu/error-report.h"
-#include "qemu/sandbox.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -123,18 +122,6 @@ VbExport *vb_export_find(VbState *s, const char *id)
     return NULL;
 }
 
-static VbIOThreadObj *vb_iothread_find(VbState *s, const char *id)
-{
-    for (guint i = 0; id && i < s->iothreads->len; i++) {
-        VbIOThreadObj *t = g_ptr_array_index(s->iothreads, i);
-
-        if (!strcmp(t->id, id)) {
-            return t;
-        }
-    }
-    return NULL;
-}
-
 static void vb_node_free(VbNode *n)
 {
     if (n->alias) {
@@ -219,211 +206,6 @@ void vb_state_cleanup(VbState *s)
     g_hash_table_destroy(s->named_fds);
     qemu_bh_delete(s->reap_bh);
     s->reap_bh = NULL;
-}
-
-/* ---- iothread objects -------------------------------------------------- */
-
-typedef struct VbConfineJob {
-    bool ok;
-    GError *err;
-} VbConfineJob;
-
-/* In the iothread: the filter applies to the calling thread only. */
-static void vb_confine_fn(void *opaque)
-{
-    VbConfineJob *job = opaque;
-
-    job->ok = sandbox_apply_iothread_filter(&job->err);
-}
-
-bool vb_iothread_confine(IOThread *t, GError **errp)
-{
-    VbConfineJob job = { .err = NULL };
-
-    iothread_run_sync(t, vb_confine_fn, &job);
-    if (!job.ok) {
-        g_propagate_prefixed_error(errp, job.err, "--seccomp on: ");
-    }
-    return job.ok;
-}
-
-static VbSecretObj *vb_secret_find(VbState *s, const char *id)
-{
-    for (guint i = 0; id && i < s->secrets->len; i++) {
-        VbSecretObj *sec = g_ptr_array_index(s->secrets, i);
-
-        if (!strcmp(sec->id, id)) {
-            return sec;
-        }
-    }
-    return NULL;
-}
-
-/*
- * --object secret,id=ID,file=PATH[,format=raw|base64]: read the secret
- * now, as QEMU does.  Only from a file: a key given inline (data=) would
- * show in ps and in the shell history.  Like QEMU's, a raw secret is
- * base64-encoded for librados and a base64 one (a Ceph key as `ceph auth
- * get-key` prints it) passed as it is, after checking that it decodes.
- */
-static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
-{
-    static const char *const formats[] = { "raw", "base64", NULL };
-    const char *id = NULL, *file = NULL, *data = NULL;
-    int format = 0;
-    g_autofree char *contents = NULL;
-    gsize len = 0;
-    GError *err = NULL;
-    VbSecretObj *sec;
-
-    if (!qmp_args_str(a, "id", true, &id, errp) ||
-        !qmp_args_str(a, "file", false, &file, errp) ||
-        !qmp_args_str(a, "data", false, &data, errp) ||
-        !qmp_args_enum(a, "format", formats, false, &format, errp) ||
-        !qmp_args_check_done(a, errp)) {
-        return false;
-    }
-    if (data) {
-        vb_set_error(errp, "secret '%s': data= is not accepted (it shows in "
-                     "the process list); put the key in a file and give "
-                     "file=PATH", id);
-        return false;
-    }
-    if (!file) {
-        vb_set_error(errp, "secret '%s': give file=PATH", id);
-        return false;
-    }
-    if (vb_secret_find(s, id) || vb_iothread_find(s, id) ||
-        vb_throttle_group_find(s, id)) {
-        vb_set_error(errp, "attempt to add duplicate property '%s' to "
-                     "object (type 'container')", id);
-        return false;
-    }
-    if (!g_file_get_contents(file, &contents, &len, &err)) {
-        vb_set_error(errp, "secret '%s': cannot read %s: %s", id, file,
-                     err->message);
-        g_error_free(err);
-        return false;
-    }
-    sec = g_new0(VbSecretObj, 1);
-    if (format == 1) {
-        g_autofree guchar *raw = NULL;
-        gsize rawlen = 0;
-
-        g_strstrip(contents);
-        raw = *contents ? g_base64_decode(contents, &rawlen) : NULL;
-        if (!rawlen || !g_regex_match_simple("^[A-Za-z0-9+/]+=*$", contents,
-                                             0, 0)) {
-            vb_set_error(errp, "secret '%s': %s is not base64 (format=base64 "
-                         "wants the key as ceph auth get-key prints it)", id,
-                         file);
-            g_free(sec);
-            memset(contents, 0, strlen(contents));
-            return false;
-        }
-        memset(raw, 0, rawlen);
-        sec->base64 = g_strdup(contents);
-    } else {
-        sec->base64 = g_base64_encode((const guchar *)contents, len);
-    }
-    memset(contents, 0, len);
-    sec->id = g_strdup(id);
-    g_ptr_array_add(s->secrets, sec);
-    return true;
-}
-
-bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
-{
-    static const char *const types[] = { "iothread", "secret",
-                                         "throttle-group", NULL };
-    g_auto(QmpArgs) a = { 0 };
-    const char *id = NULL;
-    int64_t poll_max_ns = s->poll_max_ns;
-    int type;
-    VbIOThreadObj *t;
-    IOThread *it;
-    g_autofree char *name = NULL;
-
-    qmp_args_init(&a, args, keyval, NULL);
-    if (qmp_args_has(&a, "qom-type")) {
-        JsonNode *n = json_object_get_member(args, "qom-type");
-
-        if (JSON_NODE_HOLDS_VALUE(n) &&
-            json_node_get_value_type(n) == G_TYPE_STRING &&
-            strcmp(json_node_get_string(n), "iothread") &&
-            strcmp(json_node_get_string(n), "secret") &&
-            strcmp(json_node_get_string(n), "throttle-group")) {
-            vb_set_error(errp, "object type '%s' is not supported: "
-                         "vhost-blkd has only iothread, secret and "
-                         "throttle-group objects",
-                         json_node_get_string(n));
-            return false;
-        }
-    }
-    if (!qmp_args_enum(&a, "qom-type", types, true, &type, errp)) {
-        return false;
-    }
-    if (type == 1) {
-        return vb_secret_add(s, &a, errp);
-    }
-    if (type == 2) {
-        if (qmp_args_has(&a, "id") &&
-            JSON_NODE_HOLDS_VALUE(json_object_get_member(args, "id")) &&
-            json_node_get_value_type(json_object_get_member(args, "id")) ==
-            G_TYPE_STRING) {
-            const char *tid = json_object_get_string_member(args, "id");
-
-            if (vb_iothread_find(s, tid) || vb_secret_find(s, tid)) {
-                vb_set_error(errp, "attempt to add duplicate property '%s' "
-                             "to object (type 'container')", tid);
-                return false;
-            }
-        }
-        return vb_throttle_group_add(s, &a, errp);
-    }
-    if (!qmp_args_str(&a, "id", true, &id, errp) ||
-        !qmp_args_int(&a, "poll-max-ns", false, &poll_max_ns, NULL, errp)) {
-        return false;
-    }
-    if (qmp_args_has(&a, "poll-grow") || qmp_args_has(&a, "poll-shrink") ||
-        qmp_args_has(&a, "aio-max-batch")) {
-        vb_set_error(errp, "iothread '%s': poll-grow, poll-shrink and "
-                     "aio-max-batch are not supported (the polling window "
-                     "adapts by itself; batches are whole virtqueue turns)",
-                     id);
-        return false;
-    }
-    if (!qmp_args_check_done(&a, errp)) {
-        return false;
-    }
-    if (poll_max_ns < 0) {
-        vb_set_error(errp, "iothread '%s': poll-max-ns must not be "
-                     "negative", id);
-        return false;
-    }
-    if (vb_iothread_find(s, id) || vb_secret_find(s, id) ||
-        vb_throttle_group_find(s, id)) {
-        vb_set_error(errp, "attempt to add duplicate property '%s' to "
-                     "object (type 'container')", id);
-        return false;
-    }
-    name = g_strdup_printf("vb-%s", id);
-    it = iothread_create(name, poll_max_ns, errp);
-    if (!it) {
-        return false;
-    }
-    /* Added at run time to a sandboxed daemon: confined like the others
-     * before any export can use it. */
-    if (s->seccomp && !vb_iothread_confine(it, errp)) {
-        iothread_destroy(it);
-        return false;
-    }
-    t = g_new0(VbIOThreadObj, 1);
-    t->id = g_strdup(id);
-    t->iothread = it;
-    t->poll_max_ns = poll_max_ns;
-    g_ptr_array_add(s->iothreads, t);
-    return true;
 }
 
 /* ---- nodes ------------------------------------------------------------- */
@@ -1244,14 +1026,6 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
         }
     }
     return n;
-}
-
-/* object-add: iothread, secret and throttle-group objects at run time,
- * as on the command line. */
-static JsonNode *vb_qmp_object_add(void *opaque, JsonObject *args,
-                                   GError **errp)
-{
-    return vb_object_add(opaque, args, false, errp) ? vb_empty() : NULL;
 }
 
 VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
@@ -2563,8 +2337,6 @@ static JsonNode *vb_qmp_closefd(void *opaque, JsonObject *args,
 
 static const QmpCommand vb_block_commands[] = {
     { "blockdev-add", NULL, vb_qmp_blockdev_add },
-    { "object-add", vb_qmp_object_add },
-    { "object-del", vb_qmp_object_del },
     { "blockdev-del", vb_qmp_blockdev_del },
     { "block-export-add", vb_qmp_block_export_add },
     { "block-export-del", vb_qmp_block_export_del },
@@ -2574,9 +2346,6 @@ static const QmpCommand vb_block_commands[] = {
     { "block_resize", NULL, vb_qmp_block_resize },
     { "query-blockstats", vb_qmp_query_blockstats },
     { "block-latency-histogram-set", vb_qmp_latency_histogram_set },
-    { "qom-get", vb_qmp_qom_get_obj },
-    { "qom-list", vb_qmp_qom_list },
-    { "qom-set", vb_qmp_qom_set },
     { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
     { "x-vhost-blk-log-level", vb_qmp_x_log_level },
     { "getfd", vb_qmp_getfd },
@@ -2598,6 +2367,7 @@ const QmpCommand *vb_qmp_commands(void)
         /* Zero-terminated: the { NULL } that ends QmpServerConfig's. */
         table = g_array_new(true, true, sizeof(QmpCommand));
         vb_block_register(table);
+        vb_objects_register(table);
     }
     return (const QmpCommand *)table->data;
 }

@@ -55,26 +55,14 @@ void vb_set_error(GError **errp, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 /* The "return" of a command that returns nothing: {}. */
 JsonNode *vb_empty(void);
 
-/*
- * Throttle groups (monitor/throttle-cmds.c).  --object throttle-group and
- * object-add qom-type=throttle-group (@a: the object's arguments after
- * qom-type); QEMU's ThrottleLimits keys read from @a, each prefixed by
- * @prefix ("" or "x-"), into @t (*@any set if one was given); qom-get /
- * qom-set of a group's limits.
- */
-bool vb_throttle_group_add(VbState *s, QmpArgs *a, GError **errp);
-bool vb_throttle_limits_parse(QmpArgs *a, const char *prefix,
-                              ThrottleLimits *t, bool *any, GError **errp);
-JsonNode *vb_qmp_qom_get(void *opaque, JsonObject *args, GError **errp);
-JsonNode *vb_qmp_qom_set(void *opaque, JsonObject *args, GError **errp);
+/* The objects (monitor/objects.c). */
+VbIOThreadObj *vb_iothread_find(VbState *s, const char *id);
+VbSecretObj *vb_secret_find(VbState *s, const char *id);
 
 /*
- * QOM commands over the user-created objects (monitor/object-cmds.c):
- * object-del, qom-list, and qom-get of "type" (the rest of qom-get is
- * vb_qmp_qom_get()).  @opaque is the VbState.
+ * Each command file appends its QMP commands to @table (QmpCommand
+ * elements) when vb_qmp_commands() builds it.
  */
-JsonNode *vb_qmp_object_del(void *opaque, JsonObject *args, GError **errp);
-JsonNode *vb_qmp_qom_list(void *opaque, JsonObject *args, GError **errp);
-JsonNode *vb_qmp_qom_get_obj(void *opaque, JsonObject *args, GError **errp);
+void vb_objects_register(GArray *table);
 
 #endif
