@@ -55,6 +55,12 @@ void vb_set_error(GError **errp, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 /* The "return" of a command that returns nothing: {}. */
 JsonNode *vb_empty(void);
 
+/* The nodes (monitor/blockdev.c). */
+VbNode *vb_node_find(VbState *s, const char *name);
+
+/* The exports (monitor/export.c).  The bottom half of VbState.reap_bh. */
+void vb_export_reap_bh(void *opaque);
+
 /* The objects (monitor/objects.c). */
 VbIOThreadObj *vb_iothread_find(VbState *s, const char *id);
 VbSecretObj *vb_secret_find(VbState *s, const char *id);
@@ -64,5 +70,6 @@ VbSecretObj *vb_secret_find(VbState *s, const char *id);
  * elements) when vb_qmp_commands() builds it.
  */
 void vb_objects_register(GArray *table);
+void vb_export_register(GArray *table);
 
 #endif
