@@ -71,5 +71,7 @@ VbSecretObj *vb_secret_find(VbState *s, const char *id);
  */
 void vb_objects_register(GArray *table);
 void vb_export_register(GArray *table);
+void vb_query_register(GArray *table);
+void vb_misc_register(GArray *table);
 
 #endif
