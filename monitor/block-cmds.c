@@ -17,48 +17,6 @@
 
 #define VB_NULL_DEFAULT_SIZE (1ULL << 30)   /* QEMU's null-co default */
 
-void vb_set_error(GError **errp, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    g_propagate_error(errp, g_error_new_valist(QMP_ERROR, QMP_ERROR_GENERIC,
-                                               fmt, ap));
-    va_end(ap);
-}
-
-JsonNode *vb_empty(void)
-{
-    return json_node_init_object(json_node_alloc(), json_object_new());
-}
-
-/* ---- state ------------------------------------------------------------ */
-
-void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
-                   unsigned int n_pool, int64_t poll_max_ns)
-{
-    memset(s, 0, sizeof(*s));
-    s->main_ctx = main_ctx;
-    s->pool = pool;
-    s->n_pool = n_pool;
-    s->poll_max_ns = poll_max_ns;
-    s->iothreads = g_ptr_array_new();
-    s->secrets = g_ptr_array_new();
-    s->throttle_groups = g_ptr_array_new_with_free_func(
-        (GDestroyNotify)throttle_group_unref);
-    s->nodes = g_ptr_array_new();
-    s->pending_nodes = g_ptr_array_new();
-    s->exports = g_ptr_array_new();
-    s->named_fds = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
-                                         NULL);
-    s->reap_bh = aio_bh_new(main_ctx, vb_export_reap_bh, s, "vb-export-reap");
-}
-
-static void vb_named_fd_close(gpointer key, gpointer value, gpointer opaque)
-{
-    close(GPOINTER_TO_INT(value));
-}
-
 /*
  * A blockdev-add (QMP) whose open runs in a worker thread
  * (blk_open_async(): driver=rbd waits for the cluster).  Its node name is
@@ -117,17 +75,9 @@ static void vb_node_free(VbNode *n)
     g_free(n);
 }
 
-void vb_state_cleanup(VbState *s)
+/* vb_state_cleanup(), after the exports. */
+void vb_nodes_cleanup(VbState *s)
 {
-    /* Stop accepting everywhere first, then drain each export. */
-    for (guint i = 0; i < s->exports->len; i++) {
-        VbExport *e = g_ptr_array_index(s->exports, i);
-
-        vu_blk_export_stop_listening(e->exp);
-    }
-    while (s->exports->len) {
-        vb_export_delete(s, g_ptr_array_index(s->exports, 0));
-    }
     /*
      * Throttle and raw nodes first: they sit on other nodes, and from the
      * top down (newest first: a node is always added after its file).
@@ -158,31 +108,7 @@ void vb_state_cleanup(VbState *s)
         po->s = NULL;       /* its open, if it ever ends, closes the node */
     }
     g_ptr_array_free(s->pending_nodes, true);
-    while (s->iothreads->len) {
-        VbIOThreadObj *t = g_ptr_array_steal_index(s->iothreads, 0);
-
-        iothread_destroy(t->iothread);
-        g_free(t->id);
-        g_free(t);
-    }
-    while (s->secrets->len) {
-        VbSecretObj *sec = g_ptr_array_steal_index(s->secrets, 0);
-
-        g_free(sec->id);
-        memset(sec->base64, 0, strlen(sec->base64));
-        g_free(sec->base64);
-        g_free(sec);
-    }
-    g_ptr_array_free(s->secrets, true);
-    /* After the nodes: each filter holds a reference of its own. */
-    g_ptr_array_free(s->throttle_groups, true);
-    g_ptr_array_free(s->exports, true);
     g_ptr_array_free(s->nodes, true);
-    g_ptr_array_free(s->iothreads, true);
-    g_hash_table_foreach(s->named_fds, vb_named_fd_close, NULL);
-    g_hash_table_destroy(s->named_fds);
-    qemu_bh_delete(s->reap_bh);
-    s->reap_bh = NULL;
 }
 
 /* ---- nodes ------------------------------------------------------------- */
@@ -1198,32 +1124,14 @@ fail:
     qmp_pending_complete(p, NULL, err);
 }
 
-/* ---- the command table ------------------------------------------------- */
-
-static const QmpCommand vb_block_commands[] = {
+static const QmpCommand vb_blockdev_commands[] = {
     { "blockdev-add", NULL, vb_qmp_blockdev_add },
     { "blockdev-del", vb_qmp_blockdev_del },
     { "block_resize", NULL, vb_qmp_block_resize },
 };
 
-static void vb_block_register(GArray *table)
+void vb_blockdev_register(GArray *table)
 {
-    g_array_append_vals(table, vb_block_commands,
-                        G_N_ELEMENTS(vb_block_commands));
-}
-
-const QmpCommand *vb_qmp_commands(void)
-{
-    static GArray *table;
-
-    if (!table) {
-        /* Zero-terminated: the { NULL } that ends QmpServerConfig's. */
-        table = g_array_new(true, true, sizeof(QmpCommand));
-        vb_block_register(table);
-        vb_objects_register(table);
-        vb_export_register(table);
-        vb_query_register(table);
-        vb_misc_register(table);
-    }
-    return (const QmpCommand *)table->data;
+    g_array_append_vals(table, vb_blockdev_commands,
+                        G_N_ELEMENTS(vb_blockdev_commands));
 }

@@ -267,6 +267,21 @@ void vb_export_reap_bh(void *opaque)
     }
 }
 
+/* vb_state_cleanup(): before the nodes. */
+void vb_exports_cleanup(VbState *s)
+{
+    /* Stop accepting everywhere first, then drain each export. */
+    for (guint i = 0; i < s->exports->len; i++) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+
+        vu_blk_export_stop_listening(e->exp);
+    }
+    while (s->exports->len) {
+        vb_export_delete(s, g_ptr_array_index(s->exports, 0));
+    }
+    g_ptr_array_free(s->exports, true);
+}
+
 /* block-export-del: see the top of this file.  True when deleted now,
  * false when it finishes in the background. */
 static bool vb_export_delete_async(VbState *s, VbExport *e)

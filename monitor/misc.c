@@ -91,6 +91,18 @@ static JsonNode *vb_qmp_x_log_level(void *opaque, JsonObject *args,
     return json_node_init_object(json_node_alloc(), ret);
 }
 
+static void vb_named_fd_close(gpointer key, gpointer value, gpointer opaque)
+{
+    close(GPOINTER_TO_INT(value));
+}
+
+/* vb_state_cleanup(): close the fds getfd kept and no export took. */
+void vb_named_fds_cleanup(VbState *s)
+{
+    g_hash_table_foreach(s->named_fds, vb_named_fd_close, NULL);
+    g_hash_table_destroy(s->named_fds);
+}
+
 /* getfd: keep the fd the client passed with this command under a name
  * (replacing, and closing, one of that name). */
 static JsonNode *vb_qmp_getfd(void *opaque, JsonObject *args, GError **errp)

@@ -66,9 +66,19 @@ VbIOThreadObj *vb_iothread_find(VbState *s, const char *id);
 VbSecretObj *vb_secret_find(VbState *s, const char *id);
 
 /*
+ * vb_state_cleanup(), in this order: each file frees what it holds in
+ * VbState.
+ */
+void vb_exports_cleanup(VbState *s);
+void vb_nodes_cleanup(VbState *s);
+void vb_objects_cleanup(VbState *s);
+void vb_named_fds_cleanup(VbState *s);
+
+/*
  * Each command file appends its QMP commands to @table (QmpCommand
  * elements) when vb_qmp_commands() builds it.
  */
+void vb_blockdev_register(GArray *table);
 void vb_objects_register(GArray *table);
 void vb_export_register(GArray *table);
 void vb_query_register(GArray *table);

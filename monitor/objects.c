@@ -617,6 +617,25 @@ static JsonNode *vb_qmp_object_del(void *opaque, JsonObject *args,
     return vb_empty();
 }
 
+/* vb_state_cleanup(), after the exports and the nodes. */
+void vb_objects_cleanup(VbState *s)
+{
+    while (s->iothreads->len) {
+        VbIOThreadObj *t = g_ptr_array_steal_index(s->iothreads, 0);
+
+        iothread_destroy(t->iothread);
+        g_free(t->id);
+        g_free(t);
+    }
+    while (s->secrets->len) {
+        vb_secret_free(g_ptr_array_steal_index(s->secrets, 0));
+    }
+    g_ptr_array_free(s->secrets, true);
+    /* After the nodes: each filter holds a reference of its own. */
+    g_ptr_array_free(s->throttle_groups, true);
+    g_ptr_array_free(s->iothreads, true);
+}
+
 /* ---- paths ------------------------------------------------------------- */
 
 typedef enum VbPathKind {
