@@ -1,18 +1,22 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Block nodes, exports and iothread objects, and the QMP commands over
- * them (see include/monitor/state.h).  Names, arguments, replies and
- * error texts follow qemu-storage-daemon 7.2 so that its tooling works
- * unchanged; docs/user-guide.md lists the deliberate differences.
+ * Named block nodes, and the QMP commands over them: blockdev-add,
+ * blockdev-del, block_resize (see include/monitor/blockdev.h).  Names,
+ * arguments, replies and error texts follow qemu-storage-daemon 7.2 so
+ * that its tooling works unchanged; docs/user-guide.md lists the
+ * deliberate differences.
  *
  * A node is an open BlockBackend; the exports on nodes are in
  * monitor/export.c.
+ *
+ * Threads: main thread; an rbd image opens and resizes in a worker
+ * (blk_open_async(), blk_truncate_async()), which reports back to the
+ * main thread.
  */
 #include "qemu/osdep.h"
 #include "monitor-internal.h"
 #include "qemu/error-report.h"
 
-#include <sys/socket.h>
 #include <sys/stat.h>
 
 #define VB_NULL_DEFAULT_SIZE (1ULL << 30)   /* QEMU's null-co default */
