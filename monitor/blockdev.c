@@ -324,18 +324,175 @@ static const char *vb_list_str(JsonNode *n)
 }
 
 /*
+ * The keys of blockdev-add that every driver has (QEMU's
+ * BlockdevOptionsBase), read before the driver's own; each driver says
+ * which of them it serves.
+ */
+typedef struct VbBlockdevBase {
+    const char *driver;         /* as given: "host_device", "null-aio", ... */
+    const char *name;           /* node-name; NULL: not given */
+    bool ro;                    /* read-only */
+    bool auto_ro;               /* auto-read-only */
+    const char *discard;        /* discard as given; NULL: not given */
+    bool unmap;                 /* discard=unmap or its alias on */
+    const char *detect_zeroes;  /* detect-zeroes as given unless it is off
+                                 * (all we serve); else NULL */
+    bool direct;                /* cache.direct */
+    bool no_flush;              /* cache.no-flush */
+    bool qmp;                   /* a QMP blockdev-add (it has a QmpPending) */
+} VbBlockdevBase;
+
+/*
+ * One driver's part of blockdev-add: read its own keys from @a, check
+ * the base keys @b it does not serve, and open the node.  With @p (QMP)
+ * a driver whose open would block the main loop opens in a worker: it
+ * sets *@deferred and answers @p itself; otherwise the node (or NULL with
+ * @errp set) is the answer.
+ */
+typedef VbNode *VbBlockdevAddFn(VbState *s, QmpArgs *a,
+                                const VbBlockdevBase *b, QmpPending *p,
+                                bool *deferred, GError **errp);
+
+/*
+ * What a file or null node does not serve of the base keys, and nothing
+ * may be left unread: checked after the driver's keys, so that an error
+ * names the first problem in QEMU's order.
+ */
+static bool vb_blockdev_check_base(QmpArgs *a, const VbBlockdevBase *b,
+                                   GError **errp)
+{
+    if (!qmp_args_check_done(a, errp)) {
+        return false;
+    }
+    if (!b->name) {
+        vb_set_error(errp, "'node-name' must be specified for the root "
+                     "node");
+        return false;
+    }
+    if (b->auto_ro) {
+        vb_set_error(errp, "auto-read-only=on is not supported: say "
+                     "read-only=on or off");
+        return false;
+    }
+    if (b->detect_zeroes) {
+        vb_set_error(errp, "detect-zeroes=%s is not supported (only off): "
+                     "it would scan every written buffer", b->detect_zeroes);
+        return false;
+    }
+    if (b->no_flush) {
+        vb_set_error(errp, "cache.no-flush=on is not supported: flushes "
+                     "always reach the image");
+        return false;
+    }
+    return true;
+}
+
+/*
+ * driver=file,filename=PATH[,aio=threads|native|io_uring] (a raw image)
+ * and driver=host_device (a block device): file-posix.
+ */
+static VbNode *vb_blockdev_add_file(VbState *s, QmpArgs *a,
+                                    const VbBlockdevBase *b, QmpPending *p,
+                                    bool *deferred, GError **errp)
+{
+    static const struct {
+        const char *name;
+        BlockAioMode mode;
+    } aios[] = {
+        { "threads", BLOCK_AIO_THREADS },
+        { "native", BLOCK_AIO_NATIVE },
+        { "io_uring", BLOCK_AIO_IO_URING },
+    };
+    bool host_device = !strcmp(b->driver, "host_device");
+    const char *filename = NULL;
+    int aio = -1;
+    BlockOptions o;
+    struct stat st;
+
+    if (!qmp_args_str(a, "filename", true, &filename, errp) ||
+        !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio, errp) ||
+        !vb_blockdev_check_base(a, b, errp)) {
+        return NULL;
+    }
+    if (stat(filename, &st) < 0) {
+        vb_set_error(errp, "Could not open '%s': %s", filename,
+                     g_strerror(errno));
+        return NULL;
+    }
+    if (!host_device && S_ISBLK(st.st_mode)) {
+        vb_set_error(errp, "'%s' is a block device: use "
+                     "driver=host_device", filename);
+        return NULL;
+    }
+    if (host_device && !S_ISBLK(st.st_mode)) {
+        vb_set_error(errp, "'%s' is not a block device: use "
+                     "driver=file", filename);
+        return NULL;
+    }
+
+    blk_options_init(&o);
+    o.readonly = b->ro;
+    o.driver = "file";
+    o.filename = filename;
+    o.cache_direct = b->direct;
+    /* Without aio=, io_uring (file-posix falls back if it cannot). */
+    o.aio = aio >= 0 ? aios[aio].mode : BLOCK_AIO_IO_URING;
+    return vb_node_open(s, b->name, &o, b->unmap, errp);
+}
+
+/* driver=null-co or null-aio[,size=N][,read-zeroes=on]: no image. */
+static VbNode *vb_blockdev_add_null(VbState *s, QmpArgs *a,
+                                    const VbBlockdevBase *b, QmpPending *p,
+                                    bool *deferred, GError **errp)
+{
+    bool null_aio = !strcmp(b->driver, "null-aio");
+    uint64_t size = VB_NULL_DEFAULT_SIZE;
+    bool has_size, rz = false;
+    BlockOptions o;
+    VbNode *n;
+
+    if (!qmp_args_size(a, "size", false, &size, &has_size, errp) ||
+        !qmp_args_bool(a, "read-zeroes", &rz, errp) ||
+        !vb_blockdev_check_base(a, b, errp)) {
+        return NULL;
+    }
+
+    blk_options_init(&o);
+    o.readonly = b->ro;
+    o.driver = "null";
+    o.size = size;
+    o.null_read_zeroes = rz;
+    n = vb_node_open(s, b->name, &o, b->unmap, errp);
+    if (n && null_aio) {
+        /* null-aio and null-co behave the same here; keep the name. */
+        g_free(n->driver);
+        n->driver = g_strdup("null-aio");
+        if (!strcmp(n->filename, "null-co://")) {
+            g_free(n->filename);
+            n->filename = g_strdup("null-aio://");
+        } else {
+            g_autofree char *old = n->filename;
+
+            n->filename = g_strdup_printf("json:{\"driver\": \"null-aio\", "
+                                          "\"size\": %" PRIu64 "}", size);
+        }
+    }
+    return n;
+}
+
+/*
  * blockdev-add driver=rbd: QEMU's keys pool, image, namespace, snapshot,
  * conf, user, key-secret, server (the monitors: [{host, port}]) and
  * auth-client-required; ours x-connect-timeout (seconds),
  * x-shared-connection (a name: nodes giving it share one connection) and
  * x-completion (callback or poll: see block/rbd.c).
  */
-static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
-                                   const char *name, bool ro, bool discard,
-                                   bool auto_ro, int dz, bool no_flush,
-                                   QmpPending *p, bool *deferred,
-                                   GError **errp)
+static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a,
+                                   const VbBlockdevBase *b, QmpPending *p,
+                                   bool *deferred, GError **errp)
 {
+    JsonObject *args = a->obj;
+    const char *name = b->name;
     const char *pool = NULL, *image = NULL, *ns = NULL, *snap = NULL;
     const char *conf = NULL, *user = NULL, *secret = NULL, *share = NULL;
     const char *completion = NULL;
@@ -413,7 +570,7 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
                      "node");
         return NULL;
     }
-    if (auto_ro || dz != 0 || no_flush) {
+    if (b->auto_ro || b->detect_zeroes || b->no_flush) {
         vb_set_error(errp, "driver=rbd: auto-read-only=on, detect-zeroes "
                      "and cache.no-flush=on are not supported");
         return NULL;
@@ -431,7 +588,7 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
     }
     blk_options_init(&o);
     o.driver = "rbd";
-    o.readonly = ro || snap;
+    o.readonly = b->ro || snap;
     o.rbd.pool = pool;
     o.rbd.image = image;
     o.rbd.namespace_ = ns;
@@ -455,10 +612,10 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a, JsonObject *args,
     if (p) {
         /* The cluster may not answer for connect-timeout seconds. */
         *deferred = true;
-        vb_node_open_async(s, name, &o, discard, p);
+        vb_node_open_async(s, name, &o, b->unmap, p);
         return NULL;
     }
-    return vb_node_open(s, name, &o, discard, errp);
+    return vb_node_open(s, name, &o, b->unmap, errp);
 }
 
 static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
@@ -620,12 +777,12 @@ static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
  * exporting the child.  QEMU's offset and size (a slice of the image)
  * are refused.
  */
-static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a, const char *name,
-                                   bool ro, int discard, bool direct,
-                                   bool auto_ro, int dz, bool no_flush,
-                                   bool qmp, GError **errp)
+static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a,
+                                   const VbBlockdevBase *b, QmpPending *p,
+                                   bool *deferred, GError **errp)
 {
-    static const char *const discards[] = { "ignore", "unmap", "off", "on" };
+    const char *name = b->name;
+    bool ro = b->ro;
     bool implicit = false;
     VbNode *child, *n;
 
@@ -639,7 +796,7 @@ static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a, const char *name,
                      "node");
         return NULL;
     }
-    if (auto_ro || dz != 0 || no_flush) {
+    if (b->auto_ro || b->detect_zeroes || b->no_flush) {
         vb_set_error(errp, "driver=raw: auto-read-only=on, detect-zeroes "
                      "and cache.no-flush=on are not supported");
         return NULL;
@@ -659,9 +816,7 @@ static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a, const char *name,
         return NULL;
     }
     g_hash_table_remove(a->used, "file");
-    child = vb_blockdev_file(s, a, "raw", ro,
-                             qmp_args_has(a, "discard") ?
-                             discards[discard] : NULL, direct, qmp,
+    child = vb_blockdev_file(s, a, "raw", ro, b->discard, b->direct, b->qmp,
                              &implicit, errp);
     if (!child) {
         return NULL;
@@ -685,7 +840,7 @@ static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a, const char *name,
     n->readonly = ro || child->readonly;
     n->cache_direct = child->cache_direct;
     /* QEMU passes a discard down only if every layer has discard=unmap. */
-    n->discard = child->discard && (discard == 1 || discard == 3);
+    n->discard = child->discard && b->unmap;
     n->file = child;
     n->implicit_file = implicit;
     child->parents++;
@@ -700,9 +855,11 @@ static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a, const char *name,
  * Exporting NAME throttles the export.
  */
 static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
-                                        const char *name, bool qmp,
+                                        const VbBlockdevBase *b,
+                                        QmpPending *p, bool *deferred,
                                         GError **errp)
 {
+    const char *name = b->name;
     const char *group = NULL, *file;
     ThrottleGroup *tg;
     BlockBackend *blk;
@@ -737,7 +894,7 @@ static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
     if (!vb_node_name_free(s, name, errp)) {
         return NULL;
     }
-    child = vb_blockdev_file(s, a, "throttle", false, NULL, false, qmp,
+    child = vb_blockdev_file(s, a, "throttle", false, NULL, false, b->qmp,
                              &implicit, errp);
     if (!child) {
         return NULL;
@@ -774,6 +931,20 @@ static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
     return n;
 }
 
+/* The drivers blockdev-add takes, by the name driver= gives. */
+static const struct {
+    const char *name;
+    VbBlockdevAddFn *add;
+} vb_blockdev_drivers[] = {
+    { "file", vb_blockdev_add_file },
+    { "host_device", vb_blockdev_add_file },
+    { "null-co", vb_blockdev_add_null },
+    { "null-aio", vb_blockdev_add_null },
+    { "rbd", vb_blockdev_add_rbd },
+    { "throttle", vb_blockdev_add_throttle },
+    { "raw", vb_blockdev_add_raw },
+};
+
 /*
  * blockdev-add; with @p (QMP), a driver=rbd open goes to a worker thread:
  * then *@deferred is set and @p is answered later, else the node (or NULL
@@ -783,26 +954,21 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
                                       bool keyval, QmpPending *p,
                                       bool *deferred, GError **errp)
 {
-    static const char *const drivers[] = {
-        "file", "host_device", "null-co", "null-aio", "rbd", "throttle",
-        "raw", NULL
+    static const struct {
+        const char *name;
+        bool unmap;
+    } discards[] = {
+        { "ignore", false },
+        { "unmap", true },
+        { "off", false },
+        { "on", true },
     };
-    static const char *const aios[] = {
-        "threads", "native", "io_uring", NULL
-    };
-    static const char *const discards[] = { "ignore", "unmap", "off", "on",
-                                            NULL };
     static const char *const dzs[] = { "off", "on", "unmap", NULL };
     g_auto(QmpArgs) a = { 0 };
     g_auto(QmpArgs) cache = { 0 };
-    const char *name = NULL, *filename = NULL, *dname;
-    int driver, aio = 2, discard = 0, dz = 0;
-    bool ro = false, direct = false, no_flush = false, rz = false;
-    bool auto_ro = false, has_size;
-    uint64_t size = VB_NULL_DEFAULT_SIZE;
-    BlockOptions o;
-    struct stat st;
-    VbNode *n;
+    const char *dname;
+    int driver, discard = -1, dz = -1;
+    VbBlockdevBase b = { .qmp = p != NULL };
 
     qmp_args_init(&a, args, keyval, NULL);
     if (qmp_args_has(&a, "driver")) {
@@ -827,112 +993,29 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
             return NULL;
         }
     }
-    if (!qmp_args_enum(&a, "driver", drivers, true, &driver, errp) ||
-        !qmp_args_str(&a, "node-name", false, &name, errp) ||
-        !qmp_args_bool(&a, "read-only", &ro, errp) ||
-        !qmp_args_bool(&a, "auto-read-only", &auto_ro, errp) ||
-        !qmp_args_enum(&a, "discard", discards, false, &discard, errp) ||
+    if (!QMP_ARGS_ENUM_TABLE(&a, "driver", vb_blockdev_drivers, name, true,
+                             &driver, errp) ||
+        !qmp_args_str(&a, "node-name", false, &b.name, errp) ||
+        !qmp_args_bool(&a, "read-only", &b.ro, errp) ||
+        !qmp_args_bool(&a, "auto-read-only", &b.auto_ro, errp) ||
+        !QMP_ARGS_ENUM_TABLE(&a, "discard", discards, name, false, &discard,
+                             errp) ||
         !qmp_args_enum(&a, "detect-zeroes", dzs, false, &dz, errp) ||
         !qmp_args_object(&a, "cache", false, &cache, NULL, errp) ||
-        !qmp_args_bool(&cache, "direct", &direct, errp) ||
-        !qmp_args_bool(&cache, "no-flush", &no_flush, errp) ||
+        !qmp_args_bool(&cache, "direct", &b.direct, errp) ||
+        !qmp_args_bool(&cache, "no-flush", &b.no_flush, errp) ||
         !qmp_args_check_done(&cache, errp)) {
         return NULL;
     }
-    if (driver == 5) {
-        return vb_blockdev_add_throttle(s, &a, name, p != NULL, errp);
+    b.driver = vb_blockdev_drivers[driver].name;
+    if (discard >= 0) {
+        b.discard = discards[discard].name;
+        b.unmap = discards[discard].unmap;
     }
-    if (driver == 6) {
-        return vb_blockdev_add_raw(s, &a, name, ro, discard, direct, auto_ro,
-                                   dz, no_flush, p != NULL, errp);
+    if (dz >= 0 && strcmp(dzs[dz], "off")) {
+        b.detect_zeroes = dzs[dz];
     }
-    if (driver == 4) {
-        return vb_blockdev_add_rbd(s, &a, args, name, ro, discard == 1 ||
-                                   discard == 3, auto_ro, dz, no_flush,
-                                   p, deferred, errp);
-    }
-    if (driver <= 1) {
-        if (!qmp_args_str(&a, "filename", true, &filename, errp) ||
-            !qmp_args_enum(&a, "aio", aios, false, &aio, errp)) {
-            return NULL;
-        }
-    } else if (!qmp_args_size(&a, "size", false, &size, &has_size, errp) ||
-               !qmp_args_bool(&a, "read-zeroes", &rz, errp)) {
-        return NULL;
-    }
-    if (!qmp_args_check_done(&a, errp)) {
-        return NULL;
-    }
-    if (!name) {
-        vb_set_error(errp, "'node-name' must be specified for the root "
-                     "node");
-        return NULL;
-    }
-    if (auto_ro) {
-        vb_set_error(errp, "auto-read-only=on is not supported: say "
-                     "read-only=on or off");
-        return NULL;
-    }
-    if (dz != 0) {
-        vb_set_error(errp, "detect-zeroes=%s is not supported (only off): "
-                     "it would scan every written buffer", dzs[dz]);
-        return NULL;
-    }
-    if (no_flush) {
-        vb_set_error(errp, "cache.no-flush=on is not supported: flushes "
-                     "always reach the image");
-        return NULL;
-    }
-    if (driver <= 1) {
-        if (stat(filename, &st) < 0) {
-            vb_set_error(errp, "Could not open '%s': %s", filename,
-                         g_strerror(errno));
-            return NULL;
-        }
-        if (driver == 0 && S_ISBLK(st.st_mode)) {
-            vb_set_error(errp, "'%s' is a block device: use "
-                         "driver=host_device", filename);
-            return NULL;
-        }
-        if (driver == 1 && !S_ISBLK(st.st_mode)) {
-            vb_set_error(errp, "'%s' is not a block device: use "
-                         "driver=file", filename);
-            return NULL;
-        }
-    }
-
-    blk_options_init(&o);
-    o.readonly = ro;
-    if (driver <= 1) {
-        o.driver = "file";
-        o.filename = filename;
-        o.cache_direct = direct;
-        o.aio = aio == 0 ? BLOCK_AIO_THREADS :
-                aio == 1 ? BLOCK_AIO_NATIVE : BLOCK_AIO_IO_URING;
-        if (!qmp_args_has(&a, "aio")) {
-            o.aio = BLOCK_AIO_IO_URING;
-        }
-    } else {
-        o.driver = "null";
-        o.size = size;
-        o.null_read_zeroes = rz;
-    }
-    n = vb_node_open(s, name, &o, discard == 1 || discard == 3, errp);
-    if (n && driver == 3) {
-        /* null-aio and null-co behave the same here; keep the name. */
-        g_free(n->driver);
-        n->driver = g_strdup("null-aio");
-        if (!strcmp(n->filename, "null-co://")) {
-            g_free(n->filename);
-            n->filename = g_strdup("null-aio://");
-        } else {
-            g_autofree char *old = n->filename;
-
-            n->filename = g_strdup_printf("json:{\"driver\": \"null-aio\", "
-                                          "\"size\": %" PRIu64 "}", size);
-        }
-    }
-    return n;
+    return vb_blockdev_drivers[driver].add(s, &a, &b, p, deferred, errp);
 }
 
 VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,

@@ -344,7 +344,7 @@ VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
     if (!qmp_args_enum(&a, "type", types, true, &type, errp)) {
         return NULL;
     }
-    if (type != 1) {
+    if (strcmp(types[type], "vhost-user-blk")) {
         vb_set_error(errp, "export type '%s' is not supported: vhost-blkd "
                      "exports only vhost-user-blk", types[type]);
         return NULL;
@@ -359,13 +359,13 @@ VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
         !qmp_args_enum(&addr, "type", addr_types, true, &atype, errp)) {
         return NULL;
     }
-    if (atype == 1) {
+    if (!strcmp(addr_types[atype], "unix")) {
         if (!qmp_args_str(&addr, "path", true, &path, errp) ||
             !qmp_args_bool(&addr, "abstract", &abstract, errp) ||
             !qmp_args_bool(&addr, "tight", &tight, errp)) {
             return NULL;
         }
-    } else if (atype == 3) {
+    } else if (!strcmp(addr_types[atype], "fd")) {
         if (!qmp_args_str(&addr, "str", true, &fdstr, errp)) {
             return NULL;
         }
@@ -469,7 +469,8 @@ static JsonNode *vb_qmp_block_export_del(void *opaque, JsonObject *args,
     VbState *s = opaque;
     g_auto(QmpArgs) a = { 0 };
     const char *id = NULL;
-    int mode = 0;
+    int mode = -1;
+    bool hard;
     VbExport *e;
 
     qmp_args_init(&a, args, false, NULL);
@@ -489,7 +490,9 @@ static JsonNode *vb_qmp_block_export_del(void *opaque, JsonObject *args,
                      "flight complete", id);
         return NULL;
     }
-    if (mode == 0 && vu_blk_export_is_connected(e->exp)) {
+    /* Without mode=, safe. */
+    hard = mode >= 0 && !strcmp(modes[mode], "hard");
+    if (!hard && vu_blk_export_is_connected(e->exp)) {
         vb_set_error(errp, "export '%s' still in use (use mode='hard' to "
                      "disconnect the front-end)", id);
         return NULL;

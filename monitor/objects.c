@@ -330,9 +330,15 @@ VbSecretObj *vb_secret_find(VbState *s, const char *id)
  */
 static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
 {
-    static const char *const formats[] = { "raw", "base64", NULL };
+    static const struct {
+        const char *name;
+        bool base64;            /* the file holds the key in base64 */
+    } formats[] = {
+        { "raw", false },
+        { "base64", true },
+    };
     const char *id = NULL, *file = NULL, *data = NULL;
-    int format = 0;
+    int format = -1;
     g_autofree char *contents = NULL;
     gsize len = 0;
     GError *err = NULL;
@@ -341,7 +347,8 @@ static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
     if (!qmp_args_str(a, "id", true, &id, errp) ||
         !qmp_args_str(a, "file", false, &file, errp) ||
         !qmp_args_str(a, "data", false, &data, errp) ||
-        !qmp_args_enum(a, "format", formats, false, &format, errp) ||
+        !QMP_ARGS_ENUM_TABLE(a, "format", formats, name, false, &format,
+                             errp) ||
         !qmp_args_check_done(a, errp)) {
         return false;
     }
@@ -368,7 +375,7 @@ static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
         return false;
     }
     sec = g_new0(VbSecretObj, 1);
-    if (format == 1) {
+    if (format >= 0 && formats[format].base64) {
         g_autofree guchar *raw = NULL;
         gsize rawlen = 0;
 
@@ -394,68 +401,28 @@ static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
     return true;
 }
 
-bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
+/* --object iothread,id=ID[,poll-max-ns=NS]: an iothread of its own. */
+static bool vb_iothread_add(VbState *s, QmpArgs *a, GError **errp)
 {
-    static const char *const types[] = { "iothread", "secret",
-                                         "throttle-group", NULL };
-    g_auto(QmpArgs) a = { 0 };
     const char *id = NULL;
     int64_t poll_max_ns = s->poll_max_ns;
-    int type;
     VbIOThreadObj *t;
     IOThread *it;
     g_autofree char *name = NULL;
 
-    qmp_args_init(&a, args, keyval, NULL);
-    if (qmp_args_has(&a, "qom-type")) {
-        JsonNode *n = json_object_get_member(args, "qom-type");
-
-        if (JSON_NODE_HOLDS_VALUE(n) &&
-            json_node_get_value_type(n) == G_TYPE_STRING &&
-            strcmp(json_node_get_string(n), "iothread") &&
-            strcmp(json_node_get_string(n), "secret") &&
-            strcmp(json_node_get_string(n), "throttle-group")) {
-            vb_set_error(errp, "object type '%s' is not supported: "
-                         "vhost-blkd has only iothread, secret and "
-                         "throttle-group objects",
-                         json_node_get_string(n));
-            return false;
-        }
-    }
-    if (!qmp_args_enum(&a, "qom-type", types, true, &type, errp)) {
+    if (!qmp_args_str(a, "id", true, &id, errp) ||
+        !qmp_args_int(a, "poll-max-ns", false, &poll_max_ns, NULL, errp)) {
         return false;
     }
-    if (type == 1) {
-        return vb_secret_add(s, &a, errp);
-    }
-    if (type == 2) {
-        if (qmp_args_has(&a, "id") &&
-            JSON_NODE_HOLDS_VALUE(json_object_get_member(args, "id")) &&
-            json_node_get_value_type(json_object_get_member(args, "id")) ==
-            G_TYPE_STRING) {
-            const char *tid = json_object_get_string_member(args, "id");
-
-            if (vb_iothread_find(s, tid) || vb_secret_find(s, tid)) {
-                vb_set_error(errp, "attempt to add duplicate property '%s' "
-                             "to object (type 'container')", tid);
-                return false;
-            }
-        }
-        return vb_throttle_group_add(s, &a, errp);
-    }
-    if (!qmp_args_str(&a, "id", true, &id, errp) ||
-        !qmp_args_int(&a, "poll-max-ns", false, &poll_max_ns, NULL, errp)) {
-        return false;
-    }
-    if (qmp_args_has(&a, "poll-grow") || qmp_args_has(&a, "poll-shrink") ||
-        qmp_args_has(&a, "aio-max-batch")) {
+    if (qmp_args_has(a, "poll-grow") || qmp_args_has(a, "poll-shrink") ||
+        qmp_args_has(a, "aio-max-batch")) {
         vb_set_error(errp, "iothread '%s': poll-grow, poll-shrink and "
                      "aio-max-batch are not supported (the polling window "
                      "adapts by itself; batches are whole virtqueue turns)",
                      id);
         return false;
     }
-    if (!qmp_args_check_done(&a, errp)) {
+    if (!qmp_args_check_done(a, errp)) {
         return false;
     }
     if (poll_max_ns < 0) {
@@ -486,6 +453,70 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
     t->poll_max_ns = poll_max_ns;
     g_ptr_array_add(s->iothreads, t);
     return true;
+}
+
+/* --object throttle-group,...: its id is checked against the other
+ * objects' first, as QEMU's one namespace of objects has it. */
+static bool vb_tg_object_add(VbState *s, QmpArgs *a, GError **errp)
+{
+    JsonObject *args = a->obj;
+
+    if (qmp_args_has(a, "id") &&
+        JSON_NODE_HOLDS_VALUE(json_object_get_member(args, "id")) &&
+        json_node_get_value_type(json_object_get_member(args, "id")) ==
+        G_TYPE_STRING) {
+        const char *tid = json_object_get_string_member(args, "id");
+
+        if (vb_iothread_find(s, tid) || vb_secret_find(s, tid)) {
+            vb_set_error(errp, "attempt to add duplicate property '%s' "
+                         "to object (type 'container')", tid);
+            return false;
+        }
+    }
+    return vb_throttle_group_add(s, a, errp);
+}
+
+/* The objects --object and object-add create, by qom-type; each reads
+ * the object's arguments after qom-type. */
+static const struct {
+    const char *name;
+    bool (*add)(VbState *s, QmpArgs *a, GError **errp);
+} vb_object_types[] = {
+    { "iothread", vb_iothread_add },
+    { "secret", vb_secret_add },
+    { "throttle-group", vb_tg_object_add },
+};
+
+bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
+{
+    g_auto(QmpArgs) a = { 0 };
+    int type;
+
+    qmp_args_init(&a, args, keyval, NULL);
+    if (qmp_args_has(&a, "qom-type")) {
+        JsonNode *n = json_object_get_member(args, "qom-type");
+        bool known = false;
+
+        for (size_t i = 0; i < G_N_ELEMENTS(vb_object_types); i++) {
+            known |= JSON_NODE_HOLDS_VALUE(n) &&
+                     json_node_get_value_type(n) == G_TYPE_STRING &&
+                     !strcmp(json_node_get_string(n),
+                             vb_object_types[i].name);
+        }
+        if (JSON_NODE_HOLDS_VALUE(n) &&
+            json_node_get_value_type(n) == G_TYPE_STRING && !known) {
+            vb_set_error(errp, "object type '%s' is not supported: "
+                         "vhost-blkd has only iothread, secret and "
+                         "throttle-group objects",
+                         json_node_get_string(n));
+            return false;
+        }
+    }
+    if (!QMP_ARGS_ENUM_TABLE(&a, "qom-type", vb_object_types, name, true,
+                             &type, errp)) {
+        return false;
+    }
+    return vb_object_types[type].add(s, &a, errp);
 }
 
 /* object-add: iothread, secret and throttle-group objects at run time,
