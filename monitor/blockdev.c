@@ -79,6 +79,23 @@ static void vb_node_free(VbNode *n)
     g_free(n);
 }
 
+/*
+ * Shutdown: free @n, unless a block_resize still waits in a worker with
+ * its image (vb_resize_mark(): also when it was asked of a node above
+ * @n).  Then leave it, and the image, to the exiting process rather than
+ * close them under the worker; the daemon leaves with _exit() while a
+ * worker runs (blk_async_workers()).
+ */
+static void vb_node_free_at_exit(VbNode *n)
+{
+    if (n->resizing) {
+        warn_report("node '%s': a block_resize is still waiting for "
+                    "the cluster; not closing it", n->name);
+        return;
+    }
+    vb_node_free(n);
+}
+
 /* vb_state_cleanup(), after the exports. */
 void vb_nodes_cleanup(VbState *s)
 {
@@ -91,20 +108,11 @@ void vb_nodes_cleanup(VbState *s)
 
         if (n->file) {
             g_ptr_array_remove_index(s->nodes, i);
-            vb_node_free(n);
+            vb_node_free_at_exit(n);
         }
     }
     while (s->nodes->len) {
-        VbNode *n = g_ptr_array_steal_index(s->nodes, 0);
-
-        if (n->resizing) {
-            /* A worker still waits on the cluster with it: leave it to
-             * the exiting process rather than free it under the worker. */
-            warn_report("node '%s': a block_resize is still waiting for "
-                        "the cluster; not closing it", n->name);
-            continue;
-        }
-        vb_node_free(n);
+        vb_node_free_at_exit(g_ptr_array_steal_index(s->nodes, 0));
     }
     while (s->pending_nodes->len) {
         VbPendingOpen *po = g_ptr_array_steal_index(s->pending_nodes, 0);
@@ -1109,7 +1117,8 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
 
 /* A block_resize whose resize runs in a worker (driver=rbd). */
 typedef struct VbResizeJob {
-    VbNode *node;               /* not deleted while resizing */
+    VbNode *node;               /* not deleted while resizing, nor is
+                                 * any node below it */
     uint64_t size;
     QmpPending *p;
 } VbResizeJob;
@@ -1124,6 +1133,21 @@ static void vb_resize_tell(VbNode *n, uint64_t size, bool notified)
     }
 }
 
+/*
+ * Mark @n and every node below it (its file, that one's file, ...) as
+ * being resized, or no longer.  A raw node shares its file's
+ * BlockBackend, and a throttle node's resize reaches its file's: the
+ * worker uses the image of the bottom node whichever node was named, so
+ * none of them may be closed (vb_nodes_cleanup()), deleted or resized
+ * again until it is done.
+ */
+static void vb_resize_mark(VbNode *n, bool resizing)
+{
+    for (; n; n = n->file) {
+        n->resizing = resizing;
+    }
+}
+
 /* Main thread: the worker's resize of @opaque ended. */
 static void vb_resize_done(void *opaque, GError *err)
 {
@@ -1131,7 +1155,7 @@ static void vb_resize_done(void *opaque, GError *err)
     VbNode *n = job->node;
     bool notified = false;
 
-    n->resizing = false;
+    vb_resize_mark(n, false);
     if (err) {
         qmp_pending_complete(job->p, NULL, err);
     } else {
@@ -1185,6 +1209,15 @@ static void vb_qmp_block_resize(void *opaque, JsonObject *args,
                      "reply", n->name);
         goto fail;
     }
+    for (VbNode *below = n->file; below; below = below->file) {
+        if (below->resizing) {
+            vb_set_error(errp, "Node '%s' is being resized already: a "
+                         "block_resize of its file node '%s' has not "
+                         "returned yet; wait for its reply", n->name,
+                         below->name);
+            goto fail;
+        }
+    }
     for (guint i = 0; !n->user && i < s->nodes->len; i++) {
         VbNode *other = g_ptr_array_index(s->nodes, i);
 
@@ -1203,7 +1236,7 @@ static void vb_qmp_block_resize(void *opaque, JsonObject *args,
     job->node = n;
     job->size = size;
     job->p = p;
-    n->resizing = true;
+    vb_resize_mark(n, true);
     blk_truncate_async(n->blk, size, vb_resize_done, job);
     return;
 

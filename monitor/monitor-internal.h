@@ -30,7 +30,9 @@ struct VbNode {
     bool alias;                 /* driver=raw: blk is file's, not ours */
     bool implicit_file;         /* file was defined inline: dropped with us */
     unsigned int parents;       /* driver=raw nodes using us as their file */
-    bool resizing;              /* a block_resize runs in a worker */
+    bool resizing;              /* a block_resize runs in a worker on our
+                                 * image: asked of us or of a node above
+                                 * (see vb_resize_mark()) */
 };
 
 struct VbExport {
