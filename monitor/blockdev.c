@@ -778,6 +778,28 @@ static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
 }
 
 /*
+ * After vb_blockdev_file() opened @child for the node @name: @name was
+ * free before, but an inline definition can name its node (or one below
+ * it) @name too, and two nodes of one name could never be deleted.  If
+ * it did, drop what it opened and fail.
+ */
+static bool vb_blockdev_name_still_free(VbState *s, const char *name,
+                                        VbNode *child, bool implicit,
+                                        GError **errp)
+{
+    if (!vb_node_find(s, name)) {
+        return true;
+    }
+    vb_set_error(errp, "Duplicate nodes with node-name='%s': the inline "
+                 "file definition names its node '%s' too; give it a "
+                 "node-name of its own", name, name);
+    if (implicit) {
+        vb_node_drop_implicit(s, child);
+    }
+    return false;
+}
+
+/*
  * driver=raw,node-name=NAME,file=NODE (or an inline file): QEMU's raw
  * format node over a protocol node.  Our images are raw already, so the
  * node is an alias of its file child: it shares the child's
@@ -827,6 +849,9 @@ static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a,
     child = vb_blockdev_file(s, a, "raw", ro, b->discard, b->direct, b->qmp,
                              &implicit, errp);
     if (!child) {
+        return NULL;
+    }
+    if (!vb_blockdev_name_still_free(s, name, child, implicit, errp)) {
         return NULL;
     }
     if (!ro && child->readonly) {
@@ -905,6 +930,9 @@ static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
     child = vb_blockdev_file(s, a, "throttle", false, NULL, false, b->qmp,
                              &implicit, errp);
     if (!child) {
+        return NULL;
+    }
+    if (!vb_blockdev_name_still_free(s, name, child, implicit, errp)) {
         return NULL;
     }
     file = child->name;

@@ -6,7 +6,9 @@
  *    the exiting process, never closed under the worker.  The rbd driver
  *    module is tests/integration/fake-rbd.c (VHOST_BLK_MODULE_DIR), whose
  *    resize waits on a FIFO the test holds and which aborts the daemon if
- *    the image is closed meanwhile: no Ceph cluster needed.
+ *    the image is closed meanwhile: no Ceph cluster needed;
+ *  - an inline file child cannot take its parent's node-name (the two
+ *    nodes of one name could never be deleted).
  */
 #include "qemu/osdep.h"
 #include "vb-daemon.h"
@@ -59,6 +61,22 @@ static void fixture_teardown(Fixture *f, gconstpointer data)
     g_free(f->gate);
     g_free(f->qmp_path);
     vb_daemon_cleanup(&f->d);
+}
+
+/* Whether query-named-block-nodes lists @name, and how often. */
+static unsigned int node_count(Fixture *f, const char *name)
+{
+    g_autoptr(JsonNode) r = vb_qmp(&f->q,
+        "{\"execute\":\"query-named-block-nodes\"}", NULL);
+    JsonArray *a = json_node_get_array(r);
+    unsigned int n = 0;
+
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *o = json_array_get_object_element(a, i);
+
+        n += !strcmp(json_object_get_string_member(o, "node-name"), name);
+    }
+    return n;
 }
 
 /* ---- quit during an rbd resize ----------------------------------------- */
@@ -186,6 +204,58 @@ static void test_resize_busy(Fixture *f, gconstpointer data)
     g_assert_true(vb_daemon_alive(&f->d));
 }
 
+/* ---- node names -------------------------------------------------------- */
+
+static void test_inline_name(Fixture *f, gconstpointer data)
+{
+    static const char *const adds[] = {
+        "{\"execute\":\"blockdev-add\",\"arguments\":{\"driver\":\"raw\","
+        "\"node-name\":\"X\",\"file\":{\"driver\":\"null-co\","
+        "\"node-name\":\"X\"}}}",
+        "{\"execute\":\"blockdev-add\",\"arguments\":{\"driver\":"
+        "\"throttle\",\"node-name\":\"X\",\"throttle-group\":\"tg0\","
+        "\"file\":{\"driver\":\"null-co\",\"node-name\":\"X\"}}}",
+        /* One level down: the middle node and its own file. */
+        "{\"execute\":\"blockdev-add\",\"arguments\":{\"driver\":\"raw\","
+        "\"node-name\":\"X\",\"file\":{\"driver\":\"raw\","
+        "\"node-name\":\"Y\",\"file\":{\"driver\":\"null-co\","
+        "\"node-name\":\"Y\"}}}}",
+    };
+    static const char *const errs[] = {
+        "Duplicate nodes with node-name='X': the inline file definition "
+        "names its node 'X' too; give it a node-name of its own",
+        "Duplicate nodes with node-name='X': the inline file definition "
+        "names its node 'X' too; give it a node-name of its own",
+        "raw: file: Duplicate nodes with node-name='Y': the inline file "
+        "definition names its node 'Y' too; give it a node-name of its "
+        "own",
+    };
+
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"object-add\",\"arguments\":{\"qom-type\":"
+        "\"throttle-group\",\"id\":\"tg0\",\"x-iops-total\":100}}");
+    for (size_t i = 0; i < G_N_ELEMENTS(adds); i++) {
+        vb_qmp_fails(&f->q, adds[i], errs[i]);
+        /* Nothing of the failed command is left. */
+        g_assert_cmpuint(node_count(f, "X"), ==, 0);
+        g_assert_cmpuint(node_count(f, "Y"), ==, 0);
+    }
+    /* The name is free, and a node of that name goes again. */
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"blockdev-add\",\"arguments\":{\"driver\":\"raw\","
+        "\"node-name\":\"X\",\"file\":{\"driver\":\"null-co\","
+        "\"node-name\":\"Z\"}}}");
+    g_assert_cmpuint(node_count(f, "X"), ==, 1);
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"blockdev-del\",\"arguments\":{\"node-name\":\"X\"}}");
+    g_assert_cmpuint(node_count(f, "X"), ==, 0);
+    g_assert_cmpuint(node_count(f, "Z"), ==, 0);
+    /* The object is unused again: every failed throttle node let go. */
+    vb_qmp_ok(&f->q,
+        "{\"execute\":\"object-del\",\"arguments\":{\"id\":\"tg0\"}}");
+    g_assert_true(vb_daemon_alive(&f->d));
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -199,5 +269,7 @@ int main(int argc, char **argv)
                fixture_setup, test_resize_quit, fixture_teardown);
     g_test_add("/blkd-nodes/resize-busy", Fixture, NULL, fixture_setup,
                test_resize_busy, fixture_teardown);
+    g_test_add("/blkd-nodes/inline-name", Fixture, NULL, fixture_setup,
+               test_inline_name, fixture_teardown);
     return g_test_run();
 }
