@@ -20,7 +20,10 @@
 #include "hw/block/vhost-user-blk-export.h"
 #include "tools/export-opts.h"
 #include "tools/qsd-cli.h"
-#include "monitor/block-cmds.h"
+#include "monitor/state.h"
+#include "monitor/objects.h"
+#include "monitor/blockdev.h"
+#include "monitor/export.h"
 #include "monitor/qmp.h"
 #include "tools/config-file.h"
 
@@ -595,7 +598,7 @@ static bool vbd_setup(Vbd *d, GError **errp)
     if (d->qsd.monitors->len) {
         QmpServerConfig qcfg = {
             .ctx = d->main_ctx,
-            .commands = vb_qmp_commands,
+            .commands = vb_qmp_commands(),
             .opaque = &d->state,
             .package = "vhost-blkd " VHOST_BLK_VERSION,
         };

@@ -124,6 +124,10 @@ typedef struct BlockRbdOptions {
 
 #define BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT 10
 
+/* How an rbd node is named in messages, QEMU's pseudo-protocol name:
+ * rbd:POOL/[NAMESPACE/]IMAGE[@SNAP].  Any thread. */
+char *blk_rbd_describe(const BlockRbdOptions *o);
+
 typedef struct BlockOptions {
     const char *driver;         /* "file" (default), "null" or "rbd" */
     const char *filename;       /* file: image file or block device */

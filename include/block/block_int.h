@@ -281,7 +281,4 @@ void bdrv_register(const BlockDriver *drv);
  * " or " for messages. */
 char *bdrv_driver_names(void);
 
-/* How an rbd node is named in messages: rbd:POOL/[NAMESPACE/]IMAGE[@SNAP]. */
-char *blk_rbd_describe(const BlockRbdOptions *o);
-
 #endif

@@ -430,6 +430,62 @@ static void test_keyval_args(void)
     }
 }
 
+/* QMP_ARGS_ENUM_TABLE(): an enum read into a table of structs, whose
+ * name member need not come first. */
+static void test_enum_table(void)
+{
+    static const struct {
+        int value;
+        const char *name;
+    } table[] = {
+        { 10, "ten" },
+        { 20, "twenty" },
+        { 30, "thirty" },
+    };
+    static const char *const cases[][2] = {
+        { "e=thirty", NULL },
+        { "e=eleven", "Parameter 'e' does not accept value 'eleven'" },
+        { "f=1", NULL },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autoptr(GError) err = NULL;
+        g_autoptr(JsonObject) o = keyval_parse(cases[i][0], NULL, false,
+                                               &err);
+        g_auto(QmpArgs) a = { 0 };
+        int idx = -1;
+        bool ok;
+
+        g_assert_nonnull(o);
+        qmp_args_init(&a, o, true, NULL);
+        ok = QMP_ARGS_ENUM_TABLE(&a, "e", table, name, false, &idx, &err);
+        if (cases[i][1]) {
+            g_assert_false(ok);
+            g_assert_cmpstr(err->message, ==, cases[i][1]);
+        } else if (g_str_has_prefix(cases[i][0], "e=")) {
+            g_assert_true(ok);
+            g_assert_cmpint(table[idx].value, ==, 30);
+        } else {
+            /* Absent and not required: true, *out untouched. */
+            g_assert_true(ok);
+            g_assert_cmpint(idx, ==, -1);
+        }
+    }
+    {
+        g_autoptr(GError) err = NULL;
+        g_autoptr(JsonObject) o = json_object_new();
+        g_auto(QmpArgs) a = { 0 };
+        int idx = -1;
+
+        json_object_set_int_member(o, "e", 2);
+        qmp_args_init(&a, o, false, NULL);
+        g_assert_false(QMP_ARGS_ENUM_TABLE(&a, "e", table, name, true, &idx,
+                                           &err));
+        g_assert_cmpstr(err->message, ==, "Invalid parameter type for 'e', "
+                        "expected: string");
+    }
+}
+
 static void test_qsd_cli(void)
 {
     static const struct {
@@ -669,6 +725,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/nesting", test_nesting);
     g_test_add_func("/qmp/keyval", test_keyval);
     g_test_add_func("/qmp/keyval-args", test_keyval_args);
+    g_test_add_func("/qmp/enum-table", test_enum_table);
     g_test_add_func("/qmp/qsd-cli", test_qsd_cli);
     g_test_add_func("/qmp/deferred", test_deferred);
     g_test_add_func("/qmp/deferred-session", test_deferred_session);
