@@ -514,6 +514,11 @@ static const char *qmp_char_name(char c, char buf[16])
 /* Start over, outside any message. */
 static void qmp_lex_reset(QmpSession *ss, QmpLexState lex)
 {
+    if (ss->msg->allocated_len > 65536) {
+        /* An idle client does not keep its largest message's buffer */
+        g_string_free(ss->msg, true);
+        ss->msg = g_string_new(NULL);
+    }
     g_string_truncate(ss->msg, 0);
     ss->msg_raw = 0;
     ss->depth = 0;
