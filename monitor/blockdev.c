@@ -31,7 +31,7 @@
 struct VbPendingOpen {
     VbState *s;                 /* NULL: the daemon is shutting down */
     char *name;
-    bool discard;
+    BlockDiscardMode discard;
     BlockOptions o;
     GPtrArray *strings;         /* g_free()d with it */
     QmpPending *p;
@@ -143,8 +143,8 @@ static bool vb_node_name_free(VbState *s, const char *name, GError **errp)
 
 /* Register the open node @blk as @name. */
 static VbNode *vb_node_register(VbState *s, const char *name,
-                                const BlockOptions *opts, bool discard,
-                                BlockBackend *blk)
+                                const BlockOptions *opts,
+                                BlockDiscardMode discard, BlockBackend *blk)
 {
     VbNode *n;
     bool is_null = opts->driver && !strcmp(opts->driver, "null");
@@ -173,7 +173,7 @@ static VbNode *vb_node_register(VbState *s, const char *name,
 }
 
 VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
-                     bool discard, GError **errp)
+                     BlockDiscardMode discard, GError **errp)
 {
     BlockBackend *blk;
 
@@ -238,8 +238,8 @@ static void vb_node_open_done(void *opaque, BlockBackend *blk, GError *err)
  * thread).
  */
 static void vb_node_open_async(VbState *s, const char *name,
-                               const BlockOptions *opts, bool discard,
-                               QmpPending *p)
+                               const BlockOptions *opts,
+                               BlockDiscardMode discard, QmpPending *p)
 {
     GError *err = NULL;
     VbPendingOpen *po;
@@ -335,7 +335,8 @@ typedef struct VbBlockdevBase {
     bool ro;                    /* read-only */
     bool auto_ro;               /* auto-read-only */
     const char *discard;        /* discard as given; NULL: not given */
-    bool unmap;                 /* discard=unmap or its alias on */
+    BlockDiscardMode mode;      /* discard=unmap (or on): UNMAP; else
+                                 * QEMU's default, IGNORE */
     const char *detect_zeroes;  /* detect-zeroes as given unless it is off
                                  * (all we serve); else NULL */
     bool direct;                /* cache.direct */
@@ -438,7 +439,7 @@ static VbNode *vb_blockdev_add_file(VbState *s, QmpArgs *a,
     o.cache_direct = b->direct;
     /* Without aio=, io_uring (file-posix falls back if it cannot). */
     o.aio = aio >= 0 ? aios[aio].mode : BLOCK_AIO_IO_URING;
-    return vb_node_open(s, b->name, &o, b->unmap, errp);
+    return vb_node_open(s, b->name, &o, b->mode, errp);
 }
 
 /* driver=null-co or null-aio[,size=N][,read-zeroes=on]: no image. */
@@ -463,7 +464,7 @@ static VbNode *vb_blockdev_add_null(VbState *s, QmpArgs *a,
     o.driver = "null";
     o.size = size;
     o.null_read_zeroes = rz;
-    n = vb_node_open(s, b->name, &o, b->unmap, errp);
+    n = vb_node_open(s, b->name, &o, b->mode, errp);
     if (n && null_aio) {
         /* null-aio and null-co behave the same here; keep the name. */
         g_free(n->driver);
@@ -613,10 +614,10 @@ static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a,
     if (p) {
         /* The cluster may not answer for connect-timeout seconds. */
         *deferred = true;
-        vb_node_open_async(s, name, &o, b->unmap, p);
+        vb_node_open_async(s, name, &o, b->mode, p);
         return NULL;
     }
-    return vb_node_open(s, name, &o, b->unmap, errp);
+    return vb_node_open(s, name, &o, b->mode, errp);
 }
 
 static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
@@ -865,8 +866,13 @@ static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a,
     n->alias = true;
     n->readonly = ro || child->readonly;
     n->cache_direct = child->cache_direct;
-    /* QEMU passes a discard down only if every layer has discard=unmap. */
-    n->discard = child->discard && b->unmap;
+    /*
+     * QEMU passes a discard down only if every layer has discard=unmap;
+     * otherwise the raw layer drops it (and still offers it).
+     */
+    n->discard = child->discard == BLOCK_DISCARD_UNMAP &&
+                 b->mode == BLOCK_DISCARD_UNMAP ? BLOCK_DISCARD_UNMAP :
+                                                  BLOCK_DISCARD_IGNORE;
     n->file = child;
     n->implicit_file = implicit;
     child->parents++;
@@ -920,8 +926,8 @@ static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
     if (!vb_node_name_free(s, name, errp)) {
         return NULL;
     }
-    child = vb_blockdev_file(s, a, "throttle", false, NULL, false, b->qmp,
-                             &implicit, errp);
+    child = vb_blockdev_file(s, a, "throttle", false, b->discard, false,
+                             b->qmp, &implicit, errp);
     if (!child) {
         return NULL;
     }
@@ -952,7 +958,10 @@ static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
     n->blk = blk;
     n->readonly = child->readonly;
     n->cache_direct = child->cache_direct;
-    n->discard = child->discard;
+    /* As a raw node: a discard goes down only if both layers unmap. */
+    n->discard = child->discard == BLOCK_DISCARD_UNMAP &&
+                 b->mode == BLOCK_DISCARD_UNMAP ? BLOCK_DISCARD_UNMAP :
+                                                  BLOCK_DISCARD_IGNORE;
     n->file = child;
     n->implicit_file = implicit;
     child->filter = n;
@@ -985,19 +994,19 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
 {
     static const struct {
         const char *name;
-        bool unmap;
+        BlockDiscardMode mode;
     } discards[] = {
-        { "ignore", false },
-        { "unmap", true },
-        { "off", false },
-        { "on", true },
+        { "ignore", BLOCK_DISCARD_IGNORE },
+        { "unmap", BLOCK_DISCARD_UNMAP },
+        { "off", BLOCK_DISCARD_IGNORE },      /* QEMU's aliases */
+        { "on", BLOCK_DISCARD_UNMAP },
     };
     static const char *const dzs[] = { "off", "on", "unmap", NULL };
     g_auto(QmpArgs) a = { 0 };
     g_auto(QmpArgs) cache = { 0 };
     const char *dname;
     int driver, discard = -1, dz = -1;
-    VbBlockdevBase b = { .qmp = p != NULL };
+    VbBlockdevBase b = { .qmp = p != NULL, .mode = BLOCK_DISCARD_IGNORE };
 
     qmp_args_init(&a, args, keyval, NULL);
     if (qmp_args_has(&a, "driver")) {
@@ -1039,7 +1048,7 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
     b.driver = vb_blockdev_drivers[driver].name;
     if (discard >= 0) {
         b.discard = discards[discard].name;
-        b.unmap = discards[discard].unmap;
+        b.mode = discards[discard].mode;
     }
     if (dz >= 0 && strcmp(dzs[dz], "off")) {
         b.detect_zeroes = dzs[dz];

@@ -445,7 +445,8 @@ VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
     p.conf.num_queues = nq;
     p.conf.queue_size = 128;
     p.conf.readonly = !writable;
-    p.conf.discard = node->discard;
+    p.conf.discard = node->discard != BLOCK_DISCARD_OFF;
+    p.conf.discard_ignore = node->discard == BLOCK_DISCARD_IGNORE;
     p.conf.write_zeroes = writable;
     g_strlcpy(p.conf.serial, id, sizeof(p.conf.serial));
     e = vb_export_create(s, &p, errp);

@@ -23,7 +23,7 @@ struct VbNode {
     BlockBackend *blk;
     bool readonly;
     bool cache_direct;
-    bool discard;               /* discard=unmap */
+    BlockDiscardMode discard;   /* what its exports do with a discard */
     VbExport *user;             /* the export on it, if any */
     VbNode *file;               /* driver=throttle or raw: the node below */
     VbNode *filter;             /* the driver=throttle node above, if any */

@@ -485,7 +485,9 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
             return false;
         }
     }
-    p.node = vb_node_open(&d->state, node_name, &bo, e->discard, errp);
+    p.node = vb_node_open(&d->state, node_name, &bo,
+                          e->discard ? BLOCK_DISCARD_UNMAP : BLOCK_DISCARD_OFF,
+                          errp);
     /* The filter took its own reference. */
     throttle_group_unref(bo.throttle_group);
     if (!p.node) {

@@ -83,7 +83,13 @@ bool virtio_blk_dev_init(VirtioBlkDev *dev, BlockBackend *blk,
         dev->conf.seg_max = MIN(MAX(qs, 3) - 2, VIRTIO_BLK_SEG_MAX_LIMIT);
     }
     dev->conf.readonly = conf->readonly || blk_is_read_only(blk);
-    dev->conf.discard = conf->discard && blk_can_discard(blk);
+    /*
+     * discard=ignore offers DISCARD whatever the storage can, as QEMU
+     * does: the guest's discards succeed and change nothing.
+     */
+    dev->conf.discard = conf->discard &&
+                        (conf->discard_ignore || blk_can_discard(blk));
+    dev->conf.discard_ignore = dev->conf.discard && conf->discard_ignore;
     /* A partial last block is not visible to the guest. */
     dev->capacity = QEMU_ALIGN_DOWN(len, lbs) >> VIRTIO_BLK_SECTOR_BITS;
     atomic_store(&dev->writeback, true);
@@ -213,7 +219,8 @@ void virtio_blk_get_config(VirtioBlkDev *dev, struct virtio_blk_config *cfg)
     cfg->max_write_zeroes_sectors = GUINT32_TO_LE(virtio_blk_max_sectors(dev));
     cfg->max_write_zeroes_seg = GUINT32_TO_LE(1);
     /* UNMAP may deallocate only where a DISCARD could. */
-    cfg->write_zeroes_may_unmap = dev->conf.discard ? 1 : 0;
+    cfg->write_zeroes_may_unmap =
+        dev->conf.discard && !dev->conf.discard_ignore ? 1 : 0;
 }
 
 /* Called from: the main thread. */
@@ -377,7 +384,7 @@ static uint8_t virtio_blk_start_dwz(VirtioBlkDev *dev, VirtioBlkReq *req,
         /* UNMAP is a permission, honoured only where write_zeroes_may_unmap
          * said so (discard enabled and possible). */
         bool unmap = (flags & VIRTIO_BLK_WRITE_ZEROES_FLAG_UNMAP) &&
-                     dev->conf.discard;
+                     dev->conf.discard && !dev->conf.discard_ignore;
 
         req->sync_after_write = !atomic_load_explicit(&dev->write_cache,
                                                       memory_order_relaxed);
@@ -386,6 +393,9 @@ static uint8_t virtio_blk_start_dwz(VirtioBlkDev *dev, VirtioBlkReq *req,
                               (uint64_t)nsectors << VIRTIO_BLK_SECTOR_BITS,
                               unmap ? BDRV_REQ_MAY_UNMAP : 0,
                               virtio_blk_io_cb, req);
+    } else if (dev->conf.discard_ignore) {
+        /* discard=ignore: checked like any discard, then dropped. */
+        return VIRTIO_BLK_S_OK;
     } else {
         blk_aio_pdiscard(dev->blk, &req->acb,
                          (int64_t)(sector << VIRTIO_BLK_SECTOR_BITS),

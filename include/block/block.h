@@ -128,6 +128,22 @@ typedef struct BlockRbdOptions {
  * rbd:POOL/[NAMESPACE/]IMAGE[@SNAP].  Any thread. */
 char *blk_rbd_describe(const BlockRbdOptions *o);
 
+/*
+ * What a node does with a guest's discard (a node's option, decided by
+ * the device that serves it, not by the driver):
+ *   OFF     not offered to the guest (vhost-blkd's --export discard=off);
+ *   IGNORE  offered, and a discard completes at once without reaching
+ *           the storage (QEMU's discard=ignore: the default of
+ *           --blockdev / blockdev-add);
+ *   UNMAP   offered and done, where the storage can (discard=unmap; the
+ *           default of --export).
+ */
+typedef enum BlockDiscardMode {
+    BLOCK_DISCARD_OFF,
+    BLOCK_DISCARD_IGNORE,
+    BLOCK_DISCARD_UNMAP,
+} BlockDiscardMode;
+
 typedef struct BlockOptions {
     const char *driver;         /* "file" (default), "null" or "rbd" */
     const char *filename;       /* file: image file or block device */

@@ -14,8 +14,9 @@
 /* blockdev-add / --blockdev. */
 VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
                         GError **errp);
-/* The legacy syntax: a node named @name opened with @opts. */
+/* The legacy syntax: a node named @name opened with @opts, whose
+ * exports treat a discard as @discard says. */
 VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
-                     bool discard, GError **errp);
+                     BlockDiscardMode discard, GError **errp);
 
 #endif

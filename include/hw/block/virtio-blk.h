@@ -35,7 +35,11 @@ typedef struct VirtioBlkConf {
     uint16_t queue_size;
     uint32_t seg_max;               /* data segments per request */
     bool readonly;
-    bool discard;                   /* offer DISCARD (needs backing support) */
+    bool discard;                   /* offer DISCARD (needs backing support
+                                     * unless @discard_ignore) */
+    bool discard_ignore;            /* with @discard: complete discards at
+                                     * once, storage untouched (QEMU's
+                                     * discard=ignore) */
     bool write_zeroes;              /* offer WRITE_ZEROES */
     char serial[VIRTIO_BLK_ID_BYTES + 1];
 } VirtioBlkConf;
