@@ -30,7 +30,7 @@
 
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
-#include "monitor/qmp-args.h"
+#include "qemu/qmp-args.h"
 
 #define QMP_MAX_INPUT   (1u << 20)  /* bytes of one message */
 #define QMP_MAX_OUTPUT  (1u << 20)  /* bytes queued for one client */

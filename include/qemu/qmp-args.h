@@ -9,8 +9,8 @@
  *
  * Threads: main thread only (plain data, no shared state).
  */
-#ifndef MONITOR_QMP_ARGS_H
-#define MONITOR_QMP_ARGS_H
+#ifndef QEMU_QMP_ARGS_H
+#define QEMU_QMP_ARGS_H
 
 #include "qemu/osdep.h"
 #include <json-glib/json-glib.h>

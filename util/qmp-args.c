@@ -2,10 +2,10 @@
 /*
  * QMP error classes, the keyval command-line syntax, and typed access to
  * command arguments with QEMU's error messages (see
- * include/monitor/qmp-args.h).
+ * include/qemu/qmp-args.h).
  */
 #include "qemu/osdep.h"
-#include "monitor/qmp-args.h"
+#include "qemu/qmp-args.h"
 
 G_DEFINE_QUARK(qmp-error-quark, qmp_error)
 
