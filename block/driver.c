@@ -18,25 +18,38 @@
 #include "block/module.h"
 
 /*
- * Drivers in modules, known by name before they are loaded, with how a
- * node of theirs is named in messages before the driver has opened it
- * (the error of a module that cannot be loaded names the node).
+ * Drivers in modules, known before they are loaded (BlockModuleDriver,
+ * registered by the driver's built-in options file); never shrinks.
  */
-typedef struct BlockModuleEntry {
-    const char *name;
-    char *(*describe)(const BlockOptions *opts);
-} BlockModuleEntry;
+static GPtrArray *block_modules;
 
-static char *rbd_describe(const BlockOptions *opts)
+void bdrv_register_module(const BlockModuleDriver *m)
 {
-    return blk_rbd_describe(&opts->rbd);
+    if (!block_modules) {
+        block_modules = g_ptr_array_new();
+    }
+    g_ptr_array_add(block_modules, (gpointer)m);
 }
 
-static const BlockModuleEntry block_modules[] = {
-#if CONFIG_RBD
-    { .name = "rbd", .describe = rbd_describe },
-#endif
-};
+static bool bdrv_name_in(const char *name, const char *main,
+                         const char *const *aliases)
+{
+    return !strcmp(main, name) ||
+           (aliases && g_strv_contains(aliases, name));
+}
+
+static const BlockModuleDriver *bdrv_module_lookup(const char *name,
+                                                   bool aliases)
+{
+    for (guint i = 0; block_modules && i < block_modules->len; i++) {
+        const BlockModuleDriver *m = g_ptr_array_index(block_modules, i);
+
+        if (bdrv_name_in(name, m->name, aliases ? m->aliases : NULL)) {
+            return m;
+        }
+    }
+    return NULL;
+}
 
 /* Built-in drivers, registered by their files' constructors
  * (BLOCK_DRIVER_REGISTER), and drivers tests add; never shrinks. */
@@ -50,12 +63,13 @@ void bdrv_register(const BlockDriver *drv)
     g_ptr_array_add(block_drivers, (gpointer)drv);
 }
 
-static const BlockDriver *bdrv_lookup(const char *name)
+static const BlockDriver *bdrv_lookup(const char *name, bool aliases)
 {
     for (guint i = 0; block_drivers && i < block_drivers->len; i++) {
         const BlockDriver *drv = g_ptr_array_index(block_drivers, i);
 
-        if (!strcmp(drv->format_name, name)) {
+        if (bdrv_name_in(name, drv->format_name,
+                         aliases ? drv->aliases : NULL)) {
             return drv;
         }
     }
@@ -74,8 +88,10 @@ char *bdrv_driver_names(void)
             g_ptr_array_add(names, (gpointer)drv->format_name);
         }
     }
-    for (size_t i = 0; i < G_N_ELEMENTS(block_modules); i++) {
-        g_ptr_array_add(names, (gpointer)block_modules[i].name);
+    for (guint i = 0; block_modules && i < block_modules->len; i++) {
+        const BlockModuleDriver *m = g_ptr_array_index(block_modules, i);
+
+        g_ptr_array_add(names, (gpointer)m->name);
     }
     for (guint i = 0; i < names->len; i++) {
         g_string_append_printf(s, "%s%s",
@@ -89,16 +105,14 @@ char *bdrv_driver_names(void)
 const BlockDriver *bdrv_find_driver(const char *name, const char *what,
                                     GError **errp)
 {
-    const BlockDriver *drv = bdrv_lookup(name);
+    const BlockDriver *drv = bdrv_lookup(name, false);
     g_autofree char *names = NULL;
 
     if (drv) {
         return drv;
     }
-    for (size_t i = 0; i < G_N_ELEMENTS(block_modules); i++) {
-        if (!strcmp(block_modules[i].name, name)) {
-            return block_module_load_driver(name, what, errp);
-        }
+    if (bdrv_module_lookup(name, false)) {
+        return block_module_load_driver(name, what, errp);
     }
     names = bdrv_driver_names();
     g_set_error(errp, VB_ERROR, 0,
@@ -112,14 +126,10 @@ const BlockDriver *bdrv_find_driver_for(const BlockOptions *opts,
                                         GError **errp)
 {
     const char *name = opts->driver ? opts->driver : "file";
-    g_autofree char *what = NULL;
+    const BlockModuleDriver *m = bdrv_module_lookup(name, false);
+    g_autofree char *what = m && m->describe ? m->describe(opts) : NULL;
     const BlockDriver *drv;
 
-    for (size_t i = 0; i < G_N_ELEMENTS(block_modules); i++) {
-        if (!strcmp(block_modules[i].name, name)) {
-            what = block_modules[i].describe(opts);
-        }
-    }
     drv = bdrv_find_driver(name, what ? what : name, errp);
     if (drv && drv->is_filter) {
         g_set_error(errp, VB_ERROR, 0, "driver=%s is a filter: it goes "
@@ -129,16 +139,180 @@ const BlockDriver *bdrv_find_driver_for(const BlockOptions *opts,
     return drv;
 }
 
-/*
- * The name of an rbd node in messages, here rather than in the module:
- * the error of a module that cannot be loaded names the node too.
- */
-char *blk_rbd_describe(const BlockRbdOptions *o)
+/* ---- options ---------------------------------------------------------- */
+
+/* What reads the options of the driver named @name (or an alias). */
+typedef struct BlockDriverKeys {
+    const char *name;           /* the driver's own */
+    bool is_filter;
+    bool open_any_thread;
+    BlockDriverParseFunc *parse;
+    BlockDriverCheckFunc *check;
+} BlockDriverKeys;
+
+static bool bdrv_keys_lookup(const char *name, BlockDriverKeys *k)
 {
-    return g_strdup_printf("rbd:%s/%s%s%s%s%s", o->pool ? o->pool : "?",
-                           o->namespace_ ? o->namespace_ : "",
-                           o->namespace_ ? "/" : "",
-                           o->image ? o->image : "?",
-                           o->snapshot ? "@" : "",
-                           o->snapshot ? o->snapshot : "");
+    const BlockDriver *drv = bdrv_lookup(name, true);
+    const BlockModuleDriver *m = drv ? NULL : bdrv_module_lookup(name, true);
+
+    if (drv) {
+        *k = (BlockDriverKeys) {
+            .name = drv->format_name,
+            .is_filter = drv->is_filter,
+            .open_any_thread = drv->bdrv_open_any_thread,
+            .parse = drv->bdrv_parse_options,
+            .check = drv->bdrv_check_options,
+        };
+        return true;
+    }
+    if (m) {
+        *k = (BlockDriverKeys) {
+            .name = m->name,
+            .open_any_thread = m->open_any_thread,
+            .parse = m->parse,
+            .check = m->check,
+        };
+        return true;
+    }
+    return false;
+}
+
+bool blk_driver_opens_in_worker(const char *name)
+{
+    BlockDriverKeys k;
+
+    return bdrv_keys_lookup(name, &k) && k.open_any_thread;
+}
+
+/*
+ * Formats and protocols of QEMU that users may try: told what to do
+ * instead of only that the name is unknown.
+ */
+static const char *const bdrv_qemu_only[] = {
+    "qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed", "luks", "nbd",
+    "iscsi", "nfs", "ssh", "http", "https", "gluster", "blkdebug",
+    "copy-on-read", "compress", "nvme", "io_uring", "host_cdrom",
+    "preallocate", NULL,
+};
+
+/* The names and aliases a node can give, for messages. */
+static char *bdrv_option_names(void)
+{
+    g_autoptr(GPtrArray) names = g_ptr_array_new();
+    GString *s = g_string_new(NULL);
+
+    for (guint i = 0; block_drivers && i < block_drivers->len; i++) {
+        const BlockDriver *drv = g_ptr_array_index(block_drivers, i);
+
+        if (drv->is_filter) {
+            continue;
+        }
+        g_ptr_array_add(names, (gpointer)drv->format_name);
+        for (const char *const *a = drv->aliases; a && *a; a++) {
+            g_ptr_array_add(names, (gpointer)*a);
+        }
+    }
+    for (guint i = 0; block_modules && i < block_modules->len; i++) {
+        const BlockModuleDriver *m = g_ptr_array_index(block_modules, i);
+
+        g_ptr_array_add(names, (gpointer)m->name);
+        for (const char *const *a = m->aliases; a && *a; a++) {
+            g_ptr_array_add(names, (gpointer)*a);
+        }
+    }
+    for (guint i = 0; i < names->len; i++) {
+        g_string_append_printf(s, "%s%s", i ? ", " : "",
+                               (const char *)g_ptr_array_index(names, i));
+    }
+    return g_string_free(s, false);
+}
+
+static void bdrv_zero_free(gpointer str)
+{
+    /* As the secret objects: no copy of a key outlives its use. */
+    memset(str, 0, strlen(str));
+    g_free(str);
+}
+
+bool blk_driver_check_name(const char *name, GError **errp)
+{
+    BlockDriverKeys k;
+
+    if (!bdrv_keys_lookup(name, &k) || k.is_filter) {
+        if (g_strv_contains(bdrv_qemu_only, name)) {
+            g_autofree char *names = bdrv_option_names();
+
+            g_set_error(errp, VB_ERROR, 0, "Driver '%s' is not supported by "
+                        "vhost-blkd: it serves only raw images (driver=%s, "
+                        "and throttle and raw over any of them); convert a "
+                        "qcow2 or other image with qemu-img convert -O raw",
+                        name, names);
+        } else if (!CONFIG_RBD && !strcmp(name, "rbd")) {
+            g_set_error(errp, VB_ERROR, 0, "Parameter 'driver' does not "
+                        "accept value 'rbd': this build has no driver=rbd "
+                        "(install librbd-dev and rebuild)");
+        } else {
+            /* QEMU's (QAPI's) words. */
+            g_set_error(errp, VB_ERROR, 0, "Parameter 'driver' does not "
+                        "accept value '%s'", name);
+        }
+        return false;
+    }
+    return true;
+}
+
+bool blk_options_parse(BlockOptions *opts, QmpArgs *a, BlockOptsParse *p,
+                       GError **errp)
+{
+    BlockDriverKeys k;
+
+    if (!p->strings) {
+        p->strings = g_ptr_array_new_with_free_func(bdrv_zero_free);
+    }
+    if (!blk_driver_check_name(p->driver, errp)) {
+        return false;
+    }
+    bdrv_keys_lookup(p->driver, &k);
+    opts->driver = k.name;
+    return !k.parse || k.parse(opts, a, p, errp);
+}
+
+bool blk_options_check(const BlockOptions *opts, BlockOptsParse *p,
+                       GError **errp)
+{
+    BlockDriverKeys k;
+
+    if (!bdrv_keys_lookup(opts->driver, &k)) {
+        g_set_error(errp, VB_ERROR, 0, "unknown block driver '%s'",
+                    opts->driver);
+        return false;
+    }
+    return !k.check || k.check(opts, p, errp);
+}
+
+void blk_options_parse_cleanup(BlockOptsParse *p)
+{
+    g_clear_pointer(&p->strings, g_ptr_array_unref);
+}
+
+void blk_node_names(BlockBackend *blk, const BlockOptions *opts,
+                    const char *given, BlockNodeNames *out)
+{
+    const char *name = opts->driver ? opts->driver : "file";
+    const BlockDriver *drv = bdrv_lookup(name, false);
+    const BlockModuleDriver *m = drv ? NULL : bdrv_module_lookup(name, false);
+
+    memset(out, 0, sizeof(*out));
+    if (drv && drv->bdrv_node_names) {
+        drv->bdrv_node_names(blk, opts, given, out);
+        return;
+    }
+    out->driver = g_strdup(given ? given : name);
+    out->filename = m && m->describe ? m->describe(opts) : g_strdup(name);
+}
+
+void blk_node_names_free(BlockNodeNames *n)
+{
+    g_clear_pointer(&n->driver, g_free);
+    g_clear_pointer(&n->filename, g_free);
 }

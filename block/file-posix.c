@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include "qemu/error-report.h"
+#include "qemu/qmp-args.h"
 #include "file-posix.h"
 
 #define RAW_ZERO_BUF_SIZE (1024 * 1024)
@@ -648,8 +649,79 @@ static void raw_get_info(BlockBackend *blk, BlockDriverInfo *bdi)
     bdi->aio_mode = s->aio;
 }
 
+/*
+ * The QEMU syntaxes (blk_options_parse()): driver=file (an image file) or
+ * host_device (a block device), filename=PATH[,aio=threads|native|io_uring];
+ * cache.direct is a common key.  Main thread.
+ */
+static bool raw_parse_options(BlockOptions *opts, QmpArgs *a,
+                              BlockOptsParse *p, GError **errp)
+{
+    static const struct {
+        const char *name;
+        BlockAioMode mode;
+    } aios[] = {
+        { "threads", BLOCK_AIO_THREADS },
+        { "native", BLOCK_AIO_NATIVE },
+        { "io_uring", BLOCK_AIO_IO_URING },
+    };
+    const char *filename = NULL;
+    int aio = -1;
+
+    if (!qmp_args_str(a, "filename", true, &filename, errp) ||
+        !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio, errp)) {
+        return false;
+    }
+    opts->filename = filename;
+    /* Without aio=, io_uring (raw_open() falls back if it cannot). */
+    opts->aio = aio >= 0 ? aios[aio].mode : BLOCK_AIO_IO_URING;
+    return true;
+}
+
+/* QEMU's names: file, or host_device for a block device.  Main thread. */
+static void raw_node_names(BlockBackend *blk, const BlockOptions *opts,
+                           const char *given, BlockNodeNames *out)
+{
+    out->driver = g_strdup(given ? given :
+                           blk_is_block_device(blk) ? "host_device" : "file");
+    out->filename = g_strdup(opts->filename);
+    out->cache_direct = opts->cache_direct;
+}
+
+/* The image exists, and is a block device exactly when the node was
+ * called host_device: QEMU's checks and words.  Main thread. */
+static bool raw_check_options(const BlockOptions *opts, BlockOptsParse *p,
+                              GError **errp)
+{
+    bool host_device = !strcmp(p->driver, "host_device");
+    struct stat st;
+
+    if (stat(opts->filename, &st) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "Could not open '%s': %s",
+                    opts->filename, g_strerror(errno));
+        return false;
+    }
+    if (!host_device && S_ISBLK(st.st_mode)) {
+        g_set_error(errp, VB_ERROR, 0, "'%s' is a block device: use "
+                    "driver=host_device", opts->filename);
+        return false;
+    }
+    if (host_device && !S_ISBLK(st.st_mode)) {
+        g_set_error(errp, VB_ERROR, 0, "'%s' is not a block device: use "
+                    "driver=file", opts->filename);
+        return false;
+    }
+    return true;
+}
+
+static const char *const raw_aliases[] = { "host_device", NULL };
+
 static const BlockDriver bdrv_file = {
     .format_name = "file",
+    .aliases = raw_aliases,
+    .bdrv_parse_options = raw_parse_options,
+    .bdrv_check_options = raw_check_options,
+    .bdrv_node_names = raw_node_names,
     .bdrv_open = raw_open,
     .bdrv_close = raw_close,
     .bdrv_truncate = raw_truncate,

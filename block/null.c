@@ -8,6 +8,9 @@
 #include "qemu/osdep.h"
 #include "block/block_int.h"
 #include "block/engine.h"
+#include "qemu/qmp-args.h"
+
+#define NULL_DEFAULT_SIZE (1ULL << 30)      /* QEMU's null-co default */
 
 /* Main thread. */
 static bool null_open(BlockBackend *bs, const BlockOptions *opts,
@@ -56,8 +59,50 @@ static void null_block_status(BlockBackend *bs, AioContext *ctx,
     blk_complete_later(ctx, acb, 0);
 }
 
+/*
+ * The QEMU syntaxes (blk_options_parse()): driver=null-co or null-aio
+ * (the same here)[,size=N][,read-zeroes=on].  Main thread.
+ */
+static bool null_parse_options(BlockOptions *opts, QmpArgs *a,
+                               BlockOptsParse *p, GError **errp)
+{
+    uint64_t size = NULL_DEFAULT_SIZE;
+    bool rz = false;
+
+    if (!qmp_args_size(a, "size", false, &size, NULL, errp) ||
+        !qmp_args_bool(a, "read-zeroes", &rz, errp)) {
+        return false;
+    }
+    opts->size = size;
+    opts->null_read_zeroes = rz;
+    return true;
+}
+
+/* QEMU's names: null-co (null-aio keeps its own), and the node's options
+ * as its filename unless they are the defaults.  Main thread. */
+static void null_node_names(BlockBackend *blk, const BlockOptions *opts,
+                            const char *given, BlockNodeNames *out)
+{
+    const char *qemu_name = g_strcmp0(given, "null-aio") ? "null-co" :
+                                                           "null-aio";
+
+    out->driver = g_strdup(qemu_name);
+    if (opts->size == NULL_DEFAULT_SIZE) {
+        out->filename = g_strdup_printf("%s://", qemu_name);
+    } else {
+        out->filename = g_strdup_printf("json:{\"driver\": \"%s\", "
+                                        "\"size\": %" PRIu64 "}",
+                                        qemu_name, opts->size);
+    }
+}
+
+static const char *const null_aliases[] = { "null-co", "null-aio", NULL };
+
 static const BlockDriver bdrv_null = {
     .format_name = "null",
+    .aliases = null_aliases,
+    .bdrv_parse_options = null_parse_options,
+    .bdrv_node_names = null_node_names,
     .bdrv_open = null_open,
     .bdrv_close = null_close,
     .bdrv_aio_preadv = null_drv_submit,

@@ -19,21 +19,22 @@
 
 #include <sys/stat.h>
 
-#define VB_NULL_DEFAULT_SIZE (1ULL << 30)   /* QEMU's null-co default */
-
 /*
- * A blockdev-add (QMP) whose open runs in a worker thread
- * (blk_open_async(): driver=rbd waits for the cluster).  Its node name is
- * taken from the start; the node is registered and the command answered
- * in the main thread when the open ends.  Owns copies of every string of
- * @o: the command's arguments are gone by then.
+ * A blockdev-add (QMP) whose open may run in a worker thread
+ * (blk_open_async(): a driver that waits on the network).  Its node name
+ * is taken from the start; the node is registered and the command
+ * answered in the main thread when the open ends.  Keeps what the
+ * strings of @o point into: the command's arguments (a reference) and
+ * what the driver's parser allocated.
  */
 struct VbPendingOpen {
     VbState *s;                 /* NULL: the daemon is shutting down */
     char *name;
+    char *given;                /* driver= as given */
     BlockDiscardMode discard;
     BlockOptions o;
-    GPtrArray *strings;         /* g_free()d with it */
+    JsonObject *args;
+    BlockOptsParse parse;
     QmpPending *p;
 };
 
@@ -141,32 +142,23 @@ static bool vb_node_name_free(VbState *s, const char *name, GError **errp)
     return true;
 }
 
-/* Register the open node @blk as @name. */
+/* Register the open node @blk as @name; @given: driver= as given, or
+ * NULL (the legacy syntax). */
 static VbNode *vb_node_register(VbState *s, const char *name,
-                                const BlockOptions *opts,
+                                const char *given, const BlockOptions *opts,
                                 BlockDiscardMode discard, BlockBackend *blk)
 {
+    BlockNodeNames names;
     VbNode *n;
-    bool is_null = opts->driver && !strcmp(opts->driver, "null");
-    bool is_rbd = opts->driver && !strcmp(opts->driver, "rbd");
 
+    blk_node_names(blk, opts, given, &names);
     n = g_new0(VbNode, 1);
     n->name = g_strdup(name);
-    n->driver = g_strdup(is_null ? "null-co" : is_rbd ? "rbd" :
-                         blk_is_block_device(blk) ? "host_device" : "file");
-    if (is_null && opts->size != VB_NULL_DEFAULT_SIZE) {
-        /* QEMU names a node with non-default options by its options. */
-        n->filename = g_strdup_printf("json:{\"driver\": \"null-co\", "
-                                      "\"size\": %" PRIu64 "}", opts->size);
-    } else if (is_rbd) {
-        /* QEMU's pseudo-protocol name of the image. */
-        n->filename = blk_rbd_describe(&opts->rbd);
-    } else {
-        n->filename = g_strdup(is_null ? "null-co://" : opts->filename);
-    }
+    n->driver = g_steal_pointer(&names.driver);
+    n->filename = g_steal_pointer(&names.filename);
     n->blk = blk;
     n->readonly = blk_is_read_only(blk);
-    n->cache_direct = !is_null && !is_rbd && opts->cache_direct;
+    n->cache_direct = names.cache_direct;
     n->discard = discard;
     g_ptr_array_add(s->nodes, n);
     return n;
@@ -184,26 +176,14 @@ VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
     if (!blk) {
         return NULL;
     }
-    return vb_node_register(s, name, opts, discard, blk);
-}
-
-static const char *vb_pending_strdup(VbPendingOpen *po, const char *str)
-{
-    char *copy = g_strdup(str);
-
-    if (copy) {
-        g_ptr_array_add(po->strings, copy);
-    }
-    return copy;
+    return vb_node_register(s, name, NULL, opts, discard, blk);
 }
 
 static void vb_pending_free(VbPendingOpen *po)
 {
-    if (po->o.rbd.key) {
-        /* As the secret objects: no copy of a key outlives its use. */
-        memset((char *)po->o.rbd.key, 0, strlen(po->o.rbd.key));
-    }
-    g_ptr_array_free(po->strings, true);
+    blk_options_parse_cleanup(&po->parse);
+    json_object_unref(po->args);
+    g_free(po->given);
     g_free(po->name);
     g_free(po);
 }
@@ -224,7 +204,7 @@ static void vb_node_open_done(void *opaque, BlockBackend *blk, GError *err)
     }
     g_ptr_array_remove(s->pending_nodes, po);
     if (blk) {
-        vb_node_register(s, po->name, &po->o, po->discard, blk);
+        vb_node_register(s, po->name, po->given, &po->o, po->discard, blk);
         qmp_pending_complete(po->p, vb_empty(), NULL);
     } else {
         qmp_pending_complete(po->p, NULL, err);
@@ -233,17 +213,18 @@ static void vb_node_open_done(void *opaque, BlockBackend *blk, GError *err)
 }
 
 /*
- * vb_node_open() without blocking the main loop: the reply of @p comes
- * when the open has ended (at once for the drivers that open in the main
- * thread).
+ * Open @opts as @name without blocking the main loop: the reply of @p
+ * comes when the open has ended (at once for the drivers that open in
+ * the main thread).  @opts points into @args and @parse, which the
+ * pending open takes over (@parse is left empty).
  */
 static void vb_node_open_async(VbState *s, const char *name,
-                               const BlockOptions *opts,
-                               BlockDiscardMode discard, QmpPending *p)
+                               const char *given, const BlockOptions *opts,
+                               BlockDiscardMode discard, JsonObject *args,
+                               BlockOptsParse *parse, QmpPending *p)
 {
     GError *err = NULL;
     VbPendingOpen *po;
-    BlockRbdOptions *r;
 
     if (!vb_node_name_free(s, name, &err)) {
         qmp_pending_complete(p, NULL, err);
@@ -252,76 +233,15 @@ static void vb_node_open_async(VbState *s, const char *name,
     po = g_new0(VbPendingOpen, 1);
     po->s = s;
     po->name = g_strdup(name);
+    po->given = g_strdup(given);
     po->discard = discard;
     po->p = p;
-    po->strings = g_ptr_array_new_with_free_func(g_free);
+    po->args = json_object_ref(args);
+    po->parse = *parse;
+    memset(parse, 0, sizeof(*parse));
     po->o = *opts;
-    po->o.driver = vb_pending_strdup(po, opts->driver);
-    po->o.filename = vb_pending_strdup(po, opts->filename);
-    r = &po->o.rbd;
-    r->pool = vb_pending_strdup(po, r->pool);
-    r->namespace_ = vb_pending_strdup(po, r->namespace_);
-    r->image = vb_pending_strdup(po, r->image);
-    r->snapshot = vb_pending_strdup(po, r->snapshot);
-    r->conf = vb_pending_strdup(po, r->conf);
-    r->user = vb_pending_strdup(po, r->user);
-    r->key = vb_pending_strdup(po, r->key);
-    r->keyfile = vb_pending_strdup(po, r->keyfile);
-    r->mon_host = vb_pending_strdup(po, r->mon_host);
-    r->auth_client_required = vb_pending_strdup(po,
-                                                r->auth_client_required);
-    r->share = vb_pending_strdup(po, r->share);
     g_ptr_array_add(s->pending_nodes, po);
     blk_open_async(&po->o, vb_node_open_done, po);
-}
-
-/*
- * A list member given as a JSON array (QMP) or, from the command line,
- * as an object with the keys "0", "1", ... (keyval's server.0.host=...).
- * The elements in order, or NULL (with @errp set if it is neither).
- */
-static GPtrArray *vb_list_member(QmpArgs *a, JsonObject *args,
-                                 const char *name, GError **errp)
-{
-    JsonNode *n = json_object_get_member(args, name);
-    GPtrArray *out = g_ptr_array_new();
-
-    g_hash_table_add(a->used, g_strdup(name));
-    if (JSON_NODE_HOLDS_ARRAY(n)) {
-        JsonArray *arr = json_node_get_array(n);
-
-        for (guint i = 0; i < json_array_get_length(arr); i++) {
-            g_ptr_array_add(out, json_array_get_element(arr, i));
-        }
-        return out;
-    }
-    if (JSON_NODE_HOLDS_OBJECT(n)) {
-        JsonObject *o = json_node_get_object(n);
-
-        for (guint i = 0; i < json_object_get_size(o); i++) {
-            g_autofree char *key = g_strdup_printf("%u", i);
-
-            if (!json_object_has_member(o, key)) {
-                break;
-            }
-            g_ptr_array_add(out, json_object_get_member(o, key));
-        }
-        if (out->len == json_object_get_size(o)) {
-            return out;
-        }
-    }
-    g_ptr_array_free(out, true);
-    vb_set_error(errp, "Invalid parameter type for '%s', expected: array",
-                 name);
-    return NULL;
-}
-
-/* A string element of a list member (keyval gives every value as one). */
-static const char *vb_list_str(JsonNode *n)
-{
-    return JSON_NODE_HOLDS_VALUE(n) &&
-           json_node_get_value_type(n) == G_TYPE_STRING ?
-           json_node_get_string(n) : NULL;
 }
 
 /*
@@ -389,235 +309,61 @@ static bool vb_blockdev_check_base(QmpArgs *a, const VbBlockdevBase *b,
     return true;
 }
 
-/*
- * driver=file,filename=PATH[,aio=threads|native|io_uring] (a raw image)
- * and driver=host_device (a block device): file-posix.
- */
-static VbNode *vb_blockdev_add_file(VbState *s, QmpArgs *a,
-                                    const VbBlockdevBase *b, QmpPending *p,
-                                    bool *deferred, GError **errp)
+/* The secret objects, for a driver's key-secret=ID. */
+static char *vb_blockdev_secret(void *opaque, const char *id, GError **errp)
 {
-    static const struct {
-        const char *name;
-        BlockAioMode mode;
-    } aios[] = {
-        { "threads", BLOCK_AIO_THREADS },
-        { "native", BLOCK_AIO_NATIVE },
-        { "io_uring", BLOCK_AIO_IO_URING },
+    VbSecretObj *sec = vb_secret_find(opaque, id);
+
+    if (!sec) {
+        vb_set_error(errp, "No secret with id '%s'", id);
+        return NULL;
+    }
+    return g_strdup(sec->base64);
+}
+
+/*
+ * A node of a driver of the registry (an image: file, host_device,
+ * null-co, rbd, ...): the common keys are in @b, the driver reads its own
+ * from @a (blk_options_parse()).  With @p (QMP) the node opens through
+ * blk_open_async(), which answers @p (at once unless the driver waits on
+ * the network): *@deferred is set.
+ */
+static VbNode *vb_blockdev_add_image(VbState *s, QmpArgs *a,
+                                     const VbBlockdevBase *b, QmpPending *p,
+                                     bool *deferred, GError **errp)
+{
+    BlockOptsParse parse = {
+        .driver = b->driver,
+        .secret = vb_blockdev_secret,
+        .opaque = s,
     };
-    bool host_device = !strcmp(b->driver, "host_device");
-    const char *filename = NULL;
-    int aio = -1;
     BlockOptions o;
-    struct stat st;
-
-    if (!qmp_args_str(a, "filename", true, &filename, errp) ||
-        !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio, errp) ||
-        !vb_blockdev_check_base(a, b, errp)) {
-        return NULL;
-    }
-    if (stat(filename, &st) < 0) {
-        vb_set_error(errp, "Could not open '%s': %s", filename,
-                     g_strerror(errno));
-        return NULL;
-    }
-    if (!host_device && S_ISBLK(st.st_mode)) {
-        vb_set_error(errp, "'%s' is a block device: use "
-                     "driver=host_device", filename);
-        return NULL;
-    }
-    if (host_device && !S_ISBLK(st.st_mode)) {
-        vb_set_error(errp, "'%s' is not a block device: use "
-                     "driver=file", filename);
-        return NULL;
-    }
+    VbNode *n = NULL;
 
     blk_options_init(&o);
     o.readonly = b->ro;
-    o.driver = "file";
-    o.filename = filename;
     o.cache_direct = b->direct;
-    /* Without aio=, io_uring (file-posix falls back if it cannot). */
-    o.aio = aio >= 0 ? aios[aio].mode : BLOCK_AIO_IO_URING;
-    return vb_node_open(s, b->name, &o, b->mode, errp);
-}
-
-/* driver=null-co or null-aio[,size=N][,read-zeroes=on]: no image. */
-static VbNode *vb_blockdev_add_null(VbState *s, QmpArgs *a,
-                                    const VbBlockdevBase *b, QmpPending *p,
-                                    bool *deferred, GError **errp)
-{
-    bool null_aio = !strcmp(b->driver, "null-aio");
-    uint64_t size = VB_NULL_DEFAULT_SIZE;
-    bool has_size, rz = false;
-    BlockOptions o;
-    VbNode *n;
-
-    if (!qmp_args_size(a, "size", false, &size, &has_size, errp) ||
-        !qmp_args_bool(a, "read-zeroes", &rz, errp) ||
-        !vb_blockdev_check_base(a, b, errp)) {
-        return NULL;
-    }
-
-    blk_options_init(&o);
-    o.readonly = b->ro;
-    o.driver = "null";
-    o.size = size;
-    o.null_read_zeroes = rz;
-    n = vb_node_open(s, b->name, &o, b->mode, errp);
-    if (n && null_aio) {
-        /* null-aio and null-co behave the same here; keep the name. */
-        g_free(n->driver);
-        n->driver = g_strdup("null-aio");
-        if (!strcmp(n->filename, "null-co://")) {
-            g_free(n->filename);
-            n->filename = g_strdup("null-aio://");
-        } else {
-            g_autofree char *old = n->filename;
-
-            n->filename = g_strdup_printf("json:{\"driver\": \"null-aio\", "
-                                          "\"size\": %" PRIu64 "}", size);
-        }
-    }
-    return n;
-}
-
-/*
- * blockdev-add driver=rbd: QEMU's keys pool, image, namespace, snapshot,
- * conf, user, key-secret, server (the monitors: [{host, port}]) and
- * auth-client-required; ours x-connect-timeout (seconds),
- * x-shared-connection (a name: nodes giving it share one connection) and
- * x-completion (callback or poll: see block/rbd.c).
- */
-static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a,
-                                   const VbBlockdevBase *b, QmpPending *p,
-                                   bool *deferred, GError **errp)
-{
-    JsonObject *args = a->obj;
-    const char *name = b->name;
-    const char *pool = NULL, *image = NULL, *ns = NULL, *snap = NULL;
-    const char *conf = NULL, *user = NULL, *secret = NULL, *share = NULL;
-    const char *completion = NULL;
-    BlockRbdCompletion comp = BLOCK_RBD_COMPLETION_DEFAULT;
-    int64_t timeout = 0;
-    g_autoptr(GString) mons = g_string_new(NULL);
-    g_autoptr(GString) auth = g_string_new(NULL);
-    g_autofree char *desc = NULL;
-    BlockOptions o;
-
-    if (!qmp_args_str(a, "pool", true, &pool, errp) ||
-        !qmp_args_str(a, "image", true, &image, errp) ||
-        !qmp_args_str(a, "namespace", false, &ns, errp) ||
-        !qmp_args_str(a, "snapshot", false, &snap, errp) ||
-        !qmp_args_str(a, "conf", false, &conf, errp) ||
-        !qmp_args_str(a, "user", false, &user, errp) ||
-        !qmp_args_str(a, "key-secret", false, &secret, errp) ||
-        !qmp_args_str(a, "x-shared-connection", false, &share, errp) ||
-        !qmp_args_str(a, "x-completion", false, &completion, errp) ||
-        !qmp_args_int(a, "x-connect-timeout", false, &timeout, NULL, errp)) {
-        return NULL;
-    }
-    if (qmp_args_has(a, "server")) {
-        g_autoptr(GPtrArray) list = vb_list_member(a, args, "server", errp);
-
-        if (!list) {
-            return NULL;
-        }
-        for (guint i = 0; i < list->len; i++) {
-            JsonNode *e = g_ptr_array_index(list, i);
-            g_auto(QmpArgs) srv = { 0 };
-            const char *host = NULL, *port = NULL;
-
-            if (!JSON_NODE_HOLDS_OBJECT(e)) {
-                vb_set_error(errp, "server.%u: expected an object with host "
-                             "and port", i);
-                return NULL;
-            }
-            qmp_args_init(&srv, json_node_get_object(e), true, NULL);
-            if (!qmp_args_str(&srv, "host", true, &host, errp) ||
-                !qmp_args_str(&srv, "port", false, &port, errp) ||
-                !qmp_args_check_done(&srv, errp)) {
-                return NULL;
-            }
-            g_string_append_printf(mons, "%s%s%s%s%s%s", mons->len ? "," : "",
-                                   strchr(host, ':') ? "[" : "", host,
-                                   strchr(host, ':') ? "]" : "",
-                                   port ? ":" : "", port ? port : "");
-        }
-    }
-    if (qmp_args_has(a, "auth-client-required")) {
-        g_autoptr(GPtrArray) list = vb_list_member(a, args,
-                                                   "auth-client-required",
-                                                   errp);
-
-        if (!list) {
-            return NULL;
-        }
-        for (guint i = 0; i < list->len; i++) {
-            const char *m = vb_list_str(g_ptr_array_index(list, i));
-
-            if (!m || (strcmp(m, "cephx") && strcmp(m, "none"))) {
-                vb_set_error(errp, "auth-client-required: use cephx and/or "
-                             "none");
-                return NULL;
-            }
-            g_string_append_printf(auth, "%s%s", auth->len ? "," : "", m);
-        }
-    }
-    if (!qmp_args_check_done(a, errp)) {
-        return NULL;
-    }
-    if (!name) {
-        vb_set_error(errp, "'node-name' must be specified for the root "
-                     "node");
-        return NULL;
-    }
-    if (b->auto_ro || b->detect_zeroes || b->no_flush) {
-        vb_set_error(errp, "driver=rbd: auto-read-only=on, detect-zeroes "
-                     "and cache.no-flush=on are not supported");
-        return NULL;
-    }
-    if (completion && !blk_rbd_completion_parse(completion, &comp)) {
-        vb_set_error(errp, "x-completion=%s: use callback or poll",
-                     completion);
-        return NULL;
-    }
-    if (timeout < 0 || timeout > 3600) {
-        vb_set_error(errp, "x-connect-timeout=%" PRId64 ": use 1 to 3600 "
-                     "seconds (0: the default, %u)", timeout,
-                     BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT);
-        return NULL;
-    }
-    blk_options_init(&o);
-    o.driver = "rbd";
-    o.readonly = b->ro || snap;
-    o.rbd.pool = pool;
-    o.rbd.image = image;
-    o.rbd.namespace_ = ns;
-    o.rbd.snapshot = snap;
-    o.rbd.conf = conf;
-    o.rbd.user = user;
-    o.rbd.connect_timeout = timeout;
-    o.rbd.share = share;
-    o.rbd.completion = comp;
-    o.rbd.mon_host = mons->len ? mons->str : NULL;
-    o.rbd.auth_client_required = auth->len ? auth->str : NULL;
-    if (secret) {
-        VbSecretObj *sec = vb_secret_find(s, secret);
-
-        if (!sec) {
-            vb_set_error(errp, "No secret with id '%s'", secret);
-            return NULL;
-        }
-        o.rbd.key = sec->base64;
+    if (!blk_options_parse(&o, a, &parse, errp) ||
+        !vb_blockdev_check_base(a, b, errp) ||
+        !blk_options_check(&o, &parse, errp)) {
+        goto out;
     }
     if (p) {
-        /* The cluster may not answer for connect-timeout seconds. */
         *deferred = true;
-        vb_node_open_async(s, name, &o, b->mode, p);
-        return NULL;
+        vb_node_open_async(s, b->name, b->driver, &o, b->mode, a->obj,
+                           &parse, p);
+        goto out;
     }
-    return vb_node_open(s, name, &o, b->mode, errp);
+    if (vb_node_name_free(s, b->name, errp)) {
+        BlockBackend *blk = blk_open(&o, errp);
+
+        if (blk) {
+            n = vb_node_register(s, b->name, b->driver, &o, b->mode, blk);
+        }
+    }
+out:
+    blk_options_parse_cleanup(&parse);
+    return n;
 }
 
 static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
@@ -640,19 +386,21 @@ static void vb_node_drop_implicit(VbState *s, VbNode *n)
     }
 }
 
-/* An inline definition @def, or one nested in it, is of an rbd image. */
-static bool vb_def_has_rbd(JsonObject *def)
+/*
+ * The driver of an inline definition @def, or of one nested in it, that
+ * opens in a worker (it waits on the network), or NULL.
+ */
+static const char *vb_def_opens_in_worker(JsonObject *def)
 {
     JsonNode *d = json_object_get_member(def, "driver");
     JsonNode *f = json_object_get_member(def, "file");
+    const char *name = d ? qmp_node_str(d) : NULL;
 
-    if (d && JSON_NODE_HOLDS_VALUE(d) &&
-        json_node_get_value_type(d) == G_TYPE_STRING &&
-        !strcmp(json_node_get_string(d), "rbd")) {
-        return true;
+    if (name && blk_driver_opens_in_worker(name)) {
+        return name;
     }
-    return f && JSON_NODE_HOLDS_OBJECT(f) &&
-           vb_def_has_rbd(json_node_get_object(f));
+    return f && JSON_NODE_HOLDS_OBJECT(f) ?
+           vb_def_opens_in_worker(json_node_get_object(f)) : NULL;
 }
 
 /*
@@ -665,8 +413,9 @@ static bool vb_def_has_rbd(JsonObject *def)
  * read-only, discard and cache.direct from its parent unless it sets
  * them.  *@implicit says whether the child was opened here (the caller
  * owns it then: vb_node_drop_implicit() on failure).  With @qmp an
- * inline rbd image is refused: its open waits for the cluster, which QMP
- * does only in a worker, for a blockdev-add of its own.
+ * inline node of a driver that opens in a worker (rbd: it waits for the
+ * cluster) is refused: QMP opens such a node only for a blockdev-add of
+ * its own.
  */
 static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
                                 bool ro, const char *discard, bool direct,
@@ -698,11 +447,14 @@ static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
     if (!qmp_args_object(a, "file", true, &sub, NULL, errp)) {
         return NULL;
     }
-    if (qmp && vb_def_has_rbd(sub.obj)) {
-        vb_set_error(errp, "%s: an inline driver=rbd file is not supported "
-                     "in QMP (the monitor would wait for the cluster): add "
-                     "the rbd node with a blockdev-add of its own and give "
-                     "its node-name as file", drv);
+    if (qmp && vb_def_opens_in_worker(sub.obj)) {
+        const char *w = vb_def_opens_in_worker(sub.obj);
+
+        vb_set_error(errp, "%s: an inline driver=%s file is not supported "
+                     "in QMP (its open waits on the network, and the "
+                     "monitor would wait with it): add the %s node with a "
+                     "blockdev-add of its own and give its node-name as "
+                     "file", drv, w, w);
         return NULL;
     }
     /* A copy: the caller's arguments stay as given. */
@@ -969,24 +721,22 @@ static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
     return n;
 }
 
-/* The drivers blockdev-add takes, by the name driver= gives. */
+/*
+ * The kinds of node the monitor builds over other nodes; every other
+ * driver= is an image of a driver of the registry (vb_blockdev_add_image()).
+ */
 static const struct {
     const char *name;
     VbBlockdevAddFn *add;
-} vb_blockdev_drivers[] = {
-    { "file", vb_blockdev_add_file },
-    { "host_device", vb_blockdev_add_file },
-    { "null-co", vb_blockdev_add_null },
-    { "null-aio", vb_blockdev_add_null },
-    { "rbd", vb_blockdev_add_rbd },
+} vb_blockdev_graph[] = {
     { "throttle", vb_blockdev_add_throttle },
     { "raw", vb_blockdev_add_raw },
 };
 
 /*
- * blockdev-add; with @p (QMP), a driver=rbd open goes to a worker thread:
- * then *@deferred is set and @p is answered later, else the node (or NULL
- * with @errp set) is the answer.
+ * blockdev-add; with @p (QMP), the open goes through blk_open_async():
+ * then *@deferred is set and @p is answered when it ends, else the node
+ * (or NULL with @errp set) is the answer.
  */
 static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
                                       bool keyval, QmpPending *p,
@@ -1004,35 +754,22 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
     static const char *const dzs[] = { "off", "on", "unmap", NULL };
     g_auto(QmpArgs) a = { 0 };
     g_auto(QmpArgs) cache = { 0 };
-    const char *dname;
-    int driver, discard = -1, dz = -1;
+    VbBlockdevAddFn *add = vb_blockdev_add_image;
+    int discard = -1, dz = -1;
     VbBlockdevBase b = { .qmp = p != NULL, .mode = BLOCK_DISCARD_IGNORE };
 
     qmp_args_init(&a, args, keyval, NULL);
-    if (qmp_args_has(&a, "driver")) {
-        JsonNode *d = json_object_get_member(args, "driver");
-        static const char *const qemu_only[] = {
-            "qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed",
-            "luks", "nbd", "iscsi", "nfs", "ssh", "http", "https",
-            "gluster", "blkdebug", "copy-on-read", "compress",
-            "nvme", "io_uring", "host_cdrom", "preallocate", NULL,
-        };
-
-        dname = JSON_NODE_HOLDS_VALUE(d) &&
-                json_node_get_value_type(d) == G_TYPE_STRING ?
-                json_node_get_string(d) : NULL;
-        if (dname && g_strv_contains(qemu_only, dname)) {
-            vb_set_error(errp, "Driver '%s' is not supported by vhost-blkd: "
-                         "it serves only raw images, block devices and Ceph "
-                         "RBD images (driver=file, host_device, rbd, "
-                         "null-co, throttle, and raw over any of them); "
-                         "convert a qcow2 or other image with qemu-img "
-                         "convert -O raw", dname);
-            return NULL;
+    if (!qmp_args_str(&a, "driver", true, &b.driver, errp)) {
+        return NULL;
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(vb_blockdev_graph); i++) {
+        if (!strcmp(vb_blockdev_graph[i].name, b.driver)) {
+            add = vb_blockdev_graph[i].add;
         }
     }
-    if (!QMP_ARGS_ENUM_TABLE(&a, "driver", vb_blockdev_drivers, name, true,
-                             &driver, errp) ||
+    /* An unknown driver first, as QEMU. */
+    if ((add == vb_blockdev_add_image &&
+         !blk_driver_check_name(b.driver, errp)) ||
         !qmp_args_str(&a, "node-name", false, &b.name, errp) ||
         !qmp_args_bool(&a, "read-only", &b.ro, errp) ||
         !qmp_args_bool(&a, "auto-read-only", &b.auto_ro, errp) ||
@@ -1045,7 +782,6 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
         !qmp_args_check_done(&cache, errp)) {
         return NULL;
     }
-    b.driver = vb_blockdev_drivers[driver].name;
     if (discard >= 0) {
         b.discard = discards[discard].name;
         b.mode = discards[discard].mode;
@@ -1053,7 +789,7 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
     if (dz >= 0 && strcmp(dzs[dz], "off")) {
         b.detect_zeroes = dzs[dz];
     }
-    return vb_blockdev_drivers[driver].add(s, &a, &b, p, deferred, errp);
+    return add(s, &a, &b, p, deferred, errp);
 }
 
 VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
@@ -1062,7 +798,7 @@ VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
     return vb_blockdev_add_common(s, args, keyval, NULL, NULL, errp);
 }
 
-/* Deferred reply: an rbd image opens in a worker (see VbPendingOpen). */
+/* Deferred reply: a node may open in a worker (see VbPendingOpen). */
 static void vb_qmp_blockdev_add(void *opaque, JsonObject *args,
                                 QmpPending *p)
 {

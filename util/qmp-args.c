@@ -460,6 +460,53 @@ bool qmp_args_uint_list(QmpArgs *a, const char *name, unsigned int max,
     return true;
 }
 
+bool qmp_args_list(QmpArgs *a, const char *name, GPtrArray **out,
+                   GError **errp)
+{
+    JsonNode *n = qmp_args_take(a, name, false, errp);
+    GPtrArray *list;
+
+    *out = NULL;
+    if (!n) {
+        return true;
+    }
+    list = g_ptr_array_new();
+    if (JSON_NODE_HOLDS_ARRAY(n)) {
+        JsonArray *arr = json_node_get_array(n);
+
+        for (guint i = 0; i < json_array_get_length(arr); i++) {
+            g_ptr_array_add(list, json_array_get_element(arr, i));
+        }
+        *out = list;
+        return true;
+    }
+    if (JSON_NODE_HOLDS_OBJECT(n)) {
+        /* keyval: server.0.host=...; the keys must be 0, 1, ... */
+        JsonObject *o = json_node_get_object(n);
+
+        for (guint i = 0; i < json_object_get_size(o); i++) {
+            g_autofree char *key = g_strdup_printf("%u", i);
+
+            if (!json_object_has_member(o, key)) {
+                break;
+            }
+            g_ptr_array_add(list, json_object_get_member(o, key));
+        }
+        if (list->len == json_object_get_size(o)) {
+            *out = list;
+            return true;
+        }
+    }
+    g_ptr_array_free(list, true);
+    qmp_args_type_error(a, name, "array", errp);
+    return false;
+}
+
+const char *qmp_node_str(JsonNode *n)
+{
+    return qmp_node_is(n, G_TYPE_STRING) ? json_node_get_string(n) : NULL;
+}
+
 bool qmp_args_check_done(QmpArgs *a, GError **errp)
 {
     g_autoptr(GList) members = NULL;

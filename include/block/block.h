@@ -166,6 +166,67 @@ typedef struct BlockOptions {
 void blk_options_init(BlockOptions *opts);
 
 /*
+ * A node's options from the command line, a config file or QMP.  Every
+ * syntax reaches the block layer as one JsonObject in QMP's shape: QMP
+ * and JSON (--blockdev '{...}') typed, keyval (--blockdev a=b,c.d=e)
+ * with strings, which the QmpArgs helpers (include/qemu/qmp-args.h) take
+ * where numbers and booleans are expected.  The caller reads the keys
+ * every node has (QEMU's BlockdevOptionsBase: node-name, read-only,
+ * discard, cache, ...) into the common fields of a BlockOptions it
+ * initialised; blk_options_parse() finds the driver "driver" names in the
+ * registry (by its name or one of its aliases, e.g. QEMU's host_device
+ * and null-co) and lets it read its own keys, marking them used; once
+ * the caller has refused what is left (qmp_args_check_done()) and made
+ * its own checks, blk_options_check() lets the driver check what it
+ * needs of the system (a file: that the image exists) with QEMU's
+ * messages.  Main thread.
+ */
+typedef struct QmpArgs QmpArgs;
+typedef struct BlockOptsParse {
+    /* In: "driver" as given (an alias or the driver's name). */
+    const char *driver;
+    /* In: key-secret=ID: a copy of the secret's value (base64), or NULL
+     * with @errp set.  NULL: secrets cannot be named here. */
+    char *(*secret)(void *opaque, const char *id, GError **errp);
+    void *opaque;
+    /* Out: what the parser allocated for the BlockOptions (they point
+     * into it and into the arguments): keep both until the node is open,
+     * then blk_options_parse_cleanup() (which zeroes them: a key may be
+     * among them). */
+    GPtrArray *strings;
+} BlockOptsParse;
+
+/* False with @errp set: an unknown driver (QEMU's message, or what to do
+ * instead of a QEMU-only format) or a filter; blk_options_parse() checks
+ * it too, and the driver's keys. */
+bool blk_driver_check_name(const char *name, GError **errp);
+bool blk_options_parse(BlockOptions *opts, QmpArgs *a, BlockOptsParse *p,
+                       GError **errp);
+bool blk_options_check(const BlockOptions *opts, BlockOptsParse *p,
+                       GError **errp);
+void blk_options_parse_cleanup(BlockOptsParse *p);
+/*
+ * How QEMU shows a node (query-named-block-nodes): its driver as QEMU
+ * names it (@given, the name the node was added with, when there is
+ * one; else the driver chooses, e.g. host_device for a block device),
+ * its filename (the image, or a json:{...} or pseudo-protocol form) and
+ * whether cache.direct applies to it.  @blk is the open node of @opts.
+ * blk_node_names_free() frees the strings.  Main thread.
+ */
+typedef struct BlockNodeNames {
+    char *driver;
+    char *filename;
+    bool cache_direct;
+} BlockNodeNames;
+void blk_node_names(BlockBackend *blk, const BlockOptions *opts,
+                    const char *given, BlockNodeNames *out);
+void blk_node_names_free(BlockNodeNames *n);
+/* Whether the driver called @name (or an alias) opens in a worker thread
+ * (it waits on the network: blk_open_async() answers later).  False for
+ * a name the registry does not know.  Main thread. */
+bool blk_driver_opens_in_worker(const char *name);
+
+/*
  * What a range of a node holds (blk_aio_block_status()): for the first
  * @pnum bytes from the asked offset, a combination of
  *   BDRV_BLOCK_DATA       reads may return non-zero data from storage;

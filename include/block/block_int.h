@@ -118,8 +118,35 @@ typedef struct BlockLimits {
 typedef void BlockDriverSubmitFunc(BlockBackend *bs, AioContext *ctx,
                                    BlockAIOCB *acb);
 
+/*
+ * A driver's options (blk_options_parse(), include/block/block.h): read
+ * the driver's own keys from @a into @opts (whose common fields the
+ * caller filled), set @p->filename, and add what it allocates for @opts
+ * to @p->strings.  No system access: what an open needs of the system is
+ * checked by the check function, after the caller's own checks.  False
+ * with @errp set.  Main thread.
+ */
+typedef bool BlockDriverParseFunc(BlockOptions *opts, QmpArgs *a,
+                                  BlockOptsParse *p, GError **errp);
+typedef bool BlockDriverCheckFunc(const BlockOptions *opts,
+                                  BlockOptsParse *p, GError **errp);
+/* Fill @out (blk_node_names(), include/block/block.h). */
+typedef void BlockDriverNamesFunc(BlockBackend *blk, const BlockOptions *opts,
+                                  const char *given, BlockNodeNames *out);
+
 struct BlockDriver {
     const char *format_name;
+    /* Other names the driver answers to in the QEMU syntaxes (QEMU's
+     * host_device, null-co), NULL-terminated; NULL: none.  A parser that
+     * cares tells them apart by @p->driver. */
+    const char *const *aliases;
+    /* Optional: the driver's keys (without: it takes none) and its checks
+     * of the system before an open. */
+    BlockDriverParseFunc *bdrv_parse_options;
+    BlockDriverCheckFunc *bdrv_check_options;
+    /* Optional: how QEMU shows a node (without: @given or the driver's
+     * name, and that name as the filename). */
+    BlockDriverNamesFunc *bdrv_node_names;
     /* A filter: opened over a child by the block layer, never by name. */
     bool is_filter;
     /* bdrv_open() (and bdrv_close() after it failed) may run in a worker
@@ -280,5 +307,31 @@ void bdrv_register(const BlockDriver *drv);
 /* The names of every driver the registry knows, joined with ", " and
  * " or " for messages. */
 char *bdrv_driver_names(void);
+
+/*
+ * A driver in a module (block-NAME.so), as the program knows it before
+ * the module is loaded: its names, whether it opens in a worker, how its
+ * options are read, and how a node of its is named in messages before the
+ * driver has opened it (the error of a module that cannot be loaded names
+ * the node).  These live in a file of the driver's own that is built into
+ * the program (block/rbd-options.c), registered with
+ * BLOCK_MODULE_DRIVER_REGISTER; the BlockDriver of the module itself then
+ * needs neither parser nor aliases.
+ */
+typedef struct BlockModuleDriver {
+    const char *name;
+    const char *const *aliases;
+    bool open_any_thread;
+    BlockDriverParseFunc *parse;
+    BlockDriverCheckFunc *check;
+    /* Also the node's filename in blk_node_names(). */
+    char *(*describe)(const BlockOptions *opts);
+} BlockModuleDriver;
+void bdrv_register_module(const BlockModuleDriver *m);
+#define BLOCK_MODULE_DRIVER_REGISTER(m) \
+    static void __attribute__((constructor)) m##_register(void) \
+    { \
+        bdrv_register_module(&m); \
+    }
 
 #endif

@@ -94,6 +94,17 @@ bool qmp_args_object(QmpArgs *a, const char *name, bool required,
 bool qmp_args_uint_list(QmpArgs *a, const char *name, unsigned int max,
                         uint64_t **out, unsigned int *n_out, bool *present,
                         GError **errp);
+/*
+ * A list given as a JSON array (QMP, JSON) or, in keyval, as an object
+ * with the keys "0", "1", ... (server.0.host=...): *@out gets its
+ * elements in order (a GPtrArray of JsonNode the caller frees, without
+ * freeing the nodes), NULL if absent.  False with @errp set if it is
+ * neither.
+ */
+bool qmp_args_list(QmpArgs *a, const char *name, GPtrArray **out,
+                   GError **errp);
+/* The string @n holds (keyval gives every value as one), or NULL. */
+const char *qmp_node_str(JsonNode *n);
 /* Whether @name was given (does not consume it). */
 bool qmp_args_has(QmpArgs *a, const char *name);
 /* Every member consumed?  Otherwise "Parameter 'x' is unexpected". */
