@@ -4,11 +4,17 @@
  * driver.  A built-in driver registers itself from its own file
  * (BLOCK_DRIVER_REGISTER, a constructor: the block library is linked
  * whole, so every driver in it is there); a driver in a module
- * (block-NAME.so, include/block/module.h) is listed by name below and
- * loaded on its first use, so that a process that never opens such a
+ * (block-NAME.so, include/block/module.h) is registered by a built-in file
+ * of its own with its names and option parser (BLOCK_MODULE_DRIVER_REGISTER)
+ * and loaded on its first use, so that a process that never opens such a
  * node maps none of its libraries; tests add drivers of their own with
- * bdrv_register().  Adding a driver: its .c file with its options and
- * BLOCK_DRIVER_REGISTER line, and one line in block/meson.build.
+ * bdrv_register().  Adding a driver: its .c file with its option parser
+ * and BLOCK_DRIVER_REGISTER line, and one line in block/meson.build.
+ *
+ * Options (blk_options_parse()): every syntax of every front end reaches
+ * the driver's parser as one JsonObject; the registry finds the driver by
+ * name, alias or --export key and says what to do for a name it does not
+ * know.
  *
  * Threads: the main thread (opening nodes), except bdrv_driver_names(),
  * which only reads the table.
@@ -175,6 +181,37 @@ static bool bdrv_keys_lookup(const char *name, BlockDriverKeys *k)
         return true;
     }
     return false;
+}
+
+const char *blk_driver_for_export_key(const char *key)
+{
+    for (guint i = 0; block_drivers && i < block_drivers->len; i++) {
+        const BlockDriver *drv = g_ptr_array_index(block_drivers, i);
+
+        if (!drv->is_filter && !g_strcmp0(drv->export_key, key)) {
+            return drv->format_name;
+        }
+    }
+    for (guint i = 0; block_modules && i < block_modules->len; i++) {
+        const BlockModuleDriver *m = g_ptr_array_index(block_modules, i);
+
+        if (!g_strcmp0(m->export_key, key)) {
+            return m->name;
+        }
+    }
+    return NULL;
+}
+
+char *blk_driver_export_names(void)
+{
+    return bdrv_driver_names();
+}
+
+bool blk_driver_exists(const char *name)
+{
+    const BlockDriver *drv = bdrv_lookup(name, false);
+
+    return drv ? !drv->is_filter : bdrv_module_lookup(name, false) != NULL;
 }
 
 bool blk_driver_opens_in_worker(const char *name)

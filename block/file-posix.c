@@ -652,7 +652,8 @@ static void raw_get_info(BlockBackend *blk, BlockDriverInfo *bdi)
 /*
  * The QEMU syntaxes (blk_options_parse()): driver=file (an image file) or
  * host_device (a block device), filename=PATH[,aio=threads|native|io_uring];
- * cache.direct is a common key.  Main thread.
+ * cache.direct is a common key.  --export: file=PATH (either).  Main
+ * thread.
  */
 static bool raw_parse_options(BlockOptions *opts, QmpArgs *a,
                               BlockOptsParse *p, GError **errp)
@@ -668,6 +669,19 @@ static bool raw_parse_options(BlockOptions *opts, QmpArgs *a,
     const char *filename = NULL;
     int aio = -1;
 
+    if (p->export_syntax) {
+        /* file=PATH; aio= and cache= are the export's keys there. */
+        if (!qmp_args_str(a, "file", false, &filename, errp)) {
+            return false;
+        }
+        if (!filename || !*filename) {
+            g_set_error(errp, VB_ERROR, 0, "file=PATH is missing (or name "
+                        "another driver's image: see vhost-blkd --help)");
+            return false;
+        }
+        opts->filename = p->image = filename;
+        return true;
+    }
     if (!qmp_args_str(a, "filename", true, &filename, errp) ||
         !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio, errp)) {
         return false;
@@ -696,6 +710,15 @@ static bool raw_check_options(const BlockOptions *opts, BlockOptsParse *p,
     bool host_device = !strcmp(p->driver, "host_device");
     struct stat st;
 
+    if (p->export_syntax) {
+        /* Files and block devices alike, under vhost-blkd's words. */
+        if (stat(opts->filename, &st) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", opts->filename,
+                        g_strerror(errno));
+            return false;
+        }
+        return true;
+    }
     if (stat(opts->filename, &st) < 0) {
         g_set_error(errp, VB_ERROR, 0, "Could not open '%s': %s",
                     opts->filename, g_strerror(errno));
@@ -719,6 +742,7 @@ static const char *const raw_aliases[] = { "host_device", NULL };
 static const BlockDriver bdrv_file = {
     .format_name = "file",
     .aliases = raw_aliases,
+    .export_key = "file",
     .bdrv_parse_options = raw_parse_options,
     .bdrv_check_options = raw_check_options,
     .bdrv_node_names = raw_node_names,

@@ -61,7 +61,8 @@ static void null_block_status(BlockBackend *bs, AioContext *ctx,
 
 /*
  * The QEMU syntaxes (blk_options_parse()): driver=null-co or null-aio
- * (the same here)[,size=N][,read-zeroes=on].  Main thread.
+ * (the same here)[,size=N][,read-zeroes=on].  --export: driver=null,size=N.
+ * Main thread.
  */
 static bool null_parse_options(BlockOptions *opts, QmpArgs *a,
                                BlockOptsParse *p, GError **errp)
@@ -69,6 +70,29 @@ static bool null_parse_options(BlockOptions *opts, QmpArgs *a,
     uint64_t size = NULL_DEFAULT_SIZE;
     bool rz = false;
 
+    if (p->export_syntax) {
+        /* size=N, required. */
+        const char *str = NULL;
+        GError *err = NULL;
+
+        if (!qmp_args_str(a, "size", false, &str, errp)) {
+            return false;
+        }
+        if (!str) {
+            g_set_error(errp, VB_ERROR, 0, "driver=null needs size=N");
+            return false;
+        }
+        if (!qmp_args_size(a, "size", true, &size, NULL, &err) ||
+            size == 0) {
+            g_clear_error(&err);
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for size: use a "
+                        "positive number with an optional k, M, G or T "
+                        "suffix", str);
+            return false;
+        }
+        opts->size = size;
+        return true;
+    }
     if (!qmp_args_size(a, "size", false, &size, NULL, errp) ||
         !qmp_args_bool(a, "read-zeroes", &rz, errp)) {
         return false;

@@ -99,6 +99,129 @@ static bool rbd_parse_auth(QmpArgs *a, BlockOptsParse *p, const char **out,
     return true;
 }
 
+/* rbd=POOL[/NAMESPACE]/IMAGE[@SNAP], every part non-empty, into @o
+ * (strings added to @p). */
+static bool rbd_parse_spec(const char *val, BlockRbdOptions *o,
+                           BlockOptsParse *p)
+{
+    char *v = g_strdup(val);
+    char *at = strchr(v, '@');
+    g_auto(GStrv) parts = NULL;
+    guint n;
+
+    g_ptr_array_add(p->strings, v);
+    if (at) {
+        *at = '\0';
+        if (!at[1] || strchr(at + 1, '/')) {
+            return false;
+        }
+    }
+    parts = g_strsplit(v, "/", -1);
+    n = g_strv_length(parts);
+    if (n < 2 || n > 3) {
+        return false;
+    }
+    for (guint i = 0; i < n; i++) {
+        if (!*parts[i]) {
+            return false;
+        }
+    }
+    for (guint i = 0; i < n; i++) {
+        g_ptr_array_add(p->strings, g_strdup(parts[i]));
+    }
+    o->pool = g_ptr_array_index(p->strings, p->strings->len - n);
+    o->namespace_ = n == 3 ? g_ptr_array_index(p->strings,
+                                               p->strings->len - 2) : NULL;
+    o->image = g_ptr_array_index(p->strings, p->strings->len - 1);
+    o->snapshot = at ? at + 1 : NULL;
+    return true;
+}
+
+/*
+ * vhost-blkd's --export syntax: rbd=POOL[/NAMESPACE]/IMAGE[@SNAP],
+ * ceph-conf=FILE, ceph-id=ID, ceph-keyfile=PATH, ceph-connect-timeout=S,
+ * ceph-share=NAME, rbd-completion=callback|poll.
+ */
+static bool rbd_parse_export(BlockOptions *opts, QmpArgs *a,
+                             BlockOptsParse *p, GError **errp)
+{
+    static const struct {
+        const char *key, *hint;
+    } keys[] = {
+        { "ceph-conf", "give the path of a ceph.conf" },
+        { "ceph-id", "give a client id without 'client.', e.g. admin" },
+        { "ceph-keyfile", "give the path of a file holding the key" },
+        { "ceph-share", "give a name" },
+    };
+    BlockRbdOptions *o = &opts->rbd;
+    const char **dst[] = { &o->conf, &o->user, &o->keyfile, &o->share };
+    const char *spec = NULL, *timeout = NULL, *completion = NULL;
+    int64_t t = 0;
+
+    for (size_t i = 0; i < G_N_ELEMENTS(keys); i++) {
+        if (!qmp_args_str(a, keys[i].key, false, dst[i], errp)) {
+            return false;
+        }
+        if (*dst[i] && !**dst[i]) {
+            g_set_error(errp, VB_ERROR, 0, "bad value '' for %s: %s",
+                        keys[i].key, keys[i].hint);
+            return false;
+        }
+    }
+    if (!qmp_args_str(a, "rbd", false, &spec, errp) ||
+        !qmp_args_str(a, "ceph-connect-timeout", false, &timeout, errp) ||
+        !qmp_args_str(a, "rbd-completion", false, &completion, errp)) {
+        return false;
+    }
+    if (!spec) {
+        g_set_error(errp, VB_ERROR, 0, "driver=rbd needs "
+                    "rbd=POOL/IMAGE[@SNAPSHOT]");
+        return false;
+    }
+    if (!rbd_parse_spec(spec, o, p)) {
+        g_set_error(errp, VB_ERROR, 0, "bad value '%s' for rbd: use "
+                    "POOL/IMAGE, POOL/NAMESPACE/IMAGE, optionally with "
+                    "@SNAPSHOT", spec);
+        return false;
+    }
+    if (timeout) {
+        GError *err = NULL;
+
+        if (!qmp_args_int(a, "ceph-connect-timeout", true, &t,
+                          NULL, &err) || t < 1 || t > 3600) {
+            g_clear_error(&err);
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for "
+                        "ceph-connect-timeout: use 1 to 3600 seconds",
+                        timeout);
+            return false;
+        }
+        o->connect_timeout = t;
+    }
+    if (completion && !blk_rbd_completion_parse(completion, &o->completion)) {
+        g_set_error(errp, VB_ERROR, 0, "bad value '%s' for rbd-completion: "
+                    "use callback or poll", completion);
+        return false;
+    }
+    opts->readonly = opts->readonly || o->snapshot;  /* served read-only */
+    p->image = o->image;
+    return true;
+}
+
+/* --export: the key file is readable (the QEMU syntaxes name a secret
+ * object instead). */
+static bool rbd_check_options(const BlockOptions *opts, BlockOptsParse *p,
+                              GError **errp)
+{
+    const char *kf = opts->rbd.keyfile;
+
+    if (p->export_syntax && kf && access(kf, R_OK) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "ceph-keyfile=%s: %s", kf,
+                    g_strerror(errno));
+        return false;
+    }
+    return true;
+}
+
 /*
  * The QEMU syntaxes: QEMU's keys pool, image, namespace, snapshot, conf,
  * user, key-secret, server (the monitors: [{host, port}]) and
@@ -113,6 +236,9 @@ static bool rbd_parse_options(BlockOptions *opts, QmpArgs *a,
     const char *secret = NULL, *completion = NULL;
     int64_t timeout = 0;
 
+    if (p->export_syntax) {
+        return rbd_parse_export(opts, a, p, errp);
+    }
     if (!qmp_args_str(a, "pool", true, &o->pool, errp) ||
         !qmp_args_str(a, "image", true, &o->image, errp) ||
         !qmp_args_str(a, "namespace", false, &o->namespace_, errp) ||
@@ -155,13 +281,16 @@ static bool rbd_parse_options(BlockOptions *opts, QmpArgs *a,
         o->key = key;
     }
     opts->readonly = opts->readonly || o->snapshot;  /* served read-only */
+    p->image = o->image;
     return true;
 }
 
 static const BlockModuleDriver rbd_module = {
     .name = "rbd",
+    .export_key = "rbd",
     .open_any_thread = true,
     .parse = rbd_parse_options,
+    .check = rbd_check_options,
     .describe = rbd_describe,
 };
 BLOCK_MODULE_DRIVER_REGISTER(rbd_module)

@@ -8,6 +8,7 @@
 #include "qemu/osdep.h"
 #include "hw/block/virtio-blk.h"
 #include "tools/export-opts.h"
+#include "qemu/qmp-args.h"
 
 #include <sys/stat.h>
 #include <grp.h>
@@ -246,6 +247,12 @@ void export_opts_free(ExportOpts *e)
     if (!e) {
         return;
     }
+    if (e->block_args) {
+        json_object_unref(e->block_args);
+    }
+    if (e->block_strings) {
+        g_ptr_array_unref(e->block_strings);
+    }
     g_free(e->id);
     g_free(e->node_name);
     g_free(e->socket);
@@ -269,7 +276,7 @@ static ExportOpts *export_opts_new_default(void)
 {
     ExportOpts *e = g_new0(ExportOpts, 1);
 
-    e->driver = g_strdup("file");
+    e->block_args = json_object_new();
     e->num_queues = 1;
     e->queue_size = 128;
     e->aio = BLOCK_AIO_IO_URING;
@@ -295,18 +302,6 @@ static const char *export_opts_value_hint(const char *key)
         { "id", "give a name" },
         { "node-name", "give a name" },
         { "socket", "give a path" },
-        { "file", "give a path" },
-        { "driver", "use file, null or rbd" },
-        { "rbd", "use POOL/IMAGE, POOL/NAMESPACE/IMAGE, optionally with "
-          "@SNAPSHOT" },
-        { "ceph-conf", "give the path of a ceph.conf" },
-        { "ceph-id", "give a client id without 'client.', e.g. admin" },
-        { "ceph-keyfile", "give the path of a file holding the key" },
-        { "ceph-connect-timeout", "use 1 to 3600 seconds" },
-        { "ceph-share", "give a name" },
-        { "rbd-completion", "use callback or poll" },
-        { "size", "use a positive number with an optional k, M, G "
-          "or T suffix" },
         { "num-queues", "use 1 to 64" },
         { "queue-size", "use a power of 2 from 2 to 1024" },
         { "aio", "use io_uring, native or threads" },
@@ -333,41 +328,6 @@ static const char *export_opts_value_hint(const char *key)
     return hint;
 }
 
-/* rbd=POOL[/NAMESPACE]/IMAGE[@SNAP]: every part non-empty. */
-static bool export_opts_parse_rbd(ExportOpts *e, const char *val)
-{
-    g_autofree char *v = g_strdup(val);
-    char *at = strchr(v, '@');
-    g_auto(GStrv) parts = NULL;
-    guint n;
-
-    if (at) {
-        *at = '\0';
-        if (!at[1] || strchr(at + 1, '/')) {
-            return false;
-        }
-    }
-    parts = g_strsplit(v, "/", -1);
-    n = g_strv_length(parts);
-    if (n < 2 || n > 3) {
-        return false;
-    }
-    for (guint i = 0; i < n; i++) {
-        if (!*parts[i]) {
-            return false;
-        }
-    }
-    g_free(e->rbd_pool);
-    g_free(e->rbd_namespace);
-    g_free(e->rbd_image);
-    g_free(e->rbd_snapshot);
-    e->rbd_pool = g_strdup(parts[0]);
-    e->rbd_namespace = n == 3 ? g_strdup(parts[1]) : NULL;
-    e->rbd_image = g_strdup(parts[n - 1]);
-    e->rbd_snapshot = at ? g_strdup(at + 1) : NULL;
-    return true;
-}
-
 /*
  * Apply one KEY=VALUE item of --export to @e.  False with @errp set for
  * an unknown key or a value that is not valid for it.
@@ -389,35 +349,17 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
         g_free(e->socket);
         e->socket = g_strdup(val);
         ok = *val;
-    } else if (!strcmp(key, "file")) {
-        g_free(e->file);
-        e->file = g_strdup(val);
-        ok = *val;
     } else if (!strcmp(key, "driver")) {
-        ok = !strcmp(val, "file") || !strcmp(val, "null") ||
-             !strcmp(val, "rbd");
+        ok = blk_driver_exists(val);
         g_free(e->driver);
         e->driver = g_strdup(val);
-    } else if (!strcmp(key, "rbd")) {
-        ok = export_opts_parse_rbd(e, val);
-        g_free(e->driver);
-        e->driver = g_strdup("rbd");
-    } else if (!strcmp(key, "ceph-conf") || !strcmp(key, "ceph-id") ||
-               !strcmp(key, "ceph-keyfile") || !strcmp(key, "ceph-share")) {
-        char **dst = key[5] == 'c' ? &e->ceph_conf :
-                     key[5] == 'i' ? &e->ceph_id :
-                     key[5] == 'k' ? &e->ceph_keyfile : &e->ceph_share;
+        if (!ok) {
+            g_autofree char *names = blk_driver_export_names();
 
-        g_free(*dst);
-        *dst = g_strdup(val);
-        ok = *val;
-    } else if (!strcmp(key, "rbd-completion")) {
-        ok = blk_rbd_completion_parse(val, &e->rbd_completion);
-    } else if (!strcmp(key, "ceph-connect-timeout")) {
-        ok = export_opts_parse_uint(val, 3600, &e->ceph_timeout) &&
-             e->ceph_timeout > 0;
-    } else if (!strcmp(key, "size")) {
-        ok = export_opts_parse_size(val, &e->size) && e->size > 0;
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for driver: use "
+                        "%s", val, names);
+            return false;
+        }
     } else if (!strcmp(key, "num-queues")) {
         ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUES,
                                     &e->num_queues) &&
@@ -519,9 +461,8 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
         }
     } else {
     unknown:
-        g_set_error(errp, VB_ERROR, 0, "unknown key '%s' (see "
-                    "vhost-blkd --help)", key);
-        return false;
+        /* The driver's, or unknown: blk_options_parse() tells. */
+        json_object_set_string_member(e->block_args, key, val);
     }
     if (!ok) {
         g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: %s", val,
@@ -532,61 +473,112 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
 }
 
 /*
- * Check what no single key can: the keys an export needs, and that its
- * file exists.  False with @errp set.
+ * The driver: driver=NAME, or the one whose key names the image (file=
+ * or another driver's, blk_driver_for_export_key()), else file.  NULL
+ * with @errp set when they disagree.
  */
-static bool export_opts_check(const ExportOpts *e, GError **errp)
+static const char *export_opts_driver(const ExportOpts *e, GError **errp)
 {
+    g_autoptr(GList) keys = json_object_get_members(e->block_args);
+    const char *driver = e->driver, *by_key = NULL, *key = NULL;
+
+    for (GList *l = keys; l; l = l->next) {
+        const char *owner = blk_driver_for_export_key(l->data);
+        const char *val = json_object_get_string_member(e->block_args,
+                                                        l->data);
+
+        if (!owner) {
+            continue;
+        }
+        if (by_key && strcmp(owner, by_key)) {
+            g_set_error(errp, VB_ERROR, 0, "give %s= or %s=, not both",
+                        key, (const char *)l->data);
+            return NULL;
+        }
+        if (driver && strcmp(owner, driver)) {
+            g_set_error(errp, VB_ERROR, 0, "driver=%s reads no %s: drop "
+                        "%s=%s, or drop driver=%s to serve it (%s=%s needs "
+                        "driver=%s, not driver=%s)", driver,
+                        (const char *)l->data, (const char *)l->data, val,
+                        driver, (const char *)l->data, val, owner, driver);
+            return NULL;
+        }
+        by_key = owner;
+        key = l->data;
+    }
+    return driver ? driver : by_key ? by_key : "file";
+}
+
+/* What the driver read, copied where the ExportOpts fields say. */
+static void export_opts_copy_block(ExportOpts *e)
+{
+    const BlockOptions *b = &e->block;
+
+    e->file = g_strdup(b->filename);
+    e->size = b->size;
+    e->rbd_pool = g_strdup(b->rbd.pool);
+    e->rbd_namespace = g_strdup(b->rbd.namespace_);
+    e->rbd_image = g_strdup(b->rbd.image);
+    e->rbd_snapshot = g_strdup(b->rbd.snapshot);
+    e->ceph_conf = g_strdup(b->rbd.conf);
+    e->ceph_id = g_strdup(b->rbd.user);
+    e->ceph_keyfile = g_strdup(b->rbd.keyfile);
+    e->ceph_timeout = b->rbd.connect_timeout;
+    e->ceph_share = g_strdup(b->rbd.share);
+    e->rbd_completion = b->rbd.completion;
+    e->readonly = b->readonly;
+}
+
+/*
+ * Check what no single key can: the keys an export needs, the driver's
+ * keys (read by the driver), and that its image is there.  False with
+ * @errp set.
+ */
+static bool export_opts_check(ExportOpts *e, const char **image,
+                              GError **errp)
+{
+    BlockOptsParse parse = { .export_syntax = true };
+    g_auto(QmpArgs) a = { 0 };
+    g_autoptr(GList) keys = NULL;
+    const char *driver;
+
     if (!e->socket) {
         g_set_error(errp, VB_ERROR, 0, "socket=PATH is missing");
         return false;
     }
-    if (e->rbd_image && strcmp(e->driver, "rbd")) {
-        g_set_error(errp, VB_ERROR, 0, "rbd=%s%s%s/%s needs driver=rbd, not "
-                    "driver=%s (drop driver= to serve the RBD image)",
-                    e->rbd_pool, e->rbd_namespace ? "/" : "",
-                    e->rbd_namespace ? e->rbd_namespace : "", e->rbd_image,
-                    e->driver);
+    driver = export_opts_driver(e, errp);
+    if (!driver) {
         return false;
     }
-    if (e->file && !strcmp(e->driver, "null")) {
-        g_set_error(errp, VB_ERROR, 0, "driver=null reads no file: drop "
-                    "file=%s, or drop driver=null to serve the file",
-                    e->file);
+    parse.driver = driver;
+    blk_options_init(&e->block);
+    e->block.readonly = e->readonly;
+    e->block.aio = e->aio;
+    e->block.cache_direct = e->cache_direct;
+    qmp_args_init(&a, e->block_args, true, NULL);
+    if (!blk_options_parse(&e->block, &a, &parse, errp)) {
+        blk_options_parse_cleanup(&parse);
         return false;
     }
-    if (!strcmp(e->driver, "file")) {
-        struct stat st;
-
-        if (!e->file) {
-            g_set_error(errp, VB_ERROR, 0, "file=PATH is missing (or use "
-                        "rbd=POOL/IMAGE, or driver=null,size=N)");
+    e->block_strings = g_steal_pointer(&parse.strings);
+    *image = parse.image;
+    keys = json_object_get_members(e->block_args);
+    for (GList *l = keys; l; l = l->next) {
+        if (!g_hash_table_contains(a.used, l->data)) {
+            g_set_error(errp, VB_ERROR, 0, "unknown key '%s'%s%s (see "
+                        "vhost-blkd --help)", (const char *)l->data,
+                        e->driver ? " for driver=" : "",
+                        e->driver ? e->driver : "");
             return false;
         }
-        if (stat(e->file, &st) < 0) {
-            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", e->file,
-                        g_strerror(errno));
-            return false;
-        }
-    } else if (!strcmp(e->driver, "rbd")) {
-        if (!e->rbd_image) {
-            g_set_error(errp, VB_ERROR, 0, "driver=rbd needs "
-                        "rbd=POOL/IMAGE[@SNAPSHOT]");
-            return false;
-        }
-        if (e->file) {
-            g_set_error(errp, VB_ERROR, 0, "give file= or rbd=, not both");
-            return false;
-        }
-        if (e->ceph_keyfile && access(e->ceph_keyfile, R_OK) < 0) {
-            g_set_error(errp, VB_ERROR, 0, "ceph-keyfile=%s: %s",
-                        e->ceph_keyfile, g_strerror(errno));
-            return false;
-        }
-    } else if (!e->size) {
-        g_set_error(errp, VB_ERROR, 0, "driver=null needs size=N");
+    }
+    parse.strings = e->block_strings;
+    if (!blk_options_check(&e->block, &parse, errp)) {
         return false;
     }
+    g_free(e->driver);
+    e->driver = g_strdup(e->block.driver);
+    export_opts_copy_block(e);
     if (e->throttle_set && e->throttle_group) {
         g_set_error(errp, VB_ERROR, 0, "give throttle-group=%s or the "
                     "export's own iops-*/bps-* limits, not both (change the "
@@ -597,23 +589,15 @@ static bool export_opts_check(const ExportOpts *e, GError **errp)
     if (e->throttle_set && !throttle_limits_check(&e->throttle, errp)) {
         return false;
     }
-    if (strcmp(e->driver, "rbd") &&
-        (e->ceph_conf || e->ceph_id || e->ceph_keyfile || e->ceph_timeout ||
-         e->ceph_share || e->rbd_completion)) {
-        g_set_error(errp, VB_ERROR, 0, "ceph-* and rbd-completion keys need "
-                    "rbd=POOL/IMAGE");
-        return false;
-    }
     return true;
 }
 
-/* Without serial=, the serial is the image's file name (an RBD image's
- * name), cut to fit. */
-static void export_opts_default_serial(ExportOpts *e)
+/* Without serial=, the serial is the base name of the image as named
+ * (a file's name, an RBD image's name), cut to fit. */
+static void export_opts_default_serial(ExportOpts *e, const char *image)
 {
-    g_autofree char *base = e->file ? g_path_get_basename(e->file) :
-                            e->rbd_image ? g_strdup(e->rbd_image) :
-                                           g_strdup("");
+    g_autofree char *base = image ? g_path_get_basename(image) :
+                                    g_strdup("");
 
     if (strlen(base) > VIRTIO_BLK_ID_BYTES) {
         base[VIRTIO_BLK_ID_BYTES] = '\0';
@@ -626,6 +610,7 @@ ExportOpts *export_opts_parse(const char *arg, GError **errp)
 {
     g_auto(GStrv) items = g_strsplit(arg, ",", -1);
     ExportOpts *e = export_opts_new_default();
+    const char *image = NULL;
 
     for (char **it = items; *it; it++) {
         char *eq = strchr(*it, '=');
@@ -642,11 +627,11 @@ ExportOpts *export_opts_parse(const char *arg, GError **errp)
             goto fail;
         }
     }
-    if (!export_opts_check(e, errp)) {
+    if (!export_opts_check(e, &image, errp)) {
         goto fail;
     }
     if (!e->serial_set) {
-        export_opts_default_serial(e);
+        export_opts_default_serial(e, image);
     }
     return e;
 

@@ -444,28 +444,10 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
                                       : VU_BLK_FIRST_BATCH_OFF,
     };
 
-    blk_options_init(&bo);
-    bo.driver = e->driver;
-    bo.filename = e->file;
-    bo.cache_direct = e->cache_direct;
-    bo.aio = e->aio;
-    bo.readonly = e->readonly;
-    bo.size = e->size;
+    /* The node as its driver read it (export_opts_parse()). */
+    bo = e->block;
     bo.batch = e->batch;
     bo.inject = e->inject;
-    bo.rbd.pool = e->rbd_pool;
-    bo.rbd.namespace_ = e->rbd_namespace;
-    bo.rbd.image = e->rbd_image;
-    bo.rbd.snapshot = e->rbd_snapshot;
-    bo.rbd.conf = e->ceph_conf;
-    bo.rbd.user = e->ceph_id;
-    bo.rbd.keyfile = e->ceph_keyfile;
-    bo.rbd.connect_timeout = e->ceph_timeout;
-    bo.rbd.share = e->ceph_share;
-    bo.rbd.completion = e->rbd_completion;
-    if (e->rbd_snapshot) {
-        bo.readonly = true;     /* a snapshot is served read-only */
-    }
     if (e->throttle_group) {
         bo.throttle_group = vb_throttle_group_find(&d->state,
                                                    e->throttle_group);
@@ -1004,6 +986,7 @@ static bool vbd_check_config(Vbd *d)
 
                 g_free(e->file);
                 e->file = abs;
+                e->block.filename = abs;
             }
         }
         qsd_cli_absolute_paths(&d->qsd);

@@ -185,6 +185,10 @@ typedef struct QmpArgs QmpArgs;
 typedef struct BlockOptsParse {
     /* In: "driver" as given (an alias or the driver's name). */
     const char *driver;
+    /* In: vhost-blkd's own --export KEY=VALUE syntax rather than QEMU's:
+     * the driver's keys there (file=, size=, rbd=, ...), strings, with
+     * its messages ("bad value 'X' for KEY: ..."). */
+    bool export_syntax;
     /* In: key-secret=ID: a copy of the secret's value (base64), or NULL
      * with @errp set.  NULL: secrets cannot be named here. */
     char *(*secret)(void *opaque, const char *id, GError **errp);
@@ -194,6 +198,9 @@ typedef struct BlockOptsParse {
      * then blk_options_parse_cleanup() (which zeroes them: a key may be
      * among them). */
     GPtrArray *strings;
+    /* Out: the image as the user named it (a path, an image name), or
+     * NULL: the --export syntax's default serial is its base name. */
+    const char *image;
 } BlockOptsParse;
 
 /* False with @errp set: an unknown driver (QEMU's message, or what to do
@@ -221,6 +228,15 @@ typedef struct BlockNodeNames {
 void blk_node_names(BlockBackend *blk, const BlockOptions *opts,
                     const char *given, BlockNodeNames *out);
 void blk_node_names_free(BlockNodeNames *n);
+/*
+ * The --export syntax: the driver whose key @key names its image without
+ * driver= (file=PATH: file), or NULL; and the names of the drivers it
+ * takes ("file, null or ..."), for messages (g_free()).
+ */
+const char *blk_driver_for_export_key(const char *key);
+char *blk_driver_export_names(void);
+/* A driver (not a filter) of that very name, aliases aside. */
+bool blk_driver_exists(const char *name);
 /* Whether the driver called @name (or an alias) opens in a worker thread
  * (it waits on the network: blk_open_async() answers later).  False for
  * a name the registry does not know.  Main thread. */

@@ -140,6 +140,9 @@ struct BlockDriver {
      * host_device, null-co), NULL-terminated; NULL: none.  A parser that
      * cares tells them apart by @p->driver. */
     const char *const *aliases;
+    /* vhost-blkd's --export syntax: the key that names the image and so
+     * the driver without driver= ("file"), or NULL. */
+    const char *export_key;
     /* Optional: the driver's keys (without: it takes none) and its checks
      * of the system before an open. */
     BlockDriverParseFunc *bdrv_parse_options;
@@ -321,6 +324,7 @@ char *bdrv_driver_names(void);
 typedef struct BlockModuleDriver {
     const char *name;
     const char *const *aliases;
+    const char *export_key;
     bool open_any_thread;
     BlockDriverParseFunc *parse;
     BlockDriverCheckFunc *check;

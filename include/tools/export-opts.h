@@ -17,6 +17,7 @@
 
 #include "block/block.h"
 #include "qemu/throttle.h"
+#include <json-glib/json-glib.h>
 
 #include <sys/stat.h>
 
@@ -30,8 +31,22 @@ typedef struct ExportOpts {
     char *id;                   /* id=: QMP's export id; NULL: "export<i>" */
     char *node_name;            /* node-name=; NULL: id, else "node<i>" */
     char *socket;               /* non-empty */
+    /*
+     * The node: its driver and that driver's keys, read by the driver
+     * (blk_options_parse(), the --export syntax), and the export's keys
+     * that are node options (readonly, aio, cache).  Its strings point
+     * into @block_args and @block_strings.
+     */
+    BlockOptions block;
+    JsonObject *block_args;     /* the driver's keys as given */
+    GPtrArray *block_strings;   /* what the driver's parser allocated */
+    /*
+     * Copies of what the driver read, by driver, for the readers that
+     * look at them (the node itself opens from @block):
+     */
     char *file;                 /* driver=file: non-empty, exists */
-    char *driver;               /* "file" (default), "null" or "rbd" */
+    char *driver;               /* the driver: "file" (default), "null",
+                                 * "rbd", ... (blk_driver_export_names()) */
     /* rbd=POOL[/NAMESPACE]/IMAGE[@SNAP] (driver "rbd"): */
     char *rbd_pool;
     char *rbd_namespace;        /* NULL: the pool's default namespace */
