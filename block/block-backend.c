@@ -64,19 +64,6 @@ bool blk_aio_mode_parse(const char *s, BlockAioMode *mode)
     return true;
 }
 
-/* Any thread. */
-bool blk_rbd_completion_parse(const char *s, BlockRbdCompletion *out)
-{
-    if (s && !strcmp(s, "callback")) {
-        *out = BLOCK_RBD_COMPLETION_CALLBACK;
-    } else if (s && !strcmp(s, "poll")) {
-        *out = BLOCK_RBD_COMPLETION_POLL;
-    } else {
-        return false;
-    }
-    return true;
-}
-
 /* A node of @drv, not open yet.  Main thread. */
 static BlockBackend *blk_new(const BlockDriver *drv, const BlockOptions *opts)
 {

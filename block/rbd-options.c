@@ -22,6 +22,19 @@ char *blk_rbd_describe(const BlockRbdOptions *o)
                            o->snapshot ? o->snapshot : "");
 }
 
+/* "callback" or "poll": false if @s is neither. */
+static bool rbd_completion_parse(const char *s, BlockRbdCompletion *out)
+{
+    if (!strcmp(s, "callback")) {
+        *out = BLOCK_RBD_COMPLETION_CALLBACK;
+    } else if (!strcmp(s, "poll")) {
+        *out = BLOCK_RBD_COMPLETION_POLL;
+    } else {
+        return false;
+    }
+    return true;
+}
+
 static char *rbd_describe(const BlockOptions *opts)
 {
     return blk_rbd_describe(&opts->rbd);
@@ -197,7 +210,7 @@ static bool rbd_parse_export(BlockOptions *opts, QmpArgs *a,
         }
         o->connect_timeout = t;
     }
-    if (completion && !blk_rbd_completion_parse(completion, &o->completion)) {
+    if (completion && !rbd_completion_parse(completion, &o->completion)) {
         g_set_error(errp, VB_ERROR, 0, "bad value '%s' for rbd-completion: "
                     "use callback or poll", completion);
         return false;
@@ -253,7 +266,7 @@ static bool rbd_parse_options(BlockOptions *opts, QmpArgs *a,
         !rbd_parse_auth(a, p, &o->auth_client_required, errp)) {
         return false;
     }
-    if (completion && !blk_rbd_completion_parse(completion, &o->completion)) {
+    if (completion && !rbd_completion_parse(completion, &o->completion)) {
         g_set_error(errp, VB_ERROR, 0, "x-completion=%s: use callback or "
                     "poll", completion);
         return false;

@@ -99,9 +99,6 @@ typedef enum BlockRbdCompletion {
     BLOCK_RBD_COMPLETION_POLL,
 } BlockRbdCompletion;
 
-/* "callback" or "poll": false if @str is neither. */
-bool blk_rbd_completion_parse(const char *str, BlockRbdCompletion *out);
-
 /* driver=rbd: a Ceph RBD image (block/rbd.c).  Strings may be NULL. */
 typedef struct BlockRbdOptions {
     const char *pool;           /* required */
@@ -145,21 +142,29 @@ typedef enum BlockDiscardMode {
 } BlockDiscardMode;
 
 typedef struct BlockOptions {
-    const char *driver;         /* "file" (default), "null" or "rbd" */
-    const char *filename;       /* file: image file or block device */
-    bool cache_direct;          /* cache=none: O_DIRECT (default true) */
-    BlockAioMode aio;           /* default BLOCK_AIO_IO_URING */
+    /* Common to every node. */
+    const char *driver;         /* the registry's name; "file" (default) */
     bool readonly;
-    uint64_t size;              /* null: size in bytes (required) */
-    bool null_read_zeroes;      /* null: reads fill buffers with zeroes */
+    bool cache_direct;          /* cache=none: O_DIRECT (default true);
+                                 * only drivers with a host page cache in
+                                 * the way read it */
     bool batch;                 /* default true; false = submit each at once */
     BlockInjectOptions inject;  /* error injection (testing); off by default */
-    BlockRbdOptions rbd;        /* driver=rbd */
     BlockBackend *file;         /* a format: its file child, an open node
                                  * that stays its caller's */
     ThrottleGroup *throttle_group;  /* non-NULL: a throttle filter on top
                                      * (block/throttle.c), which takes a
                                      * reference */
+    /*
+     * The drivers' own: each is read by its driver alone and filled by
+     * that driver's parser (blk_options_parse()); C callers (tests,
+     * benchmarks) may fill them directly.
+     */
+    const char *filename;       /* file: image file or block device */
+    BlockAioMode aio;           /* file: default BLOCK_AIO_IO_URING */
+    uint64_t size;              /* null: size in bytes (required) */
+    bool null_read_zeroes;      /* null: reads fill buffers with zeroes */
+    BlockRbdOptions rbd;        /* rbd */
 } BlockOptions;
 
 /* Fill @opts with the defaults. */
