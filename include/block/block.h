@@ -304,6 +304,15 @@ void blk_aio_block_status(BlockBackend *blk, BlockAIOCB *acb,
  * thread. */
 void blk_get_info(BlockBackend *blk, BlockDriverInfo *bdi);
 
+/* Permissions on a node (BdrvChild.perm and .shared). */
+enum {
+    BLK_PERM_CONSISTENT_READ = 0x1,     /* reads see a consistent image */
+    BLK_PERM_WRITE           = 0x2,     /* changes what the node reads */
+    BLK_PERM_WRITE_UNCHANGED = 0x4,     /* writes that change nothing */
+    BLK_PERM_RESIZE          = 0x8,
+    BLK_PERM_ALL             = 0xf,
+};
+
 /*
  * Main thread: a user (an export, a job) called @user starts using @blk
  * with the BLK_PERM_* in @perm, letting others do @shared.  NULL with
