@@ -33,38 +33,6 @@ void blk_options_init(BlockOptions *opts)
 }
 
 /* Any thread. */
-const char *blk_aio_mode_name(BlockAioMode mode)
-{
-    switch (mode) {
-    case BLOCK_AIO_IO_URING:
-        return "io_uring";
-    case BLOCK_AIO_NATIVE:
-        return "native";
-    case BLOCK_AIO_THREADS:
-        return "threads";
-    }
-    return "unknown";
-}
-
-/* Any thread. */
-bool blk_aio_mode_parse(const char *s, BlockAioMode *mode)
-{
-    if (!s) {
-        return false;
-    }
-    if (!strcmp(s, "io_uring")) {
-        *mode = BLOCK_AIO_IO_URING;
-    } else if (!strcmp(s, "native")) {
-        *mode = BLOCK_AIO_NATIVE;
-    } else if (!strcmp(s, "threads")) {
-        *mode = BLOCK_AIO_THREADS;
-    } else {
-        return false;
-    }
-    return true;
-}
-
-/* Any thread. */
 bool blk_rbd_completion_parse(const char *s, BlockRbdCompletion *out)
 {
     if (s && !strcmp(s, "callback")) {
