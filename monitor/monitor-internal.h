@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * What the monitor's command files share and nothing outside monitor/
- * sees: the node and export structures, the objects' lookups, and the
- * QMP error helper.
+ * sees: the node and export structures, the lookups and key pages one
+ * file offers the others, the QMP error helper, and each file's part of
+ * vb_state_cleanup() and of the command table (monitor/state.c).
  *
  * Threads: main thread only.
  */
