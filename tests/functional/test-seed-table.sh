@@ -9,8 +9,9 @@
 # positive IOPS and host CPU per I/O for jobs 1 and 2, its ratio to bare
 # metal equal to its IOPS over bare metal's) or skipped with a reason, the
 # markdown table has a row per numjobs and a column per setup, each setup
-# has its summary line, and the plot was drawn.  About 2 minutes under TCG
-# on 2 CPUs (three guest boots, 4 s of fio each).
+# has its summary line, and the plot was drawn.  About 50 s under TCG on 2
+# shared CPUs at a load average of 5 to 8 (three guest boots, 2 s of fio at
+# each numjobs).
 set -u
 . "$(dirname "$0")/lib.sh"
 vb_setup
@@ -52,12 +53,12 @@ for s in d.get("setups", []):
         b = rows.get(n, {}).get("setups", {}).get("bare", {})
         iops, cpu = c.get("iops_median"), c.get("cpu_us_per_io_median")
         say(bool(iops and iops > 0 and cpu and cpu > 0),
-            f"{sid}, {n} jobs: IOPS {iops} and host CPU per I/O {cpu} us are positive")
+            f"{sid}, numjobs {n}: IOPS {iops} and host CPU per I/O {cpu} us are positive")
         if sid != "bare":
             r = c.get("ratio_to_bare")
             exp = iops / b["iops_median"] if iops and b.get("iops_median") else None
             say(r is not None and exp is not None and abs(r - exp) < 0.001 * max(exp, 1),
-                f"{sid}, {n} jobs: ratio to bare metal {r} = its IOPS / bare metal's")
+                f"{sid}, numjobs {n}: ratio to bare metal {r} = its IOPS / bare metal's")
 say(d.get("seed_2018", {}).get("iops", {}).get("bare") == 1480000,
     "the seed's own figures are carried for reference")
 EOF
