@@ -604,8 +604,9 @@ class Bench:
             while not os.path.exists(sock):
                 if backend.poll() is not None or time.time() > deadline:
                     self.stop(backend)
-                    self.fail(s, f"{bcmd[0]} did not create its socket: "
-                              + self.tail(blog))
+                    self.fail(s, f"{bcmd[0]} did not create {sock} (exit status "
+                              f"{backend.returncode}): "
+                              + (self.tail(blog) or "it printed nothing"))
                     return
                 time.sleep(0.05)
         per_run = a.runtime + (60 if self.accel == "tcg" else 30)
