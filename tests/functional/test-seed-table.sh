@@ -10,7 +10,7 @@
 # metal equal to its IOPS over bare metal's) or skipped with a reason, the
 # markdown table has a row per numjobs and a column per setup, each setup
 # has its summary line, and the plot was drawn.  50 to 95 s under TCG on 2
-# shared CPUs at a load average of 5 to 8 (three guest boots, 2 s of fio at
+# shared CPUs at a load average of 5 to 15 (three guest boots, 2 s of fio at
 # each numjobs).
 set -u
 . "$(dirname "$0")/lib.sh"
