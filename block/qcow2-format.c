@@ -743,6 +743,13 @@ int qcow2_parse_snapshots(Qcow2Info *info, const uint8_t *buf, size_t len,
     if (n == 0) {
         return 0;
     }
+    /* each entry has at least 40 bytes: refuse before allocating */
+    if ((uint64_t)n * 40 > qcow2_snapshot_table_max_bytes(info)) {
+        set_err(errp, "qcow2 nb_snapshots %u: that many snapshot table "
+                "entries cannot fit in the %" PRIu64 " bytes after "
+                "snapshots_offset", n, qcow2_snapshot_table_max_bytes(info));
+        return -EINVAL;
+    }
     len = MIN(len, qcow2_snapshot_table_max_bytes(info));
     sns = g_new0(Qcow2Snapshot, n);
     for (i = 0; i < n; i++) {
