@@ -556,13 +556,12 @@ static bool check_tables(Qcow2Info *info, GError **errp)
     return true;
 }
 
-bool qcow2_parse_header(const uint8_t *buf, size_t len, uint64_t file_size,
-                        unsigned int flags, Qcow2Info *info, GError **errp)
+static bool parse_header(const uint8_t *buf, size_t len, uint64_t file_size,
+                         unsigned int flags, Qcow2Info *info, GError **errp)
 {
     Qcow2Header *h = &info->h;
     uint32_t ext_start, ext_end;
 
-    memset(info, 0, sizeof(*info));
     info->file_size = file_size;
     if (len > file_size) {
         set_err(errp, "qcow2: %zu header bytes from a file of %" PRIu64,
@@ -670,6 +669,18 @@ bool qcow2_parse_header(const uint8_t *buf, size_t len, uint64_t file_size,
     info->coffset_mask = (1ull << info->csize_shift) - 1;
 
     return check_tables(info, errp);
+}
+
+bool qcow2_parse_header(const uint8_t *buf, size_t len, uint64_t file_size,
+                        unsigned int flags, Qcow2Info *info, GError **errp)
+{
+    memset(info, 0, sizeof(*info));
+    if (!parse_header(buf, len, file_size, flags, info, errp)) {
+        /* the names and tables parsed before the error */
+        qcow2_info_free(info);
+        return false;
+    }
+    return true;
 }
 
 const char *qcow2_unsupported_feature(const Qcow2Info *info)

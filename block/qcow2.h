@@ -202,7 +202,7 @@ static inline size_t qcow2_header_bytes(uint64_t file_size)
  * features are refused (naming the bit, and the feature's name when the
  * image's feature table has one).  On success fills @info (free it with
  * qcow2_info_free()) and returns true; nb_snapshots and the table still
- * need qcow2_parse_snapshots().
+ * need qcow2_parse_snapshots().  On failure @info holds nothing to free.
  */
 bool qcow2_parse_header(const uint8_t *buf, size_t len, uint64_t file_size,
                         unsigned int flags, Qcow2Info *info, GError **errp);
