@@ -839,6 +839,100 @@ static void test_unsupported_features(void)
     }
 }
 
+/*
+ * Metadata the reader meets only when it reads: a bad L1 or L2 entry, a
+ * data cluster past the end of the file, corrupt compressed data.  The
+ * read fails with a message naming the entry; the open does not.
+ */
+static void expect_read_error(const char *name, uint64_t off,
+                              const char *want)
+{
+    g_autofree char *p = tpath(name);
+    g_autoptr(GError) err = NULL;
+    uint8_t buf[4096];
+    Qcow2Ref *r;
+
+    r = qcow2_ref_open(p, NULL, &err);
+    g_assert_no_error(err);
+    g_assert_false(qcow2_ref_read(r, off, buf, sizeof(buf), &err));
+    if (!strstr(err->message, want)) {
+        g_error("expected '%s' in '%s'", want, err->message);
+    }
+    /* other clusters still read */
+    g_clear_error(&err);
+    g_assert_true(qcow2_ref_read(r, off + (1 << 20), buf, sizeof(buf),
+                                 &err));
+    qcow2_ref_close(r);
+}
+
+static void test_corrupt_tables(void)
+{
+    gsize len;
+    g_autofree uint8_t *orig = NULL;
+    g_autofree uint8_t *f = NULL;
+    g_autoptr(GError) err = NULL;
+    Qcow2Info info;
+    Qcow2L1Entry l1e;
+    Qcow2L2Entry e;
+    const char *why;
+    uint64_t l1, l2, v;
+
+    /* 4 KiB clusters: one L2 table maps 2 MiB; data at 0 and 1 MiB */
+    sh("qemu-img create -q -f qcow2 -o cluster_size=4096 bad.qcow2 4M");
+    sh("qemu-io -f qcow2 -c 'write -P 0x42 0 8k' -c 'write -P 0x43 1M 8k' "
+       "bad.qcow2 >/dev/null");
+    orig = load("bad.qcow2", &len);
+    g_assert_true(qcow2_parse_header(orig, qcow2_header_bytes(len), len, 0,
+                                     &info, &err));
+    l1 = info.h.l1_table_offset;
+    g_assert_cmpint(qcow2_l1_decode(&info, qcow2_ld_be64(orig + l1), &l1e,
+                                    &why), ==, 0);
+    l2 = l1e.l2_offset;
+
+    /* reserved bits in the L1 entry: the whole first 2 MiB fail */
+    f = g_memdup2(orig, len);
+    qcow2_st_be64(f + l1, qcow2_ld_be64(f + l1) | 1);
+    store("bad1.qcow2", f, len);
+    {
+        g_autofree char *p = tpath("bad1.qcow2");
+        Qcow2Ref *r = qcow2_ref_open(p, NULL, &err);
+        uint8_t buf[512];
+
+        g_assert_no_error(err);
+        g_assert_false(qcow2_ref_read(r, 0, buf, sizeof(buf), &err));
+        g_assert_nonnull(strstr(err->message, "L1 entry 0"));
+        g_assert_nonnull(strstr(err->message, "reserved bits"));
+        g_clear_error(&err);
+        /* the second L1 entry is unallocated: zeroes */
+        g_assert_true(qcow2_ref_read(r, 3 << 20, buf, sizeof(buf), &err));
+        qcow2_ref_close(r);
+    }
+
+    /* L2 entry 0: reserved bits; entry 256 (1 MiB): past the file */
+    memcpy(f, orig, len);
+    qcow2_st_be64(f + l2, qcow2_ld_be64(f + l2) | 2);
+    store("bad2.qcow2", f, len);
+    expect_read_error("bad2.qcow2", 0, "entry 0 of the L2 table at");
+    memcpy(f, orig, len);
+    v = qcow2_ld_be64(f + l2 + 256 * 8);
+    g_assert_cmpint(qcow2_l2_decode(&info, v, &e, &why), ==, 0);
+    g_assert_cmpint(e.type, ==, QCOW2_CLUSTER_NORMAL);
+    qcow2_st_be64(f + l2 + 256 * 8,
+                  qcow2_l2_encode_standard(QEMU_ALIGN_UP(len, 4096) + 4096,
+                                           true, false));
+    store("bad3.qcow2", f, len);
+    expect_read_error("bad3.qcow2", 1 << 20, "beyond the end of the file");
+
+    /* a compressed cluster over garbage */
+    memcpy(f, orig, len);
+    g_assert_cmpint(qcow2_l2_encode_compressed(&info, 3 * 4096 + 100, 700,
+                                               &v), ==, 0);
+    qcow2_st_be64(f + l2 + 8, v);
+    store("bad4.qcow2", f, len);
+    expect_read_error("bad4.qcow2", 4096, "compressed cluster at 0x3064");
+    qcow2_info_free(&info);
+}
+
 /* ---- entries, refcounts, mapping --------------------------------------- */
 
 /* A parsed minimal image: header, L1 at cluster 1, reftable at 2. */
@@ -1179,6 +1273,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qcow2/read/compressed", test_compressed);
     g_test_add_func("/qcow2/read/snapshots", test_snapshots);
     g_test_add_func("/qcow2/read/backing-chain", test_backing_chain);
+    g_test_add_func("/qcow2/read/corrupt-tables", test_corrupt_tables);
     g_test_add_func("/qcow2/read/backing-without-format",
                     test_backing_without_format);
     ret = g_test_run();
