@@ -73,9 +73,10 @@ static void fq_entries(const Qcow2Info *info, const uint8_t *data,
         if (qcow2_l2_decode(info, w, &l2e, &why) == 0) {
             if (l2e.type == QCOW2_CLUSTER_NORMAL ||
                 l2e.type == QCOW2_CLUSTER_ZERO_ALLOC) {
+                /* offset 0 is a cluster of an external data file only */
                 fuzz_check(!(l2e.host_offset & (info->cluster_size - 1)) &&
-                           l2e.host_offset, "data cluster %#" PRIx64,
-                           l2e.host_offset);
+                           (l2e.host_offset || info->has_data_file),
+                           "data cluster %#" PRIx64, l2e.host_offset);
             } else if (l2e.type == QCOW2_CLUSTER_COMPRESSED) {
                 fuzz_check(l2e.host_offset >= info->cluster_size &&
                            l2e.compressed_size >= 1 &&
