@@ -54,16 +54,6 @@ static void set_err(GError **errp, const char *fmt, ...)
     g_free(msg);
 }
 
-const char *qcow2_incompat_feature_name(unsigned int bit)
-{
-    static const char *const names[] = {
-        "dirty bit", "corrupt bit", "external data file",
-        "compression type", "extended L2 entries",
-    };
-
-    return bit < ARRAY_SIZE(names) ? names[bit] : NULL;
-}
-
 /* A string field: no NUL inside (it would silently cut the name). */
 static char *dup_name(const uint8_t *p, size_t len, const char *what,
                       GError **errp)

@@ -106,7 +106,7 @@ typedef struct Qcow2Header {
 
 /* One entry of the feature name table extension. */
 typedef struct Qcow2FeatureName {
-    uint8_t type;                       /* 0 incompatible, 1 compat, 2 autoclear */
+    uint8_t type;               /* 0 incompatible, 1 compatible, 2 autoclear */
     uint8_t bit;
     char name[47];                      /* NUL-terminated copy */
 } Qcow2FeatureName;
@@ -226,9 +226,6 @@ int qcow2_parse_snapshots(Qcow2Info *info, const uint8_t *buf, size_t len,
                           GError **errp);
 
 void qcow2_info_free(Qcow2Info *info);
-
-/* "ERR" names of known feature bits, or NULL. */
-const char *qcow2_incompat_feature_name(unsigned int bit);
 
 /*
  * Features this build's readers do not implement (extended L2, external
