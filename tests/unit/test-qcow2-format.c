@@ -469,6 +469,30 @@ static void test_snapshots(void)
                             "'nope'"));
 }
 
+/* Persistent dirty bitmaps: the extension is parsed, the data unaffected */
+static void test_bitmaps(void)
+{
+    gsize len;
+    g_autofree uint8_t *f = NULL;
+    g_autoptr(GError) err = NULL;
+    Qcow2Info info;
+
+    sh("qemu-img create -q -f qcow2 -o cluster_size=4096 bm.qcow2 1M && "
+       "qemu-img bitmap --add bm.qcow2 b0 && "
+       "qemu-img bitmap --add -g 65536 bm.qcow2 b1");
+    sh("qemu-io -f qcow2 -c 'write -P 0x5b 4k 20k' bm.qcow2 >/dev/null");
+    f = load("bm.qcow2", &len);
+    g_assert_true(qcow2_parse_header(f, qcow2_header_bytes(len), len, 0,
+                                     &info, &err));
+    g_assert_true(info.has_bitmaps_ext);
+    g_assert_true(info.bitmaps_consistent);
+    g_assert_cmpuint(info.nb_bitmaps, ==, 2);
+    g_assert_cmpuint(info.bitmap_directory_offset % 4096, ==, 0);
+    g_assert_cmpuint(info.bitmap_directory_size, >=, 2 * 24);
+    qcow2_info_free(&info);
+    compare_with_qemu("bm.qcow2", NULL, NULL);
+}
+
 /* Three levels, three cluster sizes, sizes that differ; a raw base too. */
 static void test_backing_chain(void)
 {
@@ -1272,6 +1296,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qcow2/read/zero", test_zero_clusters);
     g_test_add_func("/qcow2/read/compressed", test_compressed);
     g_test_add_func("/qcow2/read/snapshots", test_snapshots);
+    g_test_add_func("/qcow2/read/bitmaps", test_bitmaps);
     g_test_add_func("/qcow2/read/backing-chain", test_backing_chain);
     g_test_add_func("/qcow2/read/corrupt-tables", test_corrupt_tables);
     g_test_add_func("/qcow2/read/backing-without-format",
