@@ -512,3 +512,55 @@ bool qcow2_ref_read(Qcow2Ref *r, uint64_t offset, void *buf, size_t len,
     }
     return true;
 }
+
+static bool block_status(Qcow2Ref *r, unsigned int depth, uint64_t offset,
+                         uint64_t max_bytes, uint64_t *pnum,
+                         Qcow2RefStatus *st, GError **errp)
+{
+    Qcow2Map map;
+    Qcow2L2Entry e;
+
+    memset(st, 0, sizeof(*st));
+    st->depth = depth;
+    if (r->raw) {
+        st->type = QCOW2_CLUSTER_NORMAL;
+        st->host_offset = offset;
+        *pnum = max_bytes;
+        return true;
+    }
+    if (qcow2_map(&r->info, r->disk_size, r->l1_size, offset, &map) < 0) {
+        set_err(errp, "%s: offset %" PRIu64 " is not mapped by the L1 table",
+                r->filename, offset);
+        return false;
+    }
+    *pnum = MIN(max_bytes, map.cluster_bytes_left);
+    if (!lookup(r, &map, &e, errp)) {
+        return false;
+    }
+    st->type = e.type;
+    if (e.type == QCOW2_CLUSTER_NORMAL) {
+        st->host_offset = e.host_offset + map.in_cluster;
+    } else if (e.type == QCOW2_CLUSTER_COMPRESSED) {
+        st->host_offset = e.host_offset;
+    } else if (e.type == QCOW2_CLUSTER_UNALLOCATED && r->backing &&
+               offset < r->backing->disk_size) {
+        return block_status(r->backing, depth + 1, offset,
+                            MIN(*pnum, r->backing->disk_size - offset),
+                            pnum, st, errp);
+    }
+    return true;
+}
+
+bool qcow2_ref_block_status(Qcow2Ref *r, uint64_t offset, uint64_t max_bytes,
+                            uint64_t *pnum, Qcow2RefStatus *st,
+                            GError **errp)
+{
+    if (offset >= r->disk_size || max_bytes == 0) {
+        set_err(errp, "%s: block status at %" PRIu64 " is beyond the "
+                "virtual size (%" PRIu64 " bytes)", r->filename, offset,
+                r->disk_size);
+        return false;
+    }
+    return block_status(r, 0, offset, MIN(max_bytes, r->disk_size - offset),
+                        pnum, st, errp);
+}

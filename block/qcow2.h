@@ -445,4 +445,28 @@ const Qcow2Ref *qcow2_ref_backing(const Qcow2Ref *r);
 bool qcow2_ref_read(Qcow2Ref *r, uint64_t offset, void *buf, size_t len,
                     GError **errp);
 
+/* What qcow2_ref_block_status() found at an offset. */
+typedef struct Qcow2RefStatus {
+    /*
+     * In the image at @depth (0: the top one): NORMAL (a raw backing file
+     * is all NORMAL), COMPRESSED, ZERO_PLAIN or ZERO_ALLOC; UNALLOCATED
+     * if no image of the chain has the offset, @depth then being the
+     * deepest image whose virtual size covers it (it reads as zeroes).
+     */
+    Qcow2ClusterType type;
+    unsigned int depth;
+    /* NORMAL: where the byte at the offset is in that image's file */
+    uint64_t host_offset;
+} Qcow2RefStatus;
+
+/*
+ * The allocation status at @offset (below the virtual size), as qemu-img
+ * map reports it: fills @st and sets *@pnum to how many bytes from
+ * @offset (1..@max_bytes, at most to the end of the top image's cluster)
+ * share it.  False with @errp set on corrupt metadata.
+ */
+bool qcow2_ref_block_status(Qcow2Ref *r, uint64_t offset, uint64_t max_bytes,
+                            uint64_t *pnum, Qcow2RefStatus *st,
+                            GError **errp);
+
 #endif

@@ -15,6 +15,7 @@
 #include "block/qcow2.h"
 
 #include <sys/stat.h>
+#include <json-glib/json-glib.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -272,6 +273,81 @@ static void compare_with_qemu(const char *name, const char *snapshot,
     qcow2_ref_close(r);
 }
 
+/*
+ * qcow2_ref_block_status() agrees with 'qemu-img map --output=json': every
+ * piece it reports lies inside one of qemu-img's ranges, with the same
+ * depth, data/zero/present flags and (for data) host offset.
+ */
+static void compare_map_with_qemu(const char *name)
+{
+    g_autofree char *p = tpath(name);
+    g_autofree char *json_name = g_strdup_printf("%s.map", name);
+    g_autofree char *text = NULL;
+    g_autoptr(JsonParser) parser = json_parser_new();
+    g_autoptr(GError) err = NULL;
+    JsonArray *ranges;
+    gsize len;
+    guint i = 0, n;
+    uint64_t off = 0, size;
+    unsigned int pieces = 0;
+    Qcow2Ref *r;
+
+    sh("qemu-img map --output=json %s > %s", name, json_name);
+    text = (char *)load(json_name, &len);
+    g_assert_true(json_parser_load_from_data(parser, text, len, &err));
+    ranges = json_node_get_array(json_parser_get_root(parser));
+    n = json_array_get_length(ranges);
+
+    r = qcow2_ref_open(p, NULL, &err);
+    g_assert_no_error(err);
+    size = qcow2_ref_size(r);
+    while (off < size) {
+        JsonObject *o;
+        uint64_t start, end, pnum;
+        Qcow2RefStatus st;
+        bool data, zero;
+
+        g_assert_true(qcow2_ref_block_status(r, off, size - off, &pnum, &st,
+                                             &err));
+        g_assert_cmpuint(pnum, >=, 1);
+        /* the qemu-img range holding off */
+        for (;;) {
+            g_assert_cmpuint(i, <, n);
+            o = json_array_get_object_element(ranges, i);
+            start = json_object_get_int_member(o, "start");
+            end = start + json_object_get_int_member(o, "length");
+            if (off < end) {
+                break;
+            }
+            i++;
+        }
+        g_assert_cmpuint(off, >=, start);
+        g_assert_cmpuint(off + pnum, <=, end);
+        data = st.type == QCOW2_CLUSTER_NORMAL ||
+               st.type == QCOW2_CLUSTER_COMPRESSED;
+        zero = !data;
+        g_assert_cmpint(json_object_get_int_member(o, "depth"), ==,
+                        st.depth);
+        g_assert_cmpint(json_object_get_boolean_member(o, "data"), ==, data);
+        g_assert_cmpint(json_object_get_boolean_member(o, "zero"), ==, zero);
+        g_assert_cmpint(json_object_get_boolean_member(o, "present"), ==,
+                        st.type != QCOW2_CLUSTER_UNALLOCATED);
+        if (st.type == QCOW2_CLUSTER_NORMAL) {
+            g_assert_cmpuint(json_object_get_int_member(o, "offset") +
+                             (off - start), ==, st.host_offset);
+        }
+        off += pnum;
+        pieces++;
+    }
+    g_assert_cmpuint(pieces, >=, n);
+    {
+        Qcow2RefStatus st;
+
+        g_assert_false(qcow2_ref_block_status(r, size, 1, &off, &st, &err));
+    }
+    qcow2_ref_close(r);
+}
+
 /* Patterns at places that exercise several L2 tables and partial clusters. */
 static void fill(const char *name, uint64_t size)
 {
@@ -324,6 +400,7 @@ static void test_plain_images(void)
            name, cases[i].size);
         fill(name, cases[i].size);
         compare_with_qemu(name, NULL, NULL);
+        compare_map_with_qemu(name);
         check_refcounts(name, true);
     }
 }
@@ -347,6 +424,7 @@ static void test_zero_clusters(void)
        "-c 'write -z -u 16k 8k' -c 'write -z 128k 12k' zero.qcow2 "
        ">/dev/null");
     compare_with_qemu("zero.qcow2", NULL, NULL);
+    compare_map_with_qemu("zero.qcow2");
 
     f = load("zero.qcow2", &flen);
     g_assert_true(qcow2_parse_header(f, qcow2_header_bytes(flen), flen, 0,
@@ -415,6 +493,7 @@ static void test_compressed(void)
                          strstr(cases[i].opts, "zstd") ? 1 : 0);
         qcow2_info_free(&info);
         compare_with_qemu(name, NULL, NULL);
+        compare_map_with_qemu(name);
         /* at least half the clusters are stored compressed */
         g_assert_cmpuint(check_refcounts(name, false), >=,
                          cases[i].size / info_cluster_size(name) / 2);
@@ -516,6 +595,7 @@ static void test_backing_chain(void)
        "-c 'write -z 500k 1k' -c 'write -P 0xb4 2900k 1000' top.qcow2 "
        ">/dev/null");
     compare_with_qemu("top.qcow2", NULL, NULL);
+    compare_map_with_qemu("top.qcow2");
 
     r = qcow2_ref_open(p, NULL, &err);
     g_assert_no_error(err);
@@ -539,6 +619,7 @@ static void test_backing_chain(void)
     sh("qemu-io -f qcow2 -c 'write -P 0xa1 600k 8k' over-raw.qcow2 "
        ">/dev/null");
     compare_with_qemu("over-raw.qcow2", NULL, NULL);
+    compare_map_with_qemu("over-raw.qcow2");
 
     /* backing files that name each other hit the depth limit */
     sh("qemu-img create -q -f qcow2 -b loopb.qcow2 -F qcow2 -u loopa.qcow2 "
