@@ -4,9 +4,10 @@
  * the header parser (for reading and for writing), the snapshot table
  * parser and the reference reader (block/qcow2-ref.c), which reads a few
  * ranges of the virtual disk (the start, the middle, the end, and of the
- * first snapshot), following whatever L1/L2 tables and compressed
- * clusters the image has.  Backing files are not opened (their part
- * reads as zeroes): the image's names must not reach the file system.
+ * first snapshot) and the block status of its first clusters, following
+ * whatever L1/L2 tables and compressed clusters the image has.  Backing
+ * files are not opened (their part reads as zeroes): the image's names
+ * must not reach the file system.
  *
  * Besides the sanitizers, the harness checks: a range read twice (the
  * second time from the reader's caches) gives the same bytes; entries
@@ -150,9 +151,32 @@ static void fq_read(Qcow2Ref *r, uint64_t off, size_t len)
                "read at %" PRIu64 " differs the second time", off);
 }
 
+/* Block status over the first clusters: each answer covers 1..max bytes */
+static void fq_status(Qcow2Ref *r)
+{
+    uint64_t size = qcow2_ref_size(r), off = 0, pnum;
+    GError *err = NULL;
+    Qcow2RefStatus st;
+    int i;
+
+    for (i = 0; i < 16 && off < size; i++) {
+        uint64_t max = MIN(size - off, (uint64_t)FQ_READ_MAX);
+
+        if (!qcow2_ref_block_status(r, off, max, &pnum, &st, &err)) {
+            g_clear_error(&err);
+            return;
+        }
+        fuzz_check(pnum >= 1 && pnum <= max, "status at %" PRIu64
+                   ": %" PRIu64 " bytes of at most %" PRIu64, off, pnum, max);
+        off += pnum;
+    }
+}
+
 static void fq_read_image(Qcow2Ref *r)
 {
     uint64_t size = qcow2_ref_size(r);
+
+    fq_status(r);
 
     fq_read(r, 0, 4096);
     fq_read(r, size / 2 - MIN(size / 2, 700), 3000);
@@ -176,7 +200,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (qcow2_parse_header(data, qcow2_header_bytes(size), size,
                            QCOW2_OPEN_WRITE, &info, &err)) {
         fuzz_check(info.l1_needed <= info.h.l1_size, "l1_size");
-        fuzz_check(info.h.l1_table_offset + (uint64_t)info.h.l1_size * 8 <=
+        /* an empty L1 table (a disk of size 0) is never read */
+        fuzz_check(info.h.l1_size == 0 ||
+                   info.h.l1_table_offset + (uint64_t)info.h.l1_size * 8 <=
                    size, "L1 beyond EOF");
         fq_entries(&info, data, size);
         fq_refcounts(&info, data, size);
