@@ -22,7 +22,12 @@
  *   qemu-io -f qcow2 -c 'write -P 0x11 0 1k' -c 'write -z 2k 1k' plain.qcow2
  * and likewise v2 (compat=0.10), refcount_bits=1 and 64, compressed
  * (qemu-img convert -c, deflate and zstd), with a snapshot, and with a
- * backing file name and format.
+ * backing file name and format.  qemu-img writes no feature name table
+ * into a 512-byte header cluster, so the seed-ext-* seeds are seed-plain
+ * with header extensions written in by hand: a feature name table and an
+ * unknown extension; a bitmaps extension (autoclear bit set); a LUKS
+ * encryption header pointer (crypt_method 2); an external data file name
+ * (incompatible bit 2).
  *
  * Threads: the fuzzer's only.
  */
