@@ -40,19 +40,32 @@ static inline uint16_t ld_be16(const uint8_t *p)
     return GUINT16_FROM_BE(v);
 }
 
-static void set_err(GError **errp, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
-
-static void set_err(GError **errp, const char *fmt, ...)
+/*
+ * Messages quote names taken from the image (backing file, format,
+ * feature and snapshot names): they become valid UTF-8 without control
+ * characters, so that a hostile image can neither break a JSON reply nor
+ * write terminal escape sequences into a log.
+ */
+void qcow2_set_error(GError **errp, const char *fmt, ...)
 {
     va_list ap;
-    char *msg;
+    char *msg, *safe, *p;
 
     va_start(ap, fmt);
     msg = g_strdup_vprintf(fmt, ap);
     va_end(ap);
-    g_set_error_literal(errp, VB_ERROR, 0, msg);
+    safe = g_utf8_make_valid(msg, -1);
+    for (p = safe; *p; p++) {
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            *p = '?';
+        }
+    }
+    g_set_error_literal(errp, VB_ERROR, 0, safe);
+    g_free(safe);
     g_free(msg);
 }
+
+#define set_err qcow2_set_error
 
 /* A string field: no NUL inside (it would silently cut the name). */
 static char *dup_name(const uint8_t *p, size_t len, const char *what,

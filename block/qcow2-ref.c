@@ -40,18 +40,19 @@ struct Qcow2Ref {
     Qcow2Ref *backing;
 };
 
-static void set_err(GError **errp, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+#define set_err qcow2_set_error
 
-static void set_err(GError **errp, const char *fmt, ...)
+/* A file name for messages: it may come from an image (see qcow2.h). */
+static char *printable(const char *name)
 {
-    va_list ap;
-    char *msg;
+    char *safe = g_utf8_make_valid(name, -1), *p;
 
-    va_start(ap, fmt);
-    msg = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-    g_set_error_literal(errp, VB_ERROR, 0, msg);
-    g_free(msg);
+    for (p = safe; *p; p++) {
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            *p = '?';
+        }
+    }
+    return safe;
 }
 
 /* All of [off, off + len) or an error (a short read is one). */
@@ -268,7 +269,7 @@ static Qcow2Ref *ref_open(int fd, const char *filename, const char *dir,
     uint8_t *hbuf;
     bool ok;
 
-    r->filename = g_strdup(filename);
+    r->filename = printable(filename);
     r->raw = raw;
     r->no_backing = opts->no_backing;
     r->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);

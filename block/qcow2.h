@@ -179,6 +179,12 @@ typedef struct Qcow2Info {
     uint32_t nb_snapshots;
 } Qcow2Info;
 
+/*
+ * Set @errp (VB_ERROR) to a message made valid UTF-8 with control
+ * characters replaced: the messages here quote names from the image.
+ */
+void qcow2_set_error(GError **errp, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+
 /* What the caller will do with the image. */
 #define QCOW2_OPEN_WRITE            (1u << 0)
 

@@ -683,6 +683,23 @@ static void test_backing_without_format(void)
     g_assert_nonnull(strstr(err->message, "format 'vmdk'"));
 }
 
+/* A name from the image reaches messages as UTF-8 without controls. */
+static void test_hostile_names(void)
+{
+    g_autofree char *p = tpath("esc.qcow2");
+    g_autoptr(GError) err = NULL;
+    const char *c;
+
+    sh("qemu-img create -q -f qcow2 -u -b \"$(printf 'x\\033[2Jy\\377z')\" "
+       "-F qcow2 esc.qcow2 1M");
+    g_assert_null(qcow2_ref_open(p, NULL, &err));
+    g_assert_nonnull(strstr(err->message, "cannot open backing file 'x?[2Jy"));
+    g_assert_true(g_utf8_validate(err->message, -1, NULL));
+    for (c = err->message; *c; c++) {
+        g_assert_cmpint((unsigned char)*c, >=, 0x20);
+    }
+}
+
 /* ---- header refusals --------------------------------------------------- */
 
 static uint8_t *hdr_image;
@@ -1380,6 +1397,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qcow2/read/bitmaps", test_bitmaps);
     g_test_add_func("/qcow2/read/backing-chain", test_backing_chain);
     g_test_add_func("/qcow2/read/corrupt-tables", test_corrupt_tables);
+    g_test_add_func("/qcow2/read/hostile-names", test_hostile_names);
     g_test_add_func("/qcow2/read/backing-without-format",
                     test_backing_without_format);
     ret = g_test_run();
