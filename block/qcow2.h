@@ -275,9 +275,9 @@ static inline void qcow2_st_be64(uint8_t *p, uint64_t v)
 }
 
 /*
- * Decode an L1 entry.  -EUCLEAN with @why
- * set if reserved bits are set, the offset is not cluster-aligned or the
- * L2 table would lie beyond the end of the file.
+ * Decode an L1 entry.  -EUCLEAN with @why set if reserved bits are set,
+ * the offset is not cluster-aligned or the L2 table would lie beyond the
+ * end of the file.
  */
 int qcow2_l1_decode(const Qcow2Info *info, uint64_t entry,
                     Qcow2L1Entry *out, const char **why);
