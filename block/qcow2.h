@@ -334,9 +334,9 @@ int qcow2_check_host_range(const Qcow2Info *info, uint64_t offset,
 /* ---- refcounts -------------------------------------------------------- */
 
 /*
- * Refcount table entry: the refcount block's offset,
- * 0 if unallocated.  -EUCLEAN on reserved bits, misalignment or a block
- * beyond the end of the file.
+ * Refcount table entry: the refcount block's offset, 0 if unallocated.
+ * -EUCLEAN on reserved bits, misalignment or a block beyond the end of
+ * the file.
  */
 int qcow2_reftable_decode(const Qcow2Info *info, uint64_t entry,
                           uint64_t *block_offset, const char **why);
@@ -395,9 +395,12 @@ void qcow2_decompressor_free(Qcow2Decompressor *d);
 
 /*
  * Decompress one cluster: exactly @out_len bytes from at most @in_len
- * bytes of input (deflate: raw deflate; zstd: one or more frames).
- * -EIO with @why set if the data is corrupt, too short to fill @out_len,
- * or claims more than @out_len.
+ * bytes of input (the descriptor's sectors, which may hold more than the
+ * data).  deflate: raw deflate, stopping once @out_len bytes are out (the
+ * specification's rule); zstd: one or more frames, the last ending with
+ * the cluster (QEMU writes one frame per cluster and checks the same).
+ * -EIO with @why set if the data is corrupt or too short to fill
+ * @out_len, or a zstd frame goes on past it.
  */
 int qcow2_decompress(Qcow2Decompressor *d, const uint8_t *in, size_t in_len,
                      uint8_t *out, size_t out_len, const char **why);
