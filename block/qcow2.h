@@ -419,7 +419,12 @@ typedef struct Qcow2RefOptions {
     unsigned int max_depth;             /* backing chain; 0: default (16) */
     bool no_backing;                    /* do not open backing files: read
                                            their part as zeroes (fuzzing) */
-    const char *snapshot;               /* read this snapshot (ID or name) */
+    /*
+     * Read this internal snapshot (ID, else name) of the top image, at the
+     * snapshot's own disk size (qemu-img convert -l reads it at the
+     * image's current size, zeroes past the snapshot's).
+     */
+    const char *snapshot;
 } Qcow2RefOptions;
 
 #define QCOW2_REF_DEFAULT_DEPTH     16
