@@ -232,6 +232,12 @@ static void compare_with_qemu(const char *name, const char *snapshot,
         sh("qemu-img convert -O raw %s %s", name, raw_name);
     }
     want = load(raw_name, &len);
+    /* /tmp may be memory: keep only the images */
+    {
+        g_autofree char *raw_path = tpath(raw_name);
+
+        unlink(raw_path);
+    }
     r = qcow2_ref_open(p, &opts, &err);
     g_assert_no_error(err);
     if (snapshot && qcow2_ref_size(r) < len) {
@@ -481,8 +487,8 @@ static void test_compressed(void)
         memset(src + cases[i].size / 8, 0xcc, cases[i].size / 8);
         memset(src + cases[i].size / 2, 0, cases[i].size / 8);
         store(src_name, src, cases[i].size);
-        sh("qemu-img convert -c -f raw -O qcow2 -o %s src%zu.raw %s",
-           cases[i].opts, i, name);
+        sh("qemu-img convert -c -f raw -O qcow2 -o %s src%zu.raw %s && "
+           "rm src%zu.raw", cases[i].opts, i, name, i);
         /* an uncompressed write over a compressed cluster, too */
         sh("qemu-io -f qcow2 -c 'write -P 0x77 1000 1000' %s >/dev/null",
            name);
