@@ -32,38 +32,6 @@ void blk_options_init(BlockOptions *opts)
     opts->batch = true;
 }
 
-/* Any thread. */
-const char *blk_aio_mode_name(BlockAioMode mode)
-{
-    switch (mode) {
-    case BLOCK_AIO_IO_URING:
-        return "io_uring";
-    case BLOCK_AIO_NATIVE:
-        return "native";
-    case BLOCK_AIO_THREADS:
-        return "threads";
-    }
-    return "unknown";
-}
-
-/* Any thread. */
-bool blk_aio_mode_parse(const char *s, BlockAioMode *mode)
-{
-    if (!s) {
-        return false;
-    }
-    if (!strcmp(s, "io_uring")) {
-        *mode = BLOCK_AIO_IO_URING;
-    } else if (!strcmp(s, "native")) {
-        *mode = BLOCK_AIO_NATIVE;
-    } else if (!strcmp(s, "threads")) {
-        *mode = BLOCK_AIO_THREADS;
-    } else {
-        return false;
-    }
-    return true;
-}
-
 /* A node of @drv, not open yet.  Main thread. */
 static BlockBackend *blk_new(const BlockDriver *drv, const BlockOptions *opts)
 {

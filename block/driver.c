@@ -264,13 +264,6 @@ static char *bdrv_option_names(void)
     return g_string_free(s, false);
 }
 
-static void bdrv_zero_free(gpointer str)
-{
-    /* As the secret objects: no copy of a key outlives its use. */
-    memset(str, 0, strlen(str));
-    g_free(str);
-}
-
 bool blk_driver_check_name(const char *name, GError **errp)
 {
     BlockDriverKeys k;
@@ -304,7 +297,7 @@ bool blk_options_parse(BlockOptions *opts, QmpArgs *a, BlockOptsParse *p,
     BlockDriverKeys k;
 
     if (!p->strings) {
-        p->strings = g_ptr_array_new_with_free_func(bdrv_zero_free);
+        p->strings = g_ptr_array_new_with_free_func(g_free);
     }
     if (!blk_driver_check_name(p->driver, errp)) {
         return false;
@@ -330,6 +323,10 @@ bool blk_options_check(const BlockOptions *opts, BlockOptsParse *p,
 void blk_options_parse_cleanup(BlockOptsParse *p)
 {
     g_clear_pointer(&p->strings, g_ptr_array_unref);
+    if (p->key) {
+        p->secret_free(p->key, p->key_size);
+        p->key = NULL;
+    }
 }
 
 void blk_node_names(BlockBackend *blk, const BlockOptions *opts,

@@ -79,39 +79,43 @@ BlockEngine *blk_engine_get_or_pool(AioContext *ctx,
 }
 
 /* Any thread. */
-const BlockEngineOps *blk_mode_ops(BlockAioMode mode)
+const char *blk_aio_mode_name(BlockAioMode mode)
 {
     switch (mode) {
-#if CONFIG_LINUX_IO_URING
     case BLOCK_AIO_IO_URING:
-        return &luring_engine_ops;
-#endif
-#if CONFIG_LINUX_AIO
+        return "io_uring";
     case BLOCK_AIO_NATIVE:
-        return &laio_engine_ops;
-#endif
-    default:
-        return &thread_pool_engine_ops;
+        return "native";
+    case BLOCK_AIO_THREADS:
+        return "threads";
     }
+    return "unknown";
 }
 
-/* Owner thread of @ctx. */
+/* Any thread. */
+bool blk_aio_mode_parse(const char *s, BlockAioMode *mode)
+{
+    if (!s) {
+        return false;
+    }
+    if (!strcmp(s, "io_uring")) {
+        *mode = BLOCK_AIO_IO_URING;
+    } else if (!strcmp(s, "native")) {
+        *mode = BLOCK_AIO_NATIVE;
+    } else if (!strcmp(s, "threads")) {
+        *mode = BLOCK_AIO_THREADS;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* Owner thread of @ctx.  Engines are named after the aio mode they
+ * serve. */
 bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
                           BlockEngineStats *stats)
 {
-    const BlockEngineOps *ops = blk_mode_ops(mode);
-    BlockEngine *e;
-
-    if ((mode == BLOCK_AIO_IO_URING || mode == BLOCK_AIO_NATIVE) &&
-        ops == &thread_pool_engine_ops) {
-        return false;           /* engine not compiled in */
-    }
-    e = aio_local_get(ctx, ops->key);
-    if (!e) {
-        return false;
-    }
-    *stats = e->stats;
-    return true;
+    return blk_engine_get_stats_by_name(ctx, blk_aio_mode_name(mode), stats);
 }
 
 /* Owner thread of @ctx. */

@@ -545,11 +545,29 @@ static int raw_do_request(BlockAIOCB *acb)
     return -EINVAL;
 }
 
+/* The engine that serves aio mode @mode (the thread pool's when that
+ * engine is not compiled in).  Any thread. */
+static const BlockEngineOps *raw_mode_ops(BlockAioMode mode)
+{
+    switch (mode) {
+#if CONFIG_LINUX_IO_URING
+    case BLOCK_AIO_IO_URING:
+        return &luring_engine_ops;
+#endif
+#if CONFIG_LINUX_AIO
+    case BLOCK_AIO_NATIVE:
+        return &laio_engine_ops;
+#endif
+    default:
+        return &thread_pool_engine_ops;
+    }
+}
+
 /* The engine for a request of @type on @blk. */
 static inline const BlockEngineOps *raw_route(BDRVRawState *s, int type)
 {
     if (likely(type == BLK_REQ_READ || type == BLK_REQ_WRITE)) {
-        return blk_mode_ops(s->aio);
+        return raw_mode_ops(s->aio);
     }
 #if CONFIG_LINUX_IO_URING
     if (s->aio == BLOCK_AIO_IO_URING && type != BLK_REQ_BLOCK_STATUS &&
@@ -636,7 +654,7 @@ static bool raw_attach_aio_context(BlockBackend *blk, AioContext *ctx,
                                    GError **errp)
 {
     return blk_engine_get_or_pool(ctx,
-                                  blk_mode_ops(raw_state(blk)->aio)) != NULL;
+                                  raw_mode_ops(raw_state(blk)->aio)) != NULL;
 }
 
 /* Any thread. */

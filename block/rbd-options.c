@@ -286,11 +286,16 @@ static bool rbd_parse_options(BlockOptions *opts, QmpArgs *a,
                         "be named here", secret);
             return false;
         }
-        key = p->secret(p->opaque, secret, errp);
+        if (p->key) {
+            g_set_error(errp, VB_ERROR, 0, "key-secret=%s: one key per "
+                        "node", secret);
+            return false;
+        }
+        key = p->secret(p->opaque, secret, &p->key_size, errp);
         if (!key) {
             return false;
         }
-        g_ptr_array_add(p->strings, key);
+        p->key = key;
         o->key = key;
     }
     opts->readonly = opts->readonly || o->snapshot;  /* served read-only */

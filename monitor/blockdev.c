@@ -309,8 +309,13 @@ static bool vb_blockdev_check_base(QmpArgs *a, const VbBlockdevBase *b,
     return true;
 }
 
-/* The secret objects, for a driver's key-secret=ID. */
-static char *vb_blockdev_secret(void *opaque, const char *id, GError **errp)
+/*
+ * The secret objects, for a driver's key-secret=ID: a copy in key pages
+ * (vb_key_alloc()), which outlives a secret deleted while an open waits
+ * in its worker.
+ */
+static char *vb_blockdev_secret(void *opaque, const char *id, size_t *size,
+                                GError **errp)
 {
     VbSecretObj *sec = vb_secret_find(opaque, id);
 
@@ -318,7 +323,7 @@ static char *vb_blockdev_secret(void *opaque, const char *id, GError **errp)
         vb_set_error(errp, "No secret with id '%s'", id);
         return NULL;
     }
-    return g_strdup(sec->base64);
+    return vb_key_dup(sec->base64, size);
 }
 
 /*
@@ -335,6 +340,7 @@ static VbNode *vb_blockdev_add_image(VbState *s, QmpArgs *a,
     BlockOptsParse parse = {
         .driver = b->driver,
         .secret = vb_blockdev_secret,
+        .secret_free = vb_key_free,
         .opaque = s,
     };
     BlockOptions o;

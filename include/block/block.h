@@ -194,14 +194,19 @@ typedef struct BlockOptsParse {
      * the driver's keys there (file=, size=, rbd=, ...), strings, with
      * its messages ("bad value 'X' for KEY: ..."). */
     bool export_syntax;
-    /* In: key-secret=ID: a copy of the secret's value (base64), or NULL
-     * with @errp set.  NULL: secrets cannot be named here. */
-    char *(*secret)(void *opaque, const char *id, GError **errp);
+    /* In: key-secret=ID: a copy of the secret's value (base64, *@size
+     * bytes of memory that @secret_free releases), or NULL with @errp
+     * set.  NULL: secrets cannot be named here. */
+    char *(*secret)(void *opaque, const char *id, size_t *size,
+                    GError **errp);
+    void (*secret_free)(char *key, size_t size);
     void *opaque;
+    /* Out: the copy @secret gave, released by the cleanup. */
+    char *key;
+    size_t key_size;
     /* Out: what the parser allocated for the BlockOptions (they point
-     * into it and into the arguments): keep both until the node is open,
-     * then blk_options_parse_cleanup() (which zeroes them: a key may be
-     * among them). */
+     * into it, into @key and into the arguments): keep them until the
+     * node is open, then blk_options_parse_cleanup(). */
     GPtrArray *strings;
     /* Out: the image as the user named it (a path, an image name), or
      * NULL: the --export syntax's default serial is its base name. */
@@ -401,6 +406,15 @@ void blk_aio_block_status(BlockBackend *blk, BlockAIOCB *acb,
 /* What @blk is (the first node below the filters that says).  Any
  * thread. */
 void blk_get_info(BlockBackend *blk, BlockDriverInfo *bdi);
+
+/* Permissions on a node (BdrvChild.perm and .shared). */
+enum {
+    BLK_PERM_CONSISTENT_READ = 0x1,     /* reads see a consistent image */
+    BLK_PERM_WRITE           = 0x2,     /* changes what the node reads */
+    BLK_PERM_WRITE_UNCHANGED = 0x4,     /* writes that change nothing */
+    BLK_PERM_RESIZE          = 0x8,
+    BLK_PERM_ALL             = 0xf,
+};
 
 /*
  * Main thread: a user (an export, a job) called @user starts using @blk

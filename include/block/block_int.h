@@ -192,15 +192,6 @@ struct BlockDriver {
     BlockDriverSubmitFunc *bdrv_aio_block_status;
 };
 
-/* Permissions on a node (BdrvChild.perm and .shared). */
-enum {
-    BLK_PERM_CONSISTENT_READ = 0x1,     /* reads see a consistent image */
-    BLK_PERM_WRITE           = 0x2,     /* changes what the node reads */
-    BLK_PERM_WRITE_UNCHANGED = 0x4,     /* writes that change nothing */
-    BLK_PERM_RESIZE          = 0x8,
-    BLK_PERM_ALL             = 0xf,
-};
-
 /* An edge of the graph: @parent (a node, or NULL for a user such as an
  * export) uses @bs.  Main thread. */
 struct BdrvChild {

@@ -45,7 +45,7 @@ struct BlockEngineTarget {
 typedef struct BlockEngine BlockEngine;
 
 typedef struct BlockEngineOps {
-    const char *name;
+    const char *name;           /* an aio mode's engine: the mode's name */
     AioLocalKey *key;           /* where a context keeps its instance */
     /* Create the instance for @ctx (owner thread). */
     BlockEngine *(*create)(AioContext *ctx, GError **errp);
@@ -75,10 +75,6 @@ BlockEngine *blk_engine_get(AioContext *ctx, const BlockEngineOps *ops,
  * be created here (warned once), or NULL.  Owner thread of @ctx. */
 BlockEngine *blk_engine_get_or_pool(AioContext *ctx,
                                     const BlockEngineOps *ops);
-
-/* The engine that serves aio mode @mode (the thread pool's when that
- * engine is not compiled in).  Any thread. */
-const BlockEngineOps *blk_mode_ops(BlockAioMode mode);
 
 /* Finish @acb: copy a bounced read back, free the bounce buffer, call the
  * callback.  @acb must not be touched afterwards.  Engine (owner) thread. */

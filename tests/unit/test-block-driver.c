@@ -15,6 +15,7 @@
 #include "qemu/aio.h"
 #include "block/block.h"
 #include "block/block_int.h"
+#include "qemu/throttle.h"
 
 #define IMG_SIZE (8 * 1024 * 1024)
 
@@ -85,6 +86,7 @@ typedef struct DriverCase {
     const char *name;           /* "file", "null", "rbd" */
     bool inject;                /* under a blkdebug filter */
     bool poll;                  /* rbd: completion=poll */
+    bool throttle;              /* under a throttle filter, no limit */
 } DriverCase;
 
 static char *rbd_image;
@@ -168,6 +170,12 @@ static BlockBackend *open_case(const DriverCase *dc, bool readonly,
         opts.rbd.completion = dc->poll ? BLOCK_RBD_COMPLETION_POLL :
                                          BLOCK_RBD_COMPLETION_DEFAULT;
     }
+    if (dc->throttle) {
+        ThrottleLimits none = { 0 };
+
+        opts.throttle_group = throttle_group_new("tg0", &none, &err);
+        g_assert_no_error(err);
+    }
     if (dc->inject) {
         /* the 2nd write fails, once */
         opts.inject.ops = BLOCK_INJECT_WRITE;
@@ -177,6 +185,10 @@ static BlockBackend *open_case(const DriverCase *dc, bool readonly,
     blk = blk_open(&opts, &err);
     g_assert_no_error(err);
     g_assert_nonnull(blk);
+    if (opts.throttle_group) {
+        /* the filter holds its own reference */
+        throttle_group_unref(opts.throttle_group);
+    }
     return blk;
 }
 
@@ -351,7 +363,7 @@ static void test_block_status(gconstpointer data)
     g_assert_cmpint(do_status(blk, 0, 0, &st), ==, -EINVAL);
     g_assert_cmpint(do_status(blk, IMG_SIZE - 512, 1024, &st), ==, -EINVAL);
     g_assert_cmpint(do_status(blk, -512, 512, &st), ==, -EINVAL);
-    if (dc->inject) {
+    if (dc->inject || dc->throttle) {
         /* the filter is a parent of its node, through a "file" edge */
         BdrvChild *c = bdrv_find_child(blk, "file");
 
@@ -795,6 +807,8 @@ int main(int argc, char **argv)
         { "file", false }, { "null", false }, { "rbd", false },
         { "file", true }, { "null", true }, { "rbd", true },
         { "rbd", false, true },
+        { "file", .throttle = true }, { "null", .throttle = true },
+        { "rbd", .throttle = true },
     };
     GError *err = NULL;
     int ret;
@@ -810,19 +824,22 @@ int main(int argc, char **argv)
         const char *poll = cases[i].poll ? "-poll" : "";
         g_autofree char *c = g_strdup_printf("/block/driver/%s%s%s/contract",
                                              cases[i].inject ? "blkdebug-" :
+                                             cases[i].throttle ? "throttle-" :
                                              "", cases[i].name, poll);
         g_autofree char *r = g_strdup_printf("/block/driver/%s%s%s/read-only",
                                              cases[i].inject ? "blkdebug-" :
+                                             cases[i].throttle ? "throttle-" :
                                              "", cases[i].name, poll);
 
         g_autofree char *b = g_strdup_printf(
             "/block/driver/%s%s%s/block-status",
-            cases[i].inject ? "blkdebug-" : "", cases[i].name, poll);
+            cases[i].inject ? "blkdebug-" :
+            cases[i].throttle ? "throttle-" : "", cases[i].name, poll);
 
         g_test_add_data_func(c, &cases[i], test_contract);
         g_test_add_data_func(r, &cases[i], test_readonly);
         g_test_add_data_func(b, &cases[i], test_block_status);
-        if (!cases[i].inject) {
+        if (!cases[i].inject && !cases[i].throttle) {
             g_autofree char *d = g_strdup_printf(
                 "/block/driver/blkdebug-delay-%s%s", cases[i].name, poll);
 

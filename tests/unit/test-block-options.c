@@ -170,19 +170,35 @@ static void test_export_syntax(void)
     }
 }
 
-static char *test_secret(void *opaque, const char *id, GError **errp)
+static unsigned int test_secrets_out;
+
+static char *test_secret(void *opaque, const char *id, size_t *size,
+                         GError **errp)
 {
     if (strcmp(id, "sec0")) {
         g_set_error(errp, VB_ERROR, 0, "No secret with id '%s'", id);
         return NULL;
     }
+    test_secrets_out++;
+    *size = 9;
     return g_strdup("QVFBQQ==");
+}
+
+static void test_secret_free(char *key, size_t size)
+{
+    g_assert_cmpuint(size, ==, 9);
+    g_assert_cmpuint(strlen(key) + 1, ==, size);
+    test_secrets_out--;
+    g_free(key);
 }
 
 /* rbd's options are read in the program, its module not loaded. */
 static void test_rbd(void)
 {
-    BlockOptsParse p = { .secret = test_secret };
+    BlockOptsParse p = {
+        .secret = test_secret,
+        .secret_free = test_secret_free,
+    };
     g_auto(QmpArgs) a = { 0 };
     GError *err = NULL;
     BlockOptions o;
@@ -210,6 +226,7 @@ static void test_rbd(void)
     g_assert_cmpint(o.rbd.completion, ==, BLOCK_RBD_COMPLETION_POLL);
     g_assert_true(o.readonly);          /* a snapshot */
     blk_options_parse_cleanup(&p);
+    g_assert_cmpuint(test_secrets_out, ==, 0);
     qmp_args_cleanup(&a);
 
     g_assert_false(parse_kv("rbd,pool=p,image=i,key-secret=nope", false,
