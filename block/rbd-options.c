@@ -2,9 +2,9 @@
 /*
  * The rbd driver's part that is built into the program: the driver itself
  * is a module (block-rbd.so, block/rbd.c), loaded when a node first names
- * it, but its options are read before that, and the error of a module that
- * cannot be loaded names the node (also its filename in
- * query-named-block-nodes, QEMU's pseudo-protocol form).  Registered with the registry
+ * it, but its options are read before that, and the error of a module
+ * that cannot be loaded names the node (QEMU's pseudo-protocol name, also
+ * its filename in query-named-block-nodes).  Registered with the registry
  * (block/driver.c) as a BlockModuleDriver.  Main thread, except
  * blk_rbd_describe() (any thread).
  */
