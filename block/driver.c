@@ -277,10 +277,6 @@ bool blk_driver_check_name(const char *name, GError **errp)
                         "and throttle and raw over any of them); convert a "
                         "qcow2 or other image with qemu-img convert -O raw",
                         name, names);
-        } else if (!CONFIG_RBD && !strcmp(name, "rbd")) {
-            g_set_error(errp, VB_ERROR, 0, "Parameter 'driver' does not "
-                        "accept value 'rbd': this build has no driver=rbd "
-                        "(install librbd-dev and rebuild)");
         } else {
             /* QEMU's (QAPI's) words. */
             g_set_error(errp, VB_ERROR, 0, "Parameter 'driver' does not "
