@@ -858,8 +858,10 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
         QsdOptKind kind = kinds[opt - OPT_BLOCKDEV];
 
         if (!qsd_cli_add(&d->qsd, kind, arg, &err)) {
+            g_autofree char *shown = qsd_cli_redact(arg);
+
             vbd_arg_error("%s %s: %s\n", qsd_opt_name(kind),
-                    arg, err->message);
+                    shown, err->message);
             g_error_free(err);
             return false;
         }
@@ -868,7 +870,9 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
     case OPT_EXPORT:
         if (qsd_cli_export_is_qsd(arg)) {
             if (!qsd_cli_add(&d->qsd, QSD_OPT_EXPORT, arg, &err)) {
-                vbd_arg_error("--export %s: %s\n", arg,
+                g_autofree char *shown = qsd_cli_redact(arg);
+
+                vbd_arg_error("--export %s: %s\n", shown,
                         err->message);
                 g_error_free(err);
                 return false;
@@ -1102,7 +1106,9 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
                 fprintf(stderr, "Try 'vhost-blkd --help' for more "
                         "information.\n");
             } else {
-                vbd_arg_error("unknown option '%s'\n", argv[cur]);
+                /* The name only: "--objct=secret,data=KEY" has a key. */
+                vbd_arg_error("unknown option '%.*s'\n",
+                              (int)strcspn(argv[cur], "="), argv[cur]);
                 fprintf(stderr, "Try 'vhost-blkd --help' for more "
                         "information.\n");
             }
@@ -1116,8 +1122,11 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
     }
     vbd_arg_where = config_file_arg_origin(optind);
     if (optind < argc) {
+        /* It may be a stray "data=KEY" of a split --object. */
+        g_autofree char *shown = qsd_cli_redact(argv[optind]);
+
         vbd_arg_error("unexpected argument '%s' (options "
-                "start with --; see vhost-blkd --help)\n", argv[optind]);
+                "start with --; see vhost-blkd --help)\n", shown);
         return VBD_ARGS_BAD;
     }
     vbd_arg_where = NULL;
