@@ -44,6 +44,8 @@ fds() { ls "/proc/$1/fd" | wc -l; }
 # go with the load and are the kernel's, not the daemon's.
 threads() { cat /proc/"$1"/task/*/comm 2>/dev/null | grep -vc '^iou-'; }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# quiet CMD [ARGS...]: run CMD with its output in $VB_TMP/quiet.log.
+quiet() { "$@" > "$VB_TMP/quiet.log" 2>&1; }
 # settle PID FDS THREADS: poll until both are back, at most 30 s.
 settle() {
     local n=0
@@ -112,7 +114,7 @@ vb_check_eq "fds and threads back to where they were" \
 rss1=$(rss_kb "$pid")
 echo "# after: RSS $rss1 kB (before: $rss0 kB)"
 vb_check "RSS back within 16 MiB of before" test "$rss1" -le $((rss0 + 16384))
-vb_check "the export still answers QMP" \
+vb_check "the export still answers QMP" quiet \
     python3 "$VB_FUNC/qmp.py" "$qmp" '{"execute": "query-block-exports"}'
 vb_stop "$pid"
 vb_check "clean shutdown" grep -q "shutting down" "$VB_TMP/blkd.log"
