@@ -19,8 +19,11 @@
  * straight on the caller's iovecs (guest memory, no bounce), flush to
  * rbd_aio_flush(), discard to rbd_aio_discard(), write-zeroes to
  * rbd_aio_write_zeroes() (thick, i.e. without deallocating, unless the
- * request may unmap).  The cache of librbd is off (rbd_cache=false), so a
- * write is on the OSDs when it completes and FUA costs nothing more.
+ * request may unmap).  The cache of librbd is off (rbd_cache=false, and
+ * an open for writing refuses a pool or image configuration that turns
+ * it back on), so a write is on the OSDs when it completes and FUA costs
+ * nothing more.  A read cut short by the end of the image (shrunk on the
+ * cluster) gets the rest zeroed.
  *
  * Completions, two ways (completion=callback|poll; see BlockRbdCompletion
  * and RBD_DEFAULT_COMPLETION for which is the default and why).
@@ -195,6 +198,45 @@ static void rbd_finish_cb(rbd_completion_t c, void *arg)
     rbd_engine_push(acb);
 }
 
+/*
+ * A read that librbd ended short: the image ends inside the request (it
+ * was shrunk on the cluster after the guest learnt its size).  librbd
+ * clips a read to the image and returns the bytes it read; the rest of
+ * the caller's buffer holds whatever was there, which must not reach the
+ * guest as data: zero it, as QEMU's rbd driver does.  Only on a short
+ * read, so not per request.
+ */
+static void rbd_read_zero_tail(BlockAIOCB *acb)
+{
+    size_t skip = (size_t)acb->ret;
+
+    for (int i = 0; i < acb->niov; i++) {
+        size_t len = acb->iov[i].iov_len;
+
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        memset((char *)acb->iov[i].iov_base + skip, 0, len - skip);
+        skip = 0;
+    }
+}
+
+/* Owner thread: the result of @acb as the block layer takes it. */
+static inline int rbd_acb_result(BlockAIOCB *acb)
+{
+    if (acb->ret < 0) {
+        return acb->ret;
+    }
+    /* A read returns the bytes read (librbd zero-fills holes, and clips
+     * at the end of the image), the others 0. */
+    if (acb->type == BLK_REQ_READ &&
+        unlikely((uint64_t)acb->ret < acb->bytes)) {
+        rbd_read_zero_tail(acb);
+    }
+    return 0;
+}
+
 /* Owner thread: complete everything librbd has finished. */
 static void rbd_engine_drain(RbdEngine *e)
 {
@@ -217,9 +259,7 @@ static void rbd_engine_drain(RbdEngine *e)
 
         acb = fifo;
         fifo = acb->next.sqe_next;
-        /* A read returns the bytes read (librbd zero-fills holes), the
-         * others 0; failures -errno. */
-        ret = acb->ret < 0 ? acb->ret : 0;
+        ret = rbd_acb_result(acb);
         e->common.stats.completions++;
         e->common.stats.completions_direct++;
         blk_acb_complete(acb, ret);
@@ -325,7 +365,7 @@ static void rbd_poll_read_cb(void *opaque)
                 rbd_engine_push(acb);   /* another context's request */
                 continue;
             }
-            ret = acb->ret < 0 ? acb->ret : 0;
+            ret = rbd_acb_result(acb);
             e->common.stats.completions++;
             e->common.stats.completions_direct++;
             blk_acb_complete(acb, ret);
@@ -618,6 +658,7 @@ static void rbd_set_active(BlockBackend *bs, bool active, bool takeover)
 static bool rbd_drv_truncate(BlockBackend *bs, uint64_t size, GError **errp)
 {
     BDRVRBDState *s = bs->opaque;
+    uint64_t cur;
     int r;
 
     if (bs->readonly) {
@@ -625,7 +666,20 @@ static bool rbd_drv_truncate(BlockBackend *bs, uint64_t size, GError **errp)
                     "read-only=on): it cannot be resized", bs->filename);
         return false;
     }
-    r = rbd_resize(s->image, size);
+    /*
+     * Never shrink, whatever size this node last saw: the image may have
+     * grown on the cluster since (the update watch has not told us yet),
+     * and a plain rbd_resize() to the smaller size would cut the data off.
+     */
+    r = rbd_resize2(s->image, size, false, NULL, NULL);
+    if (r == -EINVAL && rbd_get_size(s->image, &cur) == 0 && cur > size) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot resize to %" PRIu64
+                    " bytes: the image is already %" PRIu64 " bytes on the "
+                    "cluster (grown there since), and vhost-blkd never "
+                    "shrinks an image; ask for %" PRIu64 " or more",
+                    bs->filename, size, cur, cur);
+        return false;
+    }
     if (r < 0) {
         g_set_error(errp, VB_ERROR, 0, "%s: cannot resize to %" PRIu64
                     " bytes: %s", bs->filename, size, g_strerror(-r));
@@ -635,6 +689,78 @@ static bool rbd_drv_truncate(BlockBackend *bs, uint64_t size, GError **errp)
 }
 
 /* ---- open and close ------------------------------------------------ */
+
+/*
+ * Any thread (the open): is librbd's write-back cache off for @image, as
+ * we asked?  Our rbd_cache=false is only the client's configuration: a
+ * pool's or the image's own (rbd config pool|image set ... rbd_cache true,
+ * kept as conf_rbd_cache in their metadata) overrides it at rbd_open(),
+ * and then a completed write (FUA included) may sit in this process's
+ * memory only.  So read what librbd took.  false with @errp set if it is
+ * on (or cannot be read).
+ */
+static bool rbd_check_cache_off(const char *desc, const BlockRbdOptions *o,
+                                rbd_image_t image, GError **errp)
+{
+    g_autofree rbd_config_option_t *opts = NULL;
+    int n = 0, r;
+    bool found = false, on = false;
+    const char *where = "the configuration";
+
+    /* The first call says how many options there are (-ERANGE). */
+    r = rbd_config_image_list(image, NULL, &n);
+    if (r == -ERANGE && n > 0) {
+        opts = g_new0(rbd_config_option_t, n);
+        r = rbd_config_image_list(image, opts, &n);
+    }
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot read the image's "
+                    "effective configuration (to check that rbd_cache is "
+                    "off): %s", desc, g_strerror(-r));
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(opts[i].name, "rbd_cache")) {
+            found = true;
+            on = g_ascii_strcasecmp(opts[i].value, "false") &&
+                 strcmp(opts[i].value, "0");
+            where = opts[i].source == RBD_CONFIG_SOURCE_IMAGE ? "image" :
+                    opts[i].source == RBD_CONFIG_SOURCE_POOL ? "pool" :
+                    "configuration";
+            break;
+        }
+    }
+    rbd_config_image_list_cleanup(opts, n);
+    if (!found) {
+        g_set_error(errp, VB_ERROR, 0, "%s: librbd does not report "
+                    "rbd_cache for the image; cannot check that its "
+                    "write-back cache is off", desc);
+        return false;
+    }
+    if (on) {
+        if (!strcmp(where, "image")) {
+            g_set_error(errp, VB_ERROR, 0, "%s: the image sets rbd_cache="
+                        "true (its own configuration), which would let a "
+                        "completed write stay in this process's memory; "
+                        "remove it with 'rbd config image remove %s/%s%s%s "
+                        "rbd_cache' or open it read-only", desc, o->pool,
+                        o->namespace_ ? o->namespace_ : "",
+                        o->namespace_ ? "/" : "", o->image);
+        } else if (!strcmp(where, "pool")) {
+            g_set_error(errp, VB_ERROR, 0, "%s: pool '%s' sets rbd_cache="
+                        "true, which would let a completed write stay in "
+                        "this process's memory; remove it with 'rbd config "
+                        "pool remove %s rbd_cache' or open it read-only",
+                        desc, o->pool, o->pool);
+        } else {
+            g_set_error(errp, VB_ERROR, 0, "%s: librbd runs the image with "
+                        "rbd_cache=true although vhost-blkd set it false; "
+                        "check the Ceph configuration", desc);
+        }
+        return false;
+    }
+    return true;
+}
 
 /* Any thread. */
 static void rbd_cluster_unref(RbdCluster *c)
@@ -959,6 +1085,9 @@ static bool rbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
             g_set_error(errp, VB_ERROR, 0, "%s: cannot open the image: %s",
                         desc, g_strerror(-r));
         }
+        goto fail;
+    }
+    if (!bs->readonly && !rbd_check_cache_off(desc, o, s->image, errp)) {
         goto fail;
     }
     r = rbd_get_size(s->image, &size);

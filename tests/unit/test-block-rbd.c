@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Unit tests of the rbd driver (block/rbd.c) against the cluster
+ * $CEPH_CONF names (every case is skipped without it), for what the
+ * driver contract (test-block-driver.c) does not cover: what happens when
+ * the image changes on the cluster under an open node, and the node's
+ * threads and teardown.  The driver comes from the module in the build
+ * tree, as vhost-blkd loads it; librbd is linked to change the images
+ * from outside, as another client would.
+ *
+ *   resize-never-shrinks: the image grew on the cluster (the node has not
+ *       seen it yet) and block_resize asks for less than that: refused,
+ *       the image keeps its size
+ *   short-read: the image shrank on the cluster under the node; a read
+ *       across the new end completes with the part past it zeroed, not
+ *       with what the buffer held
+ *   cache-override: an image or pool configuration that turns librbd's
+ *       cache on (conf_rbd_cache) is refused at open, read-only is not
+ */
+#include "qemu/osdep.h"
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+#include "qemu/aio.h"
+#include "block/block.h"
+#include "block/block_int.h"
+
+#define IMG_SIZE (8 * 1024 * 1024)
+
+static AioContext *ctx;
+
+typedef struct Fixture {
+    rados_t cluster;
+    rados_ioctx_t io;
+    char *image;
+} Fixture;
+
+typedef struct Req {
+    BlockAIOCB acb;
+    int ret;
+    bool done;
+} Req;
+
+static void req_cb(void *opaque, int ret)
+{
+    Req *r = opaque;
+
+    r->ret = ret;
+    r->done = true;
+}
+
+static int req_wait(Req *r)
+{
+    while (!r->done) {
+        aio_poll(ctx, true);
+    }
+    return r->ret;
+}
+
+static int do_rw(BlockBackend *blk, bool write, int64_t off, void *buf,
+                 size_t len)
+{
+    struct iovec iov[2] = {
+        { buf, len / 2 }, { (char *)buf + len / 2, len - len / 2 },
+    };
+    Req r = { 0 };
+
+    if (write) {
+        blk_aio_pwritev(blk, &r.acb, off, iov, 2, 0, req_cb, &r);
+    } else {
+        blk_aio_preadv(blk, &r.acb, off, iov, 2, req_cb, &r);
+    }
+    return req_wait(&r);
+}
+
+/* A fresh image of @size (4 MiB objects); false (skipped) without a
+ * cluster. */
+static bool fixture_init(Fixture *f, const char *tag, uint64_t size)
+{
+    const char *conf = g_getenv("CEPH_CONF");
+    int order = 22;
+
+    memset(f, 0, sizeof(*f));
+    if (!conf) {
+        g_test_skip("CEPH_CONF is not set: start a cluster with "
+                    "scripts/ceph-cluster.sh start and export CEPH_CONF");
+        return false;
+    }
+    g_assert_cmpint(rados_create(&f->cluster, NULL), ==, 0);
+    g_assert_cmpint(rados_conf_read_file(f->cluster, conf), ==, 0);
+    g_assert_cmpint(rados_connect(f->cluster), ==, 0);
+    g_assert_cmpint(rados_ioctx_create(f->cluster, "rbd", &f->io), ==, 0);
+    f->image = g_strdup_printf("urbd-%s-%d", tag, (int)getpid());
+    rbd_remove(f->io, f->image);
+    g_assert_cmpint(rbd_create(f->io, f->image, size, &order), ==, 0);
+    return true;
+}
+
+static void fixture_cleanup(Fixture *f)
+{
+    if (!f->image) {
+        return;
+    }
+    g_assert_cmpint(rbd_remove(f->io, f->image), ==, 0);
+    rados_ioctx_destroy(f->io);
+    rados_shutdown(f->cluster);
+    g_free(f->image);
+}
+
+static void fixture_opts(Fixture *f, BlockOptions *opts)
+{
+    blk_options_init(opts);
+    opts->driver = "rbd";
+    opts->rbd.pool = "rbd";
+    opts->rbd.image = f->image;
+    opts->rbd.conf = g_getenv("CEPH_CONF");
+}
+
+static BlockBackend *fixture_open(Fixture *f)
+{
+    BlockOptions opts;
+    GError *err = NULL;
+    BlockBackend *blk;
+
+    fixture_opts(f, &opts);
+    blk = blk_open(&opts, &err);
+    g_assert_no_error(err);
+    g_assert_nonnull(blk);
+    return blk;
+}
+
+static void node_close(BlockBackend *blk)
+{
+    while (aio_poll(ctx, false)) {
+    }
+    blk_close(blk);
+    while (aio_poll(ctx, false)) {
+    }
+}
+
+/* The image's size on the cluster, read by another client. */
+static uint64_t cluster_size(Fixture *f)
+{
+    rbd_image_t img;
+    uint64_t size;
+
+    g_assert_cmpint(rbd_open(f->io, f->image, &img, NULL), ==, 0);
+    g_assert_cmpint(rbd_get_size(img, &size), ==, 0);
+    rbd_close(img);
+    return size;
+}
+
+static void cluster_resize(Fixture *f, uint64_t size)
+{
+    rbd_image_t img;
+
+    g_assert_cmpint(rbd_open(f->io, f->image, &img, NULL), ==, 0);
+    g_assert_cmpint(rbd_resize2(img, size, true, NULL, NULL), ==, 0);
+    rbd_close(img);
+}
+
+/*
+ * The image grows to 3 x IMG_SIZE on the cluster; the node still says
+ * IMG_SIZE (its update watch's size reaches it through a bottom half of
+ * this thread, which nothing runs here).  A block_resize to 2 x IMG_SIZE
+ * passes the block layer's "never shrink" check against the node's size,
+ * and must not shrink the image on the cluster.
+ */
+static void test_resize_never_shrinks(void)
+{
+    Fixture f;
+    BlockBackend *blk;
+    GError *err = NULL;
+
+    if (!fixture_init(&f, "shrink", IMG_SIZE)) {
+        return;
+    }
+    blk = fixture_open(&f);
+    cluster_resize(&f, 3 * IMG_SIZE);
+    g_assert_cmpuint(blk_getlength(blk), ==, IMG_SIZE);
+
+    g_assert_false(blk_truncate(blk, 2 * IMG_SIZE, &err));
+    g_assert_nonnull(err);
+    g_test_message("%s", err->message);
+    g_assert_nonnull(strstr(err->message, "never shrinks"));
+    g_clear_error(&err);
+    g_assert_cmpuint(cluster_size(&f), ==, 3 * IMG_SIZE);
+
+    /* growing past the cluster's size still works */
+    g_assert_true(blk_truncate(blk, 4 * IMG_SIZE, &err));
+    g_assert_no_error(err);
+    g_assert_cmpuint(cluster_size(&f), ==, 4 * IMG_SIZE);
+    node_close(blk);
+    fixture_cleanup(&f);
+}
+
+/*
+ * The image shrinks by 32 KiB on the cluster under the node.  A 64 KiB
+ * read of the last 64 KiB the node knows of reaches librbd (the node's
+ * size is checked at submission and has not changed yet); librbd reads
+ * the 32 KiB that remain and returns 32768.  The rest of the buffer must
+ * come back zeroed, not as the 0xee it held.
+ */
+static void test_short_read(void)
+{
+    Fixture f;
+    BlockBackend *blk;
+    GError *err = NULL;
+    g_autofree uint8_t *buf = g_malloc(65536);
+    g_autofree uint8_t *back = g_malloc(65536);
+    g_autofree uint8_t *zero = g_malloc0(65536);
+
+    if (!fixture_init(&f, "short", IMG_SIZE)) {
+        return;
+    }
+    blk = fixture_open(&f);
+    g_assert_true(blk_attach_aio_context(blk, ctx, &err));
+    g_assert_no_error(err);
+    for (int i = 0; i < 65536; i++) {
+        buf[i] = i % 251 + 1;
+    }
+    g_assert_cmpint(do_rw(blk, true, IMG_SIZE - 65536, buf, 65536), ==, 0);
+
+    cluster_resize(&f, IMG_SIZE - 32768);
+    g_assert_cmpuint(blk_getlength(blk), ==, IMG_SIZE);
+    memset(back, 0xee, 65536);
+    g_assert_cmpint(do_rw(blk, false, IMG_SIZE - 65536, back, 65536), ==, 0);
+    g_assert_cmpmem(back, 32768, buf, 32768);
+    g_assert_cmpmem(back + 32768, 32768, zero, 32768);
+
+    blk_detach_aio_context(blk, ctx);
+    node_close(blk);
+    fixture_cleanup(&f);
+}
+
+/* An image (or pool) configuration with rbd_cache=true is refused for
+ * writing: completed writes would not be durable.  Read-only opens. */
+static void test_cache_override(void)
+{
+    Fixture f;
+    BlockOptions opts;
+    BlockBackend *blk;
+    GError *err = NULL;
+    rbd_image_t img;
+
+    if (!fixture_init(&f, "cache", IMG_SIZE)) {
+        return;
+    }
+    /* what `rbd config image set rbd/IMG rbd_cache true` stores */
+    g_assert_cmpint(rbd_open(f.io, f.image, &img, NULL), ==, 0);
+    g_assert_cmpint(rbd_metadata_set(img, "conf_rbd_cache", "true"), ==, 0);
+    rbd_close(img);
+
+    fixture_opts(&f, &opts);
+    blk = blk_open(&opts, &err);
+    g_assert_null(blk);
+    g_assert_nonnull(err);
+    g_test_message("%s", err->message);
+    g_assert_nonnull(strstr(err->message, "sets rbd_cache=true"));
+    g_assert_nonnull(strstr(err->message, "rbd config image remove"));
+    g_clear_error(&err);
+
+    opts.readonly = true;
+    blk = blk_open(&opts, &err);
+    g_assert_no_error(err);
+    g_assert_nonnull(blk);
+    node_close(blk);
+
+    /* the same from the pool's configuration */
+    g_assert_cmpint(rbd_open(f.io, f.image, &img, NULL), ==, 0);
+    g_assert_cmpint(rbd_metadata_remove(img, "conf_rbd_cache"), ==, 0);
+    rbd_close(img);
+    g_assert_cmpint(rbd_pool_metadata_set(f.io, "conf_rbd_cache", "true"),
+                    ==, 0);
+    opts.readonly = false;
+    blk = blk_open(&opts, &err);
+    g_assert_cmpint(rbd_pool_metadata_remove(f.io, "conf_rbd_cache"), ==, 0);
+    g_assert_null(blk);
+    g_assert_nonnull(err);
+    g_test_message("%s", err->message);
+    g_assert_nonnull(strstr(err->message, "pool 'rbd' sets rbd_cache=true"));
+    g_clear_error(&err);
+
+    blk = blk_open(&opts, &err);
+    g_assert_no_error(err);
+    node_close(blk);
+    fixture_cleanup(&f);
+}
+
+int main(int argc, char **argv)
+{
+    GError *err = NULL;
+    int ret;
+
+    g_test_init(&argc, &argv, NULL);
+    ctx = aio_context_new(&err);
+    g_assert_no_error(err);
+    aio_context_acquire_thread(ctx);
+
+    g_test_add_func("/block/rbd/resize-never-shrinks",
+                    test_resize_never_shrinks);
+    g_test_add_func("/block/rbd/short-read", test_short_read);
+    g_test_add_func("/block/rbd/cache-override", test_cache_override);
+    ret = g_test_run();
+    while (aio_poll(ctx, false)) {
+    }
+    aio_context_free(ctx);
+    return ret;
+}
