@@ -1,14 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The thread pool engine: the slow, always available path.  Workers of one
- * process-wide GThreadPool run raw_do_request(); each AioContext has a
+ * The thread pool engine: the slow, always available path.  Process-wide
+ * worker threads run raw_do_request(); each AioContext has a
  * client whose lock-protected completion list is drained by an EventNotifier
  * handler in that context.
  *
  * Threads: submission and completion in the owner thread of the client's
  * context; raw_do_request() and the list append in worker threads.  Locking
- * and the allocation inside g_thread_pool_push() are accepted here: the
- * fast engines are io_uring and linux-aio.
+ * is accepted here: the fast engines are io_uring and linux-aio.
  *
  * Sharing: every export of the process uses the same workers, and some
  * requests take long (a huge write-zeroes that falls back to writing a
@@ -17,12 +16,24 @@
  * THREAD_POOL_MAX_WORKERS): the rest wait on the backend's own queue and
  * are run by its busy workers as they finish, and the other backends keep
  * the remaining workers.
+ *
+ * Workers are threads of our own, in two sets that never mix: one for the
+ * contexts of iothreads under the seccomp filter (--seccomp on), one for
+ * every other context.  A set's threads are created, when none is idle,
+ * by the thread that submits (the filter is inherited by the threads a
+ * filtered thread creates), so the file I/O of a confined iothread always
+ * runs confined, and an unconfined context never gets a confined worker.
+ * GLib's shared pool could not promise either: its threads are created by
+ * whichever thread pushes and are reused by every non-exclusive pool of
+ * the process (librbd's control work included).  They never exit.
  */
 #include "qemu/osdep.h"
 #include "qemu/defer-call.h"
+#include "qemu/error-report.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
 #include "block/blkdebug.h"
+#include "qemu/sandbox.h"
 
 typedef struct ThreadPoolClient {
     BlockEngine common;
@@ -31,7 +42,19 @@ typedef struct ThreadPoolClient {
     QSIMPLEQ_HEAD(, BlockAIOCB) done;   /* protected by lock */
 } ThreadPoolClient;
 
-static GThreadPool *thread_pool_workers;
+/* One set of workers (see the top of the file). */
+typedef struct ThreadPoolWorkers {
+    bool confined;              /* under the iothread seccomp filter */
+    const char *name;           /* of its threads */
+    GMutex lock;
+    GCond cond;                 /* a request was queued */
+    QSIMPLEQ_HEAD(, BlockAIOCB) queue;  /* lock */
+    unsigned int queued;        /* lock: length of queue */
+    unsigned int idle;          /* lock: threads waiting for a request */
+    unsigned int threads;       /* lock: threads started */
+} ThreadPoolWorkers;
+
+static ThreadPoolWorkers thread_pool_sets[2];
 
 void (*thread_pool_test_hook)(BlockAIOCB *acb);
 
@@ -97,12 +120,96 @@ static void thread_pool_worker(gpointer data, gpointer unused)
     }
 }
 
+/* A worker thread of @opaque's set: requests in order, forever. */
+static gpointer thread_pool_thread(gpointer opaque)
+{
+    ThreadPoolWorkers *w = opaque;
+
+    if (w->confined) {
+        sandbox_thread_set_confined();  /* inherited from its creator */
+    }
+    g_mutex_lock(&w->lock);
+    for (;;) {
+        BlockAIOCB *acb;
+
+        w->idle++;
+        while (QSIMPLEQ_EMPTY(&w->queue)) {
+            g_cond_wait(&w->cond, &w->lock);
+        }
+        w->idle--;
+        acb = QSIMPLEQ_FIRST(&w->queue);
+        QSIMPLEQ_REMOVE_HEAD(&w->queue, next);
+        w->queued--;
+        g_mutex_unlock(&w->lock);
+        thread_pool_worker(acb, NULL);
+        g_mutex_lock(&w->lock);
+    }
+    return NULL;
+}
+
+/*
+ * Owner thread of @acb's context: run @acb in a worker of the set that
+ * matches this thread's confinement, starting one if every worker is
+ * busy (from this thread: it inherits our filter, or our lack of one).
+ */
+static void thread_pool_workers_push(BlockAIOCB *acb)
+{
+    ThreadPoolWorkers *w = &thread_pool_sets[sandbox_thread_confined()];
+    bool start = false;
+    GError *err = NULL;
+    GThread *t;
+
+    g_mutex_lock(&w->lock);
+    QSIMPLEQ_INSERT_TAIL(&w->queue, acb, next);
+    w->queued++;
+    if (w->queued > w->idle && w->threads < THREAD_POOL_MAX_WORKERS) {
+        w->threads++;
+        start = true;
+    } else {
+        g_cond_signal(&w->cond);
+    }
+    g_mutex_unlock(&w->lock);
+    if (!start) {
+        return;
+    }
+    t = g_thread_try_new(w->name, thread_pool_thread, w, &err);
+    if (t) {
+        g_thread_unref(t);
+        return;
+    }
+    g_mutex_lock(&w->lock);
+    w->threads--;
+    start = w->threads == 0;
+    g_mutex_unlock(&w->lock);
+    if (start) {
+        /* No worker at all: nothing else would ever run the queue. */
+        warn_report("cannot start an I/O worker thread (%s): running the "
+                    "request in the submitting thread", err->message);
+        g_mutex_lock(&w->lock);
+        while ((acb = QSIMPLEQ_FIRST(&w->queue))) {
+            QSIMPLEQ_REMOVE_HEAD(&w->queue, next);
+            w->queued--;
+            g_mutex_unlock(&w->lock);
+            thread_pool_worker(acb, NULL);
+            g_mutex_lock(&w->lock);
+        }
+        g_mutex_unlock(&w->lock);
+    }
+    g_error_free(err);
+}
+
 static gpointer thread_pool_workers_new(gpointer unused)
 {
-    thread_pool_workers = g_thread_pool_new(thread_pool_worker, NULL,
-                                            THREAD_POOL_MAX_WORKERS, FALSE,
-                                            NULL);
-    return thread_pool_workers;
+    for (int i = 0; i < 2; i++) {
+        ThreadPoolWorkers *w = &thread_pool_sets[i];
+
+        w->confined = i;
+        w->name = i ? "pool-io-confined" : "pool-io";
+        g_mutex_init(&w->lock);
+        g_cond_init(&w->cond);
+        QSIMPLEQ_INIT(&w->queue);
+    }
+    return thread_pool_sets;
 }
 
 /* Owner thread: complete everything the workers finished. */
@@ -181,7 +288,7 @@ static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
     g_mutex_unlock(&blk->pool_lock);
     if (run) {
         c->common.stats.submit_syscalls++;  /* one worker wake-up */
-        g_thread_pool_push(thread_pool_workers, acb, NULL);
+        thread_pool_workers_push(acb);
     }
 }
 
