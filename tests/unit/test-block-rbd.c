@@ -16,13 +16,27 @@
  *       with what the buffer held
  *   cache-override: an image or pool configuration that turns librbd's
  *       cache on (conf_rbd_cache) is refused at open, read-only is not
+ *   poll-close-attached: completion=poll, an iothread attached and never
+ *       detached, the node closed from the main thread: the iothread no
+ *       longer watches the node's eventfd with the freed node's state
+ *   ctl-thread-unconfined: a control job (here the lock release when the
+ *       device stops) queued from an iothread under the seccomp filter
+ *       runs on the node's own, unconfined control thread
+ *
+ * The driver's test hooks are found with dlsym() in the loaded module.
  */
 #include "qemu/osdep.h"
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/prctl.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 #include "qemu/aio.h"
+#include "qemu/iothread.h"
+#include "qemu/sandbox.h"
 #include "block/block.h"
 #include "block/block_int.h"
+#include "../../util/aio-internal.h"
 
 #define IMG_SIZE (8 * 1024 * 1024)
 
@@ -286,6 +300,205 @@ static void test_cache_override(void)
     fixture_cleanup(&f);
 }
 
+static int find_module_cb(struct dl_phdr_info *info, size_t size,
+                          void *data)
+{
+    if (g_str_has_suffix(info->dlpi_name, "/block-rbd.so")) {
+        *(char **)data = g_strdup(info->dlpi_name);
+        return 1;
+    }
+    return 0;
+}
+
+/* A symbol of the loaded rbd module (an open loaded it). */
+static void *rbd_sym(const char *name)
+{
+    g_autofree char *path = NULL;
+    void *h, *sym;
+
+    dl_iterate_phdr(find_module_cb, &path);
+    g_assert_nonnull(path);
+    h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    g_assert_nonnull(h);
+    sym = dlsym(h, name);
+    g_assert_nonnull(sym);
+    dlclose(h);                 /* the loader keeps its own reference */
+    return sym;
+}
+
+/* A test's rendezvous with a hook that runs in a librbd or control
+ * thread. */
+static struct {
+    GMutex lock;
+    GCond cond;
+    bool armed;                 /* the next hook call stops */
+    bool arrived;               /* and has */
+    bool go;                    /* it may go on */
+    int mode;                   /* PR_GET_SECCOMP where it ran */
+} gate;
+
+static void gate_reset(void)
+{
+    g_mutex_lock(&gate.lock);
+    gate.armed = true;
+    gate.arrived = false;
+    gate.go = false;
+    gate.mode = -1;
+    g_mutex_unlock(&gate.lock);
+}
+
+/* In the hook: report, and with @hold wait for the test's go. */
+static void gate_arrive(bool hold)
+{
+    int mode = prctl(PR_GET_SECCOMP, 0, 0, 0, 0);
+
+    g_mutex_lock(&gate.lock);
+    if (gate.armed) {
+        gate.armed = false;
+        gate.arrived = true;
+        gate.mode = mode;
+        g_cond_broadcast(&gate.cond);
+        while (hold && !gate.go) {
+            g_cond_wait(&gate.cond, &gate.lock);
+        }
+    }
+    g_mutex_unlock(&gate.lock);
+}
+
+static void gate_wait(void)
+{
+    gint64 deadline = g_get_monotonic_time() + 60 * G_USEC_PER_SEC;
+
+    g_mutex_lock(&gate.lock);
+    while (!gate.arrived) {
+        g_assert_true(g_cond_wait_until(&gate.cond, &gate.lock, deadline));
+    }
+    g_mutex_unlock(&gate.lock);
+}
+
+static void ctl_hook(int job)
+{
+    gate_arrive(false);
+}
+
+typedef struct CtxJob {
+    BlockBackend *blk;
+    void *s;
+    int count;
+} CtxJob;
+
+static void attach_fn(void *opaque)
+{
+    CtxJob *j = opaque;
+    GError *err = NULL;
+
+    g_assert_true(blk_attach_aio_context(j->blk,
+                                         qemu_get_current_aio_context(),
+                                         &err));
+    g_assert_no_error(err);
+}
+
+/* Handlers of this thread's context whose argument is @j->s. */
+static void count_fn(void *opaque)
+{
+    CtxJob *j = opaque;
+    AioContext *c = qemu_get_current_aio_context();
+    AioHandler *h;
+
+    j->count = 0;
+    QLIST_FOREACH(h, &c->handlers, node) {
+        if (!h->deleted && h->opaque == j->s) {
+            j->count++;
+        }
+    }
+}
+
+static void test_poll_close_attached(void)
+{
+    Fixture f;
+    BlockOptions opts;
+    BlockBackend *blk;
+    GError *err = NULL;
+    IOThread *t;
+    CtxJob j = { 0 };
+
+    if (!fixture_init(&f, "pollclose", IMG_SIZE)) {
+        return;
+    }
+    fixture_opts(&f, &opts);
+    opts.rbd.completion = BLOCK_RBD_COMPLETION_POLL;
+    blk = blk_open(&opts, &err);
+    g_assert_no_error(err);
+    t = iothread_create("rbd-poll", 0, &err);
+    g_assert_no_error(err);
+    j.blk = blk;
+    j.s = blk->opaque;
+    iothread_run_sync(t, attach_fn, &j);
+    iothread_run_sync(t, count_fn, &j);
+    g_assert_cmpint(j.count, ==, 1);    /* the node's eventfd */
+
+    node_close(blk);            /* the iothread never detached */
+    iothread_run_sync(t, count_fn, &j);
+    g_assert_cmpint(j.count, ==, 0);
+    iothread_destroy(t);
+    fixture_cleanup(&f);
+}
+
+static void set_inactive_fn(void *opaque)
+{
+    blk_set_active(opaque, false, false);
+}
+
+static void confine_fn(void *opaque)
+{
+    GError **errp = opaque;
+
+    g_assert_true(sandbox_apply_iothread_filter(errp));
+}
+
+static void test_ctl_thread_unconfined(void)
+{
+    Fixture f;
+    BlockBackend *blk;
+    GError *err = NULL;
+    IOThread *t;
+    void (**hook)(int);
+
+    if (!sandbox_available()) {
+        g_test_skip("built without libseccomp");
+        return;
+    }
+    if (!fixture_init(&f, "ctl", IMG_SIZE)) {
+        return;
+    }
+    blk = fixture_open(&f);
+    hook = rbd_sym("rbd_test_ctl_hook");
+    g_mutex_init(&gate.lock);
+    g_cond_init(&gate.cond);
+    t = iothread_create("rbd-confined", 0, &err);
+    g_assert_no_error(err);
+    iothread_run_sync(t, confine_fn, &err);
+    g_assert_no_error(err);
+
+    /* queued by a confined iothread (the device's last queue stopped) */
+    gate_reset();
+    *hook = ctl_hook;
+    iothread_run_sync(t, set_inactive_fn, blk);
+    gate_wait();
+    g_assert_cmpint(gate.mode, ==, 0);
+
+    /* and by the main thread */
+    gate_reset();
+    blk_set_active(blk, false, false);
+    gate_wait();
+    g_assert_cmpint(gate.mode, ==, 0);
+    *hook = NULL;
+
+    iothread_destroy(t);
+    node_close(blk);
+    fixture_cleanup(&f);
+}
+
 int main(int argc, char **argv)
 {
     GError *err = NULL;
@@ -300,6 +513,10 @@ int main(int argc, char **argv)
                     test_resize_never_shrinks);
     g_test_add_func("/block/rbd/short-read", test_short_read);
     g_test_add_func("/block/rbd/cache-override", test_cache_override);
+    g_test_add_func("/block/rbd/poll-close-attached",
+                    test_poll_close_attached);
+    g_test_add_func("/block/rbd/ctl-thread-unconfined",
+                    test_ctl_thread_unconfined);
     ret = g_test_run();
     while (aio_poll(ctx, false)) {
     }
