@@ -181,6 +181,11 @@ typedef struct RbdEngine {
     BlockEngine common;
     EventNotifier notifier;
     bool edge;                  /* edge-triggered eventfd: never read */
+    /* The context's reference and one for each push under way: a
+     * librbd thread may still be between publishing a request and
+     * writing the eventfd when the owner has completed it and the context
+     * goes away (object-del of its iothread). */
+    _Atomic unsigned int refs;
     /* Completed requests, linked through acb->next; pushed by librbd's
      * threads, taken whole by the owner. */
     _Atomic(BlockAIOCB *) done;
@@ -194,12 +199,26 @@ void (*rbd_test_push_hook)(void);       /* after the publish, before the
                                          * wake-up */
 void (*rbd_test_ctl_hook)(int job);     /* control thread, before a job */
 
+static void rbd_engine_unref(RbdEngine *e)
+{
+    /* Release: our uses of @e come before the free; acquire: the free
+     * comes after everybody else's. */
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1) {
+        event_notifier_cleanup(&e->notifier);
+        g_free(e);
+    }
+}
+
 /* Any thread: hand @acb (finished, acb->ret set) to its context. */
 static void rbd_engine_push(BlockAIOCB *acb)
 {
     RbdEngine *e = (RbdEngine *)(uintptr_t)acb->engine_priv[0];
     BlockAIOCB *old;
 
+    /* Before the publish: once the owner sees @acb it may complete it
+     * and free the context; our reference keeps the eventfd and @e for
+     * the wake-up below (ordered by the release of the exchange). */
+    atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
     old = atomic_load_explicit(&e->done, memory_order_relaxed);
     do {
         acb->next.sqe_next = old;
@@ -217,6 +236,7 @@ static void rbd_engine_push(BlockAIOCB *acb)
          * the first request of a batch needs to wake it. */
         event_notifier_set(&e->notifier);
     }
+    rbd_engine_unref(e);
 }
 
 /* librbd thread: @acb has finished (completion=callback). */
@@ -334,6 +354,7 @@ static BlockEngine *rbd_engine_create(AioContext *ctx, GError **errp)
         return NULL;
     }
     atomic_init(&e->done, NULL);
+    atomic_init(&e->refs, 1);
     e->common.ctx = ctx;
     aio_set_fd_handler(ctx, event_notifier_get_fd(&e->notifier),
                        rbd_engine_read_cb, NULL, rbd_engine_poll_cb,
@@ -343,15 +364,15 @@ static BlockEngine *rbd_engine_create(AioContext *ctx, GError **errp)
     return &e->common;
 }
 
-/* From aio_context_free(): no request in flight. */
+/* From aio_context_free(): no request in flight, though a librbd thread
+ * may still be about to wake us for the last one (it holds a reference). */
 static void rbd_engine_cleanup(void *opaque)
 {
     RbdEngine *e = opaque;
 
     aio_set_fd_handler(e->common.ctx, event_notifier_get_fd(&e->notifier),
                        NULL, NULL, NULL, NULL, NULL);
-    event_notifier_cleanup(&e->notifier);
-    g_free(e);
+    rbd_engine_unref(e);
 }
 
 /* Unused: requests enter through the driver's functions. */

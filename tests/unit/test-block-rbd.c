@@ -16,6 +16,10 @@
  *       with what the buffer held
  *   cache-override: an image or pool configuration that turns librbd's
  *       cache on (conf_rbd_cache) is refused at open, read-only is not
+ *   push-vs-free: a librbd thread has published a completion but not
+ *       yet written the context's eventfd when the owner completes the
+ *       request and the context is freed (object-del of its iothread):
+ *       the eventfd stays the engine's until that write is done
  *   poll-close-attached: completion=poll, an iothread attached and never
  *       detached, the node closed from the main thread: the iothread no
  *       longer watches the node's eventfd with the freed node's state
@@ -28,6 +32,7 @@
 #include "qemu/osdep.h"
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
@@ -376,9 +381,98 @@ static void gate_wait(void)
     g_mutex_unlock(&gate.lock);
 }
 
+static void gate_release(void)
+{
+    g_mutex_lock(&gate.lock);
+    gate.go = true;
+    g_cond_broadcast(&gate.cond);
+    g_mutex_unlock(&gate.lock);
+}
+
+static void push_hook(void)
+{
+    gate_arrive(true);
+}
+
 static void ctl_hook(int job)
 {
     gate_arrive(false);
+}
+
+/*
+ * The window of rbd_engine_push(): the request is on the context's
+ * completion stack, the eventfd not yet written.  The owner (busy
+ * polling, so it needs no wake-up) completes the request meanwhile, and
+ * the context is freed.  Its engine's eventfd must still be the engine's
+ * when the librbd thread writes it: with the old code it was closed, and
+ * the next eventfd this process made got its number -- and the write.
+ */
+static void test_push_vs_free(void)
+{
+    Fixture f;
+    BlockBackend *blk;
+    GError *err = NULL;
+    AioContext *c2;
+    AioHandler *h;
+    void (**hook)(void);
+    g_autofree uint8_t *buf = g_malloc0(4096);
+    struct iovec iov = { buf, 4096 };
+    Req r = { 0 };
+    gint64 deadline;
+    int efd = -1, probes[4];
+    bool reused = false;
+
+    if (!fixture_init(&f, "push", IMG_SIZE)) {
+        return;
+    }
+    blk = fixture_open(&f);
+    hook = rbd_sym("rbd_test_push_hook");
+    g_mutex_init(&gate.lock);
+    g_cond_init(&gate.cond);
+
+    c2 = aio_context_new(&err);
+    g_assert_no_error(err);
+    aio_context_set_poll_params(c2, 10 * 1000 * 1000, 0, 0);
+    aio_context_acquire_thread(c2);
+    g_assert_true(blk_attach_aio_context(blk, c2, &err));
+    g_assert_no_error(err);
+
+    gate_reset();
+    *hook = push_hook;
+    blk_aio_preadv(blk, &r.acb, 0, &iov, 1, req_cb, &r);
+    gate_wait();
+    *hook = NULL;
+
+    /* busy polling takes the published request without the eventfd */
+    deadline = g_get_monotonic_time() + 60 * G_USEC_PER_SEC;
+    while (!r.done) {
+        aio_poll(c2, false);
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+    }
+    g_assert_cmpint(r.ret, ==, 0);
+    QLIST_FOREACH(h, &c2->handlers, node) {
+        if (!h->deleted && !h->internal) {
+            g_assert_cmpint(efd, ==, -1);   /* the rbd engine's only */
+            efd = h->fd;
+        }
+    }
+    g_assert_cmpint(efd, >=, 0);
+    blk_detach_aio_context(blk, c2);
+    aio_context_free(c2);
+    aio_context_acquire_thread(ctx);
+
+    for (int i = 0; i < 4; i++) {
+        probes[i] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        g_assert_cmpint(probes[i], >=, 0);
+        reused |= probes[i] == efd;
+    }
+    gate_release();             /* the librbd thread writes now */
+    g_assert_false(reused);
+    for (int i = 0; i < 4; i++) {
+        close(probes[i]);
+    }
+    node_close(blk);
+    fixture_cleanup(&f);
 }
 
 typedef struct CtxJob {
@@ -513,6 +607,7 @@ int main(int argc, char **argv)
                     test_resize_never_shrinks);
     g_test_add_func("/block/rbd/short-read", test_short_read);
     g_test_add_func("/block/rbd/cache-override", test_cache_override);
+    g_test_add_func("/block/rbd/push-vs-free", test_push_vs_free);
     g_test_add_func("/block/rbd/poll-close-attached",
                     test_poll_close_attached);
     g_test_add_func("/block/rbd/ctl-thread-unconfined",
