@@ -1501,6 +1501,7 @@ const BlockDriver bdrv_rbd = {
     .format_name = "rbd",
     .bdrv_open_any_thread = true,
     .bdrv_truncate_any_thread = true,
+    .bdrv_close_any_thread = true,
     .bdrv_open = rbd_drv_open,
     .bdrv_close = rbd_drv_close,
     .bdrv_truncate = rbd_drv_truncate,

@@ -26,6 +26,14 @@
  *   ctl-thread-unconfined: a control job (here the lock release when the
  *       device stops) queued from an iothread under the seccomp filter
  *       runs on the node's own, unconfined control thread
+ *   throttle-resize: block_resize of a throttle node over an rbd node
+ *       runs rbd_resize2() in a worker (blk_truncate_async()), as for the
+ *       rbd node alone, not in the main loop
+ *   close-async: blk_close_async() (blockdev-del) of an rbd node closes in
+ *       a worker: it returns before the close is done, and with the
+ *       cluster's I/O paused (ceph osd pause) the main loop keeps running
+ *       while the close waits, which completes after the unpause with the
+ *       lock released
  *
  * The driver's test hooks are found with dlsym() in the loaded module.
  */
@@ -39,6 +47,7 @@
 #include "qemu/aio.h"
 #include "qemu/iothread.h"
 #include "qemu/sandbox.h"
+#include "qemu/throttle.h"
 #include "block/block.h"
 #include "block/block_int.h"
 #include "../../util/aio-internal.h"
@@ -593,6 +602,128 @@ static void test_ctl_thread_unconfined(void)
     fixture_cleanup(&f);
 }
 
+static void truncate_cb(void *opaque, GError *err)
+{
+    g_assert_no_error(err);
+    *(bool *)opaque = true;
+}
+
+static void test_throttle_resize(void)
+{
+    Fixture f;
+    BlockBackend *blk, *top;
+    GError *err = NULL;
+    ThrottleLimits t = { 0 };
+    ThrottleGroup *tg;
+    bool known, done = false;
+
+    if (!fixture_init(&f, "thrresize", IMG_SIZE)) {
+        return;
+    }
+    blk = fixture_open(&f);
+    g_assert_true(throttle_limits_set_key(&t, "iops-total", 100, &known,
+                                          &err));
+    tg = throttle_group_new("tg0", &t, &err);
+    g_assert_no_error(err);
+    top = blk_throttle_new(blk, tg, &err);
+    g_assert_no_error(err);
+
+    blk_truncate_async(top, 2 * IMG_SIZE, truncate_cb, &done);
+    g_assert_false(done);       /* in a worker: answered later */
+    while (!done) {
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpuint(blk_getlength(top), ==, 2 * IMG_SIZE);
+    g_assert_cmpuint(blk_getlength(blk), ==, 2 * IMG_SIZE);
+    g_assert_cmpuint(cluster_size(&f), ==, 2 * IMG_SIZE);
+    node_close(top);
+    throttle_group_unref(tg);
+    fixture_cleanup(&f);
+}
+
+static void close_cb(void *opaque)
+{
+    *(bool *)opaque = true;
+}
+
+static int mon_command(Fixture *f, const char *json)
+{
+    const char *cmd[] = { json };
+
+    return rados_mon_command(f->cluster, cmd, 1, NULL, 0, NULL, NULL, NULL,
+                             NULL);
+}
+
+/* The lock's owners of the image (0 when free). */
+static size_t lock_owners(Fixture *f)
+{
+    rbd_image_t img;
+    char *owners[4];
+    size_t n = G_N_ELEMENTS(owners);
+    rbd_lock_mode_t mode;
+    int r;
+
+    g_assert_cmpint(rbd_open(f->io, f->image, &img, NULL), ==, 0);
+    r = rbd_lock_get_owners(img, &mode, owners, &n);
+    rbd_close(img);
+    if (r == -ENOENT) {
+        return 0;
+    }
+    g_assert_cmpint(r, ==, 0);
+    rbd_lock_get_owners_cleanup(owners, n);
+    return n;
+}
+
+static void test_close_async(void)
+{
+    Fixture f;
+    BlockBackend *blk;
+    GError *err = NULL;
+    g_autofree uint8_t *buf = g_malloc0(4096);
+    bool done = false, done_paused;
+    int iterations = 0;
+
+    if (!fixture_init(&f, "closeasync", IMG_SIZE)) {
+        return;
+    }
+    /* the close is not the caller's: it returns first */
+    blk = fixture_open(&f);
+    g_assert_true(blk_attach_aio_context(blk, ctx, &err));
+    g_assert_no_error(err);
+    g_assert_cmpint(do_rw(blk, true, 0, buf, 4096), ==, 0);
+    blk_detach_aio_context(blk, ctx);
+    blk_close_async(blk, close_cb, &done);
+    g_assert_false(done);
+    while (!done) {
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpuint(lock_owners(&f), ==, 0);
+
+    /* a cluster that does not answer: the main loop goes on meanwhile */
+    done = false;
+    blk = fixture_open(&f);
+    g_assert_true(blk_attach_aio_context(blk, ctx, &err));
+    g_assert_no_error(err);
+    g_assert_cmpint(do_rw(blk, true, 0, buf, 4096), ==, 0);
+    blk_detach_aio_context(blk, ctx);
+    g_assert_cmpint(mon_command(&f, "{\"prefix\": \"osd pause\"}"), ==, 0);
+    blk_close_async(blk, close_cb, &done);
+    /* a bottom half of the main loop, as a QMP command's would be */
+    while (iterations < 100 && !done) {
+        aio_poll(ctx, false);
+        iterations++;
+    }
+    done_paused = done;
+    g_assert_cmpint(mon_command(&f, "{\"prefix\": \"osd unpause\"}"), ==,
+                    0);
+    g_assert_false(done_paused);    /* still waiting for the OSDs */
+    while (!done) {
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpuint(lock_owners(&f), ==, 0);
+    fixture_cleanup(&f);
+}
+
 int main(int argc, char **argv)
 {
     GError *err = NULL;
@@ -612,6 +743,8 @@ int main(int argc, char **argv)
                     test_poll_close_attached);
     g_test_add_func("/block/rbd/ctl-thread-unconfined",
                     test_ctl_thread_unconfined);
+    g_test_add_func("/block/rbd/throttle-resize", test_throttle_resize);
+    g_test_add_func("/block/rbd/close-async", test_close_async);
     ret = g_test_run();
     while (aio_poll(ctx, false)) {
     }
