@@ -11,7 +11,8 @@
  * is either failed with the chosen errno, through the same bottom half as
  * a rejected one, so a device sees exactly what a failing driver would
  * give it and never synchronously; or, with inject-delay, handed to the
- * thread pool, whose worker only sleeps (blkdebug_do_delayed()), and on
+ * thread pool, whose worker only sleeps (blkdebug_do_delayed(), the
+ * request's engine target), and on
  * its completion, back in the submitting thread, forwarded to the child
  * (or failed).  That makes a slow request whatever the driver below.
  *
@@ -24,7 +25,10 @@
 #include "qemu/error-report.h"
 #include "block/block.h"
 #include "block/block_int.h"
+#include "block/engine.h"
 #include "block/blkdebug.h"
+
+static const BlockDriver bdrv_blkdebug;
 
 struct BlkDebugState {
     BlockInjectOptions opts;    /* ops: what fails; err: set (EIO if 0) */
@@ -305,14 +309,22 @@ BlkDebugAction blkdebug_check(BlkDebugState *s, const BlockAIOCB *acb,
     return BLKDEBUG_FAIL;
 }
 
-/* Worker thread: hold the request back, then say what becomes of it. */
-int blkdebug_do_delayed(BlockAIOCB *acb)
+/* Worker thread: hold the request back, then say what becomes of it:
+ * fail it with the returned -errno (inject-error set) or, on 0, go on to
+ * the child node in its submitting thread. */
+static int blkdebug_do_delayed(BlockAIOCB *acb)
 {
     BlkDebugState *s = acb->blk->opaque;
 
     g_usleep((gulong)s->opts.delay_ms * 1000);
     return s->opts.ops ? -s->opts.err : 0;
 }
+
+/* What the thread pool runs for a delayed request: no fd. */
+static const BlockEngineTarget blkdebug_delay_target = {
+    .fd = -1,
+    .run = blkdebug_do_delayed,
+};
 
 /* Any thread. */
 uint64_t blk_inject_get_hits(BlockBackend *blk)
@@ -366,11 +378,12 @@ static void blkdebug_submit(BlockBackend *bs, AioContext *ctx,
         acb->filter_opaque = acb->opaque;
         acb->cb = blkdebug_delay_done;
         acb->opaque = acb;
+        acb->target = &blkdebug_delay_target;
         e->stats.requests++;
-        thread_pool_submit_delayed(e, acb);
+        e->ops->submit(e, acb);
         return;
     }
-    null_complete_later(ctx, acb, ret);
+    blk_complete_later(ctx, acb, ret);
 }
 
 /* Main thread: the filter over bs->child, which blk_open() set. */
@@ -403,8 +416,9 @@ static bool blkdebug_truncate(BlockBackend *bs, uint64_t size, GError **errp)
     return blk_truncate(bs->child, size, errp);
 }
 
-const BlockDriver bdrv_blkdebug = {
+static const BlockDriver bdrv_blkdebug = {
     .format_name = "blkdebug",
+    .is_filter = true,
     .bdrv_open = blkdebug_open,
     .bdrv_close = blkdebug_close,
     .bdrv_truncate = blkdebug_truncate,
@@ -414,3 +428,4 @@ const BlockDriver bdrv_blkdebug = {
     .bdrv_aio_pdiscard = blkdebug_submit,
     .bdrv_aio_pwrite_zeroes = blkdebug_submit,
 };
+BLOCK_DRIVER_REGISTER(bdrv_blkdebug)

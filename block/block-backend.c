@@ -3,10 +3,10 @@
  * BlockBackend: opening a node of the chosen driver and the request entry
  * points every driver shares.
  *
- * Theory of operation: blk_open() finds the driver by name (file, null,
- * rbd; rbd's module is loaded on first use, block/module.c), lets it open
- * the node and, when error injection is configured,
- * puts a blkdebug filter node on top whose child is that node.
+ * Theory of operation: blk_open() finds the driver in the registry
+ * (block/driver.c; a module driver is loaded on first use), lets it open
+ * the node and, when error injection is configured, puts a blkdebug
+ * filter node on top whose child is that node.
  * blk_aio_*() fill the caller's BlockAIOCB, reject what can be rejected
  * cheaply and the same way for every driver (read-only node, out-of-bounds
  * request, misaligned offset or length) by completing it from a bottom
@@ -20,8 +20,7 @@
 #include "qemu/error-report.h"
 #include "block/block.h"
 #include "block/block_int.h"
-#include "block/blkdebug.h"
-#include "block/module.h"
+#include "block/engine.h"
 
 /* Any thread. */
 void blk_options_init(BlockOptions *opts)
@@ -31,38 +30,6 @@ void blk_options_init(BlockOptions *opts)
     opts->cache_direct = true;
     opts->aio = BLOCK_AIO_IO_URING;
     opts->batch = true;
-}
-
-/* Any thread. */
-const char *blk_aio_mode_name(BlockAioMode mode)
-{
-    switch (mode) {
-    case BLOCK_AIO_IO_URING:
-        return "io_uring";
-    case BLOCK_AIO_NATIVE:
-        return "native";
-    case BLOCK_AIO_THREADS:
-        return "threads";
-    }
-    return "unknown";
-}
-
-/* Any thread. */
-bool blk_aio_mode_parse(const char *s, BlockAioMode *mode)
-{
-    if (!s) {
-        return false;
-    }
-    if (!strcmp(s, "io_uring")) {
-        *mode = BLOCK_AIO_IO_URING;
-    } else if (!strcmp(s, "native")) {
-        *mode = BLOCK_AIO_NATIVE;
-    } else if (!strcmp(s, "threads")) {
-        *mode = BLOCK_AIO_THREADS;
-    } else {
-        return false;
-    }
-    return true;
 }
 
 /* Any thread. */
@@ -78,47 +45,13 @@ bool blk_rbd_completion_parse(const char *s, BlockRbdCompletion *out)
     return true;
 }
 
-/*
- * Main thread.  The driver @opts names, or NULL with @errp set.  file and
- * null are part of the program; rbd is a module (block-rbd.so, see
- * include/block/module.h), loaded here on its first use so that a
- * process without an RBD node maps none of Ceph's libraries.
- */
-static const BlockDriver *blk_find_driver(const BlockOptions *opts,
-                                          GError **errp)
-{
-    const char *name = opts->driver ? opts->driver : "file";
-
-    if (!strcmp(name, "file")) {
-        return &bdrv_file;
-    }
-    if (!strcmp(name, "null")) {
-        return &bdrv_null;
-    }
-#if CONFIG_RBD
-    if (!strcmp(name, "rbd")) {
-        const BlockRbdOptions *o = &opts->rbd;
-        g_autofree char *what = g_strdup_printf(
-            "rbd:%s/%s%s%s%s%s", o->pool ? o->pool : "?",
-            o->namespace_ ? o->namespace_ : "", o->namespace_ ? "/" : "",
-            o->image ? o->image : "?", o->snapshot ? "@" : "",
-            o->snapshot ? o->snapshot : "");
-
-        return block_module_load_driver("rbd", what, errp);
-    }
-#endif
-    g_set_error(errp, VB_ERROR, 0,
-                "unknown block driver '%s' (use driver=file, null%s)",
-                name, CONFIG_RBD ? " or rbd" : "; this build has no "
-                "driver=rbd: install librbd-dev and rebuild");
-    return NULL;
-}
-
 /* A node of @drv, not open yet.  Main thread. */
 static BlockBackend *blk_new(const BlockDriver *drv, const BlockOptions *opts)
 {
     BlockBackend *bs = g_new0(BlockBackend, 1);
 
+    QLIST_INIT(&bs->children);
+    QLIST_INIT(&bs->parents);
     thread_pool_blk_init(bs);
     bs->drv = drv;
     bs->main_ctx = qemu_get_current_aio_context();
@@ -132,9 +65,38 @@ static BlockBackend *blk_new(const BlockDriver *drv, const BlockOptions *opts)
 
 static void blk_free(BlockBackend *bs)
 {
+    BdrvChild *c, *next;
+
+    QLIST_FOREACH_SAFE(c, &bs->children, next, next) {
+        bdrv_detach_child(c);
+    }
+    assert(QLIST_EMPTY(&bs->parents));
     thread_pool_blk_cleanup(bs);
     g_free(bs->filename);
+    g_free(bs->node_name);
     g_free(bs);
+}
+
+/* The permissions a filter takes on its child: what its own users may
+ * do, sharing everything (a filter adds no constraint of its own). */
+static uint64_t blk_filter_perm(BlockBackend *child)
+{
+    return BLK_PERM_CONSISTENT_READ |
+           (child->readonly ? 0 : BLK_PERM_WRITE | BLK_PERM_WRITE_UNCHANGED |
+                                  BLK_PERM_RESIZE);
+}
+
+/* Main thread: @top becomes the filter over @child. */
+static bool blk_filter_attach(BlockBackend *top, BlockBackend *child,
+                              GError **errp)
+{
+    if (!bdrv_attach_child(top, child, "file", blk_filter_perm(child),
+                           BLK_PERM_ALL, errp)) {
+        return false;
+    }
+    top->child = child;
+    child->parent = top;
+    return true;
 }
 
 static BlockBackend *blk_open_finish(BlockBackend *bs,
@@ -143,7 +105,7 @@ static BlockBackend *blk_open_finish(BlockBackend *bs,
 /* Main thread. */
 BlockBackend *blk_open(const BlockOptions *opts, GError **errp)
 {
-    const BlockDriver *drv = blk_find_driver(opts, errp);
+    const BlockDriver *drv = bdrv_find_driver_for(opts, errp);
     BlockBackend *bs;
 
     if (!drv) {
@@ -214,7 +176,7 @@ void blk_open_async(const BlockOptions *opts, BlockOpenCompleteFunc *cb,
                     void *opaque)
 {
     GError *err = NULL;
-    const BlockDriver *drv = blk_find_driver(opts, &err);
+    const BlockDriver *drv = bdrv_find_driver_for(opts, &err);
     BlkOpenJob *job;
     BlockBackend *bs;
     GThread *thread;
@@ -253,11 +215,20 @@ static BlockBackend *blk_open_finish(BlockBackend *bs,
     BlockBackend *top = bs;
 
     if (opts->inject.ops || opts->inject.delay_ms) {
-        top = blk_new(&bdrv_blkdebug, opts);
-        top->child = bs;
-        bs->parent = top;
-        if (!bdrv_blkdebug.bdrv_open(top, opts, errp)) {
-            bdrv_blkdebug.bdrv_close(top);
+        const BlockDriver *dbg = bdrv_find_driver("blkdebug", bs->filename,
+                                                  errp);
+
+        if (!dbg) {
+            blk_close(bs);
+            return NULL;
+        }
+        top = blk_new(dbg, opts);
+        if (!blk_filter_attach(top, bs, errp) ||
+            !dbg->bdrv_open(top, opts, errp)) {
+            dbg->bdrv_close(top);
+            if (top->child) {
+                bs->parent = NULL;
+            }
             blk_free(top);
             blk_close(bs);
             return NULL;
@@ -284,9 +255,14 @@ static BlockBackend *blk_open_finish(BlockBackend *bs,
 BlockBackend *blk_throttle_new(BlockBackend *child, ThrottleGroup *tg,
                                GError **errp)
 {
+    const BlockDriver *drv = bdrv_find_driver("throttle", child->filename,
+                                              errp);
     BlockOptions o;
     BlockBackend *top;
 
+    if (!drv) {
+        return NULL;
+    }
     if (child->parent) {
         g_set_error(errp, VB_ERROR, 0, "%s already has a filter above it: "
                     "put the throttle filter on top of that one",
@@ -297,11 +273,10 @@ BlockBackend *blk_throttle_new(BlockBackend *child, ThrottleGroup *tg,
     o.readonly = child->readonly;
     o.batch = child->batch;
     o.throttle_group = tg;
-    top = blk_new(&bdrv_throttle, &o);
-    top->child = child;
-    child->parent = top;
-    if (!bdrv_throttle.bdrv_open(top, &o, errp)) {
-        bdrv_throttle.bdrv_close(top);
+    top = blk_new(drv, &o);
+    if (!blk_filter_attach(top, child, errp) ||
+        !drv->bdrv_open(top, &o, errp)) {
+        drv->bdrv_close(top);
         child->parent = NULL;
         top->child = NULL;
         blk_free(top);
@@ -313,7 +288,7 @@ BlockBackend *blk_throttle_new(BlockBackend *child, ThrottleGroup *tg,
 /* Main thread; no request in flight. */
 void blk_throttle_release(BlockBackend *blk)
 {
-    assert(blk->drv == &bdrv_throttle);
+    assert(!strcmp(blk->drv->format_name, "throttle"));
     if (blk->child) {
         blk->child->parent = NULL;
         blk->child = NULL;
@@ -321,20 +296,28 @@ void blk_throttle_release(BlockBackend *blk)
     blk_close(blk);
 }
 
-/* Main thread; no request may be in flight. */
+/*
+ * Main thread; no request may be in flight.  A filter's child (@child)
+ * goes with the filter; the other children are detached and stay open:
+ * a driver closes in bdrv_close() what it opened itself, and a node the
+ * user attached by name is the user's.
+ */
 void blk_close(BlockBackend *blk)
 {
+    BlockBackend *child;
+
     if (!blk) {
         return;
     }
     if (blk->drv->bdrv_close) {
         blk->drv->bdrv_close(blk);
     }
-    if (blk->child) {
-        blk->child->parent = NULL;
-        blk_close(blk->child);
+    child = blk->child;
+    if (child) {
+        child->parent = NULL;
     }
     blk_free(blk);
+    blk_close(child);
 }
 
 /* An asynchronous close (see blk_close_async()); worker, then main
@@ -589,11 +572,27 @@ static BlockBackend *blk_bottom(BlockBackend *blk)
     return blk;
 }
 
+/* Any thread. */
+void blk_get_info(BlockBackend *blk, BlockDriverInfo *bdi)
+{
+    BlockBackend *bs = blk;
+
+    memset(bdi, 0, sizeof(*bdi));
+    /* A filter says nothing of its own: ask the node below it. */
+    while (!bs->drv->bdrv_get_info && bs->child) {
+        bs = bs->child;
+    }
+    if (bs->drv->bdrv_get_info) {
+        bs->drv->bdrv_get_info(bs, bdi);
+    }
+}
+
 bool blk_is_block_device(BlockBackend *blk)
 {
-    BlockBackend *bs = blk_bottom(blk);
+    BlockDriverInfo bdi;
 
-    return bs->drv == &bdrv_file && raw_state(bs)->is_blockdev;
+    blk_get_info(blk, &bdi);
+    return bdi.is_block_device;
 }
 
 const char *blk_get_driver_name(BlockBackend *blk)
@@ -628,183 +627,31 @@ bool blk_can_write_zeroes(BlockBackend *blk)
 
 BlockAioMode blk_get_aio_mode(BlockBackend *blk)
 {
-    BlockBackend *bs = blk_bottom(blk);
+    BlockDriverInfo bdi;
 
+    blk_get_info(blk, &bdi);
     /* Only files have engines to choose from. */
-    return bs->drv == &bdrv_file ? raw_state(bs)->aio : BLOCK_AIO_THREADS;
-}
-
-const BlockEngineOps *blk_mode_ops(BlockAioMode mode)
-{
-    switch (mode) {
-#if CONFIG_LINUX_IO_URING
-    case BLOCK_AIO_IO_URING:
-        return &luring_engine_ops;
-#endif
-#if CONFIG_LINUX_AIO
-    case BLOCK_AIO_NATIVE:
-        return &laio_engine_ops;
-#endif
-    default:
-        return &thread_pool_engine_ops;
-    }
-}
-
-/* Owner thread of @ctx. */
-BlockEngine *blk_engine_get(AioContext *ctx, const BlockEngineOps *ops,
-                            GError **errp)
-{
-    BlockEngine *e = aio_get_engine(ctx, ops->slot);
-
-    if (likely(e)) {
-        return e;
-    }
-    e = ops->create(ctx, errp);
-    if (!e) {
-        return NULL;
-    }
-    e->ops = ops;
-    e->ctx = ctx;
-    aio_set_engine(ctx, ops->slot, e, ops->cleanup);
-    return e;
-}
-
-/* Owner thread of @ctx. */
-bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
-                          BlockEngineStats *stats)
-{
-    const BlockEngineOps *ops = blk_mode_ops(mode);
-    BlockEngine *e;
-
-    if ((mode == BLOCK_AIO_IO_URING || mode == BLOCK_AIO_NATIVE) &&
-        ops == &thread_pool_engine_ops) {
-        return false;           /* engine not compiled in */
-    }
-    e = aio_get_engine(ctx, ops->slot);
-    if (!e) {
-        return false;
-    }
-    *stats = e->stats;
-    return true;
-}
-
-/* Owner thread of @ctx. */
-bool blk_driver_engine_get_stats(AioContext *ctx, const char *driver,
-                                 BlockEngineStats *stats)
-{
-    BlockEngine *e = NULL;
-
-#if CONFIG_RBD
-    if (!strcmp(driver, "rbd")) {
-        e = aio_get_engine(ctx, AIO_ENGINE_RBD);
-    }
-#endif
-    if (!e) {
-        return false;
-    }
-    *stats = e->stats;
-    return true;
-}
-
-/* Engine thread. */
-void blk_acb_complete(BlockAIOCB *acb, int ret)
-{
-    if (unlikely(acb->bounce)) {
-        if (ret == 0 && acb->type == BLK_REQ_READ) {
-            size_t copied = 0;
-            for (int i = 0; i < acb->niov; i++) {
-                memcpy(acb->iov[i].iov_base, (char *)acb->bounce + copied,
-                       acb->iov[i].iov_len);
-                copied += acb->iov[i].iov_len;
-            }
-        }
-        free(acb->bounce);
-        acb->bounce = NULL;
-    }
-    acb->cb(acb->opaque, ret);
-}
-
-/* Engine thread. */
-bool blk_acb_remainder(BlockAIOCB *acb, void **base, size_t *len)
-{
-    int niov, i;
-    struct iovec *iov = blk_acb_iov(acb, &niov);
-    size_t skip = acb->done;
-
-    for (i = 0; i < niov && skip >= iov[i].iov_len; i++) {
-        skip -= iov[i].iov_len;
-    }
-    if (i >= niov || acb->done + (iov[i].iov_len - skip) != acb->bytes) {
-        return false;
-    }
-    *base = (char *)iov[i].iov_base + skip;
-    *len = iov[i].iov_len - skip;
-    return true;
-}
-
-/* Engine thread: account a (possibly short) read/write transfer. */
-BlockXferNext blk_acb_transferred(BlockAIOCB *acb, int res, int *ret)
-{
-    int niov, i;
-    struct iovec *iov;
-    size_t skip;
-    void *base;
-    size_t len;
-
-    *ret = 0;
-    if (res < 0) {
-        *ret = res;
-        return BLK_XFER_COMPLETE;
-    }
-    acb->done += res;
-    if (likely(acb->done >= acb->bytes)) {
-        return BLK_XFER_COMPLETE;
-    }
-    if (res > 0) {
-        return blk_acb_remainder(acb, &base, &len) ? BLK_XFER_RESUBMIT
-                                                     : BLK_XFER_FORWARD;
-    }
-    /* No progress at all: end of file or device. */
-    if (acb->type == BLK_REQ_WRITE) {
-        *ret = -ENOSPC;
-    } else if (raw_state(acb->blk)->is_blockdev) {
-        *ret = -EIO;
-    } else {
-        /* The file shrank under us: the missing part reads as zeroes. */
-        iov = blk_acb_iov(acb, &niov);
-        skip = acb->done;
-        for (i = 0; i < niov; i++) {
-            if (skip >= iov[i].iov_len) {
-                skip -= iov[i].iov_len;
-                continue;
-            }
-            memset((char *)iov[i].iov_base + skip, 0, iov[i].iov_len - skip);
-            skip = 0;
-        }
-        acb->done = acb->bytes;
-    }
-    return BLK_XFER_COMPLETE;
+    return bdi.has_aio_mode ? bdi.aio_mode : BLOCK_AIO_THREADS;
 }
 
 /*
- * The engine instance of @ops in @ctx, or the thread pool's if that one
- * cannot be created here (warned once), or NULL.  Owner thread of @ctx.
+ * Owner thread of @ctx: a block-status request for @bs.  The driver's
+ * answer if it has one; a filter's child's; else "data, allocated here"
+ * for the whole range.
  */
-BlockEngine *blk_engine_get_or_pool(AioContext *ctx,
-                                           const BlockEngineOps *ops)
+static void blk_block_status_submit(BlockBackend *bs, AioContext *ctx,
+                                    BlockAIOCB *acb)
 {
-    BlockEngine *e = blk_engine_get(ctx, ops, NULL);
-
-    if (unlikely(!e)) {
-        static gsize warned;
-        if (g_once_init_enter(&warned)) {
-            g_once_init_leave(&warned, 1);
-            warn_report("cannot create the %s engine in this thread; using "
-                        "the thread pool", ops->name);
-        }
-        e = blk_engine_get(ctx, &thread_pool_engine_ops, NULL);
+    if (bs->drv->bdrv_aio_block_status) {
+        bs->drv->bdrv_aio_block_status(bs, ctx, acb);
+    } else if (bs->child) {
+        acb->blk = bs->child;
+        blk_block_status_submit(bs->child, ctx, acb);
+    } else {
+        acb->status->pnum = acb->bytes;
+        acb->status->flags = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED;
+        blk_complete_later(ctx, acb, 0);
     }
-    return e;
 }
 
 /* Owner thread of @ctx. */
@@ -825,8 +672,11 @@ void blk_drv_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
     case BLK_REQ_DISCARD:
         drv->bdrv_aio_pdiscard(bs, ctx, acb);
         break;
-    default:
+    case BLK_REQ_WRITE_ZEROES:
         drv->bdrv_aio_pwrite_zeroes(bs, ctx, acb);
+        break;
+    default:
+        blk_block_status_submit(bs, ctx, acb);
         break;
     }
 }
@@ -859,8 +709,10 @@ static inline void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
     acb->done = 0;
     acb->bounce = NULL;
     acb->ret = 0;
+    acb->status = NULL;
 
-    if (type != BLK_REQ_READ && type != BLK_REQ_FLUSH && blk->readonly) {
+    if (type != BLK_REQ_READ && type != BLK_REQ_FLUSH &&
+        type != BLK_REQ_BLOCK_STATUS && blk->readonly) {
         ret = -EROFS;
         goto fail;
     }
@@ -893,7 +745,7 @@ static inline void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
     return;
 
 fail:
-    null_complete_later(ctx, acb, ret);
+    blk_complete_later(ctx, acb, ret);
 }
 
 static uint64_t blk_iov_size(const struct iovec *iov, int niov)
@@ -964,4 +816,284 @@ void blk_aio_pwrite_zeroes(BlockBackend *blk, BlockAIOCB *acb,
     blk_submit(blk, acb, BLK_REQ_WRITE_ZEROES,
                blk->drv->bdrv_aio_pwrite_zeroes, flags & BDRV_REQ_MAY_UNMAP,
                offset, bytes, NULL, 0, cb, opaque);
+}
+
+/* Block status: not a data request, so no read-only or alignment
+ * rule; an empty range is refused like any out-of-bounds one. */
+void blk_aio_block_status(BlockBackend *blk, BlockAIOCB *acb,
+                          int64_t offset, uint64_t bytes,
+                          BlockStatus *status,
+                          BlockCompletionFunc *cb, void *opaque)
+{
+    AioContext *ctx = qemu_get_current_aio_context();
+    uint64_t len = blk_getlength(blk);
+
+    assert(ctx);
+    acb->cb = cb;
+    acb->opaque = opaque;
+    acb->blk = blk;
+    acb->type = BLK_REQ_BLOCK_STATUS;
+    acb->flags = 0;
+    acb->offset = offset;
+    acb->bytes = bytes;
+    acb->iov = NULL;
+    acb->niov = 0;
+    acb->done = 0;
+    acb->bounce = NULL;
+    acb->ret = 0;
+    acb->status = status;
+    status->pnum = 0;
+    status->flags = 0;
+    if (offset < 0 || bytes == 0 || bytes > len ||
+        (uint64_t)offset > len - bytes) {
+        blk_complete_later(ctx, acb, -EINVAL);
+        return;
+    }
+    blk_block_status_submit(blk, ctx, acb);
+}
+
+/* ---- the graph ------------------------------------------------------- */
+
+static const char *const blk_perm_names[] = {
+    "consistent read", "write", "write unchanged", "resize",
+};
+
+/* "write and resize": the names of the bits in @perm. */
+static char *blk_perm_str(uint64_t perm)
+{
+    GString *s = g_string_new(NULL);
+
+    for (size_t i = 0; i < G_N_ELEMENTS(blk_perm_names); i++) {
+        if (perm & (1ull << i)) {
+            g_string_append_printf(s, "%s%s", s->len ? " and " : "",
+                                   blk_perm_names[i]);
+        }
+    }
+    return g_string_free(s, false);
+}
+
+/* How messages name @bs. */
+static const char *blk_node_desc(BlockBackend *bs)
+{
+    return bs->node_name ? bs->node_name :
+           bs->filename ? bs->filename : bs->drv->format_name;
+}
+
+/* Who holds @c, for messages: "node 'q0' (its file child)", "export
+ * 'vu0'". */
+static char *blk_holder_desc(BdrvChild *c)
+{
+    if (c->parent) {
+        return g_strdup_printf("node '%s' (as its %s child)",
+                               blk_node_desc(c->parent), c->name);
+    }
+    return g_strdup(c->name);
+}
+
+/*
+ * Main thread: may an edge with @perm and @shared join @bs?  The first
+ * conflict with an existing edge, as an error naming its holder.
+ */
+static bool blk_perm_check(BlockBackend *bs, const char *who, uint64_t perm,
+                           uint64_t shared, GError **errp)
+{
+    BdrvChild *c;
+
+    if ((perm & (BLK_PERM_WRITE | BLK_PERM_RESIZE)) && bs->readonly) {
+        g_set_error(errp, VB_ERROR, 0, "%s needs to write to '%s', which is "
+                    "open read-only: open it with read-only=off",
+                    who, blk_node_desc(bs));
+        return false;
+    }
+    QLIST_FOREACH(c, &bs->parents, next_parent) {
+        uint64_t clash = perm & ~c->shared;
+        uint64_t theirs = c->perm & ~shared;
+
+        if (clash || theirs) {
+            g_autofree char *holder = blk_holder_desc(c);
+            g_autofree char *what = blk_perm_str(clash ? clash : theirs);
+
+            g_set_error(errp, VB_ERROR, 0, clash ?
+                        "'%s' is in use by %s, which does not share the %s "
+                        "permission that %s needs: remove that user first" :
+                        "'%s' is in use by %s, which holds the %s "
+                        "permission that %s would not share: remove that "
+                        "user first",
+                        blk_node_desc(bs), holder, what, who);
+            return false;
+        }
+    }
+    return true;
+}
+
+static BdrvChild *blk_edge_new(BlockBackend *parent, BlockBackend *bs,
+                               const char *name, const char *who,
+                               uint64_t perm, uint64_t shared, GError **errp)
+{
+    BdrvChild *c;
+
+    if (!blk_perm_check(bs, who, perm, shared, errp)) {
+        return NULL;
+    }
+    c = g_new0(BdrvChild, 1);
+    c->bs = bs;
+    c->parent = parent;
+    c->name = g_strdup(name);
+    c->perm = perm;
+    c->shared = shared;
+    QLIST_INSERT_HEAD(&bs->parents, c, next_parent);
+    if (parent) {
+        QLIST_INSERT_HEAD(&parent->children, c, next);
+    }
+    return c;
+}
+
+static void blk_edge_free(BdrvChild *c)
+{
+    QLIST_REMOVE(c, next_parent);
+    if (c->parent) {
+        QLIST_REMOVE(c, next);
+    }
+    g_free(c->name);
+    g_free(c);
+}
+
+/* Main thread. */
+BdrvChild *bdrv_attach_child(BlockBackend *parent, BlockBackend *child,
+                             const char *name, uint64_t perm,
+                             uint64_t shared, GError **errp)
+{
+    g_autofree char *who = g_strdup_printf("node '%s' (as its %s child)",
+                                           blk_node_desc(parent), name);
+
+    if (bdrv_find_child(parent, name)) {
+        g_set_error(errp, VB_ERROR, 0, "'%s' has a %s child already",
+                    blk_node_desc(parent), name);
+        return NULL;
+    }
+    for (BlockBackend *n = parent; n; n = n->parent) {
+        if (n == child) {
+            g_set_error(errp, VB_ERROR, 0, "'%s' cannot be a child of "
+                        "itself or of a node above it",
+                        blk_node_desc(child));
+            return NULL;
+        }
+    }
+    return blk_edge_new(parent, child, name, who, perm, shared, errp);
+}
+
+/* Main thread. */
+void bdrv_detach_child(BdrvChild *c)
+{
+    if (c) {
+        blk_edge_free(c);
+    }
+}
+
+/* Main thread. */
+BdrvChild *bdrv_find_child(BlockBackend *bs, const char *name)
+{
+    BdrvChild *c;
+
+    QLIST_FOREACH(c, &bs->children, next) {
+        if (!strcmp(c->name, name)) {
+            return c;
+        }
+    }
+    return NULL;
+}
+
+/* Main thread. */
+BdrvChild *blk_attach_user(BlockBackend *blk, const char *user,
+                           uint64_t perm, uint64_t shared, GError **errp)
+{
+    return blk_edge_new(NULL, blk, user, user, perm, shared, errp);
+}
+
+/* Main thread. */
+void blk_detach_user(BdrvChild *c)
+{
+    if (c) {
+        assert(!c->parent);
+        blk_edge_free(c);
+    }
+}
+
+/* Main thread. */
+void blk_set_node_name(BlockBackend *blk, const char *name)
+{
+    g_free(blk->node_name);
+    blk->node_name = g_strdup(name);
+}
+
+/* ---- control blocks for child requests ---------------------------------- */
+
+#define BLK_CHILD_REQ_CHUNK 64
+
+/* The free list of one context.  Owner thread. */
+typedef struct BlkChildReqPool {
+    BlockChildReq *free;
+    unsigned int allocated;
+    GPtrArray *chunks;
+} BlkChildReqPool;
+
+static AioLocalKey blk_child_req_key;
+
+static void blk_child_req_pool_free(void *opaque)
+{
+    BlkChildReqPool *p = opaque;
+
+    g_ptr_array_free(p->chunks, true);
+    g_free(p);
+}
+
+static BlkChildReqPool *blk_child_req_pool(AioContext *ctx)
+{
+    BlkChildReqPool *p = aio_local_get(ctx, &blk_child_req_key);
+
+    if (unlikely(!p)) {
+        p = g_new0(BlkChildReqPool, 1);
+        p->chunks = g_ptr_array_new_with_free_func(g_free);
+        aio_local_set(ctx, &blk_child_req_key, p, blk_child_req_pool_free);
+    }
+    return p;
+}
+
+/* Owner thread of @ctx. */
+BlockChildReq *blk_child_req_get(AioContext *ctx)
+{
+    BlkChildReqPool *p = blk_child_req_pool(ctx);
+    BlockChildReq *r = p->free;
+
+    if (unlikely(!r)) {
+        BlockChildReq *chunk = g_new0(BlockChildReq, BLK_CHILD_REQ_CHUNK);
+
+        g_ptr_array_add(p->chunks, chunk);
+        for (int i = BLK_CHILD_REQ_CHUNK - 1; i >= 0; i--) {
+            chunk[i].next_free = p->free;
+            p->free = &chunk[i];
+        }
+        p->allocated += BLK_CHILD_REQ_CHUNK;
+        r = p->free;
+    }
+    p->free = r->next_free;
+    r->next_free = NULL;
+    return r;
+}
+
+/* Owner thread of @ctx. */
+void blk_child_req_put(AioContext *ctx, BlockChildReq *r)
+{
+    BlkChildReqPool *p = blk_child_req_pool(ctx);
+
+    r->next_free = p->free;
+    p->free = r;
+}
+
+/* Owner thread of @ctx. */
+unsigned int blk_child_req_allocated(AioContext *ctx)
+{
+    BlkChildReqPool *p = aio_local_get(ctx, &blk_child_req_key);
+
+    return p ? p->allocated : 0;
 }

@@ -13,9 +13,11 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include "qemu/error-report.h"
-#include "block/block_int.h"
+#include "file-posix.h"
 
 #define RAW_ZERO_BUF_SIZE (1024 * 1024)
+
+static int raw_do_request(BlockAIOCB *acb);
 
 static void *raw_zero_buf;
 
@@ -60,7 +62,7 @@ static bool raw_probe_alignment(BlockBackend *blk, GError **errp)
     void *buf;
 
     memset(&stx, 0, sizeof(stx));
-    if (statx(s->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+    if (statx(s->io.fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
         (stx.stx_mask & STATX_DIOALIGN)) {
         if (stx.stx_dio_offset_align == 0) {
             g_set_error(errp, VB_ERROR, 0,
@@ -80,8 +82,8 @@ static bool raw_probe_alignment(BlockBackend *blk, GError **errp)
     /* Probe: the smallest read size that the kernel accepts. */
     blk->bl.request_alignment = 512;
     if (posix_memalign(&buf, 4096, 4096) == 0) {
-        if (pread(s->fd, buf, 512, 0) < 0 && errno == EINVAL &&
-            pread(s->fd, buf, 4096, 0) >= 0) {
+        if (pread(s->io.fd, buf, 512, 0) < 0 && errno == EINVAL &&
+            pread(s->io.fd, buf, 4096, 0) >= 0) {
             blk->bl.request_alignment = 4096;
         }
         free(buf);
@@ -158,7 +160,8 @@ static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
     struct stat st;
     int err, fl;
 
-    s->fd = -1;
+    s->io.fd = -1;
+    s->io.run = raw_do_request;
     s->mem_align = 1;
     blk->opaque = s;
     if (!name || !*name) {
@@ -172,8 +175,8 @@ static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
         flags |= O_DIRECT;
     }
     blk->filename = g_strdup(name);
-    s->fd = open(name, flags);
-    if (s->fd < 0) {
+    s->io.fd = open(name, flags);
+    if (s->io.fd < 0) {
         err = errno;
         if ((err == EINVAL || err == EISDIR || err == ENXIO) &&
             stat(name, &st) == 0 && !S_ISREG(st.st_mode) &&
@@ -199,7 +202,7 @@ static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
     }
     s->direct = opts->cache_direct;
 
-    if (fstat(s->fd, &st) < 0) {
+    if (fstat(s->io.fd, &st) < 0) {
         g_set_error(errp, VB_ERROR, 0, "cannot stat '%s': %s", name,
                     g_strerror(errno));
         goto fail;
@@ -209,15 +212,15 @@ static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
         int lbs = 512;
         unsigned int pbs = 512;
 
-        if (ioctl(s->fd, BLKGETSIZE64, &size) < 0) {
+        if (ioctl(s->io.fd, BLKGETSIZE64, &size) < 0) {
             g_set_error(errp, VB_ERROR, 0, "cannot get the size of '%s': %s",
                         name, g_strerror(errno));
             goto fail;
         }
-        if (ioctl(s->fd, BLKSSZGET, &lbs) < 0 || lbs < 512) {
+        if (ioctl(s->io.fd, BLKSSZGET, &lbs) < 0 || lbs < 512) {
             lbs = 512;
         }
-        if (ioctl(s->fd, BLKPBSZGET, &pbs) < 0 || pbs < (unsigned)lbs) {
+        if (ioctl(s->io.fd, BLKPBSZGET, &pbs) < 0 || pbs < (unsigned)lbs) {
             pbs = lbs;
         }
         s->is_blockdev = true;
@@ -236,8 +239,8 @@ static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
         raw_set_type_error(name, st.st_mode, errp);
         goto fail;
     }
-    fl = fcntl(s->fd, F_GETFL);
-    if (fl < 0 || fcntl(s->fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+    fl = fcntl(s->io.fd, F_GETFL);
+    if (fl < 0 || fcntl(s->io.fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
         g_set_error(errp, VB_ERROR, 0, "'%s': fcntl: %s", name,
                     g_strerror(errno));
         goto fail;
@@ -256,12 +259,13 @@ static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
     }
     /* Always: the slow path writes zeroes from a shared buffer. */
     blk->bl.can_write_zeroes = true;
+    s->io.eof_reads_zeroes = !s->is_blockdev;
     s->aio = raw_choose_aio_mode(opts->aio, s->direct);
     return true;
 
 fail:
-    close(s->fd);
-    s->fd = -1;
+    close(s->io.fd);
+    s->io.fd = -1;
     return false;
 }
 
@@ -275,7 +279,7 @@ static bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp)
     if (s->is_blockdev) {
         uint64_t dev_size;
 
-        if (ioctl(s->fd, BLKGETSIZE64, &dev_size) < 0) {
+        if (ioctl(s->io.fd, BLKGETSIZE64, &dev_size) < 0) {
             g_set_error(errp, VB_ERROR, 0, "cannot get the size of '%s': %s",
                         blk->filename, g_strerror(errno));
             return false;
@@ -288,7 +292,7 @@ static bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp)
         }
         return true;
     }
-    if (fstat(s->fd, &st) < 0) {
+    if (fstat(s->io.fd, &st) < 0) {
         g_set_error(errp, VB_ERROR, 0, "cannot stat '%s': %s", blk->filename,
                     g_strerror(errno));
         return false;
@@ -300,7 +304,7 @@ static bool raw_truncate(BlockBackend *blk, uint64_t size, GError **errp)
                     (uint64_t)st.st_size);
         return false;
     }
-    if ((uint64_t)st.st_size < size && ftruncate(s->fd, size) < 0) {
+    if ((uint64_t)st.st_size < size && ftruncate(s->io.fd, size) < 0) {
         g_set_error(errp, VB_ERROR, 0, "cannot resize '%s' to %" PRIu64
                     " bytes: %s", blk->filename, size, g_strerror(errno));
         return false;
@@ -315,8 +319,8 @@ static void raw_close(BlockBackend *blk)
     if (!s) {
         return;
     }
-    if (s->fd >= 0) {
-        close(s->fd);
+    if (s->io.fd >= 0) {
+        close(s->io.fd);
     }
     g_free(s);
     blk->opaque = NULL;
@@ -482,8 +486,45 @@ static int raw_do_write_zeroes(BlockBackend *blk, uint64_t offset,
     return raw_write_zero_buffer(blk, offset, bytes);
 }
 
+/*
+ * Block status of a file: SEEK_DATA/SEEK_HOLE say where the holes are
+ * (they read as zeroes); a device, or a file system without them, is
+ * data throughout.  Worker thread (lseek may wait on the file system).
+ */
+static int raw_do_block_status(BlockAIOCB *acb)
+{
+    BlockBackend *blk = acb->blk;
+    BlockStatus *st = acb->status;
+    off_t off = acb->offset, data, hole;
+
+    st->flags = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED;
+    st->pnum = acb->bytes;
+    if (raw_state(blk)->is_blockdev) {
+        return 0;
+    }
+    data = lseek(raw_fd(blk), off, SEEK_DATA);
+    if (data < 0) {
+        if (errno == ENXIO) {
+            /* Past the last data: a hole up to the end of the file. */
+            st->flags = BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED;
+        }
+        /* Other errors (no SEEK_DATA here): data, which is always true. */
+        return 0;
+    }
+    if (data > off) {
+        st->flags = BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED;
+        st->pnum = MIN((uint64_t)(data - off), acb->bytes);
+        return 0;
+    }
+    hole = lseek(raw_fd(blk), off, SEEK_HOLE);
+    if (hole > off) {
+        st->pnum = MIN((uint64_t)(hole - off), acb->bytes);
+    }
+    return 0;
+}
+
 /* Worker thread (thread pool); also safe in the owner thread. */
-int raw_do_request(BlockAIOCB *acb)
+static int raw_do_request(BlockAIOCB *acb)
 {
     BlockBackend *blk = acb->blk;
 
@@ -497,18 +538,38 @@ int raw_do_request(BlockAIOCB *acb)
         return raw_do_discard(blk, acb->offset, acb->bytes);
     case BLK_REQ_WRITE_ZEROES:
         return raw_do_write_zeroes(blk, acb->offset, acb->bytes, acb->flags);
+    case BLK_REQ_BLOCK_STATUS:
+        return raw_do_block_status(acb);
     }
     return -EINVAL;
+}
+
+/* The engine that serves aio mode @mode (the thread pool's when that
+ * engine is not compiled in).  Any thread. */
+static const BlockEngineOps *raw_mode_ops(BlockAioMode mode)
+{
+    switch (mode) {
+#if CONFIG_LINUX_IO_URING
+    case BLOCK_AIO_IO_URING:
+        return &luring_engine_ops;
+#endif
+#if CONFIG_LINUX_AIO
+    case BLOCK_AIO_NATIVE:
+        return &laio_engine_ops;
+#endif
+    default:
+        return &thread_pool_engine_ops;
+    }
 }
 
 /* The engine for a request of @type on @blk. */
 static inline const BlockEngineOps *raw_route(BDRVRawState *s, int type)
 {
     if (likely(type == BLK_REQ_READ || type == BLK_REQ_WRITE)) {
-        return blk_mode_ops(s->aio);
+        return raw_mode_ops(s->aio);
     }
 #if CONFIG_LINUX_IO_URING
-    if (s->aio == BLOCK_AIO_IO_URING &&
+    if (s->aio == BLOCK_AIO_IO_URING && type != BLK_REQ_BLOCK_STATUS &&
         (type == BLK_REQ_FLUSH || !s->is_blockdev)) {
         return &luring_engine_ops;  /* fsync and fallocate opcodes */
     }
@@ -577,12 +638,13 @@ static void raw_submit(BlockBackend *blk, AioContext *ctx, BlockAIOCB *acb)
             goto fail;
         }
     }
+    acb->target = &s->io;
     e->stats.requests++;
     e->ops->submit(e, acb);
     return;
 
 fail:
-    null_complete_later(ctx, acb, ret);
+    blk_complete_later(ctx, acb, ret);
 }
 
 /* Owner thread of @ctx: create the engine of the aio mode ahead of the
@@ -591,18 +653,31 @@ static bool raw_attach_aio_context(BlockBackend *blk, AioContext *ctx,
                                    GError **errp)
 {
     return blk_engine_get_or_pool(ctx,
-                                  blk_mode_ops(raw_state(blk)->aio)) != NULL;
+                                  raw_mode_ops(raw_state(blk)->aio)) != NULL;
 }
 
-const BlockDriver bdrv_file = {
+/* Any thread. */
+static void raw_get_info(BlockBackend *blk, BlockDriverInfo *bdi)
+{
+    BDRVRawState *s = raw_state(blk);
+
+    bdi->is_block_device = s->is_blockdev;
+    bdi->has_aio_mode = true;
+    bdi->aio_mode = s->aio;
+}
+
+static const BlockDriver bdrv_file = {
     .format_name = "file",
     .bdrv_open = raw_open,
     .bdrv_close = raw_close,
     .bdrv_truncate = raw_truncate,
+    .bdrv_get_info = raw_get_info,
     .bdrv_attach_aio_context = raw_attach_aio_context,
     .bdrv_aio_preadv = raw_submit,
     .bdrv_aio_pwritev = raw_submit,
     .bdrv_aio_flush = raw_submit,
     .bdrv_aio_pdiscard = raw_submit,
     .bdrv_aio_pwrite_zeroes = raw_submit,
+    .bdrv_aio_block_status = raw_submit,
 };
+BLOCK_DRIVER_REGISTER(bdrv_file)

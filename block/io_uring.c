@@ -40,6 +40,7 @@
 #include "qemu/defer-call.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
+#include "block/engine.h"
 
 #define LURING_ENTRIES 256
 
@@ -94,7 +95,7 @@ static bool luring_unsupported(int res)
 static bool luring_prep(LuringState *s, BlockAIOCB *acb)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-    int fd = raw_fd(acb->blk);
+    int fd = acb->target->fd;
     struct iovec *iov;
     int niov, mode;
     void *base;
@@ -471,9 +472,11 @@ bool luring_probe(GError **errp)
     return true;
 }
 
+static AioLocalKey luring_key;
+
 const BlockEngineOps luring_engine_ops = {
     .name = "io_uring",
-    .slot = AIO_ENGINE_IO_URING,
+    .key = &luring_key,
     .create = luring_create,
     .cleanup = luring_cleanup,
     .submit = luring_submit,

@@ -23,6 +23,7 @@
 #include "qemu/defer-call.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
+#include "block/engine.h"
 
 #define LAIO_MAX_EVENTS 1024    /* in flight per context */
 #define LAIO_MAX_BATCH  256     /* submit early beyond this */
@@ -67,7 +68,7 @@ static inline struct iocb *laio_iocb(BlockAIOCB *acb)
 static void laio_prep(LaioState *s, BlockAIOCB *acb)
 {
     struct iocb *iocb = laio_iocb(acb);
-    int fd = raw_fd(acb->blk);
+    int fd = acb->target->fd;
     struct iovec *iov;
     int niov;
     void *base;
@@ -156,7 +157,7 @@ static void laio_flush(LaioState *s)
                 s->common.stats.retries++;
                 thread_pool_forward(acb);
             } else {
-                null_complete_later(s->common.ctx, acb, ret);
+                blk_complete_later(s->common.ctx, acb, ret);
             }
             continue;
         }
@@ -392,9 +393,11 @@ bool laio_probe(GError **errp)
     return true;
 }
 
+static AioLocalKey laio_key;
+
 const BlockEngineOps laio_engine_ops = {
     .name = "native",
-    .slot = AIO_ENGINE_LINUX_AIO,
+    .key = &laio_key,
     .create = laio_create,
     .cleanup = laio_cleanup,
     .submit = laio_submit,

@@ -96,6 +96,7 @@
 #include "qemu/event_notifier.h"
 #include "qemu/iothread.h"
 #include "block/block_int.h"
+#include "block/engine.h"
 #include "block/module.h"
 
 /* One cluster connection, maybe shared by several nodes.  Opens run in
@@ -381,9 +382,11 @@ static void rbd_engine_submit(BlockEngine *e, BlockAIOCB *acb)
     abort();
 }
 
-const BlockEngineOps rbd_engine_ops = {
+static AioLocalKey rbd_engine_key;
+
+static const BlockEngineOps rbd_engine_ops = {
     .name = "rbd",
-    .slot = AIO_ENGINE_RBD,
+    .key = &rbd_engine_key,
     .create = rbd_engine_create,
     .cleanup = rbd_engine_cleanup,
     .submit = rbd_engine_submit,
@@ -567,7 +570,7 @@ static void rbd_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
     return;
 
 fail:
-    null_complete_later(ctx, acb, r);
+    blk_complete_later(ctx, acb, r);
 }
 
 static bool rbd_attach_aio_context(BlockBackend *bs, AioContext *ctx,
@@ -1360,11 +1363,7 @@ static bool rbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
                     "(rbd=POOL/IMAGE on --export)");
         return false;
     }
-    desc = g_strdup_printf("rbd:%s/%s%s%s%s%s", o->pool,
-                           o->namespace_ ? o->namespace_ : "",
-                           o->namespace_ ? "/" : "", o->image,
-                           o->snapshot ? "@" : "",
-                           o->snapshot ? o->snapshot : "");
+    desc = blk_rbd_describe(o);
     s = g_new0(BDRVRBDState, 1);
     s->refs = 1;
     g_mutex_init(&s->ctl_lock);

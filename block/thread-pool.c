@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * The thread pool engine: the slow, always available path.  Process-wide
- * worker threads run raw_do_request(); each AioContext has a
+ * worker threads run each request's acb->target->run (the driver's
+ * synchronous code, e.g. file-posix's preadv, fdatasync or fallocate
+ * calls); each AioContext has a
  * client whose lock-protected completion list is drained by an EventNotifier
  * handler in that context.
  *
  * Threads: submission and completion in the owner thread of the client's
- * context; raw_do_request() and the list append in worker threads.  Locking
- * is accepted here: the fast engines are io_uring and linux-aio.
+ * context; the target's function and the list append in worker threads.
+ * Locking is accepted here: the fast engines are io_uring and linux-aio.
  *
  * Sharing: every export of the process uses the same workers, and some
  * requests take long (a huge write-zeroes that falls back to writing a
@@ -32,7 +34,7 @@
 #include "qemu/error-report.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
-#include "block/blkdebug.h"
+#include "block/engine.h"
 #include "qemu/sandbox.h"
 
 typedef struct ThreadPoolClient {
@@ -98,12 +100,7 @@ static void thread_pool_worker(gpointer data, gpointer unused)
         if (unlikely(thread_pool_test_hook)) {
             thread_pool_test_hook(acb);
         }
-        if (unlikely(acb->engine_priv[1])) {
-            /* inject-delay: blkdebug holds the request, then does it */
-            acb->ret = blkdebug_do_delayed(acb);
-        } else {
-            acb->ret = raw_do_request(acb);
-        }
+        acb->ret = acb->target->run(acb);
 
         g_mutex_lock(&blk->pool_lock);
         next = QSIMPLEQ_FIRST(&blk->pool_waiting);
@@ -299,17 +296,6 @@ static void thread_pool_submit(BlockEngine *e, BlockAIOCB *acb)
     if (acb->type == BLK_REQ_WRITE && (acb->flags & BDRV_REQ_FUA)) {
         c->common.stats.fua_writes++;   /* pwritev2(RWF_DSYNC) */
     }
-    acb->engine_priv[1] = 0;
-    thread_pool_enqueue(c, acb);
-}
-
-/* Owner thread: @acb waits inject-delay ms in its worker, then runs
- * blkdebug_do_delayed(). */
-void thread_pool_submit_delayed(BlockEngine *e, BlockAIOCB *acb)
-{
-    ThreadPoolClient *c = container_of(e, ThreadPoolClient, common);
-
-    acb->engine_priv[1] = 1;
     thread_pool_enqueue(c, acb);
 }
 
@@ -320,16 +306,18 @@ void thread_pool_forward(BlockAIOCB *acb)
     BlockEngine *e = blk_engine_get(ctx, &thread_pool_engine_ops, NULL);
 
     if (!e) {
-        null_complete_later(ctx, acb, -EIO);
+        blk_complete_later(ctx, acb, -EIO);
         return;
     }
     e->stats.requests++;
     thread_pool_submit(e, acb);
 }
 
+static AioLocalKey thread_pool_key;
+
 const BlockEngineOps thread_pool_engine_ops = {
     .name = "threads",
-    .slot = AIO_ENGINE_THREADS,
+    .key = &thread_pool_key,
     .create = thread_pool_create,
     .cleanup = thread_pool_cleanup,
     .submit = thread_pool_submit,

@@ -43,6 +43,7 @@
 #include "qemu/iothread.h"
 #include "block/block.h"
 #include "block/block_int.h"
+#include "block/engine.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -245,7 +246,7 @@ throttle_submit_limited(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
     }
     tc = throttle_ctx_get(bs, ctx, NULL);
     if (unlikely(!tc)) {
-        null_complete_later(ctx, acb, -EIO);
+        blk_complete_later(ctx, acb, -EIO);
         return;
     }
     now = throttle_now();
@@ -444,8 +445,9 @@ static bool throttle_truncate(BlockBackend *bs, uint64_t size, GError **errp)
     return blk_truncate(bs->child, size, errp);
 }
 
-const BlockDriver bdrv_throttle = {
+static const BlockDriver bdrv_throttle = {
     .format_name = "throttle",
+    .is_filter = true,
     /* Only forwards: a throttled rbd node resizes in a worker, as the
      * node alone does, never in the main loop. */
     .bdrv_truncate_any_thread = true,
@@ -461,6 +463,7 @@ const BlockDriver bdrv_throttle = {
     .bdrv_aio_pdiscard = throttle_submit,
     .bdrv_aio_pwrite_zeroes = throttle_submit,
 };
+BLOCK_DRIVER_REGISTER(bdrv_throttle)
 
 /* Any thread. */
 void blk_throttle_get_stats(BlockBackend *blk, BlockThrottleStats *st)

@@ -23,7 +23,7 @@
 #include "qemu/osdep.h"
 #include "monitor/metrics-http.h"
 #include "monitor/metrics.h"
-#include "monitor/block-cmds.h"
+#include "monitor/state.h"
 #include "qemu/error-report.h"
 #include "qemu/sandbox.h"
 

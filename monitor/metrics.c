@@ -11,7 +11,7 @@
  */
 #include "qemu/osdep.h"
 #include "monitor/metrics.h"
-#include "monitor/block-cmds.h"
+#include "monitor/export.h"
 #include "qemu/latency-hist.h"
 
 #include <dirent.h>

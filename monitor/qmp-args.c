@@ -351,22 +351,26 @@ bool qmp_args_size(QmpArgs *a, const char *name, bool required,
     return true;
 }
 
-bool qmp_args_enum(QmpArgs *a, const char *name, const char *const *values,
-                   bool required, int *out, GError **errp)
+bool qmp_args_enum_names(QmpArgs *a, const char *name,
+                         const char *const *first, size_t n, size_t stride,
+                         bool required, int *out, GError **errp)
 {
     const char *s;
-    JsonNode *n = qmp_args_take(a, name, required, errp);
+    JsonNode *node = qmp_args_take(a, name, required, errp);
 
-    if (!n) {
+    if (!node) {
         return !required;
     }
-    if (!qmp_node_is(n, G_TYPE_STRING)) {
+    if (!qmp_node_is(node, G_TYPE_STRING)) {
         qmp_args_type_error(a, name, "string", errp);
         return false;
     }
-    s = json_node_get_string(n);
-    for (int i = 0; values[i]; i++) {
-        if (!strcmp(values[i], s)) {
+    s = json_node_get_string(node);
+    for (size_t i = 0; i < n; i++) {
+        const char *v = *(const char *const *)((const char *)first +
+                                               i * stride);
+
+        if (!strcmp(v, s)) {
             *out = i;
             return true;
         }
@@ -375,6 +379,18 @@ bool qmp_args_enum(QmpArgs *a, const char *name, const char *const *values,
                 "Parameter '%s%s' does not accept value '%s'", a->prefix, name,
                 s);
     return false;
+}
+
+bool qmp_args_enum(QmpArgs *a, const char *name, const char *const *values,
+                   bool required, int *out, GError **errp)
+{
+    size_t n = 0;
+
+    while (values[n]) {
+        n++;
+    }
+    return qmp_args_enum_names(a, name, values, n, sizeof(values[0]),
+                               required, out, errp);
 }
 
 bool qmp_args_object(QmpArgs *a, const char *name, bool required,

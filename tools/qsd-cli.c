@@ -5,6 +5,9 @@
  */
 #include "qemu/osdep.h"
 #include "tools/qsd-cli.h"
+#include "monitor/objects.h"
+#include "monitor/blockdev.h"
+#include "monitor/export.h"
 
 typedef struct QsdOpt {
     QsdOptKind kind;

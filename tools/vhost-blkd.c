@@ -16,10 +16,14 @@
 #include "qemu/aio.h"
 #include "qemu/error-report.h"
 #include "qemu/iothread.h"
+#include "block/engine.h"
 #include "hw/block/vhost-user-blk-export.h"
 #include "tools/export-opts.h"
 #include "tools/qsd-cli.h"
-#include "monitor/block-cmds.h"
+#include "monitor/state.h"
+#include "monitor/objects.h"
+#include "monitor/blockdev.h"
+#include "monitor/export.h"
 #include "monitor/qmp.h"
 #include "tools/config-file.h"
 
@@ -203,32 +207,27 @@ typedef struct VbdEngineStatsJob {
     unsigned int iothread;
 } VbdEngineStatsJob;
 
+/* In an iothread: one engine's counters, to the log. */
+static void vbd_engine_stats_log(void *opaque, const char *name,
+                                 const BlockEngineStats *st)
+{
+    VbdEngineStatsJob *job = opaque;
+
+    log_msg(LOG_LEVEL_INFO, "iothread %u: %s: requests %" PRIu64
+            ", submit syscalls %" PRIu64 ", completions %" PRIu64
+            " (direct %" PRIu64 ", bh %" PRIu64 "), bh scheduled %" PRIu64
+            ", retries %" PRIu64 ", bounced %" PRIu64, job->iothread,
+            name, st->requests, st->submit_syscalls,
+            st->completions, st->completions_direct, st->completions_bh,
+            st->bh_scheduled, st->retries, st->bounced);
+}
+
 /* In each iothread: the counters of the engines it has created. */
 static void vbd_engine_stats_cb(void *opaque)
 {
     VbdEngineStatsJob *job = opaque;
-    static const BlockAioMode modes[] = {
-        BLOCK_AIO_IO_URING, BLOCK_AIO_NATIVE, BLOCK_AIO_THREADS,
-    };
 
-    for (size_t i = 0; i <= G_N_ELEMENTS(modes); i++) {
-        BlockEngineStats st;
-
-        /* the aio modes' engines, then rbd's completion list */
-        if (i < G_N_ELEMENTS(modes) ?
-            !blk_engine_get_stats(job->ctx, modes[i], &st) :
-            !blk_driver_engine_get_stats(job->ctx, "rbd", &st)) {
-            continue;
-        }
-        log_msg(LOG_LEVEL_INFO, "iothread %u: %s: requests %" PRIu64
-                ", submit syscalls %" PRIu64 ", completions %" PRIu64
-                " (direct %" PRIu64 ", bh %" PRIu64 "), bh scheduled %" PRIu64
-                ", retries %" PRIu64 ", bounced %" PRIu64, job->iothread,
-                i < G_N_ELEMENTS(modes) ? blk_aio_mode_name(modes[i]) : "rbd",
-                st.requests, st.submit_syscalls,
-                st.completions, st.completions_direct, st.completions_bh,
-                st.bh_scheduled, st.retries, st.bounced);
-    }
+    blk_engine_foreach_stats(job->ctx, vbd_engine_stats_log, job);
 }
 
 static void vbd_dump_stats(Vbd *d)
@@ -599,7 +598,7 @@ static bool vbd_setup(Vbd *d, GError **errp)
     if (d->qsd.monitors->len) {
         QmpServerConfig qcfg = {
             .ctx = d->main_ctx,
-            .commands = vb_qmp_commands,
+            .commands = vb_qmp_commands(),
             .opaque = &d->state,
             .package = "vhost-blkd " VHOST_BLK_VERSION,
         };

@@ -45,10 +45,11 @@ struct QEMUBH {
     QLIST_ENTRY(QEMUBH) all_node;   /* link in ctx->bh_all */
 };
 
-typedef struct AioEngineSlot {
+/* A value stored under an AioLocalKey (aio_local_set()). */
+typedef struct AioLocalSlot {
     void *state;
     void (*cleanup)(void *state);
-} AioEngineSlot;
+} AioLocalSlot;
 
 struct AioContext {
     /*
@@ -105,7 +106,7 @@ struct AioContext {
     _Atomic uint64_t poll_host_busy;
     _Atomic uint64_t poll_driver_polls;
 
-    AioEngineSlot engines[AIO_ENGINE_MAX];
+    AioLocalSlot local[AIO_LOCAL_MAX];
 };
 
 /* Owner thread: bump a statistics counter (single writer, no RMW). */
@@ -138,6 +139,6 @@ void aio_context_teardown(AioContext *ctx);
 void aio_context_set_current(AioContext *ctx);
 /* util/async.c: run and clear the engine slots' cleanups (owner thread,
  * loop not running); aio_context_free() does it too. */
-void aio_context_cleanup_engines(AioContext *ctx);
+void aio_context_cleanup_local(AioContext *ctx);
 
 #endif

@@ -69,14 +69,13 @@ static void aio_bh_free(QEMUBH *bh)
     g_free(bh);
 }
 
-/* Owner thread, loop not running. */
-void aio_context_cleanup_engines(AioContext *ctx)
+/* Owner thread, loop not running (no request in flight): run the
+ * cleanups of the values stored under the keys. */
+void aio_context_cleanup_local(AioContext *ctx)
 {
-    int i;
-
     assert(!ctx->in_poll);
-    for (i = 0; i < AIO_ENGINE_MAX; i++) {
-        AioEngineSlot *slot = &ctx->engines[i];
+    for (int i = 0; i < AIO_LOCAL_MAX; i++) {
+        AioLocalSlot *slot = &ctx->local[i];
         void *state = slot->state;
         void (*cleanup)(void *state) = slot->cleanup;
 
@@ -101,7 +100,7 @@ void aio_context_free(AioContext *ctx)
     assert(!ctx->in_poll);
 
     /* Engines first: their cleanup may delete BHs and fd handlers. */
-    aio_context_cleanup_engines(ctx);
+    aio_context_cleanup_local(ctx);
 
     /* The pending stack only links BHs that are also on bh_all. */
     atomic_store(&ctx->bh_pending, NULL);
@@ -281,20 +280,47 @@ bool aio_bh_poll(AioContext *ctx)
     return progress;
 }
 
+/* Keys handed out so far; a key's index is set once, under the lock. */
+static pthread_mutex_t aio_local_lock = PTHREAD_MUTEX_INITIALIZER;
+static int aio_local_keys;
+
 /* Owner thread. */
-void *aio_get_engine(AioContext *ctx, int engine)
+void *aio_local_get(AioContext *ctx, AioLocalKey *key)
 {
-    assert(engine >= 0 && engine < AIO_ENGINE_MAX);
-    return ctx->engines[engine].state;
+    int i = atomic_load_explicit(&key->index, memory_order_acquire);
+
+    return i ? ctx->local[i - 1].state : NULL;
 }
 
-/* Owner thread.  Replacing a slot does not run the old cleanup. */
-void aio_set_engine(AioContext *ctx, int engine, void *state,
-                    void (*cleanup)(void *state))
+/* The slot index + 1 of @key, given out now if it has none. */
+static int aio_local_key_index(AioLocalKey *key)
 {
-    assert(engine >= 0 && engine < AIO_ENGINE_MAX);
-    ctx->engines[engine].state = state;
-    ctx->engines[engine].cleanup = cleanup;
+    int i = atomic_load_explicit(&key->index, memory_order_acquire);
+
+    if (i) {
+        return i;
+    }
+    pthread_mutex_lock(&aio_local_lock);
+    i = atomic_load_explicit(&key->index, memory_order_relaxed);
+    if (!i) {
+        /* A fixed, small number of users (the block engines): running
+         * out is a programming error, not an input error. */
+        assert(aio_local_keys < AIO_LOCAL_MAX);
+        i = ++aio_local_keys;
+        atomic_store_explicit(&key->index, i, memory_order_release);
+    }
+    pthread_mutex_unlock(&aio_local_lock);
+    return i;
+}
+
+/* Owner thread.  Replacing a value does not run the old cleanup. */
+void aio_local_set(AioContext *ctx, AioLocalKey *key, void *state,
+                   void (*cleanup)(void *state))
+{
+    int i = aio_local_key_index(key) - 1;
+
+    ctx->local[i].state = state;
+    ctx->local[i].cleanup = cleanup;
 }
 
 /* Any thread (each counter is read atomically, not the set as a whole). */

@@ -46,7 +46,7 @@ static gpointer iothread_run(gpointer opaque)
      * is freed by iothread_destroy() after the join: the thread that
      * scheduled the stop BH may still be inside aio_notify() on it.
      */
-    aio_context_cleanup_engines(iothread->ctx);
+    aio_context_cleanup_local(iothread->ctx);
     aio_context_set_current(NULL);
     return NULL;
 }

@@ -94,6 +94,7 @@ struct VuBlkQueue {
 struct VuBlkExport {
     VirtioBlkDev dev;
     BlockBackend *blk;
+    BdrvChild *user;            /* the export's use of @blk (permissions) */
     bool blk_borrowed;          /* opts->blk_backend: not ours to close */
     VuServer *server;
     VuBlkQueue *queues;
@@ -710,6 +711,23 @@ VuBlkExport *vu_blk_export_new(const VuBlkExportOptions *opts,
             goto fail;
         }
     }
+    {
+        g_autofree char *who = g_strdup_printf(
+            "the vhost-user-blk export on %s", opts->socket_path ?
+            opts->socket_path : "a passed socket");
+
+        /* It writes (unless read-only) and, like qemu-storage-daemon's
+         * exports, lets every other user do anything. */
+        exp->user = blk_attach_user(exp->blk, who,
+                                    BLK_PERM_CONSISTENT_READ |
+                                    (blk_is_read_only(exp->blk) ? 0 :
+                                     BLK_PERM_WRITE |
+                                     BLK_PERM_WRITE_UNCHANGED),
+                                    BLK_PERM_ALL, errp);
+        if (!exp->user) {
+            goto fail;
+        }
+    }
     if (!virtio_blk_dev_init(&exp->dev, exp->blk, &conf, errp)) {
         goto fail;
     }
@@ -772,6 +790,7 @@ void vu_blk_export_free(VuBlkExport *exp)
     if (exp->blk) {
         blk_set_size_notifier(exp->blk, NULL, NULL);
     }
+    blk_detach_user(exp->user);
     if (exp->blk && !exp->blk_borrowed) {
         blk_close(exp->blk);
     }

@@ -6,13 +6,13 @@
  * blk_inject_parse_option(), and read it through blk_inject_get_hits()
  * (include/block/block.h).
  *
- * It is a filter driver (bdrv_blkdebug, include/block/block_int.h):
+ * It is a filter driver (include/block/block_int.h):
  * blk_open() puts a blkdebug node over the node of the configured driver
  * when something is to be injected.  Its request functions ask
  * blkdebug_check() about each request and do what it says: forward it to
- * the child node, fail it, or hand it to the thread pool with
- * thread_pool_submit_delayed(), whose worker runs blkdebug_do_delayed()
- * (a sleep) before the request is forwarded or failed.  It does not know
+ * the child node, fail it, or hand it to the thread pool engine with a
+ * target whose function only sleeps, before the request is forwarded or
+ * failed.  It does not know
  * which driver the child is.
  */
 #ifndef BLOCK_BLKDEBUG_H
@@ -27,7 +27,7 @@ typedef struct BlkDebugState BlkDebugState;
 typedef enum BlkDebugAction {
     BLKDEBUG_PASS,              /* forward it to the child */
     BLKDEBUG_FAIL,              /* complete it with *ret, from a BH */
-    BLKDEBUG_DELAY,             /* thread_pool_submit_delayed() */
+    BLKDEBUG_DELAY,             /* sleep in a thread-pool worker */
 } BlkDebugAction;
 
 /*
@@ -50,12 +50,5 @@ void blkdebug_free(BlkDebugState *s);
  */
 BlkDebugAction blkdebug_check(BlkDebugState *s, const BlockAIOCB *acb,
                               int *ret);
-
-/*
- * Worker thread: what a request handed over by BLKDEBUG_DELAY does: sleep
- * inject-delay ms; then it fails with the returned -errno (inject-error
- * set) or, on 0, goes on to the child node in its submitting thread.
- */
-int blkdebug_do_delayed(BlockAIOCB *acb);
 
 #endif

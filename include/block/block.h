@@ -124,6 +124,10 @@ typedef struct BlockRbdOptions {
 
 #define BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT 10
 
+/* How an rbd node is named in messages, QEMU's pseudo-protocol name:
+ * rbd:POOL/[NAMESPACE/]IMAGE[@SNAP].  Any thread. */
+char *blk_rbd_describe(const BlockRbdOptions *o);
+
 typedef struct BlockOptions {
     const char *driver;         /* "file" (default), "null" or "rbd" */
     const char *filename;       /* file: image file or block device */
@@ -135,6 +139,8 @@ typedef struct BlockOptions {
     bool batch;                 /* default true; false = submit each at once */
     BlockInjectOptions inject;  /* error injection (testing); off by default */
     BlockRbdOptions rbd;        /* driver=rbd */
+    BlockBackend *file;         /* a format: its file child, an open node
+                                 * that stays its caller's */
     ThrottleGroup *throttle_group;  /* non-NULL: a throttle filter on top
                                      * (block/throttle.c), which takes a
                                      * reference */
@@ -142,6 +148,33 @@ typedef struct BlockOptions {
 
 /* Fill @opts with the defaults. */
 void blk_options_init(BlockOptions *opts);
+
+/*
+ * What a range of a node holds (blk_aio_block_status()): for the first
+ * @pnum bytes from the asked offset, a combination of
+ *   BDRV_BLOCK_DATA       reads may return non-zero data from storage;
+ *   BDRV_BLOCK_ZERO       reads return zeroes;
+ *   BDRV_BLOCK_ALLOCATED  this node decides what the range reads (not a
+ *                         backing file below it).
+ * A range that is neither DATA nor ZERO is unallocated here and reads
+ * from the backing chain (or as zeroes when there is none).
+ */
+#define BDRV_BLOCK_DATA       0x1
+#define BDRV_BLOCK_ZERO       0x2
+#define BDRV_BLOCK_ALLOCATED  0x4
+
+typedef struct BlockStatus {
+    uint64_t pnum;              /* bytes the answer covers, >= 1 */
+    unsigned int flags;         /* BDRV_BLOCK_* */
+} BlockStatus;
+
+/* What a node is (blk_get_info()). */
+typedef struct BlockDriverInfo {
+    uint32_t cluster_size;      /* allocation unit of a format, 0: none */
+    bool is_block_device;       /* a host block device (QSD: host_device) */
+    bool has_aio_mode;          /* a file whose engine is @aio_mode */
+    BlockAioMode aio_mode;      /* after fallback */
+} BlockDriverInfo;
 
 /* Request flags */
 #define BDRV_REQ_MAY_UNMAP 0x1  /* write-zeroes may deallocate */
@@ -152,6 +185,8 @@ void blk_options_init(BlockOptions *opts);
  * to the block layer; the storage lets engines queue the request without
  * allocating.
  */
+typedef struct BlockEngineTarget BlockEngineTarget;
+
 typedef struct BlockAIOCB {
     BlockCompletionFunc *cb;
     void *opaque;
@@ -169,6 +204,8 @@ typedef struct BlockAIOCB {
     BlockCompletionFunc *filter_cb;     /* saved by a filter that */
     void *filter_opaque;                /* interposes its callback */
     int ret;
+    const BlockEngineTarget *target;    /* fd and function, for engines */
+    BlockStatus *status;        /* BLK_REQ_BLOCK_STATUS: the answer */
     uint64_t engine_priv[10];   /* engine-private (e.g. struct iocb) */
 } BlockAIOCB;
 
@@ -267,6 +304,38 @@ void blk_aio_pdiscard(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
 void blk_aio_pwrite_zeroes(BlockBackend *blk, BlockAIOCB *acb,
                            int64_t offset, uint64_t bytes, int flags,
                            BlockCompletionFunc *cb, void *opaque);
+/* What [@offset, @offset + @bytes) holds: fills *@status (which must stay
+ * valid until @cb runs) for a prefix of the range. */
+void blk_aio_block_status(BlockBackend *blk, BlockAIOCB *acb,
+                          int64_t offset, uint64_t bytes,
+                          BlockStatus *status,
+                          BlockCompletionFunc *cb, void *opaque);
+
+/* What @blk is (the first node below the filters that says).  Any
+ * thread. */
+void blk_get_info(BlockBackend *blk, BlockDriverInfo *bdi);
+
+/* Permissions on a node (BdrvChild.perm and .shared). */
+enum {
+    BLK_PERM_CONSISTENT_READ = 0x1,     /* reads see a consistent image */
+    BLK_PERM_WRITE           = 0x2,     /* changes what the node reads */
+    BLK_PERM_WRITE_UNCHANGED = 0x4,     /* writes that change nothing */
+    BLK_PERM_RESIZE          = 0x8,
+    BLK_PERM_ALL             = 0xf,
+};
+
+/*
+ * Main thread: a user (an export, a job) called @user starts using @blk
+ * with the BLK_PERM_* in @perm, letting others do @shared.  NULL with
+ * @errp set, naming the holder, if that conflicts with how the node is
+ * used already.  blk_detach_user() ends it.
+ */
+typedef struct BdrvChild BdrvChild;
+BdrvChild *blk_attach_user(BlockBackend *blk, const char *user,
+                           uint64_t perm, uint64_t shared, GError **errp);
+void blk_detach_user(BdrvChild *c);
+/* Main thread: the name the monitor knows @blk by, for messages. */
+void blk_set_node_name(BlockBackend *blk, const char *name);
 
 /*
  * Owner thread of @ctx: prepare the node for requests from @ctx (a
@@ -337,12 +406,13 @@ typedef struct BlockEngineStats {
     uint64_t bounced;            /* requests bounced for O_DIRECT alignment */
     uint64_t fua_writes;         /* writes queued with RWF_DSYNC (FUA) */
 } BlockEngineStats;
-/* Returns false if @ctx has no instance of that engine. Owner thread. */
+/* Returns false if @ctx has no instance of the engine of @mode.  Owner
+ * thread. */
 bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
                           BlockEngineStats *stats);
-/* The same for the engine of a driver without aio modes: "rbd" (its
- * completion list: requests, completions).  Owner thread. */
-bool blk_driver_engine_get_stats(AioContext *ctx, const char *driver,
-                                 BlockEngineStats *stats);
+/* The same for the engine called @name ("io_uring", "native", "threads",
+ * "bh", "rbd", ...).  Owner thread. */
+bool blk_engine_get_stats_by_name(AioContext *ctx, const char *name,
+                                  BlockEngineStats *stats);
 
 #endif

@@ -1,15 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Internals of the block layer shared by block-backend.c, the drivers
- * (file-posix.c, null.c, rbd.c), the error-injection filter (blkdebug.c)
- * and file-posix's engines (io_uring.c, linux-aio.c, thread-pool.c).  Not
- * for devices: they use include/block/block.h only.
- *
- * An engine is a per-AioContext object (stored in the context's engine
- * slot, created on the first request submitted from that context) that
- * takes BlockAIOCBs and completes them later, in the same context, through
- * blk_acb_complete().  All engine functions run in the owner thread of the
- * engine's context.
+ * The driver contract: what block-backend.c and the drivers (file-posix,
+ * null, rbd, the filters blkdebug and throttle, formats) share.  Not for
+ * devices: they use include/block/block.h only.  The engines drivers use
+ * are in include/block/engine.h.
  */
 #ifndef BLOCK_BLOCK_INT_H
 #define BLOCK_BLOCK_INT_H
@@ -17,7 +11,6 @@
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
 #include "block/block.h"
-#include "block/blkdebug.h"
 
 /* BlockAIOCB.type */
 typedef enum BlockReqType {
@@ -26,44 +19,89 @@ typedef enum BlockReqType {
     BLK_REQ_FLUSH,
     BLK_REQ_DISCARD,
     BLK_REQ_WRITE_ZEROES,
+    BLK_REQ_BLOCK_STATUS,
 } BlockReqType;
 
 /*
- * The driver contract.  A BlockBackend is a node: a BlockDriver (the table
- * below) and that driver's state (@opaque).  file-posix (files and block
- * devices, read through its io_uring / linux-aio / thread-pool engines),
- * null and rbd (Ceph, librbd) are drivers of storage; blkdebug is a filter,
- * a driver whose @child is another node.  blk_open() picks the driver by
- * name, calls bdrv_open() in the main thread, which fills @size and @bl
- * (the limits and capabilities the device advertises: block sizes, the
- * request alignment the generic checks enforce, the optimal I/O size,
- * discard and write-zeroes support), and wraps the node in a blkdebug
- * filter when error injection is configured.  Requests go through
- * blk_submit(), which does the checks every driver shares (read-only,
- * bounds, alignment) and then makes exactly one indirect call, to the
- * driver's function for the request type, in the submitting thread; the
- * driver keeps whatever it needs per AioContext (an engine instance in the
- * context's slot, created by bdrv_attach_aio_context() or on first use)
- * and completes the request later in that same thread through
- * blk_acb_complete() -- never from inside the submitting call and never
- * from another thread.  Inside a defer_call section a driver may only
- * queue and submit the batch when the section ends (its plug).  Every
- * other function runs in the main thread with no request in flight unless
- * it says otherwise.  A filter forwards a request by setting acb->blk to
- * its child and calling blk_drv_submit() on it; nothing above a driver
- * (the filter, the device, the export) looks at which driver it is.
- * Opening may leave the main thread: a driver that sets
- * @bdrv_open_any_thread (rbd) promises that bdrv_open() and, after a
- * failed open, bdrv_close() touch nothing but @bs, @opts and state of its
- * own that it locks, and use bs->main_ctx instead of the current context;
- * blk_open_async() then runs them in a worker thread, because they wait
- * on the network, and finishes in the main thread (the filter on top, the
- * caller's registration of the node).  file and null open synchronously
- * in the main thread, where blk_open() always opens.  Likewise
+ * The driver contract.
+ *
+ * Layers.  A BlockBackend is a node of the block graph: a BlockDriver (the
+ * table below) and that driver's state (@opaque).  Above the drivers,
+ * block-backend.c owns the public API (include/block/block.h), the checks
+ * every request gets whatever the driver (read-only, bounds, alignment),
+ * the graph (children, parents, permissions) and opening through the
+ * registry (block/driver.c: name -> driver, built in or a module).  Below
+ * them, the engines (include/block/engine.h: io_uring, linux-aio, the
+ * thread pool, the "bh" completion service) move bytes on a file
+ * descriptor and know no driver.  Drivers of storage (file-posix, null,
+ * rbd) keep their state private; a filter (blkdebug, throttle) is a driver
+ * whose @child is another node and that knows nothing of that node's
+ * driver; a format (a driver with a "file" and perhaps a "backing" child)
+ * maps its requests onto requests of its children.  Nothing above a
+ * driver looks at which driver it is: what the monitor shows per driver
+ * comes through bdrv_get_info() and the engine statistics.
+ *
+ * Opening.  blk_open() finds the driver in the registry, calls
+ * bdrv_open() in the main thread, which fills @size and @bl (the limits
+ * and capabilities the device advertises: block sizes, the request
+ * alignment the generic checks enforce, the optimal I/O size, discard and
+ * write-zeroes support), and wraps the node in a blkdebug filter when
+ * error injection is configured.  Opening may leave the main thread: a
+ * driver that sets @bdrv_open_any_thread (rbd) promises that bdrv_open()
+ * and, after a failed open, bdrv_close() touch nothing but @bs, @opts and
+ * state of its own that it locks, and use bs->main_ctx instead of the
+ * current context; blk_open_async() then runs them in a worker thread,
+ * because they wait on the network, and finishes in the main thread (the
+ * filter on top, the caller's registration of the node).  Likewise
  * @bdrv_truncate_any_thread lets blk_truncate_async() run bdrv_truncate()
  * in a worker; the new size is stored in the main thread after it.
+ *
+ * Requests.  They go through blk_submit(), which does the shared checks
+ * and then makes exactly one indirect call, to the driver's function for
+ * the request type, in the submitting thread; the driver keeps whatever
+ * it needs per AioContext (an engine instance, created by
+ * bdrv_attach_aio_context() or on first use) and completes the request
+ * later in that same thread through blk_acb_complete() -- never from
+ * inside the submitting call and never from another thread.  Inside a
+ * defer_call section a driver may only queue and submit the batch when
+ * the section ends (its plug).  Every other function runs in the main
+ * thread with no request in flight unless it says otherwise.
+ *
+ * Children.  A filter forwards a request by setting acb->blk to its child
+ * and calling blk_drv_submit() on it (the same BlockAIOCB goes down).  A
+ * format issues requests of its own to its children from inside a
+ * request, with the public blk_aio_*() functions on child->bs (the same
+ * checks apply) and control blocks it embeds in its own request state or
+ * takes from the per-context pool (blk_child_req_get()); it completes the
+ * parent request when they have completed, in the same thread.  A node's
+ * children are attached with bdrv_attach_child(), which checks the
+ * permissions below; the node's parents (nodes, and users such as
+ * exports, blk_attach_user()) are listed on it.
+ *
+ * Block status.  BLK_REQ_BLOCK_STATUS asks what a range holds
+ * (BDRV_BLOCK_* in block.h, for the first acb->status->pnum bytes).  A
+ * driver without bdrv_aio_block_status answers "data, allocated here" for
+ * the whole range (what a protocol that cannot tell says); a filter
+ * without one forwards to its child.
+ *
+ * Flush.  A flush completes only when everything written before it was
+ * submitted is durable.  A driver that keeps metadata in caches (a
+ * format) writes the dirty entries in dependency order (the child
+ * structure before the entry that points to it), then flushes its file
+ * child, and only then completes the parent's flush; it must not complete
+ * a write whose metadata another request could see before that metadata
+ * is at least in its cache.
+ *
+ * Permissions.  An edge (BdrvChild) says what its holder does with the
+ * node (@perm: BLK_PERM_*) and what it lets others do at the same time
+ * (@shared).  Attaching an edge that wants what an existing one does not
+ * share, or that does not share what an existing one uses, is refused
+ * with a message naming the holder.  Raw nodes served by exports share
+ * everything, as qemu-storage-daemon's exports do; a format's file child
+ * does not share writes or resizes.
  */
 typedef struct BlockDriver BlockDriver;
+typedef struct BdrvChild BdrvChild;
 
 /* Limits and capabilities of a node, filled by bdrv_open(). */
 typedef struct BlockLimits {
@@ -82,6 +120,8 @@ typedef void BlockDriverSubmitFunc(BlockBackend *bs, AioContext *ctx,
 
 struct BlockDriver {
     const char *format_name;
+    /* A filter: opened over a child by the block layer, never by name. */
+    bool is_filter;
     /* bdrv_open() (and bdrv_close() after it failed) may run in a worker
      * thread: see the contract above. */
     bool bdrv_open_any_thread;
@@ -105,6 +145,8 @@ struct BlockDriver {
     /* Grow to @size bytes (optional: without it only the size changes);
      * the caller updates bs->size. */
     bool (*bdrv_truncate)(BlockBackend *bs, uint64_t size, GError **errp);
+    /* Any thread (optional): what the node is, for the monitor. */
+    void (*bdrv_get_info)(BlockBackend *bs, BlockDriverInfo *bdi);
     /* Owner thread of @ctx (optional): set up what requests from @ctx
      * need, before the first one (a device calls it when its queue
      * starts there), and drop the node's use of it. */
@@ -121,27 +163,40 @@ struct BlockDriver {
     BlockDriverSubmitFunc *bdrv_aio_flush;
     BlockDriverSubmitFunc *bdrv_aio_pdiscard;
     BlockDriverSubmitFunc *bdrv_aio_pwrite_zeroes; /* BDRV_REQ_MAY_UNMAP */
+    /* Optional: fill *acb->status for [offset, offset + bytes); see the
+     * contract above for what a driver without it answers. */
+    BlockDriverSubmitFunc *bdrv_aio_block_status;
 };
 
-extern const BlockDriver bdrv_file;
-extern const BlockDriver bdrv_null;
-extern const BlockDriver bdrv_blkdebug;
-extern const BlockDriver bdrv_throttle;    /* block/throttle.c */
-#if CONFIG_RBD
-extern const BlockDriver bdrv_rbd;      /* block/rbd.c, with librbd */
-#endif
+/* An edge of the graph: @parent (a node, or NULL for a user such as an
+ * export) uses @bs.  Main thread. */
+struct BdrvChild {
+    BlockBackend *bs;
+    BlockBackend *parent;       /* NULL: a user */
+    char *name;                 /* "file", "backing"; a user's name */
+    uint64_t perm;
+    uint64_t shared;
+    QLIST_ENTRY(BdrvChild) next;        /* in parent->children */
+    QLIST_ENTRY(BdrvChild) next_parent; /* in bs->parents */
+};
 
 struct BlockBackend {
     const BlockDriver *drv;
     void *opaque;               /* the driver's state */
-    BlockBackend *child;        /* a filter's node below, or NULL */
+    BlockBackend *child;        /* a filter's node below, or NULL (also
+                                 * in @children, as "file") */
     BlockBackend *parent;       /* the filter above, or NULL */
     char *filename;             /* names the node in messages */
+    char *node_name;            /* the monitor's name, or NULL */
     bool readonly;
     bool batch;                 /* false: submit each request at once */
     AioContext *main_ctx;       /* the main thread's, for bottom halves */
     uint64_t size;              /* atomic: blk_truncate() changes it */
     BlockLimits bl;
+    /* Main thread: the edges to the nodes below and to the parents and
+     * users above. */
+    QLIST_HEAD(, BdrvChild) children;
+    QLIST_HEAD(, BdrvChild) parents;
     /* Main thread: told when the size changed behind our back (e.g. the
      * cluster resized an image); see blk_set_size_notifier(). */
     void (*size_notifier)(void *opaque, uint64_t size);
@@ -156,20 +211,6 @@ struct BlockBackend {
     QSIMPLEQ_HEAD(, BlockAIOCB) pool_waiting;   /* protected by pool_lock */
 };
 
-/* file-posix's state (bs->opaque), read by its engines per request. */
-typedef struct BDRVRawState {
-    int fd;
-    bool direct;                /* opened with O_DIRECT */
-    bool is_blockdev;
-    BlockAioMode aio;           /* after fallback */
-    uint32_t mem_align;         /* O_DIRECT buffer alignment, or 1 */
-} BDRVRawState;
-
-static inline BDRVRawState *raw_state(BlockBackend *bs)
-{
-    return (BDRVRawState *)bs->opaque;
-}
-
 /* Submit @acb to @bs's driver (acb->blk must be @bs): what blk_submit()
  * does after its checks, and how a filter forwards.  Owner thread. */
 void blk_drv_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb);
@@ -181,123 +222,60 @@ void blk_drv_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb);
  */
 void blk_size_changed(BlockBackend *bs, uint64_t size);
 
-/* file-posix: the fd of @bs. */
-static inline int raw_fd(BlockBackend *bs)
-{
-    return raw_state(bs)->fd;
-}
-
-typedef struct BlockEngine BlockEngine;
-
-typedef struct BlockEngineOps {
-    const char *name;
-    int slot;                   /* AIO_ENGINE_* */
-    /* Create the instance for @ctx (owner thread). */
-    BlockEngine *(*create)(AioContext *ctx, GError **errp);
-    /* Free it; called by aio_context_free() (no request in flight). */
-    void (*cleanup)(void *engine);
-    /* Queue @acb; never completes it synchronously. */
-    void (*submit)(BlockEngine *engine, BlockAIOCB *acb);
-} BlockEngineOps;
-
-/* Common head of every engine instance. */
-struct BlockEngine {
-    const BlockEngineOps *ops;
-    AioContext *ctx;
-    BlockEngineStats stats;
-};
-
-extern const BlockEngineOps luring_engine_ops;
-extern const BlockEngineOps laio_engine_ops;
-extern const BlockEngineOps thread_pool_engine_ops;
-extern const BlockEngineOps null_engine_ops;
-extern const BlockEngineOps rbd_engine_ops;
-
-/* The instance of @ops in @ctx, created on first use; NULL (with @errp set)
- * if it cannot be created.  Owner thread of @ctx. */
-BlockEngine *blk_engine_get(AioContext *ctx, const BlockEngineOps *ops,
-                            GError **errp);
-
-/* file-posix: the engine of @mode (the thread pool's when that engine is
- * not compiled in). */
-const BlockEngineOps *blk_mode_ops(BlockAioMode mode);
-
-/* The instance of @ops in @ctx, or the thread pool's if that one cannot
- * be created here (warned once), or NULL.  Owner thread of @ctx. */
-BlockEngine *blk_engine_get_or_pool(AioContext *ctx,
-                                    const BlockEngineOps *ops);
-
-/* Finish @acb: copy a bounced read back, free the bounce buffer, call the
- * callback.  @acb must not be touched afterwards.  Engine (owner) thread. */
-void blk_acb_complete(BlockAIOCB *acb, int ret);
-
-/* The iovec the engine should transfer (the bounce buffer if any). */
-static inline struct iovec *blk_acb_iov(BlockAIOCB *acb, int *niov)
-{
-    if (acb->bounce) {
-        *niov = 1;
-        return &acb->bounce_iov;
-    }
-    *niov = acb->niov;
-    return acb->iov;
-}
-
-/* What an engine does after a read/write transferred @res bytes (or failed
- * with @res < 0): see blk_acb_transferred(). */
-typedef enum BlockXferNext {
-    BLK_XFER_COMPLETE,          /* complete with *ret */
-    BLK_XFER_RESUBMIT,          /* resubmit blk_acb_remainder() */
-    BLK_XFER_FORWARD,           /* remainder spans segments: thread pool */
-} BlockXferNext;
-BlockXferNext blk_acb_transferred(BlockAIOCB *acb, int res, int *ret);
-/* The untransferred part of @acb if it is one contiguous segment. */
-bool blk_acb_remainder(BlockAIOCB *acb, void **base, size_t *len);
-
-/* Complete @acb with @ret from a bottom half of the current context (used
- * for requests rejected before reaching an engine).  Owner thread. */
-void null_complete_later(AioContext *ctx, BlockAIOCB *acb, int ret);
-
-/* Workers of the process-wide pool, and how many one backend may use. */
-#define THREAD_POOL_MAX_WORKERS 64
-#define THREAD_POOL_MAX_PER_BACKEND 16
-
-/* Set up / tear down @blk's thread pool share (blk_open/blk_close). */
-void thread_pool_blk_init(BlockBackend *blk);
-void thread_pool_blk_cleanup(BlockBackend *blk);
-
-/* Testing only: called by a worker before it runs @acb (NULL: off). */
-extern void (*thread_pool_test_hook)(BlockAIOCB *acb);
-
-/* Hand @acb over to the thread pool engine of the current context (used by
- * io_uring/linux-aio for what they cannot do, and for the remainder of a
- * short transfer).  The pool starts at acb->done.  Owner thread. */
-void thread_pool_forward(BlockAIOCB *acb);
-
-/* Hand @acb to the thread pool engine @e as a request delayed by error
- * injection (BLKDEBUG_DELAY): the worker runs blkdebug_do_delayed(), which
- * sleeps, then does or fails it.  Owner thread. */
-void thread_pool_submit_delayed(BlockEngine *e, BlockAIOCB *acb);
-
-/* Synchronous execution of @acb from acb->done onwards, in a worker
- * thread: preadv/pwritev loops, fdatasync, fallocate, ioctl, zero writes.
- * Returns 0 or -errno. */
-int raw_do_request(BlockAIOCB *acb);
-
+/*
+ * Main thread: make @child a child of @parent under @name, using it with
+ * @perm and sharing @shared.  NULL with @errp set (naming the holder) if
+ * that conflicts with an edge @child already has.  The edge does not own
+ * @child: the parent closes it when it is done (blk_close() closes a
+ * node's children after the node).
+ */
+BdrvChild *bdrv_attach_child(BlockBackend *parent, BlockBackend *child,
+                             const char *name, uint64_t perm,
+                             uint64_t shared, GError **errp);
+void bdrv_detach_child(BdrvChild *c);
+/* The child of @bs named @name, or NULL. */
+BdrvChild *bdrv_find_child(BlockBackend *bs, const char *name);
 
 /*
- * Testing only: when non-zero, each io_uring submission hands at most this
- * many SQEs to the kernel and leaves the rest in the submission queue, as
- * a kernel that ran short of memory for requests would.  Owner thread of
- * the rings (the tests are single-threaded).
+ * A control block for a request a driver makes of a child on behalf of
+ * one of its own requests, from the pool of the current context: @acb is
+ * the child request's, @parent and @priv are the driver's.  The pool
+ * grows by a chunk when it is empty, so after the first requests none
+ * allocates.  Owner thread of @ctx.
  */
-extern unsigned int luring_test_submit_max;
+typedef struct BlockChildReq {
+    BlockAIOCB acb;
+    BlockAIOCB *parent;
+    uint64_t priv[4];
+    struct BlockChildReq *next_free;
+} BlockChildReq;
+BlockChildReq *blk_child_req_get(AioContext *ctx);
+void blk_child_req_put(AioContext *ctx, BlockChildReq *r);
+/* Control blocks the pool of @ctx has allocated so far (tests). */
+unsigned int blk_child_req_allocated(AioContext *ctx);
 
-/* Engine probes at open time: can this kernel run the engine at all? */
-bool luring_probe(GError **errp);
-bool laio_probe(GError **errp);
-
-/* Counters of the null engine of @ctx (not part of the public API since
- * BlockAioMode has no null value).  Owner thread. */
-bool null_engine_get_stats(AioContext *ctx, BlockEngineStats *stats);
+/*
+ * The registry (block/driver.c).  A driver is found by its name: built in,
+ * registered at run time (bdrv_register()), or in a module (block-NAME.so,
+ * loaded on first use, include/block/module.h).  @what names the node in
+ * the error message.  Main thread.
+ */
+const BlockDriver *bdrv_find_driver(const char *name, const char *what,
+                                    GError **errp);
+/* The driver @opts->driver names (file if none), the same way. */
+const BlockDriver *bdrv_find_driver_for(const BlockOptions *opts,
+                                        GError **errp);
+/* Add @drv under drv->format_name.  Before main() (constructors) or in
+ * the main thread. */
+void bdrv_register(const BlockDriver *drv);
+/* In a built-in driver's file: register @drv when the program starts. */
+#define BLOCK_DRIVER_REGISTER(drv) \
+    static void __attribute__((constructor)) drv##_register(void) \
+    { \
+        bdrv_register(&drv); \
+    }
+/* The names of every driver the registry knows, joined with ", " and
+ * " or " for messages. */
+char *bdrv_driver_names(void);
 
 #endif

@@ -27,6 +27,7 @@
 
 #include "qemu/osdep.h"
 #include "block/block_int.h"
+#include "block/engine.h"
 
 /* Checked by the loader before the driver is used. */
 typedef struct BlockModuleAbi {

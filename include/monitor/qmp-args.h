@@ -71,6 +71,20 @@ bool qmp_args_size(QmpArgs *a, const char *name, bool required,
  * its index. */
 bool qmp_args_enum(QmpArgs *a, const char *name, const char *const *values,
                    bool required, int *out, GError **errp);
+/*
+ * An enum whose values are the names in a table of structs: @n names,
+ * the first at @first, each @stride bytes after the one before; *out is
+ * the index of the entry given.  Use QMP_ARGS_ENUM_TABLE().
+ */
+bool qmp_args_enum_names(QmpArgs *a, const char *name,
+                         const char *const *first, size_t n, size_t stride,
+                         bool required, int *out, GError **errp);
+/* qmp_args_enum_names() of @key over the array @table, whose entries
+ * name themselves in their member @field (a const char *). */
+#define QMP_ARGS_ENUM_TABLE(a, key, table, field, required, out, errp)    \
+    qmp_args_enum_names((a), (key), &(table)[0].field,                     \
+                        G_N_ELEMENTS(table), sizeof((table)[0]),           \
+                        (required), (out), (errp))
 /* A nested object: fills @sub (prefix "NAME."); false if it is not an
  * object, or if @required and missing.  *present = whether given. */
 bool qmp_args_object(QmpArgs *a, const char *name, bool required,

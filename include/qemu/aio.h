@@ -183,18 +183,20 @@ bool qemu_bh_is_scheduled(QEMUBH *bh);
 void aio_bh_schedule_oneshot(AioContext *ctx, QEMUBHFunc *cb, void *opaque,
                              const char *name);
 
-/* Per-context slots for block engines (one engine instance per context).
- * Owner thread only.  @cleanup runs from aio_context_free(). */
-enum {
-    AIO_ENGINE_IO_URING,
-    AIO_ENGINE_LINUX_AIO,
-    AIO_ENGINE_THREADS,
-    AIO_ENGINE_NULL,
-    AIO_ENGINE_RBD,
-    AIO_ENGINE_MAX,
-};
-void *aio_get_engine(AioContext *ctx, int engine);
-void aio_set_engine(AioContext *ctx, int engine, void *state,
-                    void (*cleanup)(void *state));
+/*
+ * Per-context storage, keyed like thread-local storage: a user (a block
+ * engine, say) defines one zero-initialised static AioLocalKey and stores
+ * its per-context state under it.  The key gets a slot index the first
+ * time a value is stored under it (any thread); a lookup is one load and
+ * one array index, no lock.  At most AIO_LOCAL_MAX keys per process.
+ * Values: owner thread only.  @cleanup runs from aio_context_free().
+ */
+#define AIO_LOCAL_MAX 16
+typedef struct AioLocalKey {
+    _Atomic int index;          /* slot + 1; 0 until first use */
+} AioLocalKey;
+void *aio_local_get(AioContext *ctx, AioLocalKey *key);
+void aio_local_set(AioContext *ctx, AioLocalKey *key, void *state,
+                   void (*cleanup)(void *state));
 
 #endif

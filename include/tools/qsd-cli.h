@@ -5,7 +5,7 @@
  * socket and --monitor.  Options are checked for syntax when they are
  * added (keyval, the chardev and monitor keys) and applied in command-line
  * order once the daemon's iothreads exist, through the same functions as
- * the QMP commands (include/monitor/block-cmds.h).  No printing, no
+ * the QMP commands (include/monitor/state.h).  No printing, no
  * exit(): errors are GErrors naming the option.
  *
  * Threads: main thread.
@@ -14,7 +14,7 @@
 #define TOOLS_QSD_CLI_H
 
 #include "qemu/osdep.h"
-#include "monitor/block-cmds.h"
+#include "monitor/state.h"
 
 typedef enum QsdOptKind {
     QSD_OPT_BLOCKDEV,

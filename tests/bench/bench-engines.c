@@ -78,7 +78,7 @@ static bool bench_stats(const char *engine, BlockEngineStats *st)
     BlockAioMode mode;
 
     if (!strcmp(engine, "null")) {
-        return null_engine_get_stats(ctx, st);
+        return blk_engine_get_stats_by_name(ctx, "bh", st);
     }
     blk_aio_mode_parse(engine, &mode);
     return blk_engine_get_stats(ctx, mode, st);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * Fuzz the QMP monitor's input side: the stream framing and dispatch of
- * monitor/qmp.c (json-glib parses what the framing cuts out) with a
- * command that reads its arguments through every QmpArgs getter, and
+ * monitor/qmp.c (its lexer frames each message and rewrites it into the
+ * plain JSON json-glib parses) with a command that reads its arguments
+ * through every QmpArgs getter and one whose reply is deferred ("later":
+ * the session waits for it while the rest of the input stays queued), and
  * keyval_parse() (qemu-storage-daemon's command-line syntax) followed by
  * the same getters in keyval mode.
  *
@@ -65,8 +67,21 @@ static JsonNode *fuzz_cmd(void *opaque, JsonObject *args, GError **errp)
     return json_node_init_object(json_node_alloc(), ret);
 }
 
+static void fuzz_later_bh(void *opaque)
+{
+    qmp_pending_complete(opaque, json_node_init_int(json_node_alloc(), 0),
+                         NULL);
+}
+
+/* A deferred reply (as blockdev-add of an rbd node): from a bottom half. */
+static void fuzz_later_cmd(void *opaque, JsonObject *args, QmpPending *p)
+{
+    aio_bh_schedule_oneshot(fuzz_ctx, fuzz_later_bh, p, "fuzz-later");
+}
+
 static const QmpCommand fuzz_cmds[] = {
     { "fuzz", fuzz_cmd },
+    { "later", NULL, fuzz_later_cmd },
     { NULL, NULL },
 };
 

@@ -18,7 +18,10 @@ so this never skips.  While connection 1's blockdev-add is pending
   writes and reads back a pattern;
 then connection 1 gets the connect error (naming the image and
 connect-timeout), and only after it the reply to the command it sent
-next (QMP order per connection); the name is free again.  Last, a quit
+next (QMP order per connection); the name is free again.  Before that,
+two such blockdev-adds behind comments on one line get one error and
+neither runs (the first used to run as text outside an object and the
+second over its pending reply: an abort).  Last, a quit
 while another such blockdev-add is pending: that command is answered
 with a "shutting down" error before the connection closes, and the
 daemon exits with 0.
@@ -110,6 +113,30 @@ def run(tmp):
         q2 = Qmp(qmp)
         q2.read_msg()
         ok(q2.cmd("qmp_capabilities") == {"return": {}}, "connection 2")
+
+        # Two rbd blockdev-adds behind comments on one line: the first used
+        # to run as a command of its own (text outside an object), the
+        # second over it while its reply was pending, and when the first
+        # open ended vhost-blkd aborted (qmp_pending_complete's assertion).
+        # Now the line is one error and neither runs.
+        add = ('{"execute": "blockdev-add", "id": "%s", "arguments": '
+               '{"driver": "rbd", "node-name": "%s", "pool": "rbd", '
+               '"image": "img", "conf": "%s", "x-connect-timeout": 1}}')
+        q1.send_raw('/*"*/' + add % ("a", "a", conf) + '/*"*/' +
+                    add % ("b", "b", conf))
+        try:
+            r = q1.read_msg()
+            r2 = q1.cmd("query-version")
+        except (OSError, EOFError) as e:
+            r = r2 = {"exception": repr(e)}
+        ok("JSON parse error, '/' is not JSON: comments are not accepted"
+           in desc(r) and "id" not in r,
+           "blockdev-adds behind comments: one error", r)
+        ok("return" in r2, "and nothing of them is pending on connection 1",
+           r2)
+        r = q2.cmd("query-named-block-nodes")
+        ok([n.get("node-name") for n in r.get("return", [])] == ["f"] and
+           p.poll() is None, "no node was added, the daemon runs", r)
 
         # Connection 1: the rbd open, and right behind it another command.
         q1.send_raw('{"execute": "blockdev-add", "id": "add", "arguments": '

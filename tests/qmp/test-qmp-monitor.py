@@ -393,12 +393,17 @@ def test_hostile(tmp):
         r = deep.cmd("query-version")
         ok(r.get("return", {}).get("package", "").startswith("vhost-blkd"),
            "200 KB of %r: the client is answered afterwards" % opener, r)
-    deep.send_raw("]" * (200 * 1024) + '{"execute": "query-version"}')
+    # stray closers: one error, and the rest of their line (a command
+    # there too) dropped; the next line's command is answered
+    deep.send_raw("]" * (200 * 1024) +
+                  '{"execute": "query-version", "id": "same-line"}\n'
+                  '{"execute": "query-version", "id": "next-line"}')
     m = deep.read_msg()
     r = deep.read_msg()
-    ok("JSON parse error" in json.dumps(m) and "return" in r,
-       "200 KB of stray closers: one error, the command after them answered",
-       [m, r])
+    ok("JSON parse error, stray ']'" in json.dumps(m) and "return" in r and
+       r.get("id") == "next-line",
+       "200 KB of stray closers: one error, the rest of the line dropped, "
+       "the next line answered", [m, r])
     ok(p.poll() is None, "the daemon survived the brackets", log_of(tmp, "h"))
 
     # a message over 1 MiB: error, then closed

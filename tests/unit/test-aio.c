@@ -845,15 +845,23 @@ static void engine_cleanup(void *state)
     engine_cleanups++;
 }
 
+static AioLocalKey test_key_a, test_key_b;
+
 static void test_context_engine(void)
 {
     ctx_setup();
     g_assert_true(qemu_get_current_aio_context() == ctx);
-    g_assert_null(aio_get_engine(ctx, AIO_ENGINE_NULL));
-    aio_set_engine(ctx, AIO_ENGINE_NULL, GINT_TO_POINTER(42), engine_cleanup);
-    g_assert_true(aio_get_engine(ctx, AIO_ENGINE_NULL) == GINT_TO_POINTER(42));
+    g_assert_null(aio_local_get(ctx, &test_key_a));
+    aio_local_set(ctx, &test_key_a, GINT_TO_POINTER(42), engine_cleanup);
+    g_assert_true(aio_local_get(ctx, &test_key_a) == GINT_TO_POINTER(42));
+    /* A second key gets its own slot: the first value stays. */
+    g_assert_null(aio_local_get(ctx, &test_key_b));
+    aio_local_set(ctx, &test_key_b, GINT_TO_POINTER(42), engine_cleanup);
+    g_assert_cmpint(atomic_load(&test_key_a.index), !=,
+                    atomic_load(&test_key_b.index));
+    g_assert_true(aio_local_get(ctx, &test_key_a) == GINT_TO_POINTER(42));
     ctx_teardown();
-    g_assert_cmpint(engine_cleanups, ==, 1);
+    g_assert_cmpint(engine_cleanups, ==, 2);
     g_assert_null(qemu_get_current_aio_context());
 }
 

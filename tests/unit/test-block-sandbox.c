@@ -14,6 +14,7 @@
 #include "qemu/sandbox.h"
 #include "block/block.h"
 #include "block/block_int.h"
+#include "block/engine.h"
 
 static AioContext *ctx;
 static char *tmpdir;

@@ -10,7 +10,8 @@
 #include "qemu/aio.h"
 #include "qemu/defer-call.h"
 #include "block/block.h"
-#include "block/block_int.h"      /* test hooks */
+#include "block/block_int.h"
+#include "block/engine.h"         /* test hooks */
 
 #define FILE_SIZE (4 * 1024 * 1024)
 #define NREQ 64

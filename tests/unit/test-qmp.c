@@ -260,7 +260,7 @@ static unsigned int count_str(const char *hay, const char *needle)
  * recurses once per level, and the whole balanced text used to reach it,
  * overflowing the main thread's stack.  Now: one error per text nested
  * deeper than QMP_MAX_NESTING, the rest of its line dropped, and the
- * session answers the next command.  Stray closers are one junk text.
+ * session answers the next command.  Stray closers are one error too.
  */
 static void test_nesting(void)
 {
@@ -312,8 +312,9 @@ static void test_nesting(void)
         out2 = talk_chunked(ss, ver, strlen(ver));
         g_assert_true(g_str_has_prefix(out2, "{\"return\":{\"qemu\""));
     }
-    /* 200 KB of stray closers, then a command on the same line: one
-     * error for the junk, the command answered */
+    /* 200 KB of stray closers, then a command on the same line and one
+     * on the next: one error for the junk, the rest of its line (the
+     * first command) dropped, the next line's command answered */
     {
         g_autoptr(GString) in = g_string_new(NULL);
         g_autofree char *out = NULL;
@@ -321,11 +322,14 @@ static void test_nesting(void)
         while (in->len < n) {
             g_string_append(in, "]}");
         }
+        g_string_append(in, "{\"execute\": \"query-version\", \"id\": 1}");
+        g_string_append(in, "\n");
         g_string_append(in, ver);
         out = talk_chunked(ss, in->str, in->len);
         g_assert_cmpuint(count_str(out, "\"error\""), ==, 1);
-        g_assert_nonnull(strstr(out, "JSON parse error"));
-        g_assert_nonnull(strstr(out, "\"return\":{\"qemu\""));
+        g_assert_nonnull(strstr(out, "JSON parse error, stray ']'"));
+        g_assert_cmpuint(count_str(out, "\"return\":{\"qemu\""), ==, 1);
+        g_assert_null(strstr(out, "\"id\":1"));
     }
     qmp_session_free(ss);
     qmp_server_free(s);
@@ -348,6 +352,137 @@ static void test_nesting(void)
         g_free(out);
         out = talk(in->str);
         g_assert_nonnull(strstr(out, "nesting depth limit"));
+    }
+}
+
+/* @n brackets @open, then @n of @close. */
+static void append_deep(GString *s, char open, char close, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        g_string_append_c(s, open);
+    }
+    for (size_t i = 0; i < n; i++) {
+        g_string_append_c(s, close);
+    }
+}
+
+/*
+ * json-glib takes more than JSON: comments, '...' strings without escapes,
+ * octal numbers, and a \u escape that swallows the byte after an unpaired
+ * surrogate or a short escape.  A '"' in any of those used to hide the
+ * brackets after it from the framing, so a 120000-deep array reached
+ * json-glib and overflowed the stack (the test crashed).  Now the framing
+ * lexes all of it: each such line gets exactly one error naming what is
+ * wrong, the text never reaches the parser, and the next line's command
+ * is answered.
+ */
+static void test_not_json(void)
+{
+    static const struct {
+        const char *head, *tail;    /* around 120000 levels of [] */
+        const char *error;
+    } cases[] = {
+        /* QEMU's single-quoted strings are lexed: the depth counts */
+        { "{'\"': ", ", '\"': 1}", "nesting depth limit exceeded" },
+        { "{\"execute\": /*\"*/ ", " /*\"*/ }",
+          "'/' is not JSON: comments are not accepted" },
+        { "// \"", "", "'/' is not JSON: comments are not accepted" },
+        { "/*\"*/ ", "", "'/' is not JSON: comments are not accepted" },
+        /* json-glib takes the closing quote as part of the \u escape */
+        { "[\"\\uD800\",\", ", " \"]",
+          "the high surrogate \\\\ud800 must be followed by a \\\\u escape" },
+        { "[\"\\u12\",\", ", " \"]",
+          "\\\\u in a string must be followed by four hex digits, not '\\\"'" },
+        { "[\"\\uDC00\", ", "]", "\\\\udc00 is a low surrogate" },
+        { "[\"\\uD800\\u0041\", ", "]",
+          "\\\\u0041 after the high surrogate \\\\ud800 is not a low" },
+    };
+    static const char ver[] = "{\"execute\": \"query-version\"}\n";
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autoptr(GString) in = g_string_new(cases[i].head);
+        g_autofree char *out = NULL;
+
+        append_deep(in, '[', ']', 120000);
+        g_string_append(in, cases[i].tail);
+        /* a command after it on the same line is dropped with it */
+        g_string_append(in, "{\"execute\": \"echo\", \"arguments\": "
+                        "{\"s\": \"same line\"}}\n");
+        g_string_append(in, ver);
+        out = talk(in->str);
+        if (g_test_verbose()) {
+            g_test_message("case %zu: %s", i, out);
+        }
+        g_assert_cmpuint(count_str(out, "\"error\""), ==, 1);
+        g_assert_nonnull(strstr(out, cases[i].error));
+        g_assert_true(g_str_has_prefix(out, "{\"error\":{\"class\":"
+                                       "\"GenericError\",\"desc\":\"JSON "));
+        g_assert_null(strstr(out, "same line"));
+        g_assert_cmpuint(count_str(out, "\"return\":{\"qemu\""), ==, 1);
+    }
+}
+
+/*
+ * What the lexer accepts reaches the command as QEMU would give it, and
+ * what json-glib would read differently from JSON is refused.
+ */
+static void test_lexer(void)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        /* QEMU's single-quoted strings, with \' and a raw " */
+        { "{'execute':'echo','arguments':{'s':'a\"b\\'c\\u00e9\\n'},"
+          "'id':'\"'}",
+          "{\"return\":{\"s\":\"a\\\"b'c\xc3\xa9\\n\",\"n\":0},"
+          "\"id\":\"\\\"\"}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"\\ud83d\\ude00\","
+          "\"n\":-0}}",
+          "{\"return\":{\"s\":\"\xf0\x9f\x98\x80\",\"n\":0}}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"x\",\"n\":12},"
+          "\"id\":[true,false,null,-1.5e+3,0.25,1E2]}",
+          "{\"return\":{\"s\":\"x\",\"n\":12},\"id\":[true,false,null,"
+          "-1500.0,0.25,100.0]}\n" },
+        /* json-glib's '...' strings have no escapes; QEMU's (and these)
+         * do: the brackets are in strings */
+        { "['\\'', \"]]]\"]\n[\"\\'\", ']]]', '\\\\']\n",
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"QMP input "
+          "must be a JSON object\"}}\n"
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"QMP input "
+          "must be a JSON object\"}}\n" },
+        /* json-glib reads 010 as 8 and 0x10 as 16 */
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"x\",\"n\":010}}\n",
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"JSON parse "
+          "error, malformed number: '1' after a leading 0; input discarded "
+          "up to the next newline\"}}\n" },
+        { "{\"execute\":\"echo\",\"arguments\":{\"s\":\"x\",\"n\":0x10}}\n",
+          "{\"error\":{\"class\":\"GenericError\",\"desc\":\"JSON parse "
+          "error, malformed number: 'x' after a leading 0; input discarded "
+          "up to the next newline\"}}\n" },
+        { "[1.]\n[-]\n[1e]\n[1..2]\n", NULL },
+        { "[nul]\n[truex]\n[True]\n[$10]\n[\"\\x\"]\n[\"\t\"]\n", NULL },
+        { "[\"\\u0000\"]\n[#]\n[\"a\" /]\n[1 // x\n]\n", NULL },
+        /* text outside a message: an error, never a command */
+        { "\"{}\"\n1\ntrue\n'x'\n}\n/\n", NULL },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autofree char *out = talk(cases[i].in);
+
+        if (cases[i].out) {
+            g_assert_cmpstr(out, ==, cases[i].out);
+        } else {
+            /* one error per line, each from the lexer */
+            g_auto(GStrv) lines = g_strsplit(out, "\n", -1);
+            unsigned int n = count_str(cases[i].in, "\n");
+
+            g_assert_cmpuint(g_strv_length(lines), ==, n + 1);
+            for (unsigned int l = 0; l < n; l++) {
+                g_assert_true(g_str_has_prefix(lines[l], "{\"error\":"));
+                g_assert_true(g_str_has_suffix(lines[l], "input discarded "
+                                               "up to the next newline\"}}"));
+            }
+        }
     }
 }
 
@@ -427,6 +562,62 @@ static void test_keyval_args(void)
         g_assert_false(qmp_args_bool(&a2, "b", &b, &err));
         g_assert_cmpstr(err->message, ==, "Parameter 'b' expects 'on' or "
                         "'off'");
+    }
+}
+
+/* QMP_ARGS_ENUM_TABLE(): an enum read into a table of structs, whose
+ * name member need not come first. */
+static void test_enum_table(void)
+{
+    static const struct {
+        int value;
+        const char *name;
+    } table[] = {
+        { 10, "ten" },
+        { 20, "twenty" },
+        { 30, "thirty" },
+    };
+    static const char *const cases[][2] = {
+        { "e=thirty", NULL },
+        { "e=eleven", "Parameter 'e' does not accept value 'eleven'" },
+        { "f=1", NULL },
+    };
+
+    for (size_t i = 0; i < G_N_ELEMENTS(cases); i++) {
+        g_autoptr(GError) err = NULL;
+        g_autoptr(JsonObject) o = keyval_parse(cases[i][0], NULL, false,
+                                               &err);
+        g_auto(QmpArgs) a = { 0 };
+        int idx = -1;
+        bool ok;
+
+        g_assert_nonnull(o);
+        qmp_args_init(&a, o, true, NULL);
+        ok = QMP_ARGS_ENUM_TABLE(&a, "e", table, name, false, &idx, &err);
+        if (cases[i][1]) {
+            g_assert_false(ok);
+            g_assert_cmpstr(err->message, ==, cases[i][1]);
+        } else if (g_str_has_prefix(cases[i][0], "e=")) {
+            g_assert_true(ok);
+            g_assert_cmpint(table[idx].value, ==, 30);
+        } else {
+            /* Absent and not required: true, *out untouched. */
+            g_assert_true(ok);
+            g_assert_cmpint(idx, ==, -1);
+        }
+    }
+    {
+        g_autoptr(GError) err = NULL;
+        g_autoptr(JsonObject) o = json_object_new();
+        g_auto(QmpArgs) a = { 0 };
+        int idx = -1;
+
+        json_object_set_int_member(o, "e", 2);
+        qmp_args_init(&a, o, false, NULL);
+        g_assert_false(QMP_ARGS_ENUM_TABLE(&a, "e", table, name, true, &idx,
+                                           &err));
+        g_assert_cmpstr(err->message, ==, "Invalid parameter type for 'e', "
+                        "expected: string");
     }
 }
 
@@ -658,6 +849,91 @@ static void test_deferred_session(void)
                     "\"desc\":\"soon\"},\"id\":3}\n{\"return\":\"now\"}\n");
 }
 
+/*
+ * Text outside a message used to be handed to the parser as a message of
+ * its own: with a comment hiding a command in it, that command ran while
+ * another one's reply was pending and overwrote it (an assertion in
+ * qmp_pending_complete(), a use-after-free without).  Now such a line is
+ * one error and runs nothing; commands on one line still run one after
+ * the other, each after the previous one's reply, in order.
+ */
+static void test_pending_junk(void)
+{
+    QmpServer *s = new_server();
+    g_autoptr(GString) buf = g_string_new(NULL);
+    int a = client_new(s, buf);
+    char *line;
+
+    client_send(a, "/*\"*/{\"execute\": \"later\", \"id\": 1}/*\"*/"
+                "{\"execute\": \"later\", \"id\": 2}\n"
+                "{\"execute\": \"echo\", \"arguments\": {\"s\": \"e\"}, "
+                "\"id\": 3}\n");
+    line = client_line(a, buf);
+    g_assert_cmpstr(line, ==, "{\"error\":{\"class\":\"GenericError\","
+                    "\"desc\":\"JSON parse error, '/' is not JSON: comments "
+                    "are not accepted; input discarded up to the next "
+                    "newline\"}}");
+    g_free(line);
+    line = client_line(a, buf);
+    g_assert_cmpstr(line, ==, "{\"return\":{\"s\":\"e\",\"n\":0},\"id\":3}");
+    g_free(line);
+    g_assert_null(parked);
+
+    /* Commands and junk on one line: held back behind the pending one */
+    client_send(a, "{\"execute\": \"later\", \"id\": 4}"
+                "{\"execute\": \"later\", \"id\": 5} x "
+                "{\"execute\": \"later\", \"id\": 6}\n"
+                "{\"execute\": \"echo\", \"arguments\": {\"s\": \"f\"}, "
+                "\"id\": 7}\n");
+    while (!parked) {
+        aio_poll(ctx, true);
+    }
+    g_assert_true(client_quiet(a, buf));
+    qmp_pending_complete(g_steal_pointer(&parked),
+                         json_node_init_int(json_node_alloc(), 4), NULL);
+    line = client_line(a, buf);
+    g_assert_cmpstr(line, ==, "{\"return\":4,\"id\":4}");
+    g_free(line);
+    while (!parked) {
+        aio_poll(ctx, true);
+    }
+    g_assert_true(client_quiet(a, buf));
+    qmp_pending_complete(g_steal_pointer(&parked),
+                         json_node_init_int(json_node_alloc(), 5), NULL);
+    line = client_line(a, buf);
+    g_assert_cmpstr(line, ==, "{\"return\":5,\"id\":5}");
+    g_free(line);
+    line = client_line(a, buf);
+    g_assert_true(g_str_has_prefix(line, "{\"error\":{\"class\":"
+                                   "\"GenericError\",\"desc\":\"JSON parse "
+                                   "error, QMP input must be a JSON object, "
+                                   "found 'x' outside of one"));
+    g_free(line);
+    line = client_line(a, buf);
+    g_assert_cmpstr(line, ==, "{\"return\":{\"s\":\"f\",\"n\":0},\"id\":7}");
+    g_free(line);
+    g_assert_null(parked);
+    qmp_server_free(s);
+    close(a);
+}
+
+/* The same with a stand-alone session and replies from a bottom half. */
+static void test_pending_junk_session(void)
+{
+    g_autofree char *out = talk("/*\"*/{\"execute\": \"soon\", \"id\": 1}"
+                                "/*\"*/{\"execute\": \"soon\", \"id\": 2}\n"
+                                "{\"execute\": \"soon\", \"id\": 3}"
+                                "{\"execute\": \"now\", \"id\": 4}\n");
+
+    g_assert_cmpstr(out, ==, "{\"error\":{\"class\":\"GenericError\","
+                    "\"desc\":\"JSON parse error, '/' is not JSON: comments "
+                    "are not accepted; input discarded up to the next "
+                    "newline\"}}\n"
+                    "{\"error\":{\"class\":\"GenericError\","
+                    "\"desc\":\"soon\"},\"id\":3}\n"
+                    "{\"return\":\"now\",\"id\":4}\n");
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -667,11 +943,16 @@ int main(int argc, char **argv)
     g_test_add_func("/qmp/framing", test_framing);
     g_test_add_func("/qmp/oversized", test_oversized);
     g_test_add_func("/qmp/nesting", test_nesting);
+    g_test_add_func("/qmp/not-json", test_not_json);
+    g_test_add_func("/qmp/lexer", test_lexer);
     g_test_add_func("/qmp/keyval", test_keyval);
     g_test_add_func("/qmp/keyval-args", test_keyval_args);
+    g_test_add_func("/qmp/enum-table", test_enum_table);
     g_test_add_func("/qmp/qsd-cli", test_qsd_cli);
     g_test_add_func("/qmp/deferred", test_deferred);
     g_test_add_func("/qmp/deferred-session", test_deferred_session);
     g_test_add_func("/qmp/deferred-shutdown", test_deferred_shutdown);
+    g_test_add_func("/qmp/pending-junk", test_pending_junk);
+    g_test_add_func("/qmp/pending-junk-session", test_pending_junk_session);
     return g_test_run();
 }

@@ -1,0 +1,1278 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Named block nodes, and the QMP commands over them: blockdev-add,
+ * blockdev-del, block_resize (see include/monitor/blockdev.h).  Names,
+ * arguments, replies and error texts follow qemu-storage-daemon 7.2 so
+ * that its tooling works unchanged; docs/user-guide.md lists the
+ * deliberate differences.
+ *
+ * A node is an open BlockBackend; the exports on nodes are in
+ * monitor/export.c.
+ *
+ * Threads: main thread; an rbd image opens and resizes in a worker
+ * (blk_open_async(), blk_truncate_async()), which reports back to the
+ * main thread.
+ */
+#include "qemu/osdep.h"
+#include "monitor-internal.h"
+#include "qemu/error-report.h"
+
+#include <sys/stat.h>
+
+#define VB_NULL_DEFAULT_SIZE (1ULL << 30)   /* QEMU's null-co default */
+
+/*
+ * A blockdev-add (QMP) whose open runs in a worker thread
+ * (blk_open_async(): driver=rbd waits for the cluster).  Its node name is
+ * taken from the start; the node is registered and the command answered
+ * in the main thread when the open ends.  Owns copies of every string of
+ * @o: the command's arguments are gone by then.
+ */
+struct VbPendingOpen {
+    VbState *s;                 /* NULL: the daemon is shutting down */
+    char *name;
+    bool discard;
+    BlockOptions o;
+    GPtrArray *strings;         /* g_free()d with it */
+    QmpPending *p;
+};
+
+static VbPendingOpen *vb_pending_find(VbState *s, const char *name)
+{
+    for (guint i = 0; name && i < s->pending_nodes->len; i++) {
+        VbPendingOpen *po = g_ptr_array_index(s->pending_nodes, i);
+
+        if (!strcmp(po->name, name)) {
+            return po;
+        }
+    }
+    return NULL;
+}
+
+VbNode *vb_node_find(VbState *s, const char *name)
+{
+    for (guint i = 0; name && i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if (!strcmp(n->name, name)) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+static void vb_node_free(VbNode *n)
+{
+    if (n->alias) {
+        /* A raw node: the image is its file child's, which stays open. */
+        n->file->parents--;
+    } else if (n->file) {
+        /* A throttle filter over another node: that one stays open. */
+        n->file->filter = NULL;
+        blk_throttle_release(n->blk);
+    } else {
+        blk_close(n->blk);
+    }
+    g_free(n->name);
+    g_free(n->driver);
+    g_free(n->filename);
+    g_free(n);
+}
+
+/*
+ * Shutdown: free @n, unless a block_resize still waits in a worker with
+ * its image (vb_resize_mark(): also when it was asked of a node above
+ * @n).  Then leave it, and the image, to the exiting process rather than
+ * close them under the worker; the daemon leaves with _exit() while a
+ * worker runs (blk_async_workers()).
+ */
+static void vb_node_free_at_exit(VbNode *n)
+{
+    if (n->resizing) {
+        warn_report("node '%s': a block_resize is still waiting for "
+                    "the cluster; not closing it", n->name);
+        return;
+    }
+    vb_node_free(n);
+}
+
+/* vb_state_cleanup(), after the exports. */
+void vb_nodes_cleanup(VbState *s)
+{
+    /*
+     * Throttle and raw nodes first: they sit on other nodes, and from the
+     * top down (newest first: a node is always added after its file).
+     */
+    for (guint i = s->nodes->len; i-- > 0;) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if (n->file) {
+            g_ptr_array_remove_index(s->nodes, i);
+            vb_node_free_at_exit(n);
+        }
+    }
+    while (s->nodes->len) {
+        vb_node_free_at_exit(g_ptr_array_steal_index(s->nodes, 0));
+    }
+    while (s->pending_nodes->len) {
+        VbPendingOpen *po = g_ptr_array_steal_index(s->pending_nodes, 0);
+
+        po->s = NULL;       /* its open, if it ever ends, closes the node */
+    }
+    g_ptr_array_free(s->pending_nodes, true);
+    g_ptr_array_free(s->nodes, true);
+}
+
+/* ---- nodes ------------------------------------------------------------- */
+
+/* @name is free for a new node. */
+static bool vb_node_name_free(VbState *s, const char *name, GError **errp)
+{
+    if (vb_node_find(s, name)) {
+        vb_set_error(errp, "Duplicate nodes with node-name='%s'", name);
+        return false;
+    }
+    if (vb_pending_find(s, name)) {
+        vb_set_error(errp, "Duplicate nodes with node-name='%s': a "
+                     "blockdev-add of that name is still opening it (its "
+                     "reply has not come yet)", name);
+        return false;
+    }
+    return true;
+}
+
+/* Register the open node @blk as @name. */
+static VbNode *vb_node_register(VbState *s, const char *name,
+                                const BlockOptions *opts, bool discard,
+                                BlockBackend *blk)
+{
+    VbNode *n;
+    bool is_null = opts->driver && !strcmp(opts->driver, "null");
+    bool is_rbd = opts->driver && !strcmp(opts->driver, "rbd");
+
+    n = g_new0(VbNode, 1);
+    n->name = g_strdup(name);
+    n->driver = g_strdup(is_null ? "null-co" : is_rbd ? "rbd" :
+                         blk_is_block_device(blk) ? "host_device" : "file");
+    if (is_null && opts->size != VB_NULL_DEFAULT_SIZE) {
+        /* QEMU names a node with non-default options by its options. */
+        n->filename = g_strdup_printf("json:{\"driver\": \"null-co\", "
+                                      "\"size\": %" PRIu64 "}", opts->size);
+    } else if (is_rbd) {
+        /* QEMU's pseudo-protocol name of the image. */
+        n->filename = blk_rbd_describe(&opts->rbd);
+    } else {
+        n->filename = g_strdup(is_null ? "null-co://" : opts->filename);
+    }
+    n->blk = blk;
+    n->readonly = blk_is_read_only(blk);
+    n->cache_direct = !is_null && !is_rbd && opts->cache_direct;
+    n->discard = discard;
+    g_ptr_array_add(s->nodes, n);
+    return n;
+}
+
+VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
+                     bool discard, GError **errp)
+{
+    BlockBackend *blk;
+
+    if (!vb_node_name_free(s, name, errp)) {
+        return NULL;
+    }
+    blk = blk_open(opts, errp);
+    if (!blk) {
+        return NULL;
+    }
+    return vb_node_register(s, name, opts, discard, blk);
+}
+
+static const char *vb_pending_strdup(VbPendingOpen *po, const char *str)
+{
+    char *copy = g_strdup(str);
+
+    if (copy) {
+        g_ptr_array_add(po->strings, copy);
+    }
+    return copy;
+}
+
+static void vb_pending_free(VbPendingOpen *po)
+{
+    if (po->o.rbd.key) {
+        /* As the secret objects: no copy of a key outlives its use. */
+        memset((char *)po->o.rbd.key, 0, strlen(po->o.rbd.key));
+    }
+    g_ptr_array_free(po->strings, true);
+    g_free(po->name);
+    g_free(po);
+}
+
+/* Main thread: the worker's open of @opaque ended. */
+static void vb_node_open_done(void *opaque, BlockBackend *blk, GError *err)
+{
+    VbPendingOpen *po = opaque;
+    VbState *s = po->s;
+
+    if (!s) {
+        /* The daemon shut down meanwhile. */
+        blk_close(blk);
+        qmp_pending_complete(po->p, NULL, err ? err :
+                             g_error_new(VB_ERROR, 0, "shutting down"));
+        vb_pending_free(po);
+        return;
+    }
+    g_ptr_array_remove(s->pending_nodes, po);
+    if (blk) {
+        vb_node_register(s, po->name, &po->o, po->discard, blk);
+        qmp_pending_complete(po->p, vb_empty(), NULL);
+    } else {
+        qmp_pending_complete(po->p, NULL, err);
+    }
+    vb_pending_free(po);
+}
+
+/*
+ * vb_node_open() without blocking the main loop: the reply of @p comes
+ * when the open has ended (at once for the drivers that open in the main
+ * thread).
+ */
+static void vb_node_open_async(VbState *s, const char *name,
+                               const BlockOptions *opts, bool discard,
+                               QmpPending *p)
+{
+    GError *err = NULL;
+    VbPendingOpen *po;
+    BlockRbdOptions *r;
+
+    if (!vb_node_name_free(s, name, &err)) {
+        qmp_pending_complete(p, NULL, err);
+        return;
+    }
+    po = g_new0(VbPendingOpen, 1);
+    po->s = s;
+    po->name = g_strdup(name);
+    po->discard = discard;
+    po->p = p;
+    po->strings = g_ptr_array_new_with_free_func(g_free);
+    po->o = *opts;
+    po->o.driver = vb_pending_strdup(po, opts->driver);
+    po->o.filename = vb_pending_strdup(po, opts->filename);
+    r = &po->o.rbd;
+    r->pool = vb_pending_strdup(po, r->pool);
+    r->namespace_ = vb_pending_strdup(po, r->namespace_);
+    r->image = vb_pending_strdup(po, r->image);
+    r->snapshot = vb_pending_strdup(po, r->snapshot);
+    r->conf = vb_pending_strdup(po, r->conf);
+    r->user = vb_pending_strdup(po, r->user);
+    r->key = vb_pending_strdup(po, r->key);
+    r->keyfile = vb_pending_strdup(po, r->keyfile);
+    r->mon_host = vb_pending_strdup(po, r->mon_host);
+    r->auth_client_required = vb_pending_strdup(po,
+                                                r->auth_client_required);
+    r->share = vb_pending_strdup(po, r->share);
+    g_ptr_array_add(s->pending_nodes, po);
+    blk_open_async(&po->o, vb_node_open_done, po);
+}
+
+/*
+ * A list member given as a JSON array (QMP) or, from the command line,
+ * as an object with the keys "0", "1", ... (keyval's server.0.host=...).
+ * The elements in order, or NULL (with @errp set if it is neither).
+ */
+static GPtrArray *vb_list_member(QmpArgs *a, JsonObject *args,
+                                 const char *name, GError **errp)
+{
+    JsonNode *n = json_object_get_member(args, name);
+    GPtrArray *out = g_ptr_array_new();
+
+    g_hash_table_add(a->used, g_strdup(name));
+    if (JSON_NODE_HOLDS_ARRAY(n)) {
+        JsonArray *arr = json_node_get_array(n);
+
+        for (guint i = 0; i < json_array_get_length(arr); i++) {
+            g_ptr_array_add(out, json_array_get_element(arr, i));
+        }
+        return out;
+    }
+    if (JSON_NODE_HOLDS_OBJECT(n)) {
+        JsonObject *o = json_node_get_object(n);
+
+        for (guint i = 0; i < json_object_get_size(o); i++) {
+            g_autofree char *key = g_strdup_printf("%u", i);
+
+            if (!json_object_has_member(o, key)) {
+                break;
+            }
+            g_ptr_array_add(out, json_object_get_member(o, key));
+        }
+        if (out->len == json_object_get_size(o)) {
+            return out;
+        }
+    }
+    g_ptr_array_free(out, true);
+    vb_set_error(errp, "Invalid parameter type for '%s', expected: array",
+                 name);
+    return NULL;
+}
+
+/* A string element of a list member (keyval gives every value as one). */
+static const char *vb_list_str(JsonNode *n)
+{
+    return JSON_NODE_HOLDS_VALUE(n) &&
+           json_node_get_value_type(n) == G_TYPE_STRING ?
+           json_node_get_string(n) : NULL;
+}
+
+/*
+ * The keys of blockdev-add that every driver has (QEMU's
+ * BlockdevOptionsBase), read before the driver's own; each driver says
+ * which of them it serves.
+ */
+typedef struct VbBlockdevBase {
+    const char *driver;         /* as given: "host_device", "null-aio", ... */
+    const char *name;           /* node-name; NULL: not given */
+    bool ro;                    /* read-only */
+    bool auto_ro;               /* auto-read-only */
+    const char *discard;        /* discard as given; NULL: not given */
+    bool unmap;                 /* discard=unmap or its alias on */
+    const char *detect_zeroes;  /* detect-zeroes as given unless it is off
+                                 * (all we serve); else NULL */
+    bool direct;                /* cache.direct */
+    bool no_flush;              /* cache.no-flush */
+    bool qmp;                   /* a QMP blockdev-add (it has a QmpPending) */
+} VbBlockdevBase;
+
+/*
+ * One driver's part of blockdev-add: read its own keys from @a, check
+ * the base keys @b it does not serve, and open the node.  With @p (QMP)
+ * a driver whose open would block the main loop opens in a worker: it
+ * sets *@deferred and answers @p itself; otherwise the node (or NULL with
+ * @errp set) is the answer.
+ */
+typedef VbNode *VbBlockdevAddFn(VbState *s, QmpArgs *a,
+                                const VbBlockdevBase *b, QmpPending *p,
+                                bool *deferred, GError **errp);
+
+/*
+ * What a file or null node does not serve of the base keys, and nothing
+ * may be left unread: checked after the driver's keys, so that an error
+ * names the first problem in QEMU's order.
+ */
+static bool vb_blockdev_check_base(QmpArgs *a, const VbBlockdevBase *b,
+                                   GError **errp)
+{
+    if (!qmp_args_check_done(a, errp)) {
+        return false;
+    }
+    if (!b->name) {
+        vb_set_error(errp, "'node-name' must be specified for the root "
+                     "node");
+        return false;
+    }
+    if (b->auto_ro) {
+        vb_set_error(errp, "auto-read-only=on is not supported: say "
+                     "read-only=on or off");
+        return false;
+    }
+    if (b->detect_zeroes) {
+        vb_set_error(errp, "detect-zeroes=%s is not supported (only off): "
+                     "it would scan every written buffer", b->detect_zeroes);
+        return false;
+    }
+    if (b->no_flush) {
+        vb_set_error(errp, "cache.no-flush=on is not supported: flushes "
+                     "always reach the image");
+        return false;
+    }
+    return true;
+}
+
+/*
+ * driver=file,filename=PATH[,aio=threads|native|io_uring] (a raw image)
+ * and driver=host_device (a block device): file-posix.
+ */
+static VbNode *vb_blockdev_add_file(VbState *s, QmpArgs *a,
+                                    const VbBlockdevBase *b, QmpPending *p,
+                                    bool *deferred, GError **errp)
+{
+    static const struct {
+        const char *name;
+        BlockAioMode mode;
+    } aios[] = {
+        { "threads", BLOCK_AIO_THREADS },
+        { "native", BLOCK_AIO_NATIVE },
+        { "io_uring", BLOCK_AIO_IO_URING },
+    };
+    bool host_device = !strcmp(b->driver, "host_device");
+    const char *filename = NULL;
+    int aio = -1;
+    BlockOptions o;
+    struct stat st;
+
+    if (!qmp_args_str(a, "filename", true, &filename, errp) ||
+        !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio, errp) ||
+        !vb_blockdev_check_base(a, b, errp)) {
+        return NULL;
+    }
+    if (stat(filename, &st) < 0) {
+        vb_set_error(errp, "Could not open '%s': %s", filename,
+                     g_strerror(errno));
+        return NULL;
+    }
+    if (!host_device && S_ISBLK(st.st_mode)) {
+        vb_set_error(errp, "'%s' is a block device: use "
+                     "driver=host_device", filename);
+        return NULL;
+    }
+    if (host_device && !S_ISBLK(st.st_mode)) {
+        vb_set_error(errp, "'%s' is not a block device: use "
+                     "driver=file", filename);
+        return NULL;
+    }
+
+    blk_options_init(&o);
+    o.readonly = b->ro;
+    o.driver = "file";
+    o.filename = filename;
+    o.cache_direct = b->direct;
+    /* Without aio=, io_uring (file-posix falls back if it cannot). */
+    o.aio = aio >= 0 ? aios[aio].mode : BLOCK_AIO_IO_URING;
+    return vb_node_open(s, b->name, &o, b->unmap, errp);
+}
+
+/* driver=null-co or null-aio[,size=N][,read-zeroes=on]: no image. */
+static VbNode *vb_blockdev_add_null(VbState *s, QmpArgs *a,
+                                    const VbBlockdevBase *b, QmpPending *p,
+                                    bool *deferred, GError **errp)
+{
+    bool null_aio = !strcmp(b->driver, "null-aio");
+    uint64_t size = VB_NULL_DEFAULT_SIZE;
+    bool has_size, rz = false;
+    BlockOptions o;
+    VbNode *n;
+
+    if (!qmp_args_size(a, "size", false, &size, &has_size, errp) ||
+        !qmp_args_bool(a, "read-zeroes", &rz, errp) ||
+        !vb_blockdev_check_base(a, b, errp)) {
+        return NULL;
+    }
+
+    blk_options_init(&o);
+    o.readonly = b->ro;
+    o.driver = "null";
+    o.size = size;
+    o.null_read_zeroes = rz;
+    n = vb_node_open(s, b->name, &o, b->unmap, errp);
+    if (n && null_aio) {
+        /* null-aio and null-co behave the same here; keep the name. */
+        g_free(n->driver);
+        n->driver = g_strdup("null-aio");
+        if (!strcmp(n->filename, "null-co://")) {
+            g_free(n->filename);
+            n->filename = g_strdup("null-aio://");
+        } else {
+            g_autofree char *old = n->filename;
+
+            n->filename = g_strdup_printf("json:{\"driver\": \"null-aio\", "
+                                          "\"size\": %" PRIu64 "}", size);
+        }
+    }
+    return n;
+}
+
+/*
+ * blockdev-add driver=rbd: QEMU's keys pool, image, namespace, snapshot,
+ * conf, user, key-secret, server (the monitors: [{host, port}]) and
+ * auth-client-required; ours x-connect-timeout (seconds),
+ * x-shared-connection (a name: nodes giving it share one connection) and
+ * x-completion (callback or poll: see block/rbd.c).
+ */
+static VbNode *vb_blockdev_add_rbd(VbState *s, QmpArgs *a,
+                                   const VbBlockdevBase *b, QmpPending *p,
+                                   bool *deferred, GError **errp)
+{
+    JsonObject *args = a->obj;
+    const char *name = b->name;
+    const char *pool = NULL, *image = NULL, *ns = NULL, *snap = NULL;
+    const char *conf = NULL, *user = NULL, *secret = NULL, *share = NULL;
+    const char *completion = NULL;
+    BlockRbdCompletion comp = BLOCK_RBD_COMPLETION_DEFAULT;
+    int64_t timeout = 0;
+    g_autoptr(GString) mons = g_string_new(NULL);
+    g_autoptr(GString) auth = g_string_new(NULL);
+    g_autofree char *desc = NULL;
+    BlockOptions o;
+
+    if (!qmp_args_str(a, "pool", true, &pool, errp) ||
+        !qmp_args_str(a, "image", true, &image, errp) ||
+        !qmp_args_str(a, "namespace", false, &ns, errp) ||
+        !qmp_args_str(a, "snapshot", false, &snap, errp) ||
+        !qmp_args_str(a, "conf", false, &conf, errp) ||
+        !qmp_args_str(a, "user", false, &user, errp) ||
+        !qmp_args_str(a, "key-secret", false, &secret, errp) ||
+        !qmp_args_str(a, "x-shared-connection", false, &share, errp) ||
+        !qmp_args_str(a, "x-completion", false, &completion, errp) ||
+        !qmp_args_int(a, "x-connect-timeout", false, &timeout, NULL, errp)) {
+        return NULL;
+    }
+    if (qmp_args_has(a, "server")) {
+        g_autoptr(GPtrArray) list = vb_list_member(a, args, "server", errp);
+
+        if (!list) {
+            return NULL;
+        }
+        for (guint i = 0; i < list->len; i++) {
+            JsonNode *e = g_ptr_array_index(list, i);
+            g_auto(QmpArgs) srv = { 0 };
+            const char *host = NULL, *port = NULL;
+
+            if (!JSON_NODE_HOLDS_OBJECT(e)) {
+                vb_set_error(errp, "server.%u: expected an object with host "
+                             "and port", i);
+                return NULL;
+            }
+            qmp_args_init(&srv, json_node_get_object(e), true, NULL);
+            if (!qmp_args_str(&srv, "host", true, &host, errp) ||
+                !qmp_args_str(&srv, "port", false, &port, errp) ||
+                !qmp_args_check_done(&srv, errp)) {
+                return NULL;
+            }
+            g_string_append_printf(mons, "%s%s%s%s%s%s", mons->len ? "," : "",
+                                   strchr(host, ':') ? "[" : "", host,
+                                   strchr(host, ':') ? "]" : "",
+                                   port ? ":" : "", port ? port : "");
+        }
+    }
+    if (qmp_args_has(a, "auth-client-required")) {
+        g_autoptr(GPtrArray) list = vb_list_member(a, args,
+                                                   "auth-client-required",
+                                                   errp);
+
+        if (!list) {
+            return NULL;
+        }
+        for (guint i = 0; i < list->len; i++) {
+            const char *m = vb_list_str(g_ptr_array_index(list, i));
+
+            if (!m || (strcmp(m, "cephx") && strcmp(m, "none"))) {
+                vb_set_error(errp, "auth-client-required: use cephx and/or "
+                             "none");
+                return NULL;
+            }
+            g_string_append_printf(auth, "%s%s", auth->len ? "," : "", m);
+        }
+    }
+    if (!qmp_args_check_done(a, errp)) {
+        return NULL;
+    }
+    if (!name) {
+        vb_set_error(errp, "'node-name' must be specified for the root "
+                     "node");
+        return NULL;
+    }
+    if (b->auto_ro || b->detect_zeroes || b->no_flush) {
+        vb_set_error(errp, "driver=rbd: auto-read-only=on, detect-zeroes "
+                     "and cache.no-flush=on are not supported");
+        return NULL;
+    }
+    if (completion && !blk_rbd_completion_parse(completion, &comp)) {
+        vb_set_error(errp, "x-completion=%s: use callback or poll",
+                     completion);
+        return NULL;
+    }
+    if (timeout < 0 || timeout > 3600) {
+        vb_set_error(errp, "x-connect-timeout=%" PRId64 ": use 1 to 3600 "
+                     "seconds (0: the default, %u)", timeout,
+                     BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT);
+        return NULL;
+    }
+    blk_options_init(&o);
+    o.driver = "rbd";
+    o.readonly = b->ro || snap;
+    o.rbd.pool = pool;
+    o.rbd.image = image;
+    o.rbd.namespace_ = ns;
+    o.rbd.snapshot = snap;
+    o.rbd.conf = conf;
+    o.rbd.user = user;
+    o.rbd.connect_timeout = timeout;
+    o.rbd.share = share;
+    o.rbd.completion = comp;
+    o.rbd.mon_host = mons->len ? mons->str : NULL;
+    o.rbd.auth_client_required = auth->len ? auth->str : NULL;
+    if (secret) {
+        VbSecretObj *sec = vb_secret_find(s, secret);
+
+        if (!sec) {
+            vb_set_error(errp, "No secret with id '%s'", secret);
+            return NULL;
+        }
+        o.rbd.key = sec->base64;
+    }
+    if (p) {
+        /* The cluster may not answer for connect-timeout seconds. */
+        *deferred = true;
+        vb_node_open_async(s, name, &o, b->unmap, p);
+        return NULL;
+    }
+    return vb_node_open(s, name, &o, b->unmap, errp);
+}
+
+static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
+                                      bool keyval, QmpPending *p,
+                                      bool *deferred, GError **errp);
+
+/*
+ * Drop @n, the implicit file child of a node just deleted (or never
+ * completed), unless something else uses it now; then its own implicit
+ * child, and so on down.
+ */
+static void vb_node_drop_implicit(VbState *s, VbNode *n)
+{
+    while (n && !n->user && !n->filter && !n->parents && !n->resizing) {
+        VbNode *below = n->implicit_file ? n->file : NULL;
+
+        g_ptr_array_remove(s->nodes, n);
+        vb_node_free(n);
+        n = below;
+    }
+}
+
+/* An inline definition @def, or one nested in it, is of an rbd image. */
+static bool vb_def_has_rbd(JsonObject *def)
+{
+    JsonNode *d = json_object_get_member(def, "driver");
+    JsonNode *f = json_object_get_member(def, "file");
+
+    if (d && JSON_NODE_HOLDS_VALUE(d) &&
+        json_node_get_value_type(d) == G_TYPE_STRING &&
+        !strcmp(json_node_get_string(d), "rbd")) {
+        return true;
+    }
+    return f && JSON_NODE_HOLDS_OBJECT(f) &&
+           vb_def_has_rbd(json_node_get_object(f));
+}
+
+/*
+ * The `file` child of a raw or throttle node (QEMU's BlockdevRef): the
+ * node-name of a node added before, or an inline definition (dotted keys
+ * file.driver=... or a JSON object) of any driver we have, opened here as
+ * an implicit child.  Without a node-name of its own that child is named
+ * "#blockNNN": QEMU's form for implicit nodes, which a user's node-name
+ * (a letter first) cannot take.  As in QEMU the inline child inherits
+ * read-only, discard and cache.direct from its parent unless it sets
+ * them.  *@implicit says whether the child was opened here (the caller
+ * owns it then: vb_node_drop_implicit() on failure).  With @qmp an
+ * inline rbd image is refused: its open waits for the cluster, which QMP
+ * does only in a worker, for a blockdev-add of its own.
+ */
+static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
+                                bool ro, const char *discard, bool direct,
+                                bool qmp, bool *implicit, GError **errp)
+{
+    static unsigned int implicit_count;
+    JsonNode *ref = json_object_get_member(a->obj, "file");
+    g_auto(QmpArgs) sub = { 0 };
+    g_autoptr(JsonObject) def = NULL;
+    g_autofree char *auto_name = NULL;
+    GError *err = NULL;
+    const char *file = NULL;
+    VbNode *child;
+
+    *implicit = false;
+    if (!ref || !JSON_NODE_HOLDS_OBJECT(ref)) {
+        if (!qmp_args_str(a, "file", true, &file, errp)) {
+            return NULL;
+        }
+        child = vb_node_find(s, file);
+        if (!child) {
+            vb_set_error(errp, "Cannot find device='' nor node-name='%s' "
+                         "(add the node below the %s node first, or define "
+                         "it inline: file.driver=file,file.filename=PATH)",
+                         file, drv);
+        }
+        return child;
+    }
+    if (!qmp_args_object(a, "file", true, &sub, NULL, errp)) {
+        return NULL;
+    }
+    if (qmp && vb_def_has_rbd(sub.obj)) {
+        vb_set_error(errp, "%s: an inline driver=rbd file is not supported "
+                     "in QMP (the monitor would wait for the cluster): add "
+                     "the rbd node with a blockdev-add of its own and give "
+                     "its node-name as file", drv);
+        return NULL;
+    }
+    /* A copy: the caller's arguments stay as given. */
+    def = json_object_new();
+    {
+        GList *members = json_object_get_members(sub.obj);
+
+        for (GList *l = members; l; l = l->next) {
+            json_object_set_member(def, l->data,
+                                   json_node_copy(
+                                       json_object_get_member(sub.obj,
+                                                              l->data)));
+        }
+        g_list_free(members);
+    }
+    if (!json_object_has_member(def, "node-name")) {
+        do {
+            g_free(auto_name);
+            auto_name = g_strdup_printf("#block%03u", ++implicit_count);
+        } while (vb_node_find(s, auto_name) ||
+                 vb_pending_find(s, auto_name));
+        json_object_set_string_member(def, "node-name", auto_name);
+    }
+    if (ro && !json_object_has_member(def, "read-only")) {
+        if (a->keyval) {
+            json_object_set_string_member(def, "read-only", "on");
+        } else {
+            json_object_set_boolean_member(def, "read-only", true);
+        }
+    }
+    if (discard && !json_object_has_member(def, "discard")) {
+        json_object_set_string_member(def, "discard", discard);
+    }
+    if (direct) {
+        JsonNode *c = json_object_get_member(def, "cache");
+
+        if (!c) {
+            JsonObject *co = json_object_new();
+
+            if (a->keyval) {
+                json_object_set_string_member(co, "direct", "on");
+            } else {
+                json_object_set_boolean_member(co, "direct", true);
+            }
+            json_object_set_object_member(def, "cache", co);
+        } else if (JSON_NODE_HOLDS_OBJECT(c) &&
+                   !json_object_has_member(json_node_get_object(c),
+                                           "direct")) {
+            if (a->keyval) {
+                json_object_set_string_member(json_node_get_object(c),
+                                              "direct", "on");
+            } else {
+                json_object_set_boolean_member(json_node_get_object(c),
+                                               "direct", true);
+            }
+        }
+    }
+    /* No QMP deferral here: the parent is answered with its child. */
+    child = vb_blockdev_add_common(s, def, a->keyval, NULL, NULL, &err);
+    if (!child) {
+        vb_set_error(errp, "%s: file: %s", drv, err->message);
+        g_error_free(err);
+        return NULL;
+    }
+    *implicit = true;
+    return child;
+}
+
+/*
+ * After vb_blockdev_file() opened @child for the node @name: @name was
+ * free before, but an inline definition can name its node (or one below
+ * it) @name too, and two nodes of one name could never be deleted.  If
+ * it did, drop what it opened and fail.
+ */
+static bool vb_blockdev_name_still_free(VbState *s, const char *name,
+                                        VbNode *child, bool implicit,
+                                        GError **errp)
+{
+    if (!vb_node_find(s, name)) {
+        return true;
+    }
+    vb_set_error(errp, "Duplicate nodes with node-name='%s': the inline "
+                 "file definition names its node '%s' too; give it a "
+                 "node-name of its own", name, name);
+    if (implicit) {
+        vb_node_drop_implicit(s, child);
+    }
+    return false;
+}
+
+/*
+ * driver=raw,node-name=NAME,file=NODE (or an inline file): QEMU's raw
+ * format node over a protocol node.  Our images are raw already, so the
+ * node is an alias of its file child: it shares the child's
+ * BlockBackend, and exporting it costs nothing per request over
+ * exporting the child.  QEMU's offset and size (a slice of the image)
+ * are refused.
+ */
+static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a,
+                                   const VbBlockdevBase *b, QmpPending *p,
+                                   bool *deferred, GError **errp)
+{
+    const char *name = b->name;
+    bool ro = b->ro;
+    bool implicit = false;
+    VbNode *child, *n;
+
+    if (qmp_args_has(a, "offset") || qmp_args_has(a, "size")) {
+        vb_set_error(errp, "raw: offset/size are not supported; export the "
+                     "whole image (driver=raw without offset and size)");
+        return NULL;
+    }
+    if (!name) {
+        vb_set_error(errp, "'node-name' must be specified for the root "
+                     "node");
+        return NULL;
+    }
+    if (b->auto_ro || b->detect_zeroes || b->no_flush) {
+        vb_set_error(errp, "driver=raw: auto-read-only=on, detect-zeroes "
+                     "and cache.no-flush=on are not supported");
+        return NULL;
+    }
+    if (!qmp_args_has(a, "file")) {
+        vb_set_error(errp, "Parameter 'file' is missing: give file=NODE-NAME "
+                     "or an inline definition (file.driver=file,"
+                     "file.filename=PATH)");
+        return NULL;
+    }
+    if (!vb_node_name_free(s, name, errp)) {
+        return NULL;
+    }
+    /* Everything but file first: no child opened for a bad command. */
+    g_hash_table_add(a->used, g_strdup("file"));
+    if (!qmp_args_check_done(a, errp)) {
+        return NULL;
+    }
+    g_hash_table_remove(a->used, "file");
+    child = vb_blockdev_file(s, a, "raw", ro, b->discard, b->direct, b->qmp,
+                             &implicit, errp);
+    if (!child) {
+        return NULL;
+    }
+    if (!vb_blockdev_name_still_free(s, name, child, implicit, errp)) {
+        return NULL;
+    }
+    if (!ro && child->readonly) {
+        /* QEMU: a writable format node needs a writable child. */
+        vb_set_error(errp, "Block node is read-only: '%s' below '%s' was "
+                     "added with read-only=on; add '%s' with read-only=on "
+                     "too", child->name, name, name);
+        if (implicit) {
+            vb_node_drop_implicit(s, child);
+        }
+        return NULL;
+    }
+    n = g_new0(VbNode, 1);
+    n->name = g_strdup(name);
+    n->driver = g_strdup("raw");
+    n->filename = g_strdup(child->filename);
+    n->blk = child->blk;
+    n->alias = true;
+    n->readonly = ro || child->readonly;
+    n->cache_direct = child->cache_direct;
+    /* QEMU passes a discard down only if every layer has discard=unmap. */
+    n->discard = child->discard && b->unmap;
+    n->file = child;
+    n->implicit_file = implicit;
+    child->parents++;
+    g_ptr_array_add(s->nodes, n);
+    return n;
+}
+
+/*
+ * driver=throttle,node-name=NAME,throttle-group=GROUP,file=NODE: QEMU's
+ * throttle filter over the node NODE (added before, or defined inline:
+ * see vb_blockdev_file()), limited by the throttle-group object GROUP.
+ * Exporting NAME throttles the export.
+ */
+static VbNode *vb_blockdev_add_throttle(VbState *s, QmpArgs *a,
+                                        const VbBlockdevBase *b,
+                                        QmpPending *p, bool *deferred,
+                                        GError **errp)
+{
+    const char *name = b->name;
+    const char *group = NULL, *file;
+    ThrottleGroup *tg;
+    BlockBackend *blk;
+    GError *err = NULL;
+    VbNode *child, *n;
+    bool implicit = false;
+
+    if (!qmp_args_has(a, "file")) {
+        vb_set_error(errp, "Parameter 'file' is missing: give file=NODE-NAME "
+                     "or an inline definition (file.driver=file,"
+                     "file.filename=PATH)");
+        return NULL;
+    }
+    g_hash_table_add(a->used, g_strdup("file"));
+    if (!qmp_args_str(a, "throttle-group", true, &group, errp) ||
+        !qmp_args_check_done(a, errp)) {
+        return NULL;
+    }
+    g_hash_table_remove(a->used, "file");
+    if (!name) {
+        vb_set_error(errp, "'node-name' must be specified for the root "
+                     "node");
+        return NULL;
+    }
+    tg = vb_throttle_group_find(s, group);
+    if (!tg) {
+        vb_set_error(errp, "Throttle group '%s' not found: add it first "
+                     "with --object throttle-group,id=%s,limits.iops-total=N "
+                     "(or object-add)", group, group);
+        return NULL;
+    }
+    if (!vb_node_name_free(s, name, errp)) {
+        return NULL;
+    }
+    child = vb_blockdev_file(s, a, "throttle", false, NULL, false, b->qmp,
+                             &implicit, errp);
+    if (!child) {
+        return NULL;
+    }
+    if (!vb_blockdev_name_still_free(s, name, child, implicit, errp)) {
+        return NULL;
+    }
+    file = child->name;
+    if (child->filter) {
+        vb_set_error(errp, "Node '%s' already has the throttle node '%s' on "
+                     "top: export that one, or throttle '%s' with the "
+                     "group it uses", file, child->filter->name,
+                     child->filter->name);
+        return NULL;
+    }
+    blk = blk_throttle_new(child->blk, tg, &err);
+    if (!blk) {
+        vb_set_error(errp, "%s", err->message);
+        g_error_free(err);
+        if (implicit) {
+            vb_node_drop_implicit(s, child);
+        }
+        return NULL;
+    }
+    n = g_new0(VbNode, 1);
+    n->name = g_strdup(name);
+    n->driver = g_strdup("throttle");
+    n->filename = g_strdup(child->filename);
+    n->blk = blk;
+    n->readonly = child->readonly;
+    n->cache_direct = child->cache_direct;
+    n->discard = child->discard;
+    n->file = child;
+    n->implicit_file = implicit;
+    child->filter = n;
+    g_ptr_array_add(s->nodes, n);
+    return n;
+}
+
+/* The drivers blockdev-add takes, by the name driver= gives. */
+static const struct {
+    const char *name;
+    VbBlockdevAddFn *add;
+} vb_blockdev_drivers[] = {
+    { "file", vb_blockdev_add_file },
+    { "host_device", vb_blockdev_add_file },
+    { "null-co", vb_blockdev_add_null },
+    { "null-aio", vb_blockdev_add_null },
+    { "rbd", vb_blockdev_add_rbd },
+    { "throttle", vb_blockdev_add_throttle },
+    { "raw", vb_blockdev_add_raw },
+};
+
+/*
+ * blockdev-add; with @p (QMP), a driver=rbd open goes to a worker thread:
+ * then *@deferred is set and @p is answered later, else the node (or NULL
+ * with @errp set) is the answer.
+ */
+static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
+                                      bool keyval, QmpPending *p,
+                                      bool *deferred, GError **errp)
+{
+    static const struct {
+        const char *name;
+        bool unmap;
+    } discards[] = {
+        { "ignore", false },
+        { "unmap", true },
+        { "off", false },
+        { "on", true },
+    };
+    static const char *const dzs[] = { "off", "on", "unmap", NULL };
+    g_auto(QmpArgs) a = { 0 };
+    g_auto(QmpArgs) cache = { 0 };
+    const char *dname;
+    int driver, discard = -1, dz = -1;
+    VbBlockdevBase b = { .qmp = p != NULL };
+
+    qmp_args_init(&a, args, keyval, NULL);
+    if (qmp_args_has(&a, "driver")) {
+        JsonNode *d = json_object_get_member(args, "driver");
+        static const char *const qemu_only[] = {
+            "qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed",
+            "luks", "nbd", "iscsi", "nfs", "ssh", "http", "https",
+            "gluster", "blkdebug", "copy-on-read", "compress",
+            "nvme", "io_uring", "host_cdrom", "preallocate", NULL,
+        };
+
+        dname = JSON_NODE_HOLDS_VALUE(d) &&
+                json_node_get_value_type(d) == G_TYPE_STRING ?
+                json_node_get_string(d) : NULL;
+        if (dname && g_strv_contains(qemu_only, dname)) {
+            vb_set_error(errp, "Driver '%s' is not supported by vhost-blkd: "
+                         "it serves only raw images, block devices and Ceph "
+                         "RBD images (driver=file, host_device, rbd, "
+                         "null-co, throttle, and raw over any of them); "
+                         "convert a qcow2 or other image with qemu-img "
+                         "convert -O raw", dname);
+            return NULL;
+        }
+    }
+    if (!QMP_ARGS_ENUM_TABLE(&a, "driver", vb_blockdev_drivers, name, true,
+                             &driver, errp) ||
+        !qmp_args_str(&a, "node-name", false, &b.name, errp) ||
+        !qmp_args_bool(&a, "read-only", &b.ro, errp) ||
+        !qmp_args_bool(&a, "auto-read-only", &b.auto_ro, errp) ||
+        !QMP_ARGS_ENUM_TABLE(&a, "discard", discards, name, false, &discard,
+                             errp) ||
+        !qmp_args_enum(&a, "detect-zeroes", dzs, false, &dz, errp) ||
+        !qmp_args_object(&a, "cache", false, &cache, NULL, errp) ||
+        !qmp_args_bool(&cache, "direct", &b.direct, errp) ||
+        !qmp_args_bool(&cache, "no-flush", &b.no_flush, errp) ||
+        !qmp_args_check_done(&cache, errp)) {
+        return NULL;
+    }
+    b.driver = vb_blockdev_drivers[driver].name;
+    if (discard >= 0) {
+        b.discard = discards[discard].name;
+        b.unmap = discards[discard].unmap;
+    }
+    if (dz >= 0 && strcmp(dzs[dz], "off")) {
+        b.detect_zeroes = dzs[dz];
+    }
+    return vb_blockdev_drivers[driver].add(s, &a, &b, p, deferred, errp);
+}
+
+VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
+                        GError **errp)
+{
+    return vb_blockdev_add_common(s, args, keyval, NULL, NULL, errp);
+}
+
+/* Deferred reply: an rbd image opens in a worker (see VbPendingOpen). */
+static void vb_qmp_blockdev_add(void *opaque, JsonObject *args,
+                                QmpPending *p)
+{
+    GError *err = NULL;
+    bool deferred = false;
+
+    if (vb_blockdev_add_common(opaque, args, false, p, &deferred, &err)) {
+        qmp_pending_complete(p, vb_empty(), NULL);
+    } else if (!deferred) {
+        qmp_pending_complete(p, NULL, err);
+    }
+}
+
+static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
+                                     GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *name = NULL;
+    VbNode *n;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "node-name", true, &name, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    n = vb_node_find(s, name);
+    if (!n && vb_pending_find(s, name)) {
+        vb_set_error(errp, "Node '%s' is still being opened (its "
+                     "blockdev-add has not returned yet); delete it after "
+                     "that command's reply", name);
+        return NULL;
+    }
+    if (!n) {
+        vb_set_error(errp, "Failed to find node with node-name='%s'", name);
+        return NULL;
+    }
+    if (n->resizing) {
+        vb_set_error(errp, "Node '%s' is being resized (its block_resize "
+                     "has not returned yet); delete it after that "
+                     "command's reply", name);
+        return NULL;
+    }
+    if (n->user) {
+        vb_set_error(errp, "Node %s is in use", name);
+        return NULL;
+    }
+    if (n->filter) {
+        vb_set_error(errp, "Node '%s' is busy: the throttle node '%s' is on "
+                     "top of it; delete that one first", name,
+                     n->filter->name);
+        return NULL;
+    }
+    if (n->parents) {
+        const char *parent = "?";
+
+        for (guint i = 0; i < s->nodes->len; i++) {
+            VbNode *p = g_ptr_array_index(s->nodes, i);
+
+            if (p->alias && p->file == n) {
+                parent = p->name;
+                break;
+            }
+        }
+        vb_set_error(errp, "Block device %s is in use: the raw node '%s' "
+                     "uses it as its file child; delete that one first",
+                     name, parent);
+        return NULL;
+    }
+    {
+        VbNode *below = n->implicit_file ? n->file : NULL;
+
+        g_ptr_array_remove(s->nodes, n);
+        vb_node_free(n);
+        /* As QEMU: an inline child goes with the node that defined it. */
+        vb_node_drop_implicit(s, below);
+    }
+    return vb_empty();
+}
+
+/* ---- nodes: resize ---------------------------------------------------- */
+
+/* A block_resize whose resize runs in a worker (driver=rbd). */
+typedef struct VbResizeJob {
+    VbNode *node;               /* not deleted while resizing, nor is
+                                 * any node below it */
+    uint64_t size;
+    QmpPending *p;
+} VbResizeJob;
+
+/* The front-end of @n's export learns the new size @size. */
+static void vb_resize_tell(VbNode *n, uint64_t size, bool notified)
+{
+    if (!notified && vu_blk_export_is_connected(n->user->exp) && size != 0) {
+        info_report("export '%s': the front-end has no back-end channel "
+                    "(CONFIG_CHANGE_MSG); the guest sees the new size "
+                    "when it reads the config space again", n->user->id);
+    }
+}
+
+/*
+ * Mark @n and every node below it (its file, that one's file, ...) as
+ * being resized, or no longer.  A raw node shares its file's
+ * BlockBackend, and a throttle node's resize reaches its file's: the
+ * worker uses the image of the bottom node whichever node was named, so
+ * none of them may be closed (vb_nodes_cleanup()), deleted or resized
+ * again until it is done.
+ */
+static void vb_resize_mark(VbNode *n, bool resizing)
+{
+    for (; n; n = n->file) {
+        n->resizing = resizing;
+    }
+}
+
+/* Main thread: the worker's resize of @opaque ended. */
+static void vb_resize_done(void *opaque, GError *err)
+{
+    VbResizeJob *job = opaque;
+    VbNode *n = job->node;
+    bool notified = false;
+
+    vb_resize_mark(n, false);
+    if (err) {
+        qmp_pending_complete(job->p, NULL, err);
+    } else {
+        /* The export may have gone (or come) meanwhile. */
+        if (n->user) {
+            vu_blk_export_resized(n->user->exp, job->size, &notified);
+            vb_resize_tell(n, job->size, notified);
+        }
+        qmp_pending_complete(job->p, vb_empty(), NULL);
+    }
+    g_free(job);
+}
+
+/*
+ * Deferred reply: resizing an rbd image waits for the cluster, so it runs
+ * in a worker (blk_truncate_async()); the others resize at once.
+ */
+static void vb_qmp_block_resize(void *opaque, JsonObject *args,
+                                QmpPending *p)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    GError *err = NULL;
+    GError **errp = &err;
+    const char *device = NULL, *name = NULL;
+    int64_t size = 0;
+    VbResizeJob *job;
+    VbNode *n;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "device", false, &device, errp) ||
+        !qmp_args_str(&a, "node-name", false, &name, errp) ||
+        !qmp_args_int(&a, "size", true, &size, NULL, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        goto fail;
+    }
+    /* vhost-blkd has no named BlockBackends ("devices"), as QSD. */
+    n = device ? NULL : vb_node_find(s, name);
+    if (!n) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     device ? device : "", name && !device ? name : "");
+        goto fail;
+    }
+    if (size < 0) {
+        vb_set_error(errp, "Parameter 'size' expects a >0 size");
+        goto fail;
+    }
+    if (n->resizing) {
+        vb_set_error(errp, "Node '%s' is being resized already (an earlier "
+                     "block_resize has not returned yet); wait for its "
+                     "reply", n->name);
+        goto fail;
+    }
+    for (VbNode *below = n->file; below; below = below->file) {
+        if (below->resizing) {
+            vb_set_error(errp, "Node '%s' is being resized already: a "
+                         "block_resize of its file node '%s' has not "
+                         "returned yet; wait for its reply", n->name,
+                         below->name);
+            goto fail;
+        }
+    }
+    for (guint i = 0; !n->user && i < s->nodes->len; i++) {
+        VbNode *other = g_ptr_array_index(s->nodes, i);
+
+        if (other->blk == n->blk && other->user) {
+            /* Its export must learn the new size: go through it. */
+            vb_set_error(errp, "Node '%s' is the image of node '%s', which "
+                         "export '%s' serves: resize node-name='%s'",
+                         n->name, other->name, other->user->id, other->name);
+            goto fail;
+        }
+    }
+    if (n->user && !vu_blk_export_resize_check(n->user->exp, size, errp)) {
+        goto fail;
+    }
+    job = g_new0(VbResizeJob, 1);
+    job->node = n;
+    job->size = size;
+    job->p = p;
+    vb_resize_mark(n, true);
+    blk_truncate_async(n->blk, size, vb_resize_done, job);
+    return;
+
+fail:
+    qmp_pending_complete(p, NULL, err);
+}
+
+static const QmpCommand vb_blockdev_commands[] = {
+    { "blockdev-add", NULL, vb_qmp_blockdev_add },
+    { "blockdev-del", vb_qmp_blockdev_del },
+    { "block_resize", NULL, vb_qmp_block_resize },
+};
+
+void vb_blockdev_register(GArray *table)
+{
+    g_array_append_vals(table, vb_blockdev_commands,
+                        G_N_ELEMENTS(vb_blockdev_commands));
+}

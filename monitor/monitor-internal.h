@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * What the monitor's command files share and nothing outside monitor/
+ * sees: the node and export structures, the objects' lookups, and the
+ * QMP error helper.
+ *
+ * Threads: main thread only.
+ */
+#ifndef MONITOR_MONITOR_INTERNAL_H
+#define MONITOR_MONITOR_INTERNAL_H
+
+#include "qemu/osdep.h"
+#include "monitor/qmp.h"
+#include "monitor/state.h"
+#include "monitor/objects.h"
+#include "monitor/blockdev.h"
+#include "monitor/export.h"
+
+struct VbNode {
+    char *name;
+    char *driver;               /* "file", "host_device", "null-co", ... */
+    char *filename;             /* as given; "null-co://" for null */
+    BlockBackend *blk;
+    bool readonly;
+    bool cache_direct;
+    bool discard;               /* discard=unmap */
+    VbExport *user;             /* the export on it, if any */
+    VbNode *file;               /* driver=throttle or raw: the node below */
+    VbNode *filter;             /* the driver=throttle node above, if any */
+    bool alias;                 /* driver=raw: blk is file's, not ours */
+    bool implicit_file;         /* file was defined inline: dropped with us */
+    unsigned int parents;       /* driver=raw nodes using us as their file */
+    bool resizing;              /* a block_resize runs in a worker on our
+                                 * image: asked of us or of a node above
+                                 * (see vb_resize_mark()) */
+};
+
+struct VbExport {
+    VbState *state;
+    char *id;
+    VbNode *node;
+    VuBlkExport *exp;
+    bool deleting;              /* block-export-del: waiting for its I/O */
+    bool idle;                  /* ... which has completed: reap it */
+    bool writable;              /* the export's, not its node's */
+};
+
+/* --object secret,id=ID,file=PATH[,format=raw|base64]: what it holds,
+ * as QEMU passes a secret to librados (base64). */
+typedef struct VbSecretObj {
+    char *id;
+    char *base64;
+} VbSecretObj;
+
+/* A GenericError with a printf-style message, as QEMU's error_setg(). */
+void vb_set_error(GError **errp, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+/* The "return" of a command that returns nothing: {}. */
+JsonNode *vb_empty(void);
+
+/* The nodes (monitor/blockdev.c). */
+VbNode *vb_node_find(VbState *s, const char *name);
+
+/* The exports (monitor/export.c).  The bottom half of VbState.reap_bh. */
+void vb_export_reap_bh(void *opaque);
+
+/* The objects (monitor/objects.c). */
+VbIOThreadObj *vb_iothread_find(VbState *s, const char *id);
+VbSecretObj *vb_secret_find(VbState *s, const char *id);
+
+/*
+ * vb_state_cleanup(), in this order: each file frees what it holds in
+ * VbState.
+ */
+void vb_exports_cleanup(VbState *s);
+void vb_nodes_cleanup(VbState *s);
+void vb_objects_cleanup(VbState *s);
+void vb_named_fds_cleanup(VbState *s);
+
+/*
+ * Each command file appends its QMP commands to @table (QmpCommand
+ * elements) when vb_qmp_commands() builds it.
+ */
+void vb_blockdev_register(GArray *table);
+void vb_objects_register(GArray *table);
+void vb_export_register(GArray *table);
+void vb_query_register(GArray *table);
+void vb_misc_register(GArray *table);
+
+#endif

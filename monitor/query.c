@@ -1,0 +1,528 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The queries over nodes and exports: query-named-block-nodes,
+ * query-blockstats with the latency histograms of
+ * block-latency-histogram-set, and vhost-blkd's own
+ * x-query-vhost-blk-stats.  Replies follow qemu-storage-daemon 7.2's
+ * shapes (QEMU's BlockDeviceInfo, BlockStats, BlockLatencyHistogramInfo)
+ * so that its tooling works unchanged.
+ *
+ * Threads: main thread; the engine counters are read in each iothread
+ * (iothread_run_sync()).
+ */
+#include "qemu/osdep.h"
+#include "monitor-internal.h"
+#include "block/engine.h"
+
+#include <sys/stat.h>
+
+/* ---- nodes -------------------------------------------------------------- */
+
+static JsonObject *vb_node_info(VbNode *n)
+{
+    JsonObject *o = json_object_new();
+    JsonObject *img = json_object_new();
+    JsonObject *cache = json_object_new();
+    bool is_null = g_str_has_prefix(n->driver, "null-");
+    struct stat st;
+    uint64_t actual = 0;
+
+    json_object_set_string_member(o, "file", n->filename);
+    json_object_set_string_member(o, "node-name", n->name);
+    json_object_set_boolean_member(o, "ro", n->readonly);
+    json_object_set_string_member(o, "drv", n->driver);
+    json_object_set_boolean_member(o, "encrypted", false);
+    json_object_set_string_member(o, "detect_zeroes", "off");
+    static const char *const zeroes[] = {
+        "bps", "bps_rd", "bps_wr", "iops", "iops_rd", "iops_wr",
+        "write_threshold", "backing_file_depth",
+    };
+    for (size_t i = 0; i < G_N_ELEMENTS(zeroes); i++) {
+        /* No throttling, no write threshold, no backing chain. */
+        json_object_set_int_member(o, zeroes[i], 0);
+    }
+    json_object_set_string_member(img, "filename", n->filename);
+    json_object_set_string_member(img, "format", n->driver);
+    json_object_set_int_member(img, "virtual-size", blk_getlength(n->blk));
+    if (!is_null && stat(n->filename, &st) == 0 && S_ISREG(st.st_mode)) {
+        actual = (uint64_t)st.st_blocks * 512;
+    }
+    json_object_set_int_member(img, "actual-size", actual);
+    if (!is_null) {
+        json_object_set_boolean_member(img, "dirty-flag", false);
+    }
+    if (n->file) {
+        /* QEMU's ImageInfo children: the node below, by its role. */
+        JsonArray *children = json_array_new();
+        JsonObject *c = json_object_new();
+        JsonObject *ci = json_object_new();
+
+        json_object_set_string_member(ci, "filename", n->file->filename);
+        json_object_set_string_member(ci, "format", n->file->driver);
+        json_object_set_int_member(ci, "virtual-size",
+                                   blk_getlength(n->file->blk));
+        json_object_set_string_member(c, "name", "file");
+        json_object_set_object_member(c, "info", ci);
+        json_array_add_object_element(children, c);
+        json_object_set_array_member(img, "children", children);
+        /* Ours: the child's node-name, which QEMU's form leaves out. */
+        json_object_set_string_member(o, "x-file-node-name", n->file->name);
+    }
+    json_object_set_object_member(o, "image", img);
+    json_object_set_boolean_member(cache, "writeback", true);
+    json_object_set_boolean_member(cache, "direct", n->cache_direct);
+    json_object_set_boolean_member(cache, "no-flush", false);
+    json_object_set_object_member(o, "cache", cache);
+    return o;
+}
+
+static JsonNode *vb_qmp_query_named_block_nodes(void *opaque,
+                                                JsonObject *args,
+                                                GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    bool flat = false;
+    JsonArray *arr;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_bool(&a, "flat", &flat, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    arr = json_array_new();
+    for (guint i = 0; i < s->nodes->len; i++) {
+        json_array_add_object_element(arr,
+                                      vb_node_info(g_ptr_array_index(s->nodes,
+                                                                     i)));
+    }
+    return json_node_init_array(json_node_alloc(), arr);
+}
+
+/* ---- statistics -------------------------------------------------------- */
+
+static void vb_stats_fill(JsonObject *st, const VuBlkExportStats *x)
+{
+    const VuBlkOpStats *rd = &x->ops[VU_BLK_OP_READ];
+    const VuBlkOpStats *wr = &x->ops[VU_BLK_OP_WRITE];
+    const VuBlkOpStats *wz = &x->ops[VU_BLK_OP_WRITE_ZEROES];
+    const VuBlkOpStats *fl = &x->ops[VU_BLK_OP_FLUSH];
+    const VuBlkOpStats *un = &x->ops[VU_BLK_OP_DISCARD];
+
+    /* As QEMU's virtio-blk accounts: write-zeroes count as writes,
+     * discards as unmaps. */
+    json_object_set_int_member(st, "rd_bytes", rd->bytes);
+    json_object_set_int_member(st, "wr_bytes", wr->bytes + wz->bytes);
+    json_object_set_int_member(st, "unmap_bytes", un->bytes);
+    json_object_set_int_member(st, "rd_operations", rd->ops);
+    json_object_set_int_member(st, "wr_operations", wr->ops + wz->ops);
+    json_object_set_int_member(st, "flush_operations", fl->ops);
+    json_object_set_int_member(st, "unmap_operations", un->ops);
+    json_object_set_int_member(st, "rd_total_time_ns", rd->total_ns);
+    json_object_set_int_member(st, "wr_total_time_ns",
+                               wr->total_ns + wz->total_ns);
+    json_object_set_int_member(st, "flush_total_time_ns", fl->total_ns);
+    json_object_set_int_member(st, "unmap_total_time_ns", un->total_ns);
+    json_object_set_int_member(st, "wr_highest_offset", x->wr_highest_offset);
+    json_object_set_int_member(st, "rd_merged", 0);
+    json_object_set_int_member(st, "wr_merged", 0);
+    json_object_set_int_member(st, "unmap_merged", 0);
+    json_object_set_int_member(st, "failed_rd_operations", rd->failed);
+    json_object_set_int_member(st, "failed_wr_operations",
+                               wr->failed + wz->failed);
+    json_object_set_int_member(st, "failed_flush_operations", fl->failed);
+    json_object_set_int_member(st, "failed_unmap_operations", un->failed);
+    /* Requests outside the disk are counted as failed, not apart. */
+    json_object_set_int_member(st, "invalid_rd_operations", 0);
+    json_object_set_int_member(st, "invalid_wr_operations", 0);
+    json_object_set_int_member(st, "invalid_flush_operations", 0);
+    json_object_set_int_member(st, "invalid_unmap_operations", 0);
+    json_object_set_boolean_member(st, "account_invalid", false);
+    json_object_set_boolean_member(st, "account_failed", true);
+    json_object_set_array_member(st, "timed_stats", json_array_new());
+}
+
+/* QEMU's BlockLatencyHistogramInfo. */
+static JsonObject *vb_lat_hist_json(const LatHist *h)
+{
+    JsonObject *o = json_object_new();
+    JsonArray *b = json_array_new(), *bins = json_array_new();
+
+    for (unsigned int i = 0; i < h->n; i++) {
+        json_array_add_int_element(b, h->boundaries[i]);
+    }
+    for (unsigned int i = 0; i <= h->n; i++) {
+        json_array_add_int_element(bins, h->bins[i]);
+    }
+    json_object_set_array_member(o, "boundaries", b);
+    json_object_set_array_member(o, "bins", bins);
+    return o;
+}
+
+/* The histograms set with block-latency-histogram-set, under QEMU's
+ * names; absent when not set, as in QEMU. */
+static void vb_stats_fill_histograms(JsonObject *st, VuBlkExport *exp)
+{
+    static const char *const names[VU_BLK_HIST__MAX] = {
+        [VU_BLK_HIST_READ] = "rd_latency_histogram",
+        [VU_BLK_HIST_WRITE] = "wr_latency_histogram",
+        [VU_BLK_HIST_FLUSH] = "flush_latency_histogram",
+        [VU_BLK_HIST_ZAP] = "zap_latency_histogram",
+    };
+
+    for (int t = 0; t < VU_BLK_HIST__MAX; t++) {
+        LatHist *h = vu_blk_export_get_latency_histogram(exp, t);
+
+        if (h) {
+            json_object_set_object_member(st, names[t], vb_lat_hist_json(h));
+            lat_hist_free(h);
+        }
+    }
+}
+
+static JsonObject *vb_node_blockstats(VbNode *n, bool device_level)
+{
+    JsonObject *o = json_object_new();
+    JsonObject *st = json_object_new();
+    VuBlkExportStats x = { 0 };
+
+    if (n->user) {
+        vu_blk_export_get_stats(n->user->exp, &x);
+    }
+    vb_stats_fill(st, &x);
+    if (n->user) {
+        vb_stats_fill_histograms(st, n->user->exp);
+    }
+    if (device_level) {
+        json_object_set_string_member(o, "device", "");
+        json_object_set_string_member(o, "qdev", n->user->id);
+    }
+    json_object_set_string_member(o, "node-name", n->name);
+    if (device_level) {
+        BlockThrottleStats ts;
+
+        /* An export's own: requests its throttle filter held back. */
+        blk_throttle_get_stats(n->blk, &ts);
+        json_object_set_int_member(st, "throttled", ts.throttled);
+        json_object_set_int_member(st, "throttled-ns", ts.throttled_ns);
+    }
+    json_object_set_object_member(o, "stats", st);
+    if (!g_str_has_prefix(n->driver, "null-")) {
+        JsonObject *ds = json_object_new();
+        const VuBlkOpStats *un = &x.ops[VU_BLK_OP_DISCARD];
+
+        json_object_set_string_member(ds, "driver", n->driver);
+        json_object_set_int_member(ds, "discard-nb-ok", un->ops - un->failed);
+        json_object_set_int_member(ds, "discard-nb-failed", un->failed);
+        json_object_set_int_member(ds, "discard-bytes-ok", un->bytes);
+        json_object_set_object_member(o, "driver-specific", ds);
+    }
+    return o;
+}
+
+static JsonNode *vb_qmp_query_blockstats(void *opaque, JsonObject *args,
+                                         GError **errp)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    bool nodes = false;
+    JsonArray *arr;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_bool(&a, "query-nodes", &nodes, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    arr = json_array_new();
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        /* Without query-nodes: what the guests use, one entry per
+         * export ("qdev" is the export id). */
+        if (nodes || n->user) {
+            json_array_add_object_element(arr,
+                                          vb_node_blockstats(n, !nodes));
+        }
+    }
+    return json_node_init_array(json_node_alloc(), arr);
+}
+
+/*
+ * block-latency-histogram-set, QEMU's: @id is an export id or the name of
+ * a node an export serves.  Only @id: remove every histogram.
+ * @boundaries: new empty histograms for every type, except those given
+ * their own boundaries-TYPE, which wins.  Everything is checked before
+ * anything changes.
+ */
+static JsonNode *vb_qmp_latency_histogram_set(void *opaque, JsonObject *args,
+                                              GError **errp)
+{
+    static const char *const keys[VU_BLK_HIST__MAX] = {
+        [VU_BLK_HIST_READ] = "boundaries-read",
+        [VU_BLK_HIST_WRITE] = "boundaries-write",
+        [VU_BLK_HIST_FLUSH] = "boundaries-flush",
+        [VU_BLK_HIST_ZAP] = "boundaries-zap",
+    };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *id = NULL;
+    g_autofree uint64_t *all = NULL;
+    uint64_t *own[VU_BLK_HIST__MAX] = { 0 };
+    unsigned int n_all = 0, n_own[VU_BLK_HIST__MAX] = { 0 };
+    bool has_all = false, has_own[VU_BLK_HIST__MAX] = { 0 }, any;
+    LatHist *h[VU_BLK_HIST__MAX] = { 0 };
+    JsonNode *ret = NULL;
+    VbExport *e;
+    int t;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "id", true, &id, errp) ||
+        !qmp_args_uint_list(&a, "boundaries", LAT_HIST_MAX_BOUNDARIES, &all,
+                            &n_all, &has_all, errp)) {
+        return NULL;
+    }
+    for (t = 0; t < VU_BLK_HIST__MAX; t++) {
+        if (!qmp_args_uint_list(&a, keys[t], LAT_HIST_MAX_BOUNDARIES,
+                                &own[t], &n_own[t], &has_own[t], errp)) {
+            goto out;
+        }
+    }
+    if (!qmp_args_check_done(&a, errp)) {
+        goto out;
+    }
+    e = vb_export_find(s, id);
+    if (!e) {
+        VbNode *n = vb_node_find(s, id);
+
+        e = n ? n->user : NULL;
+    }
+    if (!e) {
+        g_set_error(errp, QMP_ERROR, QMP_ERROR_DEVICE_NOT_FOUND,
+                    "Device '%s' not found (give an export id or the node "
+                    "name of an export; query-block-exports lists them)", id);
+        goto out;
+    }
+    any = has_all;
+    for (t = 0; t < VU_BLK_HIST__MAX; t++) {
+        const uint64_t *b = has_own[t] ? own[t] : all;
+        unsigned int nb = has_own[t] ? n_own[t] : n_all;
+
+        any |= has_own[t];
+        if (has_own[t] || has_all) {
+            h[t] = lat_hist_new(b, nb, has_own[t] ? keys[t] : "boundaries",
+                                errp);
+            if (!h[t]) {
+                goto out;
+            }
+        }
+    }
+    for (t = 0; t < VU_BLK_HIST__MAX; t++) {
+        /* Only @id: remove all; @boundaries: replace all; else only the
+         * types given. */
+        if (!any || has_all || has_own[t]) {
+            vu_blk_export_set_latency_histogram(e->exp, t, h[t]);
+        }
+    }
+    ret = vb_empty();
+out:
+    for (t = 0; t < VU_BLK_HIST__MAX; t++) {
+        g_free(own[t]);
+        lat_hist_free(h[t]);
+    }
+    return ret;
+}
+
+typedef struct VbEngineJob {
+    AioContext *ctx;
+    JsonArray *arr;
+    const char *iothread;
+} VbEngineJob;
+
+/* In the iothread: one engine's counters. */
+static void vb_engine_stats_one(void *opaque, const char *name,
+                                const BlockEngineStats *st)
+{
+    VbEngineJob *job = opaque;
+    JsonObject *o = json_object_new();
+
+    json_object_set_string_member(o, "iothread", job->iothread);
+    json_object_set_string_member(o, "engine", name);
+    json_object_set_int_member(o, "requests", st->requests);
+    json_object_set_int_member(o, "submit-syscalls", st->submit_syscalls);
+    json_object_set_int_member(o, "completions", st->completions);
+    json_object_set_int_member(o, "completions-direct",
+                               st->completions_direct);
+    json_object_set_int_member(o, "completions-bh", st->completions_bh);
+    json_object_set_int_member(o, "bh-scheduled", st->bh_scheduled);
+    json_object_set_int_member(o, "retries", st->retries);
+    json_object_set_int_member(o, "bounced", st->bounced);
+    json_object_set_int_member(o, "fua-writes", st->fua_writes);
+    json_array_add_object_element(job->arr, o);
+}
+
+/* In the iothread: its engines' counters. */
+static void vb_engine_stats_cb(void *opaque)
+{
+    VbEngineJob *job = opaque;
+
+    blk_engine_foreach_stats(job->ctx, vb_engine_stats_one, job);
+}
+
+static JsonObject *vb_op_stats_json(const VuBlkOpStats *st)
+{
+    JsonObject *o = json_object_new();
+
+    json_object_set_int_member(o, "operations", st->ops);
+    json_object_set_int_member(o, "failed", st->failed);
+    json_object_set_int_member(o, "bytes", st->bytes);
+    json_object_set_int_member(o, "total-time-ns", st->total_ns);
+    return o;
+}
+
+/* The fixed latency buckets of one request type (vendor command). */
+static JsonObject *vb_fixed_hist_json(const uint64_t *bins)
+{
+    JsonObject *o = json_object_new();
+    JsonArray *b = json_array_new(), *a = json_array_new();
+
+    for (unsigned int i = 0; i < LAT_HIST_FIXED_FINITE; i++) {
+        json_array_add_int_element(b, lat_hist_fixed_le_ns(i));
+    }
+    for (unsigned int i = 0; i < LAT_HIST_FIXED_BINS; i++) {
+        json_array_add_int_element(a, bins[i]);
+    }
+    /* Upper bounds, inclusive: the last bin counts the rest. */
+    json_object_set_array_member(o, "le-ns", b);
+    json_object_set_array_member(o, "bins", a);
+    return o;
+}
+
+static JsonNode *vb_qmp_x_query_stats(void *opaque, JsonObject *args,
+                                      GError **errp)
+{
+    static const char *const op_names[VU_BLK_OP__MAX] = {
+        [VU_BLK_OP_READ] = "read",
+        [VU_BLK_OP_WRITE] = "write",
+        [VU_BLK_OP_FLUSH] = "flush",
+        [VU_BLK_OP_DISCARD] = "discard",
+        [VU_BLK_OP_WRITE_ZEROES] = "write-zeroes",
+        [VU_BLK_OP_OTHER] = "other",
+    };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    JsonObject *ret;
+    JsonArray *exps, *engines;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    ret = json_object_new();
+    exps = json_array_new();
+    for (guint i = 0; i < s->exports->len; i++) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+        VuBlkExportStats x;
+        JsonObject *o = json_object_new();
+        JsonObject *ops = json_object_new();
+        JsonArray *queues = json_array_new();
+
+        vu_blk_export_get_stats(e->exp, &x);
+        json_object_set_string_member(o, "id", e->id);
+        json_object_set_string_member(o, "node-name", e->node->name);
+        json_object_set_string_member(o, "socket",
+                                      vu_blk_export_get_socket_path(e->exp));
+        json_object_set_boolean_member(o, "connected",
+                                       vu_blk_export_is_connected(e->exp));
+        json_object_set_int_member(o, "sessions", x.sessions);
+        json_object_set_int_member(o, "in-flight", x.inflight);
+        json_object_set_int_member(o, "capacity-bytes",
+                                   blk_getlength(e->node->blk));
+        json_object_set_int_member(o, "config-change-messages",
+                                   x.config_changes);
+        json_object_set_int_member(o, "resubmitted", x.resubmitted);
+        {
+            BlockThrottleStats ts;
+            ThrottleGroup *tg = blk_throttle_group(e->node->blk);
+
+            blk_throttle_get_stats(e->node->blk, &ts);
+            json_object_set_int_member(o, "throttled", ts.throttled);
+            json_object_set_int_member(o, "throttled-ns", ts.throttled_ns);
+            json_object_set_int_member(o, "throttle-waiting", ts.waiting);
+            if (tg) {
+                json_object_set_string_member(o, "throttle-group",
+                                              throttle_group_name(tg));
+            }
+        }
+        for (int op = 0; op < VU_BLK_OP__MAX; op++) {
+            JsonObject *oo = vb_op_stats_json(&x.ops[op]);
+
+            json_object_set_object_member(oo, "latency",
+                                          vb_fixed_hist_json(x.lat_bins[op]));
+            json_object_set_object_member(ops, op_names[op], oo);
+        }
+        json_object_set_object_member(o, "operations", ops);
+        for (unsigned int q = 0; q < vu_blk_export_get_num_queues(e->exp);
+             q++) {
+            VuBlkQueueStats qs;
+            JsonObject *qo = json_object_new();
+
+            vu_blk_export_get_queue_stats(e->exp, q, &qs);
+            json_object_set_int_member(qo, "index", q);
+            json_object_set_boolean_member(qo, "running", qs.running);
+            json_object_set_int_member(qo, "requests", qs.requests);
+            json_object_set_int_member(qo, "completed", qs.completed);
+            json_object_set_int_member(qo, "in-flight", qs.inflight);
+            json_object_set_int_member(qo, "batches", qs.batches);
+            json_object_set_int_member(qo, "kicks", qs.kicks);
+            json_object_set_int_member(qo, "poll-hits", qs.poll_hits);
+            json_object_set_int_member(qo, "budget-yields", qs.budget_yields);
+            json_object_set_int_member(qo, "notifies", qs.notifies);
+            json_object_set_int_member(qo, "notifies-suppressed",
+                                       qs.notifies_suppressed);
+            json_object_set_boolean_member(qo, "driver-polls",
+                                           qs.driver_polls);
+            json_array_add_object_element(queues, qo);
+        }
+        json_object_set_array_member(o, "queues", queues);
+        json_array_add_object_element(exps, o);
+    }
+    json_object_set_array_member(ret, "exports", exps);
+
+    engines = json_array_new();
+    for (unsigned int i = 0; i < s->n_pool; i++) {
+        g_autofree char *name = g_strdup_printf("pool%u", i);
+        VbEngineJob job = {
+            .ctx = iothread_get_aio_context(s->pool[i]),
+            .arr = engines,
+            .iothread = name,
+        };
+
+        iothread_run_sync(s->pool[i], vb_engine_stats_cb, &job);
+    }
+    for (guint i = 0; i < s->iothreads->len; i++) {
+        VbIOThreadObj *t = g_ptr_array_index(s->iothreads, i);
+        VbEngineJob job = {
+            .ctx = iothread_get_aio_context(t->iothread),
+            .arr = engines,
+            .iothread = t->id,
+        };
+
+        iothread_run_sync(t->iothread, vb_engine_stats_cb, &job);
+    }
+    json_object_set_array_member(ret, "engines", engines);
+    return json_node_init_object(json_node_alloc(), ret);
+}
+
+
+static const QmpCommand vb_query_commands[] = {
+    { "query-named-block-nodes", vb_qmp_query_named_block_nodes },
+    { "query-blockstats", vb_qmp_query_blockstats },
+    { "block-latency-histogram-set", vb_qmp_latency_histogram_set },
+    { "x-query-vhost-blk-stats", vb_qmp_x_query_stats },
+};
+
+void vb_query_register(GArray *table)
+{
+    g_array_append_vals(table, vb_query_commands,
+                        G_N_ELEMENTS(vb_query_commands));
+}
