@@ -7,7 +7,9 @@
 # the dirty-log helpers, which unlike the total does not depend on how the
 # requests happened to batch, and the 15 functions with the most self
 # instructions per I/O.
-# Usage: scripts/bench/ir-per-io.sh [-b BUILDDIR] [-n IOS] [-x KEYS] [-- BENCH-ARGS...]
+# Usage: scripts/bench/ir-per-io.sh [-b BUILDDIR] [-n IOS] [-f FILE] [-x KEYS] [-- BENCH-ARGS...]
+#   -f FILE serves FILE (an image file or a block device, O_DIRECT, the
+#   default aio mode) instead of the null driver.
 #   -x KEYS adds ",KEYS" to the daemon's --export, e.g. -x iops-total=0 to
 #   measure the throttle filter with no limit set.
 #   BENCH-ARGS go to vhost-blk-bench, e.g. --dirty-log to run with the
@@ -16,9 +18,11 @@ set -euo pipefail
 build=build
 n=20000
 xkeys=
+target=driver=null,size=1073741824
 while [ $# -gt 0 ]; do
     case $1 in
     -b) build=$2; shift ;;
+    -f) target=file=$2,cache=none; shift ;;
     -n) n=$2; shift ;;
     -x) xkeys=,$2; shift ;;
     --) shift; break ;;
@@ -33,7 +37,7 @@ irs=()
 for ios in "$n" $((2 * n)); do
     sock=$tmp/s.$ios
     valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$ios" \
-        "$build/tools/vhost-blkd" --export "socket=$sock,driver=null,size=1073741824,num-queues=1,queue-size=512$xkeys" \
+        "$build/tools/vhost-blkd" --export "socket=$sock,$target,num-queues=1,queue-size=512$xkeys" \
         2>"$tmp/log.$ios" &
     pid=$!
     for _ in $(seq 1 1200); do [ -S "$sock" ] && break; sleep 0.1; done
