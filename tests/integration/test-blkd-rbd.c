@@ -30,8 +30,9 @@
  *   control:   librbd's control calls, each from the thread that runs
  *              it in the daemon: the size read after a resize on the
  *              cluster (control thread), block_resize over QMP (a resize
- *              worker), the lock release when the device stops (control
- *              thread); test-blkd-rbd-seccomp runs every case again with
+ *              worker), blockdev-del with the OSD stopped (answered at
+ *              once, the close waits in a worker), the lock release when
+ *              the device stops (control thread); test-blkd-rbd-seccomp runs every case again with
  *              --seccomp on (VB_SECCOMP=on), where none of them may make
  *              a system call the iothread filter lacks
  *
@@ -42,6 +43,7 @@
 #include "qemu/osdep.h"
 #include "vb-daemon.h"
 #include "vb-qmp.h"
+#include <poll.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 
@@ -398,6 +400,21 @@ static void test_takeover_foreign(void)
     rbd_teardown(&f);
 }
 
+/* The pid of the cluster's only OSD (scripts/ceph-cluster.sh keeps it
+ * in run/ beside the ceph.conf). */
+static pid_t osd_pid(void)
+{
+    g_autofree char *dir = g_path_get_dirname(g_getenv("CEPH_CONF"));
+    g_autofree char *path = g_build_filename(dir, "run", "osd.0.pid", NULL);
+    g_autofree char *text = NULL;
+    pid_t pid;
+
+    g_assert_true(g_file_get_contents(path, &text, NULL, NULL));
+    pid = atoi(text);
+    g_assert_cmpint(pid, >, 1);
+    return pid;
+}
+
 /* The capacity the device reports, in bytes. */
 static uint64_t device_capacity(Fixture *f)
 {
@@ -475,6 +492,35 @@ static void test_control(void)
     g_assert_cmpint(rbd_get_size(img, &size), ==, 0);
     g_assert_cmpuint(size, ==, 3 * IMG_SIZE);
     rbd_close(img);
+
+    /*
+     * blockdev-del of an rbd node while the cluster does not answer (its
+     * only OSD stopped with SIGSTOP): the close waits for the OSD in a
+     * worker, and the reply comes at once.  (At most 30 s, a hang guard:
+     * the OSD goes on before anything is checked.)
+     */
+    {
+        g_autofree char *add = g_strdup_printf(
+            "{\"execute\": \"blockdev-add\", \"arguments\": {\"driver\": "
+            "\"rbd\", \"node-name\": \"d1\", \"pool\": \"%s\", "
+            "\"image\": \"%s\", \"conf\": \"%s\"}}", rbd_pool(), f.image,
+            g_getenv("CEPH_CONF"));
+        const char *del = "{\"execute\": \"blockdev-del\", \"arguments\": "
+                          "{\"node-name\": \"d1\"}}\n";
+        struct pollfd pfd = { .fd = q.fd, .events = POLLIN };
+        g_autofree char *reply = NULL;
+        pid_t osd = osd_pid();
+        int pr;
+
+        vb_qmp_ok(&q, add);
+        g_assert_cmpint(kill(osd, SIGSTOP), ==, 0);
+        g_assert_cmpint(write(q.fd, del, strlen(del)), ==, strlen(del));
+        pr = poll(&pfd, 1, 30 * 1000);
+        g_assert_cmpint(kill(osd, SIGCONT), ==, 0);
+        g_assert_cmpint(pr, ==, 1);
+        reply = vb_qmp_line(&q);
+        g_assert_nonnull(strstr(reply, "\"return\""));
+    }
 
     /* the device stops: the control thread releases the lock */
     vhost_user_frontend_free(f.fe);
