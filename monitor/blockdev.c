@@ -34,6 +34,8 @@ struct VbPendingOpen {
     bool discard;
     BlockOptions o;
     GPtrArray *strings;         /* g_free()d with it */
+    char *key;                  /* o.rbd.key's copy, in key pages */
+    size_t key_mapped;          /* for vb_key_free() */
     QmpPending *p;
 };
 
@@ -214,10 +216,8 @@ static const char *vb_pending_strdup(VbPendingOpen *po, const char *str)
 
 static void vb_pending_free(VbPendingOpen *po)
 {
-    if (po->o.rbd.key) {
-        /* As the secret objects: no copy of a key outlives its use. */
-        memset((char *)po->o.rbd.key, 0, strlen(po->o.rbd.key));
-    }
+    /* As the secret objects: no copy of a key outlives its use. */
+    vb_key_free(po->key, po->key_mapped);
     g_ptr_array_free(po->strings, true);
     g_free(po->name);
     g_free(po);
@@ -280,7 +280,10 @@ static void vb_node_open_async(VbState *s, const char *name,
     r->snapshot = vb_pending_strdup(po, r->snapshot);
     r->conf = vb_pending_strdup(po, r->conf);
     r->user = vb_pending_strdup(po, r->user);
-    r->key = vb_pending_strdup(po, r->key);
+    if (r->key) {
+        po->key = vb_key_dup(r->key, &po->key_mapped);
+        r->key = po->key;
+    }
     r->keyfile = vb_pending_strdup(po, r->keyfile);
     r->mon_host = vb_pending_strdup(po, r->mon_host);
     r->auth_client_required = vb_pending_strdup(po,

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * What the monitor's command files share and nothing outside monitor/
- * sees: the node and export structures, the objects' lookups, and the
- * QMP error helper.
+ * sees: the node and export structures, the lookups and key pages one
+ * file offers the others, the QMP error helper, and each file's part of
+ * vb_state_cleanup() and of the command table (monitor/state.c).
  *
  * Threads: main thread only.
  */
@@ -49,8 +50,21 @@ struct VbExport {
  * as QEMU passes a secret to librados (base64). */
 typedef struct VbSecretObj {
     char *id;
-    char *base64;
+    char *base64;               /* in key pages: see vb_key_alloc() */
+    size_t mapped;              /* for vb_key_free() */
 } VbSecretObj;
+
+/*
+ * Key bytes (a secret object's, and the copy an rbd open in a worker
+ * keeps): in pages of their own, left out of core dumps (MADV_DONTDUMP),
+ * locked out of swap where RLIMIT_MEMLOCK allows, and zeroed with
+ * explicit_bzero() before they are unmapped.  vb_key_alloc() gives @len
+ * zeroed bytes and one more for a NUL; *@mapped is what vb_key_free()
+ * needs (NULL is fine there).  Main thread (monitor/objects.c).
+ */
+char *vb_key_alloc(size_t len, size_t *mapped);
+char *vb_key_dup(const char *key, size_t *mapped);
+void vb_key_free(char *key, size_t mapped);
 
 /* A GenericError with a printf-style message, as QEMU's error_setg(). */
 void vb_set_error(GError **errp, const char *fmt, ...) G_GNUC_PRINTF(2, 3);

@@ -33,8 +33,12 @@
  */
 #include "qemu/osdep.h"
 #include "monitor-internal.h"
+#include "qemu/error-report.h"
 #include "qemu/sandbox.h"
 #include "qemu/throttle.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 /* ---- throttle groups --------------------------------------------------- */
 
@@ -271,6 +275,167 @@ static JsonNode *vb_qmp_qom_set(void *opaque, JsonObject *args,
     return vb_empty();
 }
 
+/* ---- key bytes ---------------------------------------------------------- */
+
+char *vb_key_alloc(size_t len, size_t *mapped)
+{
+    size_t page = sysconf(_SC_PAGESIZE);
+    size_t size = QEMU_ALIGN_UP(len + 1, page);
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (p == MAP_FAILED) {
+        /* As g_malloc() when memory runs out. */
+        g_error("cannot map %zu bytes for a key: %s", size,
+                g_strerror(errno));
+    }
+    /* A core dump without it; one without that pass is no reason to
+     * refuse the key, but say so. */
+    if (madvise(p, size, MADV_DONTDUMP) < 0) {
+        warn_report("a key's memory cannot be left out of core dumps "
+                    "(madvise: %s); a core dump of this process would "
+                    "hold it", g_strerror(errno));
+    }
+    /* Never written to swap, if RLIMIT_MEMLOCK allows (a page a key). */
+    if (mlock(p, size) < 0) {
+        static bool warned;
+
+        if (!warned) {
+            warned = true;
+            info_report("a key's memory cannot be locked (mlock: %s): "
+                        "it may be written to swap; raise "
+                        "RLIMIT_MEMLOCK (LimitMEMLOCK=) to avoid that",
+                        g_strerror(errno));
+        }
+    }
+    *mapped = size;
+    return p;
+}
+
+char *vb_key_dup(const char *key, size_t *mapped)
+{
+    size_t len = strlen(key);
+    char *p = vb_key_alloc(len, mapped);
+
+    memcpy(p, key, len + 1);
+    return p;
+}
+
+void vb_key_free(char *key, size_t mapped)
+{
+    if (key) {
+        explicit_bzero(key, mapped);
+        munlock(key, mapped);
+        munmap(key, mapped);
+    }
+}
+
+/* The most a secret file may hold: a Ceph key is 40 bytes of base64. */
+#define VB_SECRET_MAX (64 * 1024)
+
+/*
+ * The contents of @file, read straight into key pages (vb_key_alloc())
+ * and NUL-terminated, so that no other copy is made; *@len bytes, of a
+ * mapping of *@mapped bytes.  NULL with @errp set.
+ */
+static char *vb_secret_read(const char *id, const char *file, size_t *len,
+                            size_t *mapped, GError **errp)
+{
+    struct stat st;
+    size_t cap = VB_SECRET_MAX, n = 0;
+    char *buf;
+    int fd;
+
+    fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        vb_set_error(errp, "secret '%s': cannot read %s: %s", id, file,
+                     g_strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        (uint64_t)st.st_size < VB_SECRET_MAX) {
+        cap = st.st_size;       /* one more byte tells it did not grow */
+    }
+    buf = vb_key_alloc(cap + 1, mapped);
+    for (;;) {
+        ssize_t r = read(fd, buf + n, cap + 1 - n);
+
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r < 0) {
+            vb_set_error(errp, "secret '%s': cannot read %s: %s", id, file,
+                         g_strerror(errno));
+            goto fail;
+        }
+        if (r == 0) {
+            break;
+        }
+        n += r;
+        if (n > cap) {
+            if (cap < VB_SECRET_MAX) {
+                /* The file grew under us: go on in the largest buffer. */
+                size_t bigger = 0;
+                char *more = vb_key_alloc(VB_SECRET_MAX + 1, &bigger);
+
+                memcpy(more, buf, n);
+                vb_key_free(buf, *mapped);
+                buf = more;
+                *mapped = bigger;
+                cap = VB_SECRET_MAX;
+                continue;
+            }
+            vb_set_error(errp, "secret '%s': %s is larger than %d KiB; "
+                         "give the file that holds just the key", id, file,
+                         VB_SECRET_MAX / 1024);
+            goto fail;
+        }
+    }
+    close(fd);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+
+fail:
+    close(fd);
+    vb_key_free(buf, *mapped);
+    return NULL;
+}
+
+/* @str is base64 that decodes to at least one byte (a key as ceph auth
+ * get-key prints it), without decoding it anywhere. */
+static bool vb_base64_check(const char *str)
+{
+    size_t chars = 0, pad = 0;
+
+    for (const char *c = str; *c; c++) {
+        if (*c == '=') {
+            pad++;
+        } else if (!pad && (g_ascii_isalnum(*c) || *c == '+' || *c == '/')) {
+            chars++;
+        } else {
+            return false;
+        }
+    }
+    /* What g_base64_decode() would make of it: 6 bits a character. */
+    return chars * 6 / 8 > 0;
+}
+
+/* base64 of the @len bytes at @raw, in key pages (*@mapped bytes). */
+static char *vb_base64_encode(const char *raw, size_t len, size_t *mapped)
+{
+    gint state = 0, save = 0;
+    char *out = vb_key_alloc((len / 3 + 1) * 4 + 4, mapped);
+    size_t n;
+
+    n = g_base64_encode_step((const guchar *)raw, len, false, out, &state,
+                             &save);
+    n += g_base64_encode_close(false, out + n, &state, &save);
+    out[n] = '\0';
+    explicit_bzero(&save, sizeof(save));
+    return out;
+}
+
 /* ---- iothread and secret objects --------------------------------------- */
 
 VbIOThreadObj *vb_iothread_find(VbState *s, const char *id)
@@ -339,9 +504,8 @@ static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
     };
     const char *id = NULL, *file = NULL, *data = NULL;
     int format = -1;
-    g_autofree char *contents = NULL;
-    gsize len = 0;
-    GError *err = NULL;
+    size_t len = 0, mapped = 0;
+    char *contents;
     VbSecretObj *sec;
 
     if (!qmp_args_str(a, "id", true, &id, errp) ||
@@ -368,34 +532,28 @@ static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
                      "object (type 'container')", id);
         return false;
     }
-    if (!g_file_get_contents(file, &contents, &len, &err)) {
-        vb_set_error(errp, "secret '%s': cannot read %s: %s", id, file,
-                     err->message);
-        g_error_free(err);
+    contents = vb_secret_read(id, file, &len, &mapped, errp);
+    if (!contents) {
         return false;
     }
     sec = g_new0(VbSecretObj, 1);
     if (format >= 0 && formats[format].base64) {
-        g_autofree guchar *raw = NULL;
-        gsize rawlen = 0;
-
+        /* Kept as it is (stripped): it already is what librados wants. */
         g_strstrip(contents);
-        raw = *contents ? g_base64_decode(contents, &rawlen) : NULL;
-        if (!rawlen || !g_regex_match_simple("^[A-Za-z0-9+/]+=*$", contents,
-                                             0, 0)) {
+        if (!vb_base64_check(contents)) {
             vb_set_error(errp, "secret '%s': %s is not base64 (format=base64 "
                          "wants the key as ceph auth get-key prints it)", id,
                          file);
             g_free(sec);
-            memset(contents, 0, strlen(contents));
+            vb_key_free(contents, mapped);
             return false;
         }
-        memset(raw, 0, rawlen);
-        sec->base64 = g_strdup(contents);
+        sec->base64 = contents;
+        sec->mapped = mapped;
     } else {
-        sec->base64 = g_base64_encode((const guchar *)contents, len);
+        sec->base64 = vb_base64_encode(contents, len, &sec->mapped);
+        vb_key_free(contents, mapped);
     }
-    memset(contents, 0, len);
     sec->id = g_strdup(id);
     g_ptr_array_add(s->secrets, sec);
     return true;
@@ -591,8 +749,7 @@ static bool vb_iothread_in_use(VbState *s, VbIOThreadObj *t)
 static void vb_secret_free(VbSecretObj *sec)
 {
     g_free(sec->id);
-    memset(sec->base64, 0, strlen(sec->base64));
-    g_free(sec->base64);
+    vb_key_free(sec->base64, sec->mapped);
     g_free(sec);
 }
 

@@ -4,7 +4,8 @@
  * vhost-blkd with throttle groups tg0 (unused) and tg1 (used by the
  * --export ...,throttle-group=tg1 export g1), a secret sec0 and an
  * iothread io0.  Each case checks the error texts of QEMU's
- * user_creatable_del() and that a deleted id can be added again.
+ * user_creatable_del() and that a deleted id can be added again; one
+ * reads the daemon's memory for the secret's key (/proc/PID/mem).
  */
 #include "qemu/osdep.h"
 #include "vb-daemon.h"
@@ -111,6 +112,89 @@ static void fixture_teardown(Fixture *f, gconstpointer data)
     g_free(f->qmp_path);
     g_free(f->key_path);
     vb_daemon_cleanup(&f->d);
+}
+
+/* ---- the daemon's memory ---------------------------------------------- */
+
+/* Count the occurrences of @needle in @len bytes of the daemon's memory
+ * at @start, read through @mem, into *@n. */
+static void scan_region(int mem, uint64_t start, uint64_t len,
+                        const char *needle, unsigned int *n)
+{
+    enum { CHUNK = 1 << 20 };
+    size_t nlen = strlen(needle);
+    g_autofree char *buf = g_malloc(CHUNK + nlen);
+    uint64_t done = 0;
+
+    while (done < len) {
+        size_t want = MIN(len - done, (uint64_t)CHUNK + nlen - 1);
+        ssize_t r = pread(mem, buf, want, start + done);
+        const char *p = buf;
+
+        if (r <= 0) {
+            return;             /* [vvar] and the like: not readable */
+        }
+        while ((p = memmem(p, buf + r - p, needle, nlen))) {
+            (*n)++;
+            p++;
+        }
+        if ((size_t)r < want || done + r >= len) {
+            return;
+        }
+        /* The next chunk repeats the last nlen - 1 bytes. */
+        done += r - (nlen - 1);
+    }
+}
+
+/*
+ * How often @needle is in the daemon's readable memory: in mappings that
+ * a core dump leaves out (smaps VmFlags "dd"), *@in_dd, and in the
+ * others, *@other.  Mappings with nothing resident, and huge ones (a
+ * sanitizer's shadow: terabytes reserved), are skipped: reading them
+ * would only fault in zeroes.  False if its memory cannot be read.
+ */
+static bool scan_memory(Fixture *f, const char *needle, unsigned int *in_dd,
+                        unsigned int *other)
+{
+    g_autofree char *smaps_path = g_strdup_printf("/proc/%d/smaps",
+                                                  (int)f->d.pid);
+    g_autofree char *mem_path = g_strdup_printf("/proc/%d/mem",
+                                                (int)f->d.pid);
+    g_autofree char *smaps = NULL;
+    g_auto(GStrv) lines = NULL;
+    uint64_t start = 0, end = 0, rss = 0;
+    char perms[8] = "";
+    int mem;
+
+    *in_dd = *other = 0;
+    mem = open(mem_path, O_RDONLY | O_CLOEXEC);
+    if (mem < 0 || !g_file_get_contents(smaps_path, &smaps, NULL, NULL)) {
+        if (mem >= 0) {
+            close(mem);
+        }
+        return false;
+    }
+    lines = g_strsplit(smaps, "\n", -1);
+    for (char **l = lines; *l; l++) {
+        uint64_t s0, e0;
+        char p0[8];
+
+        if (sscanf(*l, "%" SCNx64 "-%" SCNx64 " %7s", &s0, &e0, p0) == 3) {
+            start = s0;
+            end = e0;
+            rss = 0;
+            g_strlcpy(perms, p0, sizeof(perms));
+        } else if (sscanf(*l, "Rss: %" SCNu64, &s0) == 1) {
+            rss = s0;
+        } else if (g_str_has_prefix(*l, "VmFlags:") && perms[0] == 'r' &&
+                   rss && end - start <= (1ULL << 30)) {
+            /* The last line of a mapping's entry. */
+            scan_region(mem, start, end - start, needle,
+                        strstr(*l, " dd") ? in_dd : other);
+        }
+    }
+    close(mem);
+    return true;
 }
 
 /* ---- cases ------------------------------------------------------------- */
@@ -273,6 +357,71 @@ static void test_secret(Fixture *f, gconstpointer data)
     g_assert_true(vb_daemon_alive(&f->d));
 }
 
+/*
+ * The secret's key is only in pages a core dump leaves out, and in no
+ * other copy (the file's raw bytes included); deleted, it is nowhere.
+ */
+static void test_secret_memory(Fixture *f, gconstpointer data)
+{
+    static const char key[] = "not-a-real-key";    /* fixture_setup() */
+    g_autofree char *b64 = g_base64_encode((const guchar *)key,
+                                           strlen(key));
+    unsigned int in_dd = 0, other = 0;
+
+    if (!scan_memory(f, b64, &in_dd, &other)) {
+        g_test_skip("cannot read the daemon's memory (/proc/PID/mem)");
+        return;
+    }
+    g_assert_cmpuint(other, ==, 0);
+    g_assert_cmpuint(in_dd, ==, 1);
+    g_assert_true(scan_memory(f, key, &in_dd, &other));
+    g_assert_cmpuint(in_dd + other, ==, 0);
+
+    object_del(f, "sec0", NULL);
+    g_assert_true(scan_memory(f, b64, &in_dd, &other));
+    g_assert_cmpuint(in_dd + other, ==, 0);
+    g_assert_true(vb_daemon_alive(&f->d));
+}
+
+/* format=base64: the key as ceph auth get-key prints it (a newline
+ * after it), kept as it is; a file that is not base64, or too large to
+ * be a key, is refused. */
+static void test_secret_base64(Fixture *f, gconstpointer data)
+{
+    static const char key[] = "vhost-blk-test-key-b64";
+    g_autofree char *b64 = g_base64_encode((const guchar *)key,
+                                           strlen(key));
+    g_autofree char *text = g_strdup_printf("%s\n", b64);
+    g_autofree char *path = g_strdup_printf("%s/key64", f->d.dir);
+    g_autofree char *big = g_strnfill(70 * 1024, 'A');
+    g_autofree char *add = g_strdup_printf(
+        "{\"execute\":\"object-add\",\"arguments\":{\"qom-type\":\"secret\","
+        "\"id\":\"s64\",\"file\":\"%s\",\"format\":\"base64\"}}", path);
+    g_autofree char *notb64 = g_strdup_printf(
+        "secret 's64': %s is not base64 (format=base64 wants the key as "
+        "ceph auth get-key prints it)", path);
+    g_autofree char *toobig = g_strdup_printf(
+        "secret 's64': %s is larger than 64 KiB; give the file that holds "
+        "just the key", path);
+    unsigned int in_dd = 0, other = 0;
+
+    g_assert_true(g_file_set_contents(path, "not base64!", -1, NULL));
+    vb_qmp_fails(&f->q, add, notb64);
+    g_assert_true(g_file_set_contents(path, "Q", -1, NULL));
+    vb_qmp_fails(&f->q, add, notb64);
+    g_assert_true(g_file_set_contents(path, big, -1, NULL));
+    vb_qmp_fails(&f->q, add, toobig);
+    g_assert_true(g_file_set_contents(path, text, -1, NULL));
+    vb_qmp_ok(&f->q, add);
+    unlink(path);
+    assert_listed(f, "/objects", "s64", "child<secret>");
+    if (scan_memory(f, b64, &in_dd, &other)) {
+        g_assert_cmpuint(other, ==, 0);
+        g_assert_cmpuint(in_dd, ==, 1);
+    }
+    object_del(f, "s64", NULL);
+}
+
 /* An iothread running an export's queue stays; once the export is gone
  * the thread is stopped and the id is free. */
 static void test_iothread(Fixture *f, gconstpointer data)
@@ -380,6 +529,10 @@ int main(int argc, char **argv)
                fixture_setup, test_tg_export, fixture_teardown);
     g_test_add("/blkd-objects/secret", Fixture, NULL, fixture_setup,
                test_secret, fixture_teardown);
+    g_test_add("/blkd-objects/secret-memory", Fixture, NULL, fixture_setup,
+               test_secret_memory, fixture_teardown);
+    g_test_add("/blkd-objects/secret-base64", Fixture, NULL, fixture_setup,
+               test_secret_base64, fixture_teardown);
     g_test_add("/blkd-objects/iothread", Fixture, NULL, fixture_setup,
                test_iothread, fixture_teardown);
     g_test_add("/blkd-objects/qom-list", Fixture, NULL, fixture_setup,
