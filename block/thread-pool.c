@@ -42,6 +42,10 @@ typedef struct ThreadPoolClient {
     EventNotifier notifier;
     GMutex lock;
     QSIMPLEQ_HEAD(, BlockAIOCB) done;   /* protected by lock */
+    /* The owner thread is confined: which set runs its requests.  Set by
+     * the owner before each enqueue, read by workers under the
+     * backend's pool_lock. */
+    bool confined;
 } ThreadPoolClient;
 
 /* One set of workers (see the top of the file). */
@@ -84,18 +88,58 @@ static void thread_pool_done(BlockAIOCB *acb)
     event_notifier_set(&c->notifier);
 }
 
+static void thread_pool_workers_queue(ThreadPoolWorkers *w,
+                                      BlockAIOCB *acb);
+
+/*
+ * Under @blk's pool_lock: the first waiting request of @blk whose context
+ * is confined as @confined says, else NULL and *@other the first waiting
+ * one (of the other set), if any; taken off the queue.
+ */
+static BlockAIOCB *thread_pool_take_waiting(BlockBackend *blk, bool confined,
+                                            BlockAIOCB **other)
+{
+    BlockAIOCB *acb, **link = &blk->pool_waiting.sqh_first;
+
+    *other = NULL;
+    while ((acb = *link)) {
+        ThreadPoolClient *c =
+            (ThreadPoolClient *)(uintptr_t)acb->engine_priv[0];
+
+        if (c->confined == confined) {
+            /* Unlink it (the queue has no removal but at the head). */
+            *link = acb->next.sqe_next;
+            if (!*link) {
+                blk->pool_waiting.sqh_last = link;
+            }
+            return acb;
+        }
+        link = &acb->next.sqe_next;
+    }
+    acb = QSIMPLEQ_FIRST(&blk->pool_waiting);
+    if (acb) {
+        QSIMPLEQ_REMOVE_HEAD(&blk->pool_waiting, next);
+        *other = acb;
+    }
+    return NULL;
+}
+
 /*
  * Run @data, then the requests of the same backend that wait for a share
- * of the pool, one after the other in this worker: the backend keeps at
- * most THREAD_POOL_MAX_PER_BACKEND workers without another push.
+ * of the pool, one after the other in this worker of @opaque's set: the
+ * backend keeps at most THREAD_POOL_MAX_PER_BACKEND workers without
+ * another push.  A waiting request of the other set's (a backend used by
+ * a confined and an unconfined context) is handed to that set, with this
+ * worker's share: it never runs here.
  */
-static void thread_pool_worker(gpointer data, gpointer unused)
+static void thread_pool_worker(gpointer data, gpointer opaque)
 {
+    ThreadPoolWorkers *w = opaque;
     BlockAIOCB *acb = data;
 
     while (acb) {
         BlockBackend *blk = acb->blk;
-        BlockAIOCB *next;
+        BlockAIOCB *next, *other;
 
         if (unlikely(thread_pool_test_hook)) {
             thread_pool_test_hook(acb);
@@ -103,16 +147,17 @@ static void thread_pool_worker(gpointer data, gpointer unused)
         acb->ret = acb->target->run(acb);
 
         g_mutex_lock(&blk->pool_lock);
-        next = QSIMPLEQ_FIRST(&blk->pool_waiting);
-        if (next) {
-            QSIMPLEQ_REMOVE_HEAD(&blk->pool_waiting, next);
-        } else {
+        next = thread_pool_take_waiting(blk, w->confined, &other);
+        if (!next && !other) {
             blk->pool_running--;
         }
         g_mutex_unlock(&blk->pool_lock);
-        /* Once @acb completes @blk may be closed, unless @next holds it:
-         * nothing below touches @blk. */
+        /* Once @acb completes @blk may be closed, unless @next or @other
+         * holds it: nothing below touches @blk. */
         thread_pool_done(acb);
+        if (other) {
+            thread_pool_workers_queue(&thread_pool_sets[!w->confined], other);
+        }
         acb = next;
     }
 }
@@ -138,16 +183,28 @@ static gpointer thread_pool_thread(gpointer opaque)
         QSIMPLEQ_REMOVE_HEAD(&w->queue, next);
         w->queued--;
         g_mutex_unlock(&w->lock);
-        thread_pool_worker(acb, NULL);
+        thread_pool_worker(acb, w);
         g_mutex_lock(&w->lock);
     }
     return NULL;
 }
 
+/* Any thread: queue @acb for @w's workers, starting none (@w has one:
+ * thread_pool_enqueue() sees to it). */
+static void thread_pool_workers_queue(ThreadPoolWorkers *w, BlockAIOCB *acb)
+{
+    g_mutex_lock(&w->lock);
+    QSIMPLEQ_INSERT_TAIL(&w->queue, acb, next);
+    w->queued++;
+    g_cond_signal(&w->cond);
+    g_mutex_unlock(&w->lock);
+}
+
 /*
- * Owner thread of @acb's context: run @acb in a worker of the set that
- * matches this thread's confinement, starting one if every worker is
- * busy (from this thread: it inherits our filter, or our lack of one).
+ * Owner thread of a context: run @acb (NULL: nothing, only make sure the
+ * set has a worker) in a worker of the set that matches this thread's
+ * confinement, starting one if every worker is busy (from this thread:
+ * it inherits our filter, or our lack of one).
  */
 static void thread_pool_workers_push(BlockAIOCB *acb)
 {
@@ -157,12 +214,15 @@ static void thread_pool_workers_push(BlockAIOCB *acb)
     GThread *t;
 
     g_mutex_lock(&w->lock);
-    QSIMPLEQ_INSERT_TAIL(&w->queue, acb, next);
-    w->queued++;
-    if (w->queued > w->idle && w->threads < THREAD_POOL_MAX_WORKERS) {
+    if (acb) {
+        QSIMPLEQ_INSERT_TAIL(&w->queue, acb, next);
+        w->queued++;
+    }
+    if ((acb ? w->queued > w->idle : w->threads == 0) &&
+        w->threads < THREAD_POOL_MAX_WORKERS) {
         w->threads++;
         start = true;
-    } else {
+    } else if (acb) {
         g_cond_signal(&w->cond);
     }
     g_mutex_unlock(&w->lock);
@@ -187,7 +247,7 @@ static void thread_pool_workers_push(BlockAIOCB *acb)
             QSIMPLEQ_REMOVE_HEAD(&w->queue, next);
             w->queued--;
             g_mutex_unlock(&w->lock);
-            thread_pool_worker(acb, NULL);
+            thread_pool_worker(acb, w);
             g_mutex_lock(&w->lock);
         }
         g_mutex_unlock(&w->lock);
@@ -274,6 +334,7 @@ static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
     bool run;
 
     acb->engine_priv[0] = (uintptr_t)c;
+    c->confined = sandbox_thread_confined();
     g_mutex_lock(&blk->pool_lock);
     run = blk->pool_running < THREAD_POOL_MAX_PER_BACKEND;
     if (run) {
@@ -286,6 +347,10 @@ static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
     if (run) {
         c->common.stats.submit_syscalls++;  /* one worker wake-up */
         thread_pool_workers_push(acb);
+    } else if (unlikely(!thread_pool_sets[c->confined].threads)) {
+        /* A worker of the other set may hand this to ours: have one.
+         * (Read without the lock: a stale 0 only starts no thread.) */
+        thread_pool_workers_push(NULL);
     }
 }
 
