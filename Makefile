@@ -29,7 +29,7 @@ bench:
 	scripts/bench/compare.sh
 
 bench-engines:
-	scripts/bench/engines.sh
+	scripts/bench/investigations/engines.sh
 
 # The patched QEMU with -device vhost-pci-blk-pci (build/qemu/).
 qemu:

@@ -9,10 +9,12 @@
 # fixed -seed in FUZZ_ARGS makes the run try the same inputs every time
 # (CI does this); TARGETs default to all of them
 # (fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts
-# fuzz-qmp fuzz-inflight).  fuzz-virtqueue covers both ring formats: split,
-# and packed (header flag 0x40, seeds tests/fuzz/corpus/fuzz-virtqueue/
-# packed-*); fuzz-inflight the inflight restore of both, with a mutated
-# region and front-end writes during the restore.  Each
+# fuzz-qmp fuzz-inflight fuzz-qcow2).  fuzz-virtqueue covers both ring
+# formats: split, and packed (header flag 0x40, seeds
+# tests/fuzz/corpus/fuzz-virtqueue/packed-*); fuzz-inflight the inflight
+# restore of both, with a mutated region and front-end writes during the
+# restore; fuzz-qcow2 qcow2 image files (block/qcow2-format.c and the
+# reference reader).  Each
 # run starts from a copy of tests/fuzz/corpus/<target> plus
 # tests/fuzz/regressions/<target> in a temporary directory, so the
 # committed corpus never grows.  On a crash the
@@ -37,7 +39,7 @@ elif [ $# -gt 0 ]; then
     shift
 fi
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts fuzz-qmp fuzz-inflight)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts fuzz-qmp fuzz-inflight fuzz-qcow2)
 
 case "$seconds" in
 ''|*[!0-9]*) echo "usage: $0 [SECONDS | --runs N] [TARGET...]" >&2; exit 2 ;;
@@ -63,6 +65,8 @@ max_len() {
     fuzz-qmp) echo 4096 ;;
     # a packed region of 64 entries (2 KiB) and the ring image after it
     fuzz-inflight) echo 8192 ;;
+    # qcow2 images of 512-byte clusters: the seeds are 3-6 KiB
+    fuzz-qcow2) echo 16384 ;;
     *) echo 2048 ;;
     esac
 }

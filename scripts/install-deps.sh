@@ -10,6 +10,7 @@ PKGS=(
     gcc pkg-config meson ninja-build libglib2.0-dev liburing-dev libaio-dev
     libjson-glib-dev libseccomp-dev libpcre2-dev
     libmicrohttpd-dev   # vhost-blkd --metrics (Prometheus endpoint)
+    zlib1g-dev libzstd-dev  # qcow2 compressed clusters (block/qcow2-format.c)
     # tests and the guest harness
     qemu-system-x86 qemu-utils qemu-system-data seabios ipxe-qemu fio busybox-static
     cpio zstd xz-utils kmod dpkg-dev util-linux e2fsprogs strace

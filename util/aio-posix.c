@@ -68,7 +68,9 @@
  *     notification found that way (a bottom half the last iteration
  *     scheduled, e.g. the null engine's completions) says nothing about
  *     the peer and is not fed to the policy at all; counting it as a
- *     saved sleep kept the window open at 20k IOPS.
+ *     saved sleep kept the window open under a steady request rate where
+ *     spinning caught nothing (docs/benchmarks.md, "Polling must pay for
+ *     itself").
  * A window of 0 spends and saves nothing, so the account cannot move;
  * what restarts polling is a probe: after a near wait (or a first-look
  * hit: a peer that answers that fast need not kick while we poll), the

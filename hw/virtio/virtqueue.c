@@ -549,7 +549,9 @@ int virtqueue_map_desc_slow(VirtQueue *vq, VirtQueueElement *elem,
  * Walk the chain starting at @head into @elem.  Returns false (queue
  * broken) on any inconsistency.  Hot path: no allocation, no syscall;
  * inlined into virtqueue_pop(), whose frame it then shares (the call
- * and its register saves were ~15 instructions of a ~110 per chain).
+ * and its register saves were a visible share of the walk's instructions:
+ * docs/bench/archive/2026-12-01-details.md, "Instructions per I/O, per
+ * change").
  */
 static inline __attribute__((always_inline)) bool
 virtqueue_map_chain(VirtQueue *vq, uint16_t head, VirtQueueElement *elem)

@@ -7,7 +7,7 @@
 # see that the three paths behave alike in a real guest, and
 # scripts/bench/compare.sh for the dataplane itself.
 #
-# Usage: scripts/bench/guest.sh [-o OUTDIR] [-t SECONDS] [-r REPS]
+# Usage: scripts/bench/investigations/guest.sh [-o OUTDIR] [-t SECONDS] [-r REPS]
 #            [-f FILE] [-m SIZE_MIB] [-b BUILDDIR] [-j "JOBS"]
 #            [-q "QUEUES"] [-c "CASES"]
 #   -o  output directory (default /var/tmp/vhost-blk-guest)
@@ -27,7 +27,7 @@
 # fio-verify with vbverify=none, time based) with one queue.
 set -u
 
-srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+srcdir=$(cd "$(dirname "$0")/../../.." && pwd)
 out=/var/tmp/vhost-blk-guest
 runtime=10
 reps=3

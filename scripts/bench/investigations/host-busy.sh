@@ -8,7 +8,7 @@
 # phase during which polling was paused, the changes of state, and next to
 # it the kernel's own view (CPU pressure avg10, load average).
 #
-# Usage: scripts/bench/host-busy.sh [-s SECONDS_PER_PHASE] [-p "SPINNERS ..."]
+# Usage: scripts/bench/investigations/host-busy.sh [-s SECONDS_PER_PHASE] [-p "SPINNERS ..."]
 #            [-b BUILDDIR]
 #   -s  seconds per phase (default 10)
 #   -p  spinners per phase (default "0 1 2 4 0"; the host has $(nproc) CPUs)
@@ -16,7 +16,7 @@
 # reported as the detection delay (the check samples every 500 ms and
 # pauses after one pressured sample, resumes after three calm ones).
 set -u
-srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+srcdir=$(cd "$(dirname "$0")/../../.." && pwd)
 secs=10; phases="0 1 2 4 0"; builddir=$srcdir/build
 while [ $# -gt 0 ]; do
     case $1 in

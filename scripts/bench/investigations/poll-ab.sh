@@ -10,7 +10,7 @@
 # --poll at depth 1 (null).  One ab.md per cell in OUTDIR, plus
 # OUTDIR/summary.md with every table and the load at each cell's start.
 #
-# Usage: scripts/bench/poll-ab.sh -a OLD_BUILDDIR [-b NEW_BUILDDIR]
+# Usage: scripts/bench/investigations/poll-ab.sh -a OLD_BUILDDIR [-b NEW_BUILDDIR]
 #            [-r REPS] [-t SECONDS] [-f FILE] [-o OUTDIR] [--cells "..."]
 #   -a  the build to compare against (e.g. a build of main)
 #   -b  the build under test (default: build)
@@ -21,7 +21,7 @@
 #   --cells  a subset of: rate20k-null rate100k-null rate20k-file
 #            rate100k-file halt-d1 halt-d32 poll-d1
 set -u
-srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+srcdir=$(cd "$(dirname "$0")/../../.." && pwd)
 old=; new=$srcdir/build; reps=3; runtime=2
 file=/var/tmp/vhost-blk-compare.img; out=/var/tmp/vhost-blk-poll-ab
 cells="rate20k-null rate100k-null rate20k-file rate100k-file halt-d1 halt-d32 poll-d1"

@@ -9,14 +9,14 @@
 # the client's wake-up.  Repetitions alternate vhost-blkd (default
 # polling and --poll-max-ns 0) and fio.
 #
-# Usage: scripts/bench/latency-split.sh [-r REPS] [-t SECONDS] [-f FILE]
+# Usage: scripts/bench/investigations/latency-split.sh [-r REPS] [-t SECONDS] [-f FILE]
 #            [-b BUILDDIR] [-d DEPTH]
 #   -r  repetitions (default 3)      -t  seconds per run (default 3)
 #   -d  iodepth of the bench and fio (default 1)
 #   -f  raw file (default /var/tmp/vhost-blk-compare.img, 1 GiB, created
 #       once)                        -b  build directory (default build)
 set -u
-srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+srcdir=$(cd "$(dirname "$0")/../../.." && pwd)
 reps=3; runtime=3; file=/var/tmp/vhost-blk-compare.img; build=$srcdir/build
 depth=1
 while [ $# -gt 0 ]; do

@@ -4,10 +4,10 @@
 # 1, 32 and 128, batching on and off; prints a markdown table of IOPS and
 # submit syscalls per request.
 #
-# Usage: scripts/bench/engines.sh [-s SECONDS] [-f FILE] [-m SIZE_MIB]
+# Usage: scripts/bench/investigations/engines.sh [-s SECONDS] [-f FILE] [-m SIZE_MIB]
 #                                 [-e ENGINES] [-d DEPTHS] [-b BUILDDIR]
 set -e
-srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+srcdir=$(cd "$(dirname "$0")/../../.." && pwd)
 seconds=3
 file=/var/tmp/vhost-blk-bench.img
 size_mib=256
