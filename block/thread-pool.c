@@ -331,10 +331,16 @@ static void thread_pool_cleanup(void *opaque)
 static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
 {
     BlockBackend *blk = acb->blk;
-    bool run;
+    bool run, confined;
 
     acb->engine_priv[0] = (uintptr_t)c;
-    c->confined = sandbox_thread_confined();
+    confined = sandbox_thread_confined();
+    if (unlikely(c->confined != confined)) {
+        /* Written once, before workers can see a request of @c waiting
+         * (the thread confines itself before it serves a queue); never
+         * rewritten with the same value under their reads. */
+        c->confined = confined;
+    }
     g_mutex_lock(&blk->pool_lock);
     run = blk->pool_running < THREAD_POOL_MAX_PER_BACKEND;
     if (run) {
@@ -347,9 +353,9 @@ static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
     if (run) {
         c->common.stats.submit_syscalls++;  /* one worker wake-up */
         thread_pool_workers_push(acb);
-    } else if (unlikely(!thread_pool_sets[c->confined].threads)) {
-        /* A worker of the other set may hand this to ours: have one.
-         * (Read without the lock: a stale 0 only starts no thread.) */
+    } else {
+        /* A worker of the other set may hand this to ours: have one
+         * (under the set's lock: this is the backend-is-busy path). */
         thread_pool_workers_push(NULL);
     }
 }
