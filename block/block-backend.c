@@ -307,6 +307,82 @@ void blk_close(BlockBackend *blk)
     blk_close(child);
 }
 
+/* An asynchronous close (see blk_close_async()); worker, then main
+ * thread. */
+typedef struct BlkCloseJob {
+    BlockBackend *blk;
+    BlockCloseCompleteFunc *cb;
+    void *opaque;
+} BlkCloseJob;
+
+/* Main thread: the worker closed the node. */
+static void blk_close_bh(void *opaque)
+{
+    BlkCloseJob *job = opaque;
+
+    blk_free(job->blk);
+    job->cb(job->opaque);
+    g_free(job);
+}
+
+/* Worker thread: the part of the close that waits on the network. */
+static gpointer blk_close_thread(gpointer opaque)
+{
+    BlkCloseJob *job = opaque;
+
+    job->blk->drv->bdrv_close(job->blk);
+    aio_bh_schedule_oneshot(job->blk->main_ctx, blk_close_bh, job,
+                            "blk-close");
+    /* Pairs with the acquire load in blk_async_workers(). */
+    __atomic_sub_fetch(&blk_workers, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* Main thread; no request may be in flight. */
+void blk_close_async(BlockBackend *blk, BlockCloseCompleteFunc *cb,
+                     void *opaque)
+{
+    BlkCloseJob *job;
+    GError *err = NULL;
+    GThread *thread;
+
+    /* The filters on top: here, in order, as blk_close() does. */
+    while (blk && !(blk->drv->bdrv_close_any_thread && !blk->child)) {
+        BlockBackend *child = blk->child;
+
+        if (blk->drv->bdrv_close) {
+            blk->drv->bdrv_close(blk);
+        }
+        if (child) {
+            child->parent = NULL;
+        }
+        blk_free(blk);
+        blk = child;
+    }
+    if (!blk) {
+        cb(opaque);
+        return;
+    }
+    job = g_new0(BlkCloseJob, 1);
+    job->blk = blk;
+    job->cb = cb;
+    job->opaque = opaque;
+    __atomic_add_fetch(&blk_workers, 1, __ATOMIC_RELAXED);
+    thread = g_thread_try_new("blk-close", blk_close_thread, job, &err);
+    if (!thread) {
+        __atomic_sub_fetch(&blk_workers, 1, __ATOMIC_RELAXED);
+        warn_report("%s: cannot start a thread to close the image (%s): "
+                    "closing it in the main thread", blk->filename,
+                    err->message);
+        g_error_free(err);
+        g_free(job);
+        blk_close(blk);
+        cb(opaque);
+        return;
+    }
+    g_thread_unref(thread);
+}
+
 /* Getters: any thread (the fields are immutable after blk_open(), except
  * the size, which blk_truncate() changes). */
 uint64_t blk_getlength(BlockBackend *blk)
@@ -382,8 +458,14 @@ void blk_truncate_async(BlockBackend *blk, uint64_t size,
     GError *err = NULL;
     GThread *thread;
 
-    if (!blk->drv->bdrv_truncate_any_thread || !blk->drv->bdrv_truncate ||
-        size < blk_getlength(blk)) {
+    bool any_thread = blk->drv->bdrv_truncate != NULL;
+
+    /* A filter's resize is its child's: in a worker only if every node
+     * of the chain allows it. */
+    for (BlockBackend *n = blk; n && any_thread; n = n->child) {
+        any_thread = n->drv->bdrv_truncate_any_thread;
+    }
+    if (!any_thread || size < blk_getlength(blk)) {
         /* Also the refusal to shrink, with blk_truncate()'s words. */
         blk_truncate(blk, size, &err);
         cb(opaque, err);

@@ -4,10 +4,12 @@
  *
  * Theory of operation: see include/block/module.h for the contract.  The
  * loader builds the list of candidate directories (the environment
- * override, the build tree found from /proc/self/exe, the installed
- * directory), tries the module file in each in turn, skipping the ones
- * where it does not exist, and stops at the first that exists: it is
- * loaded and checked (ABI, driver symbol), or its failure is the answer.
+ * override, the build tree if /proc/self/exe lies in the one this program
+ * was built in, the installed directory), tries the module file in each
+ * in turn, skipping the ones where it does not exist, and stops at the
+ * first that exists: outside the build tree it must be owned by root and
+ * writable by nobody else, up to /; then it is loaded and checked (ABI,
+ * driver symbol), or its failure is the answer.
  * A loaded driver is remembered for the life of the process (modules are
  * never unloaded); a failure is not, so that installing the module and
  * retrying (a QMP blockdev-add) works without a restart.  Everything here
@@ -15,7 +17,12 @@
  */
 #include "qemu/osdep.h"
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include "block/module.h"
+
+/* The origin of the build tree's directory, which is not checked (see
+ * block_module_build_root()). */
+#define BLOCK_MODULE_BUILD_TREE "the build tree"
 
 typedef struct BlockModule {
     char *name;
@@ -26,34 +33,132 @@ static GMutex block_module_lock;
 /* Loaded modules; protected by block_module_lock, never shrinks. */
 static GPtrArray *block_modules;
 
-/* The build tree's root holding the running program, or NULL. */
+/* realpath(3) of @path as a g_free()-able string, or NULL. */
+static char *block_module_realpath(const char *path)
+{
+    char *r = realpath(path, NULL);
+    char *g = r ? g_strdup(r) : NULL;
+
+    free(r);
+    return g;
+}
+
+/*
+ * The build tree of this program, or NULL: CONFIG_BUILD_ROOT (the
+ * directory it was built in) if the program's own file lies inside it.
+ * Never a directory found by looking around the executable: an installed
+ * program (or a copy anywhere else) that climbed its parents for a
+ * build.ninja would load whatever block/block-rbd.so someone put next to
+ * one, as root.  Nothing else is checked here: whoever can write the
+ * build tree can already replace the program that runs from it.
+ */
 static char *block_module_build_root(void)
 {
     g_autofree char *exe = g_file_read_link("/proc/self/exe", NULL);
-    char *dir;
+    g_autofree char *root = block_module_realpath(CONFIG_BUILD_ROOT);
+    g_autofree char *ninja = NULL;
+    size_t n;
 
-    if (!exe || !g_path_is_absolute(exe)) {
+    if (!exe || !root) {
         return NULL;
     }
-    dir = g_path_get_dirname(exe);
-    /* build/tools/vhost-blkd, build/tests/unit/test-...: a few levels. */
-    for (int i = 0; i < 4; i++) {
-        g_autofree char *ninja = g_build_filename(dir, "build.ninja", NULL);
-        char *up;
+    n = strlen(root);
+    if (strncmp(exe, root, n) || exe[n] != '/') {
+        return NULL;
+    }
+    ninja = g_build_filename(root, "build.ninja", NULL);
+    if (!g_file_test(ninja, G_FILE_TEST_IS_REGULAR)) {
+        return NULL;
+    }
+    return g_steal_pointer(&root);
+}
 
-        if (g_file_test(ninja, G_FILE_TEST_IS_REGULAR)) {
-            return dir;
+/*
+ * Whether @st (of @path) can be changed only by root or by this process's
+ * user.  @strict: the module file and its directory, which nobody else
+ * may write at all; the directories above may be sticky (/tmp, /var/tmp:
+ * others cannot rename or remove what is ours there).
+ */
+static bool block_module_stat_trusted(const char *path, const struct stat *st,
+                                      bool strict, const char *what,
+                                      const char *name, const char *module,
+                                      GError **errp)
+{
+    bool sticky = S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX);
+
+    if (st->st_uid != 0 && st->st_uid != geteuid()) {
+        g_set_error(errp, VB_ERROR, 0, "%s: the %s driver module %s is not "
+                    "loaded: %s belongs to uid %u, neither root nor this "
+                    "process's user, who could put code there that would "
+                    "run in this process; chown root %s, or install the "
+                    "module where only root can write", what, name, module,
+                    path, (unsigned)st->st_uid, path);
+        return false;
+    }
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) && (strict || !sticky)) {
+        g_set_error(errp, VB_ERROR, 0, "%s: the %s driver module %s is not "
+                    "loaded: %s is writable by %s (mode %04o), who could "
+                    "put code there that would run in this process; "
+                    "chmod go-w %s", what, name, module, path,
+                    st->st_mode & S_IWOTH ? "every user" : "its group",
+                    (unsigned)(st->st_mode & 07777), path);
+        return false;
+    }
+    return true;
+}
+
+/*
+ * A module of the installed directory (or $VHOST_BLK_MODULE_DIR) is
+ * loaded only if the file, its directory and every directory above them
+ * are owned by root (or this process's user) and not writable by others:
+ * as sudo and ssh check what they trust.  The real path, checked, is what
+ * to dlopen(), in *@real.
+ */
+static bool block_module_trusted(const char *path, const char *name,
+                                 const char *what, char **real,
+                                 GError **errp)
+{
+    g_autofree char *file = block_module_realpath(path);
+    g_autofree char *dir = NULL;
+    struct stat st;
+
+    if (!file || stat(file, &st) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot load the %s driver "
+                    "module %s: %s", what, name, path, g_strerror(errno));
+        return false;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        g_set_error(errp, VB_ERROR, 0, "%s: the %s driver module %s is not "
+                    "a regular file: reinstall it", what, name, path);
+        return false;
+    }
+    if (!block_module_stat_trusted(file, &st, true, what, name, path,
+                                   errp)) {
+        return false;
+    }
+    dir = g_path_get_dirname(file);
+    for (bool strict = true;; strict = false) {
+        g_autofree char *up = NULL;
+
+        if (stat(dir, &st) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "%s: cannot load the %s driver "
+                        "module %s: %s: %s", what, name, path, dir,
+                        g_strerror(errno));
+            return false;
+        }
+        if (!block_module_stat_trusted(dir, &st, strict, what, name, path,
+                                       errp)) {
+            return false;
         }
         up = g_path_get_dirname(dir);
         if (!strcmp(up, dir)) {
-            g_free(up);
             break;
         }
         g_free(dir);
-        dir = up;
+        dir = g_steal_pointer(&up);
     }
-    g_free(dir);
-    return NULL;
+    *real = g_steal_pointer(&file);
+    return true;
 }
 
 /* Candidate directories, in search order, each with where it came from:
@@ -73,7 +178,7 @@ static void block_module_dirs(GPtrArray *dirs)
     root = block_module_build_root();
     if (root) {
         g_ptr_array_add(dirs, g_build_filename(root, "block", NULL));
-        g_ptr_array_add(dirs, g_strdup("the build tree"));
+        g_ptr_array_add(dirs, g_strdup(BLOCK_MODULE_BUILD_TREE));
     }
     g_ptr_array_add(dirs, g_strdup(CONFIG_MODULE_DIR));
     g_ptr_array_add(dirs, g_strdup("the installed directory"));
@@ -153,6 +258,8 @@ const BlockDriver *block_module_load_driver(const char *name,
     for (guint i = 0; i + 1 < dirs->len; i += 2) {
         g_autofree char *path = g_build_filename(g_ptr_array_index(dirs, i),
                                                  file, NULL);
+        const char *origin = g_ptr_array_index(dirs, i + 1);
+        g_autofree char *real = NULL;
 
         if (access(path, F_OK) < 0) {
             g_string_append_printf(tried, "%s%s (%s): %s",
@@ -161,7 +268,14 @@ const BlockDriver *block_module_load_driver(const char *name,
                                    g_strerror(errno));
             continue;
         }
-        drv = block_module_open(name, path, what, errp);
+        if (strcmp(origin, BLOCK_MODULE_BUILD_TREE)) {
+            if (!block_module_trusted(path, name, what, &real, errp)) {
+                goto out;
+            }
+        } else {
+            real = g_strdup(path);
+        }
+        drv = block_module_open(name, real, what, errp);
         if (drv) {
             if (!block_modules) {
                 block_modules = g_ptr_array_new();

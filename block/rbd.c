@@ -19,8 +19,11 @@
  * straight on the caller's iovecs (guest memory, no bounce), flush to
  * rbd_aio_flush(), discard to rbd_aio_discard(), write-zeroes to
  * rbd_aio_write_zeroes() (thick, i.e. without deallocating, unless the
- * request may unmap).  The cache of librbd is off (rbd_cache=false), so a
- * write is on the OSDs when it completes and FUA costs nothing more.
+ * request may unmap).  The cache of librbd is off (rbd_cache=false, and
+ * an open for writing refuses a pool or image configuration that turns
+ * it back on), so a write is on the OSDs when it completes and FUA costs
+ * nothing more.  A read cut short by the end of the image (shrunk on the
+ * cluster) gets the rest zeroed.
  *
  * Completions, two ways (completion=callback|poll; see BlockRbdCompletion
  * and RBD_DEFAULT_COMPLETION for which is the default and why).
@@ -51,11 +54,18 @@
  * poll_lock (attach and detach only: the control path).
  *
  * Control: operations that wait for the cluster and come from elsewhere
- * than an open or a resize (the size after an `rbd resize` seen by the
- * update watch, giving up the exclusive lock when the device stops) run
- * in one worker thread per node, so neither the main loop nor an
- * iothread waits on the network; their results reach the main thread
- * through a one-shot bottom half.
+ * than an open, a resize or a close (the size after an `rbd resize` seen
+ * by the update watch, giving up the exclusive lock when the device
+ * stops, a takeover) run in one control thread per node, so neither the
+ * main loop nor an iothread waits on the network; their results reach
+ * the main thread through a one-shot bottom half.  That thread is the
+ * node's own (created by the open, joined by the close), not one of
+ * GLib's shared pool: a pool's threads are created by whichever thread
+ * pushes (an iothread under its seccomp filter) and are reused across
+ * pools, so librbd's control calls could run confined and our file I/O
+ * unconfined.  The close (blk_close_async() for blockdev-del) may run in
+ * a worker too: unwatching, the last job and rbd_close() wait for the
+ * cluster.
  *
  * Exclusive lock: librbd takes the image's exclusive lock on the first
  * write (automatic policy) and hands it to another client that asks for
@@ -65,12 +75,13 @@
  * watch times out (osd_client_watch_timeout, 30 s by default).  When the
  * back-end restarts under a running front-end (kill -9, a crash), the
  * export knows it from the inflight region the front-end hands back
- * (saved by another process) and the node breaks that stale lock at
- * once, blocklisting the dead client as `rbd lock break` does; the
- * resubmitted writes waiting in librbd then take the lock.  Without that
- * signal (a client of another host holds it) we never break a lock:
- * librbd asks the owner and, if it died, breaks it after its watch timed
- * out.  See docs/user-guide.md, "Ceph RBD".
+ * (saved by another process), and the node breaks the stale lock of the
+ * earlier process of this host -- whose identity this host, not the
+ * front-end, kept (rbd_owner_record()) -- once that client's watch has
+ * expired, blocklisting it as `rbd lock break` does; the resubmitted
+ * writes waiting in librbd then take the lock.  A lock of any other
+ * client is never broken: librbd asks the owner and, if it died, breaks
+ * it after its watch timed out.  See docs/user-guide.md, "Ceph RBD".
  *
  * Built as a module, block-rbd.so (the only file linked with librbd and
  * librados), which the daemon loads when a node first names driver=rbd:
@@ -83,6 +94,7 @@
 #include "qemu/defer-call.h"
 #include "qemu/error-report.h"
 #include "qemu/event_notifier.h"
+#include "qemu/iothread.h"
 #include "block/block_int.h"
 #include "block/engine.h"
 #include "block/module.h"
@@ -140,10 +152,23 @@ typedef struct BDRVRBDState {
     AioContext *main_ctx;
     uint64_t update_handle;
     bool watching;
-    GThreadPool *ctl;           /* one worker: RbdJob */
+    /* The control thread (rbd_ctl_thread()): a thread of the node's own,
+     * created by the opening thread (never an iothread, so never under an
+     * iothread's seccomp filter) and joined by the close. */
+    GThread *ctl;
+    GMutex ctl_lock;
+    GCond ctl_cond;             /* a job, or ctl_stop */
+    GQueue ctl_jobs;            /* RbdJob; ctl_lock */
+    bool ctl_stop;              /* ctl_lock: the close is ending it */
     uint64_t new_size;          /* from the worker to the main thread */
-    bool closing;               /* main thread: no more size updates */
+    bool closing;               /* atomic: no more size updates */
     unsigned int refs;          /* atomic: the node, and each size BH */
+    /* Takeover (see rbd_ctl_takeover()): where this host keeps the
+     * identity of the process that has the image open for writing, and
+     * what it held when this node opened. */
+    char *owner_path;
+    char *prev_addr;            /* the earlier process's client address */
+    uint64_t prev_id;           /* and its global id (0: none known) */
     /* completion=poll */
     bool poll;
     EventNotifier poll_notifier;    /* given to rbd_set_image_notification */
@@ -157,6 +182,11 @@ typedef struct RbdEngine {
     BlockEngine common;
     EventNotifier notifier;
     bool edge;                  /* edge-triggered eventfd: never read */
+    /* The context's reference and one for each push under way: a
+     * librbd thread may still be between publishing a request and
+     * writing the eventfd when the owner has completed it and the context
+     * goes away (object-del of its iothread). */
+    _Atomic unsigned int refs;
     /* Completed requests, linked through acb->next; pushed by librbd's
      * threads, taken whole by the owner. */
     _Atomic(BlockAIOCB *) done;
@@ -164,12 +194,32 @@ typedef struct RbdEngine {
 
 /* ---- completions --------------------------------------------------- */
 
+/* Test hooks (tests/unit/test-block-rbd.c sets them through dlsym()):
+ * NULL in the daemon. */
+void (*rbd_test_push_hook)(void);       /* after the publish, before the
+                                         * wake-up */
+void (*rbd_test_ctl_hook)(int job);     /* control thread, before a job */
+
+static void rbd_engine_unref(RbdEngine *e)
+{
+    /* Release: our uses of @e come before the free; acquire: the free
+     * comes after everybody else's. */
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1) {
+        event_notifier_cleanup(&e->notifier);
+        g_free(e);
+    }
+}
+
 /* Any thread: hand @acb (finished, acb->ret set) to its context. */
 static void rbd_engine_push(BlockAIOCB *acb)
 {
     RbdEngine *e = (RbdEngine *)(uintptr_t)acb->engine_priv[0];
     BlockAIOCB *old;
 
+    /* Before the publish: once the owner sees @acb it may complete it
+     * and free the context; our reference keeps the eventfd and @e for
+     * the wake-up below (ordered by the release of the exchange). */
+    atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed);
     old = atomic_load_explicit(&e->done, memory_order_relaxed);
     do {
         acb->next.sqe_next = old;
@@ -179,11 +229,15 @@ static void rbd_engine_push(BlockAIOCB *acb)
     } while (!atomic_compare_exchange_weak_explicit(&e->done, &old, acb,
                                                     memory_order_release,
                                                     memory_order_relaxed));
+    if (unlikely(rbd_test_push_hook)) {
+        rbd_test_push_hook();
+    }
     if (!old) {
         /* The owner has taken (or will take) everything before us; only
          * the first request of a batch needs to wake it. */
         event_notifier_set(&e->notifier);
     }
+    rbd_engine_unref(e);
 }
 
 /* librbd thread: @acb has finished (completion=callback). */
@@ -194,6 +248,45 @@ static void rbd_finish_cb(rbd_completion_t c, void *arg)
     acb->ret = (int)rbd_aio_get_return_value(c);
     rbd_aio_release(c);
     rbd_engine_push(acb);
+}
+
+/*
+ * A read that librbd ended short: the image ends inside the request (it
+ * was shrunk on the cluster after the guest learnt its size).  librbd
+ * clips a read to the image and returns the bytes it read; the rest of
+ * the caller's buffer holds whatever was there, which must not reach the
+ * guest as data: zero it, as QEMU's rbd driver does.  Only on a short
+ * read, so not per request.
+ */
+static void rbd_read_zero_tail(BlockAIOCB *acb)
+{
+    size_t skip = (size_t)acb->ret;
+
+    for (int i = 0; i < acb->niov; i++) {
+        size_t len = acb->iov[i].iov_len;
+
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        memset((char *)acb->iov[i].iov_base + skip, 0, len - skip);
+        skip = 0;
+    }
+}
+
+/* Owner thread: the result of @acb as the block layer takes it. */
+static inline int rbd_acb_result(BlockAIOCB *acb)
+{
+    if (acb->ret < 0) {
+        return acb->ret;
+    }
+    /* A read returns the bytes read (librbd zero-fills holes, and clips
+     * at the end of the image), the others 0. */
+    if (acb->type == BLK_REQ_READ &&
+        unlikely((uint64_t)acb->ret < acb->bytes)) {
+        rbd_read_zero_tail(acb);
+    }
+    return 0;
 }
 
 /* Owner thread: complete everything librbd has finished. */
@@ -218,9 +311,7 @@ static void rbd_engine_drain(RbdEngine *e)
 
         acb = fifo;
         fifo = acb->next.sqe_next;
-        /* A read returns the bytes read (librbd zero-fills holes), the
-         * others 0; failures -errno. */
-        ret = acb->ret < 0 ? acb->ret : 0;
+        ret = rbd_acb_result(acb);
         e->common.stats.completions++;
         e->common.stats.completions_direct++;
         blk_acb_complete(acb, ret);
@@ -264,6 +355,7 @@ static BlockEngine *rbd_engine_create(AioContext *ctx, GError **errp)
         return NULL;
     }
     atomic_init(&e->done, NULL);
+    atomic_init(&e->refs, 1);
     e->common.ctx = ctx;
     aio_set_fd_handler(ctx, event_notifier_get_fd(&e->notifier),
                        rbd_engine_read_cb, NULL, rbd_engine_poll_cb,
@@ -273,15 +365,15 @@ static BlockEngine *rbd_engine_create(AioContext *ctx, GError **errp)
     return &e->common;
 }
 
-/* From aio_context_free(): no request in flight. */
+/* From aio_context_free(): no request in flight, though a librbd thread
+ * may still be about to wake us for the last one (it holds a reference). */
 static void rbd_engine_cleanup(void *opaque)
 {
     RbdEngine *e = opaque;
 
     aio_set_fd_handler(e->common.ctx, event_notifier_get_fd(&e->notifier),
                        NULL, NULL, NULL, NULL, NULL);
-    event_notifier_cleanup(&e->notifier);
-    g_free(e);
+    rbd_engine_unref(e);
 }
 
 /* Unused: requests enter through the driver's functions. */
@@ -328,7 +420,7 @@ static void rbd_poll_read_cb(void *opaque)
                 rbd_engine_push(acb);   /* another context's request */
                 continue;
             }
-            ret = acb->ret < 0 ? acb->ret : 0;
+            ret = rbd_acb_result(acb);
             e->common.stats.completions++;
             e->common.stats.completions_direct++;
             blk_acb_complete(acb, ret);
@@ -503,9 +595,12 @@ static void rbd_detach_aio_context(BlockBackend *bs, AioContext *ctx)
 
 /* ---- control: the worker and the main thread ----------------------- */
 
+/* Any thread: the last reference frees the node's state. */
 static void rbd_state_unref(BDRVRBDState *s)
 {
     if (__atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        g_free(s->owner_path);
+        g_free(s->prev_addr);
         g_free(s);
     }
 }
@@ -516,7 +611,10 @@ static void rbd_size_bh(void *opaque)
     BDRVRBDState *s = opaque;
     uint64_t size = __atomic_load_n(&s->new_size, __ATOMIC_ACQUIRE);
 
-    if (s->closing || size == blk_getlength(s->bs)) {
+    /* Closing (maybe in a worker, blk_close_async()): s->bs may be gone
+     * by now, so look at nothing else. */
+    if (__atomic_load_n(&s->closing, __ATOMIC_ACQUIRE) ||
+        size == blk_getlength(s->bs)) {
         rbd_state_unref(s);
         return;
     }
@@ -527,16 +625,245 @@ static void rbd_size_bh(void *opaque)
     rbd_state_unref(s);
 }
 
-/* Worker thread: one control job for the image of @opaque. */
-static void rbd_ctl_worker(gpointer data, gpointer opaque)
+/* ---- takeover ------------------------------------------------------ */
+
+/*
+ * A back-end restarted under a running front-end finds the image's
+ * exclusive lock held by its dead predecessor.  Who that was must not
+ * come from the front-end: the inflight region that says "restarted" is
+ * the VMM's memory, and a VMM could claim a restart to have us break (and
+ * blocklist) the lock of any other client of the image.  So each node
+ * that opens an image for writing records its own client (address and
+ * global id) in a file of this host's runtime directory, named after the
+ * cluster, pool and image, and remembers what the file held before: the
+ * earlier process of this host.  A takeover breaks that client's lock
+ * only, and only once its watch on the image is gone (the OSD drops it
+ * osd_client_watch_timeout after the client died), so a live client is
+ * never blocklisted.  A lock held by anybody else is left to librbd,
+ * which asks the owner for it.
+ */
+
+/* The directory for the owner files: systemd's RuntimeDirectory=, else
+ * /run/vhost-blk. */
+static const char *rbd_runtime_dir(void)
 {
-    BDRVRBDState *s = opaque;
-    RbdJob job = GPOINTER_TO_INT(data);
+    const char *d = g_getenv("RUNTIME_DIRECTORY");
+
+    if (d && *d) {
+        /* "RuntimeDirectory=a b" gives "A:B": the first one is ours. */
+        static char first[PATH_MAX];
+        const char *colon = strchr(d, ':');
+
+        if (colon && (size_t)(colon - d) < sizeof(first)) {
+            memcpy(first, d, colon - d);
+            first[colon - d] = '\0';
+            return first;
+        }
+        return d;
+    }
+    return "/run/vhost-blk";
+}
+
+/* Any thread (the open): record this client as the image's writer on
+ * this host, keeping what the file said before.  Failing only disables
+ * the takeover. */
+static void rbd_owner_record(BDRVRBDState *s, const char *desc)
+{
+    const char *dir = rbd_runtime_dir();
+    char fsid[64], id[128];
+    g_autofree char *addr = NULL, *old = NULL, *line = NULL;
+    g_autoptr(GError) err = NULL;
+    uint64_t gid = rados_get_instance_id(s->cluster->cluster);
+
+    if (rados_cluster_fsid(s->cluster->cluster, fsid, sizeof(fsid)) < 0 ||
+        rbd_get_id(s->image, id, sizeof(id)) < 0 ||
+        rados_getaddrs(s->cluster->cluster, &addr) < 0 || !addr) {
+        warn_report("%s: cannot tell this client's identity; a restart "
+                    "of this back-end will wait for librbd to hand the "
+                    "exclusive lock over", desc);
+        return;
+    }
+    if (g_mkdir_with_parents(dir, 0755) < 0) {
+        warn_report("%s: cannot create %s (%s): a restart of this back-end "
+                    "will wait for librbd to hand the exclusive lock over",
+                    desc, dir, g_strerror(errno));
+        return;
+    }
+    s->owner_path = g_strdup_printf("%s/rbd-%s-%" PRId64 "-%s.owner", dir,
+                                    fsid, rados_ioctx_get_id(s->io), id);
+    if (g_file_get_contents(s->owner_path, &old, NULL, NULL)) {
+        char *sp = strchr(old, ' ');
+        char *nl = strchr(old, '\n');
+
+        if (sp && nl && nl > sp + 1) {
+            *nl = '\0';
+            s->prev_id = g_ascii_strtoull(old, NULL, 10);
+            s->prev_addr = g_strdup(sp + 1);
+        }
+    }
+    line = g_strdup_printf("%" PRIu64 " %s\n", gid, addr);
+    if (!g_file_set_contents_full(s->owner_path, line, -1,
+                                  G_FILE_SET_CONTENTS_CONSISTENT, 0600,
+                                  &err)) {
+        warn_report("%s: %s; a restart of this back-end will wait for "
+                    "librbd to hand the exclusive lock over", desc,
+                    err->message);
+        g_clear_pointer(&s->owner_path, g_free);
+    }
+}
+
+/* The close: the lock goes with us, so no successor has to take it. */
+static void rbd_owner_forget(BDRVRBDState *s)
+{
+    g_autofree char *cur = NULL, *addr = NULL;
+
+    if (!s->owner_path || rados_getaddrs(s->cluster->cluster, &addr) < 0) {
+        return;
+    }
+    if (g_file_get_contents(s->owner_path, &cur, NULL, NULL) && addr &&
+        strstr(cur, addr)) {
+        unlink(s->owner_path);
+    }
+}
+
+/* Control thread: wait up to @us for a job or the close; true if the
+ * close asked us to stop. */
+static bool rbd_ctl_wait(BDRVRBDState *s, int64_t us)
+{
+    gint64 deadline = g_get_monotonic_time() + us;
+    bool stop;
+
+    g_mutex_lock(&s->ctl_lock);
+    while (!s->ctl_stop &&
+           g_cond_wait_until(&s->ctl_cond, &s->ctl_lock, deadline)) {
+    }
+    stop = s->ctl_stop;
+    g_mutex_unlock(&s->ctl_lock);
+    return stop;
+}
+
+/* Is the watch of client @gid (or of address @addr) on the image? -1 if
+ * the list cannot be read. */
+static int rbd_has_watch(BDRVRBDState *s, uint64_t gid, const char *addr)
+{
+    rbd_image_watcher_t w[16];
+    size_t n = G_N_ELEMENTS(w);
+    bool found = false;
+    int r = rbd_watchers_list(s->image, w, &n);
+
+    if (r < 0) {
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((uint64_t)w[i].id == gid || !strcmp(w[i].addr, addr)) {
+            found = true;
+        }
+    }
+    rbd_watchers_list_cleanup(w, n);
+    return found;
+}
+
+/* How long a takeover waits for the earlier process's watch to expire:
+ * well past osd_client_watch_timeout's default (30 s); a longer one
+ * leaves the rest to librbd. */
+#define RBD_TAKEOVER_MAX_WAIT_S 600
+
+/* Control thread: the device started after a restart of this back-end. */
+static void rbd_ctl_takeover(BDRVRBDState *s)
+{
+    const char *name = s->bs->filename;
+    int64_t waited = 0;
+
+    if (!s->prev_addr) {
+        info_report("%s: restarted under a running front-end, but this "
+                    "host has no record of an earlier process of the "
+                    "image: its exclusive lock is left to librbd", name);
+        return;
+    }
+    for (;;) {
+        char *owners[8];
+        size_t n = G_N_ELEMENTS(owners);
+        rbd_lock_mode_t mode;
+        int owner = 0, r, watch;
+        bool prev = false;
+
+        if ((rbd_is_exclusive_lock_owner(s->image, &owner) == 0 && owner) ||
+            (r = rbd_lock_get_owners(s->image, &mode, owners, &n)) == -ENOENT ||
+            (r == 0 && n == 0)) {
+            /* Ours already, or nobody's (the next write takes it). */
+            if (waited) {
+                info_report("%s: the exclusive lock of %s, an earlier "
+                            "process of this back-end, was taken over by "
+                            "librbd once its watch had expired", name,
+                            s->prev_addr);
+            }
+            return;
+        }
+        if (r < 0) {
+            warn_report("%s: cannot read the exclusive lock's owner: %s; "
+                        "left to librbd", name, g_strerror(-r));
+            return;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (!strcmp(owners[i], s->prev_addr)) {
+                prev = true;
+            } else {
+                info_report("%s: the exclusive lock is held by %s, not by "
+                            "the earlier process of this back-end (%s): "
+                            "not broken; librbd asks its owner for it",
+                            name, owners[i], s->prev_addr);
+            }
+        }
+        rbd_lock_get_owners_cleanup(owners, n);
+        if (!prev || n != 1) {
+            return;
+        }
+        watch = rbd_has_watch(s, s->prev_id, s->prev_addr);
+        if (watch < 0) {
+            warn_report("%s: cannot list the image's watchers; the lock of "
+                        "%s is left to librbd", name, s->prev_addr);
+            return;
+        }
+        if (!watch) {
+            break;
+        }
+        if (waited == 0) {
+            info_report("%s: the exclusive lock is held by %s, the earlier "
+                        "process of this back-end; breaking it once its "
+                        "watch on the image has expired "
+                        "(osd_client_watch_timeout)", name, s->prev_addr);
+        }
+        if (waited >= RBD_TAKEOVER_MAX_WAIT_S) {
+            warn_report("%s: the watch of %s is still there after %d s: "
+                        "that client may be alive; its lock is left to "
+                        "librbd", name, s->prev_addr,
+                        RBD_TAKEOVER_MAX_WAIT_S);
+            return;
+        }
+        if (rbd_ctl_wait(s, G_USEC_PER_SEC)) {
+            return;             /* closing */
+        }
+        waited++;
+    }
+    /* Blocklists it (rbd_blocklist_on_break_lock): it never writes
+     * again, even if it was only cut off. */
+    if (rbd_lock_break(s->image, RBD_LOCK_MODE_EXCLUSIVE, s->prev_addr) < 0) {
+        /* librbd broke it first, seeing the same expired watch. */
+        info_report("%s: the exclusive lock of %s, an earlier process of "
+                    "this back-end, was taken over by librbd once its "
+                    "watch had expired", name, s->prev_addr);
+        return;
+    }
+    info_report("%s: took the exclusive lock over from %s, an earlier "
+                "process of this back-end, once its watch had expired "
+                "(blocklisted)", name, s->prev_addr);
+}
+
+/* Control thread: one job for the image of @s. */
+static void rbd_ctl_run(BDRVRBDState *s, RbdJob job)
+{
     uint64_t size;
     int owner = 0, r;
-    char *owners[8];
-    size_t n = G_N_ELEMENTS(owners);
-    rbd_lock_mode_t mode;
 
     switch (job) {
     case RBD_JOB_REFRESH_SIZE:
@@ -565,32 +892,64 @@ static void rbd_ctl_worker(gpointer data, gpointer opaque)
         }
         break;
     case RBD_JOB_TAKEOVER:
-        /*
-         * The earlier process of this device died holding the lock; its
-         * watch would keep it for osd_client_watch_timeout (30 s).  Break
-         * it (librbd blocklists that client, rbd_blocklist_on_break_lock),
-         * and the writes waiting in librbd take the lock at once.
-         */
-        if ((rbd_is_exclusive_lock_owner(s->image, &owner) == 0 && owner) ||
-            rbd_lock_get_owners(s->image, &mode, owners, &n) < 0) {
-            return;             /* ours already, or nobody's */
-        }
-        for (size_t i = 0; i < n; i++) {
-            r = rbd_lock_break(s->image, RBD_LOCK_MODE_EXCLUSIVE, owners[i]);
-            if (r < 0) {
-                warn_report("%s: cannot break the exclusive lock of %s (an "
-                            "earlier process of this back-end): %s; writes "
-                            "wait until its watch times out",
-                            s->bs->filename, owners[i], g_strerror(-r));
-            } else {
-                info_report("%s: took the exclusive lock over from %s, an "
-                            "earlier process of this back-end (blocklisted)",
-                            s->bs->filename, owners[i]);
-            }
-        }
-        rbd_lock_get_owners_cleanup(owners, n);
+        rbd_ctl_takeover(s);
         break;
     }
+}
+
+/* The control thread: jobs in order until the close stops it (a job
+ * queued then is dropped: the close releases the lock itself). */
+static gpointer rbd_ctl_thread(gpointer opaque)
+{
+    BDRVRBDState *s = opaque;
+
+    g_mutex_lock(&s->ctl_lock);
+    for (;;) {
+        RbdJob job;
+
+        while (!s->ctl_stop && g_queue_is_empty(&s->ctl_jobs)) {
+            g_cond_wait(&s->ctl_cond, &s->ctl_lock);
+        }
+        if (s->ctl_stop) {
+            break;
+        }
+        job = GPOINTER_TO_INT(g_queue_pop_head(&s->ctl_jobs));
+        g_mutex_unlock(&s->ctl_lock);
+        if (unlikely(rbd_test_ctl_hook)) {
+            rbd_test_ctl_hook(job);
+        }
+        rbd_ctl_run(s, job);
+        g_mutex_lock(&s->ctl_lock);
+    }
+    g_mutex_unlock(&s->ctl_lock);
+    return NULL;
+}
+
+/* Any thread (an iothread, a librbd thread): queue @job.  Only a mutex
+ * and a condition variable: no thread is created here, so an iothread's
+ * seccomp filter never reaches the control work. */
+static void rbd_ctl_push(BDRVRBDState *s, RbdJob job)
+{
+    g_mutex_lock(&s->ctl_lock);
+    if (!s->ctl_stop &&
+        !(job == RBD_JOB_REFRESH_SIZE &&
+          g_queue_find(&s->ctl_jobs, GINT_TO_POINTER(job)))) {
+        g_queue_push_tail(&s->ctl_jobs, GINT_TO_POINTER(job));
+        g_cond_signal(&s->ctl_cond);
+    }
+    g_mutex_unlock(&s->ctl_lock);
+}
+
+/* The close: stop the control thread, after its current job. */
+static void rbd_ctl_stop(BDRVRBDState *s)
+{
+    g_mutex_lock(&s->ctl_lock);
+    s->ctl_stop = true;
+    g_cond_broadcast(&s->ctl_cond);
+    g_mutex_unlock(&s->ctl_lock);
+    g_thread_join(s->ctl);
+    s->ctl = NULL;
+    g_queue_clear(&s->ctl_jobs);
 }
 
 /* librbd thread: the image header changed (e.g. `rbd resize`). */
@@ -598,7 +957,7 @@ static void rbd_update_cb(void *arg)
 {
     BDRVRBDState *s = arg;
 
-    g_thread_pool_push(s->ctl, GINT_TO_POINTER(RBD_JOB_REFRESH_SIZE), NULL);
+    rbd_ctl_push(s, RBD_JOB_REFRESH_SIZE);
 }
 
 /* Any thread. */
@@ -610,10 +969,9 @@ static void rbd_set_active(BlockBackend *bs, bool active, bool takeover)
         return;                 /* never locks */
     }
     if (!active) {
-        g_thread_pool_push(s->ctl, GINT_TO_POINTER(RBD_JOB_RELEASE_LOCK),
-                           NULL);
+        rbd_ctl_push(s, RBD_JOB_RELEASE_LOCK);
     } else if (takeover) {
-        g_thread_pool_push(s->ctl, GINT_TO_POINTER(RBD_JOB_TAKEOVER), NULL);
+        rbd_ctl_push(s, RBD_JOB_TAKEOVER);
     }
 }
 
@@ -621,6 +979,7 @@ static void rbd_set_active(BlockBackend *bs, bool active, bool takeover)
 static bool rbd_drv_truncate(BlockBackend *bs, uint64_t size, GError **errp)
 {
     BDRVRBDState *s = bs->opaque;
+    uint64_t cur;
     int r;
 
     if (bs->readonly) {
@@ -628,7 +987,20 @@ static bool rbd_drv_truncate(BlockBackend *bs, uint64_t size, GError **errp)
                     "read-only=on): it cannot be resized", bs->filename);
         return false;
     }
-    r = rbd_resize(s->image, size);
+    /*
+     * Never shrink, whatever size this node last saw: the image may have
+     * grown on the cluster since (the update watch has not told us yet),
+     * and a plain rbd_resize() to the smaller size would cut the data off.
+     */
+    r = rbd_resize2(s->image, size, false, NULL, NULL);
+    if (r == -EINVAL && rbd_get_size(s->image, &cur) == 0 && cur > size) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot resize to %" PRIu64
+                    " bytes: the image is already %" PRIu64 " bytes on the "
+                    "cluster (grown there since), and vhost-blkd never "
+                    "shrinks an image; ask for %" PRIu64 " or more",
+                    bs->filename, size, cur, cur);
+        return false;
+    }
     if (r < 0) {
         g_set_error(errp, VB_ERROR, 0, "%s: cannot resize to %" PRIu64
                     " bytes: %s", bs->filename, size, g_strerror(-r));
@@ -638,6 +1010,78 @@ static bool rbd_drv_truncate(BlockBackend *bs, uint64_t size, GError **errp)
 }
 
 /* ---- open and close ------------------------------------------------ */
+
+/*
+ * Any thread (the open): is librbd's write-back cache off for @image, as
+ * we asked?  Our rbd_cache=false is only the client's configuration: a
+ * pool's or the image's own (rbd config pool|image set ... rbd_cache true,
+ * kept as conf_rbd_cache in their metadata) overrides it at rbd_open(),
+ * and then a completed write (FUA included) may sit in this process's
+ * memory only.  So read what librbd took.  false with @errp set if it is
+ * on (or cannot be read).
+ */
+static bool rbd_check_cache_off(const char *desc, const BlockRbdOptions *o,
+                                rbd_image_t image, GError **errp)
+{
+    g_autofree rbd_config_option_t *opts = NULL;
+    int n = 0, r;
+    bool found = false, on = false;
+    const char *where = "the configuration";
+
+    /* The first call says how many options there are (-ERANGE). */
+    r = rbd_config_image_list(image, NULL, &n);
+    if (r == -ERANGE && n > 0) {
+        opts = g_new0(rbd_config_option_t, n);
+        r = rbd_config_image_list(image, opts, &n);
+    }
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot read the image's "
+                    "effective configuration (to check that rbd_cache is "
+                    "off): %s", desc, g_strerror(-r));
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(opts[i].name, "rbd_cache")) {
+            found = true;
+            on = g_ascii_strcasecmp(opts[i].value, "false") &&
+                 strcmp(opts[i].value, "0");
+            where = opts[i].source == RBD_CONFIG_SOURCE_IMAGE ? "image" :
+                    opts[i].source == RBD_CONFIG_SOURCE_POOL ? "pool" :
+                    "configuration";
+            break;
+        }
+    }
+    rbd_config_image_list_cleanup(opts, n);
+    if (!found) {
+        g_set_error(errp, VB_ERROR, 0, "%s: librbd does not report "
+                    "rbd_cache for the image; cannot check that its "
+                    "write-back cache is off", desc);
+        return false;
+    }
+    if (on) {
+        if (!strcmp(where, "image")) {
+            g_set_error(errp, VB_ERROR, 0, "%s: the image sets rbd_cache="
+                        "true (its own configuration), which would let a "
+                        "completed write stay in this process's memory; "
+                        "remove it with 'rbd config image remove %s/%s%s%s "
+                        "rbd_cache' or open it read-only", desc, o->pool,
+                        o->namespace_ ? o->namespace_ : "",
+                        o->namespace_ ? "/" : "", o->image);
+        } else if (!strcmp(where, "pool")) {
+            g_set_error(errp, VB_ERROR, 0, "%s: pool '%s' sets rbd_cache="
+                        "true, which would let a completed write stay in "
+                        "this process's memory; remove it with 'rbd config "
+                        "pool remove %s rbd_cache' or open it read-only",
+                        desc, o->pool, o->pool);
+        } else {
+            g_set_error(errp, VB_ERROR, 0, "%s: librbd runs the image with "
+                        "rbd_cache=true although vhost-blkd set it false; "
+                        "check the Ceph configuration", desc);
+        }
+        return false;
+    }
+    return true;
+}
 
 /* Any thread. */
 static void rbd_cluster_unref(RbdCluster *c)
@@ -830,6 +1274,22 @@ fail_free:
     return NULL;
 }
 
+/* The owner thread of a context that still watches the node's eventfd
+ * (completion=poll; it never detached): stop watching. */
+static void rbd_poll_unwatch_fn(void *opaque)
+{
+    BDRVRBDState *s = opaque;
+
+    aio_set_fd_handler(qemu_get_current_aio_context(),
+                       event_notifier_get_fd(&s->poll_notifier),
+                       NULL, NULL, NULL, NULL, NULL);
+}
+
+/*
+ * Any thread: the main one (blk_close()) or a worker (blk_close_async(),
+ * which blockdev-del uses: everything here may wait for the cluster).
+ * No request in flight.
+ */
 static void rbd_drv_close(BlockBackend *bs)
 {
     BDRVRBDState *s = bs->opaque;
@@ -837,47 +1297,51 @@ static void rbd_drv_close(BlockBackend *bs)
     if (!s) {
         return;
     }
-    s->closing = true;
+    __atomic_store_n(&s->closing, true, __ATOMIC_RELEASE);
     if (s->watching) {
         rbd_update_unwatch(s->image, s->update_handle);
     }
     if (s->ctl) {
-        g_thread_pool_free(s->ctl, FALSE, TRUE);    /* waits for jobs */
-    }
-    if (s->image) {
-        rbd_close(s->image);
+        rbd_ctl_stop(s);        /* after its current job */
     }
     if (s->poll) {
         AioContext *self = qemu_get_current_aio_context();
-        unsigned int left = 0;
 
-        /* Contexts that used the node without detaching (the first use
-         * attached them): ours we can stop watching here. */
+        /*
+         * Contexts that used the node without detaching (the first use
+         * attached them) still watch the eventfd with @s as the handler's
+         * argument: each stops in its own thread, before the image and
+         * @s go away.  Their threads never wait for the cluster, so this
+         * wait is short.
+         */
         for (unsigned int i = 0; i < s->n_poll_ctx; i++) {
             AioContext *c = atomic_load(&s->poll_ctx[i].ctx);
 
-            if (c && c == self) {
-                aio_set_fd_handler(c,
-                                   event_notifier_get_fd(&s->poll_notifier),
-                                   NULL, NULL, NULL, NULL, NULL);
-            } else if (c) {
-                left++;
+            if (!c) {
+                continue;
             }
+            if (c == self) {
+                rbd_poll_unwatch_fn(s);
+            } else {
+                aio_run_sync(c, rbd_poll_unwatch_fn, s);
+            }
+            atomic_store(&s->poll_ctx[i].ctx, NULL);
         }
-        if (left) {
-            /* Still in another thread's epoll set: leave the fd open. */
-            warn_report("%s: closed while %u I/O thread(s) still watch its "
-                        "completions; keeping their eventfd",
-                        bs->filename, left);
-        } else {
-            event_notifier_cleanup(&s->poll_notifier);
-        }
+    }
+    if (s->image) {
+        rbd_owner_forget(s);
+        rbd_close(s->image);
+    }
+    if (s->poll) {
+        event_notifier_cleanup(&s->poll_notifier);
         g_mutex_clear(&s->poll_lock);
     }
     if (s->io) {
         rados_ioctx_destroy(s->io);
     }
     rbd_cluster_unref(s->cluster);
+    g_mutex_clear(&s->ctl_lock);
+    g_cond_clear(&s->ctl_cond);
     bs->opaque = NULL;
     /* A size BH still scheduled frees it, seeing s->closing. */
     rbd_state_unref(s);
@@ -902,6 +1366,9 @@ static bool rbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     desc = blk_rbd_describe(o);
     s = g_new0(BDRVRBDState, 1);
     s->refs = 1;
+    g_mutex_init(&s->ctl_lock);
+    g_cond_init(&s->ctl_cond);
+    g_queue_init(&s->ctl_jobs);
     s->bs = bs;
     s->main_ctx = bs->main_ctx;
     bs->opaque = s;
@@ -960,6 +1427,9 @@ static bool rbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
         }
         goto fail;
     }
+    if (!bs->readonly && !rbd_check_cache_off(desc, o, s->image, errp)) {
+        goto fail;
+    }
     r = rbd_get_size(s->image, &size);
     if (r == 0) {
         r = rbd_stat(s->image, &info, sizeof(info));
@@ -1001,7 +1471,15 @@ static bool rbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
             goto fail;
         }
     }
-    s->ctl = g_thread_pool_new(rbd_ctl_worker, s, 1, FALSE, NULL);
+    if (!bs->readonly) {
+        rbd_owner_record(s, desc);
+    }
+    s->ctl = g_thread_try_new("rbd-ctl", rbd_ctl_thread, s, errp);
+    if (!s->ctl) {
+        g_prefix_error(errp, "%s: cannot start the image's control thread: ",
+                       desc);
+        goto fail;
+    }
     if (!o->snapshot && s->main_ctx) {
         r = rbd_update_watch(s->image, &s->update_handle, rbd_update_cb, s);
         if (r < 0) {
@@ -1022,6 +1500,7 @@ const BlockDriver bdrv_rbd = {
     .format_name = "rbd",
     .bdrv_open_any_thread = true,
     .bdrv_truncate_any_thread = true,
+    .bdrv_close_any_thread = true,
     .bdrv_open = rbd_drv_open,
     .bdrv_close = rbd_drv_close,
     .bdrv_truncate = rbd_drv_truncate,

@@ -1,16 +1,15 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * The thread pool engine: the slow, always available path.  Workers of one
- * process-wide GThreadPool run each request's acb->target->run (the
- * driver's synchronous code, e.g. file-posix's preadv, fdatasync or
- * fallocate calls); each AioContext has a
+ * The thread pool engine: the slow, always available path.  Process-wide
+ * worker threads run each request's acb->target->run (the driver's
+ * synchronous code, e.g. file-posix's preadv, fdatasync or fallocate
+ * calls); each AioContext has a
  * client whose lock-protected completion list is drained by an EventNotifier
  * handler in that context.
  *
  * Threads: submission and completion in the owner thread of the client's
- * context; the target's function and the list append in worker threads.  Locking
- * and the allocation inside g_thread_pool_push() are accepted here: the
- * fast engines are io_uring and linux-aio.
+ * context; the target's function and the list append in worker threads.
+ * Locking is accepted here: the fast engines are io_uring and linux-aio.
  *
  * Sharing: every export of the process uses the same workers, and some
  * requests take long (a huge write-zeroes that falls back to writing a
@@ -19,21 +18,49 @@
  * THREAD_POOL_MAX_WORKERS): the rest wait on the backend's own queue and
  * are run by its busy workers as they finish, and the other backends keep
  * the remaining workers.
+ *
+ * Workers are threads of our own, in two sets that never mix: one for the
+ * contexts of iothreads under the seccomp filter (--seccomp on), one for
+ * every other context.  A set's threads are created, when none is idle,
+ * by the thread that submits (the filter is inherited by the threads a
+ * filtered thread creates), so the file I/O of a confined iothread always
+ * runs confined, and an unconfined context never gets a confined worker.
+ * GLib's shared pool could not promise either: its threads are created by
+ * whichever thread pushes and are reused by every non-exclusive pool of
+ * the process (librbd's control work included).  They never exit.
  */
 #include "qemu/osdep.h"
 #include "qemu/defer-call.h"
+#include "qemu/error-report.h"
 #include "qemu/event_notifier.h"
 #include "block/block_int.h"
 #include "block/engine.h"
+#include "qemu/sandbox.h"
 
 typedef struct ThreadPoolClient {
     BlockEngine common;
     EventNotifier notifier;
     GMutex lock;
     QSIMPLEQ_HEAD(, BlockAIOCB) done;   /* protected by lock */
+    /* The owner thread is confined: which set runs its requests.  Set by
+     * the owner before each enqueue, read by workers under the
+     * backend's pool_lock. */
+    bool confined;
 } ThreadPoolClient;
 
-static GThreadPool *thread_pool_workers;
+/* One set of workers (see the top of the file). */
+typedef struct ThreadPoolWorkers {
+    bool confined;              /* under the iothread seccomp filter */
+    const char *name;           /* of its threads */
+    GMutex lock;
+    GCond cond;                 /* a request was queued */
+    QSIMPLEQ_HEAD(, BlockAIOCB) queue;  /* lock */
+    unsigned int queued;        /* lock: length of queue */
+    unsigned int idle;          /* lock: threads waiting for a request */
+    unsigned int threads;       /* lock: threads started */
+} ThreadPoolWorkers;
+
+static ThreadPoolWorkers thread_pool_sets[2];
 
 void (*thread_pool_test_hook)(BlockAIOCB *acb);
 
@@ -61,18 +88,58 @@ static void thread_pool_done(BlockAIOCB *acb)
     event_notifier_set(&c->notifier);
 }
 
+static void thread_pool_workers_queue(ThreadPoolWorkers *w,
+                                      BlockAIOCB *acb);
+
+/*
+ * Under @blk's pool_lock: the first waiting request of @blk whose context
+ * is confined as @confined says, else NULL and *@other the first waiting
+ * one (of the other set), if any; taken off the queue.
+ */
+static BlockAIOCB *thread_pool_take_waiting(BlockBackend *blk, bool confined,
+                                            BlockAIOCB **other)
+{
+    BlockAIOCB *acb, **link = &blk->pool_waiting.sqh_first;
+
+    *other = NULL;
+    while ((acb = *link)) {
+        ThreadPoolClient *c =
+            (ThreadPoolClient *)(uintptr_t)acb->engine_priv[0];
+
+        if (c->confined == confined) {
+            /* Unlink it (the queue has no removal but at the head). */
+            *link = acb->next.sqe_next;
+            if (!*link) {
+                blk->pool_waiting.sqh_last = link;
+            }
+            return acb;
+        }
+        link = &acb->next.sqe_next;
+    }
+    acb = QSIMPLEQ_FIRST(&blk->pool_waiting);
+    if (acb) {
+        QSIMPLEQ_REMOVE_HEAD(&blk->pool_waiting, next);
+        *other = acb;
+    }
+    return NULL;
+}
+
 /*
  * Run @data, then the requests of the same backend that wait for a share
- * of the pool, one after the other in this worker: the backend keeps at
- * most THREAD_POOL_MAX_PER_BACKEND workers without another push.
+ * of the pool, one after the other in this worker of @opaque's set: the
+ * backend keeps at most THREAD_POOL_MAX_PER_BACKEND workers without
+ * another push.  A waiting request of the other set's (a backend used by
+ * a confined and an unconfined context) is handed to that set, with this
+ * worker's share: it never runs here.
  */
-static void thread_pool_worker(gpointer data, gpointer unused)
+static void thread_pool_worker(gpointer data, gpointer opaque)
 {
+    ThreadPoolWorkers *w = opaque;
     BlockAIOCB *acb = data;
 
     while (acb) {
         BlockBackend *blk = acb->blk;
-        BlockAIOCB *next;
+        BlockAIOCB *next, *other;
 
         if (unlikely(thread_pool_test_hook)) {
             thread_pool_test_hook(acb);
@@ -80,26 +147,126 @@ static void thread_pool_worker(gpointer data, gpointer unused)
         acb->ret = acb->target->run(acb);
 
         g_mutex_lock(&blk->pool_lock);
-        next = QSIMPLEQ_FIRST(&blk->pool_waiting);
-        if (next) {
-            QSIMPLEQ_REMOVE_HEAD(&blk->pool_waiting, next);
-        } else {
+        next = thread_pool_take_waiting(blk, w->confined, &other);
+        if (!next && !other) {
             blk->pool_running--;
         }
         g_mutex_unlock(&blk->pool_lock);
-        /* Once @acb completes @blk may be closed, unless @next holds it:
-         * nothing below touches @blk. */
+        /* Once @acb completes @blk may be closed, unless @next or @other
+         * holds it: nothing below touches @blk. */
         thread_pool_done(acb);
+        if (other) {
+            thread_pool_workers_queue(&thread_pool_sets[!w->confined], other);
+        }
         acb = next;
     }
 }
 
+/* A worker thread of @opaque's set: requests in order, forever. */
+static gpointer thread_pool_thread(gpointer opaque)
+{
+    ThreadPoolWorkers *w = opaque;
+
+    if (w->confined) {
+        sandbox_thread_set_confined();  /* inherited from its creator */
+    }
+    g_mutex_lock(&w->lock);
+    for (;;) {
+        BlockAIOCB *acb;
+
+        w->idle++;
+        while (QSIMPLEQ_EMPTY(&w->queue)) {
+            g_cond_wait(&w->cond, &w->lock);
+        }
+        w->idle--;
+        acb = QSIMPLEQ_FIRST(&w->queue);
+        QSIMPLEQ_REMOVE_HEAD(&w->queue, next);
+        w->queued--;
+        g_mutex_unlock(&w->lock);
+        thread_pool_worker(acb, w);
+        g_mutex_lock(&w->lock);
+    }
+    return NULL;
+}
+
+/* Any thread: queue @acb for @w's workers, starting none (@w has one:
+ * thread_pool_enqueue() sees to it). */
+static void thread_pool_workers_queue(ThreadPoolWorkers *w, BlockAIOCB *acb)
+{
+    g_mutex_lock(&w->lock);
+    QSIMPLEQ_INSERT_TAIL(&w->queue, acb, next);
+    w->queued++;
+    g_cond_signal(&w->cond);
+    g_mutex_unlock(&w->lock);
+}
+
+/*
+ * Owner thread of a context: run @acb (NULL: nothing, only make sure the
+ * set has a worker) in a worker of the set that matches this thread's
+ * confinement, starting one if every worker is busy (from this thread:
+ * it inherits our filter, or our lack of one).
+ */
+static void thread_pool_workers_push(BlockAIOCB *acb)
+{
+    ThreadPoolWorkers *w = &thread_pool_sets[sandbox_thread_confined()];
+    bool start = false;
+    GError *err = NULL;
+    GThread *t;
+
+    g_mutex_lock(&w->lock);
+    if (acb) {
+        QSIMPLEQ_INSERT_TAIL(&w->queue, acb, next);
+        w->queued++;
+    }
+    if ((acb ? w->queued > w->idle : w->threads == 0) &&
+        w->threads < THREAD_POOL_MAX_WORKERS) {
+        w->threads++;
+        start = true;
+    } else if (acb) {
+        g_cond_signal(&w->cond);
+    }
+    g_mutex_unlock(&w->lock);
+    if (!start) {
+        return;
+    }
+    t = g_thread_try_new(w->name, thread_pool_thread, w, &err);
+    if (t) {
+        g_thread_unref(t);
+        return;
+    }
+    g_mutex_lock(&w->lock);
+    w->threads--;
+    start = w->threads == 0;
+    g_mutex_unlock(&w->lock);
+    if (start) {
+        /* No worker at all: nothing else would ever run the queue. */
+        warn_report("cannot start an I/O worker thread (%s): running the "
+                    "request in the submitting thread", err->message);
+        g_mutex_lock(&w->lock);
+        while ((acb = QSIMPLEQ_FIRST(&w->queue))) {
+            QSIMPLEQ_REMOVE_HEAD(&w->queue, next);
+            w->queued--;
+            g_mutex_unlock(&w->lock);
+            thread_pool_worker(acb, w);
+            g_mutex_lock(&w->lock);
+        }
+        g_mutex_unlock(&w->lock);
+    }
+    g_error_free(err);
+}
+
 static gpointer thread_pool_workers_new(gpointer unused)
 {
-    thread_pool_workers = g_thread_pool_new(thread_pool_worker, NULL,
-                                            THREAD_POOL_MAX_WORKERS, FALSE,
-                                            NULL);
-    return thread_pool_workers;
+    for (int i = 0; i < 2; i++) {
+        ThreadPoolWorkers *w = &thread_pool_sets[i];
+
+        w->confined = i;
+        w->name = i ? "pool-io-confined" : "pool-io";
+        g_mutex_init(&w->lock);
+        g_cond_init(&w->cond);
+        QSIMPLEQ_INIT(&w->queue);
+    }
+    return thread_pool_sets;
 }
 
 /* Owner thread: complete everything the workers finished. */
@@ -164,9 +331,16 @@ static void thread_pool_cleanup(void *opaque)
 static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
 {
     BlockBackend *blk = acb->blk;
-    bool run;
+    bool run, confined;
 
     acb->engine_priv[0] = (uintptr_t)c;
+    confined = sandbox_thread_confined();
+    if (unlikely(c->confined != confined)) {
+        /* Written once, before workers can see a request of @c waiting
+         * (the thread confines itself before it serves a queue); never
+         * rewritten with the same value under their reads. */
+        c->confined = confined;
+    }
     g_mutex_lock(&blk->pool_lock);
     run = blk->pool_running < THREAD_POOL_MAX_PER_BACKEND;
     if (run) {
@@ -178,7 +352,11 @@ static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
     g_mutex_unlock(&blk->pool_lock);
     if (run) {
         c->common.stats.submit_syscalls++;  /* one worker wake-up */
-        g_thread_pool_push(thread_pool_workers, acb, NULL);
+        thread_pool_workers_push(acb);
+    } else {
+        /* A worker of the other set may hand this to ours: have one
+         * (under the set's lock: this is the backend-is-busy path). */
+        thread_pool_workers_push(NULL);
     }
 }
 

@@ -40,6 +40,7 @@
 #include "qemu/error-report.h"
 #include "qemu/defer-call.h"
 #include "qemu/throttle.h"
+#include "qemu/iothread.h"
 #include "block/block.h"
 #include "block/block_int.h"
 #include "block/engine.h"
@@ -390,10 +391,24 @@ static bool throttle_open(BlockBackend *bs, const BlockOptions *opts,
     return true;
 }
 
+/* Owner thread of @opaque's context: stop and close its timer. */
+static void throttle_ctx_unregister_fn(void *opaque)
+{
+    ThrottleCtx *tc = opaque;
+    BDRVThrottleState *s = tc->bs->opaque;
+
+    aio_set_fd_handler(tc->ctx, tc->timer_fd, NULL, NULL, NULL, NULL, NULL);
+    pthread_mutex_lock(&s->lock);
+    close(tc->timer_fd);
+    tc->timer_fd = -1;
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* Main thread, no request in flight. */
 static void throttle_close(BlockBackend *bs)
 {
     BDRVThrottleState *s = bs->opaque;
+    AioContext *self = qemu_get_current_aio_context();
 
     if (!s) {
         return;
@@ -404,11 +419,18 @@ static void throttle_close(BlockBackend *bs)
         ThrottleCtx *tc = s->ctxs[i];
 
         if (tc->timer_fd >= 0) {
-            /* Still registered in an iothread that never detached: that
-             * handler must keep valid memory, so it stays (and the
-             * context's free reports the fd). */
-            tc->bs = NULL;
-            continue;
+            /*
+             * Still registered in a context that never detached: its
+             * handler has @tc (and through it @bs) as argument, and an
+             * armed timer (or a kick) would run it after the free.  The
+             * owner thread removes it (an iothread never waits for us,
+             * so this wait is short).
+             */
+            if (tc->ctx == self) {
+                throttle_ctx_unregister_fn(tc);
+            } else {
+                aio_run_sync(tc->ctx, throttle_ctx_unregister_fn, tc);
+            }
         }
         g_free(tc);
     }
@@ -416,6 +438,8 @@ static void throttle_close(BlockBackend *bs)
     g_free(s);
 }
 
+/* Any thread: the child's resize (in a worker when the child's driver
+ * allows it, see blk_truncate_async()). */
 static bool throttle_truncate(BlockBackend *bs, uint64_t size, GError **errp)
 {
     return blk_truncate(bs->child, size, errp);
@@ -424,6 +448,9 @@ static bool throttle_truncate(BlockBackend *bs, uint64_t size, GError **errp)
 static const BlockDriver bdrv_throttle = {
     .format_name = "throttle",
     .is_filter = true,
+    /* Only forwards: a throttled rbd node resizes in a worker, as the
+     * node alone does, never in the main loop. */
+    .bdrv_truncate_any_thread = true,
     .bdrv_open = throttle_open,
     .bdrv_close = throttle_close,
     .bdrv_truncate = throttle_truncate,

@@ -62,7 +62,15 @@ VbNode *vb_node_find(VbState *s, const char *name)
     return NULL;
 }
 
-static void vb_node_free(VbNode *n)
+/* A close that blockdev-del started has ended (in a worker for rbd). */
+static void vb_node_closed(void *opaque)
+{
+}
+
+/* @wait: close in this thread (shutdown); else as blk_close_async() does
+ * (blockdev-del: an rbd node's close waits for the cluster in a worker,
+ * and the main loop goes on). */
+static void vb_node_free_full(VbNode *n, bool wait)
 {
     if (n->alias) {
         /* A raw node: the image is its file child's, which stays open. */
@@ -71,13 +79,20 @@ static void vb_node_free(VbNode *n)
         /* A throttle filter over another node: that one stays open. */
         n->file->filter = NULL;
         blk_throttle_release(n->blk);
-    } else {
+    } else if (wait) {
         blk_close(n->blk);
+    } else {
+        blk_close_async(n->blk, vb_node_closed, NULL);
     }
     g_free(n->name);
     g_free(n->driver);
     g_free(n->filename);
     g_free(n);
+}
+
+static void vb_node_free(VbNode *n)
+{
+    vb_node_free_full(n, true);
 }
 
 /*
@@ -387,7 +402,7 @@ static void vb_node_drop_implicit(VbState *s, VbNode *n)
         VbNode *below = n->implicit_file ? n->file : NULL;
 
         g_ptr_array_remove(s->nodes, n);
-        vb_node_free(n);
+        vb_node_free_full(n, false);
         n = below;
     }
 }
@@ -878,7 +893,7 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
         VbNode *below = n->implicit_file ? n->file : NULL;
 
         g_ptr_array_remove(s->nodes, n);
-        vb_node_free(n);
+        vb_node_free_full(n, false);
         /* As QEMU: an inline child goes with the node that defined it. */
         vb_node_drop_implicit(s, below);
     }

@@ -527,7 +527,7 @@ static JsonNode *vb_qmp_query_block_exports(void *opaque, JsonObject *args,
         json_object_set_boolean_member(o, "writable", e->writable);
         json_array_add_object_element(arr, o);
     }
-    return json_node_init_array(json_node_alloc(), arr);
+    return vb_node_take_array(arr);
 }
 
 

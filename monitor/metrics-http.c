@@ -19,6 +19,18 @@
  * that is now stopping the HTTP thread itself, and the bottom half, when
  * it runs later, only frees an abandoned job.  Jobs live on the heap so
  * that either side can be the last one to look at it.
+ *
+ * Pages are cached (include/monitor/metrics.h, metrics_page_action()): a
+ * page is one libmicrohttpd response, reference-counted by it, that the
+ * HTTP thread queues on every connection asking within METRICS_CACHE_NS
+ * of its render; the main thread renders at most one page a second
+ * however many clients scrape.  A page counts as alive until its last
+ * connection is done with it (the response's free callback); while
+ * METRICS_PAGES_MAX are, scrapes get the cached one, so clients that never
+ * read hold at most that many pages' memory, not one each.  The cache is
+ * the HTTP thread's alone (libmicrohttpd runs every connection in that
+ * one thread); the alive counts are atomic because the last references
+ * go in metrics_http_free() too.
  */
 #include "qemu/osdep.h"
 #include "monitor/metrics-http.h"
@@ -38,6 +50,13 @@ struct MetricsHttp {
     char *address;              /* "HOST:PORT" as bound */
     struct MHD_Daemon *daemon;
     bool closing;               /* under metrics_lock */
+    /* The page cache: HTTP thread only. */
+    struct MHD_Response *page;  /* the cached page, or NULL */
+    int64_t page_ns;            /* when it was rendered (monotonic) */
+    uint64_t renders;
+    uint64_t stale;
+    _Atomic unsigned int pages_alive;   /* the cached one included */
+    _Atomic uint64_t bytes_alive;
     /* metrics_http_start()'s starter thread: */
     bool seccomp;
     GError *start_err;
@@ -48,7 +67,15 @@ typedef struct MetricsJob {
     GString *text;              /* done: the page */
     bool done;
     bool abandoned;
+    MetricsSnapshot http;       /* the have_http counters for the page */
 } MetricsJob;
+
+/* A page alive: what its free callback gives back. */
+typedef struct MetricsPage {
+    MetricsHttp *m;
+    char *text;
+    size_t len;
+} MetricsPage;
 
 /* One endpoint per process; the lock and condition are shared by jobs. */
 static pthread_mutex_t metrics_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -183,6 +210,11 @@ static void metrics_job_bh(void *opaque)
 
     /* Not abandoned: m is alive, only this thread frees it. */
     snap = metrics_collect(job->m->state);
+    snap->have_http = true;
+    snap->http_renders = job->http.http_renders;
+    snap->http_stale = job->http.http_stale;
+    snap->http_pages_held = job->http.http_pages_held;
+    snap->http_bytes_held = job->http.http_bytes_held;
     text = g_string_sized_new(16384);
     metrics_render(snap, text);
     metrics_snapshot_free(snap);
@@ -207,6 +239,10 @@ static GString *metrics_fetch(MetricsHttp *m)
     }
     job = g_new0(MetricsJob, 1);
     job->m = m;
+    job->http.http_renders = ++m->renders;
+    job->http.http_stale = m->stale;
+    job->http.http_pages_held = atomic_load(&m->pages_alive);
+    job->http.http_bytes_held = atomic_load(&m->bytes_alive);
     aio_bh_schedule_oneshot(m->main_ctx, metrics_job_bh, job, "metrics");
     while (!job->done && !m->closing) {
         pthread_cond_wait(&metrics_cond, &metrics_lock);
@@ -240,6 +276,64 @@ static enum MHD_Result metrics_reply(struct MHD_Connection *conn,
     return r;
 }
 
+/* The last connection (or the cache) let go of a page. */
+static void metrics_page_free(void *opaque)
+{
+    MetricsPage *p = opaque;
+
+    atomic_fetch_sub(&p->m->bytes_alive, p->len);
+    atomic_fetch_sub(&p->m->pages_alive, 1);
+    g_free(p->text);
+    g_free(p);
+}
+
+/* HTTP thread: the page to send, refreshed if it is due and allowed;
+ * NULL when the daemon is shutting down (or out of memory). */
+static struct MHD_Response *metrics_page_get(MetricsHttp *m)
+{
+    int64_t now = g_get_monotonic_time() * 1000;
+    MetricsPage *p;
+    GString *text;
+
+    switch (metrics_page_action(m->page ? now - m->page_ns : -1,
+                                atomic_load(&m->pages_alive))) {
+    case METRICS_PAGE_REUSE:
+        return m->page;
+    case METRICS_PAGE_STALE:
+        m->stale++;
+        return m->page;
+    case METRICS_PAGE_RENDER:
+        break;
+    }
+    text = metrics_fetch(m);
+    if (!text) {
+        return NULL;
+    }
+    p = g_new0(MetricsPage, 1);
+    p->m = m;
+    p->len = text->len;
+    p->text = g_string_free(text, false);
+    atomic_fetch_add(&m->pages_alive, 1);
+    atomic_fetch_add(&m->bytes_alive, p->len);
+    if (m->page) {
+        /* The cache's reference; connections sending it keep theirs. */
+        MHD_destroy_response(m->page);
+        m->page = NULL;
+    }
+    m->page = MHD_create_response_from_buffer_with_free_callback_cls(
+        p->len, p->text, metrics_page_free, p);
+    if (!m->page) {
+        metrics_page_free(p);
+        return NULL;
+    }
+    MHD_add_response_header(m->page, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            METRICS_CONTENT_TYPE);
+    /* The window starts once the page exists: the main thread spends at
+     * most one render per METRICS_CACHE_NS on scrapes. */
+    m->page_ns = g_get_monotonic_time() * 1000;
+    return m->page;
+}
+
 /* HTTP thread. */
 static enum MHD_Result metrics_access(void *cls, struct MHD_Connection *conn,
                                       const char *url, const char *method,
@@ -249,7 +343,7 @@ static enum MHD_Result metrics_access(void *cls, struct MHD_Connection *conn,
                                       void **req_cls)
 {
     MetricsHttp *m = cls;
-    GString *text;
+    struct MHD_Response *page;
 
     /* Called once for the header, again for any body: answer the first
      * call and let libmicrohttpd discard a body. */
@@ -267,12 +361,12 @@ static enum MHD_Result metrics_access(void *cls, struct MHD_Connection *conn,
                              g_string_new("not found: vhost-blkd serves "
                                           "/metrics only\n"));
     }
-    text = metrics_fetch(m);
-    if (!text) {
+    page = metrics_page_get(m);
+    if (!page) {
         return metrics_reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain",
                              g_string_new("vhost-blkd is shutting down\n"));
     }
-    return metrics_reply(conn, MHD_HTTP_OK, METRICS_CONTENT_TYPE, text);
+    return MHD_queue_response(conn, MHD_HTTP_OK, page);
 }
 
 /* libmicrohttpd's errors, in the HTTP thread: rare, never per request. */
@@ -346,6 +440,9 @@ void metrics_http_free(MetricsHttp *m)
          * closes the listening socket, which it took over. */
         MHD_stop_daemon(m->daemon);
         m->listen_fd = -1;
+    }
+    if (m->page) {
+        MHD_destroy_response(m->page);
     }
     if (m->listen_fd >= 0) {
         close(m->listen_fd);

@@ -195,8 +195,37 @@ static void metrics_render_latency(const MetricsSnapshot *snap, GString *out)
     }
 }
 
+/* The endpoint's own counters: first, so that a client reading only the
+ * start of a large page sees which render it got. */
+static void metrics_render_http(const MetricsSnapshot *snap, GString *out)
+{
+    if (!snap->have_http) {
+        return;
+    }
+    metrics_header(out, "vhost_blk_metrics_renders_total", "counter",
+                   "Pages of /metrics rendered by the main thread (a "
+                   "scrape within 1 s of a render gets that page).");
+    g_string_append_printf(out, "vhost_blk_metrics_renders_total %"
+                           PRIu64 "\n", snap->http_renders);
+    metrics_header(out, "vhost_blk_metrics_stale_total", "counter",
+                   "Scrapes sent an older page because slow "
+                   "connections held the most pages allowed.");
+    g_string_append_printf(out, "vhost_blk_metrics_stale_total %" PRIu64
+                           "\n", snap->http_stale);
+    metrics_header(out, "vhost_blk_metrics_pages_held", "gauge",
+                   "Pages alive when this one was rendered: the cached "
+                   "one and older ones still being sent.");
+    g_string_append_printf(out, "vhost_blk_metrics_pages_held %" PRIu64
+                           "\n", snap->http_pages_held);
+    metrics_header(out, "vhost_blk_metrics_held_bytes", "gauge",
+                   "Bytes of those pages.");
+    g_string_append_printf(out, "vhost_blk_metrics_held_bytes %" PRIu64
+                           "\n", snap->http_bytes_held);
+}
+
 void metrics_render(const MetricsSnapshot *snap, GString *out)
 {
+    metrics_render_http(snap, out);
     metrics_header(out, "vhost_blk_export_info", "gauge",
                    "One per export: its block node.");
     for (unsigned int i = 0; i < snap->num_exports; i++) {
@@ -281,6 +310,18 @@ void metrics_render(const MetricsSnapshot *snap, GString *out)
         g_string_append_printf(out, "vhost_blk_process_open_fds %" PRIu64
                                "\n", snap->open_fds);
     }
+}
+
+MetricsPageAction metrics_page_action(int64_t age_ns,
+                                      unsigned int pages_alive)
+{
+    if (age_ns >= 0 && age_ns < METRICS_CACHE_NS) {
+        return METRICS_PAGE_REUSE;
+    }
+    if (age_ns >= 0 && pages_alive >= METRICS_PAGES_MAX) {
+        return METRICS_PAGE_STALE;
+    }
+    return METRICS_PAGE_RENDER;
 }
 
 bool metrics_read_process(uint64_t *rss_bytes, uint64_t *open_fds)

@@ -45,7 +45,7 @@ static JsonNode *vb_qmp_query_iothreads(void *opaque, JsonObject *args,
         json_object_set_int_member(o, "aio-max-batch", 0);
         json_array_add_object_element(arr, o);
     }
-    return json_node_init_array(json_node_alloc(), arr);
+    return vb_node_take_array(arr);
 }
 
 static JsonNode *vb_qmp_quit(void *opaque, JsonObject *args, GError **errp)
@@ -88,7 +88,7 @@ static JsonNode *vb_qmp_x_log_level(void *opaque, JsonObject *args,
     }
     ret = json_object_new();
     json_object_set_string_member(ret, "level", levels[log_get_level()]);
-    return json_node_init_object(json_node_alloc(), ret);
+    return vb_node_take_object(ret);
 }
 
 static void vb_named_fd_close(gpointer key, gpointer value, gpointer opaque)

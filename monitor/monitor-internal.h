@@ -70,6 +70,11 @@ void vb_key_free(char *key, size_t mapped);
 void vb_set_error(GError **errp, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 /* The "return" of a command that returns nothing: {}. */
 JsonNode *vb_empty(void);
+/* A command's "return" holding @o (@a), taking the caller's reference:
+ * json_node_init_object() would add one of its own, and the object would
+ * outlive the reply (a leak per command). */
+JsonNode *vb_node_take_object(JsonObject *o);
+JsonNode *vb_node_take_array(JsonArray *a);
 
 /* The nodes (monitor/blockdev.c). */
 VbNode *vb_node_find(VbState *s, const char *name);

@@ -198,7 +198,7 @@ static JsonNode *vb_qmp_qom_get(void *opaque, JsonObject *args,
     o = json_object_new();
     throttle_limits_foreach(&t, vb_tg_put, o);
     if (!strcmp(prop, "limits")) {
-        return json_node_init_object(json_node_alloc(), o);
+        return vb_node_take_object(o);
     }
     if (g_str_has_prefix(prop, "x-") && json_object_has_member(o, prop + 2)) {
         v = json_node_copy(json_object_get_member(o, prop + 2));
@@ -947,7 +947,7 @@ static JsonNode *vb_qmp_qom_list(void *opaque, JsonObject *args,
         }
         break;
     }
-    return json_node_init_array(json_node_alloc(), arr);
+    return vb_node_take_array(arr);
 }
 
 /*

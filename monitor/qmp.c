@@ -211,9 +211,30 @@ static void qmp_session_greet(QmpSession *ss)
 
 /* ---- dispatch -------------------------------------------------------- */
 
+/*
+ * A node holding @o (@a), taking the caller's reference: a fresh object
+ * given to json_node_init_object() gets a second reference, and outlives
+ * the reply that unrefs the node (a leak per command).
+ */
+static JsonNode *qmp_node_take_object(JsonObject *o)
+{
+    JsonNode *n = json_node_init(json_node_alloc(), JSON_NODE_OBJECT);
+
+    json_node_take_object(n, o);
+    return n;
+}
+
+static JsonNode *qmp_node_take_array(JsonArray *a)
+{
+    JsonNode *n = json_node_init(json_node_alloc(), JSON_NODE_ARRAY);
+
+    json_node_take_array(n, a);
+    return n;
+}
+
 static JsonNode *qmp_empty_return(void)
 {
-    return json_node_init_object(json_node_alloc(), json_object_new());
+    return qmp_node_take_object(json_object_new());
 }
 
 static JsonNode *qmp_cmd_capabilities(QmpSession *ss, JsonObject *args,
@@ -269,8 +290,7 @@ static JsonNode *qmp_cmd_query_version(QmpSession *ss, JsonObject *args,
     if (!qmp_args_check_done(&a, errp)) {
         return NULL;
     }
-    return json_node_init_object(json_node_alloc(),
-                                 qmp_version_object(ss->server));
+    return qmp_node_take_object(qmp_version_object(ss->server));
 }
 
 static JsonNode *qmp_cmd_query_commands(QmpSession *ss, JsonObject *args,
@@ -299,7 +319,7 @@ static JsonNode *qmp_cmd_query_commands(QmpSession *ss, JsonObject *args,
         json_object_set_string_member(o, "name", c->name);
         json_array_add_object_element(arr, o);
     }
-    return json_node_init_array(json_node_alloc(), arr);
+    return qmp_node_take_array(arr);
 }
 
 /* Run one command object; the reply goes out through the session. */

@@ -96,7 +96,7 @@ static JsonNode *vb_qmp_query_named_block_nodes(void *opaque,
                                       vb_node_info(g_ptr_array_index(s->nodes,
                                                                      i)));
     }
-    return json_node_init_array(json_node_alloc(), arr);
+    return vb_node_take_array(arr);
 }
 
 /* ---- statistics -------------------------------------------------------- */
@@ -244,7 +244,7 @@ static JsonNode *vb_qmp_query_blockstats(void *opaque, JsonObject *args,
                                           vb_node_blockstats(n, !nodes));
         }
     }
-    return json_node_init_array(json_node_alloc(), arr);
+    return vb_node_take_array(arr);
 }
 
 /*
@@ -510,7 +510,7 @@ static JsonNode *vb_qmp_x_query_stats(void *opaque, JsonObject *args,
         iothread_run_sync(t->iothread, vb_engine_stats_cb, &job);
     }
     json_object_set_array_member(ret, "engines", engines);
-    return json_node_init_object(json_node_alloc(), ret);
+    return vb_node_take_object(ret);
 }
 
 

@@ -19,9 +19,25 @@ void vb_set_error(GError **errp, const char *fmt, ...)
     va_end(ap);
 }
 
+JsonNode *vb_node_take_object(JsonObject *o)
+{
+    JsonNode *n = json_node_init(json_node_alloc(), JSON_NODE_OBJECT);
+
+    json_node_take_object(n, o);
+    return n;
+}
+
+JsonNode *vb_node_take_array(JsonArray *a)
+{
+    JsonNode *n = json_node_init(json_node_alloc(), JSON_NODE_ARRAY);
+
+    json_node_take_array(n, a);
+    return n;
+}
+
 JsonNode *vb_empty(void)
 {
-    return json_node_init_object(json_node_alloc(), json_object_new());
+    return vb_node_take_object(json_object_new());
 }
 
 /* ---- state ------------------------------------------------------------ */

@@ -92,7 +92,13 @@ static JsonObject *qsd_parse_json(const char *arg, GError **errp)
     GError *err = NULL;
 
     if (!json_parser_load_from_data(parser, arg, -1, &err)) {
-        g_set_error(errp, VB_ERROR, 0, "not valid JSON: %s", err->message);
+        /* JSON-GLib quotes the bad token, which may be a secret: keep
+         * where it is ("<data>:1:42: Parse error: invalid string ..."). */
+        const char *quote = strchr(err->message, '"');
+        int shown = quote ? (int)(quote - err->message) : -1;
+
+        g_set_error(errp, VB_ERROR, 0, "not valid JSON: %.*s%s", shown,
+                    err->message, quote ? "..." : "");
         g_error_free(err);
         return NULL;
     }
@@ -103,6 +109,154 @@ static JsonObject *qsd_parse_json(const char *arg, GError **errp)
         return NULL;
     }
     return json_object_ref(json_node_get_object(root));
+}
+
+/*
+ * Whether a key's value is a secret that must never reach a message or
+ * a log: a secret object's data= (refused, but the operator typed it),
+ * and any key, password or passphrase, also dotted (server.password).
+ * key-secret, keyid and ceph-keyfile name a secret; they are not one.
+ */
+static bool qsd_key_is_secret(const char *key, size_t len)
+{
+    static const char *const names[] = {
+        "data", "key", "password", "passphrase", "secret", "token", NULL
+    };
+    static const char *const suffixes[] = {
+        "-key", "-password", "-passphrase", NULL
+    };
+    const char *dot = g_strrstr_len(key, len, ".");
+
+    if (dot) {
+        len -= dot + 1 - key;
+        key = dot + 1;
+    }
+    for (int i = 0; names[i]; i++) {
+        if (len == strlen(names[i]) && !g_ascii_strncasecmp(key, names[i],
+                                                           len)) {
+            return true;
+        }
+    }
+    for (int i = 0; suffixes[i]; i++) {
+        size_t n = strlen(suffixes[i]);
+
+        if (len > n && !g_ascii_strncasecmp(key + len - n, suffixes[i], n)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* @node with the value of every secret member, at any depth, replaced. */
+static void qsd_redact_json(JsonNode *node)
+{
+    JsonObject *o;
+    g_autoptr(GList) members = NULL;
+
+    if (JSON_NODE_HOLDS_ARRAY(node)) {
+        JsonArray *a = json_node_get_array(node);
+
+        for (guint i = 0; i < json_array_get_length(a); i++) {
+            qsd_redact_json(json_array_get_element(a, i));
+        }
+        return;
+    }
+    if (!JSON_NODE_HOLDS_OBJECT(node)) {
+        return;
+    }
+    o = json_node_get_object(node);
+    members = json_object_get_members(o);
+    for (GList *l = members; l; l = l->next) {
+        const char *name = l->data;
+
+        if (qsd_key_is_secret(name, strlen(name))) {
+            json_object_set_string_member(o, name, QSD_REDACTED);
+        } else {
+            qsd_redact_json(json_object_get_member(o, name));
+        }
+    }
+}
+
+char *qsd_cli_redact(const char *arg)
+{
+    GString *out;
+    const char *p = arg;
+
+    if (qsd_arg_is_json(arg)) {
+        g_autoptr(JsonParser) parser = json_parser_new();
+        g_autoptr(JsonGenerator) gen = NULL;
+        JsonNode *root;
+
+        if (!json_parser_load_from_data(parser, arg, -1, NULL) ||
+            !(root = json_parser_get_root(parser))) {
+            /* Not JSON: no telling which part is a secret. */
+            return g_strdup("{...} (JSON, not shown: it may hold a "
+                            "secret)");
+        }
+        qsd_redact_json(root);
+        gen = json_generator_new();
+        json_generator_set_root(gen, root);
+        return json_generator_to_data(gen, NULL);
+    }
+    /* keyval_parse()'s grammar: KEY[=VALUE] separated by ',', ",," being
+     * a comma inside a value; whatever the input, well-formed or not. */
+    out = g_string_new(NULL);
+    while (*p) {
+        const char *key = p;
+        size_t klen;
+
+        while (*p && *p != '=' && *p != ',') {
+            p++;
+        }
+        klen = p - key;
+        g_string_append_len(out, key, klen);
+        if (*p == '=') {
+            const char *val = ++p;
+            const char *cut = qsd_key_is_secret(key, klen) ? val : NULL;
+
+            while (*p && !(*p == ',' && p[1] != ',')) {
+                if (*p == ',' && !cut) {
+                    /* "a=x,,data=KEY" is one value to keyval, but a
+                     * mistyped comma must not show the key either. */
+                    const char *k = p + 2;
+                    size_t n = strcspn(k, "=,");
+
+                    if (k[n] == '=' && qsd_key_is_secret(k, n)) {
+                        cut = k + n + 1;
+                    }
+                }
+                p += *p == ',' ? 2 : 1;
+            }
+            g_string_append_c(out, '=');
+            if (cut) {
+                g_string_append_len(out, val, cut - val);
+                g_string_append(out, QSD_REDACTED);
+            } else {
+                g_string_append_len(out, val, p - val);
+            }
+        }
+        if (*p == ',') {
+            g_string_append_c(out, *p++);
+        }
+    }
+    return g_string_free(out, false);
+}
+
+/*
+ * @err's message with every copy of @arg in it replaced by @shown: parse
+ * errors quote the whole argument ("Expected parameter after ',' in
+ * '...'").
+ */
+static void qsd_error_redact(GError *err, const char *arg, const char *shown)
+{
+    g_auto(GStrv) parts = NULL;
+
+    if (!err || !*arg || !strstr(err->message, arg)) {
+        return;
+    }
+    parts = g_strsplit(err->message, arg, -1);
+    g_free(err->message);
+    err->message = g_strjoinv(shown, parts);
 }
 
 bool qsd_cli_export_is_qsd(const char *arg)
@@ -223,13 +377,19 @@ bool qsd_cli_add(QsdCli *cli, QsdOptKind kind, const char *arg,
     bool keyval = !qsd_arg_is_json(arg);
     QsdOpt *o;
 
+    GError *err = NULL;
+
     if (keyval) {
         obj = keyval_parse(arg, implied[kind], kind == QSD_OPT_CHARDEV,
-                           errp);
+                           &err);
     } else {
-        obj = qsd_parse_json(arg, errp);
+        obj = qsd_parse_json(arg, &err);
     }
     if (!obj) {
+        g_autofree char *shown = qsd_cli_redact(arg);
+
+        qsd_error_redact(err, arg, shown);
+        g_propagate_error(errp, err);
         return false;
     }
     switch (kind) {
@@ -245,7 +405,8 @@ bool qsd_cli_add(QsdCli *cli, QsdOptKind kind, const char *arg,
     }
     o = g_new0(QsdOpt, 1);
     o->kind = kind;
-    o->arg = g_strdup(arg);
+    /* Only for messages: never the secret itself. */
+    o->arg = qsd_cli_redact(arg);
     o->obj = g_steal_pointer(&obj);
     o->keyval = keyval;
     g_ptr_array_add(cli->opts, o);

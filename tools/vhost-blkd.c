@@ -29,6 +29,7 @@
 
 #include <getopt.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <grp.h>
@@ -52,6 +53,7 @@ typedef struct Vbd {
     gid_t runas_gid;
     bool runas_group_set;       /* GROUP given: no supplementary groups */
     bool seccomp;               /* --seccomp=on */
+    bool allow_core_dumps;      /* --allow-core-dumps: stay dumpable */
     SystemdSockets sd;          /* sockets passed by the service manager */
     int notify_fd;              /* $NOTIFY_SOCKET, or -1 */
     bool poll_host_check;       /* --poll-host-check on (default) */
@@ -186,6 +188,9 @@ static void vbd_usage(FILE *f)
 "  --metrics ADDR:PORT     serve Prometheus metrics at http://ADDR:PORT/metrics\n"
 "                          (e.g. 127.0.0.1:9100; port 0 picks a free one, which\n"
 "                          the log names); nothing listens without it\n"
+"  --allow-core-dumps      let a crash dump core (and other processes of the\n"
+"                          same user read its memory): off by default, as\n"
+"                          a dump holds Ceph and other keys\n"
 "  --daemonize             run in the background once every socket listens\n"
 "                          (relative socket and --pidfile paths are made\n"
 "                          absolute first: the daemon then moves to /)\n"
@@ -377,6 +382,27 @@ static bool vbd_check_status_ids(const char *status, const char *tag,
                         v[1], v[2], v[3], id);
             return false;
         }
+    }
+    return true;
+}
+
+/*
+ * Not dumpable unless --allow-core-dumps: a crash writes no core (which
+ * would hold the Ceph keys, secrets and guest data of a daemon that often
+ * runs as root), and no other process of the same user may ptrace it or
+ * read its /proc/PID/mem.  Set before any secret is read, and again after
+ * --user, since setuid() resets the flag to fs.suid_dumpable.
+ */
+static bool vbd_set_dumpable(Vbd *d, GError **errp)
+{
+    int want = d->allow_core_dumps ? 1 : 0;
+
+    if (prctl(PR_SET_DUMPABLE, want, 0, 0, 0) < 0 ||
+        prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != want) {
+        g_set_error(errp, VB_ERROR, 0, "cannot %s core dumps "
+                    "(prctl PR_SET_DUMPABLE %d): %s", want ? "allow" :
+                    "turn off", want, g_strerror(errno));
+        return false;
     }
     return true;
 }
@@ -624,7 +650,8 @@ static bool vbd_setup(Vbd *d, GError **errp)
 
     /* Credentials first: glibc's setuid() runs in every thread, which the
      * sandbox would not allow. */
-    if (d->runas_user && !vbd_drop_privileges(d, errp)) {
+    if (d->runas_user && (!vbd_drop_privileges(d, errp) ||
+                          !vbd_set_dumpable(d, errp))) {
         return false;
     }
     if (d->seccomp) {
@@ -770,7 +797,7 @@ enum {
     OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
     OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP, OPT_POLL_HOST_CHECK,
     OPT_BLOCKDEV, OPT_OBJECT, OPT_CHARDEV, OPT_MONITOR, OPT_QSD_UNSUPPORTED,
-    OPT_METRICS,
+    OPT_METRICS, OPT_ALLOW_CORE_DUMPS,
 };
 
 /* "FILE:LINE" of the option being applied when a --config file gave it,
@@ -842,8 +869,10 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
         QsdOptKind kind = kinds[opt - OPT_BLOCKDEV];
 
         if (!qsd_cli_add(&d->qsd, kind, arg, &err)) {
+            g_autofree char *shown = qsd_cli_redact(arg);
+
             vbd_arg_error("%s %s: %s\n", qsd_opt_name(kind),
-                    arg, err->message);
+                    shown, err->message);
             g_error_free(err);
             return false;
         }
@@ -852,7 +881,9 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
     case OPT_EXPORT:
         if (qsd_cli_export_is_qsd(arg)) {
             if (!qsd_cli_add(&d->qsd, QSD_OPT_EXPORT, arg, &err)) {
-                vbd_arg_error("--export %s: %s\n", arg,
+                g_autofree char *shown = qsd_cli_redact(arg);
+
+                vbd_arg_error("--export %s: %s\n", shown,
                         err->message);
                 g_error_free(err);
                 return false;
@@ -891,6 +922,9 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
         break;
     case OPT_DAEMONIZE:
         d->daemonize = true;
+        break;
+    case OPT_ALLOW_CORE_DUMPS:
+        d->allow_core_dumps = true;
         break;
     case OPT_LOG_LEVEL: {
         LogLevel level;
@@ -1013,6 +1047,7 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
         { "poll-max-ns", required_argument, NULL, OPT_POLL_MAX_NS },
         { "pidfile", required_argument, NULL, OPT_PIDFILE },
         { "daemonize", no_argument, NULL, OPT_DAEMONIZE },
+        { "allow-core-dumps", no_argument, NULL, OPT_ALLOW_CORE_DUMPS },
         { "log-level", required_argument, NULL, OPT_LOG_LEVEL },
         { "user", required_argument, NULL, OPT_USER },
         { "runas", required_argument, NULL, OPT_USER },
@@ -1087,7 +1122,9 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
                 fprintf(stderr, "Try 'vhost-blkd --help' for more "
                         "information.\n");
             } else {
-                vbd_arg_error("unknown option '%s'\n", argv[cur]);
+                /* The name only: "--objct=secret,data=KEY" has a key. */
+                vbd_arg_error("unknown option '%.*s'\n",
+                              (int)strcspn(argv[cur], "="), argv[cur]);
                 fprintf(stderr, "Try 'vhost-blkd --help' for more "
                         "information.\n");
             }
@@ -1101,8 +1138,11 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
     }
     vbd_arg_where = config_file_arg_origin(optind);
     if (optind < argc) {
+        /* It may be a stray "data=KEY" of a split --object. */
+        g_autofree char *shown = qsd_cli_redact(argv[optind]);
+
         vbd_arg_error("unexpected argument '%s' (options "
-                "start with --; see vhost-blkd --help)\n", argv[optind]);
+                "start with --; see vhost-blkd --help)\n", shown);
         return VBD_ARGS_BAD;
     }
     vbd_arg_where = NULL;
@@ -1130,6 +1170,16 @@ static int vbd_run(Vbd *d)
 {
     GError *err = NULL;
 
+    /* Before the fork (the child inherits it) and before any key is read. */
+    if (!vbd_set_dumpable(d, &err)) {
+        error_report("%s", err->message);
+        g_clear_error(&err);
+        return 1;
+    }
+    if (d->allow_core_dumps) {
+        info_report("core dumps allowed (--allow-core-dumps): a dump holds "
+                    "this daemon's keys and secrets");
+    }
     if (d->daemonize) {
         vbd_daemonize_start(d);
     }

@@ -87,6 +87,10 @@ static void sandbox_put_str(char *buf, size_t *pos, size_t size,
  */
 static __thread const char *sandbox_role;
 
+/* Set by the thread once its filter is loaded (or inherited: see
+ * sandbox_thread_set_confined()). */
+static __thread bool sandbox_confined;
+
 /* Async-signal-safe: format the number by hand, write(2), re-raise. */
 static void sandbox_sigsys(int sig, siginfo_t *info, void *uctx)
 {
@@ -193,11 +197,14 @@ static bool sandbox_apply(const int *extra, size_t n_extra, GError **errp)
             goto out;
         }
     }
-    /* Thread names only. */
+    /* Thread names, and asking whether this thread is confined (the
+     * tests of which threads run what, block/thread-pool.c). */
     {
         struct scmp_arg_cmp a = SCMP_A0(SCMP_CMP_EQ, PR_SET_NAME);
+        struct scmp_arg_cmp g = SCMP_A0(SCMP_CMP_EQ, PR_GET_SECCOMP);
 
-        if (!sandbox_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1, &a, errp)) {
+        if (!sandbox_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1, &a, errp) ||
+            !sandbox_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1, &g, errp)) {
             goto out;
         }
     }
@@ -234,6 +241,7 @@ static bool sandbox_apply(const int *extra, size_t n_extra, GError **errp)
         goto out;
     }
     ok = true;
+    sandbox_confined = true;
 out:
     seccomp_release(ctx);
     return ok;
@@ -252,7 +260,29 @@ bool sandbox_apply_http_filter(GError **errp)
                          errp);
 }
 
+bool sandbox_thread_confined(void)
+{
+    return sandbox_confined;
+}
+
+void sandbox_thread_set_confined(void)
+{
+    sandbox_confined = true;
+    if (!sandbox_role) {
+        sandbox_role = "a worker of an I/O thread";
+    }
+}
+
 #else /* !CONFIG_SECCOMP */
+
+bool sandbox_thread_confined(void)
+{
+    return false;
+}
+
+void sandbox_thread_set_confined(void)
+{
+}
 
 bool sandbox_available(void)
 {

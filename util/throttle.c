@@ -223,13 +223,34 @@ void throttle_limits_foreach(const ThrottleLimits *t,
     fn(opaque, "iops-size", t->iops_size);
 }
 
+/*
+ * ceil(a * b / (c * d)), saturated at INT64_MAX; c, d > 0.  Every value
+ * is at most 2^64, and the limits at most THROTTLE_VALUE_LIMIT (< 2^50),
+ * so 128 bits hold both products: a 64-bit c * d (iops-size times a rate)
+ * would wrap, to 0 for iops-size=2^31 with iops-total=2^33, and divide by
+ * zero on a guest's request.
+ */
+static uint64_t throttle_muldiv2_up(uint64_t a, uint64_t b, uint64_t c,
+                                    uint64_t d)
+{
+    unsigned __int128 p = (unsigned __int128)a * b;
+    unsigned __int128 div = (unsigned __int128)c * d;
+    unsigned __int128 q = p / div + (p % div != 0);
+
+    return q > INT64_MAX ? INT64_MAX : (uint64_t)q;
+}
+
 /* ceil(a * b / c) without overflow; c > 0. */
 static uint64_t throttle_muldiv_up(uint64_t a, uint64_t b, uint64_t c)
 {
-    unsigned __int128 p = (unsigned __int128)a * b;
-    unsigned __int128 q = (p + c - 1) / c;
+    return throttle_muldiv2_up(a, b, c, 1);
+}
 
-    return q > INT64_MAX ? INT64_MAX : (uint64_t)q;
+/* a + b for a TAT, b >= 0: saturated instead of wrapping past INT64_MAX
+ * (a cost may be INT64_MAX, for a huge request at a tiny rate). */
+static inline int64_t throttle_add(int64_t a, int64_t b)
+{
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
 }
 
 /* The limits a request falls under: kind k applies if @mask bit k. */
@@ -258,8 +279,10 @@ static ThrottleConfig *throttle_config_new(const ThrottleLimits *t)
             continue;
         }
         c->cell[k][0].rate = l->avg;
+        /* max * len reaches 2^66: multiply in 128 bits, not before. */
         c->cell[k][0].tau = l->max ?
-            (int64_t)throttle_muldiv_up(l->max * len, NS_PER_SEC, l->avg) :
+            (int64_t)throttle_muldiv2_up(l->max, len * NS_PER_SEC, l->avg,
+                                         1) :
             (int64_t)THROTTLE_SLACK_NS;
         if (l->max) {
             c->cell[k][1].rate = l->max;
@@ -411,8 +434,8 @@ static int64_t throttle_cost(const ThrottleConfig *c, int k,
     }
     if (c->iops_size && bytes > c->iops_size) {
         /* bytes / iops_size operations, fractions included (QEMU). */
-        return throttle_muldiv_up(bytes, NS_PER_SEC,
-                                  c->iops_size * cell->rate);
+        return throttle_muldiv2_up(bytes, NS_PER_SEC, c->iops_size,
+                                   cell->rate);
     }
     return cell->op_ns;
 }
@@ -466,9 +489,9 @@ int64_t throttle_group_try(ThrottleGroup *tg, bool is_write, uint64_t bytes,
                     goto refund;
                 }
             } while (!atomic_compare_exchange_weak_explicit(
-                         &tg->tat[k][b], &tat, base + inc,
+                         &tg->tat[k][b], &tat, throttle_add(base, inc),
                          memory_order_relaxed, memory_order_relaxed));
-            charged[k][b] = inc;
+            charged[k][b] = throttle_add(base, inc) - base;
         }
     }
     return 0;
@@ -549,7 +572,7 @@ int64_t throttle_group_reserve(ThrottleGroup *tg, bool is_write,
                     break;
                 }
                 before[j] = tat;
-                after[j] = MAX(tat, dep) + cost;
+                after[j] = throttle_add(MAX(tat, dep), cost);
             } while (!atomic_compare_exchange_weak_explicit(
                          t, &tat, after[j], memory_order_relaxed,
                          memory_order_relaxed));

@@ -589,7 +589,11 @@ static void vu_blk_load_state(void *opaque, const uint8_t *data, size_t len)
     /*
      * Saved by another process of this export: the back-end restarted
      * under a running front-end (after a crash or kill -9), and what that
-     * process held on the image (an RBD exclusive lock) is stale.
+     * process held on the image (an RBD exclusive lock) is stale.  This
+     * is the front-end's word only (its memory, which a VMM can write):
+     * it asks for a takeover, never says whose lock to take.  The rbd
+     * node breaks only the lock of the earlier process this host
+     * recorded, once that client's watch is gone (block/rbd.c).
      */
     if (len >= VU_BLK_STATE_LEN) {
         memcpy(&saved_by, data + VU_BLK_STATE_PROCESS, 8);

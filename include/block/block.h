@@ -343,6 +343,17 @@ void blk_truncate_async(BlockBackend *blk, uint64_t size,
  */
 unsigned int blk_async_workers(void);
 void blk_close(BlockBackend *blk);
+/*
+ * Main thread: blk_close() without blocking the main loop (blockdev-del).
+ * The filters above close here; a bottom node whose driver's close waits
+ * on the network (rbd: its control thread's last job, the lock release
+ * and rbd_close(), the connection) closes in a worker thread, and @cb
+ * runs later in the main thread.  Otherwise this is blk_close() and @cb
+ * runs before it returns.  Nothing may use @blk after the call.
+ */
+typedef void BlockCloseCompleteFunc(void *opaque);
+void blk_close_async(BlockBackend *blk, BlockCloseCompleteFunc *cb,
+                     void *opaque);
 
 uint64_t blk_getlength(BlockBackend *blk);
 /*

@@ -156,8 +156,14 @@ struct BlockDriver {
      * thread: see the contract above. */
     bool bdrv_open_any_thread;
     /* bdrv_truncate() may run in a worker thread, with requests in flight
-     * (blk_truncate_async()); it must not touch bs->size. */
+     * (blk_truncate_async()); it must not touch bs->size.  A filter that
+     * sets it only forwards: blk_truncate_async() asks every node below
+     * too. */
     bool bdrv_truncate_any_thread;
+    /* bdrv_close() may run in a worker thread (blk_close_async()): it
+     * touches nothing but @bs and state of its own, and uses bs->main_ctx
+     * instead of the current context.  A bottom node only (no child). */
+    bool bdrv_close_any_thread;
     /* Open @bs from @opts: fill bs->size, bs->bl, bs->filename and
      * bs->opaque.  False with @errp set; the caller then calls
      * bdrv_close() on the partly opened node and frees @bs. */

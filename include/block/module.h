@@ -47,10 +47,14 @@ typedef struct BlockModuleAbi {
  * Main thread (or any one thread at a time: a lock serializes loads).
  * The driver @name ("rbd") from its module, loaded on first use.  The
  * directories searched, in order: $VHOST_BLK_MODULE_DIR alone when it is
- * set; else the build tree the program runs from (the nearest directory
- * above /proc/self/exe holding build.ninja, its block/ subdirectory);
- * then CONFIG_MODULE_DIR (where the package installs modules).  A module
- * file that exists but cannot be loaded ends the search.  NULL with
+ * set; else the build tree the program runs from (CONFIG_BUILD_ROOT, its
+ * block/ subdirectory, only if /proc/self/exe lies inside it: an
+ * installed program never looks there); then CONFIG_MODULE_DIR (where
+ * the package installs modules).  Outside the build tree, the module file
+ * and every directory above it must be owned by root (or this process's
+ * user) and not writable by group or others (a sticky directory above the
+ * module's own excepted), or it is refused unloaded.  A module file that
+ * exists but is refused or cannot be loaded ends the search.  NULL with
  * @errp set, naming @what (the node, e.g. "rbd:pool/image"), every path
  * tried and why it failed (dlerror()), and what to do; a later call
  * tries again (after the module was installed).

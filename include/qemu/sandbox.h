@@ -36,4 +36,18 @@ bool sandbox_apply_iothread_filter(GError **errp);
  */
 bool sandbox_apply_http_filter(GError **errp);
 
+/*
+ * The calling thread: has it loaded a filter above (or was it marked with
+ * sandbox_thread_set_confined())?  Work it hands to other threads must go
+ * to threads under the same filter (block/thread-pool.c).
+ */
+bool sandbox_thread_confined(void);
+
+/*
+ * A thread created by a confined thread (it inherited the filter; the
+ * filter forbids loading another): say so for sandbox_thread_confined()
+ * and the SIGSYS line.
+ */
+void sandbox_thread_set_confined(void);
+
 #endif

@@ -48,7 +48,15 @@ const char *qsd_opt_name(QsdOptKind kind);
 /* Whether an --export argument is QSD's syntax (type=..., or an implied
  * type as first element) rather than vhost-blkd's socket=...,file=... */
 bool qsd_cli_export_is_qsd(const char *arg);
-/* Check and remember one option; false with @errp set. */
+/*
+ * @arg as it may be shown in a message or a log: the value of every key
+ * that holds a secret (data=, key=, password=, ..., at any depth of the
+ * JSON syntax) replaced by QSD_REDACTED.  Free with g_free().
+ */
+#define QSD_REDACTED "<redacted>"
+char *qsd_cli_redact(const char *arg);
+/* Check and remember one option; false with @errp set (whose message
+ * never quotes a secret). */
 bool qsd_cli_add(QsdCli *cli, QsdOptKind kind, const char *arg,
                  GError **errp);
 /* Whole-command-line checks (every --monitor names a --chardev, every

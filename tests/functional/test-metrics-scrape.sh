@@ -8,6 +8,8 @@
 # QMP (bins sum to the requests; QEMU's set/replace/remove semantics and
 # errors), the --config key, nothing listening without --metrics, bad
 # --metrics values, and vhost-blk-ctl stats --watch's percentile columns.
+# The page cache: scrapes within a second share one render, and clients
+# that never read hold at most 3 pages (metrics-cache.py).
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -189,6 +191,48 @@ vb_check "clean shutdown with the endpoint running" \
     grep -q "shutting down" "$VB_TMP/blkd.log"
 vb_check "no seccomp violation in the log" \
     bash -c "! grep -q 'seccomp: .* made system call' '$VB_TMP/blkd.log'"
+
+# --- the page cache and its bound ----------------------------------------
+# 8 null exports of 64 queues: a page of about 9 MB, which took the main
+# thread ~60 ms per scrape and a copy per connection before the cache.
+cpy=$VB_FUNC/metrics-cache.py
+big=()
+for i in 0 1 2 3 4 5 6 7; do
+    big+=(--export "socket=$VB_TMP/big$i.sock,driver=null,size=16M,num-queues=64,id=big$i")
+done
+vb_daemon_start big "$VB_TMP/big7.sock" "$blkd" --metrics 127.0.0.1:0 "${big[@]}" ||
+    vb_bail "vhost-blkd with 8 x 64 queues did not start"
+bigpid=$VB_LAST_PID
+url=$(metrics_url "$VB_TMP/big.log") || vb_bail "no 'metrics: serving' log line"
+# Clients that stop reading: each holds its page; the daemon renders no
+# more than METRICS_PAGES_MAX (3) alive, then sends the cached one.
+"$cpy" slow "$url" 5 > "$VB_TMP/slow.json"
+sed 's/^/#   /' "$VB_TMP/slow.json"
+jq() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$VB_TMP/$1.json" "$2"; }
+vb_check_eq "slow clients 1-3 got pages 1, 2, 3 (renders_total)" \
+    "$(jq slow '[c.get("renders_total") for c in d["slow"][:3]]')" "[1, 2, 3]"
+vb_check_eq "  ...with 0, 1, 2 pages already alive" \
+    "$(jq slow '[c.get("pages_held") for c in d["slow"][:3]]')" "[0, 1, 2]"
+vb_check_eq "slow clients 4-5, with 3 pages alive, got page 3 again (no 4th)" \
+    "$(jq slow '[c.get("renders_total") for c in d["slow"][3:]]')" "[3, 3]"
+vb_check "never more than 3 pages' bytes held" \
+    test "$(jq slow 'max(c.get("held_bytes", 1 << 62) for c in d["slow"] + [d["after"]])')" \
+    -le "$(jq slow '3 * d["slow"][1].get("held_bytes", 0)')"
+vb_check_eq "once they hang up, their pages are freed: a page made with only the cached one alive" \
+    "$(jq slow 'd["after"].get("pages_held")')" 1
+vb_check "  ...counting the stale answers (2, or more while hang-ups were pending)" \
+    test "$(jq slow 'd["after"].get("stale_total", -1)')" -ge 2
+# Scrapes in a row share pages: k pages in T seconds need T >= k - 2
+# (each new page comes at least 1 s after the one before; the first may be
+# older than the burst), whatever the machine's speed.
+"$cpy" burst "$url" 20 > "$VB_TMP/burst.json"
+sed 's/^/#   /' "$VB_TMP/burst.json"
+vb_check "20 scrapes in a row: every page has renders_total" \
+    test "$(jq burst 'd["missing"]')" = 0
+vb_check "  ...and at most one render per second of them, plus 2" \
+    test "$(jq burst 'd["pages"]')" -le "$(jq burst 'int(d["seconds"]) + 2')"
+vb_check "the daemon is alive after the slow clients and the burst" kill -0 "$bigpid"
+vb_stop "$bigpid"
 
 # --- config file, nothing by default, bad values -------------------------
 printf 'metrics 127.0.0.1:0\nexport socket=%s,file=%s\n' "$sock" "$img" > "$VB_TMP/d.conf"

@@ -243,4 +243,25 @@ vb_check "del --force: the session is closed as a removal, not a shutdown" \
     sh -c "grep -q 'd.sock: session closed: the export is being removed' '$VB_TMP/ctl.log' && ! grep -q 'server shutting down' '$VB_TMP/ctl.log'"
 vb_stop "$ctl_pid"
 
+# --- a refused secret never reaches the log ----------------------------
+# data= is refused (it shows in ps); the message that says so must not
+# print the key to stderr or the journal.  Every way the argument can be
+# echoed: the refusal, a keyval syntax error, JSON, a split option.
+key=TOPSECRETKEY0123
+for arg in "secret,id=sec0,data=$key" "secret,id=sec0,data=$key," \
+           "{\"qom-type\": \"secret\", \"id\": \"sec0\", \"data\": \"$key\"}" \
+           "{\"qom-type\": \"secret\", \"data\": \"$key\""; do
+    "$blkd" --object "$arg" --export "socket=$VB_TMP/s.sock,file=$img" \
+        > "$out" 2>&1
+    rc=$?
+    show "$out"
+    vb_check "secret: vhost-blkd refuses --object ${arg%%$key*}..." test "$rc" -ne 0
+    vb_check "secret: ...and its message does not show the key" \
+        sh -c "! grep -q '$key' '$out' && grep -q 'redacted\|JSON' '$out'"
+done
+"$blkd" --object secret,id=sec0 "data=$key" > "$out" 2>&1
+show "$out"
+vb_check "secret: a stray data=KEY argument is reported without the key" \
+    sh -c "! grep -q '$key' '$out' && grep -q 'unexpected argument' '$out'"
+
 vb_done

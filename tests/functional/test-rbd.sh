@@ -30,6 +30,11 @@ command -v "$qemu" >/dev/null || vb_bail "no QEMU binary '$qemu'"
 vb_setup
 BLKD=$(vb_bin vhost-blkd) || vb_bail "vhost-blkd is not built in $VHOST_BLK_BUILD"
 
+# The daemons' runtime directory (where an rbd node records its client
+# for a takeover after a restart, block/rbd.c) is the test's own.
+export RUNTIME_DIRECTORY=$VB_TMP/run
+mkdir -p "$RUNTIME_DIRECTORY"
+
 # Our own cluster in our own directory: nothing else on the machine shares
 # it, and it goes away with the test.
 export VB_CEPH_DIR=${VB_CEPH_DIR:-$(mktemp -d /var/tmp/vbceph.XXXXXX)}
@@ -354,7 +359,8 @@ if blkd_start blkd-rc0 "$sock" "${rc_args[@]}"; then
     pid=$VB_LAST_PID
     # The guest's stall, for the record (not a check): from the last
     # restart (the helper returns 2 s after it) until the restarted daemon
-    # completes a request, i.e. until it has the exclusive lock.
+    # completes a request, i.e. until it has the exclusive lock (once the
+    # dead process's watch has expired: osd_client_watch_timeout).
     t=$SECONDS
     n=0
     while [ $n -lt 120 ] && kill -0 "$pid" 2>/dev/null; do

@@ -12,7 +12,11 @@
  *   --export rbd= and --blockdev driver=rbd fail with an error naming the
  *   image, the path tried and what to do, while a file export of the same
  *   process serves;
- * - a file there that is not a module is refused with dlerror()'s reason.
+ * - a file there that is not a module is refused with dlerror()'s reason;
+ * - a copy of vhost-blkd outside the build tree, next to a planted
+ *   build.ninja and block/block-rbd.so, does not look there;
+ * - a module directory or file writable by group or others, or owned by
+ *   another user, is refused with a message, before dlopen().
  *
  * Run again with VB_SECCOMP=on (meson: test-blkd-module-seccomp): the
  * blockdev-add comes after the iothreads' filter is installed.
@@ -28,6 +32,7 @@
 #include <json-glib/json-glib.h>
 #include <linux/virtio_blk.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -258,18 +263,21 @@ static void check_missing_error(const char *err, const char *moddir)
     g_assert_nonnull(strstr(err, CONFIG_MODULE_DIR));
 }
 
-/* Start vhost-blkd with @args (one export must fail): its stderr. */
-static char *blkd_fails(const char *moddir, const char *const *args)
+/* Start the vhost-blkd at @blkd with @args (one export must fail) and
+ * VHOST_BLK_MODULE_DIR=@moddir, or unset if NULL: its stderr. */
+static char *blkd_at_fails(const char *blkd, const char *moddir,
+                           const char *const *args)
 {
     g_autoptr(GPtrArray) argv = g_ptr_array_new();
-    g_auto(GStrv) env = g_environ_setenv(g_get_environ(),
-                                         "VHOST_BLK_MODULE_DIR", moddir,
-                                         TRUE);
+    g_auto(GStrv) env = moddir ?
+        g_environ_setenv(g_get_environ(), "VHOST_BLK_MODULE_DIR", moddir,
+                         TRUE) :
+        g_environ_unsetenv(g_get_environ(), "VHOST_BLK_MODULE_DIR");
     g_autoptr(GError) gerr = NULL;
     char *out = NULL;
     int status;
 
-    g_ptr_array_add(argv, (char *)g_getenv("VHOST_BLKD"));
+    g_ptr_array_add(argv, (char *)blkd);
     for (const char *const *a = args; *a; a++) {
         g_ptr_array_add(argv, (char *)*a);
     }
@@ -282,6 +290,11 @@ static char *blkd_fails(const char *moddir, const char *const *args)
     g_assert_true(WIFEXITED(status));
     g_assert_cmpint(WEXITSTATUS(status), !=, 0);
     return out;
+}
+
+static char *blkd_fails(const char *moddir, const char *const *args)
+{
+    return blkd_at_fails(g_getenv("VHOST_BLKD"), moddir, args);
 }
 
 /* No module: a clear error for every syntax; the file export serves. */
@@ -364,11 +377,131 @@ static void test_broken_module(void)
     moddir_free(moddir);
 }
 
+/*
+ * An installed program (here a copy of vhost-blkd outside the build tree)
+ * never loads from a build tree: not from one planted next to it, as
+ * root.  The old loader climbed from the executable to the nearest
+ * build.ninja and dlopen()ed its block/block-rbd.so.
+ */
+static void test_planted_build_tree(void)
+{
+    g_autofree char *tmpl = g_strdup_printf(
+        "/var/tmp/vb-itest-%d-plant-XXXXXX", (int)getpid());
+    const char *root = mkdtemp(tmpl);
+    g_autofree char *tools = NULL, *block = NULL, *copy = NULL;
+    g_autofree char *ninja = NULL, *so = NULL, *img = NULL;
+    g_autofree char *exp_file = NULL, *bdev = NULL, *out = NULL;
+    g_autofree char *bin = NULL;
+    gsize len = 0;
+
+    g_assert_nonnull(root);
+    tools = g_build_filename(root, "tools", NULL);
+    block = g_build_filename(root, "block", NULL);
+    copy = g_build_filename(tools, "vhost-blkd", NULL);
+    ninja = g_build_filename(root, "build.ninja", NULL);
+    so = g_build_filename(block, "block-rbd.so", NULL);
+    img = g_build_filename(root, "disk.img", NULL);
+    g_assert_cmpint(mkdir(tools, 0755), ==, 0);
+    g_assert_cmpint(mkdir(block, 0755), ==, 0);
+    g_assert_true(g_file_get_contents(g_getenv("VHOST_BLKD"), &bin, &len,
+                                      NULL));
+    g_assert_true(g_file_set_contents(copy, bin, len, NULL));
+    g_assert_cmpint(chmod(copy, 0755), ==, 0);
+    g_assert_true(g_file_set_contents(ninja, "# planted\n", -1, NULL));
+    g_assert_true(g_file_set_contents(so, "not a module\n", -1, NULL));
+    g_assert_true(g_file_set_contents(img, "", 0, NULL));
+    g_assert_cmpint(truncate(img, 1 << 20), ==, 0);
+
+    exp_file = g_strdup_printf("socket=%s/file.sock,file=%s", root, img);
+    bdev = g_strdup_printf("driver=rbd,node-name=n0,pool=rbd,image=img0,"
+                           "conf=%s/no-such-ceph.conf", root);
+    {
+        const char *args[] = { "--export", exp_file, "--blockdev", bdev,
+                               NULL };
+
+        out = blkd_at_fails(copy, NULL, args);
+    }
+    /* The installed directory only (and, if a module is installed there,
+     * its own error about the missing ceph.conf). */
+    g_assert_nonnull(strstr(out, "rbd:rbd/img0"));
+    if (strstr(out, so) || strstr(out, "ELF") || strstr(out, "too short") ||
+        strstr(out, "(the build tree)")) {
+        g_error("a copy of vhost-blkd outside the build tree looked in the "
+                "planted one: %s", out);
+    }
+
+    unlink(img);
+    unlink(so);
+    unlink(ninja);
+    unlink(copy);
+    rmdir(block);
+    rmdir(tools);
+    rmdir(root);
+}
+
+/* A blockdev-add driver=rbd refused before dlopen(): the error names
+ * @bad and says @why; nothing of the file was loaded. */
+static void check_refused(Fixture *f, const char *bad, const char *why)
+{
+    g_autofree char *err = rbd_blockdev_add(f, "r0", "img0", "/nonexistent");
+
+    g_test_message("blockdev-add: %s", err);
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err, "rbd:rbd/img0"));
+    g_assert_nonnull(strstr(err, "is not loaded"));
+    g_assert_nonnull(strstr(err, bad));
+    g_assert_nonnull(strstr(err, why));
+    g_assert_null(strstr(err, "ELF"));
+    g_assert_null(strstr(err, "too short"));
+    g_assert_cmpuint(ceph_mappings(f), ==, 0);
+}
+
+/*
+ * A module directory (or file) that others may write is refused with a
+ * message saying what to fix, before anything is loaded; once fixed the
+ * same daemon loads it (here: dlopen()'s reason for the junk file).
+ */
+static void test_untrusted_moddir(void)
+{
+    char *moddir = moddir_new(true);
+    g_autofree char *so = g_build_filename(moddir, "block-rbd.so", NULL);
+    g_autofree char *err = NULL;
+    Fixture f;
+
+    daemon_start(&f, false, moddir);
+    g_assert_cmpint(chmod(moddir, 0777), ==, 0);
+    check_refused(&f, moddir, "writable by every user (mode 0777)");
+    g_assert_cmpint(chmod(moddir, 0770), ==, 0);
+    check_refused(&f, moddir, "writable by its group (mode 0770)");
+    g_assert_cmpint(chmod(moddir, 01777), ==, 0);  /* sticky: still not */
+    check_refused(&f, moddir, "chmod go-w");
+    g_assert_cmpint(chmod(moddir, 0700), ==, 0);
+    g_assert_cmpint(chmod(so, 0646), ==, 0);
+    check_refused(&f, so, "writable by every user (mode 0646)");
+    g_assert_cmpint(chmod(so, 0644), ==, 0);
+    if (geteuid() == 0) {
+        g_assert_cmpint(chown(moddir, 65534, 65534), ==, 0);
+        check_refused(&f, moddir, "belongs to uid 65534");
+        g_assert_cmpint(chown(moddir, 0, 0), ==, 0);
+    } else {
+        g_test_message("not root: the foreign-owner case needs chown");
+    }
+    /* Trusted again: loaded, and refused by the loader this time. */
+    err = rbd_blockdev_add(&f, "r0", "img0", "/nonexistent");
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err, "cannot load the rbd driver module"));
+    vb_check_export_works(&f.d, 0);
+    daemon_stop(&f);
+    moddir_free(moddir);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/module/null-export-maps-no-ceph", test_null_no_ceph);
     g_test_add_func("/module/missing", test_missing_module);
     g_test_add_func("/module/broken", test_broken_module);
+    g_test_add_func("/module/planted-build-tree", test_planted_build_tree);
+    g_test_add_func("/module/untrusted-dir", test_untrusted_moddir);
     return g_test_run();
 }

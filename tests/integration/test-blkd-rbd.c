@@ -18,11 +18,32 @@
  *              reads the snapshot's data, not the image's
  *   takeover:  kill -9 with writes in flight and a restart: the new
  *              process breaks the dead one's exclusive lock (it knows from
- *              the inflight region the front-end hands back) and every
- *              resubmitted write completes and is in the image
+ *              the inflight region the front-end hands back that it was
+ *              restarted, and from this host's runtime directory who the
+ *              earlier process was) once that client's watch has expired,
+ *              and every resubmitted write completes and is in the image
+ *   takeover-foreign: the same restart while another, live client holds
+ *              the lock: it is not broken (nor that client blocklisted),
+ *              and the daemon's writes get the lock from it as librbd
+ *              hands it over
+ *
+ *   control:   librbd's control calls, each from the thread that runs
+ *              it in the daemon: the size read after a resize on the
+ *              cluster (control thread), block_resize over QMP (a resize
+ *              worker), blockdev-del with the OSD stopped (answered at
+ *              once, the close waits in a worker), the lock release when
+ *              the device stops (control thread); test-blkd-rbd-seccomp runs every case again with
+ *              --seccomp on (VB_SECCOMP=on), where none of them may make
+ *              a system call the iothread filter lacks
+ *
+ * The daemons' runtime directory (RUNTIME_DIRECTORY, where an rbd node
+ * records the client that has the image open for writing) is a temporary
+ * directory of this test.
  */
 #include "qemu/osdep.h"
 #include "vb-daemon.h"
+#include "vb-qmp.h"
+#include <poll.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 
@@ -232,6 +253,24 @@ static void test_snapshot(void)
     rbd_teardown(&f);
 }
 
+/* The daemon's log once it holds @a or @b (at most 120 s). */
+static char *wait_log(Fixture *f, const char *a, const char *b)
+{
+    gint64 deadline = g_get_monotonic_time() + 120 * G_USEC_PER_SEC;
+    char *log = NULL;
+
+    for (;;) {
+        g_free(log);
+        log = NULL;
+        if (g_file_get_contents(f->d.log_path, &log, NULL, NULL) &&
+            (strstr(log, a) || strstr(log, b))) {
+            return log;
+        }
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+        g_usleep(100 * 1000);
+    }
+}
+
 static void test_takeover(void)
 {
     Fixture f;
@@ -270,7 +309,13 @@ static void test_takeover(void)
     vb_daemon_start(&f.d);
     vhost_user_frontend_reconnect(f.fe, 10000, &err);
     g_assert_no_error(err);
-    n = vb_reap_n(f.fe, 0, c, NREQ);
+    /* The lock is broken once the dead client's watch has expired
+     * (osd_client_watch_timeout, 30 s by default): wait past that. */
+    n = 0;
+    while (n < NREQ &&
+           g_get_monotonic_time() - t0 < 180 * G_USEC_PER_SEC) {
+        n += vb_reap_n(f.fe, 0, c + n, NREQ - n);
+    }
     g_test_message("every resubmitted write completed %.2f s after the "
                    "restart", (g_get_monotonic_time() - t0) / 1e6);
     g_assert_cmpint(n, ==, NREQ);
@@ -288,17 +333,265 @@ static void test_takeover(void)
                         512, direct, REQ_BYTES);
         g_assert_true(vb_check_pattern(direct, REQ_BYTES, 300 + i));
     }
-    g_assert_true(g_file_get_contents(f.d.log_path, &log, NULL, NULL));
-    g_assert_nonnull(strstr(log, "took the exclusive lock over"));
+    /* broken by us or, seeing the same expired watch first, by librbd */
+    log = wait_log(&f, "once its watch had expired", "not broken");
+    g_assert_nonnull(strstr(log, "an earlier process of this back-end"));
+    g_assert_nonnull(strstr(log, "once its watch had expired"));
+    rbd_teardown(&f);
+}
+
+/*
+ * The restart signal comes from the front-end (the inflight region): a
+ * VMM can send it at will.  The lock then held by another client, alive
+ * (here: this test's own librbd handle, which took it over from the
+ * daemon), must not be broken: only the earlier process of this host
+ * may lose its lock, and only once it is gone.
+ */
+static void test_takeover_foreign(void)
+{
+    Fixture f;
+    g_autoptr(GError) err = NULL;
+    g_autofree char *log = NULL;
+    g_autofree uint8_t *data = g_malloc(4096);
+    rbd_image_t img;
+    uint64_t size;
+    int owner = 0;
+
+    if (!rbd_setup(&f, "foreign")) {
+        return;
+    }
+    rbd_start(&f, f.spec);
+    g_assert_cmpint(vhost_user_frontend_inflight_fd(f.fe, &size), >=, 0);
+    vb_fill_pattern(f.buf, 4096, 7);
+    g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_OUT, 0, f.buf, 4096, false,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+
+    /* another client asks for the lock and gets it (automatic policy) */
+    g_assert_cmpint(rbd_open(f.io, f.image, &img, NULL), ==, 0);
+    vb_fill_pattern(data, 4096, 8);
+    g_assert_cmpint(rbd_write(img, 65536, 4096, (char *)data), ==, 4096);
+    g_assert_cmpint(rbd_is_exclusive_lock_owner(img, &owner), ==, 0);
+    g_assert_cmpint(owner, ==, 1);
+
+    vb_daemon_kill(&f.d);
+    vb_daemon_start(&f.d);
+    vhost_user_frontend_reconnect(f.fe, 10000, &err);
+    g_assert_no_error(err);
+    log = wait_log(&f, "not broken", "took the exclusive lock over");
+    g_assert_null(strstr(log, "took the exclusive lock over"));
+    g_assert_nonnull(strstr(log, "not broken"));
+
+    /* still the owner, and not blocklisted: its writes go on */
+    g_assert_cmpint(rbd_is_exclusive_lock_owner(img, &owner), ==, 0);
+    g_assert_cmpint(owner, ==, 1);
+    vb_fill_pattern(data, 4096, 9);
+    g_assert_cmpint(rbd_write(img, 65536, 4096, (char *)data), ==, 4096);
+    g_assert_cmpint(rbd_flush(img), ==, 0);
+
+    /* the daemon's next write asks for the lock and gets it */
+    vb_fill_pattern(f.buf, 4096, 10);
+    g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_OUT, 8, f.buf, 4096, false,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+    rbd_close(img);
+    rbd_read_direct(&f, NULL, 65536, data, 4096);
+    g_assert_true(vb_check_pattern(data, 4096, 9));
+    rbd_read_direct(&f, NULL, 8 * 512, data, 4096);
+    g_assert_true(vb_check_pattern(data, 4096, 10));
+    rbd_teardown(&f);
+}
+
+/* The pid of the cluster's only OSD (scripts/ceph-cluster.sh keeps it
+ * in run/ beside the ceph.conf). */
+static pid_t osd_pid(void)
+{
+    g_autofree char *dir = g_path_get_dirname(g_getenv("CEPH_CONF"));
+    g_autofree char *path = g_build_filename(dir, "run", "osd.0.pid", NULL);
+    g_autofree char *text = NULL;
+    pid_t pid;
+
+    g_assert_true(g_file_get_contents(path, &text, NULL, NULL));
+    pid = atoi(text);
+    g_assert_cmpint(pid, >, 1);
+    return pid;
+}
+
+/* The capacity the device reports, in bytes. */
+static uint64_t device_capacity(Fixture *f)
+{
+    uint64_t cap = 0;
+    g_autoptr(GError) err = NULL;
+
+    g_assert_true(vhost_user_frontend_get_config(
+        f->fe, offsetof(struct virtio_blk_config, capacity), &cap,
+        sizeof(cap), &err));
+    g_assert_no_error(err);
+    return cap * 512;
+}
+
+static void test_control(void)
+{
+    Fixture f;
+    VbQmp q;
+    g_autofree char *spec = NULL, *qmp_path = NULL, *chardev = NULL;
+    g_autofree char *cmd = NULL, *log = NULL;
+    VbExportSpec es = { .num_queues = 1, .size = 4096 };
+    VhostUserFrontendOptions opts = { .queue_size = 256, .mem_size = 8 << 20 };
+    g_autoptr(GError) err = NULL;
+    rbd_image_t img;
+    uint64_t size;
+    gint64 deadline;
+
+    if (!rbd_setup(&f, "ctl")) {
+        return;
+    }
+    spec = g_strdup_printf("%s,node-name=r0", f.spec);
+    es.rbd = spec;
+    vb_daemon_init(&f.d, 1, &es);
+    f.d.stderr_to_log = true;
+    qmp_path = g_strdup_printf("%s/qmp.sock", f.d.dir);
+    chardev = g_strdup_printf("socket,id=mon,path=%s,server=on,wait=off",
+                              qmp_path);
+    {
+        const char *args[] = {
+            "--chardev", chardev, "--monitor", "chardev=mon", NULL,
+        };
+
+        f.d.args = args;
+        vb_daemon_start(&f.d);
+        f.d.args = NULL;
+    }
+    vb_qmp_connect(&q, qmp_path, &f.d);
+    f.fe = vb_connect(&f.d, 0, &opts);
+    vb_start(f.fe);
+    f.buf = vhost_user_frontend_mem_alloc(f.fe, BUF_SIZE, 4096, &err);
+    g_assert_no_error(err);
+
+    /* the first write takes the lock (in the iothread) */
+    vb_fill_pattern(f.buf, 4096, 11);
+    g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_OUT, 0, f.buf, 4096, false,
+                           NULL), ==, VIRTIO_BLK_S_OK);
+
+    /* a resize on the cluster: the control thread reads the size */
+    g_assert_cmpint(rbd_open(f.io, f.image, &img, NULL), ==, 0);
+    g_assert_cmpint(rbd_resize2(img, 2 * IMG_SIZE, false, NULL, NULL), ==,
+                    0);
+    rbd_close(img);
+    deadline = g_get_monotonic_time() + 60 * G_USEC_PER_SEC;
+    while (device_capacity(&f) != 2 * IMG_SIZE) {
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+        g_usleep(50 * 1000);
+    }
+
+    /* block_resize: rbd_resize2 in a worker */
+    cmd = g_strdup_printf("{\"execute\": \"block_resize\", \"arguments\": "
+                          "{\"node-name\": \"r0\", \"size\": %d}}",
+                          3 * IMG_SIZE);
+    vb_qmp_ok(&q, cmd);
+    g_assert_cmpuint(device_capacity(&f), ==, 3 * IMG_SIZE);
+    g_assert_cmpint(rbd_open(f.io, f.image, &img, NULL), ==, 0);
+    g_assert_cmpint(rbd_get_size(img, &size), ==, 0);
+    g_assert_cmpuint(size, ==, 3 * IMG_SIZE);
+    rbd_close(img);
+
+    /*
+     * blockdev-del of an rbd node while the cluster does not answer (its
+     * only OSD stopped with SIGSTOP): the close waits for the OSD in a
+     * worker, and the reply comes at once.  (At most 30 s, a hang guard:
+     * the OSD goes on before anything is checked.)
+     */
+    {
+        g_autofree char *add = g_strdup_printf(
+            "{\"execute\": \"blockdev-add\", \"arguments\": {\"driver\": "
+            "\"rbd\", \"node-name\": \"d1\", \"pool\": \"%s\", "
+            "\"image\": \"%s\", \"conf\": \"%s\"}}", rbd_pool(), f.image,
+            g_getenv("CEPH_CONF"));
+        const char *del = "{\"execute\": \"blockdev-del\", \"arguments\": "
+                          "{\"node-name\": \"d1\"}}\n";
+        struct pollfd pfd = { .fd = q.fd, .events = POLLIN };
+        g_autofree char *reply = NULL;
+        pid_t osd = osd_pid();
+        ssize_t wr;
+        int pr = -1;
+
+        vb_qmp_ok(&q, add);
+        g_assert_cmpint(kill(osd, SIGSTOP), ==, 0);
+        /* nothing may fail before SIGCONT: the OSD would stay stopped */
+        wr = write(q.fd, del, strlen(del));
+        if (wr == (ssize_t)strlen(del)) {
+            pr = poll(&pfd, 1, 30 * 1000);
+        }
+        g_assert_cmpint(kill(osd, SIGCONT), ==, 0);
+        g_assert_cmpint(wr, ==, strlen(del));
+        g_assert_cmpint(pr, ==, 1);
+        reply = vb_qmp_line(&q);
+        g_assert_nonnull(strstr(reply, "\"return\""));
+    }
+
+    /* the device stops: the control thread releases the lock */
+    vhost_user_frontend_free(f.fe);
+    f.fe = NULL;
+    deadline = g_get_monotonic_time() + 60 * G_USEC_PER_SEC;
+    for (;;) {
+        char *owners[4];
+        size_t n = G_N_ELEMENTS(owners);
+        rbd_lock_mode_t mode;
+        int r;
+
+        g_assert_cmpint(rbd_open(f.io, f.image, &img, NULL), ==, 0);
+        r = rbd_lock_get_owners(img, &mode, owners, &n);
+        if (r == 0) {
+            rbd_lock_get_owners_cleanup(owners, n);
+        }
+        rbd_close(img);
+        if (r == -ENOENT || (r == 0 && n == 0)) {
+            break;
+        }
+        if (g_get_monotonic_time() >= deadline) {
+            g_autofree char *l = NULL;
+
+            g_file_get_contents(f.d.log_path, &l, NULL, NULL);
+            g_test_message("lock owners: %d (%d); daemon log:\n%s", (int)n,
+                           r, l);
+        }
+        g_assert_cmpint(g_get_monotonic_time(), <, deadline);
+        g_usleep(50 * 1000);
+    }
+    log = wait_log(&f, "exclusive lock released", "does not allow");
+    if (strstr(log, "does not allow")) {
+        g_test_message("daemon log:\n%s", log);
+    }
+    g_assert_null(strstr(log, "does not allow"));
+    g_assert_true(vb_daemon_alive(&f.d));
+    vb_qmp_close(&q);
+    vb_daemon_cleanup(&f.d);
     rbd_teardown(&f);
 }
 
 int main(int argc, char **argv)
 {
+    g_autofree char *rundir = g_dir_make_tmp("vb-rbd-run-XXXXXX", NULL);
+    g_autoptr(GDir) dir = NULL;
+    const char *name;
+    int ret;
+
+    g_assert_nonnull(rundir);
+    g_setenv("RUNTIME_DIRECTORY", rundir, true);
     g_test_init(&argc, &argv, NULL);
     g_test_add_func("/vhost-blkd/rbd/io", test_io);
     g_test_add_func("/vhost-blkd/rbd/io-poll", test_io_poll);
     g_test_add_func("/vhost-blkd/rbd/snapshot", test_snapshot);
     g_test_add_func("/vhost-blkd/rbd/takeover", test_takeover);
-    return g_test_run();
+    g_test_add_func("/vhost-blkd/rbd/takeover-foreign",
+                    test_takeover_foreign);
+    g_test_add_func("/vhost-blkd/rbd/control", test_control);
+    ret = g_test_run();
+    /* what killed daemons left */
+    dir = g_dir_open(rundir, 0, NULL);
+    while (dir && (name = g_dir_read_name(dir))) {
+        g_autofree char *p = g_build_filename(rundir, name, NULL);
+
+        unlink(p);
+    }
+    rmdir(rundir);
+    return ret;
 }

@@ -179,6 +179,55 @@ static void test_no_process(void)
     metrics_snapshot_free(s);
 }
 
+/* The endpoint's counters come first (a slow client reads them in the
+ * first bytes), only when set. */
+static void test_http(void)
+{
+    MetricsSnapshot *s = make_snapshot();
+    g_autoptr(GString) out = g_string_new("");
+    g_autoptr(GString) none = g_string_new("");
+
+    metrics_render(s, none);
+    g_assert_null(strstr(none->str, "vhost_blk_metrics_"));
+    s->have_http = true;
+    s->http_renders = 12;
+    s->http_stale = 3;
+    s->http_pages_held = 2;
+    s->http_bytes_held = 9000000;
+    metrics_render(s, out);
+    g_assert_true(g_str_has_prefix(out->str,
+                                   "# HELP vhost_blk_metrics_renders_total "));
+    g_assert_true(has_line(out->str, "vhost_blk_metrics_renders_total 12"));
+    g_assert_true(has_line(out->str, "vhost_blk_metrics_stale_total 3"));
+    g_assert_true(has_line(out->str, "vhost_blk_metrics_pages_held 2"));
+    g_assert_true(has_line(out->str,
+                           "vhost_blk_metrics_held_bytes 9000000"));
+    g_assert_true(has_line(out->str,
+                           "# TYPE vhost_blk_metrics_pages_held gauge"));
+    metrics_snapshot_free(s);
+}
+
+/* The cache's decision: reuse for a second, then render unless the most
+ * pages are alive, then the stale page rather than one more. */
+static void test_page_action(void)
+{
+    const int64_t W = METRICS_CACHE_NS;
+
+    g_assert_cmpint(metrics_page_action(-1, 0), ==, METRICS_PAGE_RENDER);
+    g_assert_cmpint(metrics_page_action(-1, METRICS_PAGES_MAX), ==,
+                    METRICS_PAGE_RENDER);
+    g_assert_cmpint(metrics_page_action(0, 1), ==, METRICS_PAGE_REUSE);
+    g_assert_cmpint(metrics_page_action(W - 1, METRICS_PAGES_MAX), ==,
+                    METRICS_PAGE_REUSE);
+    g_assert_cmpint(metrics_page_action(W, 1), ==, METRICS_PAGE_RENDER);
+    g_assert_cmpint(metrics_page_action(W, METRICS_PAGES_MAX - 1), ==,
+                    METRICS_PAGE_RENDER);
+    g_assert_cmpint(metrics_page_action(W, METRICS_PAGES_MAX), ==,
+                    METRICS_PAGE_STALE);
+    g_assert_cmpint(metrics_page_action(100 * W, METRICS_PAGES_MAX + 5), ==,
+                    METRICS_PAGE_STALE);
+}
+
 static void test_read_process(void)
 {
     uint64_t rss = 0, fds = 0;
@@ -205,5 +254,7 @@ int main(int argc, char **argv)
     g_test_add_func("/metrics/families", test_families);
     g_test_add_func("/metrics/no-process", test_no_process);
     g_test_add_func("/metrics/read-process", test_read_process);
+    g_test_add_func("/metrics/http", test_http);
+    g_test_add_func("/metrics/page-action", test_page_action);
     return g_test_run();
 }

@@ -119,6 +119,83 @@ static void test_iops_size(void)
     throttle_group_unref(tg);
 }
 
+/*
+ * iops-size times the rate does not fit in 64 bits: 2^31 * 2^33 wrapped
+ * to 0 and a guest's 3 GiB request divided by it (SIGFPE).  The cost is
+ * bytes / iops-size operations at the rate, computed in 128 bits.
+ */
+static void test_iops_size_huge(void)
+{
+    ThrottleGroup *tg = group("iops-total=8589934592,"
+                              "iops-size=2147483648");
+
+    /* 1.5 operations at 2^33/s: 1 ns, rounded up; within the slack. */
+    g_assert_cmpint(throttle_group_try(tg, false, 3ULL << 30, SEC), ==, 0);
+    g_assert_cmpint(throttle_group_reserve(tg, true, 3ULL << 30, SEC), ==,
+                    0);
+    throttle_group_unref(tg);
+
+    /* Also 2^64 exactly: 2^62 bytes are 2^28 operations at 2^30/s, 250 ms;
+     * the next one waits for 250 - 100 ms of slack. */
+    tg = group("iops-total=1073741824,iops-size=17179869184");
+    g_assert_cmpint(throttle_group_try(tg, false, 1ULL << 62, SEC), ==, 0);
+    g_assert_cmpint(throttle_group_try(tg, false, 1ULL << 62, SEC), ==,
+                    150 * MS);
+    g_assert_cmpint(throttle_group_reserve(tg, false, 1ULL << 62, SEC), ==,
+                    150 * MS);
+    throttle_group_unref(tg);
+}
+
+/* A request whose cost does not fit in the clock (the most bytes at one
+ * byte per second) saturates the cell instead of wrapping it back to an
+ * early time that would let everything through. */
+static void test_cost_saturates(void)
+{
+    ThrottleGroup *tg = group("bps-total=1");
+
+    g_assert_cmpint(throttle_group_try(tg, false, UINT64_MAX, SEC), ==, 0);
+    g_assert_cmpint(throttle_group_try(tg, false, 1, SEC), >, 1000 * SEC);
+    g_assert_cmpint(throttle_group_reserve(tg, false, UINT64_MAX, SEC), >,
+                    1000 * SEC);
+    g_assert_cmpint(throttle_group_reserve(tg, false, UINT64_MAX, SEC), >,
+                    1000 * SEC);
+    g_assert_cmpint(throttle_group_try(tg, false, 1, 2 * SEC), >, 1000 * SEC);
+    throttle_group_unref(tg);
+}
+
+/*
+ * The longest burst at the highest rates: max * max-length is up to
+ * 2^66 and used to wrap, shrinking the bucket of the average cell from
+ * 864000 s to about 126130 s.  A client at the burst rate (1e15 B/s)
+ * with 2^63-byte requests charges the average cell (1e14 B/s) 92234 s
+ * per 9223 s of time, 83010 s more than time gives back: the bucket of
+ * 864000 s lets 11 go (the first and 10 more) before one waits on it, the
+ * wrapped one only 2.
+ */
+static void test_burst_length_huge(void)
+{
+    ThrottleGroup *tg = group("bps-total=100000000000000,"
+                              "bps-total-max=1000000000000000,"
+                              "bps-total-max-length=86400");
+    int64_t now = SEC, w;
+    int n = 0;
+
+    for (;;) {
+        w = throttle_group_try(tg, false, 1ULL << 63, now);
+        if (w == 0) {
+            n++;
+            continue;
+        }
+        /* Waits for the burst cell only: 9223 s less its 0.1 s slack. */
+        if (w > 9224 * SEC) {
+            break;
+        }
+        now += w;
+    }
+    g_assert_cmpint(n, ==, 11);
+    throttle_group_unref(tg);
+}
+
 static void test_burst(void)
 {
     ThrottleGroup *tg = group("iops-total=100,iops-total-max=1000,"
@@ -387,6 +464,9 @@ int main(int argc, char **argv)
     g_test_add_func("/throttle/disabled", test_disabled);
     g_test_add_func("/throttle/bps", test_bps);
     g_test_add_func("/throttle/iops-size", test_iops_size);
+    g_test_add_func("/throttle/iops-size-huge", test_iops_size_huge);
+    g_test_add_func("/throttle/cost-saturates", test_cost_saturates);
+    g_test_add_func("/throttle/burst-length-huge", test_burst_length_huge);
     g_test_add_func("/throttle/burst", test_burst);
     g_test_add_func("/throttle/read-write-apart", test_read_write_apart);
     g_test_add_func("/throttle/group-shared", test_group_shared);
