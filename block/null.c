@@ -73,7 +73,6 @@ static bool null_parse_options(BlockOptions *opts, QmpArgs *a,
     if (p->export_syntax) {
         /* size=N, required. */
         const char *str = NULL;
-        GError *err = NULL;
 
         if (!qmp_args_str(a, "size", false, &str, errp)) {
             return false;
@@ -82,9 +81,7 @@ static bool null_parse_options(BlockOptions *opts, QmpArgs *a,
             g_set_error(errp, VB_ERROR, 0, "driver=null needs size=N");
             return false;
         }
-        if (!qmp_args_size(a, "size", true, &size, NULL, &err) ||
-            size == 0) {
-            g_clear_error(&err);
+        if (!qemu_parse_size(str, &size) || size == 0) {
             g_set_error(errp, VB_ERROR, 0, "bad value '%s' for size: use a "
                         "positive number with an optional k, M, G or T "
                         "suffix", str);

@@ -19,47 +19,7 @@ G_STATIC_ASSERT(EXPORT_OPTS_SERIAL_BYTES == VIRTIO_BLK_ID_BYTES);
 /* Any thread. */
 bool export_opts_parse_size(const char *s, uint64_t *out)
 {
-    char *end;
-    uint64_t v, mult = 1;
-
-    if (!s || !g_ascii_isdigit(*s)) {
-        return false;
-    }
-    errno = 0;
-    v = g_ascii_strtoull(s, &end, 0);
-    if (errno) {
-        return false;
-    }
-    switch (*end) {
-    case '\0':
-        break;
-    case 'k': case 'K':
-        mult = 1ULL << 10;
-        end++;
-        break;
-    case 'm': case 'M':
-        mult = 1ULL << 20;
-        end++;
-        break;
-    case 'g': case 'G':
-        mult = 1ULL << 30;
-        end++;
-        break;
-    case 't': case 'T':
-        mult = 1ULL << 40;
-        end++;
-        break;
-    default:
-        return false;
-    }
-    if (*end == 'i' || *end == 'B') {
-        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    }
-    if (*end || (v && mult > UINT64_MAX / v)) {
-        return false;
-    }
-    *out = v * mult;
-    return true;
+    return qemu_parse_size(s, out);
 }
 
 /* Any thread. */

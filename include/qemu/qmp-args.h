@@ -110,4 +110,12 @@ bool qmp_args_has(QmpArgs *a, const char *name);
 /* Every member consumed?  Otherwise "Parameter 'x' is unexpected". */
 bool qmp_args_check_done(QmpArgs *a, GError **errp);
 
+/*
+ * A size as the project's own syntax writes it: a number (decimal, 0x hex
+ * or 0 octal) with an optional k, M, G or T suffix (binary multiples),
+ * which may be followed by "iB" or "B" (1G, 1GiB, 1GB: the same).  False
+ * if @s is not one or overflows.  Any thread.
+ */
+bool qemu_parse_size(const char *s, uint64_t *out);
+
 #endif
