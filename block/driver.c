@@ -316,6 +316,15 @@ bool blk_options_check(const BlockOptions *opts, BlockOptsParse *p,
     return !k.check || k.check(opts, p, errp);
 }
 
+void *blk_options_parse_keep(BlockOptsParse *p, void *mem)
+{
+    if (!p->strings) {
+        p->strings = g_ptr_array_new_with_free_func(g_free);
+    }
+    g_ptr_array_add(p->strings, mem);
+    return mem;
+}
+
 void blk_options_parse_cleanup(BlockOptsParse *p)
 {
     g_clear_pointer(&p->strings, g_ptr_array_unref);

@@ -156,9 +156,18 @@ typedef struct BlockOptions {
                                      * (block/throttle.c), which takes a
                                      * reference */
     /*
-     * The drivers' own: each is read by its driver alone and filled by
-     * that driver's parser (blk_options_parse()); C callers (tests,
-     * benchmarks) may fill them directly.
+     * The driver's own options: a struct the driver declares in its own
+     * header (include/block/NAME.h, e.g. BlockQcow2Options), read by that
+     * driver alone.  Its parser (blk_options_parse()) allocates it with
+     * g_new0() and hands it to blk_options_parse_keep() so that the
+     * cleanup frees it; C callers (tests, benchmarks) may point it at a
+     * struct of their own.  NULL: the driver's defaults.
+     */
+    const void *driver_opts;
+    /*
+     * The older drivers' own fields, moving into structs of their own as
+     * above: each is read by its driver alone and filled by that driver's
+     * parser; C callers may fill them directly.
      */
     const char *filename;       /* file: image file or block device */
     BlockAioMode aio;           /* file: default BLOCK_AIO_IO_URING */
@@ -222,6 +231,9 @@ bool blk_options_parse(BlockOptions *opts, QmpArgs *a, BlockOptsParse *p,
 bool blk_options_check(const BlockOptions *opts, BlockOptsParse *p,
                        GError **errp);
 void blk_options_parse_cleanup(BlockOptsParse *p);
+/* A parser's: keep @mem (g_malloc'd) until blk_options_parse_cleanup(),
+ * which g_free()s it; returns @mem. */
+void *blk_options_parse_keep(BlockOptsParse *p, void *mem);
 /*
  * How QEMU shows a node (query-named-block-nodes): its driver as QEMU
  * names it (@given, the name the node was added with, when there is
