@@ -37,6 +37,9 @@ PKGS=(
     # QEMU's rbd block driver for the qemu-storage-daemon comparisons and
     # fio (above) whose Debian build has ioengine=rbd
     librbd-dev ceph-mon ceph-osd ceph-common qemu-block-extra iproute2
+    # the NBD client driver (block/nbd.c) on libnbd; its tests use
+    # qemu-nbd (qemu-utils, above) as the server, nbdinfo to inspect
+    libnbd-dev libnbd-bin
 )
 
 missing=()
