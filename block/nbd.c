@@ -334,7 +334,7 @@ static void nbd_conn_check(NbdConn *c)
     }
     if (nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h)) {
         const char *err = nbd_get_error();
-        g_autofree char *why = g_strdup(err ? err : "closed");
+        g_autofree char *why = g_strdup(err ? err : "the server closed it");
 
         nbd_conn_down(c, c->state == NBD_CONN_READY, why);
         return;
