@@ -59,6 +59,7 @@
 #include "qemu/error-report.h"
 #include "qemu/iothread.h"
 #include "qemu/qmp-args.h"
+#include "qemu/sandbox.h"
 
 /* The protocol's block status flags of base:allocation (the NBD spec),
  * which libnbd calls LIBNBD_STATE_HOLE and _ZERO. */
@@ -529,6 +530,16 @@ static NbdConn *nbd_conn_get(BDRVNBDState *s, AioContext *ctx, bool ref,
     NbdConn *c = nbd_conn_find(s, ctx);
     int slot = -1;
 
+    if (sandbox_thread_confined()) {
+        /* libnbd's socket calls (setsockopt, recv, fcntl) are outside
+         * the iothread allowlist: refused here rather than the process
+         * killed by the sandbox on the first one. */
+        g_set_error(errp, VB_ERROR, 0, "%s: driver=nbd cannot connect from "
+                    "an iothread confined by --seccomp on (libnbd's socket "
+                    "calls are outside its allowlist); run this daemon with "
+                    "--seccomp off", s->desc);
+        return NULL;
+    }
     if (c) {
         if (ref) {
             g_mutex_lock(&s->lock);
