@@ -830,6 +830,10 @@ static void nbd_conn_drain(NbdConn *c)
         }
         blk_acb_complete(acb, 0);
     }
+    if (c->h) {
+        /* What was issued again may wait for the socket to take it. */
+        nbd_conn_watch(c);
+    }
 }
 
 /* Owner thread of @ctx: every request type. */

@@ -92,6 +92,8 @@ static void server_start(Fixture *f)
     g_ptr_array_add(argv, g_strdup("-x"));
     g_ptr_array_add(argv, g_strdup("exp"));
     g_ptr_array_add(argv, g_strdup("--fork"));
+    /* A connection per iothread (qemu-nbd takes one client by default). */
+    g_ptr_array_add(argv, g_strdup("--shared=8"));
     g_ptr_array_add(argv, g_strdup_printf("--pid-file=%s", f->pidfile));
     if (f->nbd_sock) {
         unlink(f->nbd_sock);        /* a killed server leaves it */
@@ -152,7 +154,7 @@ static char *blockdev_keys(Fixture *f, unsigned int delay)
 /* Image, server, daemon with the nbd node exported (writable unless
  * @readonly), and the front-end connected; with @qmp a monitor only. */
 static void setup(Fixture *f, bool inet, bool readonly, unsigned int delay,
-                  bool qmp)
+                  bool qmp, unsigned int queues)
 {
     static const VbExportSpec specs[] = { { .null_driver = true } };
     g_autoptr(GPtrArray) args = g_ptr_array_new_with_free_func(g_free);
@@ -191,9 +193,11 @@ static void setup(Fixture *f, bool inet, bool readonly, unsigned int delay,
         g_ptr_array_add(args, g_strdup("--export"));
         g_ptr_array_add(args, g_strdup_printf(
             "type=vhost-user-blk,id=e0,node-name=n0,addr.type=unix,"
-            "addr.path=%s,writable=%s", f->sock, readonly ? "off" : "on"));
+            "addr.path=%s,writable=%s,num-queues=%u", f->sock,
+            readonly ? "off" : "on", queues));
     }
     g_ptr_array_add(args, NULL);
+    f->d.iothreads = queues;
     f->d.args = (const char *const *)args->pdata;
     vb_daemon_start(&f->d);
     f->d.args = NULL;
@@ -202,11 +206,11 @@ static void setup(Fixture *f, bool inet, bool readonly, unsigned int delay,
     }
 }
 
-static VhostUserFrontend *connect_export(Fixture *f)
+static VhostUserFrontend *connect_export_mq(Fixture *f, unsigned int nq)
 {
     VhostUserFrontendOptions opts = {
         .socket_path = f->sock,
-        .num_queues = 1,
+        .num_queues = nq,
         .connect_timeout_ms = 10000,
     };
     g_autoptr(GError) err = NULL;
@@ -220,6 +224,11 @@ static VhostUserFrontend *connect_export(Fixture *f)
     f->buf = vhost_user_frontend_mem_alloc(fe, BUF_SIZE, 4096, &err);
     g_assert_no_error(err);
     return fe;
+}
+
+static VhostUserFrontend *connect_export(Fixture *f)
+{
+    return connect_export_mq(f, 1);
 }
 
 static void teardown(Fixture *f)
@@ -298,7 +307,7 @@ static void test_unix_io(void)
     if (skip()) {
         return;
     }
-    setup(&f, false, false, 0, false);
+    setup(&f, false, false, 0, false, 1);
     f.fe = connect_export(&f);
     check_io(&f);
     teardown(&f);
@@ -311,7 +320,7 @@ static void test_inet_io(void)
     if (skip()) {
         return;
     }
-    setup(&f, true, false, 0, false);
+    setup(&f, true, false, 0, false, 1);
     f.fe = connect_export(&f);
     check_io(&f);
     teardown(&f);
@@ -324,7 +333,7 @@ static void test_read_only(void)
     if (skip()) {
         return;
     }
-    setup(&f, false, true, 0, false);
+    setup(&f, false, true, 0, false, 1);
     vb_fill_pattern(f.chk, BUF_SIZE, 3);
     write_file(&f, 0, f.chk, BUF_SIZE);
     f.fe = connect_export(&f);
@@ -334,6 +343,35 @@ static void test_read_only(void)
     g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_OUT, 0, f.buf, BUF_SIZE,
                            false, NULL), !=, VIRTIO_BLK_S_OK);
     g_assert_true(vb_daemon_alive(&f.d));
+    teardown(&f);
+}
+
+/* Two queues in two iothreads: a connection each, both serve the same
+ * export (each queue writes its own range, reads the other's). */
+static void test_two_iothreads(void)
+{
+    Fixture f;
+
+    if (skip()) {
+        return;
+    }
+    setup(&f, false, false, 0, false, 2);
+    f.fe = connect_export_mq(&f, 2);
+    for (unsigned int q = 0; q < 2; q++) {
+        vb_fill_pattern(f.buf, BUF_SIZE, 10 + q);
+        g_assert_cmpint(vb_req(f.fe, q, VIRTIO_BLK_T_OUT, 2048 * (q + 1),
+                               f.buf, BUF_SIZE, false, NULL), ==,
+                        VIRTIO_BLK_S_OK);
+    }
+    for (unsigned int q = 0; q < 2; q++) {
+        memset(f.buf, 0, BUF_SIZE);
+        g_assert_cmpint(vb_req(f.fe, 1 - q, VIRTIO_BLK_T_IN, 2048 * (q + 1),
+                               f.buf, BUF_SIZE, true, NULL), ==,
+                        VIRTIO_BLK_S_OK);
+        g_assert_true(vb_check_pattern(f.buf, BUF_SIZE, 10 + q));
+        read_file(&f, 2048 * 512 * (q + 1), f.chk, BUF_SIZE);
+        g_assert_cmpmem(f.chk, BUF_SIZE, f.buf, BUF_SIZE);
+    }
     teardown(&f);
 }
 
@@ -349,7 +387,7 @@ static void test_reconnect(void)
     if (skip()) {
         return;
     }
-    setup(&f, false, false, 60, false);
+    setup(&f, false, false, 60, false, 1);
     f.fe = connect_export(&f);
     check_io(&f);
 
@@ -383,7 +421,7 @@ static void test_server_gone(gconstpointer data)
     if (skip()) {
         return;
     }
-    setup(&f, false, false, delay, false);
+    setup(&f, false, false, delay, false, 1);
     f.fe = connect_export(&f);
     check_io(&f);
     server_kill(&f);
@@ -409,7 +447,7 @@ static void test_qmp(void)
     if (skip()) {
         return;
     }
-    setup(&f, false, false, 0, true);
+    setup(&f, false, false, 0, true, 1);
     add = g_strdup_printf("{\"execute\":\"blockdev-add\",\"arguments\":{"
                           "\"driver\":\"nbd\",\"node-name\":\"q0\","
                           "\"server\":{\"type\":\"unix\",\"path\":\"%s\"},"
@@ -452,6 +490,7 @@ int main(int argc, char **argv)
     g_test_add_func("/nbd/unix-io", test_unix_io);
     g_test_add_func("/nbd/inet-io", test_inet_io);
     g_test_add_func("/nbd/read-only", test_read_only);
+    g_test_add_func("/nbd/two-iothreads", test_two_iothreads);
     g_test_add_func("/nbd/reconnect", test_reconnect);
     g_test_add_data_func("/nbd/gone-after-delay", GUINT_TO_POINTER(1),
                          test_server_gone);

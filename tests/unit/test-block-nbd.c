@@ -58,7 +58,7 @@ static void server_start(Server *s)
     g_autoptr(GError) err = NULL;
     int status;
     const char *argv[] = {
-        "qemu-nbd", "-f", "raw", "-t", "-x", "exp", "--fork",
+        "qemu-nbd", "-f", "raw", "-t", "-x", "exp", "--fork", "--shared=8",
         "--pid-file", s->pidfile, "--socket", s->sock,
         s->readonly ? "-r" : s->img, s->readonly ? s->img : NULL, NULL,
     };
@@ -285,6 +285,44 @@ static void test_contract(void)
     /* A request after the detach connects again (lazily). */
     g_assert_cmpint(do_rw(blk, false, 0, 8192, buf, 4096), ==, 0);
     g_assert_cmpmem(chk, 0, buf, 0);
+    blk_close(blk);
+    server_cleanup(&s);
+}
+
+/* One segment larger than the server's maximum payload (qemu-nbd: 32
+ * MiB): several NBD commands for one request. */
+static void test_large(void)
+{
+    const size_t len = 40u << 20;
+    g_autoptr(GError) err = NULL;
+    g_autofree uint8_t *buf = g_malloc(len);
+    g_autofree uint8_t *chk = g_malloc(len);
+    struct iovec iov = { buf, len };
+    BlockBackend *blk;
+    Server s;
+    Req r = { 0 };
+    int fd;
+
+    if (!have_qemu_nbd()) {
+        return;
+    }
+    server_init(&s, "big", false);
+    fd = open(s.img, O_RDWR | O_CLOEXEC);
+    g_assert_cmpint(ftruncate(fd, 64u << 20), ==, 0);
+    close(fd);
+    server_start(&s);
+    blk = nbd_open(&s, 0, false, &err);
+    g_assert_no_error(err);
+    fill(buf, len, 21);
+    blk_aio_pwritev(blk, &r.acb, 4096, &iov, 1, 0, req_cb, &r);
+    g_assert_cmpint(req_wait(&r), ==, 0);
+    read_file(s.img, 4096, chk, len);
+    g_assert_true(memcmp(chk, buf, len) == 0);
+    memset(buf, 0, len);
+    memset(&r, 0, sizeof(r));
+    blk_aio_preadv(blk, &r.acb, 4096, &iov, 1, req_cb, &r);
+    g_assert_cmpint(req_wait(&r), ==, 0);
+    g_assert_true(memcmp(chk, buf, len) == 0);
     blk_close(blk);
     server_cleanup(&s);
 }
@@ -568,6 +606,7 @@ int main(int argc, char **argv)
     g_test_add_func("/block/nbd/options", test_options);
     g_test_add_func("/block/nbd/open-no-server", test_open_no_server);
     g_test_add_func("/block/nbd/contract", test_contract);
+    g_test_add_func("/block/nbd/large", test_large);
     g_test_add_func("/block/nbd/block-status", test_block_status);
     g_test_add_func("/block/nbd/read-only", test_read_only);
     g_test_add_func("/block/nbd/reconnect", test_reconnect);
