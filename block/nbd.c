@@ -25,8 +25,10 @@
  * command structure per NBD command (and for block status a small
  * wrapper of the extent callback); that is the only allocation on the
  * request path.  libnbd calls our completion callback with its handle's
- * lock held, where no nbd_*() call may be made, so the callback only
- * moves the request onto the connection's done list; the list is
+ * lock held, where no nbd_*() call may be made, so the callbacks only
+ * record the outcome and, when the request's last command is gone (the
+ * completion's free callback), move the request onto the connection's
+ * done list; the list is
  * drained after libnbd returns (nbd_aio_notify_read/write() in the fd
  * handler), or from the connection's bottom half for completions that
  * arrived inside a submitting call: a request never completes inside the
@@ -334,8 +336,10 @@ static void nbd_conn_check(NbdConn *c)
         return;
     }
     if (nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h)) {
+        /* libnbd's last error, unless it is only our refused call. */
         const char *err = nbd_get_error();
-        g_autofree char *why = g_strdup(err ? err : "the server closed it");
+        g_autofree char *why = g_strdup(err && !strstr(err, "invalid state")
+                                        ? err : "the server closed it");
 
         nbd_conn_down(c, c->state == NBD_CONN_READY, why);
         return;
@@ -604,14 +608,13 @@ static inline bool nbd_errno_is_lost(int err)
 }
 
 /*
- * libnbd's completion callback, one per NBD command, with libnbd's lock
- * held: no nbd_*() call here.  The request moves to the done list when
- * its last command has completed.
+ * libnbd's completion callback, at most once per NBD command, with
+ * libnbd's lock held: no nbd_*() call here.  It only records the error;
+ * nbd_cmd_free() counts the command off.
  */
 static int nbd_cmd_cb(void *opaque, int *error)
 {
     BlockAIOCB *acb = opaque;
-    NbdConn *c = (NbdConn *)(uintptr_t)acb->engine_priv[PRIV_CONN];
 
     if (*error) {
         if (nbd_errno_is_lost(*error)) {
@@ -620,10 +623,25 @@ static int nbd_cmd_cb(void *opaque, int *error)
             acb->engine_priv[PRIV_ERR] = *error;
         }
     }
+    return 1;                   /* retire the command */
+}
+
+/*
+ * libnbd's free callback of the completion: exactly once per command,
+ * after its completion callback, or alone when libnbd refused the
+ * command.  (Counting on it rather than on the call's return value:
+ * libnbd 1.14 can return a stale cookie for a command it has already
+ * failed.)  The request moves to the done list when its last command is
+ * gone.  libnbd's lock may be held.
+ */
+static void nbd_cmd_free(void *opaque)
+{
+    BlockAIOCB *acb = opaque;
+    NbdConn *c = (NbdConn *)(uintptr_t)acb->engine_priv[PRIV_CONN];
+
     if (--acb->engine_priv[PRIV_PENDING] == 0) {
         QSIMPLEQ_INSERT_TAIL(&c->done, acb, next);
     }
-    return 1;                   /* retire the command */
 }
 
 /* libnbd's extent callback (block status): the first extent of
@@ -654,22 +672,21 @@ static int nbd_extent_cb(void *opaque, const char *metacontext,
     return 0;
 }
 
-/* One NBD command of @acb: @cookie is what libnbd answered.  A command
- * libnbd refused never completes: count it off here. */
+/* One NBD command of @acb: @cookie is what libnbd answered.  A refused
+ * command (-1) never completes: its error is recorded here. */
 static void nbd_cmd_issued(struct nbd_handle *h, BlockAIOCB *acb,
                            int64_t cookie)
 {
-    if (cookie < 0) {
+    if (cookie == -1) {
         int err = nbd_get_errno();
 
-        acb->engine_priv[PRIV_PENDING]--;
         if (nbd_errno_is_lost(err) || nbd_aio_is_dead(h) ||
             nbd_aio_is_closed(h)) {
             /* Refused because the handle died: nbd_conn_check() sees
              * it; a retry then. */
             acb->engine_priv[PRIV_LOST] = 1;
         } else if (!acb->engine_priv[PRIV_ERR]) {
-            acb->engine_priv[PRIV_ERR] = err;
+            acb->engine_priv[PRIV_ERR] = err ? err : EIO;
         }
     }
 }
@@ -684,7 +701,8 @@ static void nbd_conn_issue(NbdConn *c, BlockAIOCB *acb)
     BDRVNBDState *s = c->s;
     struct nbd_handle *h = c->h;
     nbd_completion_callback cb = { .callback = nbd_cmd_cb,
-                                   .user_data = acb };
+                                   .user_data = acb,
+                                   .free = nbd_cmd_free };
     uint32_t fl = 0;
 
     acb->engine_priv[PRIV_CONN] = (uintptr_t)c;
