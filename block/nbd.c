@@ -871,7 +871,9 @@ static void nbd_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
     acb->engine_priv[PRIV_FUA_FLUSH] = 0;
     if (likely(c->state == NBD_CONN_READY)) {
         nbd_conn_issue(c, acb);
-        nbd_conn_check(c);
+        /* A handle that died meanwhile failed @acb's commands: the
+         * drain (bottom half) notices; only the direction here. */
+        nbd_conn_watch(c);
     } else {
         acb->engine_priv[PRIV_CONN] = (uintptr_t)c;
         if (c->expired && c->state == NBD_CONN_DOWN) {

@@ -510,6 +510,32 @@ static void test_open_no_server(void)
     server_cleanup(&s);
 }
 
+/* tls-creds-dir against a server without TLS: the open fails and says
+ * why, rather than talking in clear. */
+static void test_tls_required(void)
+{
+    g_autoptr(GError) err = NULL;
+    BlockNbdOptions o = { .type = BLOCK_NBD_SERVER_UNIX,
+                          .export_name = "exp", .tls_creds_dir = tmpdir };
+    BlockOptions opts;
+    Server s;
+
+    if (!have_qemu_nbd()) {
+        return;
+    }
+    server_init(&s, "tls", false);
+    server_start(&s);
+    o.path = s.sock;
+    blk_options_init(&opts);
+    opts.driver = "nbd";
+    opts.driver_opts = &o;
+    g_assert_null(blk_open(&opts, &err));
+    g_assert_nonnull(err);
+    g_test_message("%s", err->message);
+    g_assert_nonnull(strstr(err->message, "cannot connect"));
+    server_cleanup(&s);
+}
+
 /* The --blockdev keys: what is taken, and the refusals. */
 static GPtrArray *parsed;
 
@@ -605,6 +631,7 @@ int main(int argc, char **argv)
 
     g_test_add_func("/block/nbd/options", test_options);
     g_test_add_func("/block/nbd/open-no-server", test_open_no_server);
+    g_test_add_func("/block/nbd/tls-required", test_tls_required);
     g_test_add_func("/block/nbd/contract", test_contract);
     g_test_add_func("/block/nbd/large", test_large);
     g_test_add_func("/block/nbd/block-status", test_block_status);
