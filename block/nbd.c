@@ -1008,8 +1008,9 @@ static bool nbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     r = s->type == BLOCK_NBD_SERVER_UNIX ? nbd_connect_unix(h, s->path) :
         nbd_connect_tcp(h, s->host, s->port);
     if (r < 0) {
-        g_set_error(errp, VB_ERROR, 0, "%s: cannot connect: %s (is the NBD "
-                    "server running, and does it serve export '%s'?)",
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot connect: %s (check that "
+                    "the NBD server runs, serves export '%s', and uses TLS "
+                    "exactly when tls-creds-dir is given)",
                     s->desc, nbd_get_error(), s->export_name);
         nbd_close(h);
         return false;

@@ -38,8 +38,9 @@ PKGS=(
     # fio (above) whose Debian build has ioengine=rbd
     librbd-dev ceph-mon ceph-osd ceph-common qemu-block-extra iproute2
     # the NBD client driver (block/nbd.c) on libnbd; its tests use
-    # qemu-nbd (qemu-utils, above) as the server, nbdinfo to inspect
-    libnbd-dev libnbd-bin
+    # qemu-nbd (qemu-utils, above) as the server, openssl to make the
+    # TLS test's certificates; nbdinfo to inspect by hand
+    libnbd-dev libnbd-bin openssl
 )
 
 missing=()

@@ -14,7 +14,10 @@
 #include "qemu/osdep.h"
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
 #include "qemu/aio.h"
 #include "qemu/qmp-args.h"
 #include "block/block.h"
@@ -506,7 +509,7 @@ static void test_open_no_server(void)
     g_assert_null(nbd_open(&s, 0, false, &err));
     g_assert_nonnull(err);
     g_assert_nonnull(strstr(err->message, "nbd+unix:///exp?socket="));
-    g_assert_nonnull(strstr(err->message, "is the NBD server running"));
+    g_assert_nonnull(strstr(err->message, "check that the NBD server runs"));
     server_cleanup(&s);
 }
 
@@ -534,6 +537,138 @@ static void test_tls_required(void)
     g_test_message("%s", err->message);
     g_assert_nonnull(strstr(err->message, "cannot connect"));
     server_cleanup(&s);
+}
+
+/* A CA, and server and client certificates signed by it, in @dir as
+ * qemu-nbd's tls-creds-x509 object and libnbd read them.  False when
+ * openssl is missing. */
+static bool make_certs(const char *dir)
+{
+    g_autofree char *script = g_strdup_printf(
+        "set -e; cd '%s'; "
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem "
+        "  -out ca-cert.pem -days 2 -subj '/CN=test CA'; "
+        "openssl req -newkey rsa:2048 -nodes -keyout server-key.pem "
+        "  -out server.csr -subj '/CN=localhost'; "
+        "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n'"
+        "  > srv.ext; "
+        "openssl x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem "
+        "  -CAcreateserial -out server-cert.pem -days 2 -extfile srv.ext; "
+        "openssl req -newkey rsa:2048 -nodes -keyout client-key.pem "
+        "  -out client.csr -subj '/CN=client'; "
+        "printf 'extendedKeyUsage=clientAuth\\n' > cli.ext; "
+        "openssl x509 -req -in client.csr -CA ca-cert.pem -CAkey ca-key.pem "
+        "  -CAcreateserial -out client-cert.pem -days 2 -extfile cli.ext",
+        dir);
+    const char *argv[] = { "sh", "-c", script, NULL };
+    g_autofree char *out = NULL, *err_out = NULL;
+    g_autofree char *ossl = g_find_program_in_path("openssl");
+    int status;
+
+    if (!ossl) {
+        return false;
+    }
+    g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                               G_SPAWN_SEARCH_PATH, NULL, NULL, &out,
+                               &err_out, &status, NULL));
+    if (!g_spawn_check_wait_status(status, NULL)) {
+        g_error("making certificates: %s", err_out);
+    }
+    return true;
+}
+
+/* A port nothing listens on now (the kernel's choice). */
+static int free_port(void)
+{
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(bind(fd, (struct sockaddr *)&a, sizeof(a)), ==, 0);
+    g_assert_cmpint(getsockname(fd, (struct sockaddr *)&a, &len), ==, 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* TLS over inet, with x509 certificates both ways (qemu-nbd checks the
+ * client's): data goes through; a client without TLS is refused. */
+static void test_tls(void)
+{
+    g_autoptr(GError) err = NULL;
+    g_autofree char *dir = g_strdup_printf("%s/pki", tmpdir);
+    g_autofree char *img = g_strdup_printf("%s/tls.img", tmpdir);
+    g_autofree char *pidfile = g_strdup_printf("%s/tls.pid", tmpdir);
+    g_autofree char *obj = NULL, *portstr = NULL, *pid = NULL;
+    g_autofree char *err_out = NULL, *rm = NULL;
+    BlockNbdOptions o = { .type = BLOCK_NBD_SERVER_INET,
+                          .host = "127.0.0.1", .export_name = "exp",
+                          .tls_creds_dir = dir };
+    uint8_t buf[4096], chk[4096];
+    BlockOptions opts;
+    BlockBackend *blk;
+    int status, fd;
+
+    if (!have_qemu_nbd()) {
+        return;
+    }
+    g_assert_cmpint(mkdir(dir, 0700), ==, 0);
+    if (!make_certs(dir)) {
+        g_test_skip("openssl is not installed");
+        rm = g_strdup_printf("rm -rf '%s'", dir);
+        g_assert_cmpint(system(rm), ==, 0);
+        return;
+    }
+    fd = open(img, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, IMG_SIZE), ==, 0);
+    close(fd);
+    obj = g_strdup_printf("tls-creds-x509,id=t0,endpoint=server,dir=%s,"
+                          "verify-peer=on", dir);
+    portstr = g_strdup_printf("%d", free_port());
+    {
+        const char *argv[] = {
+            "qemu-nbd", "-f", "raw", "-t", "-x", "exp", "--fork",
+            "--shared=8", "--pid-file", pidfile, "--object", obj,
+            "--tls-creds", "t0", "-b", "127.0.0.1", "-p", portstr, img,
+            NULL,
+        };
+
+        g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                                   G_SPAWN_SEARCH_PATH, NULL, NULL, NULL,
+                                   &err_out, &status, NULL));
+        if (!g_spawn_check_wait_status(status, NULL)) {
+            g_error("qemu-nbd failed: %s", err_out);
+        }
+    }
+    o.port = portstr;
+    blk_options_init(&opts);
+    opts.driver = "nbd";
+    opts.driver_opts = &o;
+    blk = blk_open(&opts, &err);
+    g_assert_no_error(err);
+    fill(buf, sizeof(buf), 33);
+    g_assert_cmpint(do_rw(blk, true, 0, 4096, buf, sizeof(buf)), ==, 0);
+    read_file(img, 4096, chk, sizeof(chk));
+    g_assert_cmpmem(chk, sizeof(chk), buf, sizeof(buf));
+    memset(buf, 0, sizeof(buf));
+    g_assert_cmpint(do_rw(blk, false, 0, 4096, buf, sizeof(buf)), ==, 0);
+    g_assert_cmpmem(chk, sizeof(chk), buf, sizeof(buf));
+    blk_close(blk);
+
+    /* Without TLS: the server says no. */
+    o.tls_creds_dir = NULL;
+    g_assert_null(blk_open(&opts, &err));
+    g_assert_nonnull(err);
+    g_test_message("%s", err->message);
+
+    g_assert_true(g_file_get_contents(pidfile, &pid, NULL, NULL));
+    g_assert_cmpint(kill(atoi(pid), SIGKILL), ==, 0);
+    unlink(pidfile);
+    unlink(img);
+    rm = g_strdup_printf("rm -rf '%s'", dir);
+    g_assert_cmpint(system(rm), ==, 0);
 }
 
 /* The --blockdev keys: what is taken, and the refusals. */
@@ -632,6 +767,7 @@ int main(int argc, char **argv)
     g_test_add_func("/block/nbd/options", test_options);
     g_test_add_func("/block/nbd/open-no-server", test_open_no_server);
     g_test_add_func("/block/nbd/tls-required", test_tls_required);
+    g_test_add_func("/block/nbd/tls", test_tls);
     g_test_add_func("/block/nbd/contract", test_contract);
     g_test_add_func("/block/nbd/large", test_large);
     g_test_add_func("/block/nbd/block-status", test_block_status);
