@@ -77,6 +77,35 @@ static int free_port(void)
     return ntohs(a.sin_port);
 }
 
+/*
+ * qemu-nbd --fork detaches from us: a failed assertion (abort()) would
+ * leave the servers running.  Their pids are kept here and killed from
+ * the SIGABRT handler.
+ */
+#define MAX_SERVERS 8
+static volatile pid_t server_pids[MAX_SERVERS];
+
+static void server_track(pid_t pid, bool add)
+{
+    for (int i = 0; i < MAX_SERVERS; i++) {
+        if (add ? !server_pids[i] : server_pids[i] == pid) {
+            server_pids[i] = add ? pid : 0;
+            return;
+        }
+    }
+}
+
+static void abort_handler(int sig)
+{
+    for (int i = 0; i < MAX_SERVERS; i++) {
+        if (server_pids[i]) {
+            kill(server_pids[i], SIGKILL);
+        }
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 /* qemu-nbd --fork returns once it listens. */
 static void server_start(Fixture *f)
 {
@@ -117,6 +146,7 @@ static void server_start(Fixture *f)
     g_assert_true(g_file_get_contents(f->pidfile, &pid, NULL, NULL));
     f->pid = atoi(pid);
     g_assert_cmpint(f->pid, >, 0);
+    server_track(f->pid, true);
 }
 
 /* SIGKILL and wait until it is gone (not our child: a pidfd). */
@@ -129,6 +159,7 @@ static void server_kill(Fixture *f)
         return;
     }
     pfd = syscall(SYS_pidfd_open, f->pid, 0);
+    server_track(f->pid, false);
     g_assert_cmpint(kill(f->pid, SIGKILL), ==, 0);
     if (pfd >= 0) {
         p = (struct pollfd){ .fd = pfd, .events = POLLIN };
@@ -487,6 +518,7 @@ int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGABRT, abort_handler);
     g_test_add_func("/nbd/unix-io", test_unix_io);
     g_test_add_func("/nbd/inet-io", test_inet_io);
     g_test_add_func("/nbd/read-only", test_read_only);

@@ -54,6 +54,35 @@ static bool have_qemu_nbd(void)
     return true;
 }
 
+/*
+ * qemu-nbd --fork detaches from us: a failed assertion (abort()) would
+ * leave the servers running.  Their pids are kept here and killed from
+ * the SIGABRT handler.
+ */
+#define MAX_SERVERS 8
+static volatile pid_t server_pids[MAX_SERVERS];
+
+static void server_track(pid_t pid, bool add)
+{
+    for (int i = 0; i < MAX_SERVERS; i++) {
+        if (add ? !server_pids[i] : server_pids[i] == pid) {
+            server_pids[i] = add ? pid : 0;
+            return;
+        }
+    }
+}
+
+static void abort_handler(int sig)
+{
+    for (int i = 0; i < MAX_SERVERS; i++) {
+        if (server_pids[i]) {
+            kill(server_pids[i], SIGKILL);
+        }
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 /* qemu-nbd --fork returns once the socket listens. */
 static void server_start(Server *s)
 {
@@ -76,6 +105,7 @@ static void server_start(Server *s)
     g_assert_true(g_file_get_contents(s->pidfile, &pid, NULL, NULL));
     s->pid = atoi(pid);
     g_assert_cmpint(s->pid, >, 0);
+    server_track(s->pid, true);
 }
 
 /* SIGKILL, and wait until the process is gone (a pidfd: it is not our
@@ -89,6 +119,7 @@ static void server_kill(Server *s)
         return;
     }
     pfd = syscall(SYS_pidfd_open, s->pid, 0);
+    server_track(s->pid, false);
     g_assert_cmpint(kill(s->pid, SIGKILL), ==, 0);
     if (pfd >= 0) {
         p = (struct pollfd){ .fd = pfd, .events = POLLIN };
@@ -642,6 +673,8 @@ static void test_tls(void)
             g_error("qemu-nbd failed: %s", err_out);
         }
     }
+    g_assert_true(g_file_get_contents(pidfile, &pid, NULL, NULL));
+    server_track(atoi(pid), true);
     o.port = portstr;
     blk_options_init(&opts);
     opts.driver = "nbd";
@@ -663,7 +696,7 @@ static void test_tls(void)
     g_assert_nonnull(err);
     g_test_message("%s", err->message);
 
-    g_assert_true(g_file_get_contents(pidfile, &pid, NULL, NULL));
+    server_track(atoi(pid), false);
     g_assert_cmpint(kill(atoi(pid), SIGKILL), ==, 0);
     unlink(pidfile);
     unlink(img);
@@ -758,6 +791,7 @@ int main(int argc, char **argv)
     /* A killed server's socket: EPIPE, not SIGPIPE (libnbd uses
      * MSG_NOSIGNAL; qemu-nbd's own pipes are not ours). */
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGABRT, abort_handler);
     ctx = aio_context_new(&err);
     g_assert_no_error(err);
     aio_context_acquire_thread(ctx);
