@@ -1059,6 +1059,21 @@ static bool nbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     return true;
 }
 
+/* Main thread: the export's size is the server's; only the size it had
+ * at open is taken (a resize there is not seen: see "Reconnecting"). */
+static bool nbd_drv_truncate(BlockBackend *bs, uint64_t size, GError **errp)
+{
+    BDRVNBDState *s = bs->opaque;
+
+    if (size != s->size) {
+        g_set_error(errp, VB_ERROR, 0, "%s: an NBD export cannot be resized "
+                    "by its client: resize the image on the server, then "
+                    "add the node again", s->desc);
+        return false;
+    }
+    return true;
+}
+
 /* Any thread: what the monitor shows. */
 static void nbd_get_info(BlockBackend *bs, BlockDriverInfo *bdi)
 {
@@ -1197,6 +1212,7 @@ static const BlockDriver bdrv_nbd = {
     .bdrv_open_any_thread = true,
     .bdrv_open = nbd_drv_open,
     .bdrv_close = nbd_drv_close,
+    .bdrv_truncate = nbd_drv_truncate,
     .bdrv_get_info = nbd_get_info,
     .bdrv_attach_aio_context = nbd_attach_aio_context,
     .bdrv_detach_aio_context = nbd_detach_aio_context,

@@ -312,6 +312,12 @@ static void test_contract(void)
     g_assert_true(buf[0] == 0 && !memcmp(buf, buf + 1, 65535));
     read_file(s.img, 65536, chk, 65536);
     g_assert_cmpmem(chk, 65536, buf, 65536);
+    /* The server decides the size. */
+    g_assert_false(blk_truncate(blk, IMG_SIZE * 2, &err));
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err->message, "cannot be resized"));
+    g_clear_error(&err);
+    g_assert_cmpuint(blk_getlength(blk), ==, IMG_SIZE);
     /* Past the end: refused by the block layer, not the server. */
     g_assert_cmpint(do_rw(blk, false, 0, IMG_SIZE - 4096, buf, 8192), <, 0);
 
