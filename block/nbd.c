@@ -113,6 +113,8 @@ typedef struct NbdConn {
     int64_t deadline_ns;        /* waiting requests fail then; 0: none */
     bool expired;               /* past the deadline, still down */
     bool reported;              /* the loss was logged */
+    bool refusal_reported;      /* a changed export was logged */
+    char why[160];              /* libnbd's error when the socket failed */
     unsigned int backoff_ms;
     uint64_t connects;          /* successful (re)connections */
 } NbdConn;
@@ -295,19 +297,32 @@ static void nbd_conn_ready(NbdConn *c)
     BDRVNBDState *s = c->s;
     int64_t size = nbd_get_size(c->h);
 
+    const char *changed = NULL;
+
     if (size < 0 || (uint64_t)size != s->size) {
-        warn_report("%s: the export's size changed from %" PRIu64 " to "
-                    "%" PRId64 " bytes: not using it", s->desc, s->size,
-                    size);
-        nbd_conn_down(c, false, "size changed");
+        changed = "its size";
+    } else if (nbd_is_read_only(c->h) > 0 && !s->bs->readonly) {
+        changed = "it is read-only now";
+    } else if ((s->can_flush && nbd_can_flush(c->h) <= 0) ||
+               (s->can_fua && nbd_can_fua(c->h) <= 0) ||
+               (s->can_trim && nbd_can_trim(c->h) <= 0) ||
+               (s->can_zero && nbd_can_zero(c->h) <= 0) ||
+               (s->base_alloc &&
+                nbd_can_meta_context(c->h, NBD_META_BASE_ALLOCATION) <= 0)) {
+        changed = "a command it took at open";
+    }
+    if (changed) {
+        /* Once per episode: the attempts go on every second. */
+        if (!c->refusal_reported) {
+            warn_report("%s: the export is not the one the node was opened "
+                        "on (%s): not using it until it is", s->desc,
+                        changed);
+            c->refusal_reported = true;
+        }
+        nbd_conn_down(c, false, changed);
         return;
     }
-    if (nbd_is_read_only(c->h) > 0 && !s->bs->readonly) {
-        warn_report("%s: the export became read-only: not using it",
-                    s->desc);
-        nbd_conn_down(c, false, "read-only");
-        return;
-    }
+    c->refusal_reported = false;
     if (c->reported) {
         info_report("%s: reconnected", s->desc);
         c->reported = false;
@@ -336,12 +351,9 @@ static void nbd_conn_check(NbdConn *c)
         return;
     }
     if (nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h)) {
-        /* libnbd's last error, unless it is only our refused call. */
-        const char *err = nbd_get_error();
-        g_autofree char *why = g_strdup(err && !strstr(err, "invalid state")
-                                        ? err : "the server closed it");
-
-        nbd_conn_down(c, c->state == NBD_CONN_READY, why);
+        nbd_conn_down(c, c->state == NBD_CONN_READY,
+                      c->why[0] ? c->why : "the server closed it");
+        c->why[0] = 0;
         return;
     }
     if (c->state == NBD_CONN_CONNECTING && nbd_aio_is_ready(c->h)) {
@@ -355,10 +367,11 @@ static void nbd_conn_check(NbdConn *c)
 /* Owner thread: the socket is ready for what libnbd waited for. */
 static void nbd_conn_notify(NbdConn *c, bool write)
 {
-    if (write) {
-        nbd_aio_notify_write(c->h);
-    } else {
-        nbd_aio_notify_read(c->h);
+    if ((write ? nbd_aio_notify_write(c->h) : nbd_aio_notify_read(c->h)) < 0) {
+        /* Why the socket failed, for the message (libnbd's error is
+         * per thread and our next call replaces it). */
+        g_strlcpy(c->why, nbd_get_error() ? nbd_get_error() : "",
+                  sizeof(c->why));
     }
     nbd_conn_check(c);
     nbd_conn_drain(c);
@@ -386,9 +399,14 @@ static void nbd_conn_timer_cb(void *opaque)
          * time anyway. */
     }
     if (c->deadline_ns && !c->expired && now >= c->deadline_ns) {
-        warn_report("%s: not back after reconnect-delay=%u s: failing "
-                    "requests until it is", c->s->desc,
-                    c->s->reconnect_delay);
+        if (c->connects) {
+            warn_report("%s: not back after reconnect-delay=%u s: failing "
+                        "requests until it is", c->s->desc,
+                        c->s->reconnect_delay);
+        } else {
+            warn_report("%s: this iothread cannot connect to the server: "
+                        "failing requests until it can", c->s->desc);
+        }
         c->expired = true;
         nbd_conn_fail_waiting(c);
     }

@@ -511,6 +511,38 @@ static void test_reconnect_expired(void)
     server_cleanup(&s);
 }
 
+/* Back with another size: not used (the node keeps its shape), the
+ * request fails after reconnect-delay; back as it was: used again. */
+static void test_reconnect_changed(void)
+{
+    g_autoptr(GError) err = NULL;
+    uint8_t buf[4096];
+    BlockBackend *blk;
+    Server s;
+    int fd;
+
+    if (!have_qemu_nbd()) {
+        return;
+    }
+    server_init(&s, "rs", false);
+    server_start(&s);
+    blk = nbd_open(&s, 1, false, &err);
+    g_assert_no_error(err);
+    g_assert_cmpint(do_rw(blk, false, 0, 0, buf, sizeof(buf)), ==, 0);
+    server_kill(&s);
+    fd = open(s.img, O_RDWR | O_CLOEXEC);
+    g_assert_cmpint(ftruncate(fd, IMG_SIZE * 2), ==, 0);
+    server_start(&s);
+    g_assert_cmpint(do_rw(blk, false, 0, 0, buf, sizeof(buf)), ==, -EIO);
+    server_kill(&s);
+    g_assert_cmpint(ftruncate(fd, IMG_SIZE), ==, 0);
+    close(fd);
+    server_start(&s);
+    g_assert_cmpint(do_rw(blk, false, 0, 0, buf, sizeof(buf)), ==, 0);
+    blk_close(blk);
+    server_cleanup(&s);
+}
+
 /* reconnect-delay=0 (the default): EIO at once; back later. */
 static void test_no_reconnect_delay(void)
 {
@@ -814,6 +846,7 @@ int main(int argc, char **argv)
     g_test_add_func("/block/nbd/read-only", test_read_only);
     g_test_add_func("/block/nbd/reconnect", test_reconnect);
     g_test_add_func("/block/nbd/reconnect-expired", test_reconnect_expired);
+    g_test_add_func("/block/nbd/reconnect-changed", test_reconnect_changed);
     g_test_add_func("/block/nbd/no-reconnect-delay",
                     test_no_reconnect_delay);
     ret = g_test_run();
