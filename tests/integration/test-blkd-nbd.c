@@ -501,6 +501,21 @@ static void test_qmp(void)
     vb_qmp_ok(&f.q, exp);
     f.fe = connect_export(&f);
     check_io(&f);
+    /* Taken down again: the export, then the node (its connections
+     * close in their iothreads). */
+    vhost_user_frontend_free(f.fe);
+    f.fe = NULL;
+    /* mode=hard: the daemon may not have seen the front-end go yet;
+     * nothing is in flight, so the export goes within the command. */
+    vb_qmp_ok(&f.q, "{\"execute\":\"block-export-del\",\"arguments\":"
+              "{\"id\":\"e0\",\"mode\":\"hard\"}}");
+    vb_qmp_ok(&f.q, "{\"execute\":\"blockdev-del\",\"arguments\":"
+              "{\"node-name\":\"q0\"}}");
+    ret = vb_qmp(&f.q, "{\"execute\":\"query-named-block-nodes\"}", NULL);
+    g_free(names);
+    names = json_to_string(ret, false);
+    json_node_unref(ret);
+    g_assert_null(strstr(names, "\"q0\""));
 
     bad = g_strdup_printf("{\"execute\":\"blockdev-add\",\"arguments\":{"
                           "\"driver\":\"nbd\",\"node-name\":\"q1\","
