@@ -20,6 +20,12 @@
  * iovec has several segments or a segment exceeds the server's maximum
  * payload (libnbd has no vectored read or write): the segments go out
  * as separate commands, the request completes when the last one has.
+ * Requests are aligned to the server's minimum block size by the block
+ * layer (request_alignment), segments inside them are not: a segment
+ * that is not a multiple of it fails with EINVAL (libnbd's strict
+ * mode), which guests, whose segments are whole sectors, never see with
+ * servers whose minimum is 512 or less.
+ *
  * What a request needs is kept in its BlockAIOCB's engine_priv; the
  * driver allocates nothing per request.  libnbd allocates its own
  * command structure per NBD command (and for block status a small
@@ -28,11 +34,11 @@
  * lock held, where no nbd_*() call may be made, so the callbacks only
  * record the outcome and, when the request's last command is gone (the
  * completion's free callback), move the request onto the connection's
- * done list; the list is
- * drained after libnbd returns (nbd_aio_notify_read/write() in the fd
- * handler), or from the connection's bottom half for completions that
- * arrived inside a submitting call: a request never completes inside the
- * call that submitted it.
+ * done list; the list is drained after libnbd returns
+ * (nbd_aio_notify_read/write() in the fd handler), or from the
+ * connection's bottom half for completions that arrived inside a
+ * submitting call: a request never completes inside the call that
+ * submitted it.
  *
  * A write with BDRV_REQ_FUA to a server without FUA is followed by a
  * flush once the write has completed (NBD orders nothing between
@@ -48,9 +54,14 @@
  * under way starts one and waits for its outcome; in the background the
  * connection keeps trying, with a back-off of 100 ms doubling to 1 s.
  * With reconnect-delay=0 the requests in flight fail at once, and a
- * later one reconnects.  A server that comes back with another size or
- * read-only where it was writable is refused (and tried again later):
- * the node keeps the shape it was opened with.
+ * later one reconnects.  A server that comes back with another size,
+ * read-only where it was writable, or without a command it took at open
+ * is refused (and tried again later): the node keeps the shape it was
+ * opened with.
+ *
+ * Under --seccomp on the iothreads may not make libnbd's socket calls:
+ * a confined iothread gets no connection (its requests fail with EIO)
+ * instead of the sandbox ending the process.
  */
 #include "qemu/osdep.h"
 #include <sys/timerfd.h>
