@@ -95,6 +95,8 @@
 #define NBD_RETRY_MIN_MS 100
 #define NBD_RETRY_MAX_MS 1000
 #define NBD_ATTEMPT_TIMEOUT_MS 10000
+/* How long an open waits for the handshake. */
+#define NBD_OPEN_TIMEOUT_S 30
 
 typedef enum NbdConnState {
     NBD_CONN_DOWN,              /* no handle; the timer retries */
@@ -961,6 +963,39 @@ static void nbd_conn_free_fn(void *opaque)
     nbd_conn_free(c);
 }
 
+/*
+ * Any thread (a worker, or the main thread for blk_open()): connect @h
+ * and finish the handshake, waiting at most NBD_OPEN_TIMEOUT_S (a server
+ * that accepts and then says nothing would otherwise hold the worker and
+ * the node's name forever).  1: ready; 0: timed out; -1: failed (libnbd's
+ * error is set).
+ */
+static int nbd_open_connect(BDRVNBDState *s, struct nbd_handle *h)
+{
+    int64_t end = g_get_monotonic_time() + NBD_OPEN_TIMEOUT_S * G_USEC_PER_SEC;
+    int r;
+
+    r = s->type == BLOCK_NBD_SERVER_UNIX ? nbd_aio_connect_unix(h, s->path) :
+        nbd_aio_connect_tcp(h, s->host, s->port);
+    if (r < 0) {
+        return -1;
+    }
+    while (!nbd_aio_is_ready(h)) {
+        int64_t left = end - g_get_monotonic_time();
+
+        if (nbd_aio_is_dead(h) || nbd_aio_is_closed(h)) {
+            return -1;
+        }
+        if (left <= 0) {
+            return 0;
+        }
+        if (nbd_poll(h, MAX(left / 1000, 1)) < 0) {
+            return -1;
+        }
+    }
+    return 1;
+}
+
 /* Any thread (the main one, or blk_open_async()'s worker after a failed
  * open).  No request in flight. */
 static void nbd_drv_close(BlockBackend *bs)
@@ -1034,13 +1069,14 @@ static bool nbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     if (!h) {
         return false;
     }
-    r = s->type == BLOCK_NBD_SERVER_UNIX ? nbd_connect_unix(h, s->path) :
-        nbd_connect_tcp(h, s->host, s->port);
-    if (r < 0) {
+    r = nbd_open_connect(s, h);
+    if (r <= 0) {
         g_set_error(errp, VB_ERROR, 0, "%s: cannot connect: %s (check that "
                     "the NBD server runs, serves export '%s', and uses TLS "
-                    "exactly when tls-creds-dir is given)",
-                    s->desc, nbd_get_error(), s->export_name);
+                    "exactly when tls-creds-dir is given)", s->desc,
+                    r < 0 ? nbd_get_error() :
+                    "no answer within " G_STRINGIFY(NBD_OPEN_TIMEOUT_S) " s",
+                    s->export_name);
         nbd_close(h);
         return false;
     }
