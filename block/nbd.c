@@ -256,15 +256,23 @@ static void nbd_conn_close_handle(NbdConn *c)
     }
 }
 
-/* Owner thread: fail what waits for the connection. */
+/* Owner thread: fail what waits for the connection, through the done
+ * list: this may run inside a submission (its attempt failed at once),
+ * where no other request may complete either. */
 static void nbd_conn_fail_waiting(NbdConn *c)
 {
+    if (QSIMPLEQ_EMPTY(&c->waiting)) {
+        return;
+    }
     while (!QSIMPLEQ_EMPTY(&c->waiting)) {
         BlockAIOCB *acb = QSIMPLEQ_FIRST(&c->waiting);
 
         QSIMPLEQ_REMOVE_HEAD(&c->waiting, next);
-        blk_acb_complete(acb, -EIO);
+        acb->engine_priv[PRIV_LOST] = 0;
+        acb->engine_priv[PRIV_ERR] = EIO;
+        QSIMPLEQ_INSERT_TAIL(&c->done, acb, next);
     }
+    qemu_bh_schedule(c->bh);
 }
 
 /*
