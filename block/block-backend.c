@@ -28,7 +28,6 @@ void blk_options_init(BlockOptions *opts)
     memset(opts, 0, sizeof(*opts));
     opts->driver = "file";
     opts->cache_direct = true;
-    opts->aio = BLOCK_AIO_IO_URING;
     opts->batch = true;
 }
 

@@ -14,6 +14,7 @@
 #include <sys/sysmacros.h>
 #include "qemu/error-report.h"
 #include "qemu/qmp-args.h"
+#include "block/file.h"
 #include "file-posix.h"
 
 #define RAW_ZERO_BUF_SIZE (1024 * 1024)
@@ -148,7 +149,8 @@ static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
                      GError **errp)
 {
     BDRVRawState *s = g_new0(BDRVRawState, 1);
-    const char *name = opts->filename;
+    const BlockFileOptions *fo = opts->driver_opts;
+    const char *name = fo ? fo->filename : NULL;
     /*
      * O_NONBLOCK for the open itself: opening a FIFO read-only (or a tty,
      * a tape...) would otherwise wait in the main thread, which serves
@@ -261,7 +263,7 @@ static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
     /* Always: the slow path writes zeroes from a shared buffer. */
     blk->bl.can_write_zeroes = true;
     s->io.eof_reads_zeroes = !s->is_blockdev;
-    s->aio = raw_choose_aio_mode(opts->aio, s->direct);
+    s->aio = raw_choose_aio_mode(fo->aio, s->direct);
     return true;
 
 fail:
@@ -684,12 +686,20 @@ static bool raw_parse_options(BlockOptions *opts, QmpArgs *a,
         { "native", BLOCK_AIO_NATIVE },
         { "io_uring", BLOCK_AIO_IO_URING },
     };
+    BlockFileOptions *fo = blk_options_parse_keep(p,
+                                                  g_new0(BlockFileOptions, 1));
     const char *filename = NULL;
     int aio = -1;
 
+    opts->driver_opts = fo;
     if (p->export_syntax) {
-        /* file=PATH; aio= and cache= are the export's keys there. */
-        if (!qmp_args_str(a, "file", false, &filename, errp)) {
+        /*
+         * file=PATH; cache= is a common key, aio= the export's, which
+         * the export hands on (it checked the value: every driver takes
+         * it there, and a misspelt one is its error).
+         */
+        if (!qmp_args_str(a, "file", false, &filename, errp) ||
+            !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio, errp)) {
             return false;
         }
         if (!filename || !*filename) {
@@ -697,16 +707,15 @@ static bool raw_parse_options(BlockOptions *opts, QmpArgs *a,
                         "another driver's image: see vhost-blkd --help)");
             return false;
         }
-        opts->filename = p->image = filename;
-        return true;
-    }
-    if (!qmp_args_str(a, "filename", true, &filename, errp) ||
-        !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio, errp)) {
+        p->image = filename;
+    } else if (!qmp_args_str(a, "filename", true, &filename, errp) ||
+               !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio,
+                                    errp)) {
         return false;
     }
-    opts->filename = filename;
+    fo->filename = filename;
     /* Without aio=, io_uring (raw_open() falls back if it cannot). */
-    opts->aio = aio >= 0 ? aios[aio].mode : BLOCK_AIO_IO_URING;
+    fo->aio = aio >= 0 ? aios[aio].mode : BLOCK_AIO_IO_URING;
     return true;
 }
 
@@ -714,9 +723,11 @@ static bool raw_parse_options(BlockOptions *opts, QmpArgs *a,
 static void raw_node_names(BlockBackend *blk, const BlockOptions *opts,
                            const char *given, BlockNodeNames *out)
 {
+    const BlockFileOptions *fo = opts->driver_opts;
+
     out->driver = g_strdup(given ? given :
                            blk_is_block_device(blk) ? "host_device" : "file");
-    out->filename = g_strdup(opts->filename);
+    out->filename = g_strdup(fo ? fo->filename : blk->filename);
     out->cache_direct = opts->cache_direct;
 }
 
@@ -725,31 +736,37 @@ static void raw_node_names(BlockBackend *blk, const BlockOptions *opts,
 static bool raw_check_options(const BlockOptions *opts, BlockOptsParse *p,
                               GError **errp)
 {
+    const BlockFileOptions *fo = opts->driver_opts;
     bool host_device = !strcmp(p->driver, "host_device");
     struct stat st;
 
+    if (!fo || !fo->filename) {
+        g_set_error(errp, VB_ERROR, 0, "driver=file needs a filename (an "
+                    "image file or a block device)");
+        return false;
+    }
     if (p->export_syntax) {
         /* Files and block devices alike, under vhost-blkd's words. */
-        if (stat(opts->filename, &st) < 0) {
-            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", opts->filename,
+        if (stat(fo->filename, &st) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", fo->filename,
                         g_strerror(errno));
             return false;
         }
         return true;
     }
-    if (stat(opts->filename, &st) < 0) {
+    if (stat(fo->filename, &st) < 0) {
         g_set_error(errp, VB_ERROR, 0, "Could not open '%s': %s",
-                    opts->filename, g_strerror(errno));
+                    fo->filename, g_strerror(errno));
         return false;
     }
     if (!host_device && S_ISBLK(st.st_mode)) {
         g_set_error(errp, VB_ERROR, 0, "'%s' is a block device: use "
-                    "driver=host_device", opts->filename);
+                    "driver=host_device", fo->filename);
         return false;
     }
     if (host_device && !S_ISBLK(st.st_mode)) {
         g_set_error(errp, VB_ERROR, 0, "'%s' is not a block device: use "
-                    "driver=file", opts->filename);
+                    "driver=file", fo->filename);
         return false;
     }
     return true;

@@ -1015,12 +1015,11 @@ static bool vbd_check_config(Vbd *d)
                 g_free(e->socket);
                 e->socket = abs;
             }
-            if (e->file && !g_path_is_absolute(e->file)) {
-                char *abs = g_canonicalize_filename(e->file, NULL);
-
-                g_free(e->file);
-                e->file = abs;
-                e->block.filename = abs;
+            if (!export_opts_absolute_file(e, &err)) {
+                fprintf(stderr, "vhost-blkd: --export socket=%s: %s\n",
+                        e->socket, err->message);
+                g_error_free(err);
+                return false;
             }
         }
         qsd_cli_absolute_paths(&d->qsd);

@@ -120,9 +120,12 @@ typedef void BlockDriverSubmitFunc(BlockBackend *bs, AioContext *ctx,
 
 /*
  * A driver's options (blk_options_parse(), include/block/block.h): read
- * the driver's own keys from @a into @opts (whose common fields the
- * caller filled), set @p->filename, and add what it allocates for @opts
- * to @p->strings.  No system access: what an open needs of the system is
+ * the driver's own keys from @a into a struct of its own (declared in
+ * include/block/NAME.h), allocated with g_new0() and kept with
+ * blk_options_parse_keep(), which @opts->driver_opts then points to;
+ * @opts's common fields the caller filled (a driver may make the node
+ * read-only).  Set @p->image, and add what else it allocates to
+ * @p->strings.  No system access: what an open needs of the system is
  * checked by the check function, after the caller's own checks.  False
  * with @errp set.  Main thread.
  */
