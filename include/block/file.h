@@ -10,10 +10,29 @@
 
 #include "block/block.h"
 
+/*
+ * Image locking (QEMU's locking=): byte-range OFD locks on the image, in
+ * QEMU's layout, so that QEMU, qemu-img, qemu-storage-daemon and other
+ * vhost-blkd processes see what this node's users do with the image and
+ * it sees theirs (docs/user-guide.md, "Image locking").
+ *   AUTO  on while a parent of the node does not share writes (a
+ *         format over it); off for a raw node that serves exports only,
+ *         which share everything, as qemu-storage-daemon's do;
+ *   ON    on while the node has users, whatever they share: other
+ *         processes may read the image, not write or resize it;
+ *   OFF   never.
+ */
+typedef enum BlockFileLocking {
+    BLOCK_FILE_LOCKING_AUTO,
+    BLOCK_FILE_LOCKING_ON,
+    BLOCK_FILE_LOCKING_OFF,
+} BlockFileLocking;
+
 typedef struct BlockFileOptions {
     const char *filename;       /* image file or block device (required) */
     BlockAioMode aio;           /* default BLOCK_AIO_IO_URING; raw_open()
                                  * falls back to what the kernel has */
+    BlockFileLocking locking;   /* default AUTO */
 } BlockFileOptions;
 
 /*
