@@ -24,6 +24,7 @@ struct VbNode {
     BlockBackend *blk;
     bool readonly;
     bool cache_direct;
+    bool no_storage;            /* stores nothing (BlockNodeNames) */
     BlockDiscardMode discard;   /* what its exports do with a discard */
     VbExport *user;             /* the export on it, if any */
     VbNode *file;               /* driver=throttle or raw: the node below */
