@@ -9,7 +9,7 @@
 #ifndef BLOCK_NBD_H
 #define BLOCK_NBD_H
 
-#include "qemu/osdep.h"
+#include "block/block.h"
 
 /* server.type */
 typedef enum BlockNbdServerType {
@@ -37,6 +37,14 @@ typedef struct BlockNbdOptions {
      * before they fail with EIO; 0: they fail at once. */
     uint32_t reconnect_delay;
 } BlockNbdOptions;
+
+/* @o (initialised with blk_options_init()) opens an nbd node through
+ * @no, which must stay valid until the node is open. */
+static inline void blk_nbd_options(BlockOptions *o, const BlockNbdOptions *no)
+{
+    o->driver = "nbd";
+    o->driver_opts = no;
+}
 
 /* How a node is named in messages and in query-named-block-nodes'
  * filename, as QEMU names it: nbd://HOST:PORT/EXPORT or

@@ -599,8 +599,7 @@ static void test_tls_required(void)
     server_start(&s);
     o.path = s.sock;
     blk_options_init(&opts);
-    opts.driver = "nbd";
-    opts.driver_opts = &o;
+    blk_nbd_options(&opts, &o);
     g_assert_null(blk_open(&opts, &err));
     g_assert_nonnull(err);
     g_test_message("%s", err->message);
@@ -715,8 +714,7 @@ static void test_tls(void)
     server_track(atoi(pid), true);
     o.port = portstr;
     blk_options_init(&opts);
-    opts.driver = "nbd";
-    opts.driver_opts = &o;
+    blk_nbd_options(&opts, &o);
     blk = blk_open(&opts, &err);
     g_assert_no_error(err);
     fill(buf, sizeof(buf), 33);
