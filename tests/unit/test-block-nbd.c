@@ -167,9 +167,8 @@ static BlockBackend *nbd_open(Server *s, uint32_t delay, bool readonly,
     BlockOptions opts;
 
     blk_options_init(&opts);
-    opts.driver = "nbd";
+    blk_nbd_options(&opts, &o);
     opts.readonly = readonly;
-    opts.driver_opts = &o;
     return blk_open(&opts, errp);
 }
 
