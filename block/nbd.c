@@ -574,9 +574,10 @@ static NbdConn *nbd_conn_get(BDRVNBDState *s, AioContext *ctx, bool ref,
     int slot = -1;
 
     if (sandbox_thread_confined()) {
-        /* libnbd's socket calls (setsockopt, recv, fcntl) are outside
-         * the iothread allowlist: refused here rather than the process
-         * killed by the sandbox on the first one. */
+        /* libnbd's socket calls (setsockopt, getsockopt, recvfrom,
+         * shutdown; socket for AF_INET) are outside the iothread
+         * allowlist: refused here rather than the process killed by
+         * the sandbox on the first one. */
         g_set_error(errp, VB_ERROR, 0, "%s: driver=nbd cannot connect from "
                     "an iothread confined by --seccomp on (libnbd's socket "
                     "calls are outside its allowlist); run this daemon with "
