@@ -797,7 +797,7 @@ enum {
     OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
     OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP, OPT_POLL_HOST_CHECK,
     OPT_BLOCKDEV, OPT_OBJECT, OPT_CHARDEV, OPT_MONITOR, OPT_QSD_UNSUPPORTED,
-    OPT_METRICS, OPT_ALLOW_CORE_DUMPS,
+    OPT_METRICS, OPT_ALLOW_CORE_DUMPS, OPT_NBD_SERVER,
 };
 
 /* "FILE:LINE" of the option being applied when a --config file gave it,
@@ -856,6 +856,13 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
     GError *err = NULL;
 
     switch (opt) {
+    case OPT_NBD_SERVER:
+        if (!qsd_cli_add(&d->qsd, QSD_OPT_NBD_SERVER, arg, &err)) {
+            vbd_arg_error("--nbd-server %s: %s\n", arg, err->message);
+            g_error_free(err);
+            return false;
+        }
+        break;
     case OPT_BLOCKDEV:
     case OPT_OBJECT:
     case OPT_CHARDEV:
@@ -1058,7 +1065,7 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
         { "object", required_argument, NULL, OPT_OBJECT },
         { "chardev", required_argument, NULL, OPT_CHARDEV },
         { "monitor", required_argument, NULL, OPT_MONITOR },
-        { "nbd-server", required_argument, NULL, OPT_QSD_UNSUPPORTED },
+        { "nbd-server", required_argument, NULL, OPT_NBD_SERVER },
         { "trace", required_argument, NULL, OPT_QSD_UNSUPPORTED },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
