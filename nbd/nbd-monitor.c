@@ -520,6 +520,7 @@ bool vb_nbd_export_add(VbState *s, QmpArgs *a, bool keyval, GError **errp)
     o.blk = node->blk;
     o.writable = writable;
     o.multi_conn = mc == 1;
+    o.discard = node->discard;
     o.ctx = ctx;
     o.n_ctx = nctx;
     x = g_new0(VbNbdExport, 1);

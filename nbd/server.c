@@ -49,6 +49,7 @@ struct NbdExport {
     BlockBackend *blk;
     bool writable;
     bool multi_conn;
+    BlockDiscardMode discard;
     AioContext **ctx;
     unsigned int n_ctx;
     unsigned int next_ctx;      /* round robin over @ctx */
@@ -404,7 +405,7 @@ static uint16_t nbd_export_tflags(NbdClient *c, NbdExport *e)
         f |= NBD_FLAG_READ_ONLY;
     } else {
         f |= NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
-        if (blk_can_discard(e->blk)) {
+        if (e->discard != BLOCK_DISCARD_OFF) {
             f |= NBD_FLAG_SEND_TRIM;
         }
     }
@@ -1085,8 +1086,9 @@ static void nbd_req_submit(NbdClient *c, NbdReq *r)
         blk_aio_flush(blk, &r->acb, nbd_req_done, r);
         return;
     case NBD_CMD_TRIM:
-        /* Advisory: a node that cannot discard ignores it */
-        if (!r->len || !blk_can_discard(blk)) {
+        /* Advisory: ignored unless the node has discard=unmap and can */
+        if (!r->len || c->exp->discard != BLOCK_DISCARD_UNMAP ||
+            !blk_can_discard(blk)) {
             break;
         }
         r->flush_after = r->flags & NBD_CMD_FLAG_FUA;
@@ -1525,6 +1527,7 @@ NbdExport *nbd_export_new(NbdServer *srv, const NbdExportOptions *o,
     e->blk = o->blk;
     e->writable = o->writable;
     e->multi_conn = o->multi_conn;
+    e->discard = o->discard;
     e->ctx = g_memdup2(o->ctx, o->n_ctx * sizeof(o->ctx[0]));
     e->n_ctx = o->n_ctx;
     QLIST_INSERT_HEAD(&srv->exports, e, next);

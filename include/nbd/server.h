@@ -54,6 +54,9 @@ typedef struct NbdExportOptions {
     bool writable;
     bool multi_conn;            /* NBD_FLAG_CAN_MULTI_CONN also when
                                  * writable */
+    BlockDiscardMode discard;   /* TRIM: not offered, accepted and
+                                 * ignored, or passed down (the node's
+                                 * discard=) */
     AioContext **ctx;           /* connections spread over these */
     unsigned int n_ctx;         /* >= 1 */
 } NbdExportOptions;

@@ -597,20 +597,34 @@ def test_tls(tmp, img):
     os.mkdir(pskdir)
     with open(os.path.join(pskdir, "keys.psk"), "w") as f:
         f.write("alice:%s\n" % os.urandom(32).hex())
+    # Under --seccomp on: TLS records are read and written in the
+    # export's confined iothread.
     d = Daemon(tmp, "tls", [
+        "--seccomp", "on",
         "--object", "tls-creds-x509,id=t0,dir=%s,endpoint=server,"
         "verify-peer=on,allow.0=CN=client1" % srv,
         "--object", "tls-creds-psk,id=p0,dir=%s,endpoint=server" % pskdir,
         "--blockdev", "driver=file,node-name=disk0,filename=" + img,
         "--nbd-server", "addr.type=inet,addr.host=127.0.0.1,addr.port=0,"
         "tls-creds=t0",
-        "--export", "type=nbd,id=e0,node-name=disk0"])
+        "--export", "type=nbd,id=e0,node-name=disk0,writable=on"])
     try:
         port = d.port()
         ok(port, "TLS server listening", d.log())
         rc, out = qemu_img_tls(port, cli)
         ok(rc == 0 and "64 MiB" in out, "qemu-img with tls-creds-x509 "
            "(CA-signed client certificate on allow=) connects", out)
+        if have("qemu-io"):
+            rc, out = run("qemu-io", "--object",
+                          "tls-creds-x509,id=tls0,dir=%s,endpoint=client" %
+                          cli, "--image-opts", "-c", "write -P 0x6e 0 1M",
+                          "-c", "read -P 0x6e 0 1M",
+                          "driver=nbd,server.type=inet,server.host=127.0.0."
+                          "1,server.port=%d,export=disk0,tls-creds=tls0" %
+                          port)
+            ok(rc == 0 and "read 1048576/1048576" in out,
+               "qemu-io over TLS, --seccomp on: 1 MiB written and read "
+               "back", out)
         if have("nbdinfo"):
             rc, out = run("nbdinfo", "nbd://127.0.0.1:%d/disk0" % port)
             ok(rc != 0 and "TLS" in out, "plain nbdinfo: refused, TLS "
