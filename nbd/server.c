@@ -83,6 +83,7 @@ typedef enum NbdPhase {
     NBD_PHASE_MOVING,           /* GO answered: to the export's context */
     NBD_PHASE_REQ_HEADER,       /* 28 bytes */
     NBD_PHASE_REQ_PAYLOAD,      /* a WRITE's data */
+    NBD_PHASE_REQ_SKIP,         /* a refused WRITE's data, dropped */
 } NbdPhase;
 
 typedef struct NbdReq {
@@ -153,6 +154,7 @@ struct NbdClient {
     unsigned int in_block;      /* submitted, callback not run yet */
     NbdReq *cur;                /* receiving its payload */
     size_t payload_got;
+    uint8_t skip_buf[4096];     /* where a refused payload goes */
     QSIMPLEQ_HEAD(, NbdReq) sendq;
 
     QLIST_ENTRY(NbdClient) next;
@@ -242,11 +244,10 @@ static void nbd_client_update_handlers(NbdClient *c)
     if (c->closing) {
         return;
     }
-    if (c->phase == NBD_PHASE_REQ_HEADER ||
-        c->phase == NBD_PHASE_REQ_PAYLOAD) {
+    if (c->phase >= NBD_PHASE_REQ_HEADER) {
         want_write = !QSIMPLEQ_EMPTY(&c->sendq);
         want_read = !c->disc &&
-                    (c->phase == NBD_PHASE_REQ_PAYLOAD || c->n_free > 0);
+                    (c->phase != NBD_PHASE_REQ_HEADER || c->n_free > 0);
     } else if (c->tls && !nbd_tls_handshake_done(c->tls)) {
         want_write = nbd_tls_wants_write(c->tls);
         want_read = !want_write;
@@ -950,7 +951,7 @@ static void nbd_req_done(void *opaque, int ret)
     NbdClient *c = r->c;
 
     c->in_block--;
-    if (!ret && r->flush_after) {
+    if (!ret && r->flush_after && !c->closing) {
         r->flush_after = false;
         c->in_block++;
         blk_aio_flush(c->exp->blk, &r->acb, nbd_req_done, r);
@@ -981,11 +982,14 @@ static void nbd_req_done(void *opaque, int ret)
     }
     r->err = nbd_errno(ret);
     nbd_req_complete(r);
+    /* Either may let the connection go: keep it until we return. */
+    nbd_client_ref(c);
     if (c->closing) {
         nbd_client_maybe_finish(c);
     } else {
         nbd_client_flush_replies(c);
     }
+    nbd_client_unref(c);
 }
 
 static void nbd_req_block_status_next(NbdReq *r)
@@ -1026,31 +1030,39 @@ static bool nbd_req_in_range(NbdClient *c, NbdReq *r)
     return r->offset <= c->size && r->len <= c->size - r->offset;
 }
 
-/* The request in @r is complete (header, and a WRITE's payload): check
- * it against the export and submit it, or answer it at once. */
-static void nbd_req_submit(NbdClient *c, NbdReq *r)
+/* What the flags, the export's writability and its size say of @r:
+ * NBD_SUCCESS or the error to answer. */
+static int nbd_req_check(NbdClient *c, NbdReq *r)
 {
-    BlockBackend *blk = c->exp->blk;
     const uint16_t known = NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE |
                            NBD_CMD_FLAG_DF | NBD_CMD_FLAG_REQ_ONE |
                            NBD_CMD_FLAG_FAST_ZERO;
     bool writes = r->type == NBD_CMD_WRITE || r->type == NBD_CMD_TRIM ||
                   r->type == NBD_CMD_WRITE_ZEROES;
+
+    if (r->flags & ~known) {
+        return NBD_EINVAL;
+    }
+    if (writes && !c->exp->writable) {
+        return NBD_EPERM;
+    }
+    if (r->type != NBD_CMD_FLUSH && !nbd_req_in_range(c, r)) {
+        /* Past the end: a write gets ENOSPC, as the specification asks */
+        return r->type == NBD_CMD_WRITE ||
+               r->type == NBD_CMD_WRITE_ZEROES ? NBD_ENOSPC : NBD_EINVAL;
+    }
+    return NBD_SUCCESS;
+}
+
+/* The request in @r is complete (header, and a WRITE's payload): check
+ * it against the export and submit it, or answer it at once. */
+static void nbd_req_submit(NbdClient *c, NbdReq *r)
+{
+    BlockBackend *blk = c->exp->blk;
     int flags = 0;
 
-    r->err = NBD_SUCCESS;
     r->flush_after = false;
-    if (r->flags & ~known) {
-        r->err = NBD_EINVAL;
-    } else if (writes && !c->exp->writable) {
-        r->err = NBD_EPERM;
-    } else if (r->type == NBD_CMD_FLUSH) {
-        /* offset and length are unused */
-    } else if (!nbd_req_in_range(c, r)) {
-        /* Past the end: a write gets ENOSPC, as the specification asks */
-        r->err = r->type == NBD_CMD_WRITE ||
-                 r->type == NBD_CMD_WRITE_ZEROES ? NBD_ENOSPC : NBD_EINVAL;
-    }
+    r->err = nbd_req_check(c, r);
     if (r->err) {
         nbd_req_complete(r);
         return;
@@ -1154,16 +1166,26 @@ static void nbd_client_parse_request(NbdClient *c)
     r->offset = nbd_ld64(c->hdr + 16);
     r->len = nbd_ld32(c->hdr + 24);
     if (r->type == NBD_CMD_WRITE) {
-        /* Its payload follows whatever we think of it; one we will not
-         * buffer cannot be skipped safely either. */
-        if (r->len > NBD_MAX_BUFFER_SIZE || !nbd_req_reserve(r, r->len)) {
+        /* Its payload follows whatever we think of it; one longer than
+         * any we accept is not worth reading past: a client sending it
+         * does not follow the protocol. */
+        if (r->len > NBD_MAX_BUFFER_SIZE) {
             nbd_req_release(c, r);
             nbd_client_close(c);
             return;
         }
         c->cur = r;
         c->payload_got = 0;
-        c->phase = NBD_PHASE_REQ_PAYLOAD;
+        /* One we will refuse is dropped as it comes, never buffered. */
+        r->err = nbd_req_check(c, r);
+        if (r->err) {
+            c->phase = NBD_PHASE_REQ_SKIP;
+        } else if (!nbd_req_reserve(r, r->len)) {
+            r->err = NBD_ENOMEM;
+            c->phase = NBD_PHASE_REQ_SKIP;
+        } else {
+            c->phase = NBD_PHASE_REQ_PAYLOAD;
+        }
         return;
     }
     nbd_req_submit(c, r);
@@ -1172,6 +1194,27 @@ static void nbd_client_parse_request(NbdClient *c)
 static void nbd_client_read_requests(NbdClient *c)
 {
     while (!c->closing && !c->disc) {
+        if (c->phase == NBD_PHASE_REQ_SKIP) {
+            while (c->payload_got < c->cur->len) {
+                size_t got = 0;
+                size_t n = MIN(sizeof(c->skip_buf),
+                               c->cur->len - c->payload_got);
+
+                if (!nbd_client_fill(c, c->skip_buf, n, &got)) {
+                    c->payload_got += got;
+                    break;
+                }
+                c->payload_got += n;
+            }
+            if (c->payload_got < c->cur->len) {
+                break;
+            }
+            c->phase = NBD_PHASE_REQ_HEADER;
+            c->hdr_got = 0;
+            nbd_req_complete(c->cur);
+            c->cur = NULL;
+            continue;
+        }
         if (c->phase == NBD_PHASE_REQ_PAYLOAD) {
             if (!nbd_client_fill(c, c->cur->buf, c->cur->len,
                                  &c->payload_got)) {

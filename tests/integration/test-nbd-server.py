@@ -339,6 +339,10 @@ def test_readonly(sock, ro_img):
     ok(e1[:2] == (EPERM, 7) and e2[:2] == (EPERM, 8) and
        e3[:2] == (EPERM, 9), "writable=off: write, zeroes, trim: EPERM",
        (e1, e2, e3))
+    c.req(CMD_WRITE, 0, 32 * MiB, b"\xee" * 32 * MiB, cookie=11)
+    e4 = c.answer()
+    ok(e4[:2] == (EPERM, 11), "writable=off: a 32 MiB write's payload is "
+       "dropped, EPERM, the connection goes on", e4)
     c.req(CMD_READ, 0, 4096, cookie=10)
     e = c.answer(4096)
     ok(e[0] == 0 and e[2] == struct.pack(">Q", 0) + b"\x11" * 4096,
