@@ -68,7 +68,9 @@ struct NbdServer {
     NbdTlsCreds *tls;
     QLIST_HEAD(, NbdExport) exports;
     QLIST_HEAD(, NbdExport) removed;   /* waiting for their clients */
-    QEMUBH *reap_bh;            /* frees removed exports with no client */
+    QEMUBH *reap_bh;            /* frees removed exports with no client;
+                                 * resumes accepting */
+    bool accept_paused;         /* out of fds: until a connection closes */
 
     GMutex lock;
     GCond cond;                 /* n_clients dropped */
@@ -203,10 +205,9 @@ static void nbd_client_maybe_finish(NbdClient *c)
     srv->n_clients--;
     if (c->exp) {
         c->exp->n_clients--;
-        if (c->exp->removed && !c->exp->n_clients) {
-            qemu_bh_schedule(srv->reap_bh);
-        }
     }
+    /* Removed exports waiting for it, or a paused listener. */
+    qemu_bh_schedule(srv->reap_bh);
     g_cond_broadcast(&srv->cond);
     g_mutex_unlock(&srv->lock);
     /* From here on, nothing of the server may be touched. */
@@ -1386,8 +1387,15 @@ static void nbd_server_accept(void *opaque)
                 continue;
             }
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
-                /* EMFILE and the like: try again on the next event */
-                warn_report("NBD server: accept: %s", g_strerror(errno));
+                /* Out of fds or memory: the listener stays readable, so
+                 * trying again at once would spin.  Wait until one of
+                 * our connections closes (or the next export change). */
+                warn_report("NBD server: cannot accept a connection: %s; "
+                            "accepting again once a connection closes",
+                            g_strerror(errno));
+                aio_set_fd_handler(srv->main_ctx, srv->listen_fd, NULL,
+                                   NULL, NULL, NULL, NULL);
+                srv->accept_paused = true;
             }
             return;
         }
@@ -1422,6 +1430,12 @@ static void nbd_server_reap_bh(void *opaque)
 {
     NbdServer *srv = opaque;
     NbdExport *e, *tmp;
+
+    if (srv->accept_paused) {
+        srv->accept_paused = false;
+        aio_set_fd_handler(srv->main_ctx, srv->listen_fd, nbd_server_accept,
+                           NULL, NULL, NULL, srv);
+    }
 
     QLIST_FOREACH_SAFE(e, &srv->removed, next, tmp) {
         unsigned int n;
@@ -1499,8 +1513,10 @@ void nbd_server_free(NbdServer *srv)
         return;
     }
     if (srv->listen_fd >= 0) {
-        aio_set_fd_handler(srv->main_ctx, srv->listen_fd, NULL, NULL, NULL,
-                           NULL, NULL);
+        if (!srv->accept_paused) {
+            aio_set_fd_handler(srv->main_ctx, srv->listen_fd, NULL, NULL,
+                               NULL, NULL, NULL);
+        }
         close(srv->listen_fd);
     }
     if (srv->unix_path) {

@@ -462,6 +462,28 @@ def test_hostile(sock, img):
     c.go("disk0", structured=False)
     c.req(CMD_WRITE, 4 * MiB, 1 * MiB, b"\x77" * 1000)
     c.close()                           # mid-write
+    # Clients that stall: one silent in the handshake, one that stops
+    # half-way through a WRITE's payload, one that pipelines reads and
+    # never reads the answers.  Others are served meanwhile.
+    silent = Raw(path=sock)
+    stalled = Raw(path=sock)
+    stalled.greet()
+    stalled.go("disk0")
+    stalled.req(CMD_WRITE, 0, 1 * MiB, b"\x99" * 1000)
+    deaf = Raw(path=sock)
+    deaf.greet()
+    deaf.go("disk0")
+    for i in range(64):
+        deaf.req(CMD_READ, 0, 1 * MiB, cookie=i)
+    other = Raw(path=sock)
+    other.greet()
+    other.go("disk0")
+    other.req(CMD_READ, 0, 4096, cookie=77)
+    r = other.answer()
+    ok(r[0] == 0 and r[1] == 77, "served while a client is silent in the "
+       "handshake, one stalls mid-WRITE and one never reads", r)
+    for x in (silent, stalled, deaf, other):
+        x.close()
     c = Raw(path=sock)
     c.greet()
     c.go("disk0", structured=False)
