@@ -35,6 +35,7 @@
 #include "qemu/error-report.h"
 #include "qemu/queue.h"
 
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <netinet/in.h>
@@ -72,8 +73,9 @@ struct NbdServer {
                                  * resumes accepting */
     bool accept_paused;         /* out of fds: until a connection closes */
 
-    GMutex lock;
-    GCond cond;                 /* n_clients dropped */
+    /* pthread's rather than GLib's, so that ThreadSanitizer sees them */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;        /* n_clients dropped */
     QLIST_HEAD(, NbdClient) clients;
     unsigned int n_clients;
 };
@@ -200,7 +202,7 @@ static void nbd_client_maybe_finish(NbdClient *c)
     c->finished = true;
     close(c->fd);
     c->fd = -1;
-    g_mutex_lock(&srv->lock);
+    pthread_mutex_lock(&srv->lock);
     QLIST_REMOVE(c, next);
     srv->n_clients--;
     if (c->exp) {
@@ -208,8 +210,8 @@ static void nbd_client_maybe_finish(NbdClient *c)
     }
     /* Removed exports waiting for it, or a paused listener. */
     qemu_bh_schedule(srv->reap_bh);
-    g_cond_broadcast(&srv->cond);
-    g_mutex_unlock(&srv->lock);
+    pthread_cond_broadcast(&srv->cond);
+    pthread_mutex_unlock(&srv->lock);
     /* From here on, nothing of the server may be touched. */
     nbd_client_unref(c);
 }
@@ -743,9 +745,9 @@ static void nbd_client_start_transmission(NbdClient *c, NbdExport *e)
     if (c->meta_exp != e) {
         c->meta_base = false;
     }
-    g_mutex_lock(&c->srv->lock);
+    pthread_mutex_lock(&c->srv->lock);
     e->n_clients++;
-    g_mutex_unlock(&c->srv->lock);
+    pthread_mutex_unlock(&c->srv->lock);
     c->phase = NBD_PHASE_MOVING;
 }
 
@@ -761,9 +763,9 @@ static void nbd_client_move(NbdClient *c)
         aio_set_fd_handler(c->ctx, c->fd, NULL, NULL, NULL, NULL, NULL);
         c->reg_read = c->reg_write = false;
     }
-    g_mutex_lock(&c->srv->lock);
+    pthread_mutex_lock(&c->srv->lock);
     c->ctx = ctx;
-    g_mutex_unlock(&c->srv->lock);
+    pthread_mutex_unlock(&c->srv->lock);
     nbd_client_ref(c);
     aio_bh_schedule_oneshot(ctx, nbd_client_attach_bh, c, "nbd-attach");
 }
@@ -1364,10 +1366,10 @@ static NbdClient *nbd_client_new(NbdServer *srv, int fd)
     nbd_out_u64(c, NBD_MAGIC);
     nbd_out_u64(c, NBD_OPTS_MAGIC);
     nbd_out_u16(c, NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
-    g_mutex_lock(&srv->lock);
+    pthread_mutex_lock(&srv->lock);
     QLIST_INSERT_HEAD(&srv->clients, c, next);
     srv->n_clients++;
-    g_mutex_unlock(&srv->lock);
+    pthread_mutex_unlock(&srv->lock);
     return c;
 }
 
@@ -1399,10 +1401,10 @@ static void nbd_server_accept(void *opaque)
             }
             return;
         }
-        g_mutex_lock(&srv->lock);
+        pthread_mutex_lock(&srv->lock);
         full = srv->max_connections &&
                srv->n_clients >= srv->max_connections;
-        g_mutex_unlock(&srv->lock);
+        pthread_mutex_unlock(&srv->lock);
         if (full) {
             close(fd);
             continue;
@@ -1440,9 +1442,9 @@ static void nbd_server_reap_bh(void *opaque)
     QLIST_FOREACH_SAFE(e, &srv->removed, next, tmp) {
         unsigned int n;
 
-        g_mutex_lock(&srv->lock);
+        pthread_mutex_lock(&srv->lock);
         n = e->n_clients;
-        g_mutex_unlock(&srv->lock);
+        pthread_mutex_unlock(&srv->lock);
         if (!n) {
             QLIST_REMOVE(e, next);
             if (e->done) {
@@ -1465,8 +1467,8 @@ NbdServer *nbd_server_new(const NbdServerOptions *o, GError **errp)
     QLIST_INIT(&srv->exports);
     QLIST_INIT(&srv->removed);
     QLIST_INIT(&srv->clients);
-    g_mutex_init(&srv->lock);
-    g_cond_init(&srv->cond);
+    pthread_mutex_init(&srv->lock, NULL);
+    pthread_cond_init(&srv->cond, NULL);
     srv->reap_bh = aio_bh_new(srv->main_ctx, nbd_server_reap_bh, srv,
                               "nbd-reap");
     if (srv->listen_fd >= 0) {
@@ -1482,7 +1484,7 @@ static void nbd_server_kill_clients(NbdServer *srv, NbdExport *e)
     g_autoptr(GPtrArray) mine = g_ptr_array_new();
     NbdClient *c;
 
-    g_mutex_lock(&srv->lock);
+    pthread_mutex_lock(&srv->lock);
     QLIST_FOREACH(c, &srv->clients, next) {
         if (e && c->exp != e) {
             continue;
@@ -1495,7 +1497,7 @@ static void nbd_server_kill_clients(NbdServer *srv, NbdExport *e)
                                     "nbd-kill");
         }
     }
-    g_mutex_unlock(&srv->lock);
+    pthread_mutex_unlock(&srv->lock);
     /* Ours: in the handshake (nothing in flight), or moving (an attach
      * bottom half holds a reference and sees it closed). */
     for (guint i = 0; i < mine->len; i++) {
@@ -1523,11 +1525,11 @@ void nbd_server_free(NbdServer *srv)
         unlink(srv->unix_path);
     }
     nbd_server_kill_clients(srv, NULL);
-    g_mutex_lock(&srv->lock);
+    pthread_mutex_lock(&srv->lock);
     while (srv->n_clients) {
-        g_cond_wait(&srv->cond, &srv->lock);
+        pthread_cond_wait(&srv->cond, &srv->lock);
     }
-    g_mutex_unlock(&srv->lock);
+    pthread_mutex_unlock(&srv->lock);
     while ((e = QLIST_FIRST(&srv->exports))) {
         QLIST_REMOVE(e, next);
         nbd_export_free(e);
@@ -1537,8 +1539,8 @@ void nbd_server_free(NbdServer *srv)
         nbd_export_free(e);
     }
     qemu_bh_delete(srv->reap_bh);
-    g_cond_clear(&srv->cond);
-    g_mutex_clear(&srv->lock);
+    pthread_cond_destroy(&srv->cond);
+    pthread_mutex_destroy(&srv->lock);
     g_free(srv->unix_path);
     g_free(srv);
 }
@@ -1547,9 +1549,9 @@ unsigned int nbd_server_num_clients(NbdServer *srv)
 {
     unsigned int n;
 
-    g_mutex_lock(&srv->lock);
+    pthread_mutex_lock(&srv->lock);
     n = srv->n_clients;
-    g_mutex_unlock(&srv->lock);
+    pthread_mutex_unlock(&srv->lock);
     return n;
 }
 
@@ -1605,9 +1607,9 @@ bool nbd_export_remove(NbdExport *e, void (*done)(void *opaque),
     e->done_opaque = opaque;
     QLIST_INSERT_HEAD(&srv->removed, e, next);
     nbd_server_kill_clients(srv, e);
-    g_mutex_lock(&srv->lock);
+    pthread_mutex_lock(&srv->lock);
     n = e->n_clients;
-    g_mutex_unlock(&srv->lock);
+    pthread_mutex_unlock(&srv->lock);
     if (n) {
         return false;
     }
@@ -1623,9 +1625,9 @@ unsigned int nbd_export_num_clients(NbdExport *e)
 {
     unsigned int n;
 
-    g_mutex_lock(&e->srv->lock);
+    pthread_mutex_lock(&e->srv->lock);
     n = e->n_clients;
-    g_mutex_unlock(&e->srv->lock);
+    pthread_mutex_unlock(&e->srv->lock);
     return n;
 }
 
