@@ -316,7 +316,7 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
     const char *creds_id = NULL, *authz = NULL, *host = NULL;
     const char *port = NULL, *path = NULL;
     bool insecure = false;
-    int64_t maxc = 0;
+    int64_t maxc = 0, hs_max = 10;
     int atype, fd;
     VbTlsObj *tls = NULL;
     NbdServerOptions o = { .main_ctx = s->main_ctx };
@@ -327,6 +327,8 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
         !qmp_args_str(&a, "tls-creds", false, &creds_id, errp) ||
         !qmp_args_str(&a, "tls-authz", false, &authz, errp) ||
         !qmp_args_int(&a, "max-connections", false, &maxc, NULL, errp) ||
+        !qmp_args_int(&a, "handshake-max-seconds", false, &hs_max, NULL,
+                      errp) ||
         !qmp_args_bool(&a, "allow-insecure", &insecure, errp)) {
         return false;
     }
@@ -362,6 +364,11 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
                      "and %u", UINT32_MAX);
         return false;
     }
+    if (hs_max < 0 || hs_max > 86400) {
+        vb_set_error(errp, "handshake-max-seconds must be between 0 (no "
+                     "limit) and 86400");
+        return false;
+    }
     if (creds_id) {
         tls = vb_tls_find(n, creds_id);
         if (!tls) {
@@ -377,6 +384,7 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
     o.listen_fd = fd;
     o.unix_path = path;
     o.max_connections = maxc;
+    o.handshake_max_seconds = hs_max;
     o.tls = tls ? tls->creds : NULL;
     n->srv = nbd_server_new(&o, errp);
     if (!n->srv) {

@@ -37,6 +37,7 @@
 
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -72,6 +73,9 @@ struct NbdServer {
     QEMUBH *reap_bh;            /* frees removed exports with no client;
                                  * resumes accepting */
     bool accept_paused;         /* out of fds: until a connection closes */
+    unsigned int handshake_max_seconds;
+    int timer_fd;               /* ticks while clients negotiate */
+    bool timer_armed;
 
     /* pthread's rather than GLib's, so that ThreadSanitizer sees them */
     pthread_mutex_t lock;
@@ -137,6 +141,7 @@ struct NbdClient {
     bool tls_kick;              /* nbd_client_tls_kick_bh() scheduled */
 
     /* Handshake */
+    int64_t deadline;           /* g_get_monotonic_time(); 0: none */
     bool no_zeroes;
     bool structured;
     NbdExport *meta_exp;        /* base:allocation selected for it */
@@ -759,6 +764,7 @@ static void nbd_client_move(NbdClient *c)
 
     g_free(c->opt_buf);
     c->opt_buf = NULL;
+    c->deadline = 0;
     if (c->reg_read || c->reg_write) {
         aio_set_fd_handler(c->ctx, c->fd, NULL, NULL, NULL, NULL, NULL);
         c->reg_read = c->reg_write = false;
@@ -1373,6 +1379,60 @@ static NbdClient *nbd_client_new(NbdServer *srv, int fd)
     return c;
 }
 
+static void nbd_server_arm_timer(NbdServer *srv, bool on)
+{
+    struct itimerspec its = {
+        .it_interval.tv_sec = on,
+        .it_value.tv_sec = on,
+    };
+
+    if (srv->timer_fd >= 0 && on != srv->timer_armed &&
+        timerfd_settime(srv->timer_fd, 0, &its, NULL) == 0) {
+        srv->timer_armed = on;
+    }
+}
+
+/* Once a second while clients negotiate: drop those past their time, so
+ * that silent connections cannot hold max-connections forever. */
+static void nbd_server_tick(void *opaque)
+{
+    NbdServer *srv = opaque;
+    g_autoptr(GPtrArray) late = g_ptr_array_new();
+    int64_t now = g_get_monotonic_time();
+    bool waiting = false;
+    uint64_t ticks;
+    NbdClient *c;
+
+    if (read(srv->timer_fd, &ticks, sizeof(ticks)) < 0) {
+        /* EAGAIN: nothing to consume; the check below is harmless */
+    }
+    pthread_mutex_lock(&srv->lock);
+    QLIST_FOREACH(c, &srv->clients, next) {
+        /* deadline is the main thread's until the client has moved */
+        if (c->ctx != srv->main_ctx || !c->deadline) {
+            continue;
+        }
+        if (c->deadline <= now) {
+            nbd_client_ref(c);
+            g_ptr_array_add(late, c);
+        } else {
+            waiting = true;
+        }
+    }
+    pthread_mutex_unlock(&srv->lock);
+    for (guint i = 0; i < late->len; i++) {
+        c = g_ptr_array_index(late, i);
+        nbd_client_close(c);
+        nbd_client_unref(c);
+    }
+    if (late->len) {
+        warn_report("NBD server: dropped %u client(s) that did not finish "
+                    "negotiating within %u s", late->len,
+                    srv->handshake_max_seconds);
+    }
+    nbd_server_arm_timer(srv, waiting);
+}
+
 static void nbd_server_accept(void *opaque)
 {
     NbdServer *srv = opaque;
@@ -1412,6 +1472,12 @@ static void nbd_server_accept(void *opaque)
         /* Small replies go out at once (fails harmlessly on AF_UNIX) */
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c = nbd_client_new(srv, fd);
+        if (srv->handshake_max_seconds) {
+            c->deadline = g_get_monotonic_time() +
+                          (int64_t)srv->handshake_max_seconds *
+                          G_USEC_PER_SEC;
+            nbd_server_arm_timer(srv, true);
+        }
         nbd_client_ref(c);
         nbd_client_handshake(c);
         nbd_client_unref(c);
@@ -1464,6 +1530,19 @@ NbdServer *nbd_server_new(const NbdServerOptions *o, GError **errp)
     srv->unix_path = g_strdup(o->unix_path);
     srv->max_connections = o->max_connections;
     srv->tls = o->tls;
+    srv->handshake_max_seconds = o->handshake_max_seconds;
+    srv->timer_fd = -1;
+    if (srv->handshake_max_seconds && o->listen_fd >= 0) {
+        srv->timer_fd = timerfd_create(CLOCK_MONOTONIC,
+                                       TFD_NONBLOCK | TFD_CLOEXEC);
+        if (srv->timer_fd < 0) {
+            g_set_error(errp, VB_ERROR, 0, "NBD server: timerfd: %s",
+                        g_strerror(errno));
+            g_free(srv->unix_path);
+            g_free(srv);
+            return NULL;
+        }
+    }
     QLIST_INIT(&srv->exports);
     QLIST_INIT(&srv->removed);
     QLIST_INIT(&srv->clients);
@@ -1473,6 +1552,10 @@ NbdServer *nbd_server_new(const NbdServerOptions *o, GError **errp)
                               "nbd-reap");
     if (srv->listen_fd >= 0) {
         aio_set_fd_handler(srv->main_ctx, srv->listen_fd, nbd_server_accept,
+                           NULL, NULL, NULL, srv);
+    }
+    if (srv->timer_fd >= 0) {
+        aio_set_fd_handler(srv->main_ctx, srv->timer_fd, nbd_server_tick,
                            NULL, NULL, NULL, srv);
     }
     return srv;
@@ -1523,6 +1606,11 @@ void nbd_server_free(NbdServer *srv)
     }
     if (srv->unix_path) {
         unlink(srv->unix_path);
+    }
+    if (srv->timer_fd >= 0) {
+        aio_set_fd_handler(srv->main_ctx, srv->timer_fd, NULL, NULL, NULL,
+                           NULL, NULL);
+        close(srv->timer_fd);
     }
     nbd_server_kill_clients(srv, NULL);
     pthread_mutex_lock(&srv->lock);

@@ -35,6 +35,9 @@ typedef struct NbdServerOptions {
                                  * server's (closed by nbd_server_free) */
     const char *unix_path;      /* unlinked by nbd_server_free, or NULL */
     unsigned int max_connections;   /* 0: no limit */
+    unsigned int handshake_max_seconds; /* a client still negotiating
+                                         * after this is dropped; 0: no
+                                         * limit */
     NbdTlsCreds *tls;           /* non-NULL: TLS required (the caller's,
                                  * alive until nbd_server_free) */
     const char *tls_authz;      /* reserved */

@@ -714,10 +714,15 @@ def main():
         d2 = Daemon(tmp, "inet", [
             "--blockdev", "driver=file,node-name=disk0,filename=" + img,
             "--nbd-server", "addr.type=inet,addr.host=127.0.0.1,"
-            "addr.port=0",
+            "addr.port=0,handshake-max-seconds=1",
             "--export", "type=nbd,id=e0,node-name=disk0,writable=on"])
         port = d2.port()
         ok(port is not None, "inet server on 127.0.0.1, port 0", d2.log())
+        silent = Raw(port=port)
+        silent.greet()
+        ok(silent.closed() and "did not finish negotiating" in d2.log(),
+           "handshake-max-seconds=1: a client silent in the handshake is "
+           "dropped", d2.log())
         test_interop(tmp, d, sock, img, port)
         d2.stop()
         test_readonly(sock, ro_img)
