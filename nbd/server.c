@@ -1420,15 +1420,16 @@ static void nbd_server_tick(void *opaque)
         }
     }
     pthread_mutex_unlock(&srv->lock);
+    /* Said before they see their connection close */
+    if (late->len) {
+        warn_report("NBD server: dropping %u client(s) that did not finish "
+                    "negotiating within %u s", late->len,
+                    srv->handshake_max_seconds);
+    }
     for (guint i = 0; i < late->len; i++) {
         c = g_ptr_array_index(late, i);
         nbd_client_close(c);
         nbd_client_unref(c);
-    }
-    if (late->len) {
-        warn_report("NBD server: dropped %u client(s) that did not finish "
-                    "negotiating within %u s", late->len,
-                    srv->handshake_max_seconds);
     }
     nbd_server_arm_timer(srv, waiting);
 }
