@@ -208,7 +208,7 @@ bool vb_nbd_tls_psk_add(VbState *s, QmpArgs *a, GError **errp)
     return vb_tls_add(s, id, creds);
 }
 
-/* ---- the server ----------------------------------------------------------- */
+/* ---- the server ---------------------------------------------------------- */
 
 static bool vb_addr_is_loopback(const struct sockaddr *sa)
 {
@@ -398,7 +398,7 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
     return true;
 }
 
-/* ---- exports -------------------------------------------------------------- */
+/* ---- exports ------------------------------------------------------------- */
 
 static VbNbdExport *vb_nbd_find(VbNbd *n, const char *id)
 {
@@ -650,7 +650,7 @@ void vb_nbd_cleanup(VbState *s)
     g_ptr_array_set_size(n->tls_objs, 0);
 }
 
-/* ---- QMP ------------------------------------------------------------------ */
+/* ---- QMP ----------------------------------------------------------------- */
 
 static JsonNode *vb_qmp_nbd_server_start(void *opaque, JsonObject *args,
                                          GError **errp)
