@@ -174,6 +174,7 @@ static VbNode *vb_node_register(VbState *s, const char *name,
     n->blk = blk;
     n->readonly = blk_is_read_only(blk);
     n->cache_direct = names.cache_direct;
+    n->no_storage = names.no_storage;
     n->discard = discard;
     g_ptr_array_add(s->nodes, n);
     return n;

@@ -25,6 +25,7 @@ struct VbNode {
     BlockBackend *blk;
     bool readonly;
     bool cache_direct;
+    bool no_storage;            /* stores nothing (BlockNodeNames) */
     BlockDiscardMode discard;   /* what its exports do with a discard */
     VbExport *user;             /* the export on it, if any */
     unsigned int nbd_exports;   /* NBD exports on it (nbd/nbd-monitor.c) */

@@ -114,6 +114,8 @@ static void vbd_usage(FILE *f)
 "                          VMM's queue-size\n"
 "      aio=io_uring|native|threads   I/O engine (default io_uring)\n"
 "      cache=none|writeback          none: O_DIRECT (default)\n"
+"      locking=auto|on|off QEMU's image locks on file= (on: no other writer;\n"
+"                          auto, the default, and off: none on a raw export)\n"
 "      readonly=on|off     reject writes (default off)\n"
 "      serial=STR          GET_ID string, up to 20 bytes (default: file name)\n"
 "      logical-block-size=512|4096\n"
@@ -150,6 +152,7 @@ static void vbd_usage(FILE *f)
 "from qemu-storage-daemon\"):\n"
 "  --blockdev driver=file|host_device|null-co,node-name=N,filename=PATH\n"
 "             [,cache.direct=on|off][,aio=io_uring|native|threads]\n"
+"             [,locking=auto|on|off]\n"
 "             [,read-only=on|off][,discard=ignore|unmap][,detect-zeroes=off]\n"
 "             (null-co: [,size=N][,read-zeroes=on|off])\n"
 "  --blockdev driver=rbd,node-name=N,pool=P,image=I[,namespace=NS]\n"
@@ -1031,12 +1034,11 @@ static bool vbd_check_config(Vbd *d)
                 g_free(e->socket);
                 e->socket = abs;
             }
-            if (e->file && !g_path_is_absolute(e->file)) {
-                char *abs = g_canonicalize_filename(e->file, NULL);
-
-                g_free(e->file);
-                e->file = abs;
-                e->block.filename = abs;
+            if (!export_opts_absolute_file(e, &err)) {
+                fprintf(stderr, "vhost-blkd: --export socket=%s: %s\n",
+                        e->socket, err->message);
+                g_error_free(err);
+                return false;
             }
         }
         qsd_cli_absolute_paths(&d->qsd);

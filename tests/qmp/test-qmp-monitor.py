@@ -186,7 +186,7 @@ def test_cmdline(tmp):
     # refused: each error names what is wrong
     bad = [
         (["--blockdev", "driver=qcow2,node-name=f,file=x"], "qcow2"),
-        (["--blockdev", "driver=file,node-name=f,filename=%s,locking=off" %
+        (["--blockdev", "driver=file,node-name=f,filename=%s,locking=bogus" %
           img], "locking"),
         (["--blockdev", "driver=file,node-name=f,filename=%s,"
           "detect-zeroes=on" % img], "detect-zeroes"),
