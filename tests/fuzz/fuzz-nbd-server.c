@@ -24,6 +24,7 @@
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
 #include "block/block.h"
+#include "block/null.h"
 #include "nbd/server.h"
 #include "fuzz-common.h"
 
@@ -34,6 +35,7 @@ static NbdServer *fn_srv;
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     BlockOptions o;
+    BlockNullOptions no;
     NbdServerOptions so = { .listen_fd = -1 };
     NbdExportOptions eo = { 0 };
     GError *err = NULL;
@@ -45,9 +47,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     }
     aio_context_acquire_thread(fn_ctx);
     blk_options_init(&o);
-    o.driver = "null";
-    o.size = 1024 * 1024;
-    o.null_read_zeroes = true;
+    blk_null_options(&o, &no, 1024 * 1024, true);
     fn_blk = blk_open(&o, &err);
     if (!fn_blk) {
         fprintf(stderr, "blk_open: %s\n", err->message);
