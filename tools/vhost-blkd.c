@@ -172,6 +172,15 @@ static void vbd_usage(FILE *f)
 "  --export type=vhost-user-blk,id=ID,node-name=N,addr.type=unix,\n"
 "           addr.path=PATH (or addr.type=fd,addr.str=FD)[,writable=on]\n"
 "           [,num-queues=N][,logical-block-size=512|4096][,iothread=ID]\n"
+"  --nbd-server addr.type=unix,addr.path=PATH (or addr.type=inet,\n"
+"           addr.host=H,addr.port=P)[,tls-creds=ID][,max-connections=N]\n"
+"           [,handshake-max-seconds=N][,allow-insecure=on]  the NBD\n"
+"           server; TCP off loopback needs tls-creds= (or allow-insecure=on)\n"
+"  --export type=nbd,id=ID,node-name=N[,name=NAME][,writable=on]\n"
+"           [,description=TEXT][,multi-conn=on|off|auto][,iothread=ID]\n"
+"  --object tls-creds-x509,id=ID,dir=DIR,endpoint=server[,verify-peer=on]\n"
+"           [,allow.0=DN,...]   or tls-creds-psk,id=ID,dir=DIR,endpoint=server\n"
+"           [,username=U]  (keys from DIR/keys.psk)\n"
 "  --chardev socket,id=ID,path=PATH,server=on,wait=off\n"
 "  --monitor [chardev=]ID[,pretty=on]   QMP monitor on that socket\n"
 "\n"
@@ -800,7 +809,7 @@ enum {
     OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
     OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP, OPT_POLL_HOST_CHECK,
     OPT_BLOCKDEV, OPT_OBJECT, OPT_CHARDEV, OPT_MONITOR, OPT_QSD_UNSUPPORTED,
-    OPT_METRICS, OPT_ALLOW_CORE_DUMPS,
+    OPT_METRICS, OPT_ALLOW_CORE_DUMPS, OPT_NBD_SERVER,
 };
 
 /* "FILE:LINE" of the option being applied when a --config file gave it,
@@ -859,6 +868,13 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
     GError *err = NULL;
 
     switch (opt) {
+    case OPT_NBD_SERVER:
+        if (!qsd_cli_add(&d->qsd, QSD_OPT_NBD_SERVER, arg, &err)) {
+            vbd_arg_error("--nbd-server %s: %s\n", arg, err->message);
+            g_error_free(err);
+            return false;
+        }
+        break;
     case OPT_BLOCKDEV:
     case OPT_OBJECT:
     case OPT_CHARDEV:
@@ -1060,7 +1076,7 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
         { "object", required_argument, NULL, OPT_OBJECT },
         { "chardev", required_argument, NULL, OPT_CHARDEV },
         { "monitor", required_argument, NULL, OPT_MONITOR },
-        { "nbd-server", required_argument, NULL, OPT_QSD_UNSUPPORTED },
+        { "nbd-server", required_argument, NULL, OPT_NBD_SERVER },
         { "trace", required_argument, NULL, OPT_QSD_UNSUPPORTED },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },

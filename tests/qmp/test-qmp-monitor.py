@@ -194,7 +194,8 @@ def test_cmdline(tmp):
         (["--blockdev", "driver=file,node-name=f,filename=" + img,
           "--export", "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,"
           "addr.path=%s,bogus=1" % sock], "bogus"),
-        (["--nbd-server", "addr.type=unix,addr.path=/x"], "--nbd-server"),
+        (["--nbd-server", "addr.type=unix,addr.path=/x,tls-authz=a"],
+         "tls-authz"),
         (["--chardev", "socket,id=m,path=/x,server=on,wait=off"],
          "--monitor"),
         (["--chardev", "stdio,id=m", "--monitor", "m"], "stdio"),
