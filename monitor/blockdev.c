@@ -863,7 +863,7 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
                      "command's reply", name);
         return NULL;
     }
-    if (n->user) {
+    if (n->user || vb_job_uses_node(n)) {
         vb_set_error(errp, "Node %s is in use", name);
         return NULL;
     }

@@ -239,6 +239,13 @@ struct BlockBackend {
     GMutex pool_lock;
     unsigned int pool_running;                  /* protected by pool_lock */
     QSIMPLEQ_HEAD(, BlockAIOCB) pool_waiting;   /* protected by pool_lock */
+    /* Dirty tracking (include/block/dirty-bitmap.h): the bitmaps writes
+     * mark (atomic list head; NULL: one load and a branch per write),
+     * tracked writes in flight (atomic), released bitmaps (main thread,
+     * freed with the node). */
+    struct BdrvDirtyBitmap *dirty_bitmaps;
+    unsigned int dirty_inflight;
+    struct BdrvDirtyBitmap *dead_bitmaps;
 };
 
 /* Submit @acb to @bs's driver (acb->blk must be @bs): what blk_submit()
