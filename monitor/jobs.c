@@ -192,6 +192,10 @@ static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
                      target, target);
         return NULL;
     }
+    if (tgt->blk == src->blk) {
+        vb_set_error(errp, "Can't mirror node into itself");
+        return NULL;
+    }
     if (tgt->user) {
         vb_set_error(errp, "Node '%s' is in use by an export: a mirror "
                      "target must not be written by anyone else", target);
@@ -227,7 +231,12 @@ static JsonNode *vb_qmp_query_jobs(void *opaque, JsonObject *args,
     }
     arr = json_array_new();
     for (Job *job = job_next(NULL); job; job = job_next(job)) {
-        JsonObject *o = json_object_new();
+        JsonObject *o;
+
+        if (job->status == JOB_STATUS_NULL) {
+            continue;           /* dismissed, freed at the next turn */
+        }
+        o = json_object_new();
 
         json_object_set_string_member(o, "id", job->id);
         json_object_set_string_member(o, "type", job->driver->type);
@@ -256,7 +265,12 @@ static JsonNode *vb_qmp_query_block_jobs(void *opaque, JsonObject *args,
     }
     arr = json_array_new();
     for (Job *job = job_next(NULL); job; job = job_next(job)) {
-        JsonObject *o = json_object_new();
+        JsonObject *o;
+
+        if (job->status == JOB_STATUS_NULL) {
+            continue;           /* dismissed, freed at the next turn */
+        }
+        o = json_object_new();
 
         json_object_set_string_member(o, "type", job->driver->type);
         json_object_set_string_member(o, "device", job->id);
