@@ -18,8 +18,11 @@
  * flushes the target and ends as a success, the target a consistent copy;
  * a forced cancel (job-cancel, force=true) stops at once.
  *
- * Pivoting (job-complete: the source's users move to the target) is not
- * implemented: job-complete is refused with a message that says so.
+ * job-complete on a ready job pivots: the source's users (the exports,
+ * through the caller's callbacks) are quiesced at once, the copy goes on
+ * until it has caught up with none of their writes in flight, the target
+ * is flushed, the users are moved to the target and let go on.  The
+ * guest waits only for that last pass, which follows a converged state.
  *
  * Requests are issued from the main thread (its AioContext; a node's
  * driver keeps per-context state, so this runs beside the exports'
@@ -77,6 +80,11 @@ struct MirrorJob {
     int error;                  /* first error of an action=report */
     char *error_msg;
     bool ending;                /* converged for good: flushing to end */
+    bool should_complete;       /* job-complete: pivot at the end */
+    bool quiesced;              /* the users are held by @quiesce */
+    void (*quiesce)(void *opaque, bool on);
+    bool (*pivot)(void *opaque, GError **errp);
+    void *pivot_opaque;
     /* The timer: speed slices and idle polling. */
     int timer_fd;
     bool timer_armed;
@@ -86,6 +94,7 @@ struct MirrorJob {
 };
 
 static void mirror_iterate(MirrorJob *s);
+static void mirror_do_pivot(MirrorJob *s);
 
 static uint64_t mirror_now(void)
 {
@@ -251,6 +260,36 @@ static bool mirror_throttled(MirrorJob *s)
     return true;
 }
 
+static void mirror_unquiesce(MirrorJob *s)
+{
+    if (s->quiesced) {
+        s->quiesced = false;
+        s->quiesce(s->pivot_opaque, false);
+    }
+}
+
+/* Converged with the users held, target flushed: move them over. */
+static void mirror_do_pivot(MirrorJob *s)
+{
+    GError *err = NULL;
+    bool ok;
+
+    /* Our own edge goes first: the users' would conflict with it. */
+    blk_detach_user(s->target_user);
+    s->target_user = NULL;
+    ok = s->pivot(s->pivot_opaque, &err);
+    mirror_unquiesce(s);
+    if (!ok) {
+        char *msg = g_strdup_printf("cannot move the users to the target: "
+                                    "%s", err->message);
+
+        g_error_free(err);
+        job_completed(s->job, -EIO, msg);
+        return;
+    }
+    job_completed(s->job, 0, NULL);
+}
+
 static void mirror_flush_cb(void *opaque, int ret)
 {
     MirrorJob *s = opaque;
@@ -264,6 +303,10 @@ static void mirror_flush_cb(void *opaque, int ret)
         job_report_error(s->job, "write", s->on_target_error);
         s->ending = false;
         mirror_iterate(s);
+        return;
+    }
+    if (s->ending && s->should_complete) {
+        mirror_do_pivot(s);
         return;
     }
     if (s->ending) {
@@ -294,7 +337,8 @@ static void mirror_iterate(MirrorJob *s)
     }
     if (job->cancelled || s->error) {
         /* Forced cancel or an error to report: stop when our requests
-         * are back. */
+         * are back; the users go on on the source. */
+        mirror_unquiesce(s);
         if (s->in_flight == 0) {
             job_completed(job, s->error ? s->error : -ECANCELED,
                           g_steal_pointer(&s->error_msg));
@@ -322,10 +366,11 @@ static void mirror_iterate(MirrorJob *s)
         return;             /* the completions call us again */
     }
     if (mirror_converged(s)) {
-        if (job->soft_cancelled || !job->ready_seen) {
+        if (job->soft_cancelled || s->should_complete || !job->ready_seen) {
             /* Make what we wrote durable before saying ready, and before
-             * ending a soft cancel. */
-            s->ending = job->soft_cancelled;
+             * ending (a soft cancel, or a completion whose users are
+             * held: nothing can dirty the source any more). */
+            s->ending = job->soft_cancelled || s->should_complete;
             s->flushing = true;
             blk_aio_flush(s->target, &s->flush_acb, mirror_flush_cb, s);
             return;
@@ -347,10 +392,21 @@ static void mirror_start_cb(Job *job)
     mirror_iterate(s);
 }
 
+/* A paused job must not hold the users: a completion in progress lets
+ * them go on until the job resumes. */
+static void mirror_pause(Job *job)
+{
+    mirror_unquiesce(job->opaque);
+}
+
 static void mirror_resume(Job *job)
 {
     MirrorJob *s = job->opaque;
 
+    if (s->should_complete && !s->quiesced) {
+        s->quiesced = true;
+        s->quiesce(s->pivot_opaque, true);
+    }
     /* A stop on error cleared the report error it would have had. */
     qemu_bh_schedule(s->kick_bh);
 }
@@ -374,11 +430,27 @@ static void mirror_set_speed(Job *job, uint64_t speed)
 
 static bool mirror_complete(Job *job, GError **errp)
 {
-    g_set_error(errp, VB_ERROR, 0, "Job '%s': completing a mirror (moving "
-                "the source's exports to the target) is not implemented "
-                "yet; use block-job-cancel to end it with the target a "
-                "consistent copy", job->id);
-    return false;
+    MirrorJob *s = job->opaque;
+
+    if (!s->pivot) {
+        g_set_error(errp, VB_ERROR, 0, "Job '%s': this mirror cannot move "
+                    "its source's users to the target; use "
+                    "block-job-cancel to end it with the target a "
+                    "consistent copy", job->id);
+        return false;
+    }
+    if (s->should_complete) {
+        g_set_error(errp, VB_ERROR, 0, "Job '%s' is being completed "
+                    "already", job->id);
+        return false;
+    }
+    s->should_complete = true;
+    /* From now on the users submit nothing: the copy catches up with
+     * what they wrote before, and nothing dirties the source again. */
+    s->quiesced = true;
+    s->quiesce(s->pivot_opaque, true);
+    qemu_bh_schedule(s->kick_bh);
+    return true;
 }
 
 /* The end, whatever it was: the source's writes are not tracked any more
@@ -387,6 +459,7 @@ static void mirror_clean(Job *job)
 {
     MirrorJob *s = job->opaque;
 
+    mirror_unquiesce(s);
     if (s->bm) {
         bdrv_dirty_bitmap_release(s->src, s->bm);
         s->bm = NULL;
@@ -410,12 +483,14 @@ static void mirror_free(Job *job)
     }
     g_free(s->ops);
     g_free(s->error_msg);
+    g_free(s->pivot_opaque);
     g_free(s);
 }
 
 static const JobDriver mirror_job_driver = {
     .type = "mirror",
     .start = mirror_start_cb,
+    .pause = mirror_pause,
     .resume = mirror_resume,
     .cancel = mirror_cancel,
     .set_speed = mirror_set_speed,
@@ -467,6 +542,9 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     s->ctx = qemu_get_current_aio_context();
     s->on_source_error = o->on_source_error;
     s->on_target_error = o->on_target_error;
+    s->quiesce = o->quiesce;
+    s->pivot = o->pivot;
+    s->pivot_opaque = o->pivot_opaque;
     s->timer_fd = -1;
     s->src_user = blk_attach_user(o->source, who, BLK_PERM_CONSISTENT_READ,
                                   BLK_PERM_ALL, errp);
@@ -533,6 +611,7 @@ fail:
     if (s->timer_fd >= 0) {
         close(s->timer_fd);
     }
+    g_free(s->pivot_opaque);
     g_free(s);
     return NULL;
 }

@@ -96,6 +96,83 @@ bool vb_job_uses_node(VbNode *n)
 
 /* ---- blockdev-mirror ------------------------------------------------------ */
 
+/* What job-complete of a mirror moves: the export on the source's image
+ * (through any node sharing it, e.g. a driver=raw node over it). */
+typedef struct VbMirrorPivot {
+    VbState *s;
+    BlockBackend *src;
+    BlockBackend *tgt;
+} VbMirrorPivot;
+
+/* The export serving @blk, or NULL; false if there are several. */
+static bool vb_export_of_blk(VbState *s, BlockBackend *blk, VbExport **out)
+{
+    *out = NULL;
+    for (guint i = 0; i < s->exports->len; i++) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+
+        if (e->node && e->node->blk == blk && !e->deleting) {
+            if (*out) {
+                return false;
+            }
+            *out = e;
+        }
+    }
+    return true;
+}
+
+static void vb_mirror_quiesce(void *opaque, bool on)
+{
+    VbMirrorPivot *p = opaque;
+    VbExport *e;
+
+    /* On: the export found now.  Off after a pivot: it is on the target
+     * now.  Off after a failure: still on the source. */
+    if ((vb_export_of_blk(p->s, p->src, &e) && e) ||
+        (!on && vb_export_of_blk(p->s, p->tgt, &e) && e)) {
+        vu_blk_export_quiesce(e->exp, on);
+    }
+}
+
+static bool vb_mirror_pivot(void *opaque, GError **errp)
+{
+    VbMirrorPivot *p = opaque;
+    VbNode *tgt = NULL;
+    VbExport *e;
+
+    if (!vb_export_of_blk(p->s, p->src, &e)) {
+        vb_set_error(errp, "several exports serve the source: delete all "
+                     "but one first");
+        return false;
+    }
+    if (!e) {
+        return true;            /* no user to move */
+    }
+    for (guint i = 0; i < p->s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(p->s->nodes, i);
+
+        if (n->blk == p->tgt && !n->alias) {
+            tgt = n;
+            break;
+        }
+    }
+    if (!tgt) {
+        vb_set_error(errp, "the target node is gone");
+        return false;
+    }
+    if (tgt->user) {
+        vb_set_error(errp, "node '%s' is exported already", tgt->name);
+        return false;
+    }
+    if (!vu_blk_export_replace_blk(e->exp, tgt->blk, errp)) {
+        return false;
+    }
+    e->node->user = NULL;
+    e->node = tgt;
+    tgt->user = e;
+    return true;
+}
+
 static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
                                         GError **errp)
 {
@@ -211,6 +288,12 @@ static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
     mo.speed = speed;
     mo.on_source_error = on_src;
     mo.on_target_error = on_tgt;
+    mo.quiesce = vb_mirror_quiesce;
+    mo.pivot = vb_mirror_pivot;
+    mo.pivot_opaque = g_new0(VbMirrorPivot, 1);
+    ((VbMirrorPivot *)mo.pivot_opaque)->s = s;
+    ((VbMirrorPivot *)mo.pivot_opaque)->src = src->blk;
+    ((VbMirrorPivot *)mo.pivot_opaque)->tgt = tgt->blk;
     if (!mirror_start(&mo, errp)) {
         return NULL;
     }

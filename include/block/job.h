@@ -209,13 +209,26 @@ typedef struct MirrorOptions {
     JobErrorAction on_target_error;
     bool auto_finalize;
     bool auto_dismiss;
+    /*
+     * job-complete (QEMU's pivot: the source's users move to the target).
+     * @quiesce(true) stops the users from submitting (their requests in
+     * flight complete); once the copy has caught up with nothing in
+     * flight and the target is flushed, @pivot moves them (false with
+     * @errp set: the job fails, the users stay on the source), then
+     * @quiesce(false) lets them go on.  NULL @pivot: job-complete is
+     * refused.  Main thread.
+     */
+    void (*quiesce)(void *opaque, bool on);
+    bool (*pivot)(void *opaque, GError **errp);
+    void *pivot_opaque;         /* g_free()d with the job */
 } MirrorOptions;
 
 /*
  * Start copying @o->source to @o->target.  The job becomes ready (the
  * target holds everything the source did, writes still being copied)
  * once the copy has caught up; block-job-cancel then ends it with the
- * target a consistent copy (every write completed by then is in it).
+ * target a consistent copy (every write completed by then is in it), and
+ * job-complete moves the source's users to the target (see @pivot).
  * NULL with @errp set.  Main thread.
  */
 Job *mirror_start(const MirrorOptions *o, GError **errp);

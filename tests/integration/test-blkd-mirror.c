@@ -302,11 +302,6 @@ static void test_mirror_ready_cancel(Fixture *f, gconstpointer data)
     /* Ready: the guest's writes are still tracked and copied. */
     guest_write(f, 8u << 20, 65536, 103);
     guest_write(f, 512 * 3, 4096, 104);
-    /* Pivoting is not there yet: refused, the job goes on. */
-    qmp_fails(f, "{\"execute\":\"job-complete\",\"arguments\":{\"id\":\"m0\"}}",
-              "Job 'm0': completing a mirror (moving the source's exports "
-              "to the target) is not implemented yet; use block-job-cancel "
-              "to end it with the target a consistent copy");
     qmp_fails(f, "{\"execute\":\"blockdev-del\","
                  "\"arguments\":{\"node-name\":\"tgt\"}}",
               "Node tgt is in use");
@@ -323,6 +318,71 @@ static void test_mirror_ready_cancel(Fixture *f, gconstpointer data)
     /* The target is free again. */
     qmp_ok(f, "{\"execute\":\"blockdev-del\","
               "\"arguments\":{\"node-name\":\"tgt\"}}");
+}
+
+/* The image file @path, at @offset: pattern @seed? */
+static bool file_has_pattern(const char *path, uint64_t offset, size_t len,
+                             uint32_t seed)
+{
+    g_autofree uint8_t *b = g_malloc(len);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(pread(fd, b, len, offset), ==, (ssize_t)len);
+    close(fd);
+    return vb_check_pattern(b, len, seed);
+}
+
+/*
+ * job-complete: the export moves to the target.  What the guest wrote
+ * before is on the target; what it writes after goes to the target only,
+ * and it reads it back through the export.
+ */
+static void test_mirror_complete(Fixture *f, gconstpointer data)
+{
+    g_autofree char *st = NULL;
+    uint32_t used;
+    JsonObject *ev;
+
+    qmp_ok(f, MIRROR_SLOW "}}");
+    guest_write(f, 0, 65536, 300);
+    guest_write(f, 12u << 20, 1u << 20, 301);
+    qmp_ok(f, "{\"execute\":\"block-job-set-speed\","
+              "\"arguments\":{\"device\":\"m0\",\"speed\":0}}");
+    wait_event(f, "BLOCK_JOB_READY");
+    guest_write(f, 2u << 20, 65536, 302);
+    qmp_ok(f, "{\"execute\":\"job-complete\",\"arguments\":{\"id\":\"m0\"}}");
+    ev = wait_event(f, "BLOCK_JOB_COMPLETED");
+    g_assert_false(json_object_has_member(ev, "error"));
+    wait_gone(f, "m0");
+    st = statuses(f, "m0");
+    g_assert_cmpstr(st, ==, "created running ready waiting pending "
+                    "concluded null");
+    /* Up to the pivot the two are equal. */
+    assert_target_equals_source(f);
+    {
+        g_autoptr(JsonNode) r = qmp(f, "{\"execute\":\"query-block-exports\"}",
+                                    NULL);
+        JsonObject *o = json_array_get_object_element(
+            json_node_get_array(r), 0);
+
+        g_assert_cmpstr(json_object_get_string_member(o, "node-name"), ==,
+                        "tgt");
+    }
+    /* After it the guest's writes go to the target alone. */
+    guest_write(f, 6u << 20, 65536, 303);
+    g_assert_true(file_has_pattern(f->target, 6u << 20, 65536, 303));
+    g_assert_false(file_has_pattern(f->d.image[0], 6u << 20, 65536, 303));
+    memset(f->buf, 0, 65536);
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, (6u << 20) / 512,
+                           f->buf, 65536, true, &used), ==, VIRTIO_BLK_S_OK);
+    g_assert_true(vb_check_pattern(f->buf, 65536, 303));
+    /* The source is free: nothing uses it any more. */
+    qmp_ok(f, "{\"execute\":\"blockdev-del\","
+              "\"arguments\":{\"node-name\":\"src\"}}");
+    qmp_fails(f, "{\"execute\":\"blockdev-del\","
+                 "\"arguments\":{\"node-name\":\"tgt\"}}",
+              "Node tgt is in use");
 }
 
 /* The verbs a state refuses, with QEMU's messages; pause and resume;
@@ -509,6 +569,7 @@ int main(int argc, char **argv)
     g_test_add("/blkd/mirror/" name, Fixture, c, fixture_setup, fn, \
                fixture_teardown)
     ADD("ready-cancel", &plain, test_mirror_ready_cancel);
+    ADD("complete", &plain, test_mirror_complete);
     ADD("verbs", &plain, test_verbs);
     ADD("manual-finalize", &plain, test_manual_finalize);
     ADD("source-error-report", &failing, test_source_error_report);
