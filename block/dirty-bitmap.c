@@ -19,7 +19,9 @@ BdrvDirtyBitmap *bdrv_dirty_bitmap_create(BlockBackend *bs,
                                           GError **errp)
 {
     BdrvDirtyBitmap *bm;
-    uint64_t size = blk_getlength(bs);
+    /* Not blk_getlength(): this file is a leaf of the block layer's
+     * imports (scripts/block-imports.py). */
+    uint64_t size = __atomic_load_n(&bs->size, __ATOMIC_RELAXED);
 
     if (granularity < BDRV_DIRTY_GRANULARITY_MIN ||
         granularity > BDRV_DIRTY_GRANULARITY_MAX ||
