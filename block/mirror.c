@@ -295,6 +295,11 @@ static void mirror_flush_cb(void *opaque, int ret)
     MirrorJob *s = opaque;
 
     s->flushing = false;
+    if (s->job->cancelled) {
+        /* Forced cancel meanwhile: neither ready nor a pivot. */
+        mirror_iterate(s);
+        return;
+    }
     if (ret < 0) {
         if (s->on_target_error == JOB_ERROR_REPORT && !s->error) {
             s->error = ret;
