@@ -531,6 +531,11 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
         gran = MAX(MIRROR_DEFAULT_GRANULARITY, bdi.cluster_size);
         gran = MIN(gran, BDRV_DIRTY_GRANULARITY_MAX);
     }
+    if (buf_size > MIRROR_MAX_BUF_SIZE) {
+        g_set_error(errp, VB_ERROR, 0, "Parameter 'buf-size' must be at "
+                    "most 1 GiB");
+        return NULL;
+    }
     if (buf_size < gran) {
         g_set_error(errp, VB_ERROR, 0, "Parameter 'buf-size' must be at "
                     "least the granularity (%u bytes)", gran);

@@ -246,9 +246,10 @@ static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
         vb_set_error(errp, "Parameter 'speed' expects a non-negative value");
         return NULL;
     }
-    if (buf_size < 0) {
-        vb_set_error(errp, "Parameter 'buf-size' expects a non-negative "
-                     "value");
+    if (buf_size < 0 || buf_size > MIRROR_MAX_BUF_SIZE) {
+        vb_set_error(errp, "Parameter 'buf-size' must be between 0 (the "
+                     "default, 16 MiB) and 1 GiB: the job allocates it "
+                     "when it starts");
         return NULL;
     }
     if (gran && (gran < BDRV_DIRTY_GRANULARITY_MIN ||

@@ -194,6 +194,7 @@ typedef enum MirrorSyncMode {
 } MirrorSyncMode;
 
 #define MIRROR_DEFAULT_BUF_SIZE (16u << 20)
+#define MIRROR_MAX_BUF_SIZE     (1u << 30)
 
 typedef struct MirrorOptions {
     const char *job_id;

@@ -455,6 +455,14 @@ static void test_verbs(Fixture *f, gconstpointer data)
                  "\"copy-mode\":\"write-blocking\"}}",
               "copy-mode=write-blocking is not supported yet: use "
               "copy-mode=background");
+    qmp_fails(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+                 "\"device\":\"src\",\"target\":\"tgt\",\"sync\":\"full\","
+                 "\"buf-size\":4611686018427387904}}",
+              "Parameter 'buf-size' must be between 0 (the default, 16 MiB) "
+              "and 1 GiB: the job allocates it when it starts");
+    qmp_fails(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+                 "\"device\":\"src\",\"target\":\"nope\",\"sync\":\"full\"}}",
+              "Cannot find device='nope' nor node-name='nope'");
     qmp_ok(f, MIRROR_SLOW "}}");
     qmp_fails(f, MIRROR_SLOW "}}", "Job ID 'm0' already in use");
     qmp_fails(f, "{\"execute\":\"job-complete\",\"arguments\":{\"id\":\"m0\"}}",
