@@ -94,7 +94,7 @@ bool vb_job_uses_node(VbNode *n)
     return false;
 }
 
-/* ---- blockdev-mirror ------------------------------------------------------ */
+/* ---- blockdev-mirror ------------------------------------------------ */
 
 /* What job-complete of a mirror moves: the export on the source's image
  * (through any node sharing it, e.g. a driver=raw node over it). */
@@ -380,7 +380,7 @@ static JsonNode *vb_qmp_query_block_jobs(void *opaque, JsonObject *args,
     return vb_node_take_array(arr);
 }
 
-/* ---- the verbs ------------------------------------------------------------ */
+/* ---- the verbs ------------------------------------------------------ */
 
 /* The job named by @key (job-*: "id"; block-job-*: "device" or "id"), or
  * NULL with QEMU's error of that family. */
