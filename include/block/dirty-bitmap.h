@@ -14,8 +14,10 @@
  * missed waits until the count and the bitmap are both empty.
  *
  * Cost when no bitmap is attached: one load and one predictable branch
- * per write in blk_submit(), one flag test in blk_acb_complete().  With a
- * bitmap: no lock and no allocation per request.
+ * per write in blk_submit(), one flag test in blk_acb_complete()
+ * (scripts/bench/ir-per-io.sh, null driver, depth 32: 3 and 2
+ * instructions per I/O).  With a bitmap: no lock and no allocation per
+ * request.
  *
  * Only writes submitted to the node itself (or to a format above it,
  * whose requests to its file reach the file through the same entry) are
