@@ -3,7 +3,8 @@
  * The job core's state machine (block/job.c) with a driver of the test's
  * own that finishes when the test says: QEMU's transitions and events,
  * its verb errors, pause/resume around ready, soft and forced cancel,
- * manual finalize and dismiss.  Also the dirty bitmap's marks and scan.
+ * manual finalize and dismiss.  Also the dirty bitmap's marks and scan,
+ * and a mirror onto a failing target (null nodes, error injection).
  */
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
@@ -305,6 +306,77 @@ static void test_dirty_bitmap(void)
     blk_close(blk);
 }
 
+/* A null node of 1 MiB; with @fail_writes every write fails (EIO). */
+static BlockBackend *null_node(bool fail_writes)
+{
+    g_autoptr(GError) err = NULL;
+    BlockOptions o;
+    BlockBackend *blk;
+
+    blk_options_init(&o);
+    o.driver = "null";
+    o.size = 1 << 20;
+    o.null_read_zeroes = true;
+    if (fail_writes) {
+        o.inject.ops = BLOCK_INJECT_WRITE;
+    }
+    blk = blk_open(&o, &err);
+    g_assert_no_error(err);
+    return blk;
+}
+
+/* Run the loop until @job is in @status. */
+static void run_until(Job *job, JobStatus status)
+{
+    while (job->status != status) {
+        aio_poll(ctx, true);
+    }
+}
+
+/*
+ * A target whose writes fail: on-target-error=report ends the job with
+ * the error (BLOCK_JOB_ERROR, then COMPLETED with it); stop pauses it
+ * until it is cancelled.
+ */
+static void test_mirror_target_error(void)
+{
+    BlockBackend *src = null_node(false);
+    BlockBackend *tgt = null_node(true);
+    g_autoptr(GError) err = NULL;
+    MirrorOptions mo = {
+        .job_id = "mt", .source = src, .target = tgt,
+        .sync = MIRROR_SYNC_FULL, .on_target_error = JOB_ERROR_REPORT,
+        .auto_finalize = true, .auto_dismiss = false,
+    };
+    Job *job;
+
+    g_string_truncate(events, 0);
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    run_until(job, JOB_STATUS_CONCLUDED);
+    g_assert_cmpstr(events->str, ==, "created running ERROR aborting "
+                    "COMPLETED concluded");
+    g_assert_cmpstr(job->err, ==, "Input/output error");
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+
+    mo.job_id = "ms";
+    mo.on_target_error = JOB_ERROR_STOP;
+    g_string_truncate(events, 0);
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    run_until(job, JOB_STATUS_PAUSED);
+    g_assert_true(job_user_cancel(job, true, NULL));
+    run_until(job, JOB_STATUS_CONCLUDED);
+    /* 1 MiB in one copy: one failure. */
+    g_assert_cmpstr(events->str, ==, "created running ERROR paused running "
+                    "aborting CANCELLED concluded");
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+    blk_close(src);
+    blk_close(tgt);
+}
+
 int main(int argc, char **argv)
 {
     g_autoptr(GError) err = NULL;
@@ -322,6 +394,7 @@ int main(int argc, char **argv)
     g_test_add_func("/job/finalize-and-error", test_manual_finalize_and_error);
     g_test_add_func("/job/ids", test_ids);
     g_test_add_func("/dirty-bitmap/marks", test_dirty_bitmap);
+    g_test_add_func("/mirror/target-error", test_mirror_target_error);
     ret = g_test_run();
     g_string_free(events, true);
     aio_context_free(ctx);
