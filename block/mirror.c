@@ -238,25 +238,37 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     return true;
 }
 
-/* Over the speed limit in this slice?  Then arm the timer for its end. */
+/*
+ * Over the speed limit?  Then arm the timer for when it is not.  An
+ * operation may overshoot the slice's quota (it copies a whole run); the
+ * excess is a debt the next slices pay off, so the rate over time is the
+ * limit even when it is below one operation per slice.
+ */
 static bool mirror_throttled(MirrorJob *s)
 {
-    uint64_t now, quota;
+    uint64_t now, quota, speed = s->job->speed;
+    double wait_ns;
 
-    if (!s->job->speed) {
+    if (!speed) {
         return false;
     }
     now = mirror_now();
     if (now - s->slice_start >= MIRROR_SLICE_NS) {
+        double allowed = (double)speed * (now - s->slice_start) / 1e9;
+
+        s->slice_bytes = s->slice_bytes > allowed ?
+                         s->slice_bytes - (uint64_t)allowed : 0;
         s->slice_start = now;
-        s->slice_bytes = 0;
-        return false;
     }
-    quota = MAX(s->job->speed / (1000000000ull / MIRROR_SLICE_NS), 1);
+    quota = MAX(speed / (1000000000ull / MIRROR_SLICE_NS), 1);
     if (s->slice_bytes < quota) {
         return false;
     }
-    mirror_arm(s, s->slice_start + MIRROR_SLICE_NS - now);
+    /* The rest of this slice, and the time the debt takes.  At most a
+     * second: the timer looks again then (set-speed kicks at once). */
+    wait_ns = (double)(s->slice_start + MIRROR_SLICE_NS - now) +
+              (double)(s->slice_bytes - quota) * 1e9 / speed;
+    mirror_arm(s, MIN(wait_ns, 1e9));
     return true;
 }
 

@@ -155,8 +155,8 @@ wait "$fe" 2>/dev/null
 run "resize export0 (a command-line export) to 32M" 0 "$ctl" resize export0 32M
 vb_check_eq "  ...its image is 32 MiB" "$(stat -c %s "$img0")" 33554432
 
-# jobs: a mirror of node0 held to 64 KiB per 100 ms (minutes for 32 MiB),
-# so it is still running when listed; then cancelled.
+# jobs: a mirror of node0 held to 1 byte/s (after its first 64 KiB it
+# waits for hours), so it is still running when listed; then cancelled.
 run "jobs with none" 0 "$ctl" jobs
 vb_check "  ...says there are none" grep -qx "no block jobs" "$out"
 imgt=$(vb_mkimg t 32M)

@@ -8,8 +8,8 @@
  *
  * Determinism: the tests wait for events, never for time.  Where a case
  * needs the job still running when it acts, the job starts with a speed
- * limit that makes its copy last far longer than the test's next command
- * (64 KiB per 100 ms slice: 25 s for the 16 MiB image), then lifts it.
+ * limit (1 byte per second: after its first 64 KiB copy it waits hours)
+ * that keeps it running whatever the machine's load, then lifts it.
  */
 #include "qemu/osdep.h"
 #include "vb-daemon.h"
@@ -285,7 +285,7 @@ static void test_mirror_ready_cancel(Fixture *f, gconstpointer data)
     JsonObject *ev;
 
     qmp_ok(f, MIRROR_SLOW "}}");
-    /* Held to 640 KiB/s: still copying. */
+    /* Held to 1 byte/s: still copying. */
     assert_status(f, "m0", "running");
     guest_write(f, 0, 65536, 100);                      /* copied already */
     guest_write(f, IMG_SIZE - 131072, 131072, 101);     /* not yet */
