@@ -11,7 +11,10 @@
  * (at submission and at completion), so the range is copied once more.
  * When a pass finds nothing dirty, none of our copies is in flight and no
  * tracked write of the users is in flight either, the target equals the
- * source: after a flush of the target the job is ready.  It then goes on
+ * source: after a flush of the target the job is ready.  The first pass
+ * asks the source what each range holds (block status) and writes the
+ * ranges that read as zeroes as zeroes (holes with unmap=true) instead of
+ * copying them: a sparse disk does not send its emptiness.  It then goes on
  * copying what is written (polling the bitmap every MIRROR_IDLE_NS, since
  * the write path only sets bits and wakes nobody) until it is cancelled:
  * block-job-cancel on a ready job (a soft cancel) converges once more,
@@ -55,6 +58,7 @@ typedef struct MirrorOp {
     uint64_t offset;
     uint64_t bytes;
     void *buf;
+    BlockStatus status;         /* the bulk pass asks what it copies */
     struct MirrorOp *next_free;
 } MirrorOp;
 
@@ -73,6 +77,8 @@ struct MirrorJob {
     unsigned int in_flight;
     uint64_t bytes_in_flight;
     uint64_t cursor;            /* next bit to look at */
+    bool bulk;                  /* first pass: skip what reads as zeroes */
+    bool unmap;                 /* zeroes may be holes on the target */
     JobErrorAction on_source_error;
     JobErrorAction on_target_error;
     bool flushing;              /* the target's flush is in flight */
@@ -95,6 +101,7 @@ struct MirrorJob {
 
 static void mirror_iterate(MirrorJob *s);
 static void mirror_do_pivot(MirrorJob *s);
+static void mirror_read_cb(void *opaque, int ret);
 
 static uint64_t mirror_now(void)
 {
@@ -203,6 +210,56 @@ static void mirror_read_cb(void *opaque, int ret)
                     mirror_write_cb, op);
 }
 
+/* Read the source's range of @op, then write it to the target. */
+static void mirror_op_read(MirrorJob *s, MirrorOp *op)
+{
+    op->iov.iov_base = op->buf;
+    op->iov.iov_len = op->bytes;
+    blk_aio_preadv(s->src, &op->acb, op->offset, &op->iov, 1,
+                   mirror_read_cb, op);
+}
+
+/*
+ * The bulk pass: what the range holds.  Zeroes (a hole, an unallocated
+ * range) are written as zeroes, without reading them or sending a
+ * buffer of them; a shorter zero answer shrinks the operation to it
+ * (whole dirty bits) and leaves the rest dirty for the next operation.
+ * If the source writes there meanwhile, its bits are set again and the
+ * range is copied once more.
+ */
+static void mirror_status_cb(void *opaque, int ret)
+{
+    MirrorOp *op = opaque;
+    MirrorJob *s = op->s;
+    uint64_t gran = bdrv_dirty_bitmap_granularity(s->bm);
+    uint64_t n;
+
+    if (ret < 0 || !(op->status.flags & BDRV_BLOCK_ZERO) ||
+        op->status.pnum < MIN(gran, op->bytes)) {
+        /* Data, or no useful answer: copy it. */
+        mirror_op_read(s, op);
+        return;
+    }
+    n = op->status.pnum >= op->bytes ? op->bytes :
+        op->status.pnum / gran * gran;
+    if (n < op->bytes) {
+        bdrv_dirty_bitmap_set(s->bm, op->offset + n, op->bytes - n);
+        s->bytes_in_flight -= op->bytes - n;
+        op->bytes = n;
+    }
+    if (blk_can_write_zeroes(s->target)) {
+        blk_aio_pwrite_zeroes(s->target, &op->acb, op->offset, op->bytes,
+                              s->unmap ? BDRV_REQ_MAY_UNMAP : 0,
+                              mirror_write_cb, op);
+        return;
+    }
+    memset(op->buf, 0, op->bytes);
+    op->iov.iov_base = op->buf;
+    op->iov.iov_len = op->bytes;
+    blk_aio_pwritev(s->target, &op->acb, op->offset, &op->iov, 1, 0,
+                    mirror_write_cb, op);
+}
+
 /* Start copying the dirty run at @bit; false if there is none. */
 static bool mirror_start_op(MirrorJob *s, int64_t bit)
 {
@@ -231,10 +288,12 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     s->in_flight++;
     s->bytes_in_flight += op->bytes;
     s->slice_bytes += op->bytes;
-    op->iov.iov_base = op->buf;
-    op->iov.iov_len = op->bytes;
-    blk_aio_preadv(s->src, &op->acb, op->offset, &op->iov, 1,
-                   mirror_read_cb, op);
+    if (s->bulk) {
+        blk_aio_block_status(s->src, &op->acb, op->offset, op->bytes,
+                             &op->status, mirror_status_cb, op);
+    } else {
+        mirror_op_read(s, op);
+    }
     return true;
 }
 
@@ -371,6 +430,9 @@ static void mirror_iterate(MirrorJob *s)
         int64_t bit = bdrv_dirty_bitmap_next(s->bm, s->cursor);
 
         if (bit < 0 && s->cursor) {
+            /* Wrapped: the bulk pass is over, what is dirty now was
+             * written by the source's users. */
+            s->bulk = true;
             s->cursor = 0;
             bit = bdrv_dirty_bitmap_next(s->bm, 0);
         }
@@ -586,7 +648,9 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     }
     if (o->sync != MIRROR_SYNC_NONE) {
         bdrv_dirty_bitmap_set(s->bm, 0, size);
+        s->bulk = true;
     }
+    s->unmap = o->unmap;
     s->op_max = MAX(gran, MIN(MIRROR_MAX_OP, buf_size) / gran * gran);
     s->n_ops = MAX(buf_size / s->op_max, 1);
     s->ops = g_new0(MirrorOp, s->n_ops);

@@ -289,6 +289,7 @@ static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
     mo.speed = speed;
     mo.on_source_error = on_src;
     mo.on_target_error = on_tgt;
+    mo.unmap = unmap;
     mo.quiesce = vb_mirror_quiesce;
     mo.pivot = vb_mirror_pivot;
     mo.pivot_opaque = g_new0(VbMirrorPivot, 1);

@@ -208,6 +208,7 @@ typedef struct MirrorOptions {
     uint64_t speed;             /* bytes per second; 0: unlimited */
     JobErrorAction on_source_error;
     JobErrorAction on_target_error;
+    bool unmap;                 /* zero ranges may become holes */
     bool auto_finalize;
     bool auto_dismiss;
     /*

@@ -17,6 +17,8 @@
 
 #include <json-glib/json-glib.h>
 #include <linux/virtio_blk.h>
+#include <linux/falloc.h>
+#include <fcntl.h>
 
 #define IMG_SIZE (16u << 20)
 
@@ -29,11 +31,17 @@ typedef struct Fixture {
     guint seen;                 /* events before this were waited for */
     VhostUserFrontend *fe;
     uint8_t *buf;
+    bool holes;                 /* the file system punched the hole */
 } Fixture;
 
 typedef struct MirrorCase {
     const char *extra;          /* more options of the export */
+    bool sparse;                /* a hole in the source at [HOLE_AT, +4M),
+                                 * a target full of another pattern */
 } MirrorCase;
+
+#define HOLE_AT (8u << 20)
+#define HOLE_LEN (4u << 20)
 
 /* ---- QMP with the events kept ------------------------------------------ */
 
@@ -199,6 +207,16 @@ static void fixture_setup(Fixture *f, gconstpointer data)
     fd = open(f->target, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     g_assert_cmpint(fd, >=, 0);
     g_assert_cmpint(ftruncate(fd, IMG_SIZE), ==, 0);
+    if (c && c->sparse) {
+        int sfd = open(f->d.image[0], O_RDWR | O_CLOEXEC);
+
+        vb_fill_pattern(pat, IMG_SIZE, 9);
+        g_assert_cmpint(pwrite(fd, pat, IMG_SIZE, 0), ==, IMG_SIZE);
+        g_assert_cmpint(sfd, >=, 0);
+        f->holes = fallocate(sfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                             HOLE_AT, HOLE_LEN) == 0;
+        close(sfd);
+    }
     close(fd);
     f->qmp_path = g_strdup_printf("%s/qmp.sock", f->d.dir);
     chardev = g_strdup_printf("socket,id=mon,path=%s,server=on,wait=off",
@@ -430,6 +448,36 @@ static void test_mirror_complete_busy(Fixture *f, gconstpointer data)
     g_assert_true(file_has_pattern(f->target, 0, 65536, 7));
 }
 
+/*
+ * sync=full over a sparse source: the hole is written as zeroes over the
+ * target's old data (a hole there too, with unmap), the rest copied.
+ */
+static void test_mirror_sparse(Fixture *f, gconstpointer data)
+{
+    int fd;
+    off_t next_data;
+
+    if (!f->holes) {
+        g_test_skip("the file system cannot punch holes");
+        return;
+    }
+    qmp_ok(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+              "\"job-id\":\"m6\",\"device\":\"src\",\"target\":\"tgt\","
+              "\"sync\":\"full\"}}");
+    wait_event(f, "BLOCK_JOB_READY");
+    qmp_ok(f, "{\"execute\":\"block-job-cancel\","
+              "\"arguments\":{\"device\":\"m6\"}}");
+    wait_event(f, "BLOCK_JOB_COMPLETED");
+    assert_target_equals_source(f);
+    /* Not copied: a hole on the target as well (the copy of a buffer of
+     * zeroes would have allocated it). */
+    fd = open(f->target, O_RDONLY | O_CLOEXEC);
+    g_assert_cmpint(fd, >=, 0);
+    next_data = lseek(fd, HOLE_AT, SEEK_DATA);
+    close(fd);
+    g_assert_cmpint(next_data, >=, HOLE_AT + HOLE_LEN);
+}
+
 /* The verbs a state refuses, with QEMU's messages; pause and resume;
  * job-cancel (forced) ends it as cancelled. */
 static void test_verbs(Fixture *f, gconstpointer data)
@@ -608,6 +656,7 @@ static void test_source_error_ignore(Fixture *f, gconstpointer data)
 int main(int argc, char **argv)
 {
     static const MirrorCase plain = { NULL };
+    static const MirrorCase sparse = { NULL, true };
     static const MirrorCase failing = {
         ",inject-error=read,inject-count=1",
     };
@@ -624,6 +673,7 @@ int main(int argc, char **argv)
     ADD("ready-cancel", &plain, test_mirror_ready_cancel);
     ADD("complete", &plain, test_mirror_complete);
     ADD("complete-busy", &plain, test_mirror_complete_busy);
+    ADD("sparse", &sparse, test_mirror_sparse);
     ADD("verbs", &plain, test_verbs);
     ADD("manual-finalize", &plain, test_manual_finalize);
     ADD("source-error-report", &failing, test_source_error_report);
