@@ -40,7 +40,7 @@
 typedef struct ThreadPoolClient {
     BlockEngine common;
     EventNotifier notifier;
-    GMutex lock;
+    pthread_mutex_t lock;
     QSIMPLEQ_HEAD(, BlockAIOCB) done;   /* protected by lock */
     /* The owner thread is confined: which set runs its requests.  Set by
      * the owner before each enqueue, read by workers under the
@@ -48,12 +48,18 @@ typedef struct ThreadPoolClient {
     bool confined;
 } ThreadPoolClient;
 
-/* One set of workers (see the top of the file). */
+/*
+ * One set of workers (see the top of the file).  Its locks, the clients'
+ * and the backends' pool_lock are pthread's, not GLib's: a GMutex is
+ * built on futexes ThreadSanitizer cannot see, and it reported the
+ * workers' use of these counters as races (a mirror's block status from
+ * the main thread, beside an iothread's requests).
+ */
 typedef struct ThreadPoolWorkers {
     bool confined;              /* under the iothread seccomp filter */
     const char *name;           /* of its threads */
-    GMutex lock;
-    GCond cond;                 /* a request was queued */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;        /* a request was queued */
     QSIMPLEQ_HEAD(, BlockAIOCB) queue;  /* lock */
     unsigned int queued;        /* lock: length of queue */
     unsigned int idle;          /* lock: threads waiting for a request */
@@ -67,14 +73,14 @@ void (*thread_pool_test_hook)(BlockAIOCB *acb);
 /* Main thread (blk_open). */
 void thread_pool_blk_init(BlockBackend *blk)
 {
-    g_mutex_init(&blk->pool_lock);
+    pthread_mutex_init(&blk->pool_lock, NULL);
     QSIMPLEQ_INIT(&blk->pool_waiting);
 }
 
 /* Main thread (blk_close): no request in flight. */
 void thread_pool_blk_cleanup(BlockBackend *blk)
 {
-    g_mutex_clear(&blk->pool_lock);
+    pthread_mutex_destroy(&blk->pool_lock);
 }
 
 /* Worker: hand @acb's result to its client's context. */
@@ -82,9 +88,9 @@ static void thread_pool_done(BlockAIOCB *acb)
 {
     ThreadPoolClient *c = (ThreadPoolClient *)(uintptr_t)acb->engine_priv[0];
 
-    g_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->lock);
     QSIMPLEQ_INSERT_TAIL(&c->done, acb, next);
-    g_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->lock);
     event_notifier_set(&c->notifier);
 }
 
@@ -146,12 +152,12 @@ static void thread_pool_worker(gpointer data, gpointer opaque)
         }
         acb->ret = acb->target->run(acb);
 
-        g_mutex_lock(&blk->pool_lock);
+        pthread_mutex_lock(&blk->pool_lock);
         next = thread_pool_take_waiting(blk, w->confined, &other);
         if (!next && !other) {
             blk->pool_running--;
         }
-        g_mutex_unlock(&blk->pool_lock);
+        pthread_mutex_unlock(&blk->pool_lock);
         /* Once @acb completes @blk may be closed, unless @next or @other
          * holds it: nothing below touches @blk. */
         thread_pool_done(acb);
@@ -170,21 +176,21 @@ static gpointer thread_pool_thread(gpointer opaque)
     if (w->confined) {
         sandbox_thread_set_confined();  /* inherited from its creator */
     }
-    g_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->lock);
     for (;;) {
         BlockAIOCB *acb;
 
         w->idle++;
         while (QSIMPLEQ_EMPTY(&w->queue)) {
-            g_cond_wait(&w->cond, &w->lock);
+            pthread_cond_wait(&w->cond, &w->lock);
         }
         w->idle--;
         acb = QSIMPLEQ_FIRST(&w->queue);
         QSIMPLEQ_REMOVE_HEAD(&w->queue, next);
         w->queued--;
-        g_mutex_unlock(&w->lock);
+        pthread_mutex_unlock(&w->lock);
         thread_pool_worker(acb, w);
-        g_mutex_lock(&w->lock);
+        pthread_mutex_lock(&w->lock);
     }
     return NULL;
 }
@@ -193,11 +199,11 @@ static gpointer thread_pool_thread(gpointer opaque)
  * thread_pool_enqueue() sees to it). */
 static void thread_pool_workers_queue(ThreadPoolWorkers *w, BlockAIOCB *acb)
 {
-    g_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->lock);
     QSIMPLEQ_INSERT_TAIL(&w->queue, acb, next);
     w->queued++;
-    g_cond_signal(&w->cond);
-    g_mutex_unlock(&w->lock);
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
 }
 
 /*
@@ -213,7 +219,7 @@ static void thread_pool_workers_push(BlockAIOCB *acb)
     GError *err = NULL;
     GThread *t;
 
-    g_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->lock);
     if (acb) {
         QSIMPLEQ_INSERT_TAIL(&w->queue, acb, next);
         w->queued++;
@@ -223,9 +229,9 @@ static void thread_pool_workers_push(BlockAIOCB *acb)
         w->threads++;
         start = true;
     } else if (acb) {
-        g_cond_signal(&w->cond);
+        pthread_cond_signal(&w->cond);
     }
-    g_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->lock);
     if (!start) {
         return;
     }
@@ -234,39 +240,38 @@ static void thread_pool_workers_push(BlockAIOCB *acb)
         g_thread_unref(t);
         return;
     }
-    g_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->lock);
     w->threads--;
     start = w->threads == 0;
-    g_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->lock);
     if (start) {
         /* No worker at all: nothing else would ever run the queue. */
         warn_report("cannot start an I/O worker thread (%s): running the "
                     "request in the submitting thread", err->message);
-        g_mutex_lock(&w->lock);
+        pthread_mutex_lock(&w->lock);
         while ((acb = QSIMPLEQ_FIRST(&w->queue))) {
             QSIMPLEQ_REMOVE_HEAD(&w->queue, next);
             w->queued--;
-            g_mutex_unlock(&w->lock);
+            pthread_mutex_unlock(&w->lock);
             thread_pool_worker(acb, w);
-            g_mutex_lock(&w->lock);
+            pthread_mutex_lock(&w->lock);
         }
-        g_mutex_unlock(&w->lock);
+        pthread_mutex_unlock(&w->lock);
     }
     g_error_free(err);
 }
 
-static gpointer thread_pool_workers_new(gpointer unused)
+static void thread_pool_workers_new(void)
 {
     for (int i = 0; i < 2; i++) {
         ThreadPoolWorkers *w = &thread_pool_sets[i];
 
         w->confined = i;
         w->name = i ? "pool-io-confined" : "pool-io";
-        g_mutex_init(&w->lock);
-        g_cond_init(&w->cond);
+        pthread_mutex_init(&w->lock, NULL);
+        pthread_cond_init(&w->cond, NULL);
         QSIMPLEQ_INIT(&w->queue);
     }
-    return thread_pool_sets;
 }
 
 /* Owner thread: complete everything the workers finished. */
@@ -277,9 +282,9 @@ static void thread_pool_completion_cb(void *opaque)
     BlockAIOCB *acb, *tmp;
 
     event_notifier_test_and_clear(&c->notifier);
-    g_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->lock);
     QSIMPLEQ_CONCAT(&batch, &c->done);
-    g_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->lock);
 
     defer_call_begin();
     QSIMPLEQ_FOREACH_SAFE(acb, &batch, next, tmp) {
@@ -292,14 +297,11 @@ static void thread_pool_completion_cb(void *opaque)
 
 static BlockEngine *thread_pool_create(AioContext *ctx, GError **errp)
 {
-    static GOnce once = G_ONCE_INIT;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
     ThreadPoolClient *c;
     int ret;
 
-    if (!g_once(&once, thread_pool_workers_new, NULL)) {
-        g_set_error(errp, VB_ERROR, 0, "cannot create the I/O thread pool");
-        return NULL;
-    }
+    pthread_once(&once, thread_pool_workers_new);
     c = g_new0(ThreadPoolClient, 1);
     ret = event_notifier_init(&c->notifier, false);
     if (ret < 0) {
@@ -309,7 +311,7 @@ static BlockEngine *thread_pool_create(AioContext *ctx, GError **errp)
         g_free(c);
         return NULL;
     }
-    g_mutex_init(&c->lock);
+    pthread_mutex_init(&c->lock, NULL);
     QSIMPLEQ_INIT(&c->done);
     aio_set_fd_handler(ctx, event_notifier_get_fd(&c->notifier),
                        thread_pool_completion_cb, NULL, NULL, NULL, c);
@@ -323,7 +325,7 @@ static void thread_pool_cleanup(void *opaque)
     aio_set_fd_handler(c->common.ctx, event_notifier_get_fd(&c->notifier),
                        NULL, NULL, NULL, NULL, NULL);
     event_notifier_cleanup(&c->notifier);
-    g_mutex_clear(&c->lock);
+    pthread_mutex_destroy(&c->lock);
     g_free(c);
 }
 
@@ -341,7 +343,7 @@ static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
          * rewritten with the same value under their reads. */
         c->confined = confined;
     }
-    g_mutex_lock(&blk->pool_lock);
+    pthread_mutex_lock(&blk->pool_lock);
     run = blk->pool_running < THREAD_POOL_MAX_PER_BACKEND;
     if (run) {
         blk->pool_running++;
@@ -349,7 +351,7 @@ static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
         /* The backend has its share: a worker of it picks this up. */
         QSIMPLEQ_INSERT_TAIL(&blk->pool_waiting, acb, next);
     }
-    g_mutex_unlock(&blk->pool_lock);
+    pthread_mutex_unlock(&blk->pool_lock);
     if (run) {
         c->common.stats.submit_syscalls++;  /* one worker wake-up */
         thread_pool_workers_push(acb);

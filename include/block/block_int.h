@@ -239,7 +239,7 @@ struct BlockBackend {
      * this node run in workers at a time, the others wait here (from
      * any iothread), so one export cannot occupy the process-wide pool.
      */
-    GMutex pool_lock;
+    pthread_mutex_t pool_lock;
     unsigned int pool_running;                  /* protected by pool_lock */
     QSIMPLEQ_HEAD(, BlockAIOCB) pool_waiting;   /* protected by pool_lock */
     /* Dirty tracking (include/block/dirty-bitmap.h): tracked writes in
