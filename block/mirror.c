@@ -89,6 +89,7 @@ struct MirrorJob {
     bool should_complete;       /* job-complete: pivot at the end */
     bool quiesced;              /* the users are held by @quiesce */
     void (*quiesce)(void *opaque, bool on);
+    bool (*pivot_check)(void *opaque, GError **errp);
     bool (*pivot)(void *opaque, GError **errp);
     void *pivot_opaque;
     /* The timer: speed slices and idle polling. */
@@ -523,6 +524,9 @@ static bool mirror_complete(Job *job, GError **errp)
                     "already", job->id);
         return false;
     }
+    if (s->pivot_check && !s->pivot_check(s->pivot_opaque, errp)) {
+        return false;
+    }
     s->should_complete = true;
     /* From now on the users submit nothing: the copy catches up with
      * what they wrote before, and nothing dirties the source again. */
@@ -627,6 +631,7 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     s->on_source_error = o->on_source_error;
     s->on_target_error = o->on_target_error;
     s->quiesce = o->quiesce;
+    s->pivot_check = o->pivot_check;
     s->pivot = o->pivot;
     s->pivot_opaque = o->pivot_opaque;
     s->timer_fd = -1;

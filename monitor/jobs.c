@@ -134,15 +134,40 @@ static void vb_mirror_quiesce(void *opaque, bool on)
     }
 }
 
+/* What the pivot cannot move: users of the source other than one
+ * vhost-user export. */
+static bool vb_mirror_pivot_check(void *opaque, GError **errp)
+{
+    VbMirrorPivot *p = opaque;
+    VbExport *e;
+
+    if (!vb_export_of_blk(p->s, p->src, &e)) {
+        vb_set_error(errp, "several exports serve the source: delete all "
+                     "but one first");
+        return false;
+    }
+    for (guint i = 0; i < p->s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(p->s->nodes, i);
+
+        if (n->blk == p->src && n->nbd_exports) {
+            vb_set_error(errp, "node '%s' has NBD exports, which cannot "
+                         "move to the target: delete them (or use "
+                         "block-job-cancel for a copy without pivot)",
+                         n->name);
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool vb_mirror_pivot(void *opaque, GError **errp)
 {
     VbMirrorPivot *p = opaque;
     VbNode *tgt = NULL;
     VbExport *e;
 
-    if (!vb_export_of_blk(p->s, p->src, &e)) {
-        vb_set_error(errp, "several exports serve the source: delete all "
-                     "but one first");
+    if (!vb_mirror_pivot_check(opaque, errp) ||
+        !vb_export_of_blk(p->s, p->src, &e)) {
         return false;
     }
     if (!e) {
@@ -291,6 +316,7 @@ static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
     mo.on_target_error = on_tgt;
     mo.unmap = unmap;
     mo.quiesce = vb_mirror_quiesce;
+    mo.pivot_check = vb_mirror_pivot_check;
     mo.pivot = vb_mirror_pivot;
     mo.pivot_opaque = g_new0(VbMirrorPivot, 1);
     ((VbMirrorPivot *)mo.pivot_opaque)->s = s;

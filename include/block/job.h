@@ -218,9 +218,11 @@ typedef struct MirrorOptions {
      * flight and the target is flushed, @pivot moves them (false with
      * @errp set: the job fails, the users stay on the source), then
      * @quiesce(false) lets them go on.  NULL @pivot: job-complete is
-     * refused.  Main thread.
+     * refused; so is it when @pivot_check (optional) says no.  Main
+     * thread.
      */
     void (*quiesce)(void *opaque, bool on);
+    bool (*pivot_check)(void *opaque, GError **errp);
     bool (*pivot)(void *opaque, GError **errp);
     void *pivot_opaque;         /* g_free()d with the job */
 } MirrorOptions;

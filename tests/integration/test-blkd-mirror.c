@@ -478,6 +478,54 @@ static void test_mirror_sparse(Fixture *f, gconstpointer data)
     g_assert_cmpint(next_data, >=, HOLE_AT + HOLE_LEN);
 }
 
+/*
+ * A source served over NBD: job-complete is refused (the NBD export
+ * cannot move) and the job goes on; block-job-cancel still ends it.
+ */
+static void test_mirror_nbd_source(Fixture *f, gconstpointer data)
+{
+    g_autofree char *img = g_strdup_printf("%s/nbdsrc.img", f->d.dir);
+    g_autofree char *tgt = g_strdup_printf("%s/nbdtgt.img", f->d.dir);
+    g_autofree char *cmd = NULL;
+    const char *paths[] = { img, tgt };
+
+    for (int i = 0; i < 2; i++) {
+        int fd = open(paths[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
+                      0600);
+
+        g_assert_cmpint(fd, >=, 0);
+        g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
+        close(fd);
+        cmd = g_strdup_printf("{\"execute\":\"blockdev-add\",\"arguments\":{"
+                              "\"driver\":\"file\",\"node-name\":\"n%d\","
+                              "\"filename\":\"%s\"}}", i, paths[i]);
+        qmp_ok(f, cmd);
+        g_free(cmd);
+    }
+    cmd = g_strdup_printf("{\"execute\":\"nbd-server-start\",\"arguments\":{"
+                          "\"addr\":{\"type\":\"unix\",\"path\":"
+                          "\"%s/nbd.sock\"}}}", f->d.dir);
+    qmp_ok(f, cmd);
+    qmp_ok(f, "{\"execute\":\"block-export-add\",\"arguments\":{"
+              "\"type\":\"nbd\",\"id\":\"x0\",\"node-name\":\"n0\","
+              "\"writable\":true}}");
+    qmp_ok(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+              "\"job-id\":\"m7\",\"device\":\"n0\",\"target\":\"n1\","
+              "\"sync\":\"full\"}}");
+    wait_event(f, "BLOCK_JOB_READY");
+    qmp_fails(f, "{\"execute\":\"job-complete\",\"arguments\":{\"id\":\"m7\"}}",
+              "node 'n0' has NBD exports, which cannot move to the target: "
+              "delete them (or use block-job-cancel for a copy without "
+              "pivot)");
+    assert_status(f, "m7", "ready");
+    qmp_ok(f, "{\"execute\":\"block-job-cancel\","
+              "\"arguments\":{\"device\":\"m7\"}}");
+    g_assert_false(json_object_has_member(
+        wait_event(f, "BLOCK_JOB_COMPLETED"), "error"));
+    unlink(img);
+    unlink(tgt);
+}
+
 /* The verbs a state refuses, with QEMU's messages; pause and resume;
  * job-cancel (forced) ends it as cancelled. */
 static void test_verbs(Fixture *f, gconstpointer data)
@@ -674,6 +722,7 @@ int main(int argc, char **argv)
     ADD("complete", &plain, test_mirror_complete);
     ADD("complete-busy", &plain, test_mirror_complete_busy);
     ADD("sparse", &sparse, test_mirror_sparse);
+    ADD("nbd-source", &plain, test_mirror_nbd_source);
     ADD("verbs", &plain, test_verbs);
     ADD("manual-finalize", &plain, test_manual_finalize);
     ADD("source-error-report", &failing, test_source_error_report);

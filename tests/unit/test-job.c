@@ -10,6 +10,7 @@
 #include "qemu/aio.h"
 #include "block/block.h"
 #include "block/dirty-bitmap.h"
+#include "block/null.h"
 #include "block/job.h"
 
 typedef struct TestJob {
@@ -272,13 +273,13 @@ static void test_ids(void)
 static void test_dirty_bitmap(void)
 {
     BlockOptions o;
+    BlockNullOptions no;
     g_autoptr(GError) err = NULL;
     BlockBackend *blk;
     BdrvDirtyBitmap *bm;
 
     blk_options_init(&o);
-    o.driver = "null";
-    o.size = 1 << 20;
+    blk_null_options(&o, &no, 1 << 20, false);
     blk = blk_open(&o, &err);
     g_assert_no_error(err);
     g_assert_null(bdrv_dirty_bitmap_create(blk, 1000, &err));
@@ -311,12 +312,11 @@ static BlockBackend *null_node(bool fail_writes)
 {
     g_autoptr(GError) err = NULL;
     BlockOptions o;
+    BlockNullOptions no;
     BlockBackend *blk;
 
     blk_options_init(&o);
-    o.driver = "null";
-    o.size = 1 << 20;
-    o.null_read_zeroes = true;
+    blk_null_options(&o, &no, 1 << 20, true);
     if (fail_writes) {
         o.inject.ops = BLOCK_INJECT_WRITE;
     }
