@@ -433,7 +433,7 @@ static void mirror_iterate(MirrorJob *s)
         if (bit < 0 && s->cursor) {
             /* Wrapped: the bulk pass is over, what is dirty now was
              * written by the source's users. */
-            s->bulk = true;
+            s->bulk = false;
             s->cursor = 0;
             bit = bdrv_dirty_bitmap_next(s->bm, 0);
         }
