@@ -864,7 +864,7 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
                      "command's reply", name);
         return NULL;
     }
-    if (n->user || n->nbd_exports) {
+    if (n->user || n->nbd_exports || vb_job_uses_node(n)) {
         vb_set_error(errp, "Node %s is in use", name);
         return NULL;
     }

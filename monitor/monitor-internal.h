@@ -107,5 +107,13 @@ void vb_objects_register(GArray *table);
 void vb_export_register(GArray *table);
 void vb_query_register(GArray *table);
 void vb_misc_register(GArray *table);
+void vb_jobs_register(GArray *table);
+
+/* The block jobs (monitor/jobs.c): the events' route to QMP, and at
+ * vb_state_cleanup() (first: a job holds nodes) their end.  Whether a
+ * job holds @n (blockdev-del refuses then). */
+void vb_jobs_init(VbState *s);
+void vb_jobs_cleanup(VbState *s);
+bool vb_job_uses_node(VbNode *n);
 
 #endif
