@@ -213,6 +213,10 @@ void export_opts_free(ExportOpts *e)
     if (e->block_strings) {
         g_ptr_array_unref(e->block_strings);
     }
+    if (e->format_strings) {
+        g_ptr_array_unref(e->format_strings);
+    }
+    g_free(e->format);
     g_free(e->id);
     g_free(e->node_name);
     g_free(e->socket);
@@ -320,6 +324,14 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
                         "%s", val, names);
             return false;
         }
+    } else if (!strcmp(key, "format")) {
+        if (strcmp(val, "raw") && strcmp(val, "qcow2")) {
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for format: use "
+                        "raw (the default) or qcow2", val);
+            return false;
+        }
+        g_free(e->format);
+        e->format = strcmp(val, "raw") ? g_strdup(val) : NULL;
     } else if (!strcmp(key, "num-queues")) {
         ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUES,
                                     &e->num_queues) &&
@@ -522,6 +534,18 @@ static bool export_opts_check(ExportOpts *e, const char **image,
     }
     e->block_strings = g_steal_pointer(&parse.strings);
     *image = parse.image;
+    if (e->format) {
+        /* The format's own keys, from the same arguments. */
+        BlockOptsParse fp = { .export_syntax = true, .driver = e->format };
+
+        blk_options_init(&e->format_block);
+        e->format_block.readonly = e->readonly;
+        if (!blk_options_parse(&e->format_block, &a, &fp, errp)) {
+            blk_options_parse_cleanup(&fp);
+            return false;
+        }
+        e->format_strings = g_steal_pointer(&fp.strings);
+    }
     keys = json_object_get_members(e->block_args);
     for (GList *l = keys; l; l = l->next) {
         if (!g_hash_table_contains(a.used, l->data)) {

@@ -493,9 +493,34 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
             return false;
         }
     }
-    p.node = vb_node_open(&d->state, node_name, &bo,
-                          e->discard ? BLOCK_DISCARD_UNMAP : BLOCK_DISCARD_OFF,
-                          errp);
+    if (e->format) {
+        /* format=qcow2: the file node below (error injection applies to
+         * the file), the format node on top (and its throttle). */
+        g_autofree char *file_name = g_strdup_printf("%s-file", node_name);
+        BlockOptions fo = bo;
+        VbNode *file;
+
+        fo.throttle_group = NULL;
+        file = vb_node_open(&d->state, file_name, &fo,
+                            e->discard ? BLOCK_DISCARD_UNMAP :
+                                         BLOCK_DISCARD_OFF, errp);
+        p.node = NULL;
+        if (file) {
+            BlockOptions qo = e->format_block;
+
+            qo.throttle_group = bo.throttle_group;
+            qo.readonly = bo.readonly;
+            qo.batch = bo.batch;
+            p.node = vb_node_open_format(&d->state, node_name, file, &qo,
+                                         e->discard ? BLOCK_DISCARD_UNMAP :
+                                                      BLOCK_DISCARD_OFF,
+                                         errp);
+        }
+    } else {
+        p.node = vb_node_open(&d->state, node_name, &bo,
+                              e->discard ? BLOCK_DISCARD_UNMAP :
+                                           BLOCK_DISCARD_OFF, errp);
+    }
     /* The filter took its own reference. */
     throttle_group_unref(bo.throttle_group);
     if (!p.node) {

@@ -45,6 +45,15 @@ typedef struct ExportOpts {
      * look at them (the node itself opens from @block):
      */
     char *file;                 /* driver=file: non-empty, exists */
+    /*
+     * format=qcow2: the image is a qcow2 file; the node the export
+     * serves is a qcow2 node (@format_block, its own keys such as
+     * l2-cache-size read by the qcow2 driver) over the node of @block.
+     * NULL: raw (format=raw, the default).
+     */
+    char *format;
+    BlockOptions format_block;
+    GPtrArray *format_strings;
     char *driver;               /* the driver: "file" (default), "null",
                                  * "rbd", ... (blk_driver_export_names()) */
     /* rbd=POOL[/NAMESPACE]/IMAGE[@SNAP] (driver "rbd"): */

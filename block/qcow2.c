@@ -1,0 +1,1944 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The qcow2 format driver: a node over a "file" child (and a read-only
+ * "backing" child when the image has a backing file), written from the
+ * format's specification (QEMU's docs/interop/qcow2.txt) on top of the
+ * pure format layer (block/qcow2-format.c: header, entries, refcounts,
+ * decompression).
+ *
+ * Threads.  Every request is handed to the node's metadata thread (one
+ * per open image, with an AioContext of its own), which does it with
+ * synchronous child I/O: it submits a child request from its context and
+ * runs that context's loop until the request completes (the thread's own
+ * loop, so never a nested one).  The submitting iothread only queues the
+ * request (a mutex held for a list insertion) and gets its completion
+ * back through a bottom half of its own context.  So every piece of
+ * metadata (L1 table, L2 cache, refcount cache, the allocator) has one
+ * user and needs no lock, two queues allocating the same cluster are
+ * serialised (the second sees the first's L2 entry), and a read of a
+ * cluster being allocated sees the old data or the new.  The price is
+ * that requests of one image do not run in parallel: the lock-free fast
+ * path for allocated clusters is not done yet (docs/architecture.md).
+ *
+ * Metadata is written through: when a request completes, every table it
+ * changed is on the file (not necessarily durable), in this order, which
+ * keeps the image consistent after a crash at any point (a crash may
+ * leak clusters, never corrupt):
+ *   1. refcount increments of new clusters (new refcount blocks first,
+ *      then the refcount table entry naming them, flushed in between),
+ *      then a flush;
+ *   2. the data (guest data merged with the copy-on-write of the rest
+ *      of the cluster) and new L2 tables;
+ *   3. the L2 entry pointing at the new cluster (a new L2 table is
+ *      written and flushed before the L1 entry pointing at it);
+ *   4. refcount decrements of clusters no longer referenced, only after
+ *      a flush made step 3 durable.
+ * A guest flush flushes the file: nothing is left dirty in the caches.
+ *
+ * Freed clusters (discard, copy-on-write away from a shared cluster) are
+ * not reused before the image is opened again: the allocator only moves
+ * forward, so a cluster is never handed out twice in one session.
+ */
+#include "qemu/osdep.h"
+#include "qemu/iov.h"
+#include "qemu/qmp-args.h"
+#include "block/block_int.h"
+#include "block/engine.h"
+#include "block/qcow2.h"
+#include "block/qcow2-options.h"
+
+#define QCOW2_OFLAG_COPIED      (1ull << 63)
+#define QCOW2_OFLAG_COMPRESSED  (1ull << 62)
+#define QCOW2_OFLAG_ZERO        1ull
+
+/* Header field offsets. */
+#define HDR_SIZE                24
+#define HDR_L1_SIZE             36
+#define HDR_L1_OFFSET           40
+#define HDR_RT_OFFSET           48
+#define HDR_RT_CLUSTERS         56
+#define HDR_AUTOCLEAR           88
+
+typedef struct Qcow2L2Slot {
+    uint64_t key;               /* host offset of the slice, 0: empty */
+    uint64_t used;              /* LRU stamp */
+    uint8_t *data;
+} Qcow2L2Slot;
+
+typedef struct Qcow2RcBlock {
+    uint64_t offset;
+    uint64_t used;
+    bool dirty;
+    uint8_t *data;              /* one cluster */
+} Qcow2RcBlock;
+
+/* Work for the metadata thread from the main thread. */
+typedef struct Qcow2Job {
+    void (*fn)(void *opaque);
+    void *opaque;
+    bool done;
+    QSIMPLEQ_ENTRY(Qcow2Job) next;
+} Qcow2Job;
+
+typedef struct BDRVQcow2State {
+    BlockBackend *bs;
+    BlockBackend *file;
+    BlockBackend *backing;      /* NULL: none */
+    BlockBackend *backing_file; /* the file node of a backing we opened */
+    bool own_backing;
+    char *filename;
+    Qcow2Info info;
+    bool writable;
+    uint32_t cluster_size;
+    uint32_t cluster_bits;
+    uint32_t align;             /* metadata write granularity */
+
+    /* Header (the bytes we rewrite), L1 and refcount table. */
+    uint8_t *hdr;
+    uint32_t hdr_len;
+    uint64_t *l1;               /* host byte order */
+    uint32_t l1_size;
+    uint64_t l1_offset;
+    uint64_t *rt;               /* host byte order */
+    uint64_t rt_entries;
+    uint64_t rt_offset;
+
+    /* L2 cache: slices of L2 tables. */
+    uint32_t slice_size;
+    uint32_t slice_entries;
+    uint32_t nb_slots;
+    Qcow2L2Slot *slots;
+    GHashTable *slot_index;     /* key -> slot + 1 */
+    uint64_t clock;
+
+    /* Refcount block cache. */
+    GHashTable *rc_cache;       /* offset -> Qcow2RcBlock */
+    uint32_t rc_max;
+
+    /* Allocator: clusters below @free_hint are not looked at again;
+     * @end is the first cluster past everything in use. */
+    uint64_t free_hint;
+    uint64_t end;
+
+    Qcow2Decompressor *dec;
+    uint8_t *cbuf;
+    uint64_t cache_clean_interval;
+
+    /* The metadata thread. */
+    GThread *thread;
+    AioContext *ctx;
+    GMutex lock;
+    GCond cond;
+    QSIMPLEQ_HEAD(, BlockAIOCB) reqs;   /* protected by @lock */
+    QSIMPLEQ_HEAD(, Qcow2Job) jobs;     /* protected by @lock */
+    bool quit;                          /* protected by @lock */
+
+    /* Open (metadata thread): the result. */
+    GError *open_err;
+    const BlockQcow2Options *open_opts;
+} BDRVQcow2State;
+
+/* ---- synchronous child I/O (metadata thread) -------------------------- */
+
+typedef struct SyncIO {
+    int ret;
+    bool done;
+} SyncIO;
+
+static void sync_cb(void *opaque, int ret)
+{
+    SyncIO *s = opaque;
+
+    s->ret = ret;
+    s->done = true;
+}
+
+static int sio_wait(BDRVQcow2State *s, SyncIO *sio)
+{
+    while (!sio->done) {
+        aio_poll(s->ctx, true);
+    }
+    return sio->ret;
+}
+
+static int sio_read(BDRVQcow2State *s, BlockBackend *blk, uint64_t off,
+                    void *buf, size_t len)
+{
+    struct iovec iov = { buf, len };
+    BlockAIOCB acb;
+    SyncIO sio = { 0 };
+
+    if (!len) {
+        return 0;
+    }
+    blk_aio_preadv(blk, &acb, off, &iov, 1, sync_cb, &sio);
+    return sio_wait(s, &sio);
+}
+
+/* The file child grows in steps of this much. */
+#define FILE_GROW_STEP (1ull << 20)
+
+static int sio_write(BDRVQcow2State *s, uint64_t off, const void *buf,
+                     size_t len)
+{
+    struct iovec iov = { (void *)buf, len };
+    BlockAIOCB acb;
+    SyncIO sio = { 0 };
+
+    if (off + len > blk_getlength(s->file)) {
+        uint64_t size = QEMU_ALIGN_UP(off + len, FILE_GROW_STEP);
+
+        /* blk_truncate() on a file only extends it (ftruncate) and
+         * publishes the size atomically: safe in this thread. */
+        if (!blk_truncate(s->file, size, NULL)) {
+            return -ENOSPC;
+        }
+    }
+    blk_aio_pwritev(s->file, &acb, off, &iov, 1, 0, sync_cb, &sio);
+    return sio_wait(s, &sio);
+}
+
+static int sio_flush(BDRVQcow2State *s)
+{
+    BlockAIOCB acb;
+    SyncIO sio = { 0 };
+
+    blk_aio_flush(s->file, &acb, sync_cb, &sio);
+    return sio_wait(s, &sio);
+}
+
+/* Write the @align-sized piece of a table in memory (@table, at @base in
+ * the file, @table_len bytes) that holds byte @pos. */
+static int write_piece(BDRVQcow2State *s, const uint8_t *table,
+                       uint64_t base, uint64_t table_len, uint64_t pos)
+{
+    uint64_t start = pos & ~(uint64_t)(s->align - 1);
+    uint64_t len = MIN(s->align, table_len - start);
+
+    return sio_write(s, base + start, table + start, len);
+}
+
+/* ---- header ----------------------------------------------------------- */
+
+static int write_header(BDRVQcow2State *s)
+{
+    return sio_write(s, 0, s->hdr, s->hdr_len);
+}
+
+/* ---- refcounts -------------------------------------------------------- */
+
+static Qcow2RcBlock *rc_block_load(BDRVQcow2State *s, uint64_t offset,
+                                   bool fresh, int *ret)
+{
+    Qcow2RcBlock *b = g_hash_table_lookup(s->rc_cache, &offset);
+
+    *ret = 0;
+    if (b) {
+        b->used = ++s->clock;
+        return b;
+    }
+    if (g_hash_table_size(s->rc_cache) >= s->rc_max) {
+        /* Drop the least recently used clean block. */
+        GHashTableIter it;
+        gpointer k, v;
+        Qcow2RcBlock *victim = NULL;
+
+        g_hash_table_iter_init(&it, s->rc_cache);
+        while (g_hash_table_iter_next(&it, &k, &v)) {
+            Qcow2RcBlock *c = v;
+
+            if (!c->dirty && (!victim || c->used < victim->used)) {
+                victim = c;
+            }
+        }
+        if (victim) {
+            g_hash_table_remove(s->rc_cache, &victim->offset);
+        }
+    }
+    b = g_new0(Qcow2RcBlock, 1);
+    b->offset = offset;
+    b->data = g_malloc0(s->cluster_size);
+    b->used = ++s->clock;
+    if (!fresh) {
+        *ret = sio_read(s, s->file, offset, b->data, s->cluster_size);
+        if (*ret < 0) {
+            g_free(b->data);
+            g_free(b);
+            return NULL;
+        }
+    }
+    g_hash_table_insert(s->rc_cache, &b->offset, b);
+    return b;
+}
+
+static void rc_block_free(gpointer p)
+{
+    Qcow2RcBlock *b = p;
+
+    g_free(b->data);
+    g_free(b);
+}
+
+/* Refcount of @cluster (an index); 0 where no block covers it. */
+static int rc_get(BDRVQcow2State *s, uint64_t cluster, uint64_t *val)
+{
+    uint64_t ti = cluster / s->info.refblock_entries;
+    Qcow2RcBlock *b;
+    int ret;
+
+    *val = 0;
+    if (ti >= s->rt_entries || !s->rt[ti]) {
+        return 0;
+    }
+    b = rc_block_load(s, s->rt[ti], false, &ret);
+    if (!b) {
+        return ret;
+    }
+    return qcow2_refcount_get(&s->info, b->data,
+                              cluster % s->info.refblock_entries, val);
+}
+
+/* Write every dirty refcount block. */
+static int rc_write_dirty(BDRVQcow2State *s)
+{
+    GHashTableIter it;
+    gpointer k, v;
+
+    g_hash_table_iter_init(&it, s->rc_cache);
+    while (g_hash_table_iter_next(&it, &k, &v)) {
+        Qcow2RcBlock *b = v;
+
+        if (b->dirty) {
+            int ret = sio_write(s, b->offset, b->data, s->cluster_size);
+
+            if (ret < 0) {
+                return ret;
+            }
+            b->dirty = false;
+        }
+    }
+    return 0;
+}
+
+static int rc_extend(BDRVQcow2State *s, uint64_t need_ti);
+
+/* Add @delta to the refcount of @cluster in the cache (the block is
+ * marked dirty; rc_write_dirty() writes it). */
+static int rc_update(BDRVQcow2State *s, uint64_t cluster, int delta)
+{
+    uint64_t ti = cluster / s->info.refblock_entries;
+    uint32_t bi = cluster % s->info.refblock_entries;
+    uint64_t val;
+    Qcow2RcBlock *b;
+    int ret;
+
+    if (ti >= s->rt_entries || !s->rt[ti]) {
+        if (delta < 0) {
+            return -EUCLEAN;
+        }
+        ret = rc_extend(s, ti);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    b = rc_block_load(s, s->rt[ti], false, &ret);
+    if (!b) {
+        return ret;
+    }
+    ret = qcow2_refcount_get(&s->info, b->data, bi, &val);
+    if (ret < 0) {
+        return ret;
+    }
+    if ((delta < 0 && val < (uint64_t)-delta) ||
+        (delta > 0 && val + delta > s->info.refcount_max)) {
+        return -EUCLEAN;
+    }
+    ret = qcow2_refcount_set(&s->info, b->data, bi, val + delta);
+    if (ret < 0) {
+        return ret;
+    }
+    b->dirty = true;
+    return 0;
+}
+
+/*
+ * Make the refcount table cover range @need_ti with a block.  New
+ * refcount blocks (and a new, larger refcount table if the index is past
+ * the table's end) go at the end of the image, at @s->end; each new block
+ * describes itself and the other new clusters where they fall in its
+ * range.  Order: blocks (and a new table) written and flushed, then the
+ * table entry (or the header naming the new table) written and flushed,
+ * then the old table's clusters freed.
+ */
+static int rc_extend(BDRVQcow2State *s, uint64_t need_ti)
+{
+    uint64_t rbe = s->info.refblock_entries;
+    uint64_t per_cl = s->cluster_size / 8;
+    uint64_t L = s->end;
+    uint64_t nb = 0, nt = 0, new_entries = s->rt_entries;
+    g_autofree uint64_t *tis = NULL;
+    uint64_t *new_rt = NULL;
+    bool changed;
+    int ret;
+
+    /* Fixpoint: blocks at [L, L + nb), a new table at [L + nb, + nt). */
+    do {
+        uint64_t total = nb + nt;
+        uint64_t first = L / rbe, last = (L + total) / rbe;
+        uint64_t cnt = 0, max_ti = need_ti;
+
+        g_free(tis);
+        tis = g_new(uint64_t, last - first + 2);
+        tis[cnt++] = need_ti;
+        for (uint64_t t = first; t <= last; t++) {
+            if (t != need_ti && (t >= s->rt_entries || !s->rt[t])) {
+                tis[cnt++] = t;
+                max_ti = MAX(max_ti, t);
+            }
+        }
+        changed = cnt != nb;
+        nb = cnt;
+        if (max_ti >= s->rt_entries) {
+            uint64_t want = MAX(max_ti + 1, s->rt_entries * 2);
+            uint64_t t = (((want) + (per_cl) - 1) / (per_cl));
+
+            if (t * s->cluster_size > QCOW2_MAX_REFTABLE_BYTES) {
+                return -EFBIG;
+            }
+            if (t != nt) {
+                changed = true;
+            }
+            nt = t;
+            new_entries = nt * per_cl;
+        }
+    } while (changed);
+
+    s->end = L + nb + nt;
+    /* The new blocks, in memory, then the new clusters' refcounts. */
+    if (nt) {
+        new_rt = g_new0(uint64_t, new_entries);
+        memcpy(new_rt, s->rt, s->rt_entries * 8);
+    }
+    for (uint64_t i = 0; i < nb; i++) {
+        Qcow2RcBlock *b = rc_block_load(s, (L + i) << s->cluster_bits, true,
+                                        &ret);
+        if (!b) {
+            g_free(new_rt);
+            return ret;
+        }
+        b->dirty = true;
+        if (new_rt) {
+            new_rt[tis[i]] = (L + i) << s->cluster_bits;
+        }
+    }
+    for (uint64_t c = L; c < L + nb + nt; c++) {
+        uint64_t ti = c / rbe;
+        uint64_t boff = 0;
+        Qcow2RcBlock *b;
+
+        for (uint64_t i = 0; i < nb; i++) {
+            if (tis[i] == ti) {
+                boff = (L + i) << s->cluster_bits;
+            }
+        }
+        if (!boff) {
+            boff = s->rt[ti];   /* an existing block */
+        }
+        b = rc_block_load(s, boff, false, &ret);
+        if (!b) {
+            g_free(new_rt);
+            return ret;
+        }
+        ret = qcow2_refcount_set(&s->info, b->data, c % rbe, 1);
+        if (ret < 0) {
+            g_free(new_rt);
+            return ret;
+        }
+        b->dirty = true;
+    }
+    ret = rc_write_dirty(s);
+    if (ret < 0) {
+        g_free(new_rt);
+        return ret;
+    }
+    if (!nt) {
+        /* One new entry in the existing table. */
+        uint64_t pos = need_ti * 8;
+        g_autofree uint8_t *be = g_malloc(s->rt_entries * 8);
+
+        ret = sio_flush(s);
+        if (ret < 0) {
+            return ret;
+        }
+        s->rt[need_ti] = L << s->cluster_bits;
+        for (uint64_t i = 0; i < s->rt_entries; i++) {
+            qcow2_st_be64(be + i * 8, qcow2_reftable_encode(s->rt[i]));
+        }
+        ret = write_piece(s, be, s->rt_offset, s->rt_entries * 8, pos);
+        return ret < 0 ? ret : sio_flush(s);
+    }
+    {
+        uint64_t t_off = (L + nb) << s->cluster_bits;
+        uint64_t old_off = s->rt_offset;
+        uint64_t old_cl = s->rt_entries / per_cl;
+        g_autofree uint8_t *be = g_malloc0(nt * s->cluster_size);
+
+        for (uint64_t i = 0; i < new_entries; i++) {
+            qcow2_st_be64(be + i * 8, qcow2_reftable_encode(new_rt[i]));
+        }
+        ret = sio_write(s, t_off, be, nt * s->cluster_size);
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            g_free(new_rt);
+            return ret;
+        }
+        qcow2_st_be64(s->hdr + HDR_RT_OFFSET, t_off);
+        {
+            uint32_t v = GUINT32_TO_BE((uint32_t)nt);
+
+            memcpy(s->hdr + HDR_RT_CLUSTERS, &v, 4);
+        }
+        ret = write_header(s);
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            g_free(new_rt);
+            return ret;
+        }
+        g_free(s->rt);
+        s->rt = new_rt;
+        s->rt_entries = new_entries;
+        s->rt_offset = t_off;
+        s->info.h.refcount_table_offset = t_off;
+        s->info.h.refcount_table_clusters = nt;
+        /* The old table is garbage now: a crash before this only leaks. */
+        for (uint64_t i = 0; i < old_cl; i++) {
+            ret = rc_update(s, (old_off >> s->cluster_bits) + i, -1);
+            if (ret < 0) {
+                return ret;
+            }
+        }
+        return rc_write_dirty(s);
+    }
+}
+
+/*
+ * Allocate @n contiguous clusters: their refcounts become 1 in the cache
+ * (the caller writes them with rc_write_dirty() and flushes before
+ * anything points at them).  Returns the host offset or -errno.
+ */
+static int64_t alloc_clusters(BDRVQcow2State *s, uint64_t n)
+{
+    uint64_t start = s->end;
+    int ret;
+
+    if (n == 1) {
+        /* A free cluster in the covered space, if any. */
+        while (s->free_hint < s->end) {
+            uint64_t v;
+
+            ret = rc_get(s, s->free_hint, &v);
+            if (ret < 0) {
+                return ret;
+            }
+            if (v == 0 && s->free_hint > 0) {
+                start = s->free_hint++;
+                goto found;
+            }
+            s->free_hint++;
+        }
+    }
+    s->end += n;
+    s->free_hint = s->end;
+found:
+    if (((start + n) << s->cluster_bits) > QCOW2_MAX_HOST_OFFSET) {
+        return -ENOSPC;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        ret = rc_update(s, start + i, 1);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    return start << s->cluster_bits;
+}
+
+/* Decrement the refcounts of the host clusters [off, off + len). */
+static int free_range(BDRVQcow2State *s, uint64_t off, uint64_t len)
+{
+    uint64_t first = off >> s->cluster_bits;
+    uint64_t last = (off + len - 1) >> s->cluster_bits;
+
+    for (uint64_t c = first; c <= last; c++) {
+        int ret = rc_update(s, c, -1);
+
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    return 0;
+}
+
+/* ---- L2 cache --------------------------------------------------------- */
+
+static uint64_t l2_slice_key(BDRVQcow2State *s, uint64_t l2_off,
+                             uint32_t idx)
+{
+    return l2_off + (uint64_t)(idx / s->slice_entries) * s->slice_size;
+}
+
+/* The cached slice at @key (loading it, or zeroing it when @fresh). */
+static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
+                                 int *ret)
+{
+    gpointer p = g_hash_table_lookup(s->slot_index, &key);
+    Qcow2L2Slot *slot;
+
+    *ret = 0;
+    if (p) {
+        slot = &s->slots[GPOINTER_TO_UINT(p) - 1];
+        slot->used = ++s->clock;
+        return slot;
+    }
+    slot = &s->slots[0];
+    for (uint32_t i = 0; i < s->nb_slots; i++) {
+        if (!s->slots[i].key) {
+            slot = &s->slots[i];
+            break;
+        }
+        if (s->slots[i].used < slot->used) {
+            slot = &s->slots[i];
+        }
+    }
+    if (slot->key) {
+        g_hash_table_remove(s->slot_index, &slot->key);
+        slot->key = 0;
+    }
+    if (fresh) {
+        memset(slot->data, 0, s->slice_size);
+    } else {
+        *ret = sio_read(s, s->file, key, slot->data, s->slice_size);
+        if (*ret < 0) {
+            return NULL;
+        }
+    }
+    slot->key = key;
+    slot->used = ++s->clock;
+    g_hash_table_insert(s->slot_index, &slot->key,
+                        GUINT_TO_POINTER(slot - s->slots + 1));
+    return slot;
+}
+
+/* Drop every cached slice of the L2 table at @l2_off. */
+static void l2_forget(BDRVQcow2State *s, uint64_t l2_off)
+{
+    for (uint32_t i = 0; i < s->nb_slots; i++) {
+        if (s->slots[i].key >= l2_off &&
+            s->slots[i].key < l2_off + s->cluster_size) {
+            g_hash_table_remove(s->slot_index, &s->slots[i].key);
+            s->slots[i].key = 0;
+        }
+    }
+}
+
+static void l2_cache_clean(BDRVQcow2State *s)
+{
+    g_hash_table_remove_all(s->slot_index);
+    for (uint32_t i = 0; i < s->nb_slots; i++) {
+        s->slots[i].key = 0;
+    }
+    g_hash_table_remove_all(s->rc_cache);
+}
+
+/* Where guest cluster @vc is mapped. */
+typedef struct Qcow2Loc {
+    uint64_t l1_index;
+    uint64_t l2_offset;         /* 0: no L2 table */
+    bool l2_copied;
+    uint32_t l2_index;
+    uint64_t raw;               /* the L2 entry as stored */
+    Qcow2L2Entry e;
+} Qcow2Loc;
+
+static int lookup(BDRVQcow2State *s, uint64_t vc, Qcow2Loc *loc)
+{
+    const char *why = NULL;
+    Qcow2L1Entry l1e;
+    Qcow2L2Slot *slot;
+    int ret;
+
+    memset(loc, 0, sizeof(*loc));
+    loc->l1_index = vc >> s->info.l2_bits;
+    loc->l2_index = vc & (s->info.l2_entries - 1);
+    loc->e.type = QCOW2_CLUSTER_UNALLOCATED;
+    if (loc->l1_index >= s->l1_size) {
+        return 0;
+    }
+    ret = qcow2_l1_decode(&s->info, s->l1[loc->l1_index], &l1e, &why);
+    if (ret < 0) {
+        goto corrupt;
+    }
+    loc->l2_offset = l1e.l2_offset;
+    loc->l2_copied = l1e.copied;
+    if (!l1e.l2_offset) {
+        return 0;
+    }
+    slot = l2_slice_get(s, l2_slice_key(s, l1e.l2_offset, loc->l2_index),
+                        false, &ret);
+    if (!slot) {
+        return ret;
+    }
+    loc->raw = qcow2_ld_be64(slot->data +
+                             (loc->l2_index % s->slice_entries) * 8);
+    ret = qcow2_l2_decode(&s->info, loc->raw, &loc->e, &why);
+    if (ret < 0) {
+        goto corrupt;
+    }
+    return 0;
+
+corrupt:
+    g_printerr("qcow2 %s: corrupt metadata for guest offset %#" PRIx64
+               ": %s\n", s->filename, vc << s->cluster_bits, why);
+    return -EIO;
+}
+
+/* Set the L2 entry of @loc (whose table is writable) and write it. */
+static int l2_set(BDRVQcow2State *s, const Qcow2Loc *loc, uint64_t entry)
+{
+    uint64_t key = l2_slice_key(s, loc->l2_offset, loc->l2_index);
+    uint32_t in = (loc->l2_index % s->slice_entries) * 8;
+    Qcow2L2Slot *slot;
+    int ret;
+
+    slot = l2_slice_get(s, key, false, &ret);
+    if (!slot) {
+        return ret;
+    }
+    qcow2_st_be64(slot->data + in, entry);
+    return write_piece(s, slot->data, key, s->slice_size, in);
+}
+
+static int l1_write_entry(BDRVQcow2State *s, uint64_t idx)
+{
+    uint64_t pos = idx * 8;
+    uint64_t start = pos & ~(uint64_t)(s->align - 1);
+    uint64_t len = MIN(s->align, (uint64_t)s->l1_size * 8 - start);
+    g_autofree uint8_t *buf = g_malloc(len);
+
+    for (uint64_t i = 0; i < len / 8; i++) {
+        qcow2_st_be64(buf + i * 8, s->l1[start / 8 + i]);
+    }
+    return sio_write(s, s->l1_offset + start, buf, len);
+}
+
+/*
+ * Make the L2 table of @loc's L1 entry exist and be ours alone
+ * (COPIED): allocate a zeroed one, or copy a shared one.  Order: the
+ * refcount, the new table, flush, the L1 entry, flush; then the shared
+ * table's reference is dropped.
+ */
+static int l2_prepare(BDRVQcow2State *s, uint64_t vc, Qcow2Loc *loc)
+{
+    g_autofree uint8_t *table = NULL;
+    uint64_t old = loc->l2_offset;
+    int64_t off;
+    int ret;
+
+    if (old && loc->l2_copied) {
+        return 0;
+    }
+    if (loc->l1_index >= s->l1_size) {
+        return -EIO;    /* the L1 table covers the virtual size */
+    }
+    table = g_malloc0(s->cluster_size);
+    if (old) {
+        ret = sio_read(s, s->file, old, table, s->cluster_size);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    off = alloc_clusters(s, 1);
+    if (off < 0) {
+        return off;
+    }
+    ret = rc_write_dirty(s);
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret == 0) {
+        ret = sio_write(s, off, table, s->cluster_size);
+    }
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    s->l1[loc->l1_index] = qcow2_l1_encode(off, true);
+    ret = l1_write_entry(s, loc->l1_index);
+    if (ret < 0) {
+        return ret;
+    }
+    if (old) {
+        l2_forget(s, old);
+        ret = sio_flush(s);
+        if (ret == 0) {
+            ret = free_range(s, old, s->cluster_size);
+        }
+        if (ret == 0) {
+            ret = rc_write_dirty(s);
+        }
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    return lookup(s, vc, loc);
+}
+
+/* ---- reading clusters ------------------------------------------------- */
+
+/* Read [off, off + len) of the backing chain (zeroes past its end). */
+static int read_backing(BDRVQcow2State *s, uint64_t off, uint8_t *buf,
+                        uint64_t len)
+{
+    uint64_t bsize = s->backing ? blk_getlength(s->backing) : 0;
+    uint64_t n = off < bsize ? MIN(len, bsize - off) : 0;
+
+    memset(buf + n, 0, len - n);
+    return n ? sio_read(s, s->backing, off, buf, n) : 0;
+}
+
+static int read_compressed(BDRVQcow2State *s, const Qcow2L2Entry *e,
+                           uint8_t *out)
+{
+    uint64_t fsize = blk_getlength(s->file);
+    uint64_t start = e->host_offset & ~511ull;
+    uint64_t end = MIN(e->host_offset + e->compressed_size, fsize);
+    uint64_t rend = MIN(QEMU_ALIGN_UP(end, s->file->bl.request_alignment), fsize);
+    const char *why = NULL;
+    int ret;
+
+    if (end <= e->host_offset) {
+        return -EIO;
+    }
+    ret = sio_read(s, s->file, start, s->cbuf, rend - start);
+    if (ret < 0) {
+        return ret;
+    }
+    ret = qcow2_decompress(s->dec, s->cbuf + (e->host_offset - start),
+                           end - e->host_offset, out, s->cluster_size, &why);
+    if (ret < 0) {
+        g_printerr("qcow2 %s: compressed cluster at %#" PRIx64 ": %s\n",
+                   s->filename, e->host_offset, why);
+    }
+    return ret;
+}
+
+/* What guest cluster @vc reads as, [in, in + len) of it, into @buf. */
+static int read_cluster_part(BDRVQcow2State *s, uint64_t vc,
+                             const Qcow2Loc *loc, uint32_t in, uint32_t len,
+                             uint8_t *buf)
+{
+    uint64_t voff = (vc << s->cluster_bits) + in;
+    int ret;
+
+    switch (loc->e.type) {
+    case QCOW2_CLUSTER_NORMAL:
+        return sio_read(s, s->file, loc->e.host_offset + in, buf, len);
+    case QCOW2_CLUSTER_ZERO_PLAIN:
+    case QCOW2_CLUSTER_ZERO_ALLOC:
+        memset(buf, 0, len);
+        return 0;
+    case QCOW2_CLUSTER_COMPRESSED: {
+        g_autofree uint8_t *d = g_malloc(s->cluster_size);
+
+        ret = read_compressed(s, &loc->e, d);
+        if (ret == 0) {
+            memcpy(buf, d + in, len);
+        }
+        return ret;
+    }
+    default:
+        return read_backing(s, voff, buf, len);
+    }
+}
+
+/* ---- requests (metadata thread) --------------------------------------- */
+
+static int do_read(BDRVQcow2State *s, BlockAIOCB *acb)
+{
+    g_autofree uint8_t *buf = g_malloc(acb->bytes);
+    uint64_t pos = 0;
+    int ret;
+
+    while (pos < acb->bytes) {
+        uint64_t off = acb->offset + pos;
+        uint64_t vc = off >> s->cluster_bits;
+        uint32_t in = off & (s->cluster_size - 1);
+        uint32_t len = MIN(s->cluster_size - in, acb->bytes - pos);
+        Qcow2Loc loc;
+
+        ret = lookup(s, vc, &loc);
+        if (ret < 0) {
+            return ret;
+        }
+        /* Contiguous data clusters: one read. */
+        if (loc.e.type == QCOW2_CLUSTER_NORMAL) {
+            uint64_t host = loc.e.host_offset + in;
+            uint64_t n = len;
+
+            while (pos + n < acb->bytes) {
+                Qcow2Loc next;
+                uint64_t nvc = (off + n) >> s->cluster_bits;
+
+                ret = lookup(s, nvc, &next);
+                if (ret < 0) {
+                    return ret;
+                }
+                if (next.e.type != QCOW2_CLUSTER_NORMAL ||
+                    next.e.host_offset != host + n) {
+                    break;
+                }
+                n += MIN(s->cluster_size, acb->bytes - pos - n);
+            }
+            ret = sio_read(s, s->file, host, buf + pos, n);
+            if (ret < 0) {
+                return ret;
+            }
+            pos += n;
+            continue;
+        }
+        ret = read_cluster_part(s, vc, &loc, in, len, buf + pos);
+        if (ret < 0) {
+            return ret;
+        }
+        pos += len;
+    }
+    iov_from_buf(acb->iov, acb->niov, 0, buf, acb->bytes);
+    return 0;
+}
+
+/* Where the data of one guest cluster of a write goes. */
+typedef struct WritePlan {
+    uint64_t vc;
+    uint32_t in, len;
+    Qcow2Loc loc;
+    int64_t new_off;            /* 0: in place */
+} WritePlan;
+
+/* Clear the autoclear bits we do not maintain, before the first change:
+ * a reader that knows them must not trust what they describe. */
+static int first_write(BDRVQcow2State *s)
+{
+    if (!s->info.h.autoclear_features) {
+        return 0;
+    }
+    s->info.h.autoclear_features = 0;
+    if (s->info.h.version >= 3) {
+        qcow2_st_be64(s->hdr + HDR_AUTOCLEAR, 0);
+        int ret = write_header(s);
+
+        return ret < 0 ? ret : sio_flush(s);
+    }
+    return 0;
+}
+
+/*
+ * Write @data (NULL: zeroes) at guest [offset, offset + bytes).  Three
+ * passes: allocate (L2 tables and clusters; refcounts written and
+ * flushed), data and L2 entries, then the references dropped.
+ */
+static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
+                    const uint8_t *data, bool fua)
+{
+    uint64_t first = offset >> s->cluster_bits;
+    uint64_t last = (offset + bytes - 1) >> s->cluster_bits;
+    uint64_t n = last - first + 1;
+    g_autofree WritePlan *plan = g_new0(WritePlan, n);
+    g_autofree uint8_t *cl = NULL;
+    g_autofree uint8_t *zero = NULL;
+    bool need_flush = false, decref = false;
+    int ret;
+
+    ret = first_write(s);
+    if (ret < 0) {
+        return ret;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        WritePlan *p = &plan[i];
+        uint64_t cstart = (first + i) << s->cluster_bits;
+        uint64_t a = MAX(offset, cstart);
+        uint64_t b = MIN(offset + bytes, cstart + s->cluster_size);
+
+        p->vc = first + i;
+        p->in = a - cstart;
+        p->len = b - a;
+        ret = lookup(s, p->vc, &p->loc);
+        if (ret == 0) {
+            ret = l2_prepare(s, p->vc, &p->loc);
+        }
+        if (ret < 0) {
+            return ret;
+        }
+        if (p->loc.e.type == QCOW2_CLUSTER_NORMAL && p->loc.e.copied) {
+            continue;
+        }
+        p->new_off = alloc_clusters(s, 1);
+        if (p->new_off < 0) {
+            return p->new_off;
+        }
+        need_flush = true;
+    }
+    if (need_flush) {
+        ret = rc_write_dirty(s);
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if (!data) {
+        zero = g_malloc0(s->cluster_size);
+    }
+    cl = g_malloc(s->cluster_size);
+    for (uint64_t i = 0; i < n; i++) {
+        WritePlan *p = &plan[i];
+        const uint8_t *src = data ? data + ((p->vc << s->cluster_bits) +
+                                            p->in - offset) : zero;
+
+        if (!p->new_off) {
+            ret = sio_write(s, p->loc.e.host_offset + p->in, src, p->len);
+            if (ret < 0) {
+                return ret;
+            }
+            continue;
+        }
+        /* Copy on write of the rest of the cluster. */
+        if (p->len < s->cluster_size) {
+            ret = read_cluster_part(s, p->vc, &p->loc, 0, s->cluster_size,
+                                    cl);
+            if (ret < 0) {
+                return ret;
+            }
+        }
+        memcpy(cl + p->in, src, p->len);
+        ret = sio_write(s, p->new_off, cl, s->cluster_size);
+        if (ret < 0) {
+            return ret;
+        }
+        /* The L2 table may have been evicted meanwhile: look again. */
+        ret = l2_set(s, &p->loc, qcow2_l2_encode_standard(p->new_off, true,
+                                                          false));
+        if (ret < 0) {
+            return ret;
+        }
+        if (p->loc.e.type != QCOW2_CLUSTER_UNALLOCATED &&
+            p->loc.e.type != QCOW2_CLUSTER_ZERO_PLAIN) {
+            decref = true;
+        }
+    }
+    if (decref || fua) {
+        ret = sio_flush(s);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if (decref) {
+        for (uint64_t i = 0; i < n; i++) {
+            WritePlan *p = &plan[i];
+
+            if (!p->new_off || p->loc.e.type == QCOW2_CLUSTER_UNALLOCATED ||
+                p->loc.e.type == QCOW2_CLUSTER_ZERO_PLAIN) {
+                continue;
+            }
+            ret = p->loc.e.type == QCOW2_CLUSTER_COMPRESSED ?
+                  free_range(s, p->loc.e.host_offset & ~511ull,
+                             p->loc.e.compressed_size +
+                             (p->loc.e.host_offset & 511)) :
+                  free_range(s, p->loc.e.host_offset, s->cluster_size);
+            if (ret < 0) {
+                return ret;
+            }
+        }
+        ret = rc_write_dirty(s);
+    }
+    return ret;
+}
+
+/* The host clusters an entry references, to drop. */
+static int drop_entry_ref(BDRVQcow2State *s, const Qcow2L2Entry *e)
+{
+    switch (e->type) {
+    case QCOW2_CLUSTER_NORMAL:
+    case QCOW2_CLUSTER_ZERO_ALLOC:
+        return free_range(s, e->host_offset, s->cluster_size);
+    case QCOW2_CLUSTER_COMPRESSED:
+        return free_range(s, e->host_offset & ~511ull,
+                          e->compressed_size + (e->host_offset & 511));
+    default:
+        return 0;
+    }
+}
+
+/*
+ * Discard (@zeroes false) or write zeroes over whole clusters: the
+ * entries change (unallocated, or the zero flag), are written and
+ * flushed, then the clusters they referenced are dropped.  Parts of
+ * clusters: write-zeroes writes zeroes, discard leaves them.
+ */
+static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
+                   bool zeroes, bool unmap)
+{
+    uint64_t cs = s->cluster_size;
+    uint64_t a = QEMU_ALIGN_UP(offset, cs);
+    uint64_t b = (offset + bytes) & ~(cs - 1);
+    bool v3 = s->info.h.version >= 3;
+    int ret;
+
+    if (zeroes && !v3 && s->backing) {
+        /* No zero flag in version 2: only data hides the backing file. */
+        return do_write(s, offset, bytes, NULL, false);
+    }
+    if (zeroes && a >= b) {
+        return do_write(s, offset, bytes, NULL, false);
+    }
+    if (zeroes && offset < a) {
+        ret = do_write(s, offset, a - offset, NULL, false);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if (zeroes && b > a && offset + bytes > b) {
+        ret = do_write(s, b, offset + bytes - b, NULL, false);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    ret = first_write(s);
+    if (ret < 0) {
+        return ret;
+    }
+    /* Pass 1: the entries. */
+    g_autoptr(GArray) olds = g_array_new(false, false, sizeof(Qcow2L2Entry));
+
+    for (uint64_t off = a; off < b; off += cs) {
+        uint64_t vc = off >> s->cluster_bits;
+        bool use_zero = v3 && (zeroes || s->backing);
+        uint64_t entry;
+        Qcow2Loc loc;
+
+        ret = lookup(s, vc, &loc);
+        if (ret < 0) {
+            return ret;
+        }
+        if (!use_zero && loc.e.type == QCOW2_CLUSTER_UNALLOCATED) {
+            continue;
+        }
+        if (use_zero && loc.e.type == QCOW2_CLUSTER_ZERO_PLAIN) {
+            continue;
+        }
+        if (!loc.l2_offset && !use_zero) {
+            continue;
+        }
+        ret = l2_prepare(s, vc, &loc);
+        if (ret < 0) {
+            return ret;
+        }
+        if (use_zero && !unmap && loc.e.type == QCOW2_CLUSTER_NORMAL &&
+            loc.e.copied) {
+            /* Keep the allocation (write-zeroes without unmap). */
+            entry = qcow2_l2_encode_standard(loc.e.host_offset, true, true);
+            ret = l2_set(s, &loc, entry);
+            if (ret < 0) {
+                return ret;
+            }
+            continue;
+        }
+        if (use_zero && !unmap && loc.e.type == QCOW2_CLUSTER_ZERO_ALLOC) {
+            continue;
+        }
+        entry = use_zero ? QCOW2_OFLAG_ZERO : 0;
+        ret = l2_set(s, &loc, entry);
+        if (ret < 0) {
+            return ret;
+        }
+        if (loc.e.type != QCOW2_CLUSTER_UNALLOCATED &&
+            loc.e.type != QCOW2_CLUSTER_ZERO_PLAIN) {
+            g_array_append_val(olds, loc.e);
+        }
+    }
+    if (!olds->len) {
+        return 0;
+    }
+    /* Pass 2: the references, once no entry on disk names them. */
+    ret = sio_flush(s);
+    for (guint i = 0; ret == 0 && i < olds->len; i++) {
+        ret = drop_entry_ref(s, &g_array_index(olds, Qcow2L2Entry, i));
+    }
+    return ret < 0 ? ret : rc_write_dirty(s);
+}
+
+static void complete_bh(void *opaque)
+{
+    BlockAIOCB *acb = opaque;
+
+    acb->cb(acb->opaque, acb->ret);
+}
+
+static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
+{
+    AioContext *ctx = (AioContext *)(uintptr_t)acb->engine_priv[0];
+    int ret;
+
+    switch (acb->type) {
+    case BLK_REQ_READ:
+        ret = do_read(s, acb);
+        break;
+    case BLK_REQ_WRITE: {
+        g_autofree uint8_t *buf = g_malloc(acb->bytes);
+
+        iov_to_buf(acb->iov, acb->niov, 0, buf, acb->bytes);
+        ret = do_write(s, acb->offset, acb->bytes, buf,
+                       acb->flags & BDRV_REQ_FUA);
+        break;
+    }
+    case BLK_REQ_FLUSH:
+        ret = sio_flush(s);
+        break;
+    case BLK_REQ_DISCARD:
+        ret = do_zero(s, acb->offset, acb->bytes, false, true);
+        break;
+    case BLK_REQ_WRITE_ZEROES:
+        ret = do_zero(s, acb->offset, acb->bytes, true,
+                      acb->flags & BDRV_REQ_MAY_UNMAP);
+        break;
+    default:
+        ret = -ENOTSUP;
+        break;
+    }
+    acb->ret = ret;
+    aio_bh_schedule_oneshot(ctx, complete_bh, acb, "qcow2-complete");
+}
+/* Block status of the first cluster of the range, extended over the
+ * following clusters of the same kind. */
+static int do_block_status(BDRVQcow2State *s, BlockAIOCB *acb)
+{
+    uint64_t bsize = s->backing ? blk_getlength(s->backing) : 0;
+    uint64_t pos = 0;
+    unsigned int flags = 0;
+    int ret;
+
+    while (pos < acb->bytes) {
+        uint64_t off = acb->offset + pos;
+        uint64_t vc = off >> s->cluster_bits;
+        uint32_t in = off & (s->cluster_size - 1);
+        uint64_t len = MIN(s->cluster_size - in, acb->bytes - pos);
+        unsigned int f;
+        Qcow2Loc loc;
+
+        ret = lookup(s, vc, &loc);
+        if (ret < 0) {
+            return ret;
+        }
+        switch (loc.e.type) {
+        case QCOW2_CLUSTER_NORMAL:
+        case QCOW2_CLUSTER_COMPRESSED:
+            f = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED;
+            break;
+        case QCOW2_CLUSTER_ZERO_PLAIN:
+        case QCOW2_CLUSTER_ZERO_ALLOC:
+            f = BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED;
+            break;
+        default:
+            /* Unallocated: the backing file's, or zeroes. */
+            if (off >= bsize) {
+                f = BDRV_BLOCK_ZERO;
+            } else {
+                f = 0;
+                len = MIN(len, bsize - off);
+            }
+            break;
+        }
+        if (pos && f != flags) {
+            break;
+        }
+        flags = f;
+        pos += len;
+    }
+    acb->status->pnum = pos;
+    acb->status->flags = flags;
+    return 0;
+}
+
+/* ---- the metadata thread ---------------------------------------------- */
+
+static gpointer qcow2_thread(gpointer opaque)
+{
+    BDRVQcow2State *s = opaque;
+    int64_t last_clean = g_get_monotonic_time();
+
+    aio_context_acquire_thread(s->ctx);
+    g_mutex_lock(&s->lock);
+    for (;;) {
+        BlockAIOCB *acb = QSIMPLEQ_FIRST(&s->reqs);
+        Qcow2Job *job = QSIMPLEQ_FIRST(&s->jobs);
+
+        if (job) {
+            QSIMPLEQ_REMOVE_HEAD(&s->jobs, next);
+            g_mutex_unlock(&s->lock);
+            job->fn(job->opaque);
+            g_mutex_lock(&s->lock);
+            job->done = true;
+            g_cond_broadcast(&s->cond);
+            continue;
+        }
+        if (acb) {
+            QSIMPLEQ_REMOVE_HEAD(&s->reqs, next);
+            g_mutex_unlock(&s->lock);
+            if (acb->type == BLK_REQ_BLOCK_STATUS) {
+                AioContext *ctx = (AioContext *)(uintptr_t)acb->engine_priv[0];
+
+                acb->ret = do_block_status(s, acb);
+                aio_bh_schedule_oneshot(ctx, complete_bh, acb,
+                                        "qcow2-complete");
+            } else {
+                process_req(s, acb);
+            }
+            g_mutex_lock(&s->lock);
+            continue;
+        }
+        if (s->quit) {
+            break;
+        }
+        if (s->cache_clean_interval) {
+            int64_t deadline = last_clean +
+                               s->cache_clean_interval * G_USEC_PER_SEC;
+
+            if (!g_cond_wait_until(&s->cond, &s->lock, deadline)) {
+                /* Idle for the interval: give the caches' memory back. */
+                l2_cache_clean(s);
+                last_clean = g_get_monotonic_time();
+            }
+        } else {
+            g_cond_wait(&s->cond, &s->lock);
+        }
+    }
+    g_mutex_unlock(&s->lock);
+    /* Nothing in flight: let the children's engines go with the loop. */
+    while (aio_poll(s->ctx, false)) {
+    }
+    aio_context_free(s->ctx);
+    s->ctx = NULL;
+    return NULL;
+}
+
+/* Main thread: run @fn in the metadata thread and wait for it. */
+static void run_job(BDRVQcow2State *s, void (*fn)(void *), void *opaque)
+{
+    Qcow2Job job = { .fn = fn, .opaque = opaque };
+
+    g_mutex_lock(&s->lock);
+    QSIMPLEQ_INSERT_TAIL(&s->jobs, &job, next);
+    g_cond_broadcast(&s->cond);
+    while (!job.done) {
+        g_cond_wait(&s->cond, &s->lock);
+    }
+    g_mutex_unlock(&s->lock);
+}
+
+/* Owner thread of @ctx: every request type. */
+static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
+{
+    BDRVQcow2State *s = bs->opaque;
+
+    acb->engine_priv[0] = (uintptr_t)ctx;
+    g_mutex_lock(&s->lock);
+    QSIMPLEQ_INSERT_TAIL(&s->reqs, acb, next);
+    g_cond_broadcast(&s->cond);
+    g_mutex_unlock(&s->lock);
+}
+
+/* ---- open ------------------------------------------------------------- */
+
+static void open_fail(BDRVQcow2State *s, const char *fmt, ...)
+    G_GNUC_PRINTF(2, 3);
+
+static void open_fail(BDRVQcow2State *s, const char *fmt, ...)
+{
+    va_list ap;
+    g_autofree char *msg = NULL;
+
+    va_start(ap, fmt);
+    msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    qcow2_set_error(&s->open_err, "%s", msg);
+}
+
+static bool read_table(BDRVQcow2State *s, uint64_t off, uint64_t bytes,
+                       uint64_t *out, const char *what)
+{
+    uint64_t fsize = blk_getlength(s->file);
+    uint64_t len = MIN(QEMU_ALIGN_UP(bytes, s->file->bl.request_alignment),
+                       fsize - off);
+    g_autofree uint8_t *buf = g_malloc0(MAX(len, bytes));
+    int ret = sio_read(s, s->file, off, buf, len);
+
+    if (ret < 0) {
+        open_fail(s, "%s: cannot read the %s: %s", s->filename, what,
+                  g_strerror(-ret));
+        return false;
+    }
+    for (uint64_t i = 0; i < bytes / 8; i++) {
+        out[i] = qcow2_ld_be64(buf + i * 8);
+    }
+    return true;
+}
+
+/* Metadata thread: read and check the header, L1 and refcount tables. */
+static void open_job(void *opaque)
+{
+    BDRVQcow2State *s = opaque;
+    const BlockQcow2Options *o = s->open_opts;
+    uint64_t fsize = blk_getlength(s->file);
+    uint32_t ra = MAX(s->file->bl.request_alignment, 1);
+    size_t hlen = qcow2_header_bytes(fsize);
+    size_t rlen = hlen & ~(size_t)(ra - 1);
+    g_autofree uint8_t *buf = g_malloc0(MAX(hlen, 512));
+    const char *unsup;
+    int ret;
+
+    ret = sio_read(s, s->file, 0, buf, rlen ? rlen : hlen);
+    if (ret < 0) {
+        open_fail(s, "%s: cannot read the qcow2 header: %s", s->filename,
+                  g_strerror(-ret));
+        return;
+    }
+    if (!qcow2_parse_header(buf, hlen, fsize, 0, &s->info, &s->open_err)) {
+        g_prefix_error(&s->open_err, "%s: ", s->filename);
+        return;
+    }
+    unsup = qcow2_unsupported_feature(&s->info);
+    if (unsup) {
+        open_fail(s, "%s: %s", s->filename, unsup);
+        return;
+    }
+    if (s->info.corrupt) {
+        open_fail(s, "%s: the image is marked corrupt (a program found its "
+                  "metadata inconsistent): run 'qemu-img check -r all %s' "
+                  "and open it again", s->filename, s->filename);
+        return;
+    }
+    if (s->info.dirty) {
+        open_fail(s, "%s: the image was not closed cleanly and uses lazy "
+                  "refcounts, whose refcounts must be rebuilt first: run "
+                  "'qemu-img check -r all %s' and open it again",
+                  s->filename, s->filename);
+        return;
+    }
+    s->cluster_bits = s->info.h.cluster_bits;
+    s->cluster_size = s->info.cluster_size;
+    s->align = MIN(MAX(ra, 512u), s->cluster_size);
+    s->hdr_len = MIN(QEMU_ALIGN_UP(MAX(s->info.h.header_length, 104u), s->align),
+                     s->cluster_size);
+    s->hdr = g_malloc0(s->hdr_len);
+    memcpy(s->hdr, buf, MIN(s->hdr_len, hlen));
+    if (s->info.h.l1_size < s->info.l1_needed) {
+        open_fail(s, "%s: the L1 table (%u entries) is too small for the "
+                  "virtual size: the image is corrupt", s->filename,
+                  s->info.h.l1_size);
+        return;
+    }
+    if (!qcow2_check_l1_table(&s->info, s->info.h.l1_table_offset,
+                              s->info.h.l1_size, "L1 table",
+                              &s->open_err)) {
+        g_prefix_error(&s->open_err, "%s: ", s->filename);
+        return;
+    }
+    s->l1_size = s->info.h.l1_size;
+    s->l1_offset = s->info.h.l1_table_offset;
+    s->l1 = g_new0(uint64_t, MAX(s->l1_size, 1));
+    if (s->l1_size &&
+        !read_table(s, s->l1_offset, (uint64_t)s->l1_size * 8, s->l1,
+                    "L1 table")) {
+        return;
+    }
+    s->rt_offset = s->info.h.refcount_table_offset;
+    s->rt_entries = (uint64_t)s->info.h.refcount_table_clusters *
+                    s->cluster_size / 8;
+    s->rt = g_new0(uint64_t, MAX(s->rt_entries, 1));
+    if (!read_table(s, s->rt_offset, s->rt_entries * 8, s->rt,
+                    "refcount table")) {
+        return;
+    }
+    for (uint64_t i = 0; i < s->rt_entries; i++) {
+        const char *why;
+        uint64_t b;
+
+        if (qcow2_reftable_decode(&s->info, s->rt[i], &b, &why) < 0) {
+            open_fail(s, "%s: refcount table entry %" PRIu64 ": %s: run "
+                      "'qemu-img check -r all %s'", s->filename, i, why,
+                      s->filename);
+            return;
+        }
+        s->rt[i] = b;
+    }
+    s->end = (((fsize) + (s->cluster_size) - 1) / (s->cluster_size));
+    s->dec = qcow2_decompressor_new(s->info.h.compression_type,
+                                    &s->open_err);
+    if (!s->dec) {
+        return;
+    }
+    s->cbuf = g_malloc(s->cluster_size + 2 * 4096);
+
+    /* The L2 cache. */
+    s->slice_size = o && o->l2_cache_entry_size ?
+                    o->l2_cache_entry_size : MIN(s->cluster_size, 4096u);
+    if (s->slice_size > s->cluster_size) {
+        s->slice_size = s->cluster_size;
+    }
+    s->slice_size = MAX(s->slice_size, s->align);
+    s->slice_entries = s->slice_size / 8;
+    {
+        uint64_t size = o && o->l2_cache_size ? o->l2_cache_size :
+                        QCOW2_DEFAULT_L2_CACHE_SIZE;
+
+        s->nb_slots = MAX(size / s->slice_size, 4);
+        s->nb_slots = MIN(s->nb_slots, 1u << 20);
+    }
+    s->slots = g_new0(Qcow2L2Slot, s->nb_slots);
+    for (uint32_t i = 0; i < s->nb_slots; i++) {
+        s->slots[i].data = g_malloc(s->slice_size);
+    }
+    {
+        uint64_t size = o && o->refcount_cache_size ?
+                        o->refcount_cache_size : QCOW2_DEFAULT_RC_CACHE_SIZE;
+
+        s->rc_max = MAX(size / s->cluster_size, 4);
+        s->rc_max = MIN(s->rc_max, 65536u);
+    }
+}
+
+/* Metadata thread: tables the close must not see half-used. */
+static void close_job(void *opaque)
+{
+    BDRVQcow2State *s = opaque;
+
+    if (s->writable && s->file) {
+        rc_write_dirty(s);
+        sio_flush(s);
+    }
+}
+
+static void qcow2_close(BlockBackend *bs)
+{
+    BDRVQcow2State *s = bs->opaque;
+
+    if (!s) {
+        return;
+    }
+    if (s->thread) {
+        if (s->info.cluster_size) {
+            run_job(s, close_job, s);
+        }
+        g_mutex_lock(&s->lock);
+        s->quit = true;
+        g_cond_broadcast(&s->cond);
+        g_mutex_unlock(&s->lock);
+        g_thread_join(s->thread);
+    } else if (s->ctx) {
+        aio_context_free(s->ctx);
+    }
+    {
+        BdrvChild *c = bdrv_find_child(bs, "backing");
+
+        if (c) {
+            bdrv_detach_child(c);
+        }
+    }
+    if (s->own_backing) {
+        blk_close(s->backing);
+        blk_close(s->backing_file);
+    }
+    if (s->slot_index) {
+        g_hash_table_destroy(s->slot_index);
+    }
+    for (uint32_t i = 0; s->slots && i < s->nb_slots; i++) {
+        g_free(s->slots[i].data);
+    }
+    g_free(s->slots);
+    if (s->rc_cache) {
+        g_hash_table_destroy(s->rc_cache);
+    }
+    qcow2_decompressor_free(s->dec);
+    qcow2_info_free(&s->info);
+    g_free(s->cbuf);
+    g_free(s->hdr);
+    g_free(s->l1);
+    g_free(s->rt);
+    g_free(s->filename);
+    g_mutex_clear(&s->lock);
+    g_cond_clear(&s->cond);
+    g_clear_error(&s->open_err);
+    g_free(s);
+    bs->opaque = NULL;
+}
+
+/* Main thread: the header's backing file, opened read-only. */
+static bool open_backing(BlockBackend *bs, BDRVQcow2State *s,
+                         const BlockQcow2Options *o, GError **errp)
+{
+    const char *fmt = o && o->backing_driver ? o->backing_driver :
+                      s->info.backing_format;
+    unsigned int depth = o ? o->depth : 0;
+    g_autofree char *path = NULL;
+    BlockOptions fo, qo;
+    BlockQcow2Options bo = { 0 };
+
+    if (o && o->no_backing) {
+        return true;
+    }
+    if (o && o->backing) {
+        s->backing = o->backing;
+    } else if (s->info.backing_file) {
+        if (!fmt) {
+            qcow2_set_error(errp, "%s has the backing file '%s' but does not "
+                            "say its format, and vhost-blkd does not guess "
+                            "it: give backing.driver=qcow2 or raw, or record "
+                            "the format with 'qemu-img rebase -u -F FMT -b "
+                            "%s %s'", s->filename, s->info.backing_file,
+                            s->info.backing_file, s->filename);
+            return false;
+        }
+        if (strcmp(fmt, "qcow2") && strcmp(fmt, "raw")) {
+            qcow2_set_error(errp, "%s: backing file '%s' has the format "
+                            "'%s': only qcow2 and raw backing files are "
+                            "supported", s->filename, s->info.backing_file,
+                            fmt);
+            return false;
+        }
+        if (depth + 1 >= QCOW2_MAX_BACKING_DEPTH) {
+            qcow2_set_error(errp, "%s: the backing chain is deeper than %u "
+                            "images (or loops back on itself)", s->filename,
+                            QCOW2_MAX_BACKING_DEPTH);
+            return false;
+        }
+        if (g_path_is_absolute(s->info.backing_file)) {
+            path = g_strdup(s->info.backing_file);
+        } else {
+            g_autofree char *dir = g_path_get_dirname(s->filename);
+
+            path = g_build_filename(dir, s->info.backing_file, NULL);
+        }
+        blk_options_init(&fo);
+        fo.driver = "file";
+        fo.filename = path;
+        fo.readonly = true;
+        fo.cache_direct = false;
+        s->backing_file = blk_open(&fo, errp);
+        if (!s->backing_file) {
+            g_prefix_error(errp, "%s: backing file: ", s->filename);
+            return false;
+        }
+        s->own_backing = true;
+        if (!strcmp(fmt, "raw")) {
+            s->backing = s->backing_file;
+            s->backing_file = NULL;
+        } else {
+            blk_options_init(&qo);
+            qo.driver = "qcow2";
+            qo.readonly = true;
+            qo.file = s->backing_file;
+            bo.depth = depth + 1;
+            qo.driver_opts = &bo;
+            s->backing = blk_open(&qo, errp);
+            if (!s->backing) {
+                return false;
+            }
+        }
+    }
+    if (s->backing &&
+        !bdrv_attach_child(bs, s->backing, "backing",
+                           BLK_PERM_CONSISTENT_READ, BLK_PERM_ALL, errp)) {
+        return false;
+    }
+    return true;
+}
+
+/* Main thread. */
+static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
+                       GError **errp)
+{
+    const BlockQcow2Options *o = opts->driver_opts;
+    BDRVQcow2State *s;
+    uint64_t perm;
+
+    if (!opts->file) {
+        g_set_error(errp, VB_ERROR, 0, "driver=qcow2 needs a file child: "
+                    "file=NODE-NAME (a driver=file node of the image)");
+        return false;
+    }
+    s = g_new0(BDRVQcow2State, 1);
+    bs->opaque = s;
+    s->bs = bs;
+    s->file = opts->file;
+    s->writable = !opts->readonly;
+    s->filename = g_strdup(opts->file->filename);
+    s->cache_clean_interval = o ? o->cache_clean_interval : 0;
+    g_mutex_init(&s->lock);
+    g_cond_init(&s->cond);
+    QSIMPLEQ_INIT(&s->reqs);
+    QSIMPLEQ_INIT(&s->jobs);
+    s->slot_index = g_hash_table_new(g_int64_hash, g_int64_equal);
+    s->rc_cache = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
+                                        rc_block_free);
+    if (s->writable && opts->file->readonly) {
+        g_set_error(errp, VB_ERROR, 0, "Block node is read-only: the file "
+                    "node of %s is read-only; add the qcow2 node with "
+                    "read-only=on too", s->filename);
+        return false;
+    }
+    perm = BLK_PERM_CONSISTENT_READ |
+           (s->writable ? BLK_PERM_WRITE | BLK_PERM_RESIZE : 0);
+    if (!bdrv_attach_child(bs, opts->file, "file", perm,
+                           BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+                           errp)) {
+        return false;
+    }
+    s->ctx = aio_context_new(errp);
+    if (!s->ctx) {
+        return false;
+    }
+    s->thread = g_thread_try_new("qcow2-meta", qcow2_thread, s, errp);
+    if (!s->thread) {
+        return false;
+    }
+    s->open_opts = o;
+    run_job(s, open_job, s);
+    s->open_opts = NULL;
+    if (s->open_err) {
+        g_propagate_error(errp, g_steal_pointer(&s->open_err));
+        return false;
+    }
+    if (!open_backing(bs, s, o, errp)) {
+        return false;
+    }
+    bs->size = s->info.h.size;
+    bs->bl.request_alignment = 512;
+    bs->bl.can_discard = s->writable;
+    bs->bl.can_write_zeroes = s->writable;
+    bs->bl.opt_io_size = s->cluster_size;
+    bs->filename = g_strdup(s->filename);
+    return true;
+}
+
+/* ---- resize ----------------------------------------------------------- */
+
+typedef struct TruncateJob {
+    BDRVQcow2State *s;
+    uint64_t size;
+    int ret;
+} TruncateJob;
+
+static void truncate_job(void *opaque)
+{
+    TruncateJob *j = opaque;
+    BDRVQcow2State *s = j->s;
+    uint64_t per_l2 = (uint64_t)s->info.l2_entries << s->cluster_bits;
+    uint64_t need = (((j->size) + (per_l2) - 1) / (per_l2));
+    int ret;
+
+    if (need > s->l1_size) {
+        uint64_t bytes = QEMU_ALIGN_UP(need * 8, s->cluster_size);
+        uint64_t entries = bytes / 8;
+        g_autofree uint8_t *buf = NULL;
+        uint64_t old_off = s->l1_offset;
+        uint64_t old_bytes = QEMU_ALIGN_UP((uint64_t)s->l1_size * 8,
+                                      s->cluster_size);
+        uint64_t *l1;
+        int64_t off;
+
+        if (entries > QCOW2_MAX_L1_ENTRIES) {
+            j->ret = -EFBIG;
+            return;
+        }
+        off = alloc_clusters(s, bytes / s->cluster_size);
+        if (off < 0) {
+            j->ret = off;
+            return;
+        }
+        buf = g_malloc0(bytes);
+        for (uint64_t i = 0; i < s->l1_size; i++) {
+            qcow2_st_be64(buf + i * 8, s->l1[i]);
+        }
+        ret = rc_write_dirty(s);
+        if (ret == 0) {
+            ret = sio_write(s, off, buf, bytes);
+        }
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            j->ret = ret;
+            return;
+        }
+        qcow2_st_be64(s->hdr + HDR_L1_OFFSET, off);
+        {
+            uint32_t v = GUINT32_TO_BE((uint32_t)entries);
+
+            memcpy(s->hdr + HDR_L1_SIZE, &v, 4);
+        }
+        qcow2_st_be64(s->hdr + HDR_SIZE, j->size);
+        ret = write_header(s);
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            j->ret = ret;
+            return;
+        }
+        l1 = g_new0(uint64_t, entries);
+        memcpy(l1, s->l1, (uint64_t)s->l1_size * 8);
+        g_free(s->l1);
+        s->l1 = l1;
+        s->l1_size = entries;
+        s->l1_offset = off;
+        s->info.h.l1_size = entries;
+        s->info.h.l1_table_offset = off;
+        s->info.h.size = j->size;
+        if (old_off && old_bytes) {
+            ret = free_range(s, old_off, old_bytes);
+            if (ret == 0) {
+                ret = rc_write_dirty(s);
+            }
+        }
+        j->ret = ret;
+        return;
+    }
+    qcow2_st_be64(s->hdr + HDR_SIZE, j->size);
+    ret = write_header(s);
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret == 0) {
+        s->info.h.size = j->size;
+    }
+    j->ret = ret;
+}
+
+static bool qcow2_truncate(BlockBackend *bs, uint64_t size, GError **errp)
+{
+    BDRVQcow2State *s = bs->opaque;
+    TruncateJob j = { .s = s, .size = size };
+
+    if (size % 512 || size > QCOW2_MAX_VIRTUAL_SIZE) {
+        g_set_error(errp, VB_ERROR, 0, "qcow2 %s: the new size must be a "
+                    "multiple of 512 bytes, at most %" PRIu64, s->filename,
+                    (uint64_t)QCOW2_MAX_VIRTUAL_SIZE);
+        return false;
+    }
+    if (size == s->info.h.size) {
+        return true;
+    }
+    run_job(s, truncate_job, &j);
+    if (j.ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "qcow2 %s: resize failed: %s",
+                    s->filename, g_strerror(-j.ret));
+        return false;
+    }
+    return true;
+}
+
+static void qcow2_get_info(BlockBackend *bs, BlockDriverInfo *bdi)
+{
+    BDRVQcow2State *s = bs->opaque;
+
+    bdi->cluster_size = s->cluster_size;
+}
+
+/* ---- options ---------------------------------------------------------- */
+
+static bool parse_size_key(QmpArgs *a, BlockOptsParse *p, const char *key,
+                           uint64_t *out, GError **errp)
+{
+    if (p->export_syntax) {
+        const char *str = NULL;
+
+        if (!qmp_args_str(a, key, false, &str, errp)) {
+            return false;
+        }
+        if (str && !qemu_parse_size(str, out)) {
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: use a "
+                        "number with an optional k, M or G suffix", str, key);
+            return false;
+        }
+        return true;
+    }
+    return qmp_args_size(a, key, false, out, NULL, errp);
+}
+
+/*
+ * QSD's keys: l2-cache-size, l2-cache-entry-size, refcount-cache-size,
+ * cache-clean-interval (the file and backing children are the monitor's:
+ * monitor/blockdev.c).  --export's syntax: format=qcow2 with the same
+ * cache keys.  Main thread.
+ */
+static bool qcow2_parse_options(BlockOptions *opts, QmpArgs *a,
+                                BlockOptsParse *p, GError **errp)
+{
+    BlockQcow2Options *o = blk_options_parse_keep(p,
+                                                  g_new0(BlockQcow2Options, 1));
+    uint64_t es = 0;
+
+    if (!parse_size_key(a, p, "l2-cache-size", &o->l2_cache_size, errp) ||
+        !parse_size_key(a, p, "l2-cache-entry-size", &es, errp) ||
+        !parse_size_key(a, p, "refcount-cache-size",
+                        &o->refcount_cache_size, errp) ||
+        !parse_size_key(a, p, "cache-clean-interval",
+                        &o->cache_clean_interval, errp)) {
+        return false;
+    }
+    if (es && (es < 512 || es > QCOW2_MAX_CLUSTER_SIZE || (es & (es - 1)))) {
+        g_set_error(errp, VB_ERROR, 0, "L2 cache entry size must be a power "
+                    "of two between 512 and the cluster size (%" PRIu64
+                    " given)", es);
+        return false;
+    }
+    o->l2_cache_entry_size = es;
+    if (o->cache_clean_interval > UINT32_MAX) {
+        g_set_error(errp, VB_ERROR, 0, "cache-clean-interval is too big "
+                    "(at most %u seconds)", UINT32_MAX);
+        return false;
+    }
+    opts->driver_opts = o;
+    return true;
+}
+
+static void qcow2_node_names(BlockBackend *blk, const BlockOptions *opts,
+                             const char *given, BlockNodeNames *out)
+{
+    out->driver = g_strdup("qcow2");
+    out->filename = g_strdup(opts->file ? opts->file->filename :
+                             blk ? blk->filename : "qcow2");
+}
+
+static const BlockDriver bdrv_qcow2 = {
+    .format_name = "qcow2",
+    .bdrv_parse_options = qcow2_parse_options,
+    .bdrv_node_names = qcow2_node_names,
+    .bdrv_open = qcow2_open,
+    .bdrv_close = qcow2_close,
+    .bdrv_truncate = qcow2_truncate,
+    .bdrv_get_info = qcow2_get_info,
+    .bdrv_aio_preadv = qcow2_submit,
+    .bdrv_aio_pwritev = qcow2_submit,
+    .bdrv_aio_flush = qcow2_submit,
+    .bdrv_aio_pdiscard = qcow2_submit,
+    .bdrv_aio_pwrite_zeroes = qcow2_submit,
+    .bdrv_aio_block_status = qcow2_submit,
+};
+
+BLOCK_DRIVER_REGISTER(bdrv_qcow2)
