@@ -161,8 +161,8 @@ static int sio_wait(BDRVQcow2State *s, SyncIO *sio)
     return sio->ret;
 }
 
-static int sio_read(BDRVQcow2State *s, BlockBackend *blk, uint64_t off,
-                    void *buf, size_t len)
+static int sio_read_aligned(BDRVQcow2State *s, BlockBackend *blk,
+                            uint64_t off, void *buf, size_t len)
 {
     struct iovec iov = { buf, len };
     BlockAIOCB acb;
@@ -175,11 +175,77 @@ static int sio_read(BDRVQcow2State *s, BlockBackend *blk, uint64_t off,
     return sio_wait(s, &sio);
 }
 
+/*
+ * The enclosing blocks of [off, off + len) for a child whose requests
+ * must be aligned (direct I/O), clamped to its end; false if aligned.
+ */
+static bool sio_widen(BlockBackend *blk, uint64_t off, size_t len,
+                      uint64_t *a, uint64_t *e)
+{
+    uint32_t ra = MAX(blk->bl.request_alignment, 1);
+
+    if (!((off | len) % ra)) {
+        return false;
+    }
+    *a = QEMU_ALIGN_DOWN(off, ra);
+    *e = MIN(QEMU_ALIGN_UP(off + len, ra),
+             MAX(blk_getlength(blk), off + len));
+    return true;
+}
+
+static int sio_read(BDRVQcow2State *s, BlockBackend *blk, uint64_t off,
+                    void *buf, size_t len)
+{
+    g_autofree uint8_t *bounce = NULL;
+    uint64_t a, e;
+    int ret;
+
+    if (!sio_widen(blk, off, len, &a, &e)) {
+        return sio_read_aligned(s, blk, off, buf, len);
+    }
+    bounce = g_malloc(e - a);
+    ret = sio_read_aligned(s, blk, a, bounce, e - a);
+    if (ret == 0) {
+        memcpy(buf, bounce + (off - a), len);
+    }
+    return ret;
+}
+
 /* The file child grows in steps of this much. */
 #define FILE_GROW_STEP (1ull << 20)
 
+static int sio_write_aligned(BDRVQcow2State *s, uint64_t off,
+                             const void *buf, size_t len);
+
+/* A write of any alignment: read-modify-write of the enclosing blocks
+ * (only this thread writes the file, so nothing changes in between). */
 static int sio_write(BDRVQcow2State *s, uint64_t off, const void *buf,
                      size_t len)
+{
+    g_autofree uint8_t *bounce = NULL;
+    uint32_t ra = MAX(s->file->bl.request_alignment, 1);
+    uint64_t a, e, fsize = blk_getlength(s->file);
+    int ret;
+
+    if (!((off | len) % ra)) {
+        return sio_write_aligned(s, off, buf, len);
+    }
+    a = QEMU_ALIGN_DOWN(off, ra);
+    e = QEMU_ALIGN_UP(off + len, ra);
+    bounce = g_malloc0(e - a);
+    if (a < fsize) {
+        ret = sio_read_aligned(s, s->file, a, bounce,
+                               MIN(e, QEMU_ALIGN_DOWN(fsize, ra)) - a);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    memcpy(bounce + (off - a), buf, len);
+    return sio_write_aligned(s, a, bounce, e - a);
+}
+
+static int sio_write_aligned(BDRVQcow2State *s, uint64_t off,
+                             const void *buf, size_t len)
 {
     struct iovec iov = { (void *)buf, len };
     BlockAIOCB acb;
@@ -193,6 +259,8 @@ static int sio_write(BDRVQcow2State *s, uint64_t off, const void *buf,
         if (!blk_truncate(s->file, size, NULL)) {
             return -ENOSPC;
         }
+        /* What the entry checks measure against. */
+        s->info.file_size = size;
     }
     blk_aio_pwritev(s->file, &acb, off, &iov, 1, 0, sync_cb, &sio);
     return sio_wait(s, &sio);
@@ -1407,10 +1475,35 @@ static void open_job(void *opaque)
     uint32_t ra = MAX(s->file->bl.request_alignment, 1);
     size_t hlen = qcow2_header_bytes(fsize);
     size_t rlen = hlen & ~(size_t)(ra - 1);
-    g_autofree uint8_t *buf = g_malloc0(MAX(hlen, 512));
+    g_autofree uint8_t *buf = NULL;
     const char *unsup;
     int ret;
 
+    /*
+     * Direct I/O reads whole blocks, and a request may not pass the end
+     * of the file: a file whose size is not a multiple of the block
+     * (qemu-img leaves the L1 table's 8 bytes last) has a tail we could
+     * not read.  Extend it to the next block; qcow2 ignores what follows
+     * the last cluster in use.
+     */
+    if (fsize % ra) {
+        if (!s->writable) {
+            open_fail(s, "%s: the file's size (%" PRIu64 " bytes) is not a "
+                      "multiple of the direct I/O block size (%u bytes), so "
+                      "its end cannot be read read-only with direct I/O: "
+                      "open it with cache.direct=off (--export cache="
+                      "writeback), or writable once", s->filename, fsize,
+                      ra);
+            return;
+        }
+        if (!blk_truncate(s->file, QEMU_ALIGN_UP(fsize, ra), &s->open_err)) {
+            return;
+        }
+        fsize = blk_getlength(s->file);
+        hlen = qcow2_header_bytes(fsize);
+        rlen = hlen & ~(size_t)(ra - 1);
+    }
+    buf = g_malloc0(MAX(hlen, 512));
     ret = sio_read(s, s->file, 0, buf, rlen ? rlen : hlen);
     if (ret < 0) {
         open_fail(s, "%s: cannot read the qcow2 header: %s", s->filename,
