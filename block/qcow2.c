@@ -59,11 +59,30 @@
 #define HDR_RT_CLUSTERS         56
 #define HDR_AUTOCLEAR           88
 
+/*
+ * One slot of the L2 cache.  Written by the metadata thread only; read
+ * without a lock by the fast path of the iothreads: @seq is odd while
+ * the slot changes (another slice loads into it, or it empties), so a
+ * reader that saw the same even @seq before and after reading @key and
+ * an entry has a consistent pair.  A single entry changing in place is
+ * one aligned 64-bit store: readers see the old or the new one.  @data
+ * is allocated at open and freed at close, never in between.
+ */
 typedef struct Qcow2L2Slot {
+    uint32_t seq;
     uint64_t key;               /* host offset of the slice, 0: empty */
-    uint64_t used;              /* LRU stamp */
+    uint64_t used;              /* LRU stamp (metadata thread) */
     uint8_t *data;
 } Qcow2L2Slot;
+
+#define L2_WAYS 8
+
+/* The active L1 table as the fast path sees it: replaced (not changed
+ * in size) when it grows, the old one kept until close. */
+typedef struct Qcow2L1Pub {
+    uint32_t size;
+    uint64_t *e;                /* host byte order, atomic per entry */
+} Qcow2L1Pub;
 
 typedef struct Qcow2RcBlock {
     uint64_t offset;
@@ -107,9 +126,12 @@ typedef struct BDRVQcow2State {
     uint32_t slice_size;
     uint32_t slice_entries;
     uint32_t nb_slots;
+    uint32_t nb_sets;           /* slots are L2_WAYS-way sets */
     Qcow2L2Slot *slots;
-    GHashTable *slot_index;     /* key -> slot + 1 */
     uint64_t clock;
+    Qcow2L1Pub *l1pub;          /* atomic: published to the fast path */
+    GPtrArray *retired;         /* old L1 tables, freed at close */
+    bool fast_ok;               /* clusters are whole direct I/O blocks */
 
     /* Refcount block cache. */
     GHashTable *rc_cache;       /* offset -> Qcow2RcBlock */
@@ -647,6 +669,9 @@ static int free_range(BDRVQcow2State *s, uint64_t off, uint64_t len)
             return ret;
         }
     }
+    /* A lock-free request may still use what it looked up before: a
+     * cluster freed now is not handed out again in this session. */
+    s->free_hint = MAX(s->free_hint, last + 1);
     return 0;
 }
 
@@ -658,46 +683,70 @@ static uint64_t l2_slice_key(BDRVQcow2State *s, uint64_t l2_off,
     return l2_off + (uint64_t)(idx / s->slice_entries) * s->slice_size;
 }
 
+static uint32_t l2_set_of(BDRVQcow2State *s, uint64_t key)
+{
+    return (uint32_t)(((key >> 9) * 0x9e3779b97f4a7c15ull) >> 32) %
+           s->nb_sets;
+}
+
+/* Metadata thread: start and end a change of @slot's key or contents
+ * (see Qcow2L2Slot). */
+static void slot_begin(Qcow2L2Slot *slot)
+{
+    __atomic_store_n(&slot->seq, slot->seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void slot_end(Qcow2L2Slot *slot)
+{
+    __atomic_store_n(&slot->seq, slot->seq + 1, __ATOMIC_RELEASE);
+}
+
 /* The cached slice at @key (loading it, or zeroing it when @fresh). */
 static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
                                  int *ret)
 {
-    gpointer p = g_hash_table_lookup(s->slot_index, &key);
-    Qcow2L2Slot *slot;
+    Qcow2L2Slot *set = &s->slots[l2_set_of(s, key) * L2_WAYS];
+    Qcow2L2Slot *slot = &set[0];
 
     *ret = 0;
-    if (p) {
-        slot = &s->slots[GPOINTER_TO_UINT(p) - 1];
-        slot->used = ++s->clock;
-        return slot;
+    for (int w = 0; w < L2_WAYS; w++) {
+        if (set[w].key == key) {
+            set[w].used = ++s->clock;
+            return &set[w];
+        }
     }
-    slot = &s->slots[0];
-    for (uint32_t i = 0; i < s->nb_slots; i++) {
-        if (!s->slots[i].key) {
-            slot = &s->slots[i];
+    for (int w = 0; w < L2_WAYS; w++) {
+        if (!set[w].key) {
+            slot = &set[w];
             break;
         }
-        if (s->slots[i].used < slot->used) {
-            slot = &s->slots[i];
+        if (set[w].used < slot->used) {
+            slot = &set[w];
         }
     }
-    if (slot->key) {
-        g_hash_table_remove(s->slot_index, &slot->key);
-        slot->key = 0;
-    }
+    slot_begin(slot);
+    __atomic_store_n(&slot->key, 0, __ATOMIC_RELAXED);
     if (fresh) {
         memset(slot->data, 0, s->slice_size);
     } else {
         *ret = sio_read(s, s->file, key, slot->data, s->slice_size);
         if (*ret < 0) {
+            slot_end(slot);
             return NULL;
         }
     }
-    slot->key = key;
+    __atomic_store_n(&slot->key, key, __ATOMIC_RELAXED);
+    slot_end(slot);
     slot->used = ++s->clock;
-    g_hash_table_insert(s->slot_index, &slot->key,
-                        GUINT_TO_POINTER(slot - s->slots + 1));
     return slot;
+}
+
+static void slot_drop(Qcow2L2Slot *slot)
+{
+    slot_begin(slot);
+    __atomic_store_n(&slot->key, 0, __ATOMIC_RELAXED);
+    slot_end(slot);
 }
 
 /* Drop every cached slice of the L2 table at @l2_off. */
@@ -706,19 +755,49 @@ static void l2_forget(BDRVQcow2State *s, uint64_t l2_off)
     for (uint32_t i = 0; i < s->nb_slots; i++) {
         if (s->slots[i].key >= l2_off &&
             s->slots[i].key < l2_off + s->cluster_size) {
-            g_hash_table_remove(s->slot_index, &s->slots[i].key);
-            s->slots[i].key = 0;
+            slot_drop(&s->slots[i]);
         }
     }
 }
 
 static void l2_cache_clean(BDRVQcow2State *s)
 {
-    g_hash_table_remove_all(s->slot_index);
     for (uint32_t i = 0; i < s->nb_slots; i++) {
-        s->slots[i].key = 0;
+        if (s->slots[i].key) {
+            slot_drop(&s->slots[i]);
+        }
     }
     g_hash_table_remove_all(s->rc_cache);
+}
+
+/*
+ * Any thread, no lock: the L2 entry (host byte order) at @idx of the
+ * slice @key if it is cached, else false.
+ */
+static bool l2_fast_entry(BDRVQcow2State *s, uint64_t key, uint32_t idx,
+                          uint64_t *raw)
+{
+    Qcow2L2Slot *set = &s->slots[l2_set_of(s, key) * L2_WAYS];
+
+    for (int w = 0; w < L2_WAYS; w++) {
+        Qcow2L2Slot *slot = &set[w];
+        uint32_t s1 = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
+        uint64_t v;
+
+        if ((s1 & 1) ||
+            __atomic_load_n(&slot->key, __ATOMIC_RELAXED) != key) {
+            continue;
+        }
+        v = __atomic_load_n((uint64_t *)(slot->data + idx * 8),
+                            __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&slot->seq, __ATOMIC_RELAXED) != s1) {
+            return false;
+        }
+        *raw = GUINT64_FROM_BE(v);
+        return true;
+    }
+    return false;
 }
 
 /* Where guest cluster @vc is mapped. */
@@ -785,7 +864,9 @@ static int l2_set(BDRVQcow2State *s, const Qcow2Loc *loc, uint64_t entry)
     if (!slot) {
         return ret;
     }
-    qcow2_st_be64(slot->data + in, entry);
+    /* One aligned store: a lock-free reader sees the old or the new. */
+    __atomic_store_n((uint64_t *)(slot->data + in), GUINT64_TO_BE(entry),
+                     __ATOMIC_RELEASE);
     return write_piece(s, slot->data, key, s->slice_size, in);
 }
 
@@ -845,7 +926,8 @@ static int l2_prepare(BDRVQcow2State *s, uint64_t vc, Qcow2Loc *loc)
     if (ret < 0) {
         return ret;
     }
-    s->l1[loc->l1_index] = qcow2_l1_encode(off, true);
+    __atomic_store_n(&s->l1[loc->l1_index], qcow2_l1_encode(off, true),
+                     __ATOMIC_RELEASE);
     ret = l1_write_entry(s, loc->l1_index);
     if (ret < 0) {
         return ret;
@@ -1418,11 +1500,214 @@ static void run_job(BDRVQcow2State *s, void (*fn)(void *), void *opaque)
     g_mutex_unlock(&s->lock);
 }
 
+/* ---- the fast path (iothreads, no lock) ------------------------------ */
+
+#define FAST_IOV  16            /* iovecs per child request of a split */
+#define FAST_RUNS 8             /* child requests per guest request */
+
+typedef struct Qcow2IovBlock {
+    struct iovec iov[FAST_IOV];
+    struct Qcow2IovBlock *next;
+} Qcow2IovBlock;
+
+/* Per AioContext: iovec arrays for the child requests of a split
+ * request, grown by a chunk when empty (so after the first requests none
+ * allocates), freed with the context. */
+typedef struct Qcow2CtxPool {
+    Qcow2IovBlock *free;
+    GPtrArray *chunks;
+} Qcow2CtxPool;
+
+static AioLocalKey qcow2_pool_key;
+
+static void qcow2_pool_free(void *opaque)
+{
+    Qcow2CtxPool *p = opaque;
+
+    g_ptr_array_free(p->chunks, true);
+    g_free(p);
+}
+
+static Qcow2IovBlock *iovb_get(AioContext *ctx)
+{
+    Qcow2CtxPool *p = aio_local_get(ctx, &qcow2_pool_key);
+    Qcow2IovBlock *b;
+
+    if (!p) {
+        p = g_new0(Qcow2CtxPool, 1);
+        p->chunks = g_ptr_array_new_with_free_func(g_free);
+        aio_local_set(ctx, &qcow2_pool_key, p, qcow2_pool_free);
+    }
+    if (!p->free) {
+        Qcow2IovBlock *chunk = g_new0(Qcow2IovBlock, 32);
+
+        g_ptr_array_add(p->chunks, chunk);
+        for (int i = 0; i < 32; i++) {
+            chunk[i].next = p->free;
+            p->free = &chunk[i];
+        }
+    }
+    b = p->free;
+    p->free = b->next;
+    return b;
+}
+
+static void iovb_put(AioContext *ctx, Qcow2IovBlock *b)
+{
+    Qcow2CtxPool *p = aio_local_get(ctx, &qcow2_pool_key);
+
+    b->next = p->free;
+    p->free = b;
+}
+
+/* The parent's state in its control block (which no engine uses while
+ * the request is ours): [0] the submitting context (slow path),
+ * [1] child requests pending, [2] the first error. */
+static void fast_cb(void *opaque, int ret)
+{
+    BlockChildReq *cr = opaque;
+    BlockAIOCB *parent = cr->parent;
+    AioContext *ctx = qemu_get_current_aio_context();
+
+    if (cr->priv[0]) {
+        iovb_put(ctx, (Qcow2IovBlock *)(uintptr_t)cr->priv[0]);
+    }
+    blk_child_req_put(ctx, cr);
+    if (ret < 0 && !parent->engine_priv[2]) {
+        parent->engine_priv[2] = (uint64_t)(int64_t)ret;
+    }
+    if (--parent->engine_priv[1] == 0) {
+        parent->cb(parent->opaque, (int)(int64_t)parent->engine_priv[2]);
+    }
+}
+
+#define L1_RESERVED (~(QCOW2_OFFSET_MASK | QCOW2_OFLAG_COPIED))
+#define L2_RESERVED (~(QCOW2_OFFSET_MASK | QCOW2_OFLAG_COPIED | \
+                       QCOW2_OFLAG_COMPRESSED | QCOW2_OFLAG_ZERO))
+
+/*
+ * Owner thread of @ctx: a read, or a write over clusters that are ours
+ * alone (COPIED in L1 and L2), whose L2 entries are cached, mapped onto
+ * at most FAST_RUNS child requests of the file, with no lock and no
+ * allocation.  False (nothing submitted) when anything else is needed:
+ * the metadata thread does the request then.  Anything unusual in an
+ * entry goes there too, which reports it.
+ */
+static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
+{
+    bool write = acb->type == BLK_REQ_WRITE;
+    const Qcow2L1Pub *l1 = __atomic_load_n(&s->l1pub, __ATOMIC_ACQUIRE);
+    uint64_t run_host[FAST_RUNS], run_len[FAST_RUNS];
+    uint32_t fa = MAX(s->file->bl.request_alignment, 1);
+    uint64_t pos = 0;
+    int nruns = 0;
+    size_t iov_i = 0, iov_off = 0;
+
+    if (!s->fast_ok) {
+        return false;
+    }
+    while (pos < acb->bytes) {
+        uint64_t off = acb->offset + pos;
+        uint64_t vc = off >> s->cluster_bits;
+        uint32_t in = off & (s->cluster_size - 1);
+        uint64_t len = MIN(s->cluster_size - in, acb->bytes - pos);
+        uint64_t l1i = vc >> s->info.l2_bits;
+        uint32_t idx = vc & (s->info.l2_entries - 1);
+        uint64_t l1e, raw, host;
+
+        if (l1i >= l1->size) {
+            return false;
+        }
+        l1e = __atomic_load_n(&l1->e[l1i], __ATOMIC_ACQUIRE);
+        if ((l1e & L1_RESERVED) || !(l1e & QCOW2_OFFSET_MASK) ||
+            (write && !(l1e & QCOW2_OFLAG_COPIED))) {
+            return false;
+        }
+        if (!l2_fast_entry(s, l2_slice_key(s, l1e & QCOW2_OFFSET_MASK, idx),
+                           idx % s->slice_entries, &raw)) {
+            return false;
+        }
+        host = raw & QCOW2_OFFSET_MASK;
+        if ((raw & (L2_RESERVED | QCOW2_OFLAG_COMPRESSED |
+                    QCOW2_OFLAG_ZERO)) ||
+            !host || (host & (s->cluster_size - 1)) ||
+            (write && !(raw & QCOW2_OFLAG_COPIED))) {
+            return false;
+        }
+        host += in;
+        if (nruns && run_host[nruns - 1] + run_len[nruns - 1] == host) {
+            run_len[nruns - 1] += len;
+        } else {
+            if (nruns == FAST_RUNS) {
+                return false;
+            }
+            run_host[nruns] = host;
+            run_len[nruns] = len;
+            nruns++;
+        }
+        pos += len;
+    }
+    for (int i = 0; i < nruns; i++) {
+        if ((run_host[i] | run_len[i]) % fa) {
+            return false;
+        }
+    }
+    if (nruns > 1 && acb->niov > FAST_IOV) {
+        return false;
+    }
+    acb->engine_priv[1] = nruns;
+    acb->engine_priv[2] = 0;
+    for (int i = 0; i < nruns; i++) {
+        BlockChildReq *cr = blk_child_req_get(ctx);
+        struct iovec *iov = acb->iov;
+        int niov = acb->niov;
+
+        cr->parent = acb;
+        cr->priv[0] = 0;
+        if (nruns > 1) {
+            /* This run's slice of the guest's buffers. */
+            Qcow2IovBlock *b = iovb_get(ctx);
+            uint64_t need = run_len[i];
+
+            niov = 0;
+            while (need) {
+                size_t take = MIN(acb->iov[iov_i].iov_len - iov_off, need);
+
+                b->iov[niov].iov_base = (uint8_t *)acb->iov[iov_i].iov_base +
+                                        iov_off;
+                b->iov[niov].iov_len = take;
+                niov++;
+                need -= take;
+                iov_off += take;
+                if (iov_off == acb->iov[iov_i].iov_len) {
+                    iov_i++;
+                    iov_off = 0;
+                }
+            }
+            cr->priv[0] = (uintptr_t)b;
+            iov = b->iov;
+        }
+        if (write) {
+            blk_aio_pwritev_sized(s->file, &cr->acb, run_host[i], run_len[i],
+                                  iov, niov, acb->flags & BDRV_REQ_FUA,
+                                  fast_cb, cr);
+        } else {
+            blk_aio_preadv_sized(s->file, &cr->acb, run_host[i], run_len[i],
+                                 iov, niov, fast_cb, cr);
+        }
+    }
+    return true;
+}
+
 /* Owner thread of @ctx: every request type. */
 static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
 {
     BDRVQcow2State *s = bs->opaque;
 
+    if ((acb->type == BLK_REQ_READ || acb->type == BLK_REQ_WRITE) &&
+        qcow2_fast(s, ctx, acb)) {
+        return;
+    }
     acb->engine_priv[0] = (uintptr_t)ctx;
     g_mutex_lock(&s->lock);
     QSIMPLEQ_INSERT_TAIL(&s->reqs, acb, next);
@@ -1599,9 +1884,14 @@ static void open_job(void *opaque)
         uint64_t size = o && o->l2_cache_size ? o->l2_cache_size :
                         QCOW2_DEFAULT_L2_CACHE_SIZE;
 
-        s->nb_slots = MAX(size / s->slice_size, 4);
-        s->nb_slots = MIN(s->nb_slots, 1u << 20);
+        s->nb_sets = MAX(size / s->slice_size / L2_WAYS, 1);
+        s->nb_sets = MIN(s->nb_sets, (1u << 20) / L2_WAYS);
+        s->nb_slots = s->nb_sets * L2_WAYS;
     }
+    s->l1pub = g_new0(Qcow2L1Pub, 1);
+    s->l1pub->size = s->l1_size;
+    s->l1pub->e = s->l1;
+    s->fast_ok = s->cluster_size >= ra;
     s->slots = g_new0(Qcow2L2Slot, s->nb_slots);
     for (uint32_t i = 0; i < s->nb_slots; i++) {
         s->slots[i].data = g_malloc(s->slice_size);
@@ -1656,9 +1946,10 @@ static void qcow2_close(BlockBackend *bs)
         blk_close(s->backing);
         blk_close(s->backing_file);
     }
-    if (s->slot_index) {
-        g_hash_table_destroy(s->slot_index);
+    if (s->retired) {
+        g_ptr_array_free(s->retired, true);
     }
+    g_free(s->l1pub);
     for (uint32_t i = 0; s->slots && i < s->nb_slots; i++) {
         g_free(s->slots[i].data);
     }
@@ -1785,7 +2076,7 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
     g_cond_init(&s->cond);
     QSIMPLEQ_INIT(&s->reqs);
     QSIMPLEQ_INIT(&s->jobs);
-    s->slot_index = g_hash_table_new(g_int64_hash, g_int64_equal);
+    s->retired = g_ptr_array_new_with_free_func(g_free);
     s->rc_cache = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
                                         rc_block_free);
     if (s->writable && opts->file->readonly) {
@@ -1820,7 +2111,11 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
         return false;
     }
     bs->size = s->info.h.size;
-    bs->bl.request_alignment = 512;
+    /* The file's block sizes: a guest request then never needs a
+     * read-modify-write of the file (clusters are whole blocks). */
+    bs->bl.logical_block_size = s->file->bl.logical_block_size;
+    bs->bl.physical_block_size = s->file->bl.physical_block_size;
+    bs->bl.request_alignment = MAX(s->file->bl.request_alignment, 512u);
     bs->bl.can_discard = s->writable;
     bs->bl.can_write_zeroes = s->writable;
     bs->bl.opt_io_size = s->cluster_size;
@@ -1895,9 +2190,18 @@ static void truncate_job(void *opaque)
         }
         l1 = g_new0(uint64_t, entries);
         memcpy(l1, s->l1, (uint64_t)s->l1_size * 8);
-        g_free(s->l1);
+        /* Lock-free readers may still hold the old table. */
+        g_ptr_array_add(s->retired, s->l1);
+        g_ptr_array_add(s->retired, s->l1pub);
         s->l1 = l1;
         s->l1_size = entries;
+        {
+            Qcow2L1Pub *pub = g_new0(Qcow2L1Pub, 1);
+
+            pub->size = entries;
+            pub->e = l1;
+            __atomic_store_n(&s->l1pub, pub, __ATOMIC_RELEASE);
+        }
         s->l1_offset = off;
         s->info.h.l1_size = entries;
         s->info.h.l1_table_offset = off;
