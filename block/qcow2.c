@@ -106,6 +106,8 @@ typedef struct BDRVQcow2State {
     BlockBackend *backing_file; /* the file node of a backing we opened */
     bool own_backing;
     char *filename;
+    char *full_backing;         /* the backing file's resolved name */
+    char *format_specific;      /* for bdrv_get_info() */
     Qcow2Info info;
     bool writable;
     uint32_t cluster_size;
@@ -1964,6 +1966,8 @@ static void qcow2_close(BlockBackend *bs)
     g_free(s->l1);
     g_free(s->rt);
     g_free(s->filename);
+    g_free(s->full_backing);
+    g_free(s->format_specific);
     g_mutex_clear(&s->lock);
     g_cond_clear(&s->cond);
     g_clear_error(&s->open_err);
@@ -2017,6 +2021,7 @@ static bool open_backing(BlockBackend *bs, BDRVQcow2State *s,
 
             path = g_build_filename(dir, s->info.backing_file, NULL);
         }
+        s->full_backing = g_strdup(path);
         blk_options_init(&fo);
         fo.driver = "file";
         fo.filename = path;
@@ -2120,6 +2125,15 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
     bs->bl.can_write_zeroes = s->writable;
     bs->bl.opt_io_size = s->cluster_size;
     bs->filename = g_strdup(s->filename);
+    s->format_specific = g_strdup_printf(
+        "{\"type\": \"qcow2\", \"data\": {\"compat\": \"%s\", "
+        "\"lazy-refcounts\": %s, \"refcount-bits\": %u, "
+        "\"corrupt\": false, \"extended-l2\": false, "
+        "\"compression-type\": \"%s\"}}",
+        s->info.h.version >= 3 ? "1.1" : "0.10",
+        s->info.lazy_refcounts ? "true" : "false", s->info.refcount_bits,
+        s->info.h.compression_type == QCOW2_COMPRESSION_ZSTD ? "zstd" :
+                                                               "zlib");
     return true;
 }
 
@@ -2254,6 +2268,12 @@ static void qcow2_get_info(BlockBackend *bs, BlockDriverInfo *bdi)
     BDRVQcow2State *s = bs->opaque;
 
     bdi->cluster_size = s->cluster_size;
+    bdi->backing_file = s->info.backing_file;
+    bdi->full_backing_file = s->full_backing;
+    bdi->backing_format = s->info.backing_format;
+    bdi->backing = s->backing;
+    bdi->format_specific = s->format_specific;
+    bdi->dirty = s->info.dirty;
 }
 
 /* ---- options ---------------------------------------------------------- */

@@ -543,8 +543,11 @@ static void test_blockdev_qmp(void)
     uint64_t size = 1024 * 1024;
     g_autofree char *qmp_path = NULL, *chardev = NULL, *fdef = NULL;
     g_autofree char *exp = NULL, *sock2 = NULL, *img2 = NULL;
-    g_autofree char *cmd = NULL;
+    g_autofree char *cmd = NULL, *base2 = NULL, *ov = NULL;
+    g_autofree char *out = NULL;
     g_autoptr(JsonNode) r = NULL;
+    g_autoptr(JsonNode) r2 = NULL;
+    int status;
     g_autofree uint8_t *expect = NULL;
     g_autoptr(GError) err = NULL;
     VhostUserFrontendOptions o = { .num_queues = 1,
@@ -560,7 +563,13 @@ static void test_blockdev_qmp(void)
     g_assert_true(g_file_set_contents(q.img, "", 0, NULL));
     g_assert_cmpint(truncate(q.img, size), ==, 0);
     img2 = q2_path(&q, "vm1.qcow2");
-    sh("qemu-img create -q -f qcow2 '%s' 1M", img2);
+    base2 = q2_path(&q, "base2.qcow2");
+    ov = q2_path(&q, "ov.qcow2");
+    sh("qemu-img create -q -f qcow2 '%s' 1M", base2);
+    sh("qemu-io -f qcow2 -c 'write -P 0x72 0 1M' '%s' >/dev/null", base2);
+    sh("cd '%s' && qemu-img create -q -f qcow2 -b base2.qcow2 -F qcow2 "
+       "vm1.qcow2 1M && qemu-img create -q -f qcow2 -b base2.qcow2 "
+       "-F qcow2 ov.qcow2 1M", q.d.dir);
     sh("qemu-io -f qcow2 -c 'write -P 0x71 4k 60k' '%s' >/dev/null", img2);
     expect = convert_raw(&q, img2, NULL);
     qmp_path = q2_path(&q, "qmp.sock");
@@ -630,8 +639,74 @@ static void test_blockdev_qmp(void)
               "{\"node-name\": \"q1\"}}");
     vb_qmp_ok(&m, "{\"execute\": \"blockdev-del\", \"arguments\": "
               "{\"node-name\": \"f1\"}}");
+
+    /* A backing node by name (backing=NODE) under a new overlay. */
+    g_free(cmd);
+    cmd = g_strdup_printf("{\"execute\": \"blockdev-add\", \"arguments\": "
+                          "{\"driver\": \"qcow2\", \"node-name\": \"qb\", "
+                          "\"read-only\": true, \"file\": {\"driver\": "
+                          "\"file\", \"filename\": \"%s\"}}}", base2);
+    vb_qmp_ok(&m, cmd);
+    g_free(cmd);
+    cmd = g_strdup_printf("{\"execute\": \"blockdev-add\", \"arguments\": "
+                          "{\"driver\": \"qcow2\", \"node-name\": \"qo\", "
+                          "\"backing\": \"qb\", \"file\": {\"driver\": "
+                          "\"file\", \"filename\": \"%s\"}}}", ov);
+    vb_qmp_ok(&m, cmd);
+    vb_qmp_fails(&m, "{\"execute\": \"blockdev-del\", \"arguments\": "
+                 "{\"node-name\": \"qb\"}}",
+                 "Block device qb is in use: the node 'qo' uses it as its "
+                 "file or backing child; delete that one first");
+
+    /* The chain as QEMU shows it. */
+    r2 = vb_qmp(&m, "{\"execute\": \"query-named-block-nodes\"}", NULL);
+    {
+        JsonArray *a = json_node_get_array(r2);
+        int seen = 0;
+
+        for (guint i = 0; i < json_array_get_length(a); i++) {
+            JsonObject *n = json_array_get_object_element(a, i);
+            const char *name = json_object_get_string_member(n, "node-name");
+            JsonObject *img = json_object_get_object_member(n, "image");
+
+            if (!strcmp(name, "q0") || !strcmp(name, "qo")) {
+                JsonObject *bi = json_object_get_object_member(
+                    img, "backing-image");
+
+                g_assert_cmpint(json_object_get_int_member(
+                                    n, "backing_file_depth"), ==, 1);
+                g_assert_cmpstr(json_object_get_string_member(
+                                    n, "backing_file"), ==, "base2.qcow2");
+                g_assert_cmpint(json_object_get_int_member(
+                                    img, "cluster-size"), ==, 65536);
+                g_assert_nonnull(bi);
+                g_assert_cmpstr(json_object_get_string_member(bi, "format"),
+                                ==, "qcow2");
+                g_assert_cmpstr(json_object_get_string_member(
+                    json_object_get_object_member(
+                        json_object_get_object_member(img,
+                                                      "format-specific"),
+                        "data"), "compat"), ==, "1.1");
+                seen++;
+            }
+        }
+        g_assert_cmpint(seen, ==, 2);
+    }
+    vb_qmp_ok(&m, "{\"execute\": \"blockdev-del\", \"arguments\": "
+              "{\"node-name\": \"qo\"}}");
+    vb_qmp_ok(&m, "{\"execute\": \"blockdev-del\", \"arguments\": "
+              "{\"node-name\": \"qb\"}}");
+
+    /* Growing past what the L1 table covers (512 MiB here). */
+    vb_qmp_ok(&m, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"q0\", \"size\": 3221225472}}");
     vb_qmp_close(&m);
-    vb_daemon_kill(&q.d);
+    g_assert_cmpint(kill(q.d.pid, SIGTERM), ==, 0);
+    g_assert_cmpint(waitpid(q.d.pid, &status, 0), ==, q.d.pid);
+    q.d.pid = 0;
+    check_clean(img2);
+    g_assert_cmpint(sh_status(&out, "qemu-img info '%s'", img2), ==, 0);
+    g_assert_nonnull(strstr(out, "virtual size: 3 GiB"));
     q2_cleanup(&q);
 }
 
