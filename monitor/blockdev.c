@@ -1028,6 +1028,7 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
     }
     if (n->parents) {
         const char *parent = "?";
+        bool format = false;
 
         for (guint i = 0; i < s->nodes->len; i++) {
             VbNode *p = g_ptr_array_index(s->nodes, i);
@@ -1035,12 +1036,19 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
             if ((p->alias || p->format) &&
                 (p->file == n || p->backing == n)) {
                 parent = p->name;
+                format = p->format;
                 break;
             }
         }
-        vb_set_error(errp, "Block device %s is in use: the node '%s' "
-                     "uses it as its file or backing child; delete that one "
-                     "first", name, parent);
+        if (format) {
+            vb_set_error(errp, "Block device %s is in use: the qcow2 node "
+                         "'%s' uses it as its file or backing child; delete "
+                         "that one first", name, parent);
+        } else {
+            vb_set_error(errp, "Block device %s is in use: the raw node "
+                         "'%s' uses it as its file child; delete that one "
+                         "first", name, parent);
+        }
         return NULL;
     }
     {

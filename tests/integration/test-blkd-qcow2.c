@@ -616,8 +616,8 @@ static void test_blockdev_qmp(void)
               "\"backing\": null}}");
     vb_qmp_fails(&m, "{\"execute\": \"blockdev-del\", \"arguments\": "
                  "{\"node-name\": \"f1\"}}",
-                 "Block device f1 is in use: the node 'q1' uses it as its "
-                 "file or backing child; delete that one first");
+                 "Block device f1 is in use: the qcow2 node 'q1' uses it as "
+                 "its file or backing child; delete that one first");
     r = vb_qmp(&m, "{\"execute\": \"query-named-block-nodes\"}", NULL);
     {
         JsonArray *a = json_node_get_array(r);
@@ -655,8 +655,8 @@ static void test_blockdev_qmp(void)
     vb_qmp_ok(&m, cmd);
     vb_qmp_fails(&m, "{\"execute\": \"blockdev-del\", \"arguments\": "
                  "{\"node-name\": \"qb\"}}",
-                 "Block device qb is in use: the node 'qo' uses it as its "
-                 "file or backing child; delete that one first");
+                 "Block device qb is in use: the qcow2 node 'qo' uses it as "
+                 "its file or backing child; delete that one first");
 
     /* The chain as QEMU shows it. */
     r2 = vb_qmp(&m, "{\"execute\": \"query-named-block-nodes\"}", NULL);
