@@ -1587,23 +1587,58 @@ static void fast_cb(void *opaque, int ret)
 #define L2_RESERVED (~(QCOW2_OFFSET_MASK | QCOW2_OFLAG_COPIED | \
                        QCOW2_OFLAG_COMPRESSED | QCOW2_OFLAG_ZERO))
 
+/* What one run of a fast request is. */
+enum {
+    RUN_FILE,                   /* data clusters: the file at run_at */
+    RUN_BACKING,                /* unallocated: the backing node, same offset */
+    RUN_ZERO,                   /* zero clusters, or past the backing's end */
+};
+
+/* The slice [pos, pos + len) of @acb's buffers into @b; false if it
+ * needs more than FAST_IOV iovecs. */
+static int iov_slice(const BlockAIOCB *acb, uint64_t pos, uint64_t len,
+                     struct iovec *out)
+{
+    int n = 0;
+
+    for (int i = 0; i < acb->niov && len; i++) {
+        size_t l = acb->iov[i].iov_len;
+
+        if (pos >= l) {
+            pos -= l;
+            continue;
+        }
+        if (n == FAST_IOV) {
+            return -1;
+        }
+        out[n].iov_base = (uint8_t *)acb->iov[i].iov_base + pos;
+        out[n].iov_len = MIN(l - pos, len);
+        len -= out[n].iov_len;
+        pos = 0;
+        n++;
+    }
+    return n;
+}
+
 /*
- * Owner thread of @ctx: a read, or a write over clusters that are ours
- * alone (COPIED in L1 and L2), whose L2 entries are cached, mapped onto
- * at most FAST_RUNS child requests of the file, with no lock and no
- * allocation.  False (nothing submitted) when anything else is needed:
- * the metadata thread does the request then.  Anything unusual in an
- * entry goes there too, which reports it.
+ * Owner thread of @ctx: a read (of data, zero and unallocated clusters),
+ * or a write over clusters that are ours alone (COPIED in L1 and L2),
+ * whose L2 entries are cached, mapped onto at most FAST_RUNS runs: child
+ * requests of the file or the backing node, and zeroes filled here; no
+ * lock, no allocation.  False (nothing submitted) when anything else is
+ * needed: the metadata thread does the request then.  Anything unusual
+ * in an entry goes there too, which reports it.
  */
 static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
 {
     bool write = acb->type == BLK_REQ_WRITE;
     const Qcow2L1Pub *l1 = __atomic_load_n(&s->l1pub, __ATOMIC_ACQUIRE);
-    uint64_t run_host[FAST_RUNS], run_len[FAST_RUNS];
+    uint64_t run_at[FAST_RUNS], run_len[FAST_RUNS], run_pos[FAST_RUNS];
+    int run_kind[FAST_RUNS];
     uint32_t fa = MAX(s->file->bl.request_alignment, 1);
+    uint64_t bsize = s->backing ? blk_getlength(s->backing) : 0;
     uint64_t pos = 0;
-    int nruns = 0;
-    size_t iov_i = 0, iov_off = 0;
+    int nruns = 0, nio = 0;
 
     if (!s->fast_ok) {
         return false;
@@ -1615,86 +1650,109 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
         uint64_t len = MIN(s->cluster_size - in, acb->bytes - pos);
         uint64_t l1i = vc >> s->info.l2_bits;
         uint32_t idx = vc & (s->info.l2_entries - 1);
-        uint64_t l1e, raw, host;
+        uint64_t l1e, raw = 0, at = off;
+        int kind;
 
         if (l1i >= l1->size) {
             return false;
         }
         l1e = __atomic_load_n(&l1->e[l1i], __ATOMIC_ACQUIRE);
-        if ((l1e & L1_RESERVED) || !(l1e & QCOW2_OFFSET_MASK) ||
+        if ((l1e & L1_RESERVED) ||
             (write && !(l1e & QCOW2_OFLAG_COPIED))) {
             return false;
         }
-        if (!l2_fast_entry(s, l2_slice_key(s, l1e & QCOW2_OFFSET_MASK, idx),
+        if ((l1e & QCOW2_OFFSET_MASK) &&
+            !l2_fast_entry(s, l2_slice_key(s, l1e & QCOW2_OFFSET_MASK, idx),
                            idx % s->slice_entries, &raw)) {
             return false;
         }
-        host = raw & QCOW2_OFFSET_MASK;
-        if ((raw & (L2_RESERVED | QCOW2_OFLAG_COMPRESSED |
-                    QCOW2_OFLAG_ZERO)) ||
-            !host || (host & (s->cluster_size - 1)) ||
-            (write && !(raw & QCOW2_OFLAG_COPIED))) {
+        if (raw & (L2_RESERVED | QCOW2_OFLAG_COMPRESSED)) {
             return false;
         }
-        host += in;
-        if (nruns && run_host[nruns - 1] + run_len[nruns - 1] == host) {
+        if (raw & QCOW2_OFLAG_ZERO) {
+            kind = RUN_ZERO;
+        } else if (raw & QCOW2_OFFSET_MASK) {
+            at = raw & QCOW2_OFFSET_MASK;
+            if (at & (s->cluster_size - 1)) {
+                return false;
+            }
+            at += in;
+            kind = RUN_FILE;
+        } else if (raw & QCOW2_OFLAG_COPIED) {
+            return false;       /* offset 0 with COPIED: corrupt */
+        } else {
+            kind = off < bsize ? RUN_BACKING : RUN_ZERO;
+            if (kind == RUN_BACKING && len > bsize - off) {
+                len = bsize - off;      /* the rest: past its end */
+            }
+        }
+        if (write && (kind != RUN_FILE || !(raw & QCOW2_OFLAG_COPIED))) {
+            return false;
+        }
+        if (nruns && run_kind[nruns - 1] == kind &&
+            (kind == RUN_ZERO ||
+             run_at[nruns - 1] + run_len[nruns - 1] == at)) {
             run_len[nruns - 1] += len;
         } else {
             if (nruns == FAST_RUNS) {
                 return false;
             }
-            run_host[nruns] = host;
+            run_kind[nruns] = kind;
+            run_at[nruns] = at;
             run_len[nruns] = len;
+            run_pos[nruns] = pos;
             nruns++;
         }
         pos += len;
     }
     for (int i = 0; i < nruns; i++) {
-        if ((run_host[i] | run_len[i]) % fa) {
+        if (run_kind[i] == RUN_FILE && (run_at[i] | run_len[i]) % fa) {
             return false;
         }
+        nio += run_kind[i] != RUN_ZERO;
     }
     if (nruns > 1 && acb->niov > FAST_IOV) {
         return false;
     }
-    acb->engine_priv[1] = nruns;
+    /* Committed: nothing below fails back to the slow path. */
+    for (int i = 0; i < nruns; i++) {
+        if (run_kind[i] == RUN_ZERO) {
+            iov_memset(acb->iov, acb->niov, run_pos[i], 0, run_len[i]);
+        }
+    }
+    if (!nio) {
+        blk_complete_later(ctx, acb, 0);
+        return true;
+    }
+    acb->engine_priv[1] = nio;
     acb->engine_priv[2] = 0;
     for (int i = 0; i < nruns; i++) {
-        BlockChildReq *cr = blk_child_req_get(ctx);
+        BlockChildReq *cr;
         struct iovec *iov = acb->iov;
         int niov = acb->niov;
+        BlockBackend *child = run_kind[i] == RUN_FILE ? s->file : s->backing;
 
+        if (run_kind[i] == RUN_ZERO) {
+            continue;
+        }
+        cr = blk_child_req_get(ctx);
         cr->parent = acb;
         cr->priv[0] = 0;
         if (nruns > 1) {
             /* This run's slice of the guest's buffers. */
             Qcow2IovBlock *b = iovb_get(ctx);
-            uint64_t need = run_len[i];
 
-            niov = 0;
-            while (need) {
-                size_t take = MIN(acb->iov[iov_i].iov_len - iov_off, need);
-
-                b->iov[niov].iov_base = (uint8_t *)acb->iov[iov_i].iov_base +
-                                        iov_off;
-                b->iov[niov].iov_len = take;
-                niov++;
-                need -= take;
-                iov_off += take;
-                if (iov_off == acb->iov[iov_i].iov_len) {
-                    iov_i++;
-                    iov_off = 0;
-                }
-            }
+            niov = iov_slice(acb, run_pos[i], run_len[i], b->iov);
+            assert(niov > 0);   /* niov <= FAST_IOV was checked */
             cr->priv[0] = (uintptr_t)b;
             iov = b->iov;
         }
         if (write) {
-            blk_aio_pwritev_sized(s->file, &cr->acb, run_host[i], run_len[i],
+            blk_aio_pwritev_sized(child, &cr->acb, run_at[i], run_len[i],
                                   iov, niov, acb->flags & BDRV_REQ_FUA,
                                   fast_cb, cr);
         } else {
-            blk_aio_preadv_sized(s->file, &cr->acb, run_host[i], run_len[i],
+            blk_aio_preadv_sized(child, &cr->acb, run_at[i], run_len[i],
                                  iov, niov, fast_cb, cr);
         }
     }
