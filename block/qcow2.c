@@ -134,6 +134,7 @@ typedef struct BDRVQcow2State {
     Qcow2L1Pub *l1pub;          /* atomic: published to the fast path */
     GPtrArray *retired;         /* old L1 tables, freed at close */
     bool fast_ok;               /* clusters are whole direct I/O blocks */
+    uint64_t slow_requests;     /* atomic: qcow2_slow_requests() */
 
     /* Refcount block cache. */
     GHashTable *rc_cache;       /* offset -> Qcow2RcBlock */
@@ -1769,6 +1770,7 @@ static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
         return;
     }
     acb->engine_priv[0] = (uintptr_t)ctx;
+    __atomic_add_fetch(&s->slow_requests, 1, __ATOMIC_RELAXED);
     g_mutex_lock(&s->lock);
     QSIMPLEQ_INSERT_TAIL(&s->reqs, acb, next);
     g_cond_broadcast(&s->cond);
@@ -2319,6 +2321,13 @@ static bool qcow2_truncate(BlockBackend *bs, uint64_t size, GError **errp)
         return false;
     }
     return true;
+}
+
+uint64_t qcow2_slow_requests(BlockBackend *blk)
+{
+    BDRVQcow2State *s = blk->opaque;
+
+    return __atomic_load_n(&s->slow_requests, __ATOMIC_RELAXED);
 }
 
 static void qcow2_get_info(BlockBackend *bs, BlockDriverInfo *bdi)

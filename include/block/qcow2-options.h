@@ -31,4 +31,8 @@ typedef struct BlockQcow2Options {
     unsigned int depth;
 } BlockQcow2Options;
 
+/* Requests of @blk (a qcow2 node) the metadata thread has done, i.e. that
+ * did not take the lock-free fast path (tests).  Any thread. */
+uint64_t qcow2_slow_requests(BlockBackend *blk);
+
 #endif
