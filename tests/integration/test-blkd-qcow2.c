@@ -262,6 +262,28 @@ static void test_matrix(gconstpointer data)
     q2_cleanup(&q);
 }
 
+/*
+ * Small clusters and refcount widths: 12 MiB written into 512-byte
+ * clusters need new refcount blocks and a bigger refcount table (one
+ * cluster of it covers 8 MiB at 16 bits).
+ */
+static void test_refcount_growth(gconstpointer data)
+{
+    const char *bits = data;
+    uint64_t size = 12 * 1024 * 1024;
+    Q2 q;
+    const uint64_t w[][2] = {
+        { 0, 12 * 1024 * 1024 },
+        { 4096 + 512, 1024 },
+    };
+
+    q2_init(&q, size);
+    sh("qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=%s "
+       "'%s' 12M", bits, q.img);
+    read_write_check(&q, w, G_N_ELEMENTS(w));
+    q2_cleanup(&q);
+}
+
 /* ---- compressed clusters ---------------------------------------------- */
 
 static void test_compressed(gconstpointer data)
@@ -861,6 +883,10 @@ int main(int argc, char **argv)
 
         g_test_add_data_func(name, &matrix[i], test_matrix);
     }
+    g_test_add_data_func("/qcow2/refcount-growth/1", "1",
+                         test_refcount_growth);
+    g_test_add_data_func("/qcow2/refcount-growth/64", "64",
+                         test_refcount_growth);
     g_test_add_data_func("/qcow2/compressed/zlib", "zlib", test_compressed);
     g_test_add_data_func("/qcow2/compressed/zstd", "zstd", test_compressed);
     g_test_add_func("/qcow2/chain", test_chain);
