@@ -135,6 +135,8 @@ typedef struct BDRVQcow2State {
     GPtrArray *retired;         /* old L1 tables, freed at close */
     bool fast_ok;               /* clusters are whole direct I/O blocks */
     uint64_t slow_requests;     /* atomic: qcow2_slow_requests() */
+    bool autoclear_pending;     /* atomic: autoclear bits to clear at
+                                 * the first write (no fast writes) */
 
     /* Refcount block cache. */
     GHashTable *rc_cache;       /* offset -> Qcow2RcBlock */
@@ -1086,16 +1088,22 @@ typedef struct WritePlan {
  * a reader that knows them must not trust what they describe. */
 static int first_write(BDRVQcow2State *s)
 {
+    int ret;
+
     if (!s->info.h.autoclear_features) {
         return 0;
     }
-    s->info.h.autoclear_features = 0;
-    if (s->info.h.version >= 3) {
-        qcow2_st_be64(s->hdr + HDR_AUTOCLEAR, 0);
-        int ret = write_header(s);
-
-        return ret < 0 ? ret : sio_flush(s);
+    qcow2_st_be64(s->hdr + HDR_AUTOCLEAR, 0);
+    ret = write_header(s);
+    if (ret == 0) {
+        ret = sio_flush(s);
     }
+    if (ret < 0) {
+        return ret;
+    }
+    s->info.h.autoclear_features = 0;
+    /* Until now every write came here (see qcow2_fast()). */
+    __atomic_store_n(&s->autoclear_pending, false, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -1641,7 +1649,8 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
     uint64_t pos = 0;
     int nruns = 0, nio = 0;
 
-    if (!s->fast_ok) {
+    if (!s->fast_ok ||
+        (write && __atomic_load_n(&s->autoclear_pending, __ATOMIC_ACQUIRE))) {
         return false;
     }
     while (pos < acb->bytes) {
@@ -1954,6 +1963,8 @@ static void open_job(void *opaque)
     s->l1pub->size = s->l1_size;
     s->l1pub->e = s->l1;
     s->fast_ok = s->cluster_size >= ra;
+    /* Version 2 has no autoclear field (the parser leaves it 0). */
+    s->autoclear_pending = s->info.h.autoclear_features != 0;
     s->slots = g_new0(Qcow2L2Slot, s->nb_slots);
     for (uint32_t i = 0; i < s->nb_slots; i++) {
         s->slots[i].data = g_malloc(s->slice_size);

@@ -558,6 +558,36 @@ static void test_refusals(void)
     q2_cleanup(&q);
 }
 
+/* Unknown autoclear bits (and the bitmaps bit) go at the first write,
+ * even one that overwrites an allocated cluster in place. */
+static void test_autoclear(void)
+{
+    uint8_t bits = 0x45, field[8];
+    g_autofree uint8_t *data = g_malloc(4096);
+    Q2 q;
+    int fd;
+
+    q2_init(&q, 1024 * 1024);
+    sh("qemu-img create -q -f qcow2 '%s' 1M", q.img);
+    sh("qemu-io -f qcow2 -c 'write -P 0x11 0 64k' '%s' >/dev/null", q.img);
+    patch(q.img, 88 + 7, &bits, 1);
+    q2_start(&q, 1);
+    q2_rw(&q, false, 0, data, 4096);
+    fd = open(q.img, O_RDONLY | O_CLOEXEC);
+    g_assert_cmpint(pread(fd, field, 8, 88), ==, 8);
+    g_assert_cmpuint(field[7], ==, bits);    /* reads change nothing */
+    vb_fill_pattern(data, 4096, 3);
+    q2_rw(&q, true, 0, data, 4096);
+    g_assert_cmpint(pread(fd, field, 8, 88), ==, 8);
+    close(fd);
+    for (int i = 0; i < 8; i++) {
+        g_assert_cmpuint(field[i], ==, 0);
+    }
+    q2_stop(&q);
+    check_clean(q.img);
+    q2_cleanup(&q);
+}
+
 /* ---- the --blockdev syntax and QMP ------------------------------------ */
 
 static void test_blockdev_qmp(void)
@@ -896,6 +926,7 @@ int main(int argc, char **argv)
     g_test_add_data_func("/qcow2/discard-zeroes/backing", GINT_TO_POINTER(1),
                          test_discard_zeroes);
     g_test_add_func("/qcow2/refusals", test_refusals);
+    g_test_add_func("/qcow2/autoclear", test_autoclear);
     g_test_add_func("/qcow2/blockdev-qmp", test_blockdev_qmp);
     g_test_add_func("/qcow2/concurrent-alloc", test_concurrent_alloc);
     g_test_add_func("/qcow2/crash", test_crash);
