@@ -146,6 +146,10 @@ typedef struct BDRVQcow2State {
      * @end is the first cluster past everything in use. */
     uint64_t free_hint;
     uint64_t end;
+    /* Clusters whose refcount is 1 on disk, not used yet. */
+    int64_t *reserve;
+    uint32_t res_head, res_len, res_max;
+    bool rc_dirty;              /* a refcount block is dirty */
 
     Qcow2Decompressor *dec;
     uint8_t *cbuf;
@@ -412,6 +416,7 @@ static int rc_write_dirty(BDRVQcow2State *s)
             b->dirty = false;
         }
     }
+    s->rc_dirty = false;
     return 0;
 }
 
@@ -453,6 +458,7 @@ static int rc_update(BDRVQcow2State *s, uint64_t cluster, int delta)
         return ret;
     }
     b->dirty = true;
+    s->rc_dirty = true;
     return 0;
 }
 
@@ -522,6 +528,7 @@ static int rc_extend(BDRVQcow2State *s, uint64_t need_ti)
             return ret;
         }
         b->dirty = true;
+        s->rc_dirty = true;
         if (new_rt) {
             new_rt[tis[i]] = (L + i) << s->cluster_bits;
         }
@@ -550,6 +557,7 @@ static int rc_extend(BDRVQcow2State *s, uint64_t need_ti)
             return ret;
         }
         b->dirty = true;
+        s->rc_dirty = true;
     }
     ret = rc_write_dirty(s);
     if (ret < 0) {
@@ -659,6 +667,46 @@ found:
         }
     }
     return start << s->cluster_bits;
+}
+
+/*
+ * A cluster for guest data.  Allocating one costs a flush (its refcount
+ * must be durable before an L2 entry names it), so clusters are reserved
+ * a batch at a time: their refcounts are set together, and the caller's
+ * one flush covers the batch; later calls take from it without any.  A
+ * crash leaks what is left of the batch; a clean close gives it back.
+ */
+static int64_t alloc_data_cluster(BDRVQcow2State *s)
+{
+    if (s->res_head == s->res_len) {
+        s->res_head = s->res_len = 0;
+        for (uint32_t i = 0; i < s->res_max; i++) {
+            int64_t off = alloc_clusters(s, 1);
+
+            if (off < 0) {
+                if (!s->res_len) {
+                    return off;
+                }
+                break;
+            }
+            s->reserve[s->res_len++] = off;
+        }
+    }
+    return s->reserve[s->res_head++];
+}
+
+/* Give the unused reserved clusters back (before a clean close). */
+static int release_reserve(BDRVQcow2State *s)
+{
+    while (s->res_head < s->res_len) {
+        int ret = rc_update(s, s->reserve[s->res_head++] >> s->cluster_bits,
+                            -1);
+
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    return 0;
 }
 
 /* Decrement the refcounts of the host clusters [off, off + len). */
@@ -1121,7 +1169,7 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
     g_autofree WritePlan *plan = g_new0(WritePlan, n);
     g_autofree uint8_t *cl = NULL;
     g_autofree uint8_t *zero = NULL;
-    bool need_flush = false, decref = false;
+    bool decref = false;
     int ret;
 
     ret = first_write(s);
@@ -1147,13 +1195,14 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         if (p->loc.e.type == QCOW2_CLUSTER_NORMAL && p->loc.e.copied) {
             continue;
         }
-        p->new_off = alloc_clusters(s, 1);
+        p->new_off = alloc_data_cluster(s);
         if (p->new_off < 0) {
             return p->new_off;
         }
-        need_flush = true;
     }
-    if (need_flush) {
+    /* New refcounts (a new batch of data clusters) are durable before
+     * any L2 entry names one of them. */
+    if (s->rc_dirty) {
         ret = rc_write_dirty(s);
         if (ret == 0) {
             ret = sio_flush(s);
@@ -1963,6 +2012,9 @@ static void open_job(void *opaque)
     s->l1pub->size = s->l1_size;
     s->l1pub->e = s->l1;
     s->fast_ok = s->cluster_size >= ra;
+    /* A batch of data clusters: 4 MiB, 1 to 512 clusters. */
+    s->res_max = MIN(MAX((4u << 20) / s->cluster_size, 1u), 512u);
+    s->reserve = g_new0(int64_t, s->res_max);
     /* Version 2 has no autoclear field (the parser leaves it 0). */
     s->autoclear_pending = s->info.h.autoclear_features != 0;
     s->slots = g_new0(Qcow2L2Slot, s->nb_slots);
@@ -1984,6 +2036,7 @@ static void close_job(void *opaque)
     BDRVQcow2State *s = opaque;
 
     if (s->writable && s->file) {
+        release_reserve(s);
         rc_write_dirty(s);
         sio_flush(s);
     }
@@ -2039,6 +2092,7 @@ static void qcow2_close(BlockBackend *bs)
     g_free(s->filename);
     g_free(s->full_backing);
     g_free(s->format_specific);
+    g_free(s->reserve);
     g_mutex_clear(&s->lock);
     g_cond_clear(&s->cond);
     g_clear_error(&s->open_err);
