@@ -5,8 +5,8 @@
  * from the backing node) and overwrites of allocated clusters take the
  * lock-free fast path (the metadata thread sees none of them) and the
  * per-context pool of child requests stops growing; an allocating write
- * goes to the metadata thread; what is read equals qemu-img's view and
- * the image stays clean.
+ * goes to the metadata thread; block status tells the cluster kinds
+ * apart; what is read equals qemu-img's view and the image stays clean.
  */
 #include "qemu/osdep.h"
 #include "block/block.h"
@@ -53,6 +53,21 @@ static int do_rw(BlockBackend *blk, bool write, int64_t off, void *buf,
         aio_poll(ctx, true);
     }
     return r.ret;
+}
+
+static unsigned int do_status(BlockBackend *blk, int64_t off, uint64_t len,
+                              uint64_t *pnum)
+{
+    BlockStatus st = { 0 };
+    Req r = { 0 };
+
+    blk_aio_block_status(blk, &r.acb, off, len, &st, req_cb, &r);
+    while (!r.done) {
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpint(r.ret, ==, 0);
+    *pnum = st.pnum;
+    return st.flags;
 }
 
 static void sh(const char *cmd)
@@ -142,11 +157,28 @@ static void test_fast_path(void)
     g_assert_cmpuint(qcow2_slow_requests(q), ==, slow);
     g_assert_cmpuint(blk_child_req_allocated(ctx), ==, pool);
 
+    /* Block status: the backing file's, data, zeroes, past its end. */
+    {
+        uint64_t pnum;
+
+        g_assert_cmpuint(do_status(q, 0, 1024 * 1024, &pnum), ==, 0);
+        g_assert_cmpuint(pnum, ==, 1024 * 1024);
+        g_assert_cmpuint(do_status(q, 1024 * 1024, 1024 * 1024, &pnum), ==,
+                         BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED);
+        g_assert_cmpuint(pnum, ==, 512 * 1024);
+        g_assert_cmpuint(do_status(q, 2 * 1024 * 1024, 1024 * 1024, &pnum),
+                         ==, BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED);
+        g_assert_cmpuint(pnum, ==, 128 * 1024);
+        g_assert_cmpuint(do_status(q, 3 * 1024 * 1024, 1024 * 1024, &pnum),
+                         ==, BDRV_BLOCK_ZERO);
+        g_assert_cmpuint(pnum, ==, 1024 * 1024);
+    }
+
     /* Allocation is the metadata thread's. */
     memset(buf, 0x77, 4096);
     memset(expect + 3 * 1024 * 1024 + 512, 0x77, 4096);
     g_assert_cmpint(do_rw(q, true, 3 * 1024 * 1024 + 512, buf, 4096), ==, 0);
-    g_assert_cmpuint(qcow2_slow_requests(q), ==, slow + 1);
+    g_assert_cmpuint(qcow2_slow_requests(q), ==, slow + 5);
     g_assert_cmpint(do_rw(q, false, 3 * 1024 * 1024, buf, 64 * 1024), ==, 0);
     g_assert_true(memcmp(buf, expect + 3 * 1024 * 1024, 64 * 1024) == 0);
 
