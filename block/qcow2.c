@@ -1020,7 +1020,8 @@ static int read_compressed(BDRVQcow2State *s, const Qcow2L2Entry *e,
     uint64_t fsize = blk_getlength(s->file);
     uint64_t start = e->host_offset & ~511ull;
     uint64_t end = MIN(e->host_offset + e->compressed_size, fsize);
-    uint64_t rend = MIN(QEMU_ALIGN_UP(end, s->file->bl.request_alignment), fsize);
+    uint64_t rend = MIN(QEMU_ALIGN_UP(end, s->file->bl.request_alignment),
+                        fsize);
     const char *why = NULL;
     int ret;
 
@@ -1940,8 +1941,8 @@ static void open_job(void *opaque)
     s->cluster_bits = s->info.h.cluster_bits;
     s->cluster_size = s->info.cluster_size;
     s->align = MIN(MAX(ra, 512u), s->cluster_size);
-    s->hdr_len = MIN(QEMU_ALIGN_UP(MAX(s->info.h.header_length, 104u), s->align),
-                     s->cluster_size);
+    s->hdr_len = MIN(QEMU_ALIGN_UP(MAX(s->info.h.header_length, 104u),
+                                   s->align), s->cluster_size);
     s->hdr = g_malloc0(s->hdr_len);
     memcpy(s->hdr, buf, MIN(s->hdr_len, hlen));
     if (s->info.h.l1_size < s->info.l1_needed) {
