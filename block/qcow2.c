@@ -1131,6 +1131,7 @@ typedef struct WritePlan {
     uint32_t in, len;
     Qcow2Loc loc;
     int64_t new_off;            /* 0: in place */
+    bool reuse;                 /* new_off is the zeroed cluster's own */
 } WritePlan;
 
 /* Clear the autoclear bits we do not maintain, before the first change:
@@ -1196,6 +1197,13 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         if (p->loc.e.type == QCOW2_CLUSTER_NORMAL && p->loc.e.copied) {
             continue;
         }
+        if (p->loc.e.type == QCOW2_CLUSTER_ZERO_ALLOC && p->loc.e.copied) {
+            /* Ours, preallocated: written whole (zeroes around the data)
+             * before the entry loses its zero flag. */
+            p->new_off = p->loc.e.host_offset;
+            p->reuse = true;
+            continue;
+        }
         p->new_off = alloc_data_cluster(s);
         if (p->new_off < 0) {
             return p->new_off;
@@ -1247,7 +1255,7 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         if (ret < 0) {
             return ret;
         }
-        if (p->loc.e.type != QCOW2_CLUSTER_UNALLOCATED &&
+        if (!p->reuse && p->loc.e.type != QCOW2_CLUSTER_UNALLOCATED &&
             p->loc.e.type != QCOW2_CLUSTER_ZERO_PLAIN) {
             decref = true;
         }
@@ -1262,7 +1270,8 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         for (uint64_t i = 0; i < n; i++) {
             WritePlan *p = &plan[i];
 
-            if (!p->new_off || p->loc.e.type == QCOW2_CLUSTER_UNALLOCATED ||
+            if (!p->new_off || p->reuse ||
+                p->loc.e.type == QCOW2_CLUSTER_UNALLOCATED ||
                 p->loc.e.type == QCOW2_CLUSTER_ZERO_PLAIN) {
                 continue;
             }
