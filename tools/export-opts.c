@@ -314,6 +314,13 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
         e->socket = g_strdup(val);
         ok = *val;
     } else if (!strcmp(key, "driver")) {
+        if (!strcmp(val, "qcow2")) {
+            /* A format over a file: this syntax says it with format=. */
+            g_set_error(errp, VB_ERROR, 0, "driver=qcow2: give "
+                        "file=PATH,format=qcow2 (qcow2 is the format of "
+                        "the file)");
+            return false;
+        }
         ok = blk_driver_exists(val);
         g_free(e->driver);
         e->driver = g_strdup(val);
