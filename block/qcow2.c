@@ -287,8 +287,12 @@ static int sio_write_aligned(BDRVQcow2State *s, uint64_t off,
 
         /* blk_truncate() on a file only extends it (ftruncate) and
          * publishes the size atomically: safe in this thread. */
+        /* A block device only "grows" to its own size: then exactly. */
         if (!blk_truncate(s->file, size, NULL)) {
-            return -ENOSPC;
+            size = off + len;
+            if (!blk_truncate(s->file, size, NULL)) {
+                return -ENOSPC;
+            }
         }
         /* What the entry checks measure against. */
         s->info.file_size = size;
