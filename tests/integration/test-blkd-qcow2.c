@@ -356,6 +356,32 @@ static void test_chain(void)
     q2_cleanup(&q);
 }
 
+/* A raw backing file (its size not a multiple of the cluster size). */
+static void test_raw_backing(void)
+{
+    uint64_t size = 2 * 1024 * 1024;
+    g_autofree char *base = NULL, *sum = NULL, *sum2 = NULL;
+    g_autofree uint8_t *raw = g_malloc(1536 * 1024 + 512);
+    Q2 q;
+    const uint64_t w[][2] = {
+        { 512, 512 },                       /* over raw data */
+        { 1536 * 1024 - 512, 2048 },        /* across its end */
+    };
+
+    q2_init(&q, size);
+    base = q2_path(&q, "base.raw");
+    vb_fill_pattern(raw, 1536 * 1024 + 512, 42);
+    g_assert_true(g_file_set_contents(base, (char *)raw, 1536 * 1024 + 512,
+                                      NULL));
+    sh("cd '%s' && qemu-img create -q -f qcow2 -b base.raw -F raw '%s' 2M",
+       q.d.dir, q.img);
+    sum = checksum(base);
+    read_write_check(&q, w, G_N_ELEMENTS(w));
+    sum2 = checksum(base);
+    g_assert_cmpstr(sum, ==, sum2);
+    q2_cleanup(&q);
+}
+
 /* ---- internal snapshots ----------------------------------------------- */
 
 static void test_snapshot(void)
@@ -924,6 +950,7 @@ int main(int argc, char **argv)
     g_test_add_data_func("/qcow2/compressed/zlib", "zlib", test_compressed);
     g_test_add_data_func("/qcow2/compressed/zstd", "zstd", test_compressed);
     g_test_add_func("/qcow2/chain", test_chain);
+    g_test_add_func("/qcow2/raw-backing", test_raw_backing);
     g_test_add_func("/qcow2/snapshot", test_snapshot);
     g_test_add_data_func("/qcow2/discard-zeroes/plain", GINT_TO_POINTER(0),
                          test_discard_zeroes);
