@@ -116,6 +116,7 @@ typedef struct BDRVQcow2State {
 
     /* Header (the bytes we rewrite), L1 and refcount table. */
     uint8_t *hdr;
+    uint8_t *hdr_disk;          /* what the file has */
     uint32_t hdr_len;
     uint64_t *l1;               /* host byte order */
     uint32_t l1_size;
@@ -150,6 +151,8 @@ typedef struct BDRVQcow2State {
     int64_t *reserve;
     uint32_t res_head, res_len, res_max;
     bool rc_dirty;              /* a refcount block is dirty */
+    bool rc_unflushed;          /* refcounts written since the last
+                                 * successful flush */
 
     Qcow2Decompressor *dec;
     uint8_t *cbuf;
@@ -305,9 +308,16 @@ static int sio_flush(BDRVQcow2State *s)
 {
     BlockAIOCB acb;
     SyncIO sio = { 0 };
+    bool unflushed = s->rc_unflushed;
+    int ret;
 
     blk_aio_flush(s->file, &acb, sync_cb, &sio);
-    return sio_wait(s, &sio);
+    ret = sio_wait(s, &sio);
+    if (ret == 0 && unflushed) {
+        /* What was written before the flush started is durable. */
+        s->rc_unflushed = false;
+    }
+    return ret;
 }
 
 /* Write the @align-sized piece of a table in memory (@table, at @base in
@@ -323,9 +333,21 @@ static int write_piece(BDRVQcow2State *s, const uint8_t *table,
 
 /* ---- header ----------------------------------------------------------- */
 
+/*
+ * Write the header as changed in s->hdr.  If the write fails the changes
+ * are dropped (s->hdr is again what the file has), so that a later
+ * header write cannot carry a change whose preconditions failed.
+ */
 static int write_header(BDRVQcow2State *s)
 {
-    return sio_write(s, 0, s->hdr, s->hdr_len);
+    int ret = sio_write(s, 0, s->hdr, s->hdr_len);
+
+    if (ret < 0) {
+        memcpy(s->hdr, s->hdr_disk, s->hdr_len);
+    } else {
+        memcpy(s->hdr_disk, s->hdr, s->hdr_len);
+    }
+    return ret;
 }
 
 /* ---- refcounts -------------------------------------------------------- */
@@ -418,6 +440,7 @@ static int rc_write_dirty(BDRVQcow2State *s)
                 return ret;
             }
             b->dirty = false;
+            s->rc_unflushed = true;
         }
     }
     s->rc_dirty = false;
@@ -577,12 +600,21 @@ static int rc_extend(BDRVQcow2State *s, uint64_t need_ti)
         if (ret < 0) {
             return ret;
         }
-        s->rt[need_ti] = L << s->cluster_bits;
         for (uint64_t i = 0; i < s->rt_entries; i++) {
-            qcow2_st_be64(be + i * 8, qcow2_reftable_encode(s->rt[i]));
+            qcow2_st_be64(be + i * 8, qcow2_reftable_encode(
+                              i == need_ti ? L << s->cluster_bits : s->rt[i]));
         }
         ret = write_piece(s, be, s->rt_offset, s->rt_entries * 8, pos);
-        return ret < 0 ? ret : sio_flush(s);
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            /* Refcounts must not go into a block the file's table may
+             * not name: the next allocation makes another. */
+            return ret;
+        }
+        s->rt[need_ti] = L << s->cluster_bits;
+        return 0;
     }
     {
         uint64_t t_off = (L + nb) << s->cluster_bits;
@@ -608,19 +640,21 @@ static int rc_extend(BDRVQcow2State *s, uint64_t need_ti)
             memcpy(s->hdr + HDR_RT_CLUSTERS, &v, 4);
         }
         ret = write_header(s);
-        if (ret == 0) {
-            ret = sio_flush(s);
-        }
         if (ret < 0) {
             g_free(new_rt);
             return ret;
         }
+        /* The file names the new table now (or will): use it. */
+        ret = sio_flush(s);
         g_free(s->rt);
         s->rt = new_rt;
         s->rt_entries = new_entries;
         s->rt_offset = t_off;
         s->info.h.refcount_table_offset = t_off;
         s->info.h.refcount_table_clusters = nt;
+        if (ret < 0) {
+            return ret;
+        }
         /* The old table is garbage now: a crash before this only leaks. */
         for (uint64_t i = 0; i < old_cl; i++) {
             ret = rc_update(s, (old_off >> s->cluster_bits) + i, -1);
@@ -917,27 +951,53 @@ static int l2_set(BDRVQcow2State *s, const Qcow2Loc *loc, uint64_t entry)
     Qcow2L2Slot *slot;
     int ret;
 
+    uint32_t start = in & ~(s->align - 1);
+    uint32_t len = MIN(s->align, s->slice_size - start);
+    g_autofree uint8_t *piece = g_malloc(len);
+
     slot = l2_slice_get(s, key, false, &ret);
     if (!slot) {
+        return ret;
+    }
+    /*
+     * The file first, then the cache: after a failed write the cache
+     * must not have an entry the file lacks (a later write through it
+     * would be acknowledged and lost).
+     */
+    memcpy(piece, slot->data + start, len);
+    qcow2_st_be64(piece + (in - start), entry);
+    ret = sio_write(s, key + start, piece, len);
+    if (ret < 0) {
         return ret;
     }
     /* One aligned store: a lock-free reader sees the old or the new. */
     __atomic_store_n((uint64_t *)(slot->data + in), GUINT64_TO_BE(entry),
                      __ATOMIC_RELEASE);
-    return write_piece(s, slot->data, key, s->slice_size, in);
+    return 0;
 }
 
-static int l1_write_entry(BDRVQcow2State *s, uint64_t idx)
+/*
+ * Set L1 entry @idx to @entry: on the file first, then in memory, so
+ * that a failed write leaves memory as the file is (tables written after
+ * it must not depend on an entry the file does not have).
+ */
+static int l1_set(BDRVQcow2State *s, uint64_t idx, uint64_t entry)
 {
     uint64_t pos = idx * 8;
     uint64_t start = pos & ~(uint64_t)(s->align - 1);
     uint64_t len = MIN(s->align, (uint64_t)s->l1_size * 8 - start);
     g_autofree uint8_t *buf = g_malloc(len);
+    int ret;
 
     for (uint64_t i = 0; i < len / 8; i++) {
-        qcow2_st_be64(buf + i * 8, s->l1[start / 8 + i]);
+        qcow2_st_be64(buf + i * 8, start / 8 + i == idx ? entry :
+                                   s->l1[start / 8 + i]);
     }
-    return sio_write(s, s->l1_offset + start, buf, len);
+    ret = sio_write(s, s->l1_offset + start, buf, len);
+    if (ret == 0) {
+        __atomic_store_n(&s->l1[idx], entry, __ATOMIC_RELEASE);
+    }
+    return ret;
 }
 
 /*
@@ -983,9 +1043,7 @@ static int l2_prepare(BDRVQcow2State *s, uint64_t vc, Qcow2Loc *loc)
     if (ret < 0) {
         return ret;
     }
-    __atomic_store_n(&s->l1[loc->l1_index], qcow2_l1_encode(off, true),
-                     __ATOMIC_RELEASE);
-    ret = l1_write_entry(s, loc->l1_index);
+    ret = l1_set(s, loc->l1_index, qcow2_l1_encode(off, true));
     if (ret < 0) {
         return ret;
     }
@@ -1214,8 +1272,8 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         }
     }
     /* New refcounts (a new batch of data clusters) are durable before
-     * any L2 entry names one of them. */
-    if (s->rc_dirty) {
+     * any L2 entry names one of them, also after a failed flush. */
+    if (s->rc_dirty || s->rc_unflushed) {
         ret = rc_write_dirty(s);
         if (ret == 0) {
             ret = sio_flush(s);
@@ -1958,6 +2016,7 @@ static void open_job(void *opaque)
                                    s->align), s->cluster_size);
     s->hdr = g_malloc0(s->hdr_len);
     memcpy(s->hdr, buf, MIN(s->hdr_len, hlen));
+    s->hdr_disk = g_memdup2(s->hdr, s->hdr_len);
     if (s->info.h.l1_size < s->info.l1_needed) {
         open_fail(s, "%s: the L1 table (%u entries) is too small for the "
                   "virtual size: the image is corrupt", s->filename,
@@ -2101,6 +2160,7 @@ static void qcow2_close(BlockBackend *bs)
     qcow2_info_free(&s->info);
     g_free(s->cbuf);
     g_free(s->hdr);
+    g_free(s->hdr_disk);
     g_free(s->l1);
     g_free(s->rt);
     g_free(s->filename);
@@ -2334,13 +2394,13 @@ static void truncate_job(void *opaque)
         }
         qcow2_st_be64(s->hdr + HDR_SIZE, j->size);
         ret = write_header(s);
-        if (ret == 0) {
-            ret = sio_flush(s);
-        }
         if (ret < 0) {
             j->ret = ret;
             return;
         }
+        /* The file names the new table now (or will): use it, and keep
+         * the old one's clusters unless the flush made that durable. */
+        ret = sio_flush(s);
         l1 = g_new0(uint64_t, entries);
         memcpy(l1, s->l1, (uint64_t)s->l1_size * 8);
         /* Lock-free readers may still hold the old table. */
@@ -2359,7 +2419,7 @@ static void truncate_job(void *opaque)
         s->info.h.l1_size = entries;
         s->info.h.l1_table_offset = off;
         s->info.h.size = j->size;
-        if (old_off && old_bytes) {
+        if (ret == 0 && old_off && old_bytes) {
             ret = free_range(s, old_off, old_bytes);
             if (ret == 0) {
                 ret = rc_write_dirty(s);
