@@ -448,6 +448,7 @@ static int rc_write_dirty(BDRVQcow2State *s)
 }
 
 static int rc_extend(BDRVQcow2State *s, uint64_t need_ti);
+static int end_skip_used(BDRVQcow2State *s, uint64_t n);
 
 /* Add @delta to the refcount of @cluster in the cache (the block is
  * marked dirty; rc_write_dirty() writes it). */
@@ -502,13 +503,19 @@ static int rc_extend(BDRVQcow2State *s, uint64_t need_ti)
 {
     uint64_t rbe = s->info.refblock_entries;
     uint64_t per_cl = s->cluster_size / 8;
-    uint64_t L = s->end;
+    uint64_t L;
     uint64_t nb = 0, nt = 0, new_entries = s->rt_entries;
     g_autofree uint64_t *tis = NULL;
     uint64_t *new_rt = NULL;
     bool changed;
     int ret;
 
+restart:
+    ret = end_skip_used(s, MAX(nb + nt, 1));
+    if (ret < 0) {
+        return ret;
+    }
+    L = s->end;
     /* Fixpoint: blocks at [L, L + nb), a new table at [L + nb, + nt). */
     do {
         uint64_t total = nb + nt;
@@ -541,6 +548,17 @@ static int rc_extend(BDRVQcow2State *s, uint64_t need_ti)
         }
     } while (changed);
 
+    {
+        uint64_t before = s->end;
+
+        ret = end_skip_used(s, nb + nt);
+        if (ret < 0) {
+            return ret;
+        }
+        if (s->end != before) {
+            goto restart;       /* a cluster in use inside the range */
+        }
+    }
     s->end = L + nb + nt;
     /* The new blocks, in memory, then the new clusters' refcounts. */
     if (nt) {
@@ -671,10 +689,40 @@ static int rc_extend(BDRVQcow2State *s, uint64_t need_ti)
  * (the caller writes them with rc_write_dirty() and flushes before
  * anything points at them).  Returns the host offset or -errno.
  */
+/*
+ * Move s->end past clusters in use, so that [s->end, s->end + @n) is
+ * free.  Clusters past the end of the file can be in use: a batch of
+ * reserved data clusters is counted before the file grows over it, and
+ * a crash leaves what was not written yet counted (leaked) beyond the
+ * file's end, where the image's end starts at the next open.
+ */
+static int end_skip_used(BDRVQcow2State *s, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t v;
+        int ret = rc_get(s, s->end + i, &v);
+
+        if (ret < 0) {
+            return ret;
+        }
+        if (v) {
+            s->end += i + 1;
+            i = (uint64_t)-1;   /* again from the new end */
+        }
+    }
+    return 0;
+}
+
 static int64_t alloc_clusters(BDRVQcow2State *s, uint64_t n)
 {
-    uint64_t start = s->end;
+    uint64_t start;
     int ret;
+
+    ret = end_skip_used(s, n);
+    if (ret < 0) {
+        return ret;
+    }
+    start = s->end;
 
     if (n == 1) {
         /* A free cluster in the covered space, if any. */
