@@ -610,8 +610,9 @@ restart:
         return ret;
     }
     if (!nt) {
-        /* One new entry in the existing table. */
-        uint64_t pos = need_ti * 8;
+        /* New entries in the existing table: one per new block (the
+         * range asked for, and those the new blocks themselves fall
+         * in). */
         g_autofree uint8_t *be = g_malloc(s->rt_entries * 8);
 
         ret = sio_flush(s);
@@ -619,10 +620,16 @@ restart:
             return ret;
         }
         for (uint64_t i = 0; i < s->rt_entries; i++) {
-            qcow2_st_be64(be + i * 8, qcow2_reftable_encode(
-                              i == need_ti ? L << s->cluster_bits : s->rt[i]));
+            qcow2_st_be64(be + i * 8, qcow2_reftable_encode(s->rt[i]));
         }
-        ret = write_piece(s, be, s->rt_offset, s->rt_entries * 8, pos);
+        for (uint64_t i = 0; i < nb; i++) {
+            qcow2_st_be64(be + tis[i] * 8,
+                          qcow2_reftable_encode((L + i) << s->cluster_bits));
+        }
+        for (uint64_t i = 0; i < nb && ret == 0; i++) {
+            ret = write_piece(s, be, s->rt_offset, s->rt_entries * 8,
+                              tis[i] * 8);
+        }
         if (ret == 0) {
             ret = sio_flush(s);
         }
@@ -631,7 +638,9 @@ restart:
              * not name: the next allocation makes another. */
             return ret;
         }
-        s->rt[need_ti] = L << s->cluster_bits;
+        for (uint64_t i = 0; i < nb; i++) {
+            s->rt[tis[i]] = (L + i) << s->cluster_bits;
+        }
         return 0;
     }
     {

@@ -284,6 +284,45 @@ static void test_refcount_growth(gconstpointer data)
     q2_cleanup(&q);
 }
 
+/*
+ * Scattered writes of many sizes into 512-byte clusters over 64 MiB, in
+ * two sessions: the second allocates below the file's end in ranges no
+ * refcount block covers, and the new block goes at the end, in another
+ * such range, so one extension adds two blocks (both must be named by
+ * the refcount table).  A fixed sequence: the same allocations on every
+ * run.
+ */
+static void test_scattered(void)
+{
+    uint64_t size = 64 * 1024 * 1024;
+    g_autofree uint8_t *expect = NULL, *after = NULL;
+    GRand *r = g_rand_new_with_seed(1234);
+    Q2 q;
+
+    q2_init(&q, size);
+    sh("qemu-img create -q -f qcow2 -o cluster_size=512 '%s' 64M", q.img);
+    expect = g_malloc0(size);
+    /* Two sessions: the second starts with the file grown past what the
+     * first allocated, ranges without a block below its end. */
+    for (int session = 0; session < 2; session++) {
+        q2_start(&q, 1);
+        for (int i = 0; i < 200; i++) {
+            uint64_t len = (uint64_t)g_rand_int_range(r, 1, 33) * 4096;
+            uint64_t off = (uint64_t)g_rand_int_range(
+                r, 0, (size - len) / 4096) * 4096;
+
+            write_pattern(&q, expect, off, len, 2000 + session * 200 + i);
+        }
+        q2_flush(&q);
+        q2_stop(&q);
+    }
+    g_rand_free(r);
+    check_clean(q.img);
+    after = convert_raw(&q, q.img, NULL);
+    g_assert_true(memcmp(after, expect, size) == 0);
+    q2_cleanup(&q);
+}
+
 /* ---- compressed clusters ---------------------------------------------- */
 
 static void test_compressed(gconstpointer data)
@@ -1044,6 +1083,7 @@ int main(int argc, char **argv)
                          test_refcount_growth);
     g_test_add_data_func("/qcow2/refcount-growth/64", "64",
                          test_refcount_growth);
+    g_test_add_func("/qcow2/scattered", test_scattered);
     g_test_add_data_func("/qcow2/compressed/zlib", "zlib", test_compressed);
     g_test_add_data_func("/qcow2/compressed/zstd", "zstd", test_compressed);
     g_test_add_func("/qcow2/chain", test_chain);
