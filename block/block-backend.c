@@ -28,7 +28,6 @@ void blk_options_init(BlockOptions *opts)
     memset(opts, 0, sizeof(*opts));
     opts->driver = "file";
     opts->cache_direct = true;
-    opts->aio = BLOCK_AIO_IO_URING;
     opts->batch = true;
 }
 
@@ -913,6 +912,52 @@ static bool blk_perm_check(BlockBackend *bs, const char *who, uint64_t perm,
     return true;
 }
 
+/*
+ * What the parents of @bs use (added to *@perm) and share (kept in
+ * *@shared); a filter parent adds no constraint of its own (its edge
+ * takes and shares everything) and stands for its parents.
+ */
+static void blk_parents_perm(BlockBackend *bs, uint64_t *perm,
+                             uint64_t *shared)
+{
+    BdrvChild *c;
+
+    QLIST_FOREACH(c, &bs->parents, next_parent) {
+        if (c->parent && c->parent->drv->is_filter) {
+            uint64_t p = 0;
+
+            blk_parents_perm(c->parent, &p, shared);
+            *perm |= p & c->perm;
+        } else {
+            *perm |= c->perm;
+            *shared &= c->shared;
+        }
+    }
+}
+
+/*
+ * Main thread: tell the driver of @bs, and of the nodes below it through
+ * filters, what their parents now use and share (bdrv_set_perm).  False
+ * with @errp set at the first driver that refuses.
+ */
+static bool blk_perm_update(BlockBackend *bs, GError **errp)
+{
+    for (BlockBackend *n = bs; n; n = n->drv->is_filter ? n->child : NULL) {
+        uint64_t perm = 0, shared = BLK_PERM_ALL;
+
+        if (!n->drv->bdrv_set_perm) {
+            continue;
+        }
+        blk_parents_perm(n, &perm, &shared);
+        if (!n->drv->bdrv_set_perm(n, perm, shared, errp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void blk_edge_free(BdrvChild *c);
+
 static BdrvChild *blk_edge_new(BlockBackend *parent, BlockBackend *bs,
                                const char *name, const char *who,
                                uint64_t perm, uint64_t shared, GError **errp)
@@ -932,17 +977,26 @@ static BdrvChild *blk_edge_new(BlockBackend *parent, BlockBackend *bs,
     if (parent) {
         QLIST_INSERT_HEAD(&parent->children, c, next);
     }
+    if (!blk_perm_update(bs, errp)) {
+        /* Back to what the nodes below held before. */
+        blk_edge_free(c);
+        return NULL;
+    }
     return c;
 }
 
 static void blk_edge_free(BdrvChild *c)
 {
+    BlockBackend *bs = c->bs;
+
     QLIST_REMOVE(c, next_parent);
     if (c->parent) {
         QLIST_REMOVE(c, next);
     }
     g_free(c->name);
     g_free(c);
+    /* Fewer permissions: nothing to refuse. */
+    blk_perm_update(bs, NULL);
 }
 
 /* Main thread. */

@@ -21,23 +21,28 @@
 #include "block/block_int.h"
 #include "block/engine.h"
 
-/* Engines created at least once, in order; for the statistics. */
-static GMutex engine_list_lock;
+/*
+ * Engines created at least once, in order; for the statistics.  A
+ * pthread mutex rather than a GMutex: GLib's is built on futexes that
+ * ThreadSanitizer cannot see, so two iothreads creating their first
+ * engine at once were reported as a race (and killed the TSan build).
+ */
+static pthread_mutex_t engine_list_lock = PTHREAD_MUTEX_INITIALIZER;
 static const BlockEngineOps *engine_list[AIO_LOCAL_MAX];
 static unsigned int engine_list_len;
 
 static void blk_engine_remember(const BlockEngineOps *ops)
 {
-    g_mutex_lock(&engine_list_lock);
+    pthread_mutex_lock(&engine_list_lock);
     for (unsigned int i = 0; i < engine_list_len; i++) {
         if (engine_list[i] == ops) {
-            g_mutex_unlock(&engine_list_lock);
+            pthread_mutex_unlock(&engine_list_lock);
             return;
         }
     }
     assert(engine_list_len < G_N_ELEMENTS(engine_list));
     engine_list[engine_list_len++] = ops;
-    g_mutex_unlock(&engine_list_lock);
+    pthread_mutex_unlock(&engine_list_lock);
 }
 
 /* Owner thread of @ctx. */
@@ -127,10 +132,10 @@ void blk_engine_foreach_stats(AioContext *ctx,
     const BlockEngineOps *list[AIO_LOCAL_MAX];
     unsigned int n;
 
-    g_mutex_lock(&engine_list_lock);
+    pthread_mutex_lock(&engine_list_lock);
     n = engine_list_len;
     memcpy(list, engine_list, n * sizeof(list[0]));
-    g_mutex_unlock(&engine_list_lock);
+    pthread_mutex_unlock(&engine_list_lock);
     for (unsigned int i = 0; i < n; i++) {
         BlockEngine *e = aio_local_get(ctx, list[i]->key);
 

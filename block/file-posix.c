@@ -14,6 +14,7 @@
 #include <sys/sysmacros.h>
 #include "qemu/error-report.h"
 #include "qemu/qmp-args.h"
+#include "block/file.h"
 #include "file-posix.h"
 
 #define RAW_ZERO_BUF_SIZE (1024 * 1024)
@@ -143,12 +144,213 @@ static BlockAioMode raw_choose_aio_mode(BlockAioMode want, bool direct)
 }
 
 
+/* ---- image locking ------------------------------------------------ */
+
+/*
+ * QEMU's layout (its file-posix.c), so that QEMU's processes and ours see
+ * each other: a node holds a shared (F_RDLCK) OFD lock on byte
+ * RAW_LOCK_PERM_BASE + bit for each BLK_PERM_* bit its users take, and on
+ * byte RAW_LOCK_SHARED_BASE + bit for each one they do not share; a
+ * process that wants a permission tests the other's "not shared" byte,
+ * one that does not share it tests the other's permission byte.  The
+ * bits are QEMU's: consistent read 0, write 1, write unchanged 2, resize
+ * 3 (BLK_PERM_* has the same values).  OFD locks belong to the open file
+ * description: they go with the fd when the node closes, and another
+ * node on the same image in this process counts as another process, as
+ * in QEMU.
+ */
+#define RAW_LOCK_PERM_BASE   100
+#define RAW_LOCK_SHARED_BASE 200
+#define RAW_LOCK_BITS        4
+
+/* QEMU's names of the bits, which its messages use too. */
+static const char *const raw_lock_names[RAW_LOCK_BITS] = {
+    "consistent read", "write", "write unchanged", "resize",
+};
+
+/* Take (@lock) or drop our shared lock on byte @off.  0 or -errno. */
+static int raw_lock_byte(int fd, off_t off, bool lock)
+{
+    struct flock fl = {
+        .l_whence = SEEK_SET,
+        .l_start = off,
+        .l_len = 1,
+        .l_type = lock ? F_RDLCK : F_UNLCK,
+    };
+
+    return fcntl(fd, F_OFD_SETLK, &fl) < 0 ? -errno : 0;
+}
+
+/* 1 if another open file of the image holds a lock on byte @off, 0 if
+ * none does, or -errno. */
+static int raw_lock_held(int fd, off_t off)
+{
+    struct flock fl = {
+        .l_whence = SEEK_SET,
+        .l_start = off,
+        .l_len = 1,
+        .l_type = F_WRLCK,      /* what would conflict with any lock */
+    };
+
+    if (fcntl(fd, F_OFD_GETLK, &fl) < 0) {
+        return -errno;
+    }
+    return fl.l_type != F_UNLCK;
+}
+
+/*
+ * Hold exactly the bytes of @perm and @unshared, recording what is held
+ * as it goes (so that a failure leaves s->locked_* true).  Dropping a
+ * lock cannot fail.  0 or -errno.
+ */
+static int raw_lock_set(BDRVRawState *s, uint64_t perm, uint64_t unshared)
+{
+    for (int i = 0; i < RAW_LOCK_BITS; i++) {
+        struct {
+            uint64_t want, *held;
+            off_t off;
+        } b[2] = {
+            { perm, &s->locked_perm, RAW_LOCK_PERM_BASE + i },
+            { unshared, &s->locked_unshared, RAW_LOCK_SHARED_BASE + i },
+        };
+
+        for (int j = 0; j < 2; j++) {
+            uint64_t bit = 1ull << i;
+            bool want = b[j].want & bit, held = *b[j].held & bit;
+            int r;
+
+            if (want == held) {
+                continue;
+            }
+            r = raw_lock_byte(s->io.fd, b[j].off, want);
+            if (r < 0) {
+                return r;
+            }
+            *b[j].held ^= bit;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Main thread: no other process may hold what conflicts with @perm and
+ * @unshared, which we hold already.  False with @errp set as QEMU words
+ * it, naming the image and saying what to do.
+ */
+static bool raw_lock_check(BlockBackend *blk, uint64_t perm,
+                           uint64_t unshared, GError **errp)
+{
+    BDRVRawState *s = raw_state(blk);
+
+    for (int i = 0; i < RAW_LOCK_BITS * 2; i++) {
+        bool mine = i < RAW_LOCK_BITS;
+        int bit = i % RAW_LOCK_BITS;
+        int r;
+
+        if (!((mine ? perm : unshared) & (1ull << bit))) {
+            continue;
+        }
+        /* Ours against their "not shared" bytes, and the reverse. */
+        r = raw_lock_held(s->io.fd, (mine ? RAW_LOCK_SHARED_BASE :
+                                            RAW_LOCK_PERM_BASE) + bit);
+        if (r < 0) {
+            g_set_error(errp, VB_ERROR, 0, "cannot test the locks of '%s': "
+                        "%s; open it with locking=off", blk->filename,
+                        g_strerror(-r));
+            return false;
+        }
+        if (r) {
+            g_set_error(errp, VB_ERROR, 0, "Failed to get %s\"%s\" lock on "
+                        "'%s': is another process (QEMU, qemu-img, "
+                        "qemu-storage-daemon, another vhost-blkd) using the "
+                        "image?  Stop it first; or, if sharing the image "
+                        "with it is safe, open it with locking=off",
+                        mine ? "" : "shared ", raw_lock_names[bit],
+                        blk->filename);
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
+ * Main thread (bdrv_set_perm): our users now take @perm and share
+ * @shared.  Locking applies while there are users and (locking=auto)
+ * one of them does not share writes, i.e. a format over us; with
+ * locking=on other processes may then read along and write what changes
+ * nothing, as QEMU's default lets them, but not write or resize.  The
+ * new bytes are taken before the test, so two processes racing for the
+ * same image see each other (both fail rather than both succeed).
+ */
+static bool raw_set_perm(BlockBackend *blk, uint64_t perm, uint64_t shared,
+                         GError **errp)
+{
+    BDRVRawState *s = raw_state(blk);
+    uint64_t old_perm = s->locked_perm, old_unshared = s->locked_unshared;
+    uint64_t want_perm = 0, want_unshared = 0;
+    bool on = s->locking == BLOCK_FILE_LOCKING_ON ||
+              (s->locking == BLOCK_FILE_LOCKING_AUTO &&
+               !(shared & BLK_PERM_WRITE));
+    int r;
+
+    if (s->locking == BLOCK_FILE_LOCKING_OFF || s->io.fd < 0) {
+        return true;
+    }
+    if (on && perm) {
+        want_perm = perm & BLK_PERM_ALL;
+        want_unshared = BLK_PERM_ALL &
+            ~(shared & (BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED));
+    }
+    r = raw_lock_set(s, want_perm, want_unshared);
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot lock '%s': %s; open it with "
+                    "locking=off", blk->filename, g_strerror(-r));
+    } else if (raw_lock_check(blk, want_perm & ~old_perm,
+                              want_unshared & ~old_unshared, errp)) {
+        return true;
+    }
+    /* Back to what we held; only taking a released byte again could
+     * fail, and nobody takes exclusive locks on these bytes. */
+    raw_lock_set(s, old_perm, old_unshared);
+    return false;
+}
+
+/*
+ * Main thread: whether the image's file system has OFD locks (NFS
+ * without lockd, some FUSE file systems do not).  Without them
+ * locking=on fails the open and auto turns itself off, as in QEMU.
+ */
+static bool raw_lock_probe(BlockBackend *blk, GError **errp)
+{
+    BDRVRawState *s = raw_state(blk);
+    int r;
+
+    if (s->locking == BLOCK_FILE_LOCKING_OFF) {
+        return true;
+    }
+    r = raw_lock_held(s->io.fd, RAW_LOCK_PERM_BASE);
+    if (r >= 0) {
+        return true;
+    }
+    if (s->locking == BLOCK_FILE_LOCKING_ON) {
+        g_set_error(errp, VB_ERROR, 0, "locking=on: '%s' cannot be locked "
+                    "(%s): its file system has no OFD locks; use "
+                    "locking=off", blk->filename, g_strerror(-r));
+        return false;
+    }
+    s->locking = BLOCK_FILE_LOCKING_OFF;
+    return true;
+}
+
+/* ---- opening -------------------------------------------------------- */
+
 /* Main thread (from blk_open()). */
 static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
                      GError **errp)
 {
     BDRVRawState *s = g_new0(BDRVRawState, 1);
-    const char *name = opts->filename;
+    const BlockFileOptions *fo = opts->driver_opts;
+    const char *name = fo ? fo->filename : NULL;
     /*
      * O_NONBLOCK for the open itself: opening a FIFO read-only (or a tty,
      * a tape...) would otherwise wait in the main thread, which serves
@@ -261,7 +463,11 @@ static bool raw_open(BlockBackend *blk, const BlockOptions *opts,
     /* Always: the slow path writes zeroes from a shared buffer. */
     blk->bl.can_write_zeroes = true;
     s->io.eof_reads_zeroes = !s->is_blockdev;
-    s->aio = raw_choose_aio_mode(opts->aio, s->direct);
+    s->aio = raw_choose_aio_mode(fo->aio, s->direct);
+    s->locking = fo->locking;
+    if (!raw_lock_probe(blk, errp)) {
+        goto fail;
+    }
     return true;
 
 fail:
@@ -684,12 +890,28 @@ static bool raw_parse_options(BlockOptions *opts, QmpArgs *a,
         { "native", BLOCK_AIO_NATIVE },
         { "io_uring", BLOCK_AIO_IO_URING },
     };
+    BlockFileOptions *fo = blk_options_parse_keep(p,
+                                                  g_new0(BlockFileOptions, 1));
+    static const struct {
+        const char *name;
+        BlockFileLocking mode;
+    } lockings[] = {
+        { "auto", BLOCK_FILE_LOCKING_AUTO },
+        { "on", BLOCK_FILE_LOCKING_ON },
+        { "off", BLOCK_FILE_LOCKING_OFF },
+    };
     const char *filename = NULL;
-    int aio = -1;
+    int aio = -1, locking = -1;
 
+    opts->driver_opts = fo;
     if (p->export_syntax) {
-        /* file=PATH; aio= and cache= are the export's keys there. */
-        if (!qmp_args_str(a, "file", false, &filename, errp)) {
+        /*
+         * file=PATH; cache= is a common key, aio= the export's, which
+         * the export hands on (it checked the value: every driver takes
+         * it there, and a misspelt one is its error).
+         */
+        if (!qmp_args_str(a, "file", false, &filename, errp) ||
+            !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio, errp)) {
             return false;
         }
         if (!filename || !*filename) {
@@ -697,16 +919,22 @@ static bool raw_parse_options(BlockOptions *opts, QmpArgs *a,
                         "another driver's image: see vhost-blkd --help)");
             return false;
         }
-        opts->filename = p->image = filename;
-        return true;
-    }
-    if (!qmp_args_str(a, "filename", true, &filename, errp) ||
-        !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio, errp)) {
+        p->image = filename;
+    } else if (!qmp_args_str(a, "filename", true, &filename, errp) ||
+               !QMP_ARGS_ENUM_TABLE(a, "aio", aios, name, false, &aio,
+                                    errp)) {
         return false;
     }
-    opts->filename = filename;
+    /* locking=auto|on|off, QEMU's key; the --export syntax's too. */
+    if (!QMP_ARGS_ENUM_TABLE(a, "locking", lockings, name, false, &locking,
+                             errp)) {
+        return false;
+    }
+    fo->locking = locking >= 0 ? lockings[locking].mode :
+                                 BLOCK_FILE_LOCKING_AUTO;
+    fo->filename = filename;
     /* Without aio=, io_uring (raw_open() falls back if it cannot). */
-    opts->aio = aio >= 0 ? aios[aio].mode : BLOCK_AIO_IO_URING;
+    fo->aio = aio >= 0 ? aios[aio].mode : BLOCK_AIO_IO_URING;
     return true;
 }
 
@@ -714,9 +942,11 @@ static bool raw_parse_options(BlockOptions *opts, QmpArgs *a,
 static void raw_node_names(BlockBackend *blk, const BlockOptions *opts,
                            const char *given, BlockNodeNames *out)
 {
+    const BlockFileOptions *fo = opts->driver_opts;
+
     out->driver = g_strdup(given ? given :
                            blk_is_block_device(blk) ? "host_device" : "file");
-    out->filename = g_strdup(opts->filename);
+    out->filename = g_strdup(fo ? fo->filename : blk->filename);
     out->cache_direct = opts->cache_direct;
 }
 
@@ -725,31 +955,37 @@ static void raw_node_names(BlockBackend *blk, const BlockOptions *opts,
 static bool raw_check_options(const BlockOptions *opts, BlockOptsParse *p,
                               GError **errp)
 {
+    const BlockFileOptions *fo = opts->driver_opts;
     bool host_device = !strcmp(p->driver, "host_device");
     struct stat st;
 
+    if (!fo || !fo->filename) {
+        g_set_error(errp, VB_ERROR, 0, "driver=file needs a filename (an "
+                    "image file or a block device)");
+        return false;
+    }
     if (p->export_syntax) {
         /* Files and block devices alike, under vhost-blkd's words. */
-        if (stat(opts->filename, &st) < 0) {
-            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", opts->filename,
+        if (stat(fo->filename, &st) < 0) {
+            g_set_error(errp, VB_ERROR, 0, "file=%s: %s", fo->filename,
                         g_strerror(errno));
             return false;
         }
         return true;
     }
-    if (stat(opts->filename, &st) < 0) {
+    if (stat(fo->filename, &st) < 0) {
         g_set_error(errp, VB_ERROR, 0, "Could not open '%s': %s",
-                    opts->filename, g_strerror(errno));
+                    fo->filename, g_strerror(errno));
         return false;
     }
     if (!host_device && S_ISBLK(st.st_mode)) {
         g_set_error(errp, VB_ERROR, 0, "'%s' is a block device: use "
-                    "driver=host_device", opts->filename);
+                    "driver=host_device", fo->filename);
         return false;
     }
     if (host_device && !S_ISBLK(st.st_mode)) {
         g_set_error(errp, VB_ERROR, 0, "'%s' is not a block device: use "
-                    "driver=file", opts->filename);
+                    "driver=file", fo->filename);
         return false;
     }
     return true;
@@ -768,6 +1004,7 @@ static const BlockDriver bdrv_file = {
     .bdrv_close = raw_close,
     .bdrv_truncate = raw_truncate,
     .bdrv_get_info = raw_get_info,
+    .bdrv_set_perm = raw_set_perm,
     .bdrv_attach_aio_context = raw_attach_aio_context,
     .bdrv_aio_preadv = raw_submit,
     .bdrv_aio_pwritev = raw_submit,

@@ -8,6 +8,7 @@
 
 #include "block/block_int.h"
 #include "block/engine.h"
+#include "block/file.h"
 
 /* bs->opaque of a file node. */
 typedef struct BDRVRawState {
@@ -16,6 +17,12 @@ typedef struct BDRVRawState {
     bool is_blockdev;
     BlockAioMode aio;           /* after fallback */
     uint32_t mem_align;         /* O_DIRECT buffer alignment, or 1 */
+    /* Image locking (main thread): the mode, and the lock bytes held:
+     * the BLK_PERM_* bits of our users' permissions and of what they do
+     * not share with other processes. */
+    BlockFileLocking locking;
+    uint64_t locked_perm;
+    uint64_t locked_unshared;
 } BDRVRawState;
 
 static inline BDRVRawState *raw_state(BlockBackend *bs)

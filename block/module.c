@@ -29,7 +29,8 @@ typedef struct BlockModule {
     const BlockDriver *drv;     /* set once, never freed */
 } BlockModule;
 
-static GMutex block_module_lock;
+/* pthread, not GMutex: ThreadSanitizer sees it (GLib's uses futexes). */
+static pthread_mutex_t block_module_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Loaded modules; protected by block_module_lock, never shrinks. */
 static GPtrArray *block_modules;
 
@@ -246,7 +247,7 @@ const BlockDriver *block_module_load_driver(const char *name,
     const BlockDriver *drv = NULL;
     BlockModule *m;
 
-    g_mutex_lock(&block_module_lock);
+    pthread_mutex_lock(&block_module_lock);
     for (guint i = 0; block_modules && i < block_modules->len; i++) {
         m = g_ptr_array_index(block_modules, i);
         if (!strcmp(m->name, name)) {
@@ -296,7 +297,7 @@ const BlockDriver *block_module_load_driver(const char *name,
                 "at the directory holding it", what, name, file, tried->str,
                 CONFIG_MODULE_DIR, name);
 out:
-    g_mutex_unlock(&block_module_lock);
+    pthread_mutex_unlock(&block_module_lock);
     return drv;
 }
 
@@ -304,12 +305,12 @@ bool block_module_is_loaded(const char *name)
 {
     bool loaded = false;
 
-    g_mutex_lock(&block_module_lock);
+    pthread_mutex_lock(&block_module_lock);
     for (guint i = 0; block_modules && i < block_modules->len; i++) {
         BlockModule *m = g_ptr_array_index(block_modules, i);
 
         loaded |= !strcmp(m->name, name);
     }
-    g_mutex_unlock(&block_module_lock);
+    pthread_mutex_unlock(&block_module_lock);
     return loaded;
 }

@@ -8,6 +8,7 @@
 #include "qemu/osdep.h"
 #include "block/block_int.h"
 #include "block/engine.h"
+#include "block/null.h"
 #include "qemu/qmp-args.h"
 
 #define NULL_DEFAULT_SIZE (1ULL << 30)      /* QEMU's null-co default */
@@ -16,14 +17,16 @@
 static bool null_open(BlockBackend *bs, const BlockOptions *opts,
                       GError **errp)
 {
-    if (opts->size == 0) {
+    const BlockNullOptions *no = opts->driver_opts;
+
+    if (!no || no->size == 0) {
         g_set_error(errp, VB_ERROR, 0,
                     "driver=null needs a size (for example size=1G)");
         return false;
     }
     bs->opaque = g_new(bool, 1);
-    *(bool *)bs->opaque = opts->null_read_zeroes;
-    bs->size = opts->size;
+    *(bool *)bs->opaque = no->read_zeroes;
+    bs->size = no->size;
     bs->bl.can_discard = true;
     bs->bl.can_write_zeroes = true;
     bs->filename = g_strdup("null");
@@ -67,9 +70,12 @@ static void null_block_status(BlockBackend *bs, AioContext *ctx,
 static bool null_parse_options(BlockOptions *opts, QmpArgs *a,
                                BlockOptsParse *p, GError **errp)
 {
+    BlockNullOptions *no = blk_options_parse_keep(p,
+                                                  g_new0(BlockNullOptions, 1));
     uint64_t size = NULL_DEFAULT_SIZE;
     bool rz = false;
 
+    opts->driver_opts = no;
     if (p->export_syntax) {
         /* size=N, required. */
         const char *str = NULL;
@@ -87,15 +93,15 @@ static bool null_parse_options(BlockOptions *opts, QmpArgs *a,
                         "suffix", str);
             return false;
         }
-        opts->size = size;
+        no->size = size;
         return true;
     }
     if (!qmp_args_size(a, "size", false, &size, NULL, errp) ||
         !qmp_args_bool(a, "read-zeroes", &rz, errp)) {
         return false;
     }
-    opts->size = size;
-    opts->null_read_zeroes = rz;
+    no->size = size;
+    no->read_zeroes = rz;
     return true;
 }
 
@@ -106,14 +112,16 @@ static void null_node_names(BlockBackend *blk, const BlockOptions *opts,
 {
     const char *qemu_name = g_strcmp0(given, "null-aio") ? "null-co" :
                                                            "null-aio";
+    uint64_t size = blk_getlength(blk);
 
     out->driver = g_strdup(qemu_name);
-    if (opts->size == NULL_DEFAULT_SIZE) {
+    out->no_storage = true;
+    if (size == NULL_DEFAULT_SIZE) {
         out->filename = g_strdup_printf("%s://", qemu_name);
     } else {
         out->filename = g_strdup_printf("json:{\"driver\": \"%s\", "
                                         "\"size\": %" PRIu64 "}",
-                                        qemu_name, opts->size);
+                                        qemu_name, size);
     }
 }
 

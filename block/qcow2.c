@@ -46,6 +46,7 @@
 #include "block/engine.h"
 #include "block/qcow2.h"
 #include "block/qcow2-options.h"
+#include "block/file.h"
 
 #define QCOW2_OFLAG_COPIED      (1ull << 63)
 #define QCOW2_OFLAG_COMPRESSED  (1ull << 62)
@@ -2240,6 +2241,7 @@ static bool open_backing(BlockBackend *bs, BDRVQcow2State *s,
     unsigned int depth = o ? o->depth : 0;
     g_autofree char *path = NULL;
     BlockOptions fo, qo;
+    BlockFileOptions ffo;
     BlockQcow2Options bo = { 0 };
 
     if (o && o->no_backing) {
@@ -2279,8 +2281,7 @@ static bool open_backing(BlockBackend *bs, BDRVQcow2State *s,
         }
         s->full_backing = g_strdup(path);
         blk_options_init(&fo);
-        fo.driver = "file";
-        fo.filename = path;
+        blk_file_options(&fo, &ffo, path);
         fo.readonly = true;
         fo.cache_direct = false;
         s->backing_file = blk_open(&fo, errp);

@@ -10,10 +10,14 @@
  */
 #include "qemu/osdep.h"
 #include "block/block_int.h"
+#include "block/rbd.h"
 #include "qemu/qmp-args.h"
 
 char *blk_rbd_describe(const BlockRbdOptions *o)
 {
+    if (!o) {
+        return g_strdup("rbd:?/?");
+    }
     return g_strdup_printf("rbd:%s/%s%s%s%s%s", o->pool ? o->pool : "?",
                            o->namespace_ ? o->namespace_ : "",
                            o->namespace_ ? "/" : "",
@@ -37,7 +41,7 @@ static bool rbd_completion_parse(const char *s, BlockRbdCompletion *out)
 
 static char *rbd_describe(const BlockOptions *opts)
 {
-    return blk_rbd_describe(&opts->rbd);
+    return blk_rbd_describe(opts->driver_opts);
 }
 
 /* server: the monitors, [{host, port}], as librados's mon_host. */
@@ -155,8 +159,8 @@ static bool rbd_parse_spec(const char *val, BlockRbdOptions *o,
  * ceph-conf=FILE, ceph-id=ID, ceph-keyfile=PATH, ceph-connect-timeout=S,
  * ceph-share=NAME, rbd-completion=callback|poll.
  */
-static bool rbd_parse_export(BlockOptions *opts, QmpArgs *a,
-                             BlockOptsParse *p, GError **errp)
+static bool rbd_parse_export(BlockOptions *opts, BlockRbdOptions *o,
+                             QmpArgs *a, BlockOptsParse *p, GError **errp)
 {
     static const struct {
         const char *key, *hint;
@@ -166,7 +170,6 @@ static bool rbd_parse_export(BlockOptions *opts, QmpArgs *a,
         { "ceph-keyfile", "give the path of a file holding the key" },
         { "ceph-share", "give a name" },
     };
-    BlockRbdOptions *o = &opts->rbd;
     const char **dst[] = { &o->conf, &o->user, &o->keyfile, &o->share };
     const char *spec = NULL, *timeout = NULL, *completion = NULL;
     int64_t t = 0;
@@ -225,7 +228,8 @@ static bool rbd_parse_export(BlockOptions *opts, QmpArgs *a,
 static bool rbd_check_options(const BlockOptions *opts, BlockOptsParse *p,
                               GError **errp)
 {
-    const char *kf = opts->rbd.keyfile;
+    const BlockRbdOptions *o = opts->driver_opts;
+    const char *kf = o ? o->keyfile : NULL;
 
     if (p->export_syntax && kf && access(kf, R_OK) < 0) {
         g_set_error(errp, VB_ERROR, 0, "ceph-keyfile=%s: %s", kf,
@@ -245,12 +249,14 @@ static bool rbd_check_options(const BlockOptions *opts, BlockOptsParse *p,
 static bool rbd_parse_options(BlockOptions *opts, QmpArgs *a,
                               BlockOptsParse *p, GError **errp)
 {
-    BlockRbdOptions *o = &opts->rbd;
+    BlockRbdOptions *o = blk_options_parse_keep(p,
+                                                g_new0(BlockRbdOptions, 1));
     const char *secret = NULL, *completion = NULL;
     int64_t timeout = 0;
 
+    opts->driver_opts = o;
     if (p->export_syntax) {
-        return rbd_parse_export(opts, a, p, errp);
+        return rbd_parse_export(opts, o, a, p, errp);
     }
     if (!qmp_args_str(a, "pool", true, &o->pool, errp) ||
         !qmp_args_str(a, "image", true, &o->image, errp) ||

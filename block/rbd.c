@@ -98,6 +98,7 @@
 #include "block/block_int.h"
 #include "block/engine.h"
 #include "block/module.h"
+#include "block/rbd.h"
 
 /* One cluster connection, maybe shared by several nodes.  Opens run in
  * worker threads (blk_open_async()): the list of shared connections and
@@ -1351,14 +1352,14 @@ static void rbd_drv_close(BlockBackend *bs)
 static bool rbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
                          GError **errp)
 {
-    const BlockRbdOptions *o = &opts->rbd;
+    const BlockRbdOptions *o = opts->driver_opts;
     BDRVRBDState *s;
     rbd_image_info_t info;
     uint64_t size, stripe_unit = 0;
     g_autofree char *desc = NULL;
     int r;
 
-    if (!o->pool || !*o->pool || !o->image || !*o->image) {
+    if (!o || !o->pool || !*o->pool || !o->image || !*o->image) {
         g_set_error(errp, VB_ERROR, 0, "driver=rbd needs pool= and image= "
                     "(rbd=POOL/IMAGE on --export)");
         return false;

@@ -37,10 +37,12 @@
 #include "block/engine.h"
 #include "qemu/sandbox.h"
 
+/* Locks are pthread's, not GLib's: ThreadSanitizer cannot see GLib's
+ * futex-based GMutex and GCond, and reported their users as racing. */
 typedef struct ThreadPoolClient {
     BlockEngine common;
     EventNotifier notifier;
-    GMutex lock;
+    pthread_mutex_t lock;
     QSIMPLEQ_HEAD(, BlockAIOCB) done;   /* protected by lock */
     /* The owner thread is confined: which set runs its requests.  Set by
      * the owner before each enqueue, read by workers under the
@@ -52,8 +54,8 @@ typedef struct ThreadPoolClient {
 typedef struct ThreadPoolWorkers {
     bool confined;              /* under the iothread seccomp filter */
     const char *name;           /* of its threads */
-    GMutex lock;
-    GCond cond;                 /* a request was queued */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;        /* a request was queued */
     QSIMPLEQ_HEAD(, BlockAIOCB) queue;  /* lock */
     unsigned int queued;        /* lock: length of queue */
     unsigned int idle;          /* lock: threads waiting for a request */
@@ -67,14 +69,14 @@ void (*thread_pool_test_hook)(BlockAIOCB *acb);
 /* Main thread (blk_open). */
 void thread_pool_blk_init(BlockBackend *blk)
 {
-    g_mutex_init(&blk->pool_lock);
+    pthread_mutex_init(&blk->pool_lock, NULL);
     QSIMPLEQ_INIT(&blk->pool_waiting);
 }
 
 /* Main thread (blk_close): no request in flight. */
 void thread_pool_blk_cleanup(BlockBackend *blk)
 {
-    g_mutex_clear(&blk->pool_lock);
+    pthread_mutex_destroy(&blk->pool_lock);
 }
 
 /* Worker: hand @acb's result to its client's context. */
@@ -82,9 +84,9 @@ static void thread_pool_done(BlockAIOCB *acb)
 {
     ThreadPoolClient *c = (ThreadPoolClient *)(uintptr_t)acb->engine_priv[0];
 
-    g_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->lock);
     QSIMPLEQ_INSERT_TAIL(&c->done, acb, next);
-    g_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->lock);
     event_notifier_set(&c->notifier);
 }
 
@@ -146,12 +148,12 @@ static void thread_pool_worker(gpointer data, gpointer opaque)
         }
         acb->ret = acb->target->run(acb);
 
-        g_mutex_lock(&blk->pool_lock);
+        pthread_mutex_lock(&blk->pool_lock);
         next = thread_pool_take_waiting(blk, w->confined, &other);
         if (!next && !other) {
             blk->pool_running--;
         }
-        g_mutex_unlock(&blk->pool_lock);
+        pthread_mutex_unlock(&blk->pool_lock);
         /* Once @acb completes @blk may be closed, unless @next or @other
          * holds it: nothing below touches @blk. */
         thread_pool_done(acb);
@@ -170,21 +172,21 @@ static gpointer thread_pool_thread(gpointer opaque)
     if (w->confined) {
         sandbox_thread_set_confined();  /* inherited from its creator */
     }
-    g_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->lock);
     for (;;) {
         BlockAIOCB *acb;
 
         w->idle++;
         while (QSIMPLEQ_EMPTY(&w->queue)) {
-            g_cond_wait(&w->cond, &w->lock);
+            pthread_cond_wait(&w->cond, &w->lock);
         }
         w->idle--;
         acb = QSIMPLEQ_FIRST(&w->queue);
         QSIMPLEQ_REMOVE_HEAD(&w->queue, next);
         w->queued--;
-        g_mutex_unlock(&w->lock);
+        pthread_mutex_unlock(&w->lock);
         thread_pool_worker(acb, w);
-        g_mutex_lock(&w->lock);
+        pthread_mutex_lock(&w->lock);
     }
     return NULL;
 }
@@ -193,11 +195,11 @@ static gpointer thread_pool_thread(gpointer opaque)
  * thread_pool_enqueue() sees to it). */
 static void thread_pool_workers_queue(ThreadPoolWorkers *w, BlockAIOCB *acb)
 {
-    g_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->lock);
     QSIMPLEQ_INSERT_TAIL(&w->queue, acb, next);
     w->queued++;
-    g_cond_signal(&w->cond);
-    g_mutex_unlock(&w->lock);
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
 }
 
 /*
@@ -213,7 +215,7 @@ static void thread_pool_workers_push(BlockAIOCB *acb)
     GError *err = NULL;
     GThread *t;
 
-    g_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->lock);
     if (acb) {
         QSIMPLEQ_INSERT_TAIL(&w->queue, acb, next);
         w->queued++;
@@ -223,9 +225,9 @@ static void thread_pool_workers_push(BlockAIOCB *acb)
         w->threads++;
         start = true;
     } else if (acb) {
-        g_cond_signal(&w->cond);
+        pthread_cond_signal(&w->cond);
     }
-    g_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->lock);
     if (!start) {
         return;
     }
@@ -234,23 +236,23 @@ static void thread_pool_workers_push(BlockAIOCB *acb)
         g_thread_unref(t);
         return;
     }
-    g_mutex_lock(&w->lock);
+    pthread_mutex_lock(&w->lock);
     w->threads--;
     start = w->threads == 0;
-    g_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&w->lock);
     if (start) {
         /* No worker at all: nothing else would ever run the queue. */
         warn_report("cannot start an I/O worker thread (%s): running the "
                     "request in the submitting thread", err->message);
-        g_mutex_lock(&w->lock);
+        pthread_mutex_lock(&w->lock);
         while ((acb = QSIMPLEQ_FIRST(&w->queue))) {
             QSIMPLEQ_REMOVE_HEAD(&w->queue, next);
             w->queued--;
-            g_mutex_unlock(&w->lock);
+            pthread_mutex_unlock(&w->lock);
             thread_pool_worker(acb, w);
-            g_mutex_lock(&w->lock);
+            pthread_mutex_lock(&w->lock);
         }
-        g_mutex_unlock(&w->lock);
+        pthread_mutex_unlock(&w->lock);
     }
     g_error_free(err);
 }
@@ -262,8 +264,8 @@ static gpointer thread_pool_workers_new(gpointer unused)
 
         w->confined = i;
         w->name = i ? "pool-io-confined" : "pool-io";
-        g_mutex_init(&w->lock);
-        g_cond_init(&w->cond);
+        pthread_mutex_init(&w->lock, NULL);
+        pthread_cond_init(&w->cond, NULL);
         QSIMPLEQ_INIT(&w->queue);
     }
     return thread_pool_sets;
@@ -277,9 +279,9 @@ static void thread_pool_completion_cb(void *opaque)
     BlockAIOCB *acb, *tmp;
 
     event_notifier_test_and_clear(&c->notifier);
-    g_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->lock);
     QSIMPLEQ_CONCAT(&batch, &c->done);
-    g_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->lock);
 
     defer_call_begin();
     QSIMPLEQ_FOREACH_SAFE(acb, &batch, next, tmp) {
@@ -309,7 +311,7 @@ static BlockEngine *thread_pool_create(AioContext *ctx, GError **errp)
         g_free(c);
         return NULL;
     }
-    g_mutex_init(&c->lock);
+    pthread_mutex_init(&c->lock, NULL);
     QSIMPLEQ_INIT(&c->done);
     aio_set_fd_handler(ctx, event_notifier_get_fd(&c->notifier),
                        thread_pool_completion_cb, NULL, NULL, NULL, c);
@@ -323,7 +325,7 @@ static void thread_pool_cleanup(void *opaque)
     aio_set_fd_handler(c->common.ctx, event_notifier_get_fd(&c->notifier),
                        NULL, NULL, NULL, NULL, NULL);
     event_notifier_cleanup(&c->notifier);
-    g_mutex_clear(&c->lock);
+    pthread_mutex_destroy(&c->lock);
     g_free(c);
 }
 
@@ -341,7 +343,7 @@ static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
          * rewritten with the same value under their reads. */
         c->confined = confined;
     }
-    g_mutex_lock(&blk->pool_lock);
+    pthread_mutex_lock(&blk->pool_lock);
     run = blk->pool_running < THREAD_POOL_MAX_PER_BACKEND;
     if (run) {
         blk->pool_running++;
@@ -349,7 +351,7 @@ static void thread_pool_enqueue(ThreadPoolClient *c, BlockAIOCB *acb)
         /* The backend has its share: a worker of it picks this up. */
         QSIMPLEQ_INSERT_TAIL(&blk->pool_waiting, acb, next);
     }
-    g_mutex_unlock(&blk->pool_lock);
+    pthread_mutex_unlock(&blk->pool_lock);
     if (run) {
         c->common.stats.submit_syscalls++;  /* one worker wake-up */
         thread_pool_workers_push(acb);

@@ -182,6 +182,7 @@ static VbNode *vb_node_register(VbState *s, const char *name,
     n->blk = blk;
     n->readonly = blk_is_read_only(blk);
     n->cache_direct = names.cache_direct;
+    n->no_storage = names.no_storage;
     n->discard = discard;
     g_ptr_array_add(s->nodes, n);
     return n;
@@ -1016,7 +1017,7 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
                      "command's reply", name);
         return NULL;
     }
-    if (n->user) {
+    if (n->user || n->nbd_exports) {
         vb_set_error(errp, "Node %s is in use", name);
         return NULL;
     }

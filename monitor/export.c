@@ -173,8 +173,14 @@ VbExport *vb_export_create(VbState *s, const VbExportParams *p,
     VbExport *e;
     VuBlkExport *exp;
 
-    if (vb_export_find(s, p->id)) {
+    if (vb_export_find(s, p->id) || vb_nbd_has_export(s, p->id)) {
         vb_set_error(errp, "Block export id '%s' is already in use", p->id);
+        return NULL;
+    }
+    if (p->node->nbd_exports) {
+        vb_set_error(errp, "node '%s' is exported over NBD already; "
+                     "vhost-blkd serves a node through one kind of export",
+                     p->node->name);
         return NULL;
     }
     if (p->node->user) {
@@ -270,6 +276,7 @@ void vb_export_reap_bh(void *opaque)
 /* vb_state_cleanup(): before the nodes. */
 void vb_exports_cleanup(VbState *s)
 {
+    vb_nbd_cleanup(s);
     /* Stop accepting everywhere first, then drain each export. */
     for (guint i = 0; i < s->exports->len; i++) {
         VbExport *e = g_ptr_array_index(s->exports, i);
@@ -456,11 +463,29 @@ VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
     return e;
 }
 
+bool vb_block_export_add_any(VbState *s, JsonObject *args, bool keyval,
+                             GError **errp)
+{
+    JsonNode *t = json_object_get_member(args, "type");
+    const char *type = t ? qmp_node_str(t) : NULL;
+
+    if (type && !strcmp(type, "nbd")) {
+        g_auto(QmpArgs) a = { 0 };
+        int i;
+        static const char *const nbd[] = { "nbd", NULL };
+
+        qmp_args_init(&a, args, keyval, NULL);
+        return qmp_args_enum(&a, "type", nbd, true, &i, errp) &&
+               vb_nbd_export_add(s, &a, keyval, errp);
+    }
+    return vb_block_export_add(s, args, keyval, errp) != NULL;
+}
+
 static JsonNode *vb_qmp_block_export_add(void *opaque, JsonObject *args,
                                          GError **errp)
 {
-    return vb_block_export_add(opaque, args, false, errp) ? vb_empty() :
-           NULL;
+    return vb_block_export_add_any(opaque, args, false, errp) ?
+           vb_empty() : NULL;
 }
 
 static JsonNode *vb_qmp_block_export_del(void *opaque, JsonObject *args,
@@ -482,6 +507,15 @@ static JsonNode *vb_qmp_block_export_del(void *opaque, JsonObject *args,
     }
     e = vb_export_find(s, id);
     if (!e) {
+        bool found;
+        bool hard_nbd = mode >= 0 && !strcmp(modes[mode], "hard");
+
+        if (vb_nbd_export_del(s, id, hard_nbd, errp, &found)) {
+            return vb_empty();
+        }
+        if (found) {
+            return NULL;
+        }
         vb_set_error(errp, "Export '%s' is not found", id);
         return NULL;
     }
@@ -527,6 +561,7 @@ static JsonNode *vb_qmp_query_block_exports(void *opaque, JsonObject *args,
         json_object_set_boolean_member(o, "writable", e->writable);
         json_array_add_object_element(arr, o);
     }
+    vb_nbd_query_exports(s, arr);
     return vb_node_take_array(arr);
 }
 

@@ -16,6 +16,7 @@
 #include "monitor/objects.h"
 #include "monitor/blockdev.h"
 #include "monitor/export.h"
+#include "nbd/nbd-monitor.h"
 
 struct VbNode {
     char *name;
@@ -24,8 +25,10 @@ struct VbNode {
     BlockBackend *blk;
     bool readonly;
     bool cache_direct;
+    bool no_storage;            /* stores nothing (BlockNodeNames) */
     BlockDiscardMode discard;   /* what its exports do with a discard */
     VbExport *user;             /* the export on it, if any */
+    unsigned int nbd_exports;   /* NBD exports on it (nbd/nbd-monitor.c) */
     VbNode *file;               /* driver=throttle or raw: the node below */
     VbNode *filter;             /* the driver=throttle node above, if any */
     bool alias;                 /* driver=raw: blk is file's, not ours */

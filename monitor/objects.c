@@ -643,6 +643,8 @@ static const struct {
     { "iothread", vb_iothread_add },
     { "secret", vb_secret_add },
     { "throttle-group", vb_tg_object_add },
+    { "tls-creds-x509", vb_nbd_tls_x509_add },
+    { "tls-creds-psk", vb_nbd_tls_psk_add },
 };
 
 bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
@@ -664,8 +666,9 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
         if (JSON_NODE_HOLDS_VALUE(n) &&
             json_node_get_value_type(n) == G_TYPE_STRING && !known) {
             vb_set_error(errp, "object type '%s' is not supported: "
-                         "vhost-blkd has only iothread, secret and "
-                         "throttle-group objects",
+                         "vhost-blkd has only iothread, secret, "
+                         "throttle-group, tls-creds-x509 and "
+                         "tls-creds-psk objects",
                          json_node_get_string(n));
             return false;
         }
@@ -733,6 +736,10 @@ static VbObjType vb_obj_find(VbState *s, const char *id, guint *index)
 static bool vb_iothread_in_use(VbState *s, VbIOThreadObj *t)
 {
     AioContext *ctx = iothread_get_aio_context(t->iothread);
+
+    if (vb_nbd_uses_ctx(s, ctx)) {
+        return true;
+    }
 
     for (guint i = 0; i < s->exports->len; i++) {
         VuBlkExport *exp = vb_export_get_vu(g_ptr_array_index(s->exports, i));

@@ -78,7 +78,7 @@ static JsonObject *vb_node_info(VbNode *n)
     JsonObject *o = json_object_new();
     JsonObject *img = json_object_new();
     JsonObject *cache = json_object_new();
-    bool is_null = g_str_has_prefix(n->driver, "null-");
+    bool is_null = n->no_storage;
     struct stat st;
     uint64_t actual = 0;
 
@@ -273,7 +273,7 @@ static JsonObject *vb_node_blockstats(VbNode *n, bool device_level)
         json_object_set_int_member(st, "throttled-ns", ts.throttled_ns);
     }
     json_object_set_object_member(o, "stats", st);
-    if (!g_str_has_prefix(n->driver, "null-")) {
+    if (!n->no_storage) {
         JsonObject *ds = json_object_new();
         const VuBlkOpStats *un = &x.ops[VU_BLK_OP_DISCARD];
 

@@ -86,6 +86,7 @@ const QmpCommand *vb_qmp_commands(void)
         vb_blockdev_register(table);
         vb_objects_register(table);
         vb_export_register(table);
+        vb_nbd_register(table);
         vb_query_register(table);
         vb_misc_register(table);
     }

@@ -9,12 +9,13 @@
 # fixed -seed in FUZZ_ARGS makes the run try the same inputs every time
 # (CI does this); TARGETs default to all of them
 # (fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts
-# fuzz-qmp fuzz-inflight fuzz-qcow2).  fuzz-virtqueue covers both ring
+# fuzz-qmp fuzz-inflight fuzz-qcow2 fuzz-nbd-server).  fuzz-virtqueue covers both ring
 # formats: split, and packed (header flag 0x40, seeds
 # tests/fuzz/corpus/fuzz-virtqueue/packed-*); fuzz-inflight the inflight
 # restore of both, with a mutated region and front-end writes during the
 # restore; fuzz-qcow2 qcow2 image files (block/qcow2-format.c and the
-# reference reader).  Each
+# reference reader); fuzz-nbd-server what an NBD client sends (the
+# server's option and request parsers and the requests).  Each
 # run starts from a copy of tests/fuzz/corpus/<target> plus
 # tests/fuzz/regressions/<target> in a temporary directory, so the
 # committed corpus never grows.  On a crash the
@@ -39,7 +40,7 @@ elif [ $# -gt 0 ]; then
     shift
 fi
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts fuzz-qmp fuzz-inflight fuzz-qcow2)
+[ ${#targets[@]} -eq 0 ] && targets=(fuzz-virtqueue fuzz-virtio-blk fuzz-vhost-user fuzz-export-opts fuzz-qmp fuzz-inflight fuzz-qcow2 fuzz-nbd-server)
 
 case "$seconds" in
 ''|*[!0-9]*) echo "usage: $0 [SECONDS | --runs N] [TARGET...]" >&2; exit 2 ;;

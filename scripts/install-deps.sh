@@ -11,10 +11,14 @@ PKGS=(
     libjson-glib-dev libseccomp-dev libpcre2-dev
     libmicrohttpd-dev   # vhost-blkd --metrics (Prometheus endpoint)
     zlib1g-dev libzstd-dev  # qcow2 compressed clusters (block/qcow2-format.c)
+    libgnutls28-dev     # TLS of the NBD server (nbd/tls.c)
     # tests and the guest harness
     qemu-system-x86 qemu-utils qemu-system-data seabios ipxe-qemu fio busybox-static
     cpio zstd xz-utils kmod dpkg-dev util-linux e2fsprogs strace
     python3     # QMP client of tests/functional/test-migration.sh
+    # NBD clients we did not write, and certificates for the TLS cases
+    # (tests/integration/test-nbd-server.py)
+    libnbd-bin gnutls-bin
     # promtool and a Prometheus server for tests/functional/test-metrics.sh;
     # the tests run their own instance (own config, data dir and port) and
     # neither use nor disturb a system prometheus service
@@ -37,6 +41,10 @@ PKGS=(
     # QEMU's rbd block driver for the qemu-storage-daemon comparisons and
     # fio (above) whose Debian build has ioengine=rbd
     librbd-dev ceph-mon ceph-osd ceph-common qemu-block-extra iproute2
+    # the NBD client driver (block/nbd.c) on libnbd; its tests use
+    # qemu-nbd (qemu-utils, above) as the server, openssl to make the
+    # TLS test's certificates; nbdinfo to inspect by hand
+    libnbd-dev libnbd-bin openssl
 )
 
 missing=()

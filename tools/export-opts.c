@@ -223,14 +223,6 @@ void export_opts_free(ExportOpts *e)
     g_free(e->file);
     g_free(e->driver);
     g_free(e->serial);
-    g_free(e->rbd_pool);
-    g_free(e->rbd_namespace);
-    g_free(e->rbd_image);
-    g_free(e->rbd_snapshot);
-    g_free(e->ceph_conf);
-    g_free(e->ceph_id);
-    g_free(e->ceph_keyfile);
-    g_free(e->ceph_share);
     g_free(e->throttle_group);
     g_free(e);
 }
@@ -349,6 +341,8 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
              !(e->queue_size & (e->queue_size - 1));
     } else if (!strcmp(key, "aio")) {
         ok = blk_aio_mode_parse(val, &e->aio);
+        /* A node option: the driver that has one (file) reads it. */
+        json_object_set_string_member(e->block_args, key, val);
     } else if (!strcmp(key, "cache")) {
         if (!strcmp(val, "none")) {
             e->cache_direct = true;
@@ -488,51 +482,33 @@ static const char *export_opts_driver(const ExportOpts *e, GError **errp)
     return driver ? driver : by_key ? by_key : "file";
 }
 
-/* What the driver read, copied where the ExportOpts fields say. */
+/* What the export's readers want of the node's keys. */
 static void export_opts_copy_block(ExportOpts *e)
 {
-    const BlockOptions *b = &e->block;
+    JsonNode *file = json_object_get_member(e->block_args, "file");
 
-    e->file = g_strdup(b->filename);
-    e->size = b->size;
-    e->rbd_pool = g_strdup(b->rbd.pool);
-    e->rbd_namespace = g_strdup(b->rbd.namespace_);
-    e->rbd_image = g_strdup(b->rbd.image);
-    e->rbd_snapshot = g_strdup(b->rbd.snapshot);
-    e->ceph_conf = g_strdup(b->rbd.conf);
-    e->ceph_id = g_strdup(b->rbd.user);
-    e->ceph_keyfile = g_strdup(b->rbd.keyfile);
-    e->ceph_timeout = b->rbd.connect_timeout;
-    e->ceph_share = g_strdup(b->rbd.share);
-    e->rbd_completion = b->rbd.completion;
-    e->readonly = b->readonly;
+    g_free(e->file);
+    e->file = file ? g_strdup(json_node_get_string(file)) : NULL;
+    /* The driver may serve the image read-only (a snapshot). */
+    e->readonly = e->block.readonly;
 }
 
 /*
- * Check what no single key can: the keys an export needs, the driver's
- * keys (read by the driver), and that its image is there.  False with
+ * The node's keys, read by its driver (again, for
+ * export_opts_absolute_file()); *@image: the image as named.  False with
  * @errp set.
  */
-static bool export_opts_check(ExportOpts *e, const char **image,
-                              GError **errp)
+static bool export_opts_parse_block(ExportOpts *e, const char *driver,
+                                    const char **image, GError **errp)
 {
-    BlockOptsParse parse = { .export_syntax = true };
+    BlockOptsParse parse = { .export_syntax = true, .driver = driver };
     g_auto(QmpArgs) a = { 0 };
     g_autoptr(GList) keys = NULL;
-    const char *driver;
 
-    if (!e->socket) {
-        g_set_error(errp, VB_ERROR, 0, "socket=PATH is missing");
-        return false;
-    }
-    driver = export_opts_driver(e, errp);
-    if (!driver) {
-        return false;
-    }
-    parse.driver = driver;
+    g_clear_pointer(&e->block_strings, g_ptr_array_unref);
+    g_clear_pointer(&e->format_strings, g_ptr_array_unref);
     blk_options_init(&e->block);
     e->block.readonly = e->readonly;
-    e->block.aio = e->aio;
     e->block.cache_direct = e->cache_direct;
     qmp_args_init(&a, e->block_args, true, NULL);
     if (!blk_options_parse(&e->block, &a, &parse, errp)) {
@@ -555,7 +531,10 @@ static bool export_opts_check(ExportOpts *e, const char **image,
     }
     keys = json_object_get_members(e->block_args);
     for (GList *l = keys; l; l = l->next) {
-        if (!g_hash_table_contains(a.used, l->data)) {
+        /* aio= is an export key that every driver takes (one with no
+         * aio mode ignores it). */
+        if (!g_hash_table_contains(a.used, l->data) &&
+            strcmp(l->data, "aio")) {
             g_set_error(errp, VB_ERROR, 0, "unknown key '%s'%s%s (see "
                         "vhost-blkd --help)", (const char *)l->data,
                         e->driver ? " for driver=" : "",
@@ -564,7 +543,42 @@ static bool export_opts_check(ExportOpts *e, const char **image,
         }
     }
     parse.strings = e->block_strings;
-    if (!blk_options_check(&e->block, &parse, errp)) {
+    return blk_options_check(&e->block, &parse, errp);
+}
+
+bool export_opts_absolute_file(ExportOpts *e, GError **errp)
+{
+    g_autofree char *abs = NULL;
+    const char *image;
+
+    if (!e->file || g_path_is_absolute(e->file)) {
+        return true;
+    }
+    abs = g_canonicalize_filename(e->file, NULL);
+    json_object_set_string_member(e->block_args, "file", abs);
+    if (!export_opts_parse_block(e, e->driver, &image, errp)) {
+        return false;
+    }
+    export_opts_copy_block(e);
+    return true;
+}
+
+/*
+ * Check what no single key can: the keys an export needs, the driver's
+ * keys (read by the driver), and that its image is there.  False with
+ * @errp set.
+ */
+static bool export_opts_check(ExportOpts *e, const char **image,
+                              GError **errp)
+{
+    const char *driver;
+
+    if (!e->socket) {
+        g_set_error(errp, VB_ERROR, 0, "socket=PATH is missing");
+        return false;
+    }
+    driver = export_opts_driver(e, errp);
+    if (!driver || !export_opts_parse_block(e, driver, image, errp)) {
         return false;
     }
     g_free(e->driver);

@@ -4,6 +4,7 @@
  * include/tools/qsd-cli.h).
  */
 #include "qemu/osdep.h"
+#include "nbd/nbd-monitor.h"
 #include "tools/qsd-cli.h"
 #include "monitor/objects.h"
 #include "monitor/blockdev.h"
@@ -69,6 +70,8 @@ const char *qsd_opt_name(QsdOptKind kind)
         return "--chardev";
     case QSD_OPT_MONITOR:
         return "--monitor";
+    case QSD_OPT_NBD_SERVER:
+        return "--nbd-server";
     }
     g_assert_not_reached();
 }
@@ -372,6 +375,7 @@ bool qsd_cli_add(QsdCli *cli, QsdOptKind kind, const char *arg,
         [QSD_OPT_EXPORT] = "type",
         [QSD_OPT_CHARDEV] = "backend",
         [QSD_OPT_MONITOR] = "chardev",
+        [QSD_OPT_NBD_SERVER] = NULL,
     };
     g_autoptr(JsonObject) obj = NULL;
     bool keyval = !qsd_arg_is_json(arg);
@@ -481,7 +485,10 @@ static bool qsd_cli_apply_pass(QsdCli *cli, VbState *s, bool objects,
             ok = vb_blockdev_add(s, o->obj, o->keyval, errp) != NULL;
             break;
         case QSD_OPT_EXPORT:
-            ok = vb_block_export_add(s, o->obj, o->keyval, errp) != NULL;
+            ok = vb_block_export_add_any(s, o->obj, o->keyval, errp);
+            break;
+        case QSD_OPT_NBD_SERVER:
+            ok = vb_nbd_server_start(s, o->obj, o->keyval, errp);
             break;
         default:
             g_assert_not_reached();

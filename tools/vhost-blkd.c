@@ -117,6 +117,8 @@ static void vbd_usage(FILE *f)
 "                          VMM's queue-size\n"
 "      aio=io_uring|native|threads   I/O engine (default io_uring)\n"
 "      cache=none|writeback          none: O_DIRECT (default)\n"
+"      locking=auto|on|off QEMU's image locks on file= (on: no other writer;\n"
+"                          auto, the default, and off: none on a raw export)\n"
 "      readonly=on|off     reject writes (default off)\n"
 "      serial=STR          GET_ID string, up to 20 bytes (default: file name)\n"
 "      logical-block-size=512|4096\n"
@@ -153,6 +155,7 @@ static void vbd_usage(FILE *f)
 "from qemu-storage-daemon\"):\n"
 "  --blockdev driver=file|host_device|null-co,node-name=N,filename=PATH\n"
 "             [,cache.direct=on|off][,aio=io_uring|native|threads]\n"
+"             [,locking=auto|on|off]\n"
 "             [,read-only=on|off][,discard=ignore|unmap][,detect-zeroes=off]\n"
 "             (null-co: [,size=N][,read-zeroes=on|off])\n"
 "  --blockdev driver=rbd,node-name=N,pool=P,image=I[,namespace=NS]\n"
@@ -172,6 +175,15 @@ static void vbd_usage(FILE *f)
 "  --export type=vhost-user-blk,id=ID,node-name=N,addr.type=unix,\n"
 "           addr.path=PATH (or addr.type=fd,addr.str=FD)[,writable=on]\n"
 "           [,num-queues=N][,logical-block-size=512|4096][,iothread=ID]\n"
+"  --nbd-server addr.type=unix,addr.path=PATH (or addr.type=inet,\n"
+"           addr.host=H,addr.port=P)[,tls-creds=ID][,max-connections=N]\n"
+"           [,handshake-max-seconds=N][,allow-insecure=on]  the NBD\n"
+"           server; TCP off loopback needs tls-creds= (or allow-insecure=on)\n"
+"  --export type=nbd,id=ID,node-name=N[,name=NAME][,writable=on]\n"
+"           [,description=TEXT][,multi-conn=on|off|auto][,iothread=ID]\n"
+"  --object tls-creds-x509,id=ID,dir=DIR,endpoint=server[,verify-peer=on]\n"
+"           [,allow.0=DN,...]   or tls-creds-psk,id=ID,dir=DIR,endpoint=server\n"
+"           [,username=U]  (keys from DIR/keys.psk)\n"
 "  --chardev socket,id=ID,path=PATH,server=on,wait=off\n"
 "  --monitor [chardev=]ID[,pretty=on]   QMP monitor on that socket\n"
 "\n"
@@ -825,7 +837,7 @@ enum {
     OPT_EXPORT = 256, OPT_IOTHREADS, OPT_POLL_MAX_NS, OPT_PIDFILE,
     OPT_DAEMONIZE, OPT_LOG_LEVEL, OPT_USER, OPT_SECCOMP, OPT_POLL_HOST_CHECK,
     OPT_BLOCKDEV, OPT_OBJECT, OPT_CHARDEV, OPT_MONITOR, OPT_QSD_UNSUPPORTED,
-    OPT_METRICS, OPT_ALLOW_CORE_DUMPS,
+    OPT_METRICS, OPT_ALLOW_CORE_DUMPS, OPT_NBD_SERVER,
 };
 
 /* "FILE:LINE" of the option being applied when a --config file gave it,
@@ -884,6 +896,13 @@ static bool vbd_set_option(Vbd *d, int opt, const char *arg)
     GError *err = NULL;
 
     switch (opt) {
+    case OPT_NBD_SERVER:
+        if (!qsd_cli_add(&d->qsd, QSD_OPT_NBD_SERVER, arg, &err)) {
+            vbd_arg_error("--nbd-server %s: %s\n", arg, err->message);
+            g_error_free(err);
+            return false;
+        }
+        break;
     case OPT_BLOCKDEV:
     case OPT_OBJECT:
     case OPT_CHARDEV:
@@ -1043,12 +1062,11 @@ static bool vbd_check_config(Vbd *d)
                 g_free(e->socket);
                 e->socket = abs;
             }
-            if (e->file && !g_path_is_absolute(e->file)) {
-                char *abs = g_canonicalize_filename(e->file, NULL);
-
-                g_free(e->file);
-                e->file = abs;
-                e->block.filename = abs;
+            if (!export_opts_absolute_file(e, &err)) {
+                fprintf(stderr, "vhost-blkd: --export socket=%s: %s\n",
+                        e->socket, err->message);
+                g_error_free(err);
+                return false;
             }
         }
         qsd_cli_absolute_paths(&d->qsd);
@@ -1086,7 +1104,7 @@ static VbdArgs vbd_parse_args(Vbd *d, int argc, char **argv)
         { "object", required_argument, NULL, OPT_OBJECT },
         { "chardev", required_argument, NULL, OPT_CHARDEV },
         { "monitor", required_argument, NULL, OPT_MONITOR },
-        { "nbd-server", required_argument, NULL, OPT_QSD_UNSUPPORTED },
+        { "nbd-server", required_argument, NULL, OPT_NBD_SERVER },
         { "trace", required_argument, NULL, OPT_QSD_UNSUPPORTED },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },

@@ -51,6 +51,10 @@ static const int sandbox_iothread_calls[] = {
     /* syslog (--daemonize): send on the socket openlog() made; glibc
      * reconnects to /dev/log (AF_UNIX only, below) if syslogd restarted */
     SCMP_SYS(sendto), SCMP_SYS(sendmsg), SCMP_SYS(connect),
+    /* NBD connections (nbd/server.c) run in the export's iothread: they
+     * read and answer on a socket the main thread accepted, and shut it
+     * down; GnuTLS does the same with recv/send */
+    SCMP_SYS(recvfrom), SCMP_SYS(recvmsg), SCMP_SYS(shutdown),
 };
 
 /*

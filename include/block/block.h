@@ -88,44 +88,6 @@ bool blk_inject_parse_option(BlockInjectOptions *inj, const char *key,
                              const char *val, GError **errp);
 
 /*
- * How the rbd driver learns that librbd has finished a request (see
- * block/rbd.c, "Completions"): librbd's callback pushing onto our stack,
- * or librbd's own event notification (rbd_set_image_notification() and
- * rbd_poll_io_events()).  DEFAULT is the one block/rbd.c says is better.
- */
-typedef enum BlockRbdCompletion {
-    BLOCK_RBD_COMPLETION_DEFAULT,
-    BLOCK_RBD_COMPLETION_CALLBACK,
-    BLOCK_RBD_COMPLETION_POLL,
-} BlockRbdCompletion;
-
-/* driver=rbd: a Ceph RBD image (block/rbd.c).  Strings may be NULL. */
-typedef struct BlockRbdOptions {
-    const char *pool;           /* required */
-    const char *namespace_;     /* RADOS namespace in the pool */
-    const char *image;          /* required */
-    const char *snapshot;       /* served read-only */
-    const char *conf;           /* ceph.conf path (default: librados's) */
-    const char *user;           /* client id without "client." */
-    const char *key;            /* the secret key (from a secret object) */
-    const char *keyfile;        /* a file holding the key */
-    uint32_t connect_timeout;   /* seconds, client_mount_timeout and
-                                 * rados_mon_op_timeout; 0 = default */
-    const char *mon_host;       /* overrides the conf's mon_host */
-    const char *auth_client_required;   /* e.g. "cephx,none" */
-    const char *share;          /* connection shared by the nodes giving
-                                 * the same name (and cluster); NULL:
-                                 * one connection per node */
-    BlockRbdCompletion completion;  /* how completions come back */
-} BlockRbdOptions;
-
-#define BLOCK_RBD_DEFAULT_CONNECT_TIMEOUT 10
-
-/* How an rbd node is named in messages, QEMU's pseudo-protocol name:
- * rbd:POOL/[NAMESPACE/]IMAGE[@SNAP].  Any thread. */
-char *blk_rbd_describe(const BlockRbdOptions *o);
-
-/*
  * What a node does with a guest's discard (a node's option, decided by
  * the device that serves it, not by the driver):
  *   OFF     not offered to the guest (vhost-blkd's --export discard=off);
@@ -160,20 +122,14 @@ typedef struct BlockOptions {
      * header (include/block/NAME.h, e.g. BlockQcow2Options), read by that
      * driver alone.  Its parser (blk_options_parse()) allocates it with
      * g_new0() and hands it to blk_options_parse_keep() so that the
-     * cleanup frees it; C callers (tests, benchmarks) may point it at a
-     * struct of their own.  NULL: the driver's defaults.
+     * cleanup frees it; C callers (tests, benchmarks) point it at a
+     * struct of their own (the header's helper, e.g. blk_file_options(),
+     * does it).  It must stay valid as long as the BlockOptions is used
+     * (the open, blk_node_names()): a driver copies what it keeps into
+     * its node.  NULL: the driver's defaults; a driver with required
+     * options (file, null, rbd) refuses to open, saying what is missing.
      */
     const void *driver_opts;
-    /*
-     * The older drivers' own fields, moving into structs of their own as
-     * above: each is read by its driver alone and filled by that driver's
-     * parser; C callers may fill them directly.
-     */
-    const char *filename;       /* file: image file or block device */
-    BlockAioMode aio;           /* file: default BLOCK_AIO_IO_URING */
-    uint64_t size;              /* null: size in bytes (required) */
-    bool null_read_zeroes;      /* null: reads fill buffers with zeroes */
-    BlockRbdOptions rbd;        /* rbd */
 } BlockOptions;
 
 /* Fill @opts with the defaults. */
@@ -239,13 +195,17 @@ void *blk_options_parse_keep(BlockOptsParse *p, void *mem);
  * names it (@given, the name the node was added with, when there is
  * one; else the driver chooses, e.g. host_device for a block device),
  * its filename (the image, or a json:{...} or pseudo-protocol form) and
- * whether cache.direct applies to it.  @blk is the open node of @opts.
- * blk_node_names_free() frees the strings.  Main thread.
+ * whether cache.direct applies to it, and whether it stores anything.
+ * @blk is the open node of @opts.  blk_node_names_free() frees the
+ * strings.  Main thread.
  */
 typedef struct BlockNodeNames {
     char *driver;
     char *filename;
     bool cache_direct;
+    bool no_storage;            /* nothing is stored (null): QEMU shows no
+                                 * dirty flag, allocated size or
+                                 * driver-specific statistics for it */
 } BlockNodeNames;
 void blk_node_names(BlockBackend *blk, const BlockOptions *opts,
                     const char *given, BlockNodeNames *out);
@@ -396,7 +356,8 @@ uint32_t blk_get_physical_block_size(BlockBackend *blk);
 /* Optimal I/O size in bytes (e.g. an RBD image's object size), 0 if
  * the driver does not know one. */
 uint32_t blk_get_optimal_io_size(BlockBackend *blk);
-/* The driver's name ("file", "null", "rbd"), below any filter. */
+/* The driver's name (its registry name, e.g. "file"), below any
+ * filter. */
 const char *blk_get_driver_name(BlockBackend *blk);
 bool blk_can_discard(BlockBackend *blk);
 bool blk_can_write_zeroes(BlockBackend *blk);
@@ -539,7 +500,7 @@ typedef struct BlockEngineStats {
 bool blk_engine_get_stats(AioContext *ctx, BlockAioMode mode,
                           BlockEngineStats *stats);
 /* The same for the engine called @name ("io_uring", "native", "threads",
- * "bh", "rbd", ...).  Owner thread. */
+ * "bh", or a driver's own engine).  Owner thread. */
 bool blk_engine_get_stats_by_name(AioContext *ctx, const char *name,
                                   BlockEngineStats *stats);
 

@@ -98,7 +98,8 @@ typedef enum BlockReqType {
  * share, or that does not share what an existing one uses, is refused
  * with a message naming the holder.  Raw nodes served by exports share
  * everything, as qemu-storage-daemon's exports do; a format's file child
- * does not share writes or resizes.
+ * does not share writes or resizes.  Other processes learn them from the
+ * driver (bdrv_set_perm: file's image locking).
  */
 typedef struct BlockDriver BlockDriver;
 typedef struct BdrvChild BdrvChild;
@@ -120,9 +121,12 @@ typedef void BlockDriverSubmitFunc(BlockBackend *bs, AioContext *ctx,
 
 /*
  * A driver's options (blk_options_parse(), include/block/block.h): read
- * the driver's own keys from @a into @opts (whose common fields the
- * caller filled), set @p->filename, and add what it allocates for @opts
- * to @p->strings.  No system access: what an open needs of the system is
+ * the driver's own keys from @a into a struct of its own (declared in
+ * include/block/NAME.h), allocated with g_new0() and kept with
+ * blk_options_parse_keep(), which @opts->driver_opts then points to;
+ * @opts's common fields the caller filled (a driver may make the node
+ * read-only).  Set @p->image, and add what else it allocates to
+ * @p->strings.  No system access: what an open needs of the system is
  * checked by the check function, after the caller's own checks.  False
  * with @errp set.  Main thread.
  */
@@ -175,6 +179,18 @@ struct BlockDriver {
     /* Grow to @size bytes (optional: without it only the size changes);
      * the caller updates bs->size. */
     bool (*bdrv_truncate)(BlockBackend *bs, uint64_t size, GError **errp);
+    /*
+     * Main thread (optional): the node's parents now use it with @perm
+     * and share @shared (their union and intersection; a filter above
+     * stands for its own parents; 0 and BLK_PERM_ALL without any), after
+     * the graph's own checks passed: called whenever an edge to the node
+     * or to a filter above it comes or goes.  A driver that tells other
+     * processes (file: QEMU's lock bytes) does it here.  False with
+     * @errp set refuses the edge being attached (a detach only shrinks
+     * the permissions, and must not fail).
+     */
+    bool (*bdrv_set_perm)(BlockBackend *bs, uint64_t perm, uint64_t shared,
+                          GError **errp);
     /* Any thread (optional): what the node is, for the monitor. */
     void (*bdrv_get_info)(BlockBackend *bs, BlockDriverInfo *bdi);
     /* Owner thread of @ctx (optional): set up what requests from @ctx
@@ -236,7 +252,7 @@ struct BlockBackend {
      * this node run in workers at a time, the others wait here (from
      * any iothread), so one export cannot occupy the process-wide pool.
      */
-    GMutex pool_lock;
+    pthread_mutex_t pool_lock;
     unsigned int pool_running;                  /* protected by pool_lock */
     QSIMPLEQ_HEAD(, BlockAIOCB) pool_waiting;   /* protected by pool_lock */
 };

@@ -45,7 +45,7 @@ typedef struct BlockModuleAbi {
 
 /*
  * Main thread (or any one thread at a time: a lock serializes loads).
- * The driver @name ("rbd") from its module, loaded on first use.  The
+ * The driver @name (e.g. rbd) from its module, loaded on first use.  The
  * directories searched, in order: $VHOST_BLK_MODULE_DIR alone when it is
  * set; else the build tree the program runs from (CONFIG_BUILD_ROOT, its
  * block/ subdirectory, only if /proc/self/exe lies inside it: an

@@ -33,6 +33,10 @@ typedef struct VbExportParams {
 /* block-export-add / --export type=vhost-user-blk,... */
 VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
                               GError **errp);
+/* The same for any type (type=nbd too): what --export type= and QMP
+ * use. */
+bool vb_block_export_add_any(VbState *s, JsonObject *args, bool keyval,
+                             GError **errp);
 VbExport *vb_export_create(VbState *s, const VbExportParams *p,
                            GError **errp);
 VbExport *vb_export_find(VbState *s, const char *id);

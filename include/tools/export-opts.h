@@ -33,18 +33,15 @@ typedef struct ExportOpts {
     char *socket;               /* non-empty */
     /*
      * The node: its driver and that driver's keys, read by the driver
-     * (blk_options_parse(), the --export syntax), and the export's keys
-     * that are node options (readonly, aio, cache).  Its strings point
-     * into @block_args and @block_strings.
+     * (blk_options_parse(), the --export syntax, into the driver's own
+     * struct, block.driver_opts), and the export's keys that are node
+     * options (readonly, aio, cache).  Its strings point into
+     * @block_args and @block_strings.
      */
     BlockOptions block;
     JsonObject *block_args;     /* the driver's keys as given */
     GPtrArray *block_strings;   /* what the driver's parser allocated */
-    /*
-     * Copies of what the driver read, by driver, for the readers that
-     * look at them (the node itself opens from @block):
-     */
-    char *file;                 /* driver=file: non-empty, exists */
+    char *file;                 /* file=PATH as given, or NULL */
     /*
      * format=qcow2: the image is a qcow2 file; the node the export
      * serves is a qcow2 node (@format_block, its own keys such as
@@ -55,22 +52,11 @@ typedef struct ExportOpts {
     BlockOptions format_block;
     GPtrArray *format_strings;
     char *driver;               /* the driver: "file" (default), "null",
-                                 * "rbd", ... (blk_driver_export_names()) */
-    /* rbd=POOL[/NAMESPACE]/IMAGE[@SNAP] (driver "rbd"): */
-    char *rbd_pool;
-    char *rbd_namespace;        /* NULL: the pool's default namespace */
-    char *rbd_image;
-    char *rbd_snapshot;         /* NULL: the image itself */
-    char *ceph_conf;            /* ceph-conf=FILE; NULL: librados's default */
-    char *ceph_id;              /* ceph-id=ID (client.ID); NULL: admin */
-    char *ceph_keyfile;         /* ceph-keyfile=PATH: the bare key */
-    unsigned int ceph_timeout;  /* ceph-connect-timeout=S; 0: default */
-    char *ceph_share;           /* ceph-share=NAME: shared connection */
-    BlockRbdCompletion rbd_completion;  /* rbd-completion=callback|poll */
-    uint64_t size;              /* driver=null: > 0 */
+                                 * ... (blk_driver_export_names()) */
     unsigned int num_queues;    /* 1..EXPORT_OPTS_MAX_QUEUES (default 1) */
     unsigned int queue_size;    /* power of 2, 2..1024 (default 128) */
-    BlockAioMode aio;           /* default BLOCK_AIO_IO_URING */
+    BlockAioMode aio;           /* default BLOCK_AIO_IO_URING; the file
+                                 * driver's (every driver takes it) */
     bool cache_direct;          /* cache=none (default) */
     bool readonly;
     char *serial;               /* never NULL, at most 20 bytes */
@@ -106,6 +92,13 @@ ExportOpts *export_opts_parse(const char *arg, GError **errp);
 void export_opts_free(ExportOpts *e);
 
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(ExportOpts, export_opts_free)
+
+/*
+ * A relative file= made absolute against the current directory, before
+ * the daemon leaves it: the driver reads its keys again.  False with
+ * @errp set (the image is gone meanwhile).
+ */
+bool export_opts_absolute_file(ExportOpts *e, GError **errp);
 
 /*
  * Parse @arg and append it to @list (a GPtrArray of ExportOpts, created

@@ -22,6 +22,7 @@ typedef enum QsdOptKind {
     QSD_OPT_EXPORT,
     QSD_OPT_CHARDEV,
     QSD_OPT_MONITOR,
+    QSD_OPT_NBD_SERVER,
 } QsdOptKind;
 
 typedef struct QsdChardev {

@@ -49,6 +49,7 @@ PACKAGES=(systemd systemd-sysv udev dbus
           libglib2.0-0 libjson-glib-1.0-0 liburing2 libaio1 libseccomp2
           librbd1 librados2 libmicrohttpd12
           zlib1g libzstd1   # qcow2 compressed clusters (block/qcow2-format.c)
+          libnbd0           # the NBD client driver (block/nbd.c)
           procps util-linux e2fsprogs)
 # Modules the initramfs loads (with their dependencies, in order).
 WANT_MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev

@@ -13,6 +13,8 @@
 #include "qemu/defer-call.h"
 #include "block/block.h"
 #include "block/block_int.h"
+#include "block/file.h"
+#include "block/null.h"
 
 #define BLOCK_SIZE 4096
 #define MAX_DEPTH 1024
@@ -88,6 +90,8 @@ static bool bench_run(const char *file, const char *engine, int depth,
                       bool batch, double seconds, uint64_t null_size)
 {
     BlockOptions opts;
+    BlockFileOptions fo;
+    BlockNullOptions no;
     GError *err = NULL;
     BlockEngineStats before = { 0 }, after = { 0 };
     Bench b = { .rng = 0x9e3779b97f4a7c15ull };
@@ -98,11 +102,10 @@ static bool bench_run(const char *file, const char *engine, int depth,
     blk_options_init(&opts);
     opts.batch = batch;
     if (!strcmp(engine, "null")) {
-        opts.driver = "null";
-        opts.size = null_size;
+        blk_null_options(&opts, &no, null_size, false);
     } else {
-        opts.filename = file;
-        if (!blk_aio_mode_parse(engine, &opts.aio)) {
+        blk_file_options(&opts, &fo, file);
+        if (!blk_aio_mode_parse(engine, &fo.aio)) {
             fprintf(stderr, "unknown engine '%s' (io_uring, native, threads, "
                     "null)\n", engine);
             return false;

@@ -22,6 +22,9 @@
  * Threads: single-threaded.
  */
 #include "qemu/osdep.h"
+#include "block/file.h"
+#include "block/null.h"
+#include "block/rbd.h"
 #include "tools/export-opts.h"
 #include "fuzz-common.h"
 
@@ -87,45 +90,52 @@ static void feo_check_rbd_part(const char *what, const char *part,
 
 static void feo_check_rbd(const ExportOpts *e)
 {
+    const BlockRbdOptions *o = e->block.driver_opts;
+
     fuzz_check(!e->file, "driver=rbd with file=%s", e->file);
-    feo_check_rbd_part("pool", e->rbd_pool, "/@");
-    if (e->rbd_namespace) {
-        feo_check_rbd_part("namespace", e->rbd_namespace, "/@");
+    fuzz_check(o, "driver=rbd without its options");
+    feo_check_rbd_part("pool", o->pool, "/@");
+    if (o->namespace_) {
+        feo_check_rbd_part("namespace", o->namespace_, "/@");
     }
-    feo_check_rbd_part("image", e->rbd_image, "/@");
-    if (e->rbd_snapshot) {
-        feo_check_rbd_part("snapshot", e->rbd_snapshot, "/");
+    feo_check_rbd_part("image", o->image, "/@");
+    if (o->snapshot) {
+        feo_check_rbd_part("snapshot", o->snapshot, "/");
     }
-    fuzz_check(e->ceph_timeout <= 3600, "ceph-connect-timeout %u",
-               e->ceph_timeout);
-    fuzz_check(e->rbd_completion == BLOCK_RBD_COMPLETION_DEFAULT ||
-               e->rbd_completion == BLOCK_RBD_COMPLETION_CALLBACK ||
-               e->rbd_completion == BLOCK_RBD_COMPLETION_POLL,
-               "rbd-completion %d", (int)e->rbd_completion);
+    fuzz_check(o->connect_timeout <= 3600, "ceph-connect-timeout %u",
+               o->connect_timeout);
+    fuzz_check(o->completion == BLOCK_RBD_COMPLETION_DEFAULT ||
+               o->completion == BLOCK_RBD_COMPLETION_CALLBACK ||
+               o->completion == BLOCK_RBD_COMPLETION_POLL,
+               "rbd-completion %d", (int)o->completion);
 }
 
 static void feo_check_export(const ExportOpts *e)
 {
     fuzz_check(e->socket && *e->socket, "socket missing");
     fuzz_check(e->driver, "driver missing");
+    /* Each driver's options are its own struct (block.driver_opts): one
+     * driver's image or ceph-* keys cannot end up in another's. */
     if (!strcmp(e->driver, "file")) {
+        const BlockFileOptions *fo = e->block.driver_opts;
         struct stat st;
 
         fuzz_check(e->file && *e->file, "driver=file without file=");
+        fuzz_check(fo && !g_strcmp0(fo->filename, e->file),
+                   "driver=file: the driver read another file= than %s",
+                   e->file);
         fuzz_check(fstatat(feo_dir_fd, e->file, &st, 0) == 0,
                    "file=%s does not exist", e->file);
-        fuzz_check(!e->rbd_image, "driver=file with an rbd image");
+        fuzz_check(fo->aio == e->aio, "driver=file: aio %d, export's %d",
+                   (int)fo->aio, (int)e->aio);
     } else if (!strcmp(e->driver, "rbd")) {
         feo_check_rbd(e);
     } else {
+        const BlockNullOptions *no = e->block.driver_opts;
+
         fuzz_check(!strcmp(e->driver, "null"), "driver '%s'", e->driver);
-        fuzz_check(e->size > 0, "driver=null with size 0");
-        fuzz_check(!e->rbd_image, "driver=null with an rbd image");
-    }
-    if (strcmp(e->driver, "rbd")) {
-        fuzz_check(!e->ceph_conf && !e->ceph_id && !e->ceph_keyfile &&
-                   !e->ceph_timeout && !e->ceph_share && !e->rbd_completion,
-                   "ceph-* or rbd-completion kept for driver=%s", e->driver);
+        fuzz_check(no && no->size > 0, "driver=null with size 0");
+        fuzz_check(!e->file, "driver=null with file=%s", e->file);
     }
     fuzz_check(e->num_queues >= 1 &&
                e->num_queues <= EXPORT_OPTS_MAX_QUEUES,

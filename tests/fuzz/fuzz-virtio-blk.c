@@ -22,6 +22,8 @@
 #include "qemu/aio.h"
 #include "qemu/iov.h"
 #include "hw/block/virtio-blk.h"
+#include "block/file.h"
+#include "block/null.h"
 #include "fuzz-common.h"
 
 #include <sys/stat.h>
@@ -59,17 +61,21 @@ static BlockBackend *fvb_open(const char *driver, const char *filename,
                               bool readonly)
 {
     BlockOptions opts;
+    BlockFileOptions fo;
+    BlockNullOptions no;
     BlockBackend *blk;
     GError *err = NULL;
 
     blk_options_init(&opts);
+    if (!strcmp(driver, "null")) {
+        blk_null_options(&opts, &no, FVB_DISK_SIZE, true);
+    } else {
+        blk_file_options(&opts, &fo, filename);
+        fo.aio = BLOCK_AIO_THREADS;
+    }
     opts.driver = driver;
-    opts.filename = filename;
-    opts.size = FVB_DISK_SIZE;
-    opts.null_read_zeroes = true;
     opts.readonly = readonly;
     opts.cache_direct = false;
-    opts.aio = BLOCK_AIO_THREADS;
     blk = blk_open(&opts, &err);
     if (!blk) {
         g_error("blk_open(%s): %s", driver, err->message);

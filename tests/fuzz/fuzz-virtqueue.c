@@ -27,6 +27,7 @@
 #include "qemu/iov.h"
 #include "hw/virtio/virtqueue.h"
 #include "hw/block/virtio-blk.h"
+#include "block/null.h"
 #include "fuzz-common.h"
 
 #include <sys/eventfd.h>
@@ -129,11 +130,10 @@ static void fvq_open_devs(void)
 
     for (i = 0; i < 2; i++) {
         BlockOptions opts;
+        BlockNullOptions no;
 
         blk_options_init(&opts);
-        opts.driver = "null";
-        opts.size = FVQ_DISK_SIZE;
-        opts.null_read_zeroes = true;
+        blk_null_options(&opts, &no, FVQ_DISK_SIZE, true);
         opts.readonly = i == 1;
         fvq.blk[i] = blk_open(&opts, &err);
         g_assert_no_error(err);

@@ -602,6 +602,53 @@ def inflight_seeds():
     return s
 
 
+# ---- fuzz-nbd-server: what one NBD client sends, after the greeting ----
+
+def nbd_opt(opt, data=b''):
+    return struct.pack('>QII', 0x49484156454F5054, opt, len(data)) + data
+
+
+def nbd_req(cmd, offset, length, flags=0, cookie=1, payload=b''):
+    return struct.pack('>IHHQQI', 0x25609513, flags, cmd, cookie, offset,
+                       length) + payload
+
+
+def nbd_name(name):
+    return struct.pack('>I', len(name)) + name
+
+
+def nbd_server_seeds():
+    meta = (nbd_name(b'disk') + struct.pack('>I', 1) +
+            nbd_name(b'base:allocation'))
+    go = nbd_opt(7, nbd_name(b'disk') + struct.pack('>HHH', 2, 1, 3))
+    cmds = (nbd_req(0, 0, 4096, cookie=1) +
+            nbd_req(1, 4096, 512, flags=1, cookie=2, payload=b'\xab' * 512) +
+            nbd_req(3, 0, 0, cookie=3) +
+            nbd_req(4, 8192, 4096, cookie=4) +
+            nbd_req(6, 16384, 4096, flags=2, cookie=5) +
+            nbd_req(6, 16384, 4096, flags=16, cookie=6) +
+            nbd_req(7, 0, 1 << 20, cookie=7) +
+            nbd_req(7, 0, 1 << 20, flags=8, cookie=8) +
+            nbd_req(0, (1 << 20) - 512, 1024, cookie=9) +
+            nbd_req(2, 0, 0))
+    s = {}
+    s['go-structured'] = (struct.pack('>I', 3) + nbd_opt(3) + nbd_opt(8) +
+                          nbd_opt(9, nbd_name(b'disk') +
+                                  struct.pack('>I', 0)) +
+                          nbd_opt(10, meta) + go + cmds)
+    s['export-name'] = (struct.pack('>I', 1) + nbd_opt(1, b'disk') +
+                        nbd_req(1, 0, 1024, payload=b'\x01' * 1024) +
+                        nbd_req(0, 0, 1024, cookie=2) + nbd_req(2, 0, 0))
+    s['info-abort'] = (struct.pack('>I', 3) +
+                       nbd_opt(6, nbd_name(b'disk') +
+                               struct.pack('>HHH', 2, 1, 2)) +
+                       nbd_opt(6, nbd_name(b'nope') + struct.pack('>H', 0)) +
+                       nbd_opt(42, b'xyz') + nbd_opt(2))
+    s['starttls-refused'] = (struct.pack('>I', 3) + nbd_opt(5) + go +
+                             nbd_req(0, 0, 512))
+    return s
+
+
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else \
         os.path.join(os.path.dirname(os.path.abspath(__file__)), 'corpus')
@@ -609,7 +656,8 @@ def main():
                           ('fuzz-virtio-blk', virtio_blk_seeds()),
                           ('fuzz-vhost-user', vhost_user_seeds()),
                           ('fuzz-export-opts', export_opts_seeds()),
-                          ('fuzz-inflight', inflight_seeds())):
+                          ('fuzz-inflight', inflight_seeds()),
+                          ('fuzz-nbd-server', nbd_server_seeds())):
         d = os.path.join(outdir, target)
         os.makedirs(d, exist_ok=True)
         for name, data in seeds.items():

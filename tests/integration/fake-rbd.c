@@ -16,6 +16,7 @@
  */
 #include "qemu/osdep.h"
 #include "block/module.h"
+#include "block/rbd.h"
 
 #define FAKE_RBD_SIZE (1 << 20)
 
@@ -27,18 +28,18 @@ typedef struct FakeRbd {
 static bool fake_rbd_open(BlockBackend *bs, const BlockOptions *opts,
                           GError **errp)
 {
+    const BlockRbdOptions *o = opts->driver_opts;
     FakeRbd *s;
 
-    if (!opts->rbd.conf) {
+    if (!o || !o->conf) {
         g_set_error(errp, VB_ERROR, 0, "fake rbd: give conf=FIFO");
         return false;
     }
     s = g_new0(FakeRbd, 1);
-    s->gate = g_strdup(opts->rbd.conf);
+    s->gate = g_strdup(o->conf);
     bs->opaque = s;
     bs->size = FAKE_RBD_SIZE;
-    bs->filename = g_strdup_printf("rbd:%s/%s", opts->rbd.pool,
-                                   opts->rbd.image);
+    bs->filename = g_strdup_printf("rbd:%s/%s", o->pool, o->image);
     return true;
 }
 

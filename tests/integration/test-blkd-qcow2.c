@@ -725,11 +725,12 @@ static void test_blockdev_qmp(void)
     g_assert_true(memcmp(buf, expect, size) == 0);
     vhost_user_frontend_free(fe);
 
-    /* QMP: the same keys as QSD; the node shows its driver and file. */
+    /* QMP: the same keys as QSD; the node shows its driver and file.
+     * (vm1.qcow2 is q0's: the image lock keeps a second node off it.) */
     cmd = g_strdup_printf("{\"execute\": \"blockdev-add\", \"arguments\": "
                           "{\"driver\": \"file\", \"node-name\": \"f1\", "
                           "\"filename\": \"%s\", \"read-only\": true}}",
-                          img2);
+                          base2);
     vb_qmp_ok(&m, cmd);
     vb_qmp_ok(&m, "{\"execute\": \"blockdev-add\", \"arguments\": "
               "{\"driver\": \"qcow2\", \"node-name\": \"q1\", "

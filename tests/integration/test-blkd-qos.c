@@ -108,6 +108,7 @@ static void fixture_teardown(Fixture *f, gconstpointer data)
 /* ---- I/O: keep @depth reads in flight until @target completed ---------- */
 
 typedef struct Driver {
+    VbDaemon *d;
     VhostUserFrontend *fe;
     uint8_t *buf;
     int depth, target, sent, done;
@@ -119,6 +120,7 @@ static void driver_init(Driver *v, Fixture *f, unsigned int i, int depth,
     g_autoptr(GError) err = NULL;
 
     memset(v, 0, sizeof(*v));
+    v->d = &f->d;
     v->fe = vb_connect_started(&f->d, i, 0);
     v->buf = vhost_user_frontend_mem_alloc(v->fe, BUF, 4096, &err);
     g_assert_no_error(err);
@@ -170,6 +172,12 @@ static int64_t drive(Driver *v, int n)
             all &= v[i].done == v[i].target;
         }
         if (!all && !progress) {
+            /* A daemon that died (a sanitizer's report) answers nothing:
+             * say so now rather than at the time limit. */
+            if (!vb_daemon_alive(v[0].d)) {
+                g_error("vhost-blkd exited with requests in flight: its "
+                        "log above says why");
+            }
             for (int i = 0; i < n; i++) {
                 if (v[i].sent > v[i].done) {
                     vhost_user_frontend_wait_ns(v[i].fe, 0, 1000000);

@@ -310,7 +310,8 @@ static void test_takeover(void)
     vhost_user_frontend_reconnect(f.fe, 10000, &err);
     g_assert_no_error(err);
     /* The lock is broken once the dead client's watch has expired
-     * (osd_client_watch_timeout, 30 s by default): wait past that. */
+     * (osd_client_watch_timeout: 30 s by default, 15 s in the test
+     * cluster of scripts/ceph-cluster.sh): wait past that. */
     n = 0;
     while (n < NREQ &&
            g_get_monotonic_time() - t0 < 180 * G_USEC_PER_SEC) {

@@ -186,7 +186,7 @@ def test_cmdline(tmp):
     # refused: each error names what is wrong
     bad = [
         (["--blockdev", "driver=vmdk,node-name=f,file=x"], "vmdk"),
-        (["--blockdev", "driver=file,node-name=f,filename=%s,locking=off" %
+        (["--blockdev", "driver=file,node-name=f,filename=%s,locking=bogus" %
           img], "locking"),
         (["--blockdev", "driver=file,node-name=f,filename=%s,"
           "detect-zeroes=on" % img], "detect-zeroes"),
@@ -194,7 +194,8 @@ def test_cmdline(tmp):
         (["--blockdev", "driver=file,node-name=f,filename=" + img,
           "--export", "type=vhost-user-blk,id=e,node-name=f,addr.type=unix,"
           "addr.path=%s,bogus=1" % sock], "bogus"),
-        (["--nbd-server", "addr.type=unix,addr.path=/x"], "--nbd-server"),
+        (["--nbd-server", "addr.type=unix,addr.path=/x,tls-authz=a"],
+         "tls-authz"),
         (["--chardev", "socket,id=m,path=/x,server=on,wait=off"],
          "--monitor"),
         (["--chardev", "stdio,id=m", "--monitor", "m"], "stdio"),

@@ -15,6 +15,9 @@
 #include "qemu/aio.h"
 #include "block/block.h"
 #include "block/block_int.h"
+#include "block/file.h"
+#include "block/null.h"
+#include "block/rbd.h"
 #include "qemu/throttle.h"
 
 #define IMG_SIZE (8 * 1024 * 1024)
@@ -140,6 +143,9 @@ static BlockBackend *open_case(const DriverCase *dc, bool readonly,
                                uint64_t size, char **path)
 {
     BlockOptions opts;
+    BlockFileOptions fo;
+    BlockNullOptions no;
+    BlockRbdOptions ro;
     GError *err = NULL;
     BlockBackend *blk;
     int fd;
@@ -154,21 +160,21 @@ static BlockBackend *open_case(const DriverCase *dc, bool readonly,
         g_assert_cmpint(fd, >=, 0);
         g_assert_cmpint(ftruncate(fd, size), ==, 0);
         close(fd);
-        opts.filename = *path;
+        blk_file_options(&opts, &fo, *path);
         opts.cache_direct = false;
     } else if (!strcmp(dc->name, "null")) {
-        opts.size = size;
-        opts.null_read_zeroes = true;
+        blk_null_options(&opts, &no, size, true);
     } else {
         if (!rbd_available()) {
             g_test_skip("CEPH_CONF is not set: no cluster for driver=rbd");
             return NULL;
         }
-        opts.rbd.pool = "rbd";
-        opts.rbd.image = rbd_image;
-        opts.rbd.conf = g_getenv("CEPH_CONF");
-        opts.rbd.completion = dc->poll ? BLOCK_RBD_COMPLETION_POLL :
-                                         BLOCK_RBD_COMPLETION_DEFAULT;
+        blk_rbd_options(&opts, &ro);
+        ro.pool = "rbd";
+        ro.image = rbd_image;
+        ro.conf = g_getenv("CEPH_CONF");
+        ro.completion = dc->poll ? BLOCK_RBD_COMPLETION_POLL :
+                                   BLOCK_RBD_COMPLETION_DEFAULT;
     }
     if (dc->throttle) {
         ThrottleLimits none = { 0 };
@@ -626,6 +632,7 @@ static void test_graph_permissions(void)
     BlockBackend *fmt, *ro;
     BdrvChild *u1, *u2;
     BlockOptions opts;
+    BlockNullOptions no;
 
     blk_set_node_name(file, "f0");
     /* raw: two exports writing the same node, as QSD lets them */
@@ -678,8 +685,7 @@ static void test_graph_permissions(void)
 
     /* a read-only node has no writer */
     blk_options_init(&opts);
-    opts.driver = "null";
-    opts.size = IMG_SIZE;
+    blk_null_options(&opts, &no, IMG_SIZE, false);
     opts.readonly = true;
     ro = blk_open(&opts, &err);
     g_assert_no_error(err);
@@ -748,6 +754,9 @@ static void test_delay(gconstpointer data)
 {
     const DriverCase *dc = data;
     BlockOptions opts;
+    BlockFileOptions fo;
+    BlockNullOptions no;
+    BlockRbdOptions ro;
     GError *err = NULL;
     g_autofree uint8_t *buf = g_malloc(4096);
     char *path;
@@ -763,13 +772,17 @@ static void test_delay(gconstpointer data)
     close_case(plain, NULL);
 
     blk_options_init(&opts);
-    opts.driver = dc->name;
-    opts.filename = path;
+    if (!strcmp(dc->name, "file")) {
+        blk_file_options(&opts, &fo, path);
+    } else if (!strcmp(dc->name, "null")) {
+        blk_null_options(&opts, &no, IMG_SIZE, false);
+    } else {
+        blk_rbd_options(&opts, &ro);
+        ro.pool = "rbd";
+        ro.image = rbd_image;
+        ro.conf = g_getenv("CEPH_CONF");
+    }
     opts.cache_direct = false;
-    opts.size = IMG_SIZE;
-    opts.rbd.pool = "rbd";
-    opts.rbd.image = rbd_image;
-    opts.rbd.conf = g_getenv("CEPH_CONF");
     opts.inject.delay_ms = 20;
     blk = blk_open(&opts, &err);
     g_assert_no_error(err);

@@ -8,6 +8,8 @@
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
 #include "block/block.h"
+#include "block/file.h"
+#include "block/null.h"
 
 #define FILE_SIZE (1024 * 1024)
 
@@ -116,6 +118,7 @@ typedef struct Fixture {
 static void open_with(Fixture *f, BlockAioMode mode, const char *spec)
 {
     BlockOptions opts;
+    BlockFileOptions fo;
     GError *err = NULL;
     int fd;
 
@@ -126,8 +129,8 @@ static void open_with(Fixture *f, BlockAioMode mode, const char *spec)
     close(fd);
 
     blk_options_init(&opts);
-    opts.filename = f->path;
-    opts.aio = mode;
+    blk_file_options(&opts, &fo, f->path);
+    fo.aio = mode;
     if (spec) {
         g_assert_true(parse(&opts.inject, spec, &err));
         g_assert_no_error(err);
@@ -403,13 +406,13 @@ static void test_delay(gconstpointer data)
 static void test_null(void)
 {
     BlockOptions opts;
+    BlockNullOptions no;
     BlockBackend *blk;
     GError *err = NULL;
     uint8_t buf[4096];
 
     blk_options_init(&opts);
-    opts.driver = "null";
-    opts.size = FILE_SIZE;
+    blk_null_options(&opts, &no, FILE_SIZE, false);
     g_assert_true(parse(&opts.inject, "inject-error=read,inject-sector=8",
                         &err));
     blk = blk_open(&opts, &err);
@@ -422,9 +425,7 @@ static void test_null(void)
 
     /* and inject-delay: the read is slow, then zero-filled */
     blk_options_init(&opts);
-    opts.driver = "null";
-    opts.size = FILE_SIZE;
-    opts.null_read_zeroes = true;
+    blk_null_options(&opts, &no, FILE_SIZE, true);
     g_assert_true(parse(&opts.inject, "inject-delay=50", &err));
     blk = blk_open(&opts, &err);
     g_assert_no_error(err);

@@ -11,6 +11,14 @@
 #include "qemu/osdep.h"
 #include "block/block.h"
 #include "qemu/qmp-args.h"
+#include "block/file.h"
+#include "block/null.h"
+#include "block/rbd.h"
+
+/* What a driver's parser read, in that driver's own struct. */
+#define FILE_OPTS(o) ((const BlockFileOptions *)(o).driver_opts)
+#define NULL_OPTS(o) ((const BlockNullOptions *)(o).driver_opts)
+#define RBD_OPTS(o) ((const BlockRbdOptions *)(o).driver_opts)
 
 /* A parse of @kv (keyval, "driver" implied first); the arguments live in
  * *@obj and the parse's strings in @p until the caller frees them. */
@@ -49,8 +57,8 @@ static void test_file_aliases(void)
     g_assert_true(parse_kv(kv, false, &o, &p, &a, &err));
     g_assert_no_error(err);
     g_assert_cmpstr(o.driver, ==, "file");
-    g_assert_cmpstr(o.filename, ==, path);
-    g_assert_cmpint(o.aio, ==, BLOCK_AIO_NATIVE);
+    g_assert_cmpstr(FILE_OPTS(o)->filename, ==, path);
+    g_assert_cmpint(FILE_OPTS(o)->aio, ==, BLOCK_AIO_NATIVE);
     g_assert_true(qmp_args_check_done(&a, NULL));
     /* A regular file is not a host_device: QEMU's check, our advice. */
     g_assert_false(blk_options_check(&o, &p, &err));
@@ -102,7 +110,7 @@ static void test_null_names(void)
         g_assert_cmpstr(names.driver, ==, cases[i].driver);
         g_assert_cmpstr(names.filename, ==, cases[i].filename);
         g_assert_false(names.cache_direct);
-        g_assert_cmpint(o.null_read_zeroes, ==, i == 2);
+        g_assert_cmpint(NULL_OPTS(o)->read_zeroes, ==, i == 2);
         blk_node_names_free(&names);
         blk_close(blk);
         blk_options_parse_cleanup(&p);
@@ -155,9 +163,9 @@ static void test_export_syntax(void)
     g_assert_null(blk_driver_for_export_key("size"));
     g_assert_true(parse_kv("size=16M", true, &o, &p, &a, &err));
     g_assert_no_error(err);
-    g_assert_cmpuint(o.size, ==, 16 << 20);
+    g_assert_cmpuint(NULL_OPTS(o)->size, ==, 16 << 20);
     /* Reads of an --export null node are not zeroed: as before. */
-    g_assert_false(o.null_read_zeroes);
+    g_assert_false(NULL_OPTS(o)->read_zeroes);
     blk_options_parse_cleanup(&p);
     for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
         BlockOptsParse q = { .driver = "null" };
@@ -218,13 +226,13 @@ static void test_rbd(void)
     g_assert_no_error(err);
     g_assert_true(qmp_args_check_done(&a, NULL));
     g_assert_cmpstr(o.driver, ==, "rbd");
-    g_assert_cmpstr(o.rbd.pool, ==, "p");
-    g_assert_cmpstr(o.rbd.image, ==, "i");
-    g_assert_cmpstr(o.rbd.mon_host, ==, "[::1]:6789,h2");
-    g_assert_cmpstr(o.rbd.auth_client_required, ==, "cephx");
-    g_assert_cmpstr(o.rbd.key, ==, "QVFBQQ==");
-    g_assert_cmpuint(o.rbd.connect_timeout, ==, 30);
-    g_assert_cmpint(o.rbd.completion, ==, BLOCK_RBD_COMPLETION_POLL);
+    g_assert_cmpstr(RBD_OPTS(o)->pool, ==, "p");
+    g_assert_cmpstr(RBD_OPTS(o)->image, ==, "i");
+    g_assert_cmpstr(RBD_OPTS(o)->mon_host, ==, "[::1]:6789,h2");
+    g_assert_cmpstr(RBD_OPTS(o)->auth_client_required, ==, "cephx");
+    g_assert_cmpstr(RBD_OPTS(o)->key, ==, "QVFBQQ==");
+    g_assert_cmpuint(RBD_OPTS(o)->connect_timeout, ==, 30);
+    g_assert_cmpint(RBD_OPTS(o)->completion, ==, BLOCK_RBD_COMPLETION_POLL);
     g_assert_true(o.readonly);          /* a snapshot */
     blk_options_parse_cleanup(&p);
     g_assert_cmpuint(test_secrets_out, ==, 0);
@@ -243,11 +251,11 @@ static void test_rbd(void)
     g_assert_true(parse_kv("rbd=p/ns/img@s1,ceph-id=admin", true, &o, &p,
                            &a, &err));
     g_assert_no_error(err);
-    g_assert_cmpstr(o.rbd.pool, ==, "p");
-    g_assert_cmpstr(o.rbd.namespace_, ==, "ns");
-    g_assert_cmpstr(o.rbd.image, ==, "img");
-    g_assert_cmpstr(o.rbd.snapshot, ==, "s1");
-    g_assert_cmpstr(o.rbd.user, ==, "admin");
+    g_assert_cmpstr(RBD_OPTS(o)->pool, ==, "p");
+    g_assert_cmpstr(RBD_OPTS(o)->namespace_, ==, "ns");
+    g_assert_cmpstr(RBD_OPTS(o)->image, ==, "img");
+    g_assert_cmpstr(RBD_OPTS(o)->snapshot, ==, "s1");
+    g_assert_cmpstr(RBD_OPTS(o)->user, ==, "admin");
     g_assert_cmpstr(p.image, ==, "img");
     g_assert_true(o.readonly);
     blk_options_parse_cleanup(&p);

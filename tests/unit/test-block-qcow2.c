@@ -12,6 +12,7 @@
 #include "block/block.h"
 #include "block/block_int.h"
 #include "block/qcow2-options.h"
+#include "block/file.h"
 
 #include <sys/wait.h>
 
@@ -80,12 +81,13 @@ static void sh(const char *cmd)
 
 static BlockBackend *open_file(const char *path, bool ro)
 {
+    static BlockFileOptions fo;
     BlockOptions o;
     GError *err = NULL;
     BlockBackend *blk;
 
     blk_options_init(&o);
-    o.filename = path;
+    blk_file_options(&o, &fo, path);
     o.cache_direct = false;
     o.readonly = ro;
     blk = blk_open(&o, &err);

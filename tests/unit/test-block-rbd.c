@@ -50,6 +50,7 @@
 #include "qemu/throttle.h"
 #include "block/block.h"
 #include "block/block_int.h"
+#include "block/rbd.h"
 #include "../../util/aio-internal.h"
 
 #define IMG_SIZE (8 * 1024 * 1024)
@@ -60,6 +61,7 @@ typedef struct Fixture {
     rados_t cluster;
     rados_ioctx_t io;
     char *image;
+    BlockRbdOptions ro;         /* what fixture_opts() opens */
 } Fixture;
 
 typedef struct Req {
@@ -137,10 +139,10 @@ static void fixture_cleanup(Fixture *f)
 static void fixture_opts(Fixture *f, BlockOptions *opts)
 {
     blk_options_init(opts);
-    opts->driver = "rbd";
-    opts->rbd.pool = "rbd";
-    opts->rbd.image = f->image;
-    opts->rbd.conf = g_getenv("CEPH_CONF");
+    blk_rbd_options(opts, &f->ro);
+    f->ro.pool = "rbd";
+    f->ro.image = f->image;
+    f->ro.conf = g_getenv("CEPH_CONF");
 }
 
 static BlockBackend *fixture_open(Fixture *f)
@@ -529,7 +531,7 @@ static void test_poll_close_attached(void)
         return;
     }
     fixture_opts(&f, &opts);
-    opts.rbd.completion = BLOCK_RBD_COMPLETION_POLL;
+    f.ro.completion = BLOCK_RBD_COMPLETION_POLL;
     blk = blk_open(&opts, &err);
     g_assert_no_error(err);
     t = iothread_create("rbd-poll", 0, &err);

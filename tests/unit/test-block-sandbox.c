@@ -16,6 +16,7 @@
 #include "block/block.h"
 #include "block/block_int.h"
 #include "block/engine.h"
+#include "block/file.h"
 
 static AioContext *ctx;
 static char *tmpdir;
@@ -127,6 +128,7 @@ static void test_pool_confinement(void)
     g_autofree char *path = g_build_filename(tmpdir, "img", NULL);
     g_autofree void *buf = g_malloc0(4096);
     BlockOptions opts;
+    BlockFileOptions fo;
     GError *err = NULL;
     BlockBackend *blk;
     IOThread *t;
@@ -142,8 +144,8 @@ static void test_pool_confinement(void)
     g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
     close(fd);
     blk_options_init(&opts);
-    opts.filename = path;
-    opts.aio = BLOCK_AIO_THREADS;
+    blk_file_options(&opts, &fo, path);
+    fo.aio = BLOCK_AIO_THREADS;
     opts.cache_direct = false;
     blk = blk_open(&opts, &err);
     g_assert_no_error(err);
@@ -273,6 +275,7 @@ static void test_pool_mixed_backend(void)
                         .buf = buf };
     gint64 deadline = g_get_monotonic_time() + 60 * G_USEC_PER_SEC;
     BlockOptions opts;
+    BlockFileOptions fo;
     GError *err = NULL;
     BlockBackend *blk;
     IOThread *t;
@@ -287,8 +290,8 @@ static void test_pool_mixed_backend(void)
     g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
     close(fd);
     blk_options_init(&opts);
-    opts.filename = path;
-    opts.aio = BLOCK_AIO_THREADS;
+    blk_file_options(&opts, &fo, path);
+    fo.aio = BLOCK_AIO_THREADS;
     opts.cache_direct = false;
     blk = blk_open(&opts, &err);
     g_assert_no_error(err);

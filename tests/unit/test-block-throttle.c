@@ -18,6 +18,7 @@
 #include "qemu/throttle.h"
 #include "block/block.h"
 #include "block/block_int.h"
+#include "block/null.h"
 #include "../../util/aio-internal.h"
 
 static AioContext *ctx;
@@ -40,12 +41,12 @@ static ThrottleGroup *group_new(void)
 static BlockBackend *throttled_null(ThrottleGroup *tg)
 {
     BlockOptions opts;
+    BlockNullOptions no;
     GError *err = NULL;
     BlockBackend *child, *top;
 
     blk_options_init(&opts);
-    opts.driver = "null";
-    opts.size = 1 << 20;
+    blk_null_options(&opts, &no, 1 << 20, false);
     child = blk_open(&opts, &err);
     g_assert_no_error(err);
     top = blk_throttle_new(child, tg, &err);

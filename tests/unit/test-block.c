@@ -10,6 +10,8 @@
 #include "qemu/aio.h"
 #include "qemu/defer-call.h"
 #include "block/block.h"
+#include "block/file.h"
+#include "block/null.h"
 #include "block/block_int.h"
 #include "block/engine.h"         /* test hooks */
 
@@ -55,12 +57,13 @@ static BlockBackend *open_file(const char *path, BlockAioMode mode,
                                bool direct, bool readonly, bool batch)
 {
     BlockOptions opts;
+    BlockFileOptions fo;
     GError *err = NULL;
     BlockBackend *blk;
 
     blk_options_init(&opts);
-    opts.filename = path;
-    opts.aio = mode;
+    blk_file_options(&opts, &fo, path);
+    fo.aio = mode;
     opts.cache_direct = direct;
     opts.readonly = readonly;
     opts.batch = batch;
@@ -648,12 +651,13 @@ static void test_writeback(gconstpointer data)
     g_autofree char *path = make_file("wb.img", FILE_SIZE);
     BlockBackend *blk;
     BlockOptions opts;
+    BlockFileOptions fo;
     GError *err = NULL;
     char buf[1000];
 
     blk_options_init(&opts);
-    opts.filename = path;
-    opts.aio = mode;
+    blk_file_options(&opts, &fo, path);
+    fo.aio = mode;
     opts.cache_direct = false;
     blk = blk_open(&opts, &err);
     g_assert_no_error(err);
@@ -669,11 +673,12 @@ static void test_writeback(gconstpointer data)
 static void test_open_missing(void)
 {
     BlockOptions opts;
+    BlockFileOptions fo;
     GError *err = NULL;
     g_autofree char *path = g_build_filename(tmpdir, "missing.img", NULL);
 
     blk_options_init(&opts);
-    opts.filename = path;
+    blk_file_options(&opts, &fo, path);
     g_assert_null(blk_open(&opts, &err));
     g_assert_nonnull(err);
     g_assert_nonnull(strstr(err->message, "cannot open"));
@@ -687,6 +692,7 @@ static void test_open_missing(void)
     g_clear_error(&err);
 
     opts.driver = "null";
+    opts.driver_opts = NULL;
     g_assert_null(blk_open(&opts, &err));
     g_assert_nonnull(strstr(err->message, "size"));
     g_clear_error(&err);
@@ -703,13 +709,14 @@ static void test_open_special(void)
 {
     g_autofree char *fifo = g_build_filename(tmpdir, "fifo", NULL);
     BlockOptions opts;
+    BlockFileOptions fo;
     GError *err = NULL;
 
     g_assert_cmpint(mkfifo(fifo, 0600), ==, 0);
     alarm(30);
     for (int i = 0; i < 4; i++) {
         blk_options_init(&opts);
-        opts.filename = fifo;
+        blk_file_options(&opts, &fo, fifo);
         opts.readonly = i < 2;
         opts.cache_direct = i % 2;
         g_assert_null(blk_open(&opts, &err));
@@ -719,12 +726,12 @@ static void test_open_special(void)
         g_clear_error(&err);
     }
     blk_options_init(&opts);
-    opts.filename = "/dev/null";
+    blk_file_options(&opts, &fo, "/dev/null");
     opts.readonly = true;
     g_assert_null(blk_open(&opts, &err));
     g_assert_nonnull(strstr(err->message, "a character device"));
     g_clear_error(&err);
-    opts.filename = tmpdir;
+    fo.filename = tmpdir;
     g_assert_null(blk_open(&opts, &err));
     g_assert_nonnull(err);
     g_clear_error(&err);
@@ -736,6 +743,7 @@ static void test_open_special(void)
 static void test_null(void)
 {
     BlockOptions opts;
+    BlockNullOptions no;
     GError *err = NULL;
     BlockBackend *blk;
     char buf[4096];
@@ -743,9 +751,7 @@ static void test_null(void)
     int done = 0;
 
     blk_options_init(&opts);
-    opts.driver = "null";
-    opts.size = 1 << 30;
-    opts.null_read_zeroes = true;
+    blk_null_options(&opts, &no, 1 << 30, true);
     blk = blk_open(&opts, &err);
     g_assert_no_error(err);
     g_assert_cmpuint(blk_getlength(blk), ==, 1 << 30);

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include "qemu/aio.h"
 #include "hw/block/virtio-blk.h"
+#include "block/file.h"
+#include "block/null.h"
 
 #include <linux/virtio_config.h>
 #include <linux/virtio_ring.h>
@@ -48,15 +50,15 @@ static void test_disk_open_full(TestDisk *d, TestBackend backend,
         .write_zeroes = true,
     };
     BlockOptions opts;
+    BlockFileOptions fo;
+    BlockNullOptions no;
     GError *err = NULL;
 
     memset(d, 0, sizeof(*d));
     g_strlcpy(conf.serial, SERIAL, sizeof(conf.serial));
     blk_options_init(&opts);
     if (backend == TEST_NULL) {
-        opts.driver = "null";
-        opts.size = DISK_SIZE;
-        opts.null_read_zeroes = true;
+        blk_null_options(&opts, &no, DISK_SIZE, true);
     } else {
         int fd;
 
@@ -66,9 +68,9 @@ static void test_disk_open_full(TestDisk *d, TestBackend backend,
         g_assert_cmpint(ftruncate(fd, DISK_SIZE), ==, 0);
         close(fd);
         opts.driver = "file";
-        opts.filename = d->path;
+        blk_file_options(&opts, &fo, d->path);
         opts.cache_direct = false;
-        opts.aio = BLOCK_AIO_THREADS;
+        fo.aio = BLOCK_AIO_THREADS;
     }
     opts.readonly = readonly;
     d->blk = blk_open(&opts, &err);
@@ -271,13 +273,13 @@ static void test_config_bad(void)
 {
     VirtioBlkConf conf = { .logical_block_size = 1000, .num_queues = 1 };
     BlockOptions opts;
+    BlockNullOptions no;
     VirtioBlkDev dev;
     BlockBackend *blk;
     GError *err = NULL;
 
     blk_options_init(&opts);
-    opts.driver = "null";
-    opts.size = DISK_SIZE;
+    blk_null_options(&opts, &no, DISK_SIZE, false);
     blk = blk_open(&opts, &err);
     g_assert_no_error(err);
     g_assert_false(virtio_blk_dev_init(&dev, blk, &conf, &err));

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The NBD server in the daemon's QMP model (nbd/nbd-monitor.c, linked
+ * into the monitor library): --nbd-server and nbd-server-start/stop,
+ * block-export-add type=nbd (and the legacy nbd-server-add/remove), the
+ * tls-creds-x509 and tls-creds-psk objects.
+ *
+ * Threads: main thread only.
+ */
+#ifndef NBD_NBD_MONITOR_H
+#define NBD_NBD_MONITOR_H
+
+#include "monitor/state.h"
+#include "qemu/qmp-args.h"
+
+/* --nbd-server / nbd-server-start */
+bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
+                         GError **errp);
+/* block-export-add type=nbd (@a: its arguments, "type" read already) */
+bool vb_nbd_export_add(VbState *s, QmpArgs *a, bool keyval, GError **errp);
+/* block-export-del of an NBD export: false if @id is none of ours. */
+bool vb_nbd_export_del(VbState *s, const char *id, bool hard,
+                       GError **errp, bool *found);
+/* query-block-exports: ours appended to @arr. */
+void vb_nbd_query_exports(VbState *s, JsonArray *arr);
+bool vb_nbd_has_export(VbState *s, const char *id);
+/* An iothread (its context) an NBD export uses: not to be deleted. */
+bool vb_nbd_uses_ctx(VbState *s, AioContext *ctx);
+/* --object tls-creds-x509 / tls-creds-psk */
+bool vb_nbd_tls_x509_add(VbState *s, QmpArgs *a, GError **errp);
+bool vb_nbd_tls_psk_add(VbState *s, QmpArgs *a, GError **errp);
+bool vb_nbd_object_exists(VbState *s, const char *id);
+/* Daemon shutdown: the server and its exports, waiting for their I/O. */
+void vb_nbd_cleanup(VbState *s);
+void vb_nbd_register(GArray *table);
+
+#endif

@@ -1,0 +1,751 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The NBD server in the daemon's QMP model: see include/nbd/nbd-monitor.h.
+ * Arguments, replies and error texts follow qemu-storage-daemon's
+ * (nbd-server-start, block-export-add type=nbd), plus allow-insecure:
+ * without TLS, a listener on anything but a loopback address or a unix
+ * socket must be asked for explicitly.
+ *
+ * The daemon has one NBD server at a time; nbd-server-stop closes it with
+ * every NBD export (BLOCK_EXPORT_DELETED for each).
+ *
+ * Threads: main thread only.
+ */
+#include "qemu/osdep.h"
+#include "nbd/nbd-monitor.h"
+#include "nbd/server.h"
+#include "nbd/tls.h"
+#include "monitor/monitor-internal.h"
+#include "qemu/error-report.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+typedef struct VbNbdExport {
+    char *id;
+    VbNode *node;
+    NbdExport *exp;
+    AioContext **ctx;
+    unsigned int n_ctx;
+    bool writable;
+    bool deleting;
+} VbNbdExport;
+
+typedef struct VbTlsObj {
+    char *id;
+    NbdTlsCreds *creds;
+    unsigned int users;         /* servers using it */
+} VbTlsObj;
+
+typedef struct VbNbd {
+    VbState *state;
+    NbdServer *srv;
+    VbTlsObj *tls;              /* the running server's */
+    GPtrArray *exports;         /* VbNbdExport */
+    GPtrArray *tls_objs;        /* VbTlsObj */
+} VbNbd;
+
+/* One daemon, one VbState: the NBD part of it. */
+static VbNbd vb_nbd;
+
+static VbNbd *vb_nbd_get(VbState *s)
+{
+    if (!vb_nbd.exports) {
+        vb_nbd.exports = g_ptr_array_new();
+        vb_nbd.tls_objs = g_ptr_array_new();
+    }
+    vb_nbd.state = s;
+    return &vb_nbd;
+}
+
+static VbTlsObj *vb_tls_find(VbNbd *n, const char *id)
+{
+    for (guint i = 0; i < n->tls_objs->len; i++) {
+        VbTlsObj *t = g_ptr_array_index(n->tls_objs, i);
+
+        if (!strcmp(t->id, id)) {
+            return t;
+        }
+    }
+    return NULL;
+}
+
+bool vb_nbd_object_exists(VbState *s, const char *id)
+{
+    return vb_tls_find(vb_nbd_get(s), id) != NULL;
+}
+
+/* ---- TLS credentials objects --------------------------------------------- */
+
+static bool vb_tls_common(VbState *s, QmpArgs *a, const char **id,
+                          const char **dir, GError **errp)
+{
+    static const char *const endpoints[] = { "server", "client", NULL };
+    int endpoint = 0;
+
+    if (!qmp_args_str(a, "id", true, id, errp) ||
+        !qmp_args_str(a, "dir", true, dir, errp) ||
+        !qmp_args_enum(a, "endpoint", endpoints, false, &endpoint, errp)) {
+        return false;
+    }
+    if (endpoint != 0) {
+        vb_set_error(errp, "tls-creds '%s': endpoint=client is not "
+                     "supported: vhost-blkd's NBD server needs "
+                     "endpoint=server credentials", *id);
+        return false;
+    }
+    if (vb_tls_find(vb_nbd_get(s), *id) || vb_iothread_find(s, *id) ||
+        vb_secret_find(s, *id) || vb_throttle_group_find(s, *id)) {
+        vb_set_error(errp, "attempt to add duplicate property '%s' to "
+                     "object (type 'container')", *id);
+        return false;
+    }
+    return true;
+}
+
+static bool vb_tls_add(VbState *s, const char *id, NbdTlsCreds *creds)
+{
+    VbTlsObj *t = g_new0(VbTlsObj, 1);
+
+    t->id = g_strdup(id);
+    t->creds = creds;
+    g_ptr_array_add(vb_nbd_get(s)->tls_objs, t);
+    return true;
+}
+
+/* --object tls-creds-x509,id=ID,dir=DIR,endpoint=server[,verify-peer=on]
+ * [,allow=DN]: allow= (ours, repeatable as allow.0=, allow.1=) limits the
+ * client certificates to those subject DNs. */
+bool vb_nbd_tls_x509_add(VbState *s, QmpArgs *a, GError **errp)
+{
+    const char *id = NULL, *dir = NULL, *allow = NULL, *prio = NULL;
+    bool verify = true;
+    g_autoptr(GPtrArray) list = NULL;
+    g_autoptr(GPtrArray) names = g_ptr_array_new();
+    NbdTlsCreds *creds;
+
+    if (!vb_tls_common(s, a, &id, &dir, errp) ||
+        !qmp_args_bool(a, "verify-peer", &verify, errp) ||
+        !qmp_args_str(a, "priority", false, &prio, errp)) {
+        return false;
+    }
+    if (qmp_args_has(a, "allow")) {
+        JsonNode *v = json_object_get_member(a->obj, "allow");
+
+        if (JSON_NODE_HOLDS_VALUE(v)) {
+            if (!qmp_args_str(a, "allow", true, &allow, errp)) {
+                return false;
+            }
+            g_ptr_array_add(names, (char *)allow);
+        } else {
+            if (!qmp_args_list(a, "allow", &list, errp)) {
+                return false;
+            }
+            for (guint i = 0; i < list->len; i++) {
+                const char *str = qmp_node_str(g_ptr_array_index(list, i));
+
+                if (!str) {
+                    vb_set_error(errp, "tls-creds-x509 '%s': allow: a list "
+                                 "of certificate DNs (strings)", id);
+                    return false;
+                }
+                g_ptr_array_add(names, (char *)str);
+            }
+        }
+    }
+    if (qmp_args_has(a, "sanity-check")) {
+        bool sc;
+
+        if (!qmp_args_bool(a, "sanity-check", &sc, errp)) {
+            return false;
+        }
+    }
+    if (!qmp_args_check_done(a, errp)) {
+        return false;
+    }
+    if (prio) {
+        vb_set_error(errp, "tls-creds-x509 '%s': priority= is not "
+                     "supported", id);
+        return false;
+    }
+    if (names->len && !verify) {
+        vb_set_error(errp, "tls-creds-x509 '%s': allow= needs "
+                     "verify-peer=on (client certificates)", id);
+        return false;
+    }
+    creds = nbd_tls_creds_new_x509(dir, verify, errp);
+    if (!creds) {
+        g_prefix_error(errp, "tls-creds-x509 '%s': ", id);
+        return false;
+    }
+    g_ptr_array_add(names, NULL);
+    nbd_tls_creds_set_allow(creds, (const char *const *)names->pdata);
+    return vb_tls_add(s, id, creds);
+}
+
+/* --object tls-creds-psk,id=ID,dir=DIR,endpoint=server[,username=U]:
+ * keys are read from DIR/keys.psk, never the command line. */
+bool vb_nbd_tls_psk_add(VbState *s, QmpArgs *a, GError **errp)
+{
+    const char *id = NULL, *dir = NULL, *user = NULL;
+    NbdTlsCreds *creds;
+    const char *names[2] = { NULL, NULL };
+
+    if (!vb_tls_common(s, a, &id, &dir, errp) ||
+        !qmp_args_str(a, "username", false, &user, errp) ||
+        !qmp_args_check_done(a, errp)) {
+        return false;
+    }
+    creds = nbd_tls_creds_new_psk(dir, errp);
+    if (!creds) {
+        g_prefix_error(errp, "tls-creds-psk '%s': ", id);
+        return false;
+    }
+    names[0] = user;
+    nbd_tls_creds_set_allow(creds, names);
+    return vb_tls_add(s, id, creds);
+}
+
+/* ---- the server ---------------------------------------------------------- */
+
+static bool vb_addr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+
+        return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    }
+    return false;
+}
+
+static int vb_nbd_listen_inet(const char *host, const char *port,
+                              bool tls, bool insecure, GError **errp)
+{
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC,
+        .ai_socktype = SOCK_STREAM,
+        .ai_flags = AI_PASSIVE,
+    };
+    struct addrinfo *res = NULL;
+    int fd = -1, r, one = 1;
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof(sa);
+    char hbuf[NI_MAXHOST], pbuf[NI_MAXSERV];
+
+    r = getaddrinfo(host && *host ? host : NULL, port, &hints, &res);
+    if (r) {
+        vb_set_error(errp, "address resolution failed for %s:%s: %s",
+                     host ? host : "", port, gai_strerror(r));
+        return -1;
+    }
+    if (!tls && !vb_addr_is_loopback(res->ai_addr) && !insecure) {
+        vb_set_error(errp, "NBD server on %s:%s without TLS: anyone who can "
+                     "reach that address could read%s the exported disks; "
+                     "give tls-creds=ID (an --object tls-creds-x509 or "
+                     "tls-creds-psk), listen on a loopback address or a "
+                     "unix socket, or add allow-insecure=on", host ? host :
+                     "*", port, "" );
+        freeaddrinfo(res);
+        return -1;
+    }
+    fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                0);
+    if (fd < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+        vb_set_error(errp, "Failed to bind socket to %s:%s: %s",
+                     host ? host : "", port, g_strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        freeaddrinfo(res);
+        return -1;
+    }
+    if (!tls && !vb_addr_is_loopback(res->ai_addr)) {
+        warn_report("NBD server listens on %s:%s without TLS "
+                    "(allow-insecure=on): anyone who reaches it can use "
+                    "the exports", host ? host : "*", port);
+    }
+    freeaddrinfo(res);
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0 &&
+        getnameinfo((struct sockaddr *)&sa, len, hbuf, sizeof(hbuf), pbuf,
+                    sizeof(pbuf), NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+        info_report("NBD server listening on %s port %s", hbuf, pbuf);
+    }
+    return fd;
+}
+
+static int vb_nbd_listen_unix(const char *path, GError **errp)
+{
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    int fd;
+
+    if (strlen(path) >= sizeof(sun.sun_path)) {
+        vb_set_error(errp, "UNIX socket path '%s' is too long", path);
+        return -1;
+    }
+    strcpy(sun.sun_path, path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
+        listen(fd, 64) < 0) {
+        vb_set_error(errp, "Failed to bind socket to %s: %s", path,
+                     g_strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    info_report("NBD server listening on unix socket %s", path);
+    return fd;
+}
+
+bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
+                         GError **errp)
+{
+    static const char *const addr_types[] = { "inet", "unix", NULL };
+    VbNbd *n = vb_nbd_get(s);
+    g_auto(QmpArgs) a = { 0 };
+    g_auto(QmpArgs) addr = { 0 };
+    const char *creds_id = NULL, *authz = NULL, *host = NULL;
+    const char *port = NULL, *path = NULL;
+    bool insecure = false;
+    int64_t maxc = 0, hs_max = 10;
+    int atype, fd;
+    VbTlsObj *tls = NULL;
+    NbdServerOptions o = { .main_ctx = s->main_ctx };
+
+    qmp_args_init(&a, args, keyval, NULL);
+    if (!qmp_args_object(&a, "addr", true, &addr, NULL, errp) ||
+        !qmp_args_enum(&addr, "type", addr_types, true, &atype, errp) ||
+        !qmp_args_str(&a, "tls-creds", false, &creds_id, errp) ||
+        !qmp_args_str(&a, "tls-authz", false, &authz, errp) ||
+        !qmp_args_int(&a, "max-connections", false, &maxc, NULL, errp) ||
+        !qmp_args_int(&a, "handshake-max-seconds", false, &hs_max, NULL,
+                      errp) ||
+        !qmp_args_bool(&a, "allow-insecure", &insecure, errp)) {
+        return false;
+    }
+    if (atype == 0) {
+        bool b;
+
+        if (!qmp_args_str(&addr, "host", true, &host, errp) ||
+            !qmp_args_str(&addr, "port", true, &port, errp) ||
+            !qmp_args_bool(&addr, "ipv4", &b, errp) ||
+            !qmp_args_bool(&addr, "ipv6", &b, errp) ||
+            !qmp_args_bool(&addr, "numeric", &b, errp)) {
+            return false;
+        }
+    } else if (!qmp_args_str(&addr, "path", true, &path, errp)) {
+        return false;
+    }
+    if (!qmp_args_check_done(&addr, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return false;
+    }
+    if (n->srv) {
+        vb_set_error(errp, "NBD server already running");
+        return false;
+    }
+    if (authz) {
+        vb_set_error(errp, "tls-authz is not supported: limit the clients "
+                     "with the allow= list of the tls-creds-x509 object "
+                     "(certificate DNs) or tls-creds-psk's username=");
+        return false;
+    }
+    if (maxc < 0 || maxc > UINT32_MAX) {
+        vb_set_error(errp, "max-connections must be between 0 (no limit) "
+                     "and %u", UINT32_MAX);
+        return false;
+    }
+    if (hs_max < 0 || hs_max > 86400) {
+        vb_set_error(errp, "handshake-max-seconds must be between 0 (no "
+                     "limit) and 86400");
+        return false;
+    }
+    if (creds_id) {
+        tls = vb_tls_find(n, creds_id);
+        if (!tls) {
+            vb_set_error(errp, "No TLS credentials with id '%s'", creds_id);
+            return false;
+        }
+    }
+    fd = atype == 0 ? vb_nbd_listen_inet(host, port, tls, insecure, errp) :
+                      vb_nbd_listen_unix(path, errp);
+    if (fd < 0) {
+        return false;
+    }
+    o.listen_fd = fd;
+    o.unix_path = path;
+    o.max_connections = maxc;
+    o.handshake_max_seconds = hs_max;
+    o.tls = tls ? tls->creds : NULL;
+    n->srv = nbd_server_new(&o, errp);
+    if (!n->srv) {
+        close(fd);
+        return false;
+    }
+    n->tls = tls;
+    if (tls) {
+        tls->users++;
+    }
+    return true;
+}
+
+/* ---- exports ------------------------------------------------------------- */
+
+static VbNbdExport *vb_nbd_find(VbNbd *n, const char *id)
+{
+    for (guint i = 0; id && i < n->exports->len; i++) {
+        VbNbdExport *x = g_ptr_array_index(n->exports, i);
+
+        if (!strcmp(x->id, id)) {
+            return x;
+        }
+    }
+    return NULL;
+}
+
+bool vb_nbd_has_export(VbState *s, const char *id)
+{
+    return vb_nbd_find(vb_nbd_get(s), id) != NULL;
+}
+
+bool vb_nbd_uses_ctx(VbState *s, AioContext *ctx)
+{
+    VbNbd *n = vb_nbd_get(s);
+
+    for (guint i = 0; i < n->exports->len; i++) {
+        VbNbdExport *x = g_ptr_array_index(n->exports, i);
+
+        for (unsigned int j = 0; j < x->n_ctx; j++) {
+            if (x->ctx[j] == ctx) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+bool vb_nbd_export_add(VbState *s, QmpArgs *a, bool keyval, GError **errp)
+{
+    static const char *const mc_values[] = { "auto", "on", "off", NULL };
+    VbNbd *n = vb_nbd_get(s);
+    const char *id = NULL, *node_name = NULL, *iothread = NULL;
+    const char *name = NULL, *desc = NULL;
+    bool writable = false, writethrough = false, fixed = false;
+    bool depth = false;
+    int mc = 0;
+    VbNode *node;
+    VbNbdExport *x;
+    NbdExportOptions o = { 0 };
+    g_autofree AioContext **ctx = NULL;
+    unsigned int nctx;
+
+    if (!qmp_args_str(a, "id", true, &id, errp) ||
+        !qmp_args_str(a, "node-name", true, &node_name, errp) ||
+        !qmp_args_bool(a, "writable", &writable, errp) ||
+        !qmp_args_bool(a, "writethrough", &writethrough, errp) ||
+        !qmp_args_str(a, "iothread", false, &iothread, errp) ||
+        !qmp_args_bool(a, "fixed-iothread", &fixed, errp) ||
+        !qmp_args_str(a, "name", false, &name, errp) ||
+        !qmp_args_str(a, "description", false, &desc, errp) ||
+        !qmp_args_bool(a, "allocation-depth", &depth, errp) ||
+        !qmp_args_enum(a, "multi-conn", mc_values, false, &mc, errp)) {
+        return false;
+    }
+    if (qmp_args_has(a, "bitmaps")) {
+        vb_set_error(errp, "bitmaps are not supported: vhost-blkd has no "
+                     "dirty bitmaps");
+        return false;
+    }
+    if (!qmp_args_check_done(a, errp)) {
+        return false;
+    }
+    if (!n->srv) {
+        vb_set_error(errp, "NBD server not running");
+        return false;
+    }
+    if (depth) {
+        vb_set_error(errp, "allocation-depth is not supported: only "
+                     "base:allocation is offered");
+        return false;
+    }
+    if (vb_export_find(s, id) || vb_nbd_find(n, id)) {
+        vb_set_error(errp, "Block export id '%s' is already in use", id);
+        return false;
+    }
+    node = vb_node_find(s, node_name);
+    if (!node) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     node_name, node_name);
+        return false;
+    }
+    if (node->user) {
+        vb_set_error(errp, "node '%s' is exported already (by '%s'); "
+                     "vhost-blkd serves a node through one export",
+                     node->name, node->user->id);
+        return false;
+    }
+    if (writable && (node->readonly || blk_is_read_only(node->blk))) {
+        vb_set_error(errp, "Block node is read-only");
+        return false;
+    }
+    if (!name) {
+        name = node_name;
+    }
+    if (nbd_export_find(n->srv, name)) {
+        vb_set_error(errp, "NBD server already has export named '%s'",
+                     name);
+        return false;
+    }
+    if (iothread) {
+        VbIOThreadObj *t = vb_iothread_find(s, iothread);
+
+        if (!t) {
+            vb_set_error(errp, "iothread \"%s\" not found", iothread);
+            return false;
+        }
+        nctx = 1;
+        ctx = g_new(AioContext *, 1);
+        ctx[0] = iothread_get_aio_context(t->iothread);
+    } else {
+        /* Connections spread over the pool */
+        nctx = s->n_pool;
+        ctx = g_new(AioContext *, nctx);
+        for (unsigned int i = 0; i < nctx; i++) {
+            ctx[i] = iothread_get_aio_context(s->pool[i]);
+        }
+    }
+    o.name = name;
+    o.description = desc;
+    o.blk = node->blk;
+    o.writable = writable;
+    o.multi_conn = mc == 1;
+    o.discard = node->discard;
+    o.ctx = ctx;
+    o.n_ctx = nctx;
+    x = g_new0(VbNbdExport, 1);
+    x->exp = nbd_export_new(n->srv, &o, errp);
+    if (!x->exp) {
+        g_free(x);
+        return false;
+    }
+    x->id = g_strdup(id);
+    x->node = node;
+    x->writable = writable;
+    x->ctx = g_steal_pointer(&ctx);
+    x->n_ctx = nctx;
+    node->nbd_exports++;
+    g_ptr_array_add(n->exports, x);
+    return true;
+}
+
+static void vb_nbd_export_free(VbNbdExport *x)
+{
+    VbNbd *n = &vb_nbd;
+    VbState *s = n->state;
+    g_autoptr(JsonObject) data = json_object_new();
+
+    g_ptr_array_remove(n->exports, x);
+    x->node->nbd_exports--;
+    json_object_set_string_member(data, "id", x->id);
+    if (s->qmp) {
+        qmp_server_emit_event(s->qmp, "BLOCK_EXPORT_DELETED", data);
+    }
+    g_free(x->id);
+    g_free(x->ctx);
+    g_free(x);
+}
+
+/* The last connection of a deleted export is gone (main thread). */
+static void vb_nbd_export_done(void *opaque)
+{
+    VbNbdExport *x = opaque;
+
+    x->exp = NULL;
+    vb_nbd_export_free(x);
+}
+
+bool vb_nbd_export_del(VbState *s, const char *id, bool hard,
+                       GError **errp, bool *found)
+{
+    VbNbd *n = vb_nbd_get(s);
+    VbNbdExport *x = vb_nbd_find(n, id);
+
+    *found = x != NULL;
+    if (!x) {
+        return false;
+    }
+    if (x->deleting) {
+        vb_set_error(errp, "Export '%s' is already shutting down", id);
+        return false;
+    }
+    if (!hard && nbd_export_num_clients(x->exp)) {
+        vb_set_error(errp, "export '%s' still in use (use mode='hard' to "
+                     "disconnect its clients)", id);
+        return false;
+    }
+    x->deleting = true;
+    nbd_export_remove(x->exp, vb_nbd_export_done, x);
+    return true;
+}
+
+void vb_nbd_query_exports(VbState *s, JsonArray *arr)
+{
+    VbNbd *n = vb_nbd_get(s);
+
+    for (guint i = 0; i < n->exports->len; i++) {
+        VbNbdExport *x = g_ptr_array_index(n->exports, i);
+        JsonObject *o = json_object_new();
+
+        json_object_set_string_member(o, "type", "nbd");
+        json_object_set_string_member(o, "id", x->id);
+        json_object_set_string_member(o, "node-name", x->node->name);
+        json_object_set_boolean_member(o, "shutting-down", x->deleting);
+        json_object_set_boolean_member(o, "writable", x->writable);
+        json_array_add_object_element(arr, o);
+    }
+}
+
+/* Stop the server: every export goes (their connections closed, their
+ * requests in flight waited for in this thread). */
+static void vb_nbd_server_stop(VbNbd *n)
+{
+    nbd_server_free(n->srv);
+    n->srv = NULL;
+    if (n->tls) {
+        n->tls->users--;
+        n->tls = NULL;
+    }
+    /* The server freed the NbdExports without their callbacks. */
+    while (n->exports->len) {
+        VbNbdExport *x = g_ptr_array_index(n->exports, 0);
+
+        x->exp = NULL;
+        vb_nbd_export_free(x);
+    }
+}
+
+void vb_nbd_cleanup(VbState *s)
+{
+    VbNbd *n = vb_nbd_get(s);
+
+    if (n->srv) {
+        vb_nbd_server_stop(n);
+    }
+    for (guint i = 0; i < n->tls_objs->len; i++) {
+        VbTlsObj *t = g_ptr_array_index(n->tls_objs, i);
+
+        nbd_tls_creds_free(t->creds);
+        g_free(t->id);
+        g_free(t);
+    }
+    g_ptr_array_set_size(n->tls_objs, 0);
+}
+
+/* ---- QMP ----------------------------------------------------------------- */
+
+static JsonNode *vb_qmp_nbd_server_start(void *opaque, JsonObject *args,
+                                         GError **errp)
+{
+    return vb_nbd_server_start(opaque, args, false, errp) ? vb_empty() :
+           NULL;
+}
+
+static JsonNode *vb_qmp_nbd_server_stop(void *opaque, JsonObject *args,
+                                        GError **errp)
+{
+    VbNbd *n = vb_nbd_get(opaque);
+    g_auto(QmpArgs) a = { 0 };
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (!n->srv) {
+        vb_set_error(errp, "NBD server not running");
+        return NULL;
+    }
+    vb_nbd_server_stop(n);
+    return vb_empty();
+}
+
+/* The legacy nbd-server-add device=,name=,writable=,description=: an
+ * export whose id is its name, as QEMU's. */
+static JsonNode *vb_qmp_nbd_server_add(void *opaque, JsonObject *args,
+                                       GError **errp)
+{
+    g_autoptr(JsonObject) o = json_object_new();
+    g_auto(QmpArgs) a = { 0 };
+    const char *dev = NULL, *name = NULL, *desc = NULL;
+    bool writable = false;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "device", true, &dev, errp) ||
+        !qmp_args_str(&a, "name", false, &name, errp) ||
+        !qmp_args_str(&a, "description", false, &desc, errp) ||
+        !qmp_args_bool(&a, "writable", &writable, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    json_object_set_string_member(o, "id", name ? name : dev);
+    json_object_set_string_member(o, "node-name", dev);
+    json_object_set_string_member(o, "name", name ? name : dev);
+    if (desc) {
+        json_object_set_string_member(o, "description", desc);
+    }
+    json_object_set_boolean_member(o, "writable", writable);
+    {
+        g_auto(QmpArgs) b = { 0 };
+
+        qmp_args_init(&b, o, false, NULL);
+        if (!vb_nbd_export_add(opaque, &b, false, errp)) {
+            return NULL;
+        }
+    }
+    return vb_empty();
+}
+
+static JsonNode *vb_qmp_nbd_server_remove(void *opaque, JsonObject *args,
+                                          GError **errp)
+{
+    static const char *const modes[] = { "safe", "hard", NULL };
+    g_auto(QmpArgs) a = { 0 };
+    const char *name = NULL;
+    int mode = 0;
+    bool found;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "name", true, &name, errp) ||
+        !qmp_args_enum(&a, "mode", modes, false, &mode, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (!vb_nbd_export_del(opaque, name, mode == 1, errp, &found)) {
+        if (!found) {
+            vb_set_error(errp, "Export '%s' is not found", name);
+        }
+        return NULL;
+    }
+    return vb_empty();
+}
+
+static const QmpCommand vb_nbd_commands[] = {
+    { "nbd-server-start", vb_qmp_nbd_server_start },
+    { "nbd-server-stop", vb_qmp_nbd_server_stop },
+    { "nbd-server-add", vb_qmp_nbd_server_add },
+    { "nbd-server-remove", vb_qmp_nbd_server_remove },
+};
+
+void vb_nbd_register(GArray *table)
+{
+    g_array_append_vals(table, vb_nbd_commands,
+                        G_N_ELEMENTS(vb_nbd_commands));
+}

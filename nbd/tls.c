@@ -1,0 +1,384 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * TLS for the NBD server on GnuTLS: see include/nbd/tls.h.
+ */
+#include "qemu/osdep.h"
+#include "nbd/tls.h"
+#include "qemu/error-report.h"
+
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
+
+struct NbdTlsCreds {
+    bool psk;
+    bool verify_peer;
+    gnutls_certificate_credentials_t x509;
+    gnutls_psk_server_credentials_t psk_creds;
+    char *psk_file;
+    char **allow;               /* NULL: anyone authenticated */
+};
+
+struct NbdTls {
+    NbdTlsCreds *creds;
+    gnutls_session_t s;
+    bool done;
+};
+
+static bool nbd_tls_global_init(GError **errp)
+{
+    static int ret = 1;
+
+    if (ret == 1) {
+        ret = gnutls_global_init();
+    }
+    if (ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot initialise GnuTLS: %s",
+                    gnutls_strerror(ret));
+        return false;
+    }
+    return true;
+}
+
+static char *nbd_tls_file(const char *dir, const char *name, bool required,
+                          GError **errp)
+{
+    char *p = g_build_filename(dir, name, NULL);
+
+    if (access(p, R_OK) < 0) {
+        if (required) {
+            g_set_error(errp, VB_ERROR, 0, "cannot read %s: %s (dir= must "
+                        "hold ca-cert.pem, server-cert.pem and "
+                        "server-key.pem)", p, g_strerror(errno));
+        }
+        g_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+NbdTlsCreds *nbd_tls_creds_new_x509(const char *dir, bool verify_peer,
+                                    GError **errp)
+{
+    g_autofree char *ca = NULL, *cert = NULL, *key = NULL, *crl = NULL;
+    NbdTlsCreds *c;
+    int r;
+
+    if (!nbd_tls_global_init(errp)) {
+        return NULL;
+    }
+    ca = nbd_tls_file(dir, "ca-cert.pem", true, errp);
+    if (!ca) {
+        return NULL;
+    }
+    cert = nbd_tls_file(dir, "server-cert.pem", true, errp);
+    if (!cert) {
+        return NULL;
+    }
+    key = nbd_tls_file(dir, "server-key.pem", true, errp);
+    if (!key) {
+        return NULL;
+    }
+    crl = nbd_tls_file(dir, "ca-crl.pem", false, NULL);
+    c = g_new0(NbdTlsCreds, 1);
+    c->verify_peer = verify_peer;
+    gnutls_certificate_allocate_credentials(&c->x509);
+    r = gnutls_certificate_set_x509_trust_file(c->x509, ca,
+                                               GNUTLS_X509_FMT_PEM);
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: %s", ca, gnutls_strerror(r));
+        goto fail;
+    }
+    if (crl) {
+        r = gnutls_certificate_set_x509_crl_file(c->x509, crl,
+                                                 GNUTLS_X509_FMT_PEM);
+        if (r < 0) {
+            g_set_error(errp, VB_ERROR, 0, "%s: %s", crl,
+                        gnutls_strerror(r));
+            goto fail;
+        }
+    }
+    r = gnutls_certificate_set_x509_key_file(c->x509, cert, key,
+                                             GNUTLS_X509_FMT_PEM);
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s / %s: %s", cert, key,
+                    gnutls_strerror(r));
+        goto fail;
+    }
+    return c;
+
+fail:
+    nbd_tls_creds_free(c);
+    return NULL;
+}
+
+/* keys.psk: "username:hexkey" lines.  Read at each handshake, so a key
+ * file can be replaced without a restart (as QEMU). */
+static int nbd_tls_psk_lookup(gnutls_session_t s, const char *user,
+                              gnutls_datum_t *key)
+{
+    NbdTlsCreds *c = gnutls_session_get_ptr(s);
+    g_autofree char *text = NULL;
+    g_auto(GStrv) lines = NULL;
+    size_t ulen = strlen(user);
+    int ret = -1;
+
+    if (!g_file_get_contents(c->psk_file, &text, NULL, NULL)) {
+        return -1;
+    }
+    lines = g_strsplit(text, "\n", -1);
+    for (guint i = 0; lines[i]; i++) {
+        const char *l = lines[i];
+        gnutls_datum_t hex;
+
+        if (strncmp(l, user, ulen) || l[ulen] != ':') {
+            continue;
+        }
+        hex.data = (unsigned char *)l + ulen + 1;
+        hex.size = strcspn(l + ulen + 1, "\r");
+        if (gnutls_hex_decode2(&hex, key) == 0) {
+            ret = 0;
+        }
+        break;
+    }
+    explicit_bzero(text, strlen(text));
+    for (guint i = 0; lines[i]; i++) {
+        explicit_bzero(lines[i], strlen(lines[i]));
+    }
+    return ret;
+}
+
+NbdTlsCreds *nbd_tls_creds_new_psk(const char *dir, GError **errp)
+{
+    NbdTlsCreds *c;
+    char *file;
+
+    if (!nbd_tls_global_init(errp)) {
+        return NULL;
+    }
+    file = g_build_filename(dir, "keys.psk", NULL);
+    if (access(file, R_OK) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot read %s: %s (dir= must "
+                    "hold keys.psk, lines of username:hexkey)", file,
+                    g_strerror(errno));
+        g_free(file);
+        return NULL;
+    }
+    c = g_new0(NbdTlsCreds, 1);
+    c->psk = true;
+    c->psk_file = file;
+    gnutls_psk_allocate_server_credentials(&c->psk_creds);
+    gnutls_psk_set_server_credentials_function(c->psk_creds,
+                                               nbd_tls_psk_lookup);
+    return c;
+}
+
+void nbd_tls_creds_set_allow(NbdTlsCreds *c, const char *const *names)
+{
+    g_strfreev(c->allow);
+    c->allow = names && names[0] ? g_strdupv((char **)names) : NULL;
+}
+
+void nbd_tls_creds_free(NbdTlsCreds *c)
+{
+    if (!c) {
+        return;
+    }
+    if (c->x509) {
+        gnutls_certificate_free_credentials(c->x509);
+    }
+    if (c->psk_creds) {
+        gnutls_psk_free_server_credentials(c->psk_creds);
+    }
+    g_free(c->psk_file);
+    g_strfreev(c->allow);
+    g_free(c);
+}
+
+NbdTls *nbd_tls_new_server(NbdTlsCreds *creds, int fd, GError **errp)
+{
+    NbdTls *t = g_new0(NbdTls, 1);
+    const char *prio = creds->psk ?
+        "NORMAL:-VERS-SSL3.0:+ECDHE-PSK:+DHE-PSK:+PSK" :
+        "NORMAL:-VERS-SSL3.0";
+    int r;
+
+    t->creds = creds;
+    r = gnutls_init(&t->s, GNUTLS_SERVER | GNUTLS_NONBLOCK);
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "TLS session: %s",
+                    gnutls_strerror(r));
+        g_free(t);
+        return NULL;
+    }
+    gnutls_session_set_ptr(t->s, creds);
+    r = gnutls_priority_set_direct(t->s, prio, NULL);
+    if (r >= 0) {
+        r = creds->psk ?
+            gnutls_credentials_set(t->s, GNUTLS_CRD_PSK, creds->psk_creds) :
+            gnutls_credentials_set(t->s, GNUTLS_CRD_CERTIFICATE,
+                                   creds->x509);
+    }
+    if (r < 0) {
+        g_set_error(errp, VB_ERROR, 0, "TLS session: %s",
+                    gnutls_strerror(r));
+        nbd_tls_free(t);
+        return NULL;
+    }
+    if (!creds->psk && creds->verify_peer) {
+        gnutls_certificate_server_set_request(t->s, GNUTLS_CERT_REQUIRE);
+    }
+    gnutls_transport_set_int(t->s, fd);
+    return t;
+}
+
+void nbd_tls_free(NbdTls *t)
+{
+    if (!t) {
+        return;
+    }
+    gnutls_deinit(t->s);
+    g_free(t);
+}
+
+static bool nbd_tls_name_allowed(NbdTls *t, const char *name)
+{
+    if (!t->creds->allow) {
+        return true;
+    }
+    for (guint i = 0; t->creds->allow[i]; i++) {
+        if (!strcmp(t->creds->allow[i], name)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* After the handshake: is this peer one we let in? */
+static bool nbd_tls_check_peer(NbdTls *t)
+{
+    const gnutls_datum_t *certs;
+    unsigned int status = 0, n = 0;
+    gnutls_x509_crt_t crt;
+    char dn[1024];
+    size_t dnlen = sizeof(dn);
+    bool ok;
+
+    if (t->creds->psk) {
+        const char *user = gnutls_psk_server_get_username(t->s);
+
+        if (!user || !nbd_tls_name_allowed(t, user)) {
+            warn_report("NBD client refused: PSK username '%s' is not "
+                        "allowed", user ? user : "");
+            return false;
+        }
+        return true;
+    }
+    if (!t->creds->verify_peer) {
+        return true;
+    }
+    if (gnutls_certificate_verify_peers2(t->s, &status) < 0 || status) {
+        warn_report("NBD client refused: its certificate does not verify "
+                    "against the CA (status 0x%x)", status);
+        return false;
+    }
+    certs = gnutls_certificate_get_peers(t->s, &n);
+    if (!certs || !n) {
+        warn_report("NBD client refused: no client certificate");
+        return false;
+    }
+    gnutls_x509_crt_init(&crt);
+    ok = gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER) >= 0 &&
+         gnutls_x509_crt_get_dn(crt, dn, &dnlen) >= 0;
+    gnutls_x509_crt_deinit(crt);
+    if (!ok) {
+        warn_report("NBD client refused: unreadable client certificate");
+        return false;
+    }
+    if (!nbd_tls_name_allowed(t, dn)) {
+        warn_report("NBD client refused: certificate '%s' is not on the "
+                    "allow-list", dn);
+        return false;
+    }
+    return true;
+}
+
+int nbd_tls_handshake(NbdTls *t)
+{
+    int r;
+
+    if (t->done) {
+        return 1;
+    }
+    do {
+        r = gnutls_handshake(t->s);
+    } while (r == GNUTLS_E_INTERRUPTED);
+    if (r == GNUTLS_E_AGAIN) {
+        return 0;
+    }
+    if (r < 0) {
+        warn_report("NBD client: TLS handshake failed: %s",
+                    gnutls_strerror(r));
+        return -1;
+    }
+    if (!nbd_tls_check_peer(t)) {
+        return -1;
+    }
+    t->done = true;
+    return 1;
+}
+
+bool nbd_tls_handshake_done(NbdTls *t)
+{
+    return t->done;
+}
+
+bool nbd_tls_wants_write(NbdTls *t)
+{
+    return gnutls_record_get_direction(t->s) == 1;
+}
+
+ssize_t nbd_tls_recv(NbdTls *t, void *buf, size_t len)
+{
+    ssize_t r;
+
+    do {
+        r = gnutls_record_recv(t->s, buf, len);
+    } while (r == GNUTLS_E_INTERRUPTED);
+    if (r == GNUTLS_E_AGAIN) {
+        return -EAGAIN;
+    }
+    return r < 0 ? -EIO : r;
+}
+
+ssize_t nbd_tls_sendv(NbdTls *t, const struct iovec *iov, int n)
+{
+    ssize_t total = 0;
+
+    for (int i = 0; i < n; i++) {
+        size_t off = 0;
+
+        while (off < iov[i].iov_len) {
+            ssize_t r = gnutls_record_send(t->s,
+                                           (uint8_t *)iov[i].iov_base + off,
+                                           iov[i].iov_len - off);
+
+            if (r == GNUTLS_E_INTERRUPTED) {
+                continue;
+            }
+            if (r == GNUTLS_E_AGAIN) {
+                return total ? total : -EAGAIN;
+            }
+            if (r < 0) {
+                return -EIO;
+            }
+            off += r;
+            total += r;
+        }
+    }
+    return total;
+}
+
+bool nbd_tls_pending(NbdTls *t)
+{
+    return gnutls_record_check_pending(t->s) > 0;
+}

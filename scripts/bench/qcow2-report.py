@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""The tables of scripts/bench/qcow2.sh from its raw.jsonl.
+
+Every cell is min / median / max over the repetitions; every ratio is
+taken per repetition (rep r of one case against rep r of the other) and
+shown as min / median / max; a goal holds only when every repetition
+holds.  QSD's figure per repetition is the better of its two engines.
+
+    qcow2-report.py RAW.jsonl
+"""
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+
+def mmm(vals, fmt="{:.0f}"):
+    if not vals:
+        return "-"
+    return " / ".join(fmt.format(v) for v in
+                      (min(vals), statistics.median(vals), max(vals)))
+
+
+def main():
+    runs, checks, cg, meta = [], [], [], {}
+    for line in open(sys.argv[1]):
+        o = json.loads(line)
+        if o["kind"] == "run":
+            runs.append(o)
+        elif o["kind"] == "check":
+            checks.append(o)
+        elif o["kind"] == "callgrind":
+            cg.append(o)
+        else:
+            meta.update(o)
+
+    # (group, rw, bs, depth, queues, mode) -> case -> rep -> run
+    cells = defaultdict(lambda: defaultdict(dict))
+    for o in runs:
+        key = (o["group"], o["rw"], o["bs"], o["depth"], o["queues"],
+               o["mode"])
+        cells[key][o["case"]][o["rep"]] = o["r"]
+
+    def iops(c, rep):
+        return c[rep]["iops"] if rep in c else None
+
+    def cpu(c, rep):
+        b = c[rep].get("backend_cpu") if rep in c else None
+        return b["us_per_io"] if b else None
+
+    def qsd_best(cases, rep):
+        best = None
+        for name in ("qsd-io_uring", "qsd-native"):
+            if rep in cases.get(name, {}):
+                r = cases[name][rep]
+                if best is None or r["iops"] > best["iops"]:
+                    best = r
+        return best
+
+    print("# qcow2 against raw and qemu-storage-daemon")
+    print()
+    print("Run %s to %s, %s s per run, %s repetition(s), %s MiB images, "
+          "host %s CPUs, kernel %s, %s." % (
+              meta.get("started", "?"), meta.get("ended", "?"),
+              meta.get("runtime"), meta.get("reps"), meta.get("size_mib"),
+              meta.get("host_cpus"), meta.get("kernel"), meta.get("qsd")))
+    print()
+    goals = []
+    steady = [k for k in cells if k[0] not in ("alloc", "sparse")]
+    if steady:
+        print("## Steady state: fully allocated image, 4k")
+        print()
+        print("IOPS min / median / max; ratios per repetition; CPU = the "
+              "daemon's CPU time per I/O (us, median).")
+        print()
+        print("| storage | rw | depth | queues | client | raw IOPS | "
+              "qcow2 IOPS | QSD qcow2 IOPS (best engine) | qcow2/raw | "
+              "qcow2/QSD | CPU raw / qcow2 / QSD | qcow2 CPU / QSD CPU |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for k in sorted(steady):
+            g, rw, bs, d, q, mode = k
+            cs = cells[k]
+            reps = sorted(set(cs.get("blkd-qcow2", {})))
+            raw_i = [iops(cs["blkd-raw"], r) for r in reps
+                     if r in cs.get("blkd-raw", {})]
+            q_i = [iops(cs["blkd-qcow2"], r) for r in reps]
+            qsd = [qsd_best(cs, r) for r in reps]
+            qsd_i = [x["iops"] for x in qsd if x]
+            r_raw = [iops(cs["blkd-qcow2"], r) / iops(cs["blkd-raw"], r)
+                     for r in reps if r in cs.get("blkd-raw", {})
+                     and iops(cs["blkd-raw"], r)]
+            r_qsd = [iops(cs["blkd-qcow2"], r) / x["iops"]
+                     for r, x in zip(reps, qsd) if x and x["iops"]]
+            cpu_raw = [cpu(cs["blkd-raw"], r) for r in reps
+                       if r in cs.get("blkd-raw", {})]
+            cpu_q = [cpu(cs["blkd-qcow2"], r) for r in reps]
+            cpu_qsd = [x["backend_cpu"]["us_per_io"] for x in qsd
+                       if x and x.get("backend_cpu")]
+            r_cpu = [cpu(cs["blkd-qcow2"], r) / x["backend_cpu"]["us_per_io"]
+                     for r, x in zip(reps, qsd)
+                     if x and x.get("backend_cpu")
+                     and x["backend_cpu"]["us_per_io"]
+                     and cpu(cs["blkd-qcow2"], r) is not None]
+
+            def med(v):
+                v = [x for x in v if x is not None]
+                return "%.1f" % statistics.median(v) if v else "-"
+
+            print("| %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | "
+                  "%s / %s / %s | %s |" % (
+                      g, rw, d, q, mode, mmm(raw_i), mmm(q_i), mmm(qsd_i),
+                      mmm(r_raw, "{:.2f}"), mmm(r_qsd, "{:.2f}"),
+                      med(cpu_raw), med(cpu_q), med(cpu_qsd),
+                      mmm(r_cpu, "{:.2f}")))
+            if r_raw:
+                goals.append(("qcow2 >= 0.95x raw IOPS: %s %s depth %d "
+                              "queues %d %s" % (g, rw, d, q, mode),
+                              min(r_raw) >= 0.95, min(r_raw)))
+            if g == "shm" and d == 32 and r_qsd:
+                goals.append(("qcow2 >= 1.5x QSD IOPS: shm %s depth 32 "
+                              "queues %d %s" % (rw, q, mode),
+                              min(r_qsd) >= 1.5, min(r_qsd)))
+                if r_cpu:
+                    goals.append(("qcow2 CPU/IO <= 0.5x QSD's: shm %s "
+                                  "depth 32 queues %d %s" % (rw, q, mode),
+                                  max(r_cpu) <= 0.5, max(r_cpu)))
+        print()
+
+    alloc = [k for k in cells if k[0] == "alloc"]
+    if alloc:
+        print("## Allocating writes: empty image, depth 32, 1 queue")
+        print()
+        print("| rw | bs | vhost-blkd qcow2 IOPS | QSD qcow2 IOPS | "
+              "ratio per rep | qemu-img check (corruptions, leaks) |")
+        print("|---|---|---|---|---|---|")
+        for k in sorted(alloc):
+            cs = cells[k]
+            reps = sorted(set(cs.get("blkd-qcow2", {})) &
+                          set(cs.get("qsd-qcow2", {})))
+            a = [cs["blkd-qcow2"][r]["iops"] for r in reps]
+            b = [cs["qsd-qcow2"][r]["iops"] for r in reps]
+            ratio = [x / y for x, y in zip(a, b) if y]
+            ck = ["%s:%s/%s" % (c["case"].split("-")[0], c["corruptions"],
+                                c["leaks"])
+                  for c in checks if c["rw"] == k[1]]
+            print("| %s | %s | %s | %s | %s | %s |" % (
+                k[1], k[2], mmm(a), mmm(b), mmm(ratio, "{:.2f}"),
+                " ".join(ck)))
+            if ratio:
+                goals.append(("allocating %s %s >= 1.0x QSD" % (k[1], k[2]),
+                              min(ratio) >= 1.0, min(ratio)))
+        clean = all(c["corruptions"] == "0" for c in checks
+                    if c["case"] == "blkd-qcow2")
+        goals.append(("qemu-img check: no corruption after vhost-blkd's "
+                      "allocating runs", clean, None))
+        print()
+
+    sparse = [k for k in cells if k[0] == "sparse"]
+    if sparse:
+        print("## 1 TiB sparse image, 4k randread depth 32, l2-cache-size=8M")
+        print()
+        print("| client | vhost-blkd IOPS | QSD IOPS | ratio per rep | "
+              "vhost-blkd RSS MiB | QSD RSS MiB |")
+        print("|---|---|---|---|---|---|")
+        for k in sorted(sparse):
+            cs = cells[k]
+            reps = sorted(set(cs.get("blkd-qcow2", {})) &
+                          set(cs.get("qsd-qcow2", {})))
+            a = [cs["blkd-qcow2"][r]["iops"] for r in reps]
+            b = [cs["qsd-qcow2"][r]["iops"] for r in reps]
+            ratio = [x / y for x, y in zip(a, b) if y]
+            rss = defaultdict(list)
+            for o in runs:
+                if o["group"] == "sparse" and o["mode"] == k[5]:
+                    rss[o["case"]].append(o["rss_kb"] / 1024)
+            print("| %s | %s | %s | %s | %s | %s |" % (
+                k[5], mmm(a), mmm(b), mmm(ratio, "{:.2f}"),
+                mmm(rss["blkd-qcow2"]), mmm(rss["qsd-qcow2"])))
+            if ratio:
+                goals.append(("sparse 1 TiB randread >= QSD (%s)" % k[5],
+                              min(ratio) >= 1.0, min(ratio)))
+            if rss["blkd-qcow2"] and rss["qsd-qcow2"]:
+                goals.append(("sparse RSS <= QSD's (%s)" % k[5],
+                              max(rss["blkd-qcow2"]) <=
+                              min(rss["qsd-qcow2"]), None))
+        print()
+
+    if cg:
+        by = defaultdict(list)
+        for o in cg:
+            by[o["case"]].append(o["ir_per_io"])
+        print("## Instructions per I/O (callgrind, 4k randread depth 32)")
+        print()
+        print("| case | Ir per I/O |")
+        print("|---|---|")
+        for c in sorted(by):
+            print("| %s | %s |" % (c, mmm(by[c])))
+        if by.get("blkd-raw") and by.get("blkd-qcow2"):
+            r = [a / b for a, b in zip(by["blkd-qcow2"], by["blkd-raw"])]
+            print()
+            print("qcow2 / raw per repetition: %s" % mmm(r, "{:.3f}"))
+            goals.append(("qcow2 <= 1.1x raw instructions per I/O",
+                          max(r) <= 1.1, max(r)))
+        print()
+
+    if goals:
+        print("## Goals (every repetition)")
+        print()
+        print("| goal | held | worst repetition |")
+        print("|---|---|---|")
+        for name, ok, worst in goals:
+            print("| %s | %s | %s |" % (name, "yes" if ok else "**no**",
+                                        "-" if worst is None else
+                                        "%.2f" % worst))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# qcow2 against raw and against qemu-storage-daemon, through the same
+# client (vhost-blk-bench), on the same data:
+#   steady  4k randread and randwrite, depth 1 and 32, 1 and 2 queues, on
+#           a fully allocated image (64 KiB clusters) and a raw copy of it:
+#           vhost-blkd raw, vhost-blkd qcow2, qemu-storage-daemon qcow2
+#           (aio=io_uring and aio=native: the better of the two per
+#           repetition is QSD's figure); on DIR with O_DIRECT, and on
+#           /dev/shm without (where the format's own CPU shows)
+#   alloc   allocating writes on an empty image (4k random, 64k
+#           sequential), vhost-blkd qcow2 against QSD qcow2; `qemu-img
+#           check` after each run
+#   sparse  4k random reads over a 1 TiB image with an L2 table every
+#           512 MiB (L2 misses), both with l2-cache-size=8M; RSS after
+#   ir      instructions per I/O (callgrind, 4k randread depth 32):
+#           vhost-blkd qcow2 against vhost-blkd raw
+# Repetitions are interleaved (rep 1 of every case, then rep 2, ...); the
+# report gives min / median / max per cell and every ratio per repetition
+# (rep r against rep r); a goal holds only when every repetition holds.
+#
+# Usage: scripts/bench/qcow2.sh [-o OUTDIR] [-t SECONDS] [-r REPS]
+#            [-d DIR] [-m SIZE_MIB] [-n CALLGRIND_IOS] [-b BUILDDIR]
+#            [--modes "halt irq"] [--only "steady alloc sparse ir"]
+#            [--no-shm] [--quick]
+#   -o  output directory (default /var/tmp/vhost-blk-qcow2-bench)
+#   -t  seconds per run (default 2)       -r  repetitions (default 3)
+#   -d  directory of the O_DIRECT images (default /var/tmp)
+#   -m  image size in MiB (default 1024)  -n  I/Os per callgrind run (20000)
+#   --modes  client models: halt = a halt-polling vCPU (--halt-poll-ns
+#            200000, KVM's default), irq = a client that sleeps on its
+#            interrupt whenever nothing completed (default: halt irq)
+#   --quick  1 rep of 1 s, 64 MiB images, depth 32 only (a smoke test)
+# Outputs OUTDIR/raw.jsonl (every run) and OUTDIR/results.md (printed).
+set -u
+
+srcdir=$(cd "$(dirname "$0")/../.." && pwd)
+out=/var/tmp/vhost-blk-qcow2-bench
+runtime=2
+reps=3
+dir=/var/tmp
+size_mib=1024
+cg_ios=20000
+builddir=$srcdir/build
+modes="halt irq"
+only="steady alloc sparse ir"
+depths="1 32"
+use_shm=1
+halt_ns=200000
+
+usage() { sed -n '3,32p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "qcow2.sh: $*" >&2; exit 1; }
+log() { echo "# $*" >&2; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    -o) out=$2; shift ;;
+    -t) runtime=$2; shift ;;
+    -r) reps=$2; shift ;;
+    -d) dir=$2; shift ;;
+    -m) size_mib=$2; shift ;;
+    -n) cg_ios=$2; shift ;;
+    -b) builddir=$2; shift ;;
+    --modes) modes=$2; shift ;;
+    --only) only=$2; shift ;;
+    --no-shm) use_shm=0 ;;
+    --quick) reps=1; runtime=1; size_mib=64; depths=32; cg_ios=2000 ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+    esac
+    shift
+done
+want_section() { case " $only " in *" $1 "*) return 0 ;; esac; return 1; }
+
+BLKD=$builddir/tools/vhost-blkd
+BENCH=$builddir/tools/vhost-blk-bench
+QSD=$(command -v qemu-storage-daemon) ||
+    die "qemu-storage-daemon not found (Debian: apt-get install qemu-system-common)"
+command -v qemu-img >/dev/null || die "qemu-img not found (Debian: qemu-utils)"
+[ -x "$BLKD" ] && [ -x "$BENCH" ] ||
+    die "$BLKD or $BENCH missing: build first (ninja -C $builddir)"
+
+mkdir -p "$out" || die "cannot create $out"
+tmp=$(mktemp -d /var/tmp/vb-qcow2b.XXXXXX) || die "mktemp failed"
+raw=$out/raw.jsonl
+: > "$raw"
+QSIZE=256
+
+declare -A PID SOCK
+cleanup() {
+    local n
+    for n in "${!PID[@]}"; do kill -TERM "${PID[$n]}" 2>/dev/null; done
+    for n in "${!PID[@]}"; do wait "${PID[$n]}" 2>/dev/null; done
+    rm -rf "$tmp"
+    [ -n "${shmdir:-}" ] && rm -rf "$shmdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_sock() {
+    local n=0 max=$(( ${2:-20} * 20 ))
+    while [ ! -S "${SOCK[$1]}" ]; do
+        kill -0 "${PID[$1]}" 2>/dev/null || {
+            echo "qcow2.sh: $1 exited; its log:" >&2
+            sed 's/^/    /' "$tmp/$1.log" >&2; return 1; }
+        [ $n -ge $max ] && { echo "qcow2.sh: $1: no socket" >&2; return 1; }
+        sleep 0.05; n=$((n + 1))
+    done
+}
+
+# start NAME KIND BLOCKDEV...: KIND blkd or qsd; the last --blockdev's
+# node is exported (node-name=top) with 2 queues.  WRAP prefixes the
+# command (valgrind).
+WRAP=()
+start() {
+    local name=$1 kind=$2 b args=()
+    shift 2
+    SOCK[$name]=$tmp/$name.sock
+    for b in "$@"; do args+=(--blockdev "$b"); done
+    local exp="type=vhost-user-blk,id=e,node-name=top,addr.type=unix,addr.path=${SOCK[$name]},writable=on,num-queues=2"
+    if [ "$kind" = qsd ]; then
+        "${WRAP[@]}" "$QSD" --object iothread,id=iot0 "${args[@]}" \
+            --export "$exp,iothread=iot0" > "$tmp/$name.log" 2>&1 &
+    else
+        "${WRAP[@]}" "$BLKD" "${args[@]}" --export "$exp" \
+            > "$tmp/$name.log" 2>&1 &
+    fi
+    PID[$name]=$!
+    wait_sock "$name" "${WAIT_SECS:-20}"
+}
+
+stop() {
+    local name=$1 n=0
+    [ -n "${PID[$name]:-}" ] || return 0
+    kill -TERM "${PID[$name]}" 2>/dev/null
+    while kill -0 "${PID[$name]}" 2>/dev/null && [ $n -lt 600 ]; do
+        sleep 0.1; n=$((n + 1))
+    done
+    kill -KILL "${PID[$name]}" 2>/dev/null
+    wait "${PID[$name]}" 2>/dev/null
+    unset "PID[$name]"
+    rm -f "${SOCK[$name]}"
+}
+
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/${PID[$1]}/status" 2>/dev/null || echo 0; }
+
+# run GROUP CASE REP RW BS DEPTH QUEUES MODE [BENCH ARGS]: one run, one
+# line of raw.jsonl.
+run() {
+    local g=$1 c=$2 r=$3 rw=$4 bs=$5 d=$6 q=$7 mode=$8 j p=()
+    shift 8
+    [ "$mode" = halt ] && p=(--halt-poll-ns "$halt_ns")
+    if ! j=$("$BENCH" --socket "${SOCK[$c]}" --rw "$rw" --bs "$bs" \
+            --iodepth "$d" --queues "$q" --queue-size $QSIZE \
+            --backend-pid "${PID[$c]}" --runtime "$runtime" --json \
+            "${p[@]}" "$@" 2> "$tmp/bench.err"); then
+        echo "qcow2.sh: $c ($g $rw depth $d queues $q $mode) failed:" >&2
+        sed 's/^/    /' "$tmp/bench.err" >&2
+        return 1
+    fi
+    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"rw\": \"$rw\", \"bs\": \"$bs\", \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\", \"rss_kb\": $(rss_kb "$c"), \"r\": $j}" >> "$raw"
+}
+
+# file_bdev PATH DIRECT [NODE]: the file node of a case (f0, or NODE).
+file_bdev() {
+    echo "driver=file,node-name=${3:-f0},filename=$1,cache.direct=$2,aio=io_uring"
+}
+
+# ------------------------------------------------------------ the images
+# One raw image of random data per place, and a fully allocated qcow2
+# (64 KiB clusters) converted from it: the same bytes behind both.
+make_images() {
+    local where=$1 rawimg=$1/vb-qcow2b.raw q=$1/vb-qcow2b.qcow2
+    local want=$((size_mib * 1024 * 1024))
+    if [ ! -f "$rawimg" ] || [ "$(stat -c %s "$rawimg")" -ne "$want" ]; then
+        log "creating $rawimg ($size_mib MiB of random data) and its qcow2"
+        dd if=/dev/urandom of="$rawimg" bs=1M count="$size_mib" \
+            status=none conv=fsync || die "cannot write $rawimg"
+        rm -f "$q"
+    fi
+    if [ ! -f "$q" ]; then
+        qemu-img convert -f raw -O qcow2 -o cluster_size=65536 \
+            "$rawimg" "$q" || die "qemu-img convert to $q failed"
+    fi
+}
+
+# steady GROUP WHERE DIRECT: the three cases on WHERE's images.
+steady() {
+    local g=$1 where=$2 direct=$3 r rw d q mode c
+    local rawimg=$where/vb-qcow2b.raw q2=$where/vb-qcow2b.qcow2
+    make_images "$where"
+    start blkd-raw blkd "$(file_bdev "$rawimg" "$direct" top)" ||
+        die "vhost-blkd raw did not start"
+    start blkd-qcow2 blkd "$(file_bdev "$q2" "$direct")" \
+        "driver=qcow2,node-name=top,file=f0" ||
+        die "vhost-blkd qcow2 did not start"
+    start qsd-io_uring qsd "$(file_bdev "$q2" "$direct")" \
+        "driver=qcow2,node-name=top,file=f0" || die "QSD did not start"
+    for r in $(seq 1 "$reps"); do
+        for rw in randread randwrite; do
+            for d in $depths; do
+                for q in 1 2; do
+                    for mode in $modes; do
+                        for c in blkd-raw blkd-qcow2 qsd-io_uring; do
+                            run "$g" "$c" "$r" "$rw" 4k "$d" "$q" "$mode"
+                        done
+                    done
+                done
+            done
+        done
+        log "$g: repetition $r of $reps done"
+    done
+    stop blkd-raw; stop blkd-qcow2; stop qsd-io_uring
+    # QSD's other engine, its own pass (its best per rep is its figure).
+    start qsd-native qsd \
+        "driver=file,node-name=f0,filename=$q2,cache.direct=$direct,aio=$([ "$direct" = on ] && echo native || echo threads)" \
+        "driver=qcow2,node-name=top,file=f0" || die "QSD did not start"
+    for r in $(seq 1 "$reps"); do
+        for rw in randread randwrite; do
+            for d in $depths; do
+                for q in 1 2; do
+                    for mode in $modes; do
+                        run "$g" qsd-native "$r" "$rw" 4k "$d" "$q" "$mode"
+                    done
+                done
+            done
+        done
+    done
+    stop qsd-native
+}
+
+# alloc: allocating writes into a new empty image, each run on its own.
+alloc() {
+    local r c rw bs img kind chk
+    for r in $(seq 1 "$reps"); do
+        for rw in "randwrite 4k" "write 64k"; do
+            set -- $rw
+            for c in blkd-qcow2 qsd-qcow2; do
+                img=$dir/vb-qcow2b-alloc.qcow2
+                rm -f "$img"
+                qemu-img create -q -f qcow2 -o cluster_size=65536 "$img" \
+                    "${size_mib}M" || die "qemu-img create failed"
+                kind=blkd; [ "$c" = qsd-qcow2 ] && kind=qsd
+                start "$c" "$kind" "$(file_bdev "$img" on)" \
+                    "driver=qcow2,node-name=top,file=f0" ||
+                    die "$c did not start"
+                run alloc "$c" "$r" "$1" "$2" 32 1 irq
+                stop "$c"
+                if chk=$(qemu-img check --output=json "$img" 2>&1); then
+                    chk=$(echo "$chk" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("corruptions",0), d.get("leaks",0))')
+                else
+                    chk="check-failed -1"
+                fi
+                echo "{\"kind\": \"check\", \"case\": \"$c\", \"rep\": $r, \"rw\": \"$1\", \"corruptions\": \"${chk% *}\", \"leaks\": \"${chk#* }\"}" >> "$raw"
+            done
+        done
+    done
+    rm -f "$dir/vb-qcow2b-alloc.qcow2"
+}
+
+# sparse: 1 TiB, one 4k write every 512 MiB (an L2 table each: 2048 of
+# 64 KiB, 128 MiB of L2), read at random with an 8 MiB L2 cache.
+sparse() {
+    local img=$dir/vb-qcow2b-sparse.qcow2 r c kind i
+    if [ ! -f "$img" ]; then
+        log "creating $img (1 TiB, 2048 L2 tables)"
+        qemu-img create -q -f qcow2 -o cluster_size=65536 "$img" 1T ||
+            die "qemu-img create failed"
+        for i in $(seq 0 2047); do
+            echo "write -P 0x5a $((i * 512))M 4k"
+        done | qemu-io -f qcow2 "$img" > /dev/null ||
+            die "qemu-io could not fill $img"
+    fi
+    for r in $(seq 1 "$reps"); do
+        for c in blkd-qcow2 qsd-qcow2; do
+            kind=blkd; [ "$c" = qsd-qcow2 ] && kind=qsd
+            start "$c" "$kind" "$(file_bdev "$img" on)" \
+                "driver=qcow2,node-name=top,file=f0,l2-cache-size=8M" ||
+                die "$c did not start"
+            for mode in $modes; do
+                run sparse "$c" "$r" randread 4k 32 1 "$mode"
+            done
+            stop "$c"
+        done
+    done
+}
+
+# ir: callgrind, (Ir(2N) - Ir(N)) / N so start-up and connection cancel.
+ir_case() {
+    local name=$1 n t
+    shift
+    local -a irs=()
+    for n in "$cg_ios" $((2 * cg_ios)); do
+        WRAP=(valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$name.$n")
+        WAIT_SECS=120
+        start "$name" blkd "$@" || { WRAP=(); return 1; }
+        WRAP=()
+        "$BENCH" --socket "${SOCK[$name]}" --rw randread --bs 4k \
+            --iodepth 32 --queue-size $QSIZE --ios "$n" --json \
+            > /dev/null || { stop "$name"; return 1; }
+        stop "$name"
+        t=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$tmp/$name.log" | tail -n1)
+        [ -n "$t" ] || { echo "qcow2.sh: no callgrind total for $name" >&2; return 1; }
+        irs+=("$t")
+    done
+    echo "{\"kind\": \"callgrind\", \"case\": \"$name\", \"ios\": $cg_ios, \"ir_per_io\": $(( (irs[1] - irs[0]) / cg_ios ))}" >> "$raw"
+}
+
+ir() {
+    local r
+    make_images "$dir"
+    command -v valgrind >/dev/null || { log "no valgrind: ir skipped"; return 0; }
+    for r in $(seq 1 "$reps"); do
+        ir_case blkd-raw "$(file_bdev "$dir/vb-qcow2b.raw" on top)"
+        ir_case blkd-qcow2 "$(file_bdev "$dir/vb-qcow2b.qcow2" on)" \
+            "driver=qcow2,node-name=top,file=f0"
+    done
+}
+
+log "output in $out; $runtime s per run, $reps repetitions; modes: $modes; load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "{\"kind\": \"meta\", \"started\": \"$(date -u +%FT%TZ)\", \"runtime\": $runtime, \"reps\": $reps, \"size_mib\": $size_mib, \"dir\": \"$dir\", \"host_cpus\": $(nproc), \"kernel\": \"$(uname -r)\", \"qsd\": \"$($QSD --version | head -n1)\"}" >> "$raw"
+if want_section steady; then
+    steady "direct:$dir" "$dir" on
+    if [ "$use_shm" = 1 ]; then
+        shmdir=$(mktemp -d /dev/shm/vb-qcow2b.XXXXXX) || die "no /dev/shm"
+        steady "shm" "$shmdir" off
+        rm -rf "$shmdir"; shmdir=
+    fi
+fi
+want_section alloc && alloc
+want_section sparse && sparse
+want_section ir && ir
+echo "{\"kind\": \"meta\", \"ended\": \"$(date -u +%FT%TZ)\", \"load_end\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >> "$raw"
+python3 "$srcdir/scripts/bench/qcow2-report.py" "$raw" | tee "$out/results.md"

@@ -1,0 +1,751 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""vhost-blkd's NBD server export against clients we did not write, and
+against hostile ones.  TAP.
+
+- qemu-img info/convert/compare, qemu-io write and read back, over
+  nbd+unix:// and nbd://127.0.0.1:PORT/NAME;
+- nbdinfo (--list: NBD_OPT_LIST; --map: base:allocation of a sparse raw
+  file), nbdcopy both ways;
+- writable=off: writes, trims and write-zeroes get EPERM;
+- a raw client (below) sending bad handshakes, oversized options and
+  lengths, out-of-range and overflowing offsets, unknown commands, a
+  WRITE cut off mid-payload, 64 pipelined requests: each gets its error
+  or a closed connection, the image is not written outside its bounds,
+  and the server keeps serving the others;
+- QMP: nbd-server-start/stop, block-export-add type=nbd, query-block-
+  exports, block-export-del (safe refused while connected, hard), the
+  node in use, BLOCK_EXPORT_DELETED;
+- an inet listener on a non-loopback address without TLS is refused;
+- TLS (certtool certificates made here): qemu-img with tls-creds-x509
+  connects, a plain client is refused (TLS required), a client whose
+  certificate another CA signed is refused, a client not on allow= is
+  refused; tls-creds-psk with keys.psk.
+Env: VHOST_BLKD.  Needs qemu-img, qemu-io, nbdinfo, nbdcopy, certtool
+(each missing one skips its cases).
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "qmp"))
+from qmp_conversation import Qmp  # noqa: E402
+
+BLKD = os.environ.get("VHOST_BLKD", "vhost-blkd")
+MiB = 1 << 20
+n_test = 0
+n_fail = 0
+procs = []
+
+NBD_MAGIC = 0x4e42444d41474943
+OPTS_MAGIC = 0x49484156454F5054
+REP_MAGIC = 0x0003e889045565a9
+REQ_MAGIC = 0x25609513
+SIMPLE_MAGIC = 0x67446698
+STRUCT_MAGIC = 0x668e33ef
+OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_STARTTLS = 1, 2, 3, 5
+OPT_INFO, OPT_GO, OPT_STRUCTURED, OPT_SET_META = 6, 7, 8, 10
+REP_ACK, REP_INFO, REP_META = 1, 3, 4
+ERR = 1 << 31
+CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH = 0, 1, 2, 3
+CMD_TRIM, CMD_ZEROES, CMD_BLOCK_STATUS = 4, 6, 7
+EPERM, EINVAL, ENOSPC = 1, 22, 28
+
+
+def ok(cond, name, detail=""):
+    global n_test, n_fail
+    n_test += 1
+    if not cond:
+        n_fail += 1
+        for line in str(detail).splitlines()[-20:]:
+            print("# " + line)
+    print("%s %d - %s" % ("ok" if cond else "not ok", n_test, name))
+    sys.stdout.flush()
+    return cond
+
+
+def skip(name, why):
+    global n_test
+    n_test += 1
+    print("ok %d - %s # SKIP %s" % (n_test, name, why))
+
+
+def run(*args, timeout=60):
+    r = subprocess.run(list(args), capture_output=True, text=True,
+                       timeout=timeout)
+    return r.returncode, r.stdout + r.stderr
+
+
+def have(prog):
+    return shutil.which(prog) is not None
+
+
+def stop(p):
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+class Daemon:
+    def __init__(self, tmp, name, args):
+        self.tmp = tmp
+        self.logpath = os.path.join(tmp, name + ".log")
+        self.qmp_path = os.path.join(tmp, name + "-qmp.sock")
+        log = open(self.logpath, "w")
+        self.p = subprocess.Popen(
+            [BLKD, "--chardev", "socket,id=m0,path=%s,server=on,wait=off" %
+             self.qmp_path, "--monitor", "chardev=m0"] + args,
+            stdout=log, stderr=subprocess.STDOUT)
+        procs.append(self.p)
+        self.q = None
+
+    def log(self):
+        return open(self.logpath).read()
+
+    def monitor(self):
+        """Connect to QMP: once it answers, every --nbd-server and
+        --export of the command line is up."""
+        if self.q is None:
+            self.q = Qmp(self.qmp_path)
+            self.q.read_msg()
+            r = qcmd(self.q, "qmp_capabilities")
+            assert r == {"return": {}}, r
+        return self.q
+
+    def port(self):
+        self.monitor()
+        m = re.search(r"NBD server listening on \S+ port (\d+)", self.log())
+        return int(m.group(1)) if m else None
+
+    def stop(self):
+        stop(self.p)
+
+
+def qcmd(q, name, args=None):
+    m = {"execute": name}
+    if args:
+        m["arguments"] = args
+    return [x for x in q.exchange(m) if "event" not in x][-1]
+
+
+# ---- a raw NBD client -----------------------------------------------------
+
+class Raw:
+    def __init__(self, path=None, port=None):
+        if path:
+            self.s = socket.socket(socket.AF_UNIX)
+            self.s.connect(path)
+        else:
+            self.s = socket.create_connection(("127.0.0.1", port))
+        self.s.settimeout(30)
+
+    def recvn(self, n):
+        b = b""
+        while len(b) < n:
+            d = self.s.recv(n - len(b))
+            if not d:
+                raise EOFError("closed after %d of %d bytes" % (len(b), n))
+            b += d
+        return b
+
+    def closed(self):
+        """The server closed the connection (EOF, or a reset)."""
+        try:
+            while True:
+                d = self.s.recv(65536)
+                if not d:
+                    return True
+        except ConnectionResetError:
+            return True
+        except socket.timeout:
+            return False
+
+    def greet(self, flags=3):
+        magic, opts, hflags = struct.unpack(">QQH", self.recvn(18))
+        assert magic == NBD_MAGIC and opts == OPTS_MAGIC, (magic, opts)
+        self.s.sendall(struct.pack(">I", flags))
+        return hflags
+
+    def opt(self, opt, data=b""):
+        self.s.sendall(struct.pack(">QII", OPTS_MAGIC, opt, len(data)) + data)
+
+    def reply(self):
+        magic, opt, typ, ln = struct.unpack(">QIII", self.recvn(20))
+        assert magic == REP_MAGIC, hex(magic)
+        return opt, typ, self.recvn(ln)
+
+    def replies(self):
+        out = []
+        while True:
+            r = self.reply()
+            out.append(r)
+            if r[1] == REP_ACK or r[1] & ERR:
+                return out
+
+    def go(self, name, structured=True, meta=False):
+        if structured:
+            self.opt(OPT_STRUCTURED)
+            assert self.reply()[1] == REP_ACK
+        if meta:
+            q = b"base:allocation"
+            n = name.encode()
+            self.opt(OPT_SET_META, struct.pack(">I", len(n)) + n +
+                     struct.pack(">II", 1, len(q)) + q)
+            self.replies()
+        n = name.encode()
+        self.opt(OPT_GO, struct.pack(">I", len(n)) + n + struct.pack(">H", 0))
+        size = flags = None
+        for _, typ, data in self.replies():
+            if typ & ERR:
+                return typ, data
+            if typ == REP_INFO and struct.unpack(">H", data[:2])[0] == 0:
+                _, size, flags = struct.unpack(">HQH", data)
+        self.size, self.tflags = size, flags
+        self.structured = structured
+        return size, flags
+
+    def req(self, cmd, offset, length, data=b"", flags=0, cookie=1):
+        self.s.sendall(struct.pack(">IHHQQI", REQ_MAGIC, flags, cmd, cookie,
+                                   offset, length) + data)
+
+    def answer(self, read_len=0):
+        """(error, cookie, payload) of one reply, simple or structured
+        (one chunk: every reply of this server is a single DONE chunk)."""
+        magic = struct.unpack(">I", self.recvn(4))[0]
+        if magic == SIMPLE_MAGIC:
+            err, cookie = struct.unpack(">IQ", self.recvn(12))
+            return err, cookie, self.recvn(read_len) if not err else b""
+        assert magic == STRUCT_MAGIC, hex(magic)
+        flags, typ, cookie, ln = struct.unpack(">HHQI", self.recvn(16))
+        payload = self.recvn(ln)
+        assert flags & 1, "one chunk, DONE"
+        if typ & 0x8000:
+            return struct.unpack(">I", payload[:4])[0], cookie, b""
+        return 0, cookie, payload
+
+    def close(self):
+        self.s.close()
+
+
+# ---- cases ---------------------------------------------------------------
+
+def uri_unix(name, sock):
+    return "nbd+unix:///%s?socket=%s" % (name, sock)
+
+
+def test_interop(tmp, d, sock, img, port):
+    u = uri_unix("disk0", sock)
+    if have("qemu-img"):
+        rc, out = run("qemu-img", "info", "--output=json", u)
+        ok(rc == 0 and json.loads(out)["virtual-size"] == 64 * MiB,
+           "qemu-img info nbd+unix://", out)
+        rc, out = run("qemu-img", "info", "--output=json",
+                      "nbd://127.0.0.1:%d/disk0" % port)
+        ok(rc == 0 and json.loads(out)["virtual-size"] == 64 * MiB,
+           "qemu-img info nbd://127.0.0.1:PORT/NAME", out)
+    else:
+        skip("qemu-img info", "no qemu-img")
+    if have("qemu-io"):
+        rc, out = run("qemu-io", "-f", "raw", "-c", "write -P 0xab 0 64k",
+                      "-c", "read -P 0xab 0 64k", u)
+        ok(rc == 0 and "read 65536/65536" in out and "fail" not in out
+           .lower(), "qemu-io writes then reads back 0xab (unix)", out)
+        rc, out = run("qemu-io", "-f", "raw",
+                      "-c", "write -f -P 0x5c 1M 128k",
+                      "-c", "write -z -u 2M 64k",
+                      "-c", "read -P 0x5c 1M 128k",
+                      "-c", "read -P 0 2M 64k",
+                      "-c", "flush",
+                      "nbd://127.0.0.1:%d/disk0" % port)
+        ok(rc == 0 and out.count("read ") == 2 and "fail" not in
+           out.lower(), "qemu-io FUA write, write-zeroes, flush (inet)",
+           out)
+        with open(img, "rb") as f:
+            f.seek(1 * MiB)
+            ok(f.read(128 * 1024) == b"\x5c" * 128 * 1024,
+               "the writes are in the image file")
+    else:
+        skip("qemu-io", "no qemu-io")
+    if have("nbdinfo"):
+        rc, out = run("nbdinfo", "--list", "nbd+unix:///?socket=" + sock)
+        ok(rc == 0 and 'export="disk0"' in out and 'export="ro0"' in out,
+           "nbdinfo --list: both exports (NBD_OPT_LIST)", out)
+        rc, out = run("nbdinfo", "--map", "--json", u)
+        ok(rc == 0, "nbdinfo --map", out)
+        if rc == 0:
+            m = json.loads(out)
+            data0 = [e for e in m if e["offset"] == 0]
+            holes = [e for e in m if e["offset"] >= 8 * MiB and
+                     e["type"] & 3 == 3]
+            covered = sum(e["length"] for e in m)
+            ok(data0 and data0[0]["type"] & 1 == 0 and covered == 64 * MiB
+               and holes and holes[-1]["offset"] + holes[-1]["length"] ==
+               64 * MiB, "--map: data at 0, the sparse tail hole,zero",
+               out)
+        rc, out = run("nbdinfo", "--json", uri_unix("ro0", sock))
+        ok(rc == 0 and json.loads(out)["exports"][0]["is_read_only"],
+           "nbdinfo: writable=off export is read-only", out)
+    else:
+        skip("nbdinfo", "no nbdinfo")
+    if have("nbdcopy"):
+        src = os.path.join(tmp, "src.raw")
+        back = os.path.join(tmp, "back.raw")
+        with open(src, "wb") as f:
+            f.write(os.urandom(3 * MiB))
+            f.truncate(64 * MiB)
+        rc1, out1 = run("nbdcopy", src, u)
+        rc2, out2 = run("nbdcopy", u, back)
+        same = rc1 == 0 and rc2 == 0 and \
+            open(src, "rb").read() == open(back, "rb").read()
+        ok(same, "nbdcopy to the export and back: identical", out1 + out2)
+        if have("qemu-img"):
+            rc, out = run("qemu-img", "compare", "-f", "raw", "-F", "raw",
+                          src, u)
+            ok(rc == 0, "qemu-img compare file vs export", out)
+            conv = os.path.join(tmp, "conv.qcow2")
+            rc, out = run("qemu-img", "convert", "-f", "raw", "-O", "qcow2",
+                          u, conv)
+            rc2, out2 = run("qemu-img", "compare", "-f", "qcow2", "-F",
+                            "raw", conv, src)
+            ok(rc == 0 and rc2 == 0, "qemu-img convert from the export",
+               out + out2)
+    else:
+        skip("nbdcopy", "no nbdcopy")
+
+
+def test_readonly(sock, ro_img):
+    c = Raw(path=sock)
+    c.greet()
+    size, flags = c.go("ro0")
+    ok(flags & 2, "writable=off: NBD_FLAG_READ_ONLY")
+    c.req(CMD_WRITE, 0, 4096, b"\xee" * 4096, cookie=7)
+    e1 = c.answer()
+    c.req(CMD_ZEROES, 0, 4096, cookie=8)
+    e2 = c.answer()
+    c.req(CMD_TRIM, 0, 4096, cookie=9)
+    e3 = c.answer()
+    ok(e1[:2] == (EPERM, 7) and e2[:2] == (EPERM, 8) and
+       e3[:2] == (EPERM, 9), "writable=off: write, zeroes, trim: EPERM",
+       (e1, e2, e3))
+    c.req(CMD_WRITE, 0, 32 * MiB, b"\xee" * 32 * MiB, cookie=11)
+    e4 = c.answer()
+    ok(e4[:2] == (EPERM, 11), "writable=off: a 32 MiB write's payload is "
+       "dropped, EPERM, the connection goes on", e4)
+    c.req(CMD_READ, 0, 4096, cookie=10)
+    e = c.answer(4096)
+    ok(e[0] == 0 and e[2] == struct.pack(">Q", 0) + b"\x11" * 4096,
+       "writable=off: reads work (structured)", e)
+    c.close()
+
+
+def test_hostile(sock, img):
+    size_before = os.path.getsize(img)
+
+    # Handshakes
+    c = Raw(path=sock)
+    c.greet(flags=0)                    # not fixed newstyle
+    ok(c.closed(), "client flags without FIXED_NEWSTYLE: closed")
+    c = Raw(path=sock)
+    c.greet(flags=0xff00)
+    ok(c.closed(), "unknown client flags: closed")
+    c = Raw(path=sock)
+    c.greet()
+    c.s.sendall(struct.pack(">QII", 0x1234, OPT_LIST, 0))
+    ok(c.closed(), "option with a bad magic: closed")
+    c = Raw(path=sock)
+    c.greet()
+    c.s.sendall(struct.pack(">QII", OPTS_MAGIC, OPT_GO, 0xfffffff0))
+    ok(c.closed(), "option of 4 GiB: closed, nothing buffered")
+    c = Raw(path=sock)
+    c.greet()
+    c.opt(99, b"x" * 100)
+    r1 = c.reply()
+    c.opt(OPT_GO, struct.pack(">I", 0xffff) + b"ab")
+    r2 = c.reply()
+    c.opt(OPT_GO, struct.pack(">I", 4) + b"nope" + struct.pack(">H", 0))
+    r3 = c.reply()
+    c.opt(OPT_INFO, struct.pack(">I", 5) + b"disk0" + struct.pack(">H",
+                                                                  1000))
+    r4 = c.reply()
+    c.opt(OPT_SET_META, b"\0" * 12)     # before STRUCTURED_REPLY
+    r5 = c.reply()
+    c.opt(OPT_STRUCTURED)
+    c.reply()
+    c.opt(OPT_SET_META, struct.pack(">I", 5) + b"disk0" +
+          struct.pack(">II", 3, 0x7fffffff))
+    r6 = c.reply()
+    c.opt(OPT_STARTTLS)
+    r7 = c.reply()
+    ok(r1[1] == ERR | 1 and r2[1] == ERR | 3 and r3[1] == ERR | 6 and
+       r4[1] == ERR | 3 and r5[1] == ERR | 3 and r6[1] == ERR | 3 and
+       r7[1] == ERR | 2,
+       "unknown option, bad lengths, unknown export, meta before "
+       "structured, STARTTLS without TLS: each its error reply",
+       (r1, r2, r3, r4, r5, r6, r7))
+    c.opt(OPT_ABORT)
+    c.reply()
+    ok(c.closed(), "NBD_OPT_ABORT: acknowledged and closed")
+    c = Raw(path=sock)
+    c.greet()
+    c.s.sendall(struct.pack(">QII", OPTS_MAGIC, OPT_LIST, 100) + b"x" * 10)
+    c.close()                           # mid-option
+
+    # Transmission
+    c = Raw(path=sock)
+    c.greet()
+    size, _ = c.go("disk0", meta=True)
+    res = []
+    c.req(CMD_READ, size - 512, 1024, cookie=1)
+    res.append(c.answer())
+    c.req(CMD_READ, 2 ** 64 - 512, 1024, cookie=2)
+    res.append(c.answer())
+    c.req(CMD_READ, 0, 0xffffffff, cookie=3)
+    res.append(c.answer())
+    c.req(CMD_WRITE, size - 512, 4096, b"\xcc" * 4096, cookie=4)
+    res.append(c.answer())
+    c.req(CMD_WRITE, 2 ** 64 - 4096, 8192, b"\xcc" * 8192, cookie=5)
+    res.append(c.answer())
+    c.req(CMD_ZEROES, size, 4096, cookie=6)
+    res.append(c.answer())
+    c.req(CMD_TRIM, size - 4096, 8192, cookie=7)
+    res.append(c.answer())
+    c.req(0x55, 0, 4096, cookie=8)
+    res.append(c.answer())
+    c.req(CMD_READ, 0, 4096, flags=0x8000, cookie=9)
+    res.append(c.answer())
+    c.req(CMD_BLOCK_STATUS, size - 4096, 8192, cookie=10)
+    res.append(c.answer())
+    want = [(EINVAL, 1), (EINVAL, 2), (EINVAL, 3), (ENOSPC, 4),
+            (ENOSPC, 5), (ENOSPC, 6), (EINVAL, 7), (EINVAL, 8), (EINVAL, 9),
+            (EINVAL, 10)]
+    ok([r[:2] for r in res] == want,
+       "out-of-range, overflowing, oversized, unknown command and flag: "
+       "EINVAL/ENOSPC, the connection goes on", res)
+    c.req(CMD_READ, 0, 4096, cookie=11)
+    r = c.answer()
+    ok(r[0] == 0 and r[1] == 11 and len(r[2]) == 8 + 4096,
+       "the same connection still reads")
+    # Pipelined: more than the server's slots, replies read afterwards
+    for i in range(64):
+        c.req(CMD_READ, i * 4096, 4096, cookie=100 + i)
+    cookies = sorted(c.answer()[1] for _ in range(64))
+    ok(cookies == list(range(100, 164)), "64 pipelined reads all answered")
+    c.req(CMD_BLOCK_STATUS, 0, 64 * MiB, cookie=200)
+    r = c.answer()
+    n_ext = (len(r[2]) - 4) // 8
+    ext = [struct.unpack(">II", r[2][4 + 8 * i:12 + 8 * i])
+           for i in range(n_ext)]
+    ok(r[0] == 0 and sum(e[0] for e in ext) <= 64 * MiB and n_ext >= 1,
+       "BLOCK_STATUS answered with extents", ext)
+    c.req(CMD_WRITE, 0, 33 * MiB, cookie=201)
+    ok(c.closed(), "WRITE over 32 MiB: closed (its payload can't be "
+       "skipped)")
+    c = Raw(path=sock)
+    c.greet()
+    c.go("disk0")
+    c.s.sendall(struct.pack(">IHHQQI", 0xdeadbeef, 0, 0, 1, 0, 512))
+    ok(c.closed(), "request with a bad magic: closed")
+    c = Raw(path=sock)
+    c.greet()
+    c.go("disk0", structured=False)
+    c.req(CMD_WRITE, 4 * MiB, 1 * MiB, b"\x77" * 1000)
+    c.close()                           # mid-write
+    # Clients that stall: one silent in the handshake, one that stops
+    # half-way through a WRITE's payload, one that pipelines reads and
+    # never reads the answers.  Others are served meanwhile.
+    silent = Raw(path=sock)
+    stalled = Raw(path=sock)
+    stalled.greet()
+    stalled.go("disk0")
+    stalled.req(CMD_WRITE, 0, 1 * MiB, b"\x99" * 1000)
+    deaf = Raw(path=sock)
+    deaf.greet()
+    deaf.go("disk0")
+    for i in range(64):
+        deaf.req(CMD_READ, 0, 1 * MiB, cookie=i)
+    other = Raw(path=sock)
+    other.greet()
+    other.go("disk0")
+    other.req(CMD_READ, 0, 4096, cookie=77)
+    r = other.answer()
+    ok(r[0] == 0 and r[1] == 77, "served while a client is silent in the "
+       "handshake, one stalls mid-WRITE and one never reads", r)
+    for x in (silent, stalled, deaf, other):
+        x.close()
+    c = Raw(path=sock)
+    c.greet()
+    c.go("disk0", structured=False)
+    c.req(CMD_READ, 0, 4096, cookie=5)
+    r = c.answer(4096)
+    with open(img, "rb") as f:
+        want = f.read(4096)
+    ok(r[0] == 0 and r[1] == 5 and r[2] == want,
+       "after all that, a new client reads (simple replies)")
+    c.req(CMD_DISC, 0, 0)
+    ok(c.closed(), "NBD_CMD_DISC: closed")
+    ok(os.path.getsize(img) == size_before,
+       "the image file did not grow (no write past its end)")
+
+
+def test_qmp(tmp, d, sock):
+    q = d.monitor()
+    r = qcmd(q, "query-block-exports")
+    types = sorted((e["type"], e["id"]) for e in r["return"])
+    ok(("nbd", "e0") in types and ("nbd", "ro") in types,
+       "query-block-exports lists the NBD exports", r)
+    r = qcmd(q, "blockdev-del", {"node-name": "disk0"})
+    ok("in use" in r.get("error", {}).get("desc", ""),
+       "blockdev-del of an exported node: in use", r)
+    held = Raw(path=sock)
+    held.greet()
+    held.go("disk0")
+    r = qcmd(q, "block-export-del", {"id": "e0"})
+    ok("still in use" in r.get("error", {}).get("desc", ""),
+       "block-export-del (safe) with a client connected: refused", r)
+    msgs = q.exchange({"execute": "block-export-del",
+                       "arguments": {"id": "e0", "mode": "hard"}})
+    while not any(m.get("event") == "BLOCK_EXPORT_DELETED" for m in msgs):
+        msgs.append(q.read_msg())
+    ok(any(m.get("event") == "BLOCK_EXPORT_DELETED" and
+           m["data"]["id"] == "e0" for m in msgs),
+       "hard block-export-del: BLOCK_EXPORT_DELETED", msgs)
+    ok(held.closed(), "... and its client is disconnected")
+    r = qcmd(q, "block-export-add", {"type": "nbd", "id": "e1",
+                                   "node-name": "disk0", "name": "again",
+                                   "writable": True})
+    ok(r == {"return": {}}, "block-export-add type=nbd at run time", r)
+    if have("qemu-io"):
+        rc, out = run("qemu-io", "-f", "raw", "-c", "write -P 0x3d 0 64k",
+                      "-c", "read -P 0x3d 0 64k", uri_unix("again", sock))
+        ok(rc == 0 and "read 65536" in out, "the new export serves", out)
+    r = qcmd(q, "nbd-server-start", {"addr": {"type": "unix",
+                                            "data": {"path": "x"}}})
+    ok("error" in r, "a second nbd-server-start: error", r)
+    r = qcmd(q, "nbd-server-stop")
+    ok(r == {"return": {}} and not os.path.exists(sock),
+       "nbd-server-stop: socket gone", r)
+    r = qcmd(q, "query-block-exports")
+    ok(not [e for e in r["return"] if e["type"] == "nbd"],
+       "nbd-server-stop took the NBD exports", r)
+    sock2 = os.path.join(tmp, "nbd2.sock")
+    r = qcmd(q, "nbd-server-start", {"addr": {"type": "unix",
+                                            "path": sock2}})
+    r2 = qcmd(q, "nbd-server-add", {"device": "disk0", "name": "legacy"})
+    ok(r == {"return": {}} and r2 == {"return": {}},
+       "nbd-server-start (QMP) and legacy nbd-server-add", (r, r2))
+    if have("nbdinfo"):
+        rc, out = run("nbdinfo", "--size", uri_unix("legacy", sock2))
+        ok(rc == 0 and out.strip() == str(64 * MiB),
+           "the legacy export serves", out)
+    r = qcmd(q, "nbd-server-remove", {"name": "legacy"})
+    ok(r == {"return": {}}, "nbd-server-remove", r)
+    r = qcmd(q, "block-export-add", {"type": "nbd", "id": "x",
+                                   "node-name": "nosuch"})
+    ok("nosuch" in r.get("error", {}).get("desc", ""),
+       "export of an unknown node: error", r)
+
+
+def certtool(*args, stdin=None):
+    r = subprocess.run(["certtool"] + list(args), capture_output=True,
+                       text=True, input=stdin, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def make_ca(d, cn):
+    tpl = os.path.join(d, "ca.info")
+    with open(tpl, "w") as f:
+        f.write("cn = %s\nca\ncert_signing_key\nexpiration_days = 3\n" % cn)
+    certtool("--generate-privkey", "--key-type=ecdsa", "--outfile",
+             os.path.join(d, "ca-key.pem"))
+    certtool("--generate-self-signed", "--load-privkey",
+             os.path.join(d, "ca-key.pem"), "--template", tpl, "--outfile",
+             os.path.join(d, "ca-cert.pem"))
+
+
+def make_cert(cadir, outdir, prefix, cn, server):
+    tpl = os.path.join(outdir, prefix + ".info")
+    with open(tpl, "w") as f:
+        f.write("cn = %s\nexpiration_days = 3\nsigning_key\n"
+                "encryption_key\n" % cn)
+        f.write("ip_address = 127.0.0.1\ndns_name = localhost\n"
+                "tls_www_server\n" if server else "tls_www_client\n")
+    key = os.path.join(outdir, prefix + "-key.pem")
+    certtool("--generate-privkey", "--key-type=ecdsa", "--outfile", key)
+    certtool("--generate-certificate", "--load-privkey", key,
+             "--load-ca-certificate", os.path.join(cadir, "ca-cert.pem"),
+             "--load-ca-privkey", os.path.join(cadir, "ca-key.pem"),
+             "--template", tpl, "--outfile",
+             os.path.join(outdir, prefix + "-cert.pem"))
+    shutil.copy(os.path.join(cadir, "ca-cert.pem"), outdir)
+
+
+def qemu_img_tls(port, clientdir, name="disk0", psk_user=None):
+    if psk_user:
+        obj = "tls-creds-psk,id=tls0,dir=%s,username=%s,endpoint=client" % (
+            clientdir, psk_user)
+    else:
+        obj = "tls-creds-x509,id=tls0,dir=%s,endpoint=client" % clientdir
+    return run("qemu-img", "info", "--object", obj, "--image-opts",
+               "driver=nbd,server.type=inet,server.host=127.0.0.1,"
+               "server.port=%d,export=%s,tls-creds=tls0" % (port, name))
+
+
+def test_tls(tmp, img):
+    if not (have("certtool") and have("qemu-img")):
+        skip("TLS", "no certtool (gnutls-bin) or qemu-img")
+        return
+    ca, rogue = os.path.join(tmp, "ca"), os.path.join(tmp, "rogue")
+    srv, cli = os.path.join(tmp, "srv"), os.path.join(tmp, "cli")
+    bad, other = os.path.join(tmp, "badcli"), os.path.join(tmp, "othercli")
+    for x in (ca, rogue, srv, cli, bad, other):
+        os.mkdir(x)
+    make_ca(ca, "Test CA")
+    make_ca(rogue, "Rogue CA")
+    make_cert(ca, srv, "server", "localhost", True)
+    make_cert(ca, cli, "client", "client1", False)
+    make_cert(ca, other, "client", "client2", False)
+    make_cert(rogue, bad, "client", "client1", False)
+    shutil.copy(os.path.join(ca, "ca-cert.pem"), bad)   # trusts the server
+    pskdir = os.path.join(tmp, "psk")
+    os.mkdir(pskdir)
+    with open(os.path.join(pskdir, "keys.psk"), "w") as f:
+        f.write("alice:%s\n" % os.urandom(32).hex())
+    # Under --seccomp on: TLS records are read and written in the
+    # export's confined iothread.
+    d = Daemon(tmp, "tls", [
+        "--seccomp", "on",
+        "--object", "tls-creds-x509,id=t0,dir=%s,endpoint=server,"
+        "verify-peer=on,allow.0=CN=client1" % srv,
+        "--object", "tls-creds-psk,id=p0,dir=%s,endpoint=server" % pskdir,
+        "--blockdev", "driver=file,node-name=disk0,filename=" + img,
+        "--nbd-server", "addr.type=inet,addr.host=127.0.0.1,addr.port=0,"
+        "tls-creds=t0",
+        "--export", "type=nbd,id=e0,node-name=disk0,writable=on"])
+    try:
+        port = d.port()
+        ok(port, "TLS server listening", d.log())
+        rc, out = qemu_img_tls(port, cli)
+        ok(rc == 0 and "64 MiB" in out, "qemu-img with tls-creds-x509 "
+           "(CA-signed client certificate on allow=) connects", out)
+        if have("qemu-io"):
+            rc, out = run("qemu-io", "--object",
+                          "tls-creds-x509,id=tls0,dir=%s,endpoint=client" %
+                          cli, "--image-opts", "-c", "write -P 0x6e 0 1M",
+                          "-c", "read -P 0x6e 0 1M",
+                          "driver=nbd,server.type=inet,server.host=127.0.0."
+                          "1,server.port=%d,export=disk0,tls-creds=tls0" %
+                          port)
+            ok(rc == 0 and "read 1048576/1048576" in out,
+               "qemu-io over TLS, --seccomp on: 1 MiB written and read "
+               "back", out)
+        if have("nbdinfo"):
+            rc, out = run("nbdinfo", "nbd://127.0.0.1:%d/disk0" % port)
+            ok(rc != 0 and "TLS" in out, "plain nbdinfo: refused, TLS "
+               "required", out)
+        c = Raw(port=port)
+        c.greet()
+        c.opt(OPT_LIST)
+        r = c.reply()
+        c.opt(OPT_EXPORT_NAME, b"disk0")
+        ok(r[1] == ERR | 5 and c.closed(), "raw client: NBD_REP_ERR_TLS_REQD"
+           ", EXPORT_NAME without TLS closes", r)
+        rc, out = qemu_img_tls(port, bad)
+        ok(rc != 0, "a client certificate another CA signed: refused", out)
+        rc, out = qemu_img_tls(port, other)
+        ok(rc != 0, "a CA-signed client certificate not on allow=: "
+           "refused", out)
+        # PSK: the same daemon, another server
+        q = d.monitor()
+        r = qcmd(q, "nbd-server-stop")
+        r2 = qcmd(q, "nbd-server-start", {
+            "addr": {"type": "inet", "host": "127.0.0.1", "port": "0"},
+            "tls-creds": "p0"})
+        r3 = qcmd(q, "block-export-add", {"type": "nbd", "id": "e0",
+                                        "node-name": "disk0"})
+        ok(r == r2 == r3 == {"return": {}}, "TLS server restarted with "
+           "tls-creds-psk over QMP", (r, r2, r3))
+        ports = re.findall(r"NBD server listening on \S+ port (\d+)",
+                           d.log())
+        rc, out = qemu_img_tls(int(ports[-1]), pskdir, psk_user="alice")
+        ok(rc == 0 and "64 MiB" in out, "qemu-img with tls-creds-psk "
+           "connects", out)
+    finally:
+        d.stop()
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="vb-nbd-", dir="/var/tmp")
+    try:
+        img = os.path.join(tmp, "disk.raw")
+        with open(img, "wb") as f:
+            f.write(b"\x42" * 8 * MiB)
+            f.truncate(64 * MiB)
+        ro_img = os.path.join(tmp, "ro.raw")
+        with open(ro_img, "wb") as f:
+            f.write(b"\x11" * 1 * MiB)
+            f.truncate(16 * MiB)
+        sock = os.path.join(tmp, "nbd.sock")
+        d = Daemon(tmp, "blkd", [
+            "--object", "iothread,id=io0",
+            "--blockdev", "driver=file,node-name=disk0,filename=" + img +
+            ",discard=unmap",
+            "--blockdev", "driver=file,node-name=ro0,read-only=on,"
+            "filename=" + ro_img,
+            "--nbd-server", "addr.type=unix,addr.path=" + sock,
+            "--export", "type=nbd,id=e0,node-name=disk0,writable=on,"
+            "iothread=io0",
+            "--export", "type=nbd,id=ro,node-name=ro0,name=ro0"])
+        d.monitor()
+        # A second, inet, server is not possible (one per daemon): an inet
+        # one in another daemon on the same image, read-only.
+        d2 = Daemon(tmp, "inet", [
+            "--blockdev", "driver=file,node-name=disk0,filename=" + img,
+            "--nbd-server", "addr.type=inet,addr.host=127.0.0.1,"
+            "addr.port=0,handshake-max-seconds=1",
+            "--export", "type=nbd,id=e0,node-name=disk0,writable=on"])
+        port = d2.port()
+        ok(port is not None, "inet server on 127.0.0.1, port 0", d2.log())
+        silent = Raw(port=port)
+        silent.greet()
+        ok(silent.closed() and "did not finish negotiating" in d2.log(),
+           "handshake-max-seconds=1: a client silent in the handshake is "
+           "dropped", d2.log())
+        test_interop(tmp, d, sock, img, port)
+        d2.stop()
+        test_readonly(sock, ro_img)
+        test_hostile(sock, img)
+        test_qmp(tmp, d, sock)
+        ok(d.p.poll() is None, "the daemon survived every client", d.log())
+        d.stop()
+        ok(d.p.returncode == 0, "clean exit", d.log())
+        rc, out = run(BLKD, "--blockdev",
+                      "driver=file,node-name=n,filename=" + img,
+                      "--nbd-server", "addr.type=inet,addr.host=0.0.0.0,"
+                      "addr.port=0", "--export", "type=nbd,id=e,node-name=n")
+        ok(rc != 0 and "allow-insecure=on" in out and "TLS" in out,
+           "inet on a non-loopback address without TLS: refused", out)
+        test_tls(tmp, img)
+    finally:
+        for p in procs:
+            stop(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("1..%d" % n_test)
+    print("# %d tests, %d failed" % (n_test, n_fail))
+    sys.exit(1 if n_fail else 0)
+
+
+if __name__ == "__main__":
+    main()
