@@ -32,6 +32,9 @@ struct VbNode {
     VbNode *file;               /* driver=throttle or raw: the node below */
     VbNode *filter;             /* the driver=throttle node above, if any */
     bool alias;                 /* driver=raw: blk is file's, not ours */
+    bool format;                /* driver=qcow2: blk is ours, over file */
+    VbNode *backing;            /* driver=qcow2: a backing node given by
+                                 * name (backing=NODE), or NULL */
     bool implicit_file;         /* file was defined inline: dropped with us */
     unsigned int parents;       /* driver=raw nodes using us as their file */
     bool resizing;              /* a block_resize runs in a worker on our
