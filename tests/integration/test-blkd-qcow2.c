@@ -126,6 +126,37 @@ static void q2_start(Q2 *q, unsigned int queues)
 }
 
 /* A clean stop: SIGTERM, and the daemon closes the image. */
+/*
+ * Wait until no process holds QEMU's lock bytes on @img.  A daemon that
+ * was reaped can still hold them for a moment: its io_uring ring lets go
+ * of the file (and its OFD locks) from a kernel worker after the exit,
+ * once the requests in flight are done.  qemu-img, run in between, would
+ * find the image locked.
+ */
+static void wait_unlocked(const char *img)
+{
+    gint64 deadline = g_get_monotonic_time() + 30 * G_USEC_PER_SEC;
+    int fd = open(img, O_RDONLY);
+
+    g_assert_cmpint(fd, >=, 0);
+    for (;;) {
+        struct flock fl = {
+            .l_type = F_WRLCK, .l_whence = SEEK_SET,
+            .l_start = 100, .l_len = 200,
+        };
+
+        g_assert_cmpint(fcntl(fd, F_OFD_GETLK, &fl), ==, 0);
+        if (fl.l_type == F_UNLCK) {
+            break;
+        }
+        if (g_get_monotonic_time() > deadline) {
+            g_error("%s: still locked 30 s after the daemon exited", img);
+        }
+        g_usleep(10 * 1000);
+    }
+    close(fd);
+}
+
 static void q2_stop(Q2 *q)
 {
     int status;
@@ -137,6 +168,7 @@ static void q2_stop(Q2 *q)
     g_assert_true(WIFEXITED(status));
     g_assert_cmpint(WEXITSTATUS(status), ==, 0);
     q->d.pid = 0;
+    wait_unlocked(q->img);
 }
 
 static void q2_cleanup(Q2 *q)
@@ -933,6 +965,7 @@ static void test_crash(void)
         }
     }
     vb_daemon_kill(&q.d);
+    wait_unlocked(q.img);
     vhost_user_frontend_free(q.fe);
     q.fe = NULL;
     /* Leaks (exit 3) are allowed, corruption (2) is not. */
@@ -965,6 +998,7 @@ static void test_crash(void)
     }
     q2_flush(&q);
     vb_daemon_kill(&q.d);
+    wait_unlocked(q.img);
     vhost_user_frontend_free(q.fe);
     q.fe = NULL;
     /* The next session allocates from the file's end on. */
