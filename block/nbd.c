@@ -136,7 +136,11 @@ struct BDRVNBDState {
     BlockBackend *bs;
     /* The options, copied: the parser's strings go away after open. */
     BlockNbdServerType type;
-    char *host, *port, *path, *export_name, *tls_dir;
+    char *host, *port, *path, *export_name;
+    /* TLS: x509 certificates in @tls_dir, or the PSK file @tls_psk_file
+     * with @tls_user; neither: none. */
+    char *tls_dir, *tls_psk_file, *tls_user;
+    bool tls_verify;
     uint32_t reconnect_delay;
     char *desc;                 /* nbd://... for messages */
     /* What the server said at open. */
@@ -441,6 +445,23 @@ static void nbd_conn_timer_cb(void *opaque)
     nbd_conn_drain(c);
 }
 
+/* Any thread: TLS on @h as the node's options say; false with libnbd's
+ * error. */
+static bool nbd_handle_tls(BDRVNBDState *s, struct nbd_handle *h)
+{
+    if (s->tls_psk_file) {
+        return nbd_set_tls(h, LIBNBD_TLS_REQUIRE) == 0 &&
+               nbd_set_tls_psk_file(h, s->tls_psk_file) == 0 &&
+               nbd_set_tls_username(h, s->tls_user) == 0;
+    }
+    if (s->tls_dir) {
+        return nbd_set_tls(h, LIBNBD_TLS_REQUIRE) == 0 &&
+               nbd_set_tls_certificates(h, s->tls_dir) == 0 &&
+               nbd_set_tls_verify_peer(h, s->tls_verify) == 0;
+    }
+    return true;
+}
+
 /* Any thread: a handle set up with the node's options, not connected;
  * NULL with @errp set. */
 static struct nbd_handle *nbd_handle_new(BDRVNBDState *s, GError **errp)
@@ -456,16 +477,14 @@ static struct nbd_handle *nbd_handle_new(BDRVNBDState *s, GError **errp)
     if (nbd_set_pread_initialize(h, false) < 0 ||
         nbd_set_export_name(h, s->export_name) < 0 ||
         nbd_add_meta_context(h, NBD_META_BASE_ALLOCATION) < 0 ||
-        (s->tls_dir &&
-         (nbd_set_tls(h, LIBNBD_TLS_REQUIRE) < 0 ||
-          nbd_set_tls_certificates(h, s->tls_dir) < 0))) {
+        !nbd_handle_tls(s, h)) {
         g_set_error(errp, VB_ERROR, 0, "%s: %s", s->desc, nbd_get_error());
         nbd_close(h);
         return NULL;
     }
-    if (s->tls_dir && nbd_supports_tls(h) <= 0) {
-        g_set_error(errp, VB_ERROR, 0, "%s: tls-creds-dir: this libnbd was "
-                    "built without TLS support", s->desc);
+    if ((s->tls_dir || s->tls_psk_file) && nbd_supports_tls(h) <= 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: TLS: this libnbd was built "
+                    "without TLS support", s->desc);
         nbd_close(h);
         return NULL;
     }
@@ -1037,6 +1056,8 @@ static void nbd_drv_close(BlockBackend *bs)
     g_free(s->path);
     g_free(s->export_name);
     g_free(s->tls_dir);
+    g_free(s->tls_psk_file);
+    g_free(s->tls_user);
     g_free(s->desc);
     g_free(s);
     bs->opaque = NULL;
@@ -1069,7 +1090,14 @@ static bool nbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     s->port = g_strdup(o->port ? o->port : BLOCK_NBD_DEFAULT_PORT);
     s->path = g_strdup(o->path);
     s->export_name = g_strdup(o->export_name ? o->export_name : "");
-    s->tls_dir = g_strdup(o->tls_creds_dir);
+    if (o->tls_psk_dir) {
+        s->tls_psk_file = g_build_filename(o->tls_psk_dir, "keys.psk",
+                                           NULL);
+        s->tls_user = g_strdup(o->tls_username ? o->tls_username : "qemu");
+    } else {
+        s->tls_dir = g_strdup(o->tls_creds_dir);
+        s->tls_verify = !o->tls_no_verify_peer;
+    }
     s->reconnect_delay = o->reconnect_delay;
     s->desc = blk_nbd_describe(o);
     bs->filename = g_strdup(s->desc);
@@ -1082,7 +1110,8 @@ static bool nbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     if (r <= 0) {
         g_set_error(errp, VB_ERROR, 0, "%s: cannot connect: %s (check that "
                     "the NBD server runs, serves export '%s', and uses TLS "
-                    "exactly when tls-creds-dir is given)", s->desc,
+                    "exactly when tls-creds or tls-creds-dir is given, with "
+                    "credentials the server accepts)", s->desc,
                     r < 0 ? nbd_get_error() :
                     "no answer within " G_STRINGIFY(NBD_OPEN_TIMEOUT_S) " s",
                     s->export_name);
@@ -1156,11 +1185,20 @@ static void nbd_get_info(BlockBackend *bs, BlockDriverInfo *bdi)
 
 /* ---- options ------------------------------------------------------- */
 
+/* The monitor's, set once at start-up (main thread). */
+static BlockNbdTlsLookup nbd_tls_lookup;
+
+void blk_nbd_set_tls_lookup(BlockNbdTlsLookup fn)
+{
+    nbd_tls_lookup = fn;
+}
+
 /*
  * QEMU's BlockdevOptionsNbd: server (a SocketAddress: type=inet with
- * host and port, or type=unix with path), export, tls-creds,
- * reconnect-delay; and tls-creds-dir=DIR (vhost-blkd's own, until x509
- * credential objects exist: the directory such an object would name).
+ * host and port, or type=unix with path), export, tls-creds (the id of
+ * a tls-creds-x509 or tls-creds-psk object with endpoint=client),
+ * reconnect-delay; and tls-creds-dir=DIR (vhost-blkd's own shortcut:
+ * the directory of x509 client credentials, without an object).
  * Main thread.
  */
 static bool nbd_parse_options(BlockOptions *opts, QmpArgs *a,
@@ -1230,11 +1268,33 @@ static bool nbd_parse_options(BlockOptions *opts, QmpArgs *a,
         return false;
     }
     if (tls_creds) {
-        g_set_error(errp, VB_ERROR, 0, "tls-creds: credential objects are "
-                    "not supported yet; give the directory of the x509 "
-                    "client credentials (ca-cert.pem, client-cert.pem, "
-                    "client-key.pem) with tls-creds-dir=DIR instead");
-        return false;
+        BlockNbdTlsCreds c = { 0 };
+
+        if (o->tls_creds_dir) {
+            g_set_error(errp, VB_ERROR, 0, "tls-creds and tls-creds-dir "
+                        "both name TLS credentials: give one of them");
+            return false;
+        }
+        if (!nbd_tls_lookup) {
+            g_set_error(errp, VB_ERROR, 0, "No TLS credentials with id "
+                        "'%s'", tls_creds);
+            return false;
+        }
+        if (!nbd_tls_lookup(tls_creds, &c, errp)) {
+            return false;
+        }
+        /* Copies: the object may go before the node is opened. */
+        blk_options_parse_keep(p, c.dir);
+        if (c.username) {
+            blk_options_parse_keep(p, c.username);
+        }
+        if (c.psk) {
+            o->tls_psk_dir = c.dir;
+            o->tls_username = c.username;
+        } else {
+            o->tls_creds_dir = c.dir;
+            o->tls_no_verify_peer = !c.verify_peer;
+        }
     }
     if (o->tls_creds_dir && !*o->tls_creds_dir) {
         g_set_error(errp, VB_ERROR, 0, "tls-creds-dir must not be empty");
