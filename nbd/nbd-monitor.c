@@ -108,6 +108,11 @@ static bool vb_tls_common(VbState *s, QmpArgs *a, const char **id,
     return true;
 }
 
+#if CONFIG_NBD
+static bool vb_tls_client_lookup(const char *id, BlockNbdTlsCreds *out,
+                                 GError **errp);
+#endif
+
 static bool vb_tls_add(VbState *s, const char *id, NbdTlsCreds *creds)
 {
     VbTlsObj *t = g_new0(VbTlsObj, 1);
@@ -146,6 +151,10 @@ static bool vb_tls_client_add(VbState *s, const char *type, const char *id,
     t->dir = g_strdup(dir);
     t->username = g_strdup(user);
     g_ptr_array_add(vb_nbd_get(s)->tls_objs, t);
+#if CONFIG_NBD
+    /* Until a client object exists, driver=nbd finds no tls-creds. */
+    blk_nbd_set_tls_lookup(vb_tls_client_lookup);
+#endif
     return true;
 }
 
@@ -835,9 +844,6 @@ static const QmpCommand vb_nbd_commands[] = {
 
 void vb_nbd_register(GArray *table)
 {
-#if CONFIG_NBD
-    blk_nbd_set_tls_lookup(vb_tls_client_lookup);
-#endif
     g_array_append_vals(table, vb_nbd_commands,
                         G_N_ELEMENTS(vb_nbd_commands));
 }
