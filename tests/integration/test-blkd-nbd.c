@@ -60,10 +60,6 @@ static bool skip(void)
         g_test_skip("vhost-blkd only");
         return true;
     }
-    if (vb_seccomp_env()) {
-        g_test_skip("driver=nbd refuses iothreads under --seccomp on");
-        return true;
-    }
     if (!p) {
         g_test_skip("qemu-nbd (qemu-utils) is not installed");
         return true;
