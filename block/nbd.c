@@ -177,10 +177,11 @@ struct BDRVNBDState {
     uint32_t min_block;         /* 1 when the server says nothing */
     uint32_t max_payload;
     GMutex lock;                /* the slots of @conns */
-    /* The dialer (see "Seccomp" above). */
+    /* The dialer (see "Seccomp" above).  pthread's lock, not GLib's:
+     * ThreadSanitizer cannot see GLib's futex-based GMutex. */
     GThread *dialer;
-    GMutex dial_lock;
-    GCond dial_cond;
+    pthread_mutex_t dial_lock;
+    pthread_cond_t dial_cond;
     QSIMPLEQ_HEAD(, NbdDial) dial_queue;    /* dial_lock */
     bool dial_quit;                         /* dial_lock */
     NbdConn *_Atomic conns[NBD_MAX_CTX];
@@ -287,10 +288,10 @@ static void nbd_conn_close_handle(NbdConn *c)
         NbdDial *d = c->dial;
         bool mine;
 
-        g_mutex_lock(&c->s->dial_lock);
+        pthread_mutex_lock(&c->s->dial_lock);
         mine = d->finished;
         d->abandoned = !mine;
-        g_mutex_unlock(&c->s->dial_lock);
+        pthread_mutex_unlock(&c->s->dial_lock);
         c->dial = NULL;
         if (mine) {
             nbd_close(d->h);
@@ -556,10 +557,10 @@ static void nbd_conn_dial(NbdConn *c)
     d->h = h;
     d->efd = c->dial_efd;
     c->dial = d;
-    g_mutex_lock(&s->dial_lock);
+    pthread_mutex_lock(&s->dial_lock);
     QSIMPLEQ_INSERT_TAIL(&s->dial_queue, d, next);
-    g_cond_signal(&s->dial_cond);
-    g_mutex_unlock(&s->dial_lock);
+    pthread_cond_signal(&s->dial_cond);
+    pthread_mutex_unlock(&s->dial_lock);
     c->state = NBD_CONN_CONNECTING;
     /* The dialer gives up by then too; this is the backstop. */
     c->attempt_end_ns = nbd_now_ns() +
@@ -581,9 +582,9 @@ static void nbd_conn_dial_cb(void *opaque)
     if (!d) {
         return;
     }
-    g_mutex_lock(&c->s->dial_lock);
+    pthread_mutex_lock(&c->s->dial_lock);
     finished = d->finished;
-    g_mutex_unlock(&c->s->dial_lock);
+    pthread_mutex_unlock(&c->s->dial_lock);
     if (!finished) {
         return;
     }
@@ -1146,13 +1147,13 @@ static gpointer nbd_dialer(gpointer opaque)
 {
     BDRVNBDState *s = opaque;
 
-    g_mutex_lock(&s->dial_lock);
+    pthread_mutex_lock(&s->dial_lock);
     for (;;) {
         NbdDial *d;
         int r;
 
         while (!s->dial_quit && QSIMPLEQ_EMPTY(&s->dial_queue)) {
-            g_cond_wait(&s->dial_cond, &s->dial_lock);
+            pthread_cond_wait(&s->dial_cond, &s->dial_lock);
         }
         if (s->dial_quit) {
             break;
@@ -1164,14 +1165,14 @@ static gpointer nbd_dialer(gpointer opaque)
             g_free(d);
             continue;
         }
-        g_mutex_unlock(&s->dial_lock);
+        pthread_mutex_unlock(&s->dial_lock);
         r = nbd_open_connect(s, d->h, NBD_ATTEMPT_TIMEOUT_MS);
         if (r < 0) {
             /* libnbd's error is this thread's: copied for the owner. */
             g_strlcpy(d->why, nbd_get_error() ? nbd_get_error() : "",
                       sizeof(d->why));
         }
-        g_mutex_lock(&s->dial_lock);
+        pthread_mutex_lock(&s->dial_lock);
         d->result = r;
         d->finished = true;
         if (d->abandoned) {
@@ -1187,7 +1188,7 @@ static gpointer nbd_dialer(gpointer opaque)
             }
         }
     }
-    g_mutex_unlock(&s->dial_lock);
+    pthread_mutex_unlock(&s->dial_lock);
     return NULL;
 }
 
@@ -1220,10 +1221,10 @@ static void nbd_drv_close(BlockBackend *bs)
     if (s->dialer) {
         /* Every connection is gone: what is queued was abandoned; an
          * attempt under way ends within its timeout. */
-        g_mutex_lock(&s->dial_lock);
+        pthread_mutex_lock(&s->dial_lock);
         s->dial_quit = true;
-        g_cond_signal(&s->dial_cond);
-        g_mutex_unlock(&s->dial_lock);
+        pthread_cond_signal(&s->dial_cond);
+        pthread_mutex_unlock(&s->dial_lock);
         g_thread_join(s->dialer);
         while (!QSIMPLEQ_EMPTY(&s->dial_queue)) {
             NbdDial *d = QSIMPLEQ_FIRST(&s->dial_queue);
@@ -1233,8 +1234,8 @@ static void nbd_drv_close(BlockBackend *bs)
             g_free(d);
         }
     }
-    g_mutex_clear(&s->dial_lock);
-    g_cond_clear(&s->dial_cond);
+    pthread_mutex_destroy(&s->dial_lock);
+    pthread_cond_destroy(&s->dial_cond);
     g_mutex_clear(&s->lock);
     g_free(s->host);
     g_free(s->port);
@@ -1269,8 +1270,8 @@ static bool nbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     s = g_new0(BDRVNBDState, 1);
     bs->opaque = s;
     g_mutex_init(&s->lock);
-    g_mutex_init(&s->dial_lock);
-    g_cond_init(&s->dial_cond);
+    pthread_mutex_init(&s->dial_lock, NULL);
+    pthread_cond_init(&s->dial_cond, NULL);
     QSIMPLEQ_INIT(&s->dial_queue);
     s->bs = bs;
     s->type = o->type;
