@@ -59,11 +59,24 @@
  * is refused (and tried again later): the node keeps the shape it was
  * opened with.
  *
- * Under --seccomp on the iothreads may not make libnbd's socket calls:
- * a confined iothread gets no connection (its requests fail with EIO)
- * instead of the sandbox ending the process.
+ * Seccomp.  Under --seccomp on an iothread may not create an AF_INET
+ * socket, connect it, set its options, or open the TLS credentials'
+ * files (openat fails with EACCES): what a connection's handshake
+ * needs.  So a confined iothread does not connect: it sets up the
+ * handle and hands it to the node's dialer, a thread of its own made
+ * at open by an unconfined thread, which connects and completes the
+ * NBD (and TLS) handshake with the synchronous loop the open uses
+ * (nbd_poll), then wakes the iothread through an eventfd; the iothread
+ * takes the ready handle over and from then on only reads and writes
+ * the socket (recvfrom, sendto) and shuts it down, which its allowlist
+ * permits on a socket it already has.  Reconnects go the same way.
+ * libnbd's handle has a lock of its own, so handing it between threads
+ * is safe; only one thread uses it at a time anyway.  A connection
+ * that goes while its attempt is with the dialer abandons it: the
+ * dialer then closes the handle itself.
  */
 #include "qemu/osdep.h"
+#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <libnbd.h>
 #include "block/block_int.h"
@@ -128,15 +141,34 @@ typedef struct NbdConn {
     bool reported;              /* the loss was logged */
     bool refusal_reported;      /* a changed export was logged */
     char why[160];              /* libnbd's error when the socket failed */
+    struct NbdDial *dial;       /* the dialer's attempt for us, or NULL */
+    int dial_efd;               /* eventfd: the dialer finished it */
     unsigned int backoff_ms;
     uint64_t connects;          /* successful (re)connections */
 } NbdConn;
+
+/* An attempt the dialer makes for a confined iothread.  @h and @efd are
+ * the dialer's while it runs; the other fields are protected by the
+ * node's dial_lock. */
+typedef struct NbdDial {
+    QSIMPLEQ_ENTRY(NbdDial) next;
+    struct nbd_handle *h;       /* set up by the owner, not connected */
+    int efd;                    /* the connection's dial_efd */
+    int result;                 /* as nbd_open_connect() */
+    char why[160];              /* libnbd's error, result < 0 */
+    bool finished;
+    bool abandoned;             /* the connection went: the dialer frees */
+} NbdDial;
 
 struct BDRVNBDState {
     BlockBackend *bs;
     /* The options, copied: the parser's strings go away after open. */
     BlockNbdServerType type;
-    char *host, *port, *path, *export_name, *tls_dir;
+    char *host, *port, *path, *export_name;
+    /* TLS: x509 certificates in @tls_dir, or the PSK file @tls_psk_file
+     * with @tls_user; neither: none. */
+    char *tls_dir, *tls_psk_file, *tls_user;
+    bool tls_verify;
     uint32_t reconnect_delay;
     char *desc;                 /* nbd://... for messages */
     /* What the server said at open. */
@@ -145,6 +177,13 @@ struct BDRVNBDState {
     uint32_t min_block;         /* 1 when the server says nothing */
     uint32_t max_payload;
     GMutex lock;                /* the slots of @conns */
+    /* The dialer (see "Seccomp" above).  pthread's lock, not GLib's:
+     * ThreadSanitizer cannot see GLib's futex-based GMutex. */
+    GThread *dialer;
+    pthread_mutex_t dial_lock;
+    pthread_cond_t dial_cond;
+    QSIMPLEQ_HEAD(, NbdDial) dial_queue;    /* dial_lock */
+    bool dial_quit;                         /* dial_lock */
     NbdConn *_Atomic conns[NBD_MAX_CTX];
 };
 
@@ -245,6 +284,20 @@ static void nbd_conn_watch(NbdConn *c)
  * libnbd already, or there were none). */
 static void nbd_conn_close_handle(NbdConn *c)
 {
+    if (c->dial) {
+        NbdDial *d = c->dial;
+        bool mine;
+
+        pthread_mutex_lock(&c->s->dial_lock);
+        mine = d->finished;
+        d->abandoned = !mine;
+        pthread_mutex_unlock(&c->s->dial_lock);
+        c->dial = NULL;
+        if (mine) {
+            nbd_close(d->h);
+            g_free(d);
+        }
+    }
     if (c->fd >= 0) {
         aio_set_fd_handler(c->ctx, c->fd, NULL, NULL, NULL, NULL, NULL);
         c->fd = -1;
@@ -441,6 +494,23 @@ static void nbd_conn_timer_cb(void *opaque)
     nbd_conn_drain(c);
 }
 
+/* Any thread: TLS on @h as the node's options say; false with libnbd's
+ * error. */
+static bool nbd_handle_tls(BDRVNBDState *s, struct nbd_handle *h)
+{
+    if (s->tls_psk_file) {
+        return nbd_set_tls(h, LIBNBD_TLS_REQUIRE) == 0 &&
+               nbd_set_tls_psk_file(h, s->tls_psk_file) == 0 &&
+               nbd_set_tls_username(h, s->tls_user) == 0;
+    }
+    if (s->tls_dir) {
+        return nbd_set_tls(h, LIBNBD_TLS_REQUIRE) == 0 &&
+               nbd_set_tls_certificates(h, s->tls_dir) == 0 &&
+               nbd_set_tls_verify_peer(h, s->tls_verify) == 0;
+    }
+    return true;
+}
+
 /* Any thread: a handle set up with the node's options, not connected;
  * NULL with @errp set. */
 static struct nbd_handle *nbd_handle_new(BDRVNBDState *s, GError **errp)
@@ -456,20 +526,79 @@ static struct nbd_handle *nbd_handle_new(BDRVNBDState *s, GError **errp)
     if (nbd_set_pread_initialize(h, false) < 0 ||
         nbd_set_export_name(h, s->export_name) < 0 ||
         nbd_add_meta_context(h, NBD_META_BASE_ALLOCATION) < 0 ||
-        (s->tls_dir &&
-         (nbd_set_tls(h, LIBNBD_TLS_REQUIRE) < 0 ||
-          nbd_set_tls_certificates(h, s->tls_dir) < 0))) {
+        !nbd_handle_tls(s, h)) {
         g_set_error(errp, VB_ERROR, 0, "%s: %s", s->desc, nbd_get_error());
         nbd_close(h);
         return NULL;
     }
-    if (s->tls_dir && nbd_supports_tls(h) <= 0) {
-        g_set_error(errp, VB_ERROR, 0, "%s: tls-creds-dir: this libnbd was "
-                    "built without TLS support", s->desc);
+    if ((s->tls_dir || s->tls_psk_file) && nbd_supports_tls(h) <= 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: TLS: this libnbd was built "
+                    "without TLS support", s->desc);
         nbd_close(h);
         return NULL;
     }
     return h;
+}
+
+/* Owner thread, confined: the attempt goes to the dialer; the
+ * connection is CONNECTING without a handle until nbd_conn_dial_cb(). */
+static void nbd_conn_dial(NbdConn *c)
+{
+    BDRVNBDState *s = c->s;
+    g_autoptr(GError) err = NULL;
+    NbdDial *d;
+    struct nbd_handle *h = nbd_handle_new(s, &err);
+
+    if (!h) {
+        nbd_conn_down(c, false, err->message);
+        return;
+    }
+    d = g_new0(NbdDial, 1);
+    d->h = h;
+    d->efd = c->dial_efd;
+    c->dial = d;
+    pthread_mutex_lock(&s->dial_lock);
+    QSIMPLEQ_INSERT_TAIL(&s->dial_queue, d, next);
+    pthread_cond_signal(&s->dial_cond);
+    pthread_mutex_unlock(&s->dial_lock);
+    c->state = NBD_CONN_CONNECTING;
+    /* The dialer gives up by then too; this is the backstop. */
+    c->attempt_end_ns = nbd_now_ns() +
+        (int64_t)(NBD_ATTEMPT_TIMEOUT_MS + 1000) * 1000000;
+    nbd_conn_rearm(c);
+}
+
+/* Owner thread: the dialer is done with our attempt. */
+static void nbd_conn_dial_cb(void *opaque)
+{
+    NbdConn *c = opaque;
+    NbdDial *d = c->dial;
+    uint64_t n;
+    bool finished;
+
+    if (read(c->dial_efd, &n, sizeof(n)) < 0) {
+        /* EAGAIN: an abandoned attempt's wake-up was read already. */
+    }
+    if (!d) {
+        return;
+    }
+    pthread_mutex_lock(&c->s->dial_lock);
+    finished = d->finished;
+    pthread_mutex_unlock(&c->s->dial_lock);
+    if (!finished) {
+        return;
+    }
+    c->dial = NULL;
+    if (d->result > 0) {
+        c->h = d->h;
+        nbd_conn_check(c);
+    } else {
+        nbd_close(d->h);
+        nbd_conn_down(c, false, d->result < 0 ? d->why :
+                      "connection attempt timed out");
+    }
+    g_free(d);
+    nbd_conn_drain(c);
 }
 
 /* Owner thread: start an attempt (DOWN -> CONNECTING, or DOWN again). */
@@ -479,6 +608,10 @@ static void nbd_conn_connect(NbdConn *c)
     g_autoptr(GError) err = NULL;
     int r;
 
+    if (sandbox_thread_confined()) {
+        nbd_conn_dial(c);
+        return;
+    }
     c->h = nbd_handle_new(s, &err);
     if (!c->h) {
         nbd_conn_down(c, false, err->message);
@@ -511,10 +644,18 @@ static NbdConn *nbd_conn_new(BDRVNBDState *s, AioContext *ctx,
 {
     NbdConn *c;
     int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    int efd;
 
     if (tfd < 0) {
         g_set_error(errp, VB_ERROR, 0, "%s: cannot create a timer: %s",
                     s->desc, g_strerror(errno));
+        return NULL;
+    }
+    efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (efd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s: cannot create an eventfd: %s",
+                    s->desc, g_strerror(errno));
+        close(tfd);
         return NULL;
     }
     c = g_new0(NbdConn, 1);
@@ -522,10 +663,12 @@ static NbdConn *nbd_conn_new(BDRVNBDState *s, AioContext *ctx,
     c->ctx = ctx;
     c->fd = -1;
     c->timer_fd = tfd;
+    c->dial_efd = efd;
     QSIMPLEQ_INIT(&c->done);
     QSIMPLEQ_INIT(&c->waiting);
     c->bh = aio_bh_new(ctx, nbd_conn_bh, c, "nbd-conn");
     aio_set_fd_handler(ctx, tfd, nbd_conn_timer_cb, NULL, NULL, NULL, c);
+    aio_set_fd_handler(ctx, efd, nbd_conn_dial_cb, NULL, NULL, NULL, c);
     c->state = NBD_CONN_DOWN;
     /* Requests that come before the first handshake wait for it (for
      * at least an attempt's time, longer with reconnect-delay). */
@@ -547,6 +690,9 @@ static void nbd_conn_free(NbdConn *c)
     nbd_conn_close_handle(c);
     aio_set_fd_handler(c->ctx, c->timer_fd, NULL, NULL, NULL, NULL, NULL);
     close(c->timer_fd);
+    /* After nbd_conn_close_handle(): the dialer no longer writes it. */
+    aio_set_fd_handler(c->ctx, c->dial_efd, NULL, NULL, NULL, NULL, NULL);
+    close(c->dial_efd);
     qemu_bh_delete(c->bh);
     g_free(c);
 }
@@ -573,17 +719,6 @@ static NbdConn *nbd_conn_get(BDRVNBDState *s, AioContext *ctx, bool ref,
     NbdConn *c = nbd_conn_find(s, ctx);
     int slot = -1;
 
-    if (sandbox_thread_confined()) {
-        /* libnbd's socket calls (setsockopt, getsockopt, recvfrom,
-         * shutdown; socket for AF_INET) are outside the iothread
-         * allowlist: refused here rather than the process killed by
-         * the sandbox on the first one. */
-        g_set_error(errp, VB_ERROR, 0, "%s: driver=nbd cannot connect from "
-                    "an iothread confined by --seccomp on (libnbd's socket "
-                    "calls are outside its allowlist); run this daemon with "
-                    "--seccomp off", s->desc);
-        return NULL;
-    }
     if (c) {
         if (ref) {
             g_mutex_lock(&s->lock);
@@ -974,14 +1109,15 @@ static void nbd_conn_free_fn(void *opaque)
 
 /*
  * Any thread (a worker, or the main thread for blk_open()): connect @h
- * and finish the handshake, waiting at most NBD_OPEN_TIMEOUT_S (a server
+ * and finish the handshake, waiting at most @timeout_ms (a server
  * that accepts and then says nothing would otherwise hold the worker and
  * the node's name forever).  1: ready; 0: timed out; -1: failed (libnbd's
  * error is set).
  */
-static int nbd_open_connect(BDRVNBDState *s, struct nbd_handle *h)
+static int nbd_open_connect(BDRVNBDState *s, struct nbd_handle *h,
+                            int64_t timeout_ms)
 {
-    int64_t end = g_get_monotonic_time() + NBD_OPEN_TIMEOUT_S * G_USEC_PER_SEC;
+    int64_t end = g_get_monotonic_time() + timeout_ms * 1000;
     int r;
 
     r = s->type == BLOCK_NBD_SERVER_UNIX ? nbd_aio_connect_unix(h, s->path) :
@@ -1003,6 +1139,57 @@ static int nbd_open_connect(BDRVNBDState *s, struct nbd_handle *h)
         }
     }
     return 1;
+}
+
+/* The dialer: attempts for confined iothreads, one at a time, each
+ * bounded by an attempt's timeout.  Unconfined (made at open). */
+static gpointer nbd_dialer(gpointer opaque)
+{
+    BDRVNBDState *s = opaque;
+
+    pthread_mutex_lock(&s->dial_lock);
+    for (;;) {
+        NbdDial *d;
+        int r;
+
+        while (!s->dial_quit && QSIMPLEQ_EMPTY(&s->dial_queue)) {
+            pthread_cond_wait(&s->dial_cond, &s->dial_lock);
+        }
+        if (s->dial_quit) {
+            break;
+        }
+        d = QSIMPLEQ_FIRST(&s->dial_queue);
+        QSIMPLEQ_REMOVE_HEAD(&s->dial_queue, next);
+        if (d->abandoned) {
+            nbd_close(d->h);
+            g_free(d);
+            continue;
+        }
+        pthread_mutex_unlock(&s->dial_lock);
+        r = nbd_open_connect(s, d->h, NBD_ATTEMPT_TIMEOUT_MS);
+        if (r < 0) {
+            /* libnbd's error is this thread's: copied for the owner. */
+            g_strlcpy(d->why, nbd_get_error() ? nbd_get_error() : "",
+                      sizeof(d->why));
+        }
+        pthread_mutex_lock(&s->dial_lock);
+        d->result = r;
+        d->finished = true;
+        if (d->abandoned) {
+            nbd_close(d->h);
+            g_free(d);
+        } else {
+            uint64_t one = 1;
+
+            /* Under the lock: the owner closes the eventfd only after
+             * abandoning the attempt under it. */
+            if (write(d->efd, &one, sizeof(one)) < 0) {
+                /* EAGAIN: the counter is full, a wake-up is pending */
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->dial_lock);
+    return NULL;
 }
 
 /* Any thread (the main one, or blk_open_async()'s worker after a failed
@@ -1031,12 +1218,32 @@ static void nbd_drv_close(BlockBackend *bs)
             aio_run_sync(c->ctx, nbd_conn_free_fn, c);
         }
     }
+    if (s->dialer) {
+        /* Every connection is gone: what is queued was abandoned; an
+         * attempt under way ends within its timeout. */
+        pthread_mutex_lock(&s->dial_lock);
+        s->dial_quit = true;
+        pthread_cond_signal(&s->dial_cond);
+        pthread_mutex_unlock(&s->dial_lock);
+        g_thread_join(s->dialer);
+        while (!QSIMPLEQ_EMPTY(&s->dial_queue)) {
+            NbdDial *d = QSIMPLEQ_FIRST(&s->dial_queue);
+
+            QSIMPLEQ_REMOVE_HEAD(&s->dial_queue, next);
+            nbd_close(d->h);
+            g_free(d);
+        }
+    }
+    pthread_mutex_destroy(&s->dial_lock);
+    pthread_cond_destroy(&s->dial_cond);
     g_mutex_clear(&s->lock);
     g_free(s->host);
     g_free(s->port);
     g_free(s->path);
     g_free(s->export_name);
     g_free(s->tls_dir);
+    g_free(s->tls_psk_file);
+    g_free(s->tls_user);
     g_free(s->desc);
     g_free(s);
     bs->opaque = NULL;
@@ -1063,13 +1270,23 @@ static bool nbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     s = g_new0(BDRVNBDState, 1);
     bs->opaque = s;
     g_mutex_init(&s->lock);
+    pthread_mutex_init(&s->dial_lock, NULL);
+    pthread_cond_init(&s->dial_cond, NULL);
+    QSIMPLEQ_INIT(&s->dial_queue);
     s->bs = bs;
     s->type = o->type;
     s->host = g_strdup(o->host);
     s->port = g_strdup(o->port ? o->port : BLOCK_NBD_DEFAULT_PORT);
     s->path = g_strdup(o->path);
     s->export_name = g_strdup(o->export_name ? o->export_name : "");
-    s->tls_dir = g_strdup(o->tls_creds_dir);
+    if (o->tls_psk_dir) {
+        s->tls_psk_file = g_build_filename(o->tls_psk_dir, "keys.psk",
+                                           NULL);
+        s->tls_user = g_strdup(o->tls_username ? o->tls_username : "qemu");
+    } else {
+        s->tls_dir = g_strdup(o->tls_creds_dir);
+        s->tls_verify = !o->tls_no_verify_peer;
+    }
     s->reconnect_delay = o->reconnect_delay;
     s->desc = blk_nbd_describe(o);
     bs->filename = g_strdup(s->desc);
@@ -1078,11 +1295,12 @@ static bool nbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     if (!h) {
         return false;
     }
-    r = nbd_open_connect(s, h);
+    r = nbd_open_connect(s, h, NBD_OPEN_TIMEOUT_S * 1000);
     if (r <= 0) {
         g_set_error(errp, VB_ERROR, 0, "%s: cannot connect: %s (check that "
                     "the NBD server runs, serves export '%s', and uses TLS "
-                    "exactly when tls-creds-dir is given)", s->desc,
+                    "exactly when tls-creds or tls-creds-dir is given, with "
+                    "credentials the server accepts)", s->desc,
                     r < 0 ? nbd_get_error() :
                     "no answer within " G_STRINGIFY(NBD_OPEN_TIMEOUT_S) " s",
                     s->export_name);
@@ -1107,6 +1325,15 @@ static bool nbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     maxb = nbd_get_block_size(h, LIBNBD_SIZE_MAXIMUM);
     nbd_aio_disconnect(h, 0);
     nbd_close(h);
+
+    /* Made here, by an unconfined thread, so that it is not confined
+     * (a thread inherits its creator's filter); idle unless an iothread
+     * under --seccomp on needs a connection. */
+    s->dialer = g_thread_try_new("nbd-dial", nbd_dialer, s, errp);
+    if (!s->dialer) {
+        g_prefix_error(errp, "%s: ", s->desc);
+        return false;
+    }
 
     /* The server's sizes, where they are sane (powers of two for the
      * minimum, as the protocol requires). */
@@ -1156,11 +1383,20 @@ static void nbd_get_info(BlockBackend *bs, BlockDriverInfo *bdi)
 
 /* ---- options ------------------------------------------------------- */
 
+/* The monitor's, set once at start-up (main thread). */
+static BlockNbdTlsLookup nbd_tls_lookup;
+
+void blk_nbd_set_tls_lookup(BlockNbdTlsLookup fn)
+{
+    nbd_tls_lookup = fn;
+}
+
 /*
  * QEMU's BlockdevOptionsNbd: server (a SocketAddress: type=inet with
- * host and port, or type=unix with path), export, tls-creds,
- * reconnect-delay; and tls-creds-dir=DIR (vhost-blkd's own, until x509
- * credential objects exist: the directory such an object would name).
+ * host and port, or type=unix with path), export, tls-creds (the id of
+ * a tls-creds-x509 or tls-creds-psk object with endpoint=client),
+ * reconnect-delay; and tls-creds-dir=DIR (vhost-blkd's own shortcut:
+ * the directory of x509 client credentials, without an object).
  * Main thread.
  */
 static bool nbd_parse_options(BlockOptions *opts, QmpArgs *a,
@@ -1230,11 +1466,33 @@ static bool nbd_parse_options(BlockOptions *opts, QmpArgs *a,
         return false;
     }
     if (tls_creds) {
-        g_set_error(errp, VB_ERROR, 0, "tls-creds: credential objects are "
-                    "not supported yet; give the directory of the x509 "
-                    "client credentials (ca-cert.pem, client-cert.pem, "
-                    "client-key.pem) with tls-creds-dir=DIR instead");
-        return false;
+        BlockNbdTlsCreds c = { 0 };
+
+        if (o->tls_creds_dir) {
+            g_set_error(errp, VB_ERROR, 0, "tls-creds and tls-creds-dir "
+                        "both name TLS credentials: give one of them");
+            return false;
+        }
+        if (!nbd_tls_lookup) {
+            g_set_error(errp, VB_ERROR, 0, "No TLS credentials with id "
+                        "'%s'", tls_creds);
+            return false;
+        }
+        if (!nbd_tls_lookup(tls_creds, &c, errp)) {
+            return false;
+        }
+        /* Copies: the object may go before the node is opened. */
+        blk_options_parse_keep(p, c.dir);
+        if (c.username) {
+            blk_options_parse_keep(p, c.username);
+        }
+        if (c.psk) {
+            o->tls_psk_dir = c.dir;
+            o->tls_username = c.username;
+        } else {
+            o->tls_creds_dir = c.dir;
+            o->tls_no_verify_peer = !c.verify_peer;
+        }
     }
     if (o->tls_creds_dir && !*o->tls_creds_dir) {
         g_set_error(errp, VB_ERROR, 0, "tls-creds-dir must not be empty");

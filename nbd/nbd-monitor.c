@@ -15,6 +15,7 @@
 #include "nbd/nbd-monitor.h"
 #include "nbd/server.h"
 #include "nbd/tls.h"
+#include "block/nbd.h"
 #include "monitor/monitor-internal.h"
 #include "qemu/error-report.h"
 
@@ -35,8 +36,15 @@ typedef struct VbNbdExport {
 
 typedef struct VbTlsObj {
     char *id;
-    NbdTlsCreds *creds;
+    NbdTlsCreds *creds;         /* endpoint=server */
     unsigned int users;         /* servers using it */
+    /* endpoint=client: what driver=nbd's tls-creds=ID hands libnbd,
+     * which reads the files itself at each connection. */
+    bool client;
+    bool psk;
+    bool verify_peer;
+    char *dir;
+    char *username;
 } VbTlsObj;
 
 typedef struct VbNbd {
@@ -80,7 +88,7 @@ bool vb_nbd_object_exists(VbState *s, const char *id)
 /* ---- TLS credentials objects --------------------------------------------- */
 
 static bool vb_tls_common(VbState *s, QmpArgs *a, const char **id,
-                          const char **dir, GError **errp)
+                          const char **dir, bool *client, GError **errp)
 {
     static const char *const endpoints[] = { "server", "client", NULL };
     int endpoint = 0;
@@ -90,12 +98,7 @@ static bool vb_tls_common(VbState *s, QmpArgs *a, const char **id,
         !qmp_args_enum(a, "endpoint", endpoints, false, &endpoint, errp)) {
         return false;
     }
-    if (endpoint != 0) {
-        vb_set_error(errp, "tls-creds '%s': endpoint=client is not "
-                     "supported: vhost-blkd's NBD server needs "
-                     "endpoint=server credentials", *id);
-        return false;
-    }
+    *client = endpoint == 1;
     if (vb_tls_find(vb_nbd_get(s), *id) || vb_iothread_find(s, *id) ||
         vb_secret_find(s, *id) || vb_throttle_group_find(s, *id)) {
         vb_set_error(errp, "attempt to add duplicate property '%s' to "
@@ -104,6 +107,11 @@ static bool vb_tls_common(VbState *s, QmpArgs *a, const char **id,
     }
     return true;
 }
+
+#if CONFIG_NBD
+static bool vb_tls_client_lookup(const char *id, BlockNbdTlsCreds *out,
+                                 GError **errp);
+#endif
 
 static bool vb_tls_add(VbState *s, const char *id, NbdTlsCreds *creds)
 {
@@ -115,6 +123,65 @@ static bool vb_tls_add(VbState *s, const char *id, NbdTlsCreds *creds)
     return true;
 }
 
+/* endpoint=client: the file libnbd will need must be there now, so that
+ * a wrong dir= is said at object-add rather than at each connection. */
+static bool vb_tls_client_add(VbState *s, const char *type, const char *id,
+                              const char *dir, const char *need,
+                              bool psk, bool verify, const char *user,
+                              GError **errp)
+{
+    g_autofree char *file = need ? g_build_filename(dir, need, NULL) : NULL;
+    VbTlsObj *t;
+
+    if (!g_file_test(dir, G_FILE_TEST_IS_DIR)) {
+        vb_set_error(errp, "%s '%s': dir: '%s' is not a directory", type,
+                     id, dir);
+        return false;
+    }
+    if (file && access(file, R_OK) < 0) {
+        vb_set_error(errp, "%s '%s': cannot read %s: %s", type, id, file,
+                     g_strerror(errno));
+        return false;
+    }
+    t = g_new0(VbTlsObj, 1);
+    t->id = g_strdup(id);
+    t->client = true;
+    t->psk = psk;
+    t->verify_peer = verify;
+    t->dir = g_strdup(dir);
+    t->username = g_strdup(user);
+    g_ptr_array_add(vb_nbd_get(s)->tls_objs, t);
+#if CONFIG_NBD
+    /* Until a client object exists, driver=nbd finds no tls-creds. */
+    blk_nbd_set_tls_lookup(vb_tls_client_lookup);
+#endif
+    return true;
+}
+
+#if CONFIG_NBD
+/* driver=nbd's tls-creds=ID (main thread, the parser). */
+static bool vb_tls_client_lookup(const char *id, BlockNbdTlsCreds *out,
+                                 GError **errp)
+{
+    VbTlsObj *t = vb_nbd.tls_objs ? vb_tls_find(&vb_nbd, id) : NULL;
+
+    if (!t) {
+        vb_set_error(errp, "No TLS credentials with id '%s'", id);
+        return false;
+    }
+    if (!t->client) {
+        vb_set_error(errp, "tls-creds '%s' has endpoint=server: an NBD "
+                     "client needs an object with endpoint=client", id);
+        return false;
+    }
+    out->psk = t->psk;
+    out->verify_peer = t->verify_peer;
+    out->dir = g_strdup(t->dir);
+    out->username = g_strdup(t->username);
+    return true;
+}
+#endif
+
 /* --object tls-creds-x509,id=ID,dir=DIR,endpoint=server[,verify-peer=on]
  * [,allow=DN]: allow= (ours, repeatable as allow.0=, allow.1=) limits the
  * client certificates to those subject DNs. */
@@ -125,8 +192,9 @@ bool vb_nbd_tls_x509_add(VbState *s, QmpArgs *a, GError **errp)
     g_autoptr(GPtrArray) list = NULL;
     g_autoptr(GPtrArray) names = g_ptr_array_new();
     NbdTlsCreds *creds;
+    bool client;
 
-    if (!vb_tls_common(s, a, &id, &dir, errp) ||
+    if (!vb_tls_common(s, a, &id, &dir, &client, errp) ||
         !qmp_args_bool(a, "verify-peer", &verify, errp) ||
         !qmp_args_str(a, "priority", false, &prio, errp)) {
         return false;
@@ -170,6 +238,20 @@ bool vb_nbd_tls_x509_add(VbState *s, QmpArgs *a, GError **errp)
                      "supported", id);
         return false;
     }
+    if (client) {
+        if (names->len) {
+            vb_set_error(errp, "tls-creds-x509 '%s': allow= limits the "
+                         "clients of a server: not with endpoint=client",
+                         id);
+            return false;
+        }
+        /* As QEMU's client: the CA to check the server with (with
+         * verify-peer=on); client-cert.pem and client-key.pem if the
+         * server asks for them. */
+        return vb_tls_client_add(s, "tls-creds-x509", id, dir,
+                                 verify ? "ca-cert.pem" : NULL, false,
+                                 verify, NULL, errp);
+    }
     if (names->len && !verify) {
         vb_set_error(errp, "tls-creds-x509 '%s': allow= needs "
                      "verify-peer=on (client certificates)", id);
@@ -192,11 +274,17 @@ bool vb_nbd_tls_psk_add(VbState *s, QmpArgs *a, GError **errp)
     const char *id = NULL, *dir = NULL, *user = NULL;
     NbdTlsCreds *creds;
     const char *names[2] = { NULL, NULL };
+    bool client;
 
-    if (!vb_tls_common(s, a, &id, &dir, errp) ||
+    if (!vb_tls_common(s, a, &id, &dir, &client, errp) ||
         !qmp_args_str(a, "username", false, &user, errp) ||
         !qmp_args_check_done(a, errp)) {
         return false;
+    }
+    if (client) {
+        /* QEMU's client default user name. */
+        return vb_tls_client_add(s, "tls-creds-psk", id, dir, "keys.psk",
+                                 true, false, user ? user : "qemu", errp);
     }
     creds = nbd_tls_creds_new_psk(dir, errp);
     if (!creds) {
@@ -373,6 +461,12 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
         tls = vb_tls_find(n, creds_id);
         if (!tls) {
             vb_set_error(errp, "No TLS credentials with id '%s'", creds_id);
+            return false;
+        }
+        if (tls->client) {
+            vb_set_error(errp, "tls-creds '%s' has endpoint=client: the NBD "
+                         "server needs an object with endpoint=server",
+                         creds_id);
             return false;
         }
     }
@@ -643,7 +737,11 @@ void vb_nbd_cleanup(VbState *s)
     for (guint i = 0; i < n->tls_objs->len; i++) {
         VbTlsObj *t = g_ptr_array_index(n->tls_objs, i);
 
-        nbd_tls_creds_free(t->creds);
+        if (t->creds) {
+            nbd_tls_creds_free(t->creds);
+        }
+        g_free(t->dir);
+        g_free(t->username);
         g_free(t->id);
         g_free(t);
     }

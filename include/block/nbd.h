@@ -32,11 +32,36 @@ typedef struct BlockNbdOptions {
      * client-key.pem, as libnbd (and QEMU's tls-creds-x509 object's
      * dir=) expects them; NULL: no TLS. */
     const char *tls_creds_dir;
+    /* x509: true to connect without checking the server's certificate
+     * (a tls-creds-x509 object's verify-peer=off). */
+    bool tls_no_verify_peer;
+    /* TLS (PSK), instead of x509: a directory holding keys.psk (lines
+     * of "username:hexkey") and the user name to log in as (NULL:
+     * "qemu", QEMU's default). */
+    const char *tls_psk_dir;
+    const char *tls_username;
     const char *tls_hostname;   /* NULL: the host (inet) */
     /* Seconds that requests wait for a lost connection to come back
      * before they fail with EIO; 0: they fail at once. */
     uint32_t reconnect_delay;
 } BlockNbdOptions;
+
+/*
+ * tls-creds=ID: the credentials of a tls-creds-x509 or tls-creds-psk
+ * object (endpoint=client), which the monitor owns.  It registers a
+ * lookup that the parser calls (main thread); the strings are the
+ * caller's to g_free().  Without a lookup (no monitor), tls-creds= is
+ * refused.
+ */
+typedef struct BlockNbdTlsCreds {
+    bool psk;
+    bool verify_peer;           /* x509 */
+    char *dir;
+    char *username;             /* PSK */
+} BlockNbdTlsCreds;
+typedef bool (*BlockNbdTlsLookup)(const char *id, BlockNbdTlsCreds *out,
+                                  GError **errp);
+void blk_nbd_set_tls_lookup(BlockNbdTlsLookup fn);
 
 /* @o (initialised with blk_options_init()) opens an nbd node through
  * @no, which must stay valid until the node is open. */

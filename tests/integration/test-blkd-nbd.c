@@ -11,7 +11,11 @@
  *    submitted while it is away completes once it is back;
  *  - away past reconnect-delay, and with none: an I/O error, the daemon
  *    keeps running, and the disk works again after the restart;
- *  - blockdev-add driver=nbd over QMP, named like QEMU names it.
+ *  - blockdev-add driver=nbd over QMP, named like QEMU names it;
+ *  - tls-creds=ID (x509 and PSK objects, endpoint=client) against
+ *    qemu-nbd with TLS, and against vhost-blkd's own NBD server with
+ *    TLS; an unknown id, a server object and a CA the server's
+ *    certificate is not signed by are refused with a message.
  * Each case skips without qemu-nbd; vhost-blkd only (VB_BACKEND=qsd
  * skips).
  */
@@ -26,6 +30,11 @@
 
 #define IMG_SIZE (8 << 20)
 #define BUF_SIZE 65536
+
+/* TLS: qemu-nbd's --object (endpoint=server, id=t) when set; and the
+ * client's --object (id=c0), whose id the --blockdev names. */
+static const char *server_tls_object;
+static const char *client_tls_object;
 
 typedef struct Fixture {
     VbDaemon d;
@@ -49,10 +58,6 @@ static bool skip(void)
 
     if (vb_backend() == VB_BACKEND_QSD) {
         g_test_skip("vhost-blkd only");
-        return true;
-    }
-    if (vb_seccomp_env()) {
-        g_test_skip("driver=nbd refuses iothreads under --seccomp on");
         return true;
     }
     if (!p) {
@@ -135,6 +140,11 @@ static void server_start(Fixture *f)
     if (f->readonly) {
         g_ptr_array_add(argv, g_strdup("-r"));
     }
+    if (server_tls_object) {
+        g_ptr_array_add(argv, g_strdup("--object"));
+        g_ptr_array_add(argv, g_strdup(server_tls_object));
+        g_ptr_array_add(argv, g_strdup("--tls-creds=t"));
+    }
     g_ptr_array_add(argv, g_strdup(f->img));
     g_ptr_array_add(argv, NULL);
     g_assert_true(g_spawn_sync(NULL, (char **)argv->pdata, NULL,
@@ -179,7 +189,8 @@ static char *blockdev_keys(Fixture *f, unsigned int delay)
     }
     return g_strdup_printf("driver=nbd,server.type=inet,"
                            "server.host=127.0.0.1,server.port=%d,export=exp,"
-                           "reconnect-delay=%u", f->port, delay);
+                           "reconnect-delay=%u%s", f->port, delay,
+                           client_tls_object ? ",tls-creds=c0" : "");
 }
 
 /* Image, server, daemon with the nbd node exported (writable unless
@@ -218,6 +229,10 @@ static void setup(Fixture *f, bool inet, bool readonly, unsigned int delay,
         g_ptr_array_add(args, g_strdup("--monitor"));
         g_ptr_array_add(args, g_strdup("chardev=mon"));
     } else {
+        if (client_tls_object) {
+            g_ptr_array_add(args, g_strdup("--object"));
+            g_ptr_array_add(args, g_strdup(client_tls_object));
+        }
         keys = blockdev_keys(f, delay);
         g_ptr_array_add(args, g_strdup("--blockdev"));
         g_ptr_array_add(args, g_strdup_printf("%s,node-name=n0", keys));
@@ -529,6 +544,214 @@ static void test_qmp(void)
     teardown(&f);
 }
 
+/* In @dir: a CA (named @ca), and server (for 127.0.0.1) and client
+ * certificates signed by it, as tls-creds-x509 objects of both
+ * endpoints read them; and keys.psk with user "qemu".  False when
+ * openssl is missing. */
+static bool make_pki(const char *dir, const char *ca)
+{
+    g_autofree char *script = g_strdup_printf(
+        "set -e; mkdir -p '%s'; cd '%s'; "
+        "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem "
+        "  -out ca-cert.pem -days 2 -subj '/CN=%s'; "
+        "openssl req -newkey rsa:2048 -nodes -keyout server-key.pem "
+        "  -out server.csr -subj '/CN=localhost'; "
+        "printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n'"
+        "  > srv.ext; "
+        "openssl x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem "
+        "  -CAcreateserial -out server-cert.pem -days 2 -extfile srv.ext; "
+        "openssl req -newkey rsa:2048 -nodes -keyout client-key.pem "
+        "  -out client.csr -subj '/CN=client'; "
+        "printf 'extendedKeyUsage=clientAuth\n' > cli.ext; "
+        "openssl x509 -req -in client.csr -CA ca-cert.pem -CAkey ca-key.pem "
+        "  -CAcreateserial -out client-cert.pem -days 2 -extfile cli.ext; "
+        "printf 'qemu:%%s\n' \"$(openssl rand -hex 32)\" > keys.psk; "
+        "chmod 600 keys.psk *-key.pem",
+        dir, dir, ca);
+    const char *argv[] = { "sh", "-c", script, NULL };
+    g_autofree char *out = NULL, *err_out = NULL;
+    g_autofree char *ossl = g_find_program_in_path("openssl");
+    int status;
+
+    if (!ossl) {
+        return false;
+    }
+    g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                               G_SPAWN_SEARCH_PATH, NULL, NULL, &out,
+                               &err_out, &status, NULL));
+    if (!g_spawn_check_wait_status(status, NULL)) {
+        g_error("making certificates: %s", err_out);
+    }
+    return true;
+}
+
+static void rm_rf(const char *dir)
+{
+    g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", dir);
+
+    g_assert_cmpint(system(cmd), ==, 0);
+}
+
+/* --object tls-creds-x509|psk,endpoint=client and --blockdev
+ * driver=nbd,...,tls-creds=c0 against qemu-nbd with TLS (x509 with
+ * client certificates checked, or PSK): the guest's I/O goes through. */
+static void test_tls_qemu_nbd(gconstpointer data)
+{
+    bool psk = GPOINTER_TO_UINT(data);
+    g_autofree char *pki = NULL, *sobj = NULL, *cobj = NULL;
+    Fixture f;
+
+    if (skip()) {
+        return;
+    }
+    pki = g_strdup_printf("%s/vb-nbd-pki-XXXXXX", g_get_tmp_dir());
+    g_assert_nonnull(g_mkdtemp(pki));
+    if (!make_pki(pki, "test CA")) {
+        rm_rf(pki);
+        g_test_skip("openssl is not installed");
+        return;
+    }
+    if (psk) {
+        sobj = g_strdup_printf("tls-creds-psk,id=t,endpoint=server,dir=%s",
+                               pki);
+        cobj = g_strdup_printf("tls-creds-psk,id=c0,endpoint=client,dir=%s,"
+                               "username=qemu", pki);
+    } else {
+        sobj = g_strdup_printf("tls-creds-x509,id=t,endpoint=server,dir=%s,"
+                               "verify-peer=on", pki);
+        cobj = g_strdup_printf("tls-creds-x509,id=c0,endpoint=client,"
+                               "dir=%s", pki);
+    }
+    server_tls_object = sobj;
+    client_tls_object = cobj;
+    setup(&f, true, false, 0, false, 1);
+    server_tls_object = NULL;
+    client_tls_object = NULL;
+    f.fe = connect_export(&f);
+    check_io(&f);
+    teardown(&f);
+    rm_rf(pki);
+}
+
+static char *blockdev_add_tls(const char *node, int port, const char *creds)
+{
+    return g_strdup_printf("{\"execute\":\"blockdev-add\",\"arguments\":{"
+                           "\"driver\":\"nbd\",\"node-name\":\"%s\","
+                           "\"server\":{\"type\":\"inet\",\"host\":"
+                           "\"127.0.0.1\",\"port\":\"%d\"},"
+                           "\"export\":\"exp\",\"tls-creds\":\"%s\"}}",
+                           node, port, creds);
+}
+
+static void assert_qmp_error(Fixture *f, const char *cmd, const char *want)
+{
+    g_autofree char *err = vb_qmp_error(&f->q, cmd);
+
+    g_test_message("%s", err);
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err, want));
+}
+
+/* Over QMP: object-add of client and server objects; blockdev-add with
+ * an unknown id, with a server object, with a CA that did not sign the
+ * server's certificate: refused, saying why.  Then vhost-blkd's own
+ * server with TLS (nbd-server-start tls-creds=s0), exporting the node
+ * q0 (qemu-nbd with TLS behind it), and a second client node q1 of
+ * this daemon's own export with tls-creds=c0: the guest's I/O through
+ * q1 reaches qemu-nbd's file. */
+static void test_tls_qmp(void)
+{
+    g_autofree char *pki = NULL, *other = NULL, *sobj = NULL, *cmd = NULL;
+    int port2;
+    Fixture f;
+
+    if (skip()) {
+        return;
+    }
+    pki = g_strdup_printf("%s/vb-nbd-pki-XXXXXX", g_get_tmp_dir());
+    g_assert_nonnull(g_mkdtemp(pki));
+    other = g_strdup_printf("%s/other", pki);
+    if (!make_pki(pki, "test CA") || !make_pki(other, "another CA")) {
+        rm_rf(pki);
+        g_test_skip("openssl is not installed");
+        return;
+    }
+    sobj = g_strdup_printf("tls-creds-x509,id=t,endpoint=server,dir=%s,"
+                           "verify-peer=on", pki);
+    server_tls_object = sobj;
+    setup(&f, true, false, 0, true, 1);
+    server_tls_object = NULL;
+
+    cmd = g_strdup_printf("{\"execute\":\"object-add\",\"arguments\":{"
+                          "\"qom-type\":\"tls-creds-x509\",\"id\":\"c0\","
+                          "\"dir\":\"%s\",\"endpoint\":\"client\"}}", pki);
+    vb_qmp_ok(&f.q, cmd);
+    g_free(cmd);
+    cmd = g_strdup_printf("{\"execute\":\"object-add\",\"arguments\":{"
+                          "\"qom-type\":\"tls-creds-x509\",\"id\":\"s0\","
+                          "\"dir\":\"%s\",\"endpoint\":\"server\","
+                          "\"verify-peer\":true}}", pki);
+    vb_qmp_ok(&f.q, cmd);
+    g_free(cmd);
+    cmd = g_strdup_printf("{\"execute\":\"object-add\",\"arguments\":{"
+                          "\"qom-type\":\"tls-creds-x509\",\"id\":\"bad\","
+                          "\"dir\":\"%s\",\"endpoint\":\"client\"}}",
+                          other);
+    vb_qmp_ok(&f.q, cmd);
+    g_free(cmd);
+
+    cmd = blockdev_add_tls("x0", f.port, "nope");
+    assert_qmp_error(&f, cmd, "No TLS credentials with id 'nope'");
+    g_free(cmd);
+    cmd = blockdev_add_tls("x0", f.port, "s0");
+    assert_qmp_error(&f, cmd, "endpoint=client");
+    g_free(cmd);
+    /* qemu-nbd's certificate is not signed by the other CA. */
+    cmd = blockdev_add_tls("x0", f.port, "bad");
+    assert_qmp_error(&f, cmd, "cannot connect");
+    g_free(cmd);
+    g_assert_true(vb_daemon_alive(&f.d));
+
+    cmd = blockdev_add_tls("q0", f.port, "c0");
+    vb_qmp_ok(&f.q, cmd);
+    g_free(cmd);
+
+    /* Our server: a client object is refused, the server object runs. */
+    port2 = free_port();
+    cmd = g_strdup_printf("{\"execute\":\"nbd-server-start\",\"arguments\":{"
+                          "\"addr\":{\"type\":\"inet\",\"host\":"
+                          "\"127.0.0.1\",\"port\":\"%d\"},"
+                          "\"tls-creds\":\"c0\"}}", port2);
+    assert_qmp_error(&f, cmd, "endpoint=server");
+    g_free(cmd);
+    cmd = g_strdup_printf("{\"execute\":\"nbd-server-start\",\"arguments\":{"
+                          "\"addr\":{\"type\":\"inet\",\"host\":"
+                          "\"127.0.0.1\",\"port\":\"%d\"},"
+                          "\"tls-creds\":\"s0\"}}", port2);
+    vb_qmp_ok(&f.q, cmd);
+    g_free(cmd);
+    vb_qmp_ok(&f.q, "{\"execute\":\"block-export-add\",\"arguments\":{"
+              "\"type\":\"nbd\",\"id\":\"n0\",\"node-name\":\"q0\","
+              "\"name\":\"exp\",\"writable\":true}}");
+    cmd = blockdev_add_tls("x1", port2, "bad");
+    assert_qmp_error(&f, cmd, "cannot connect");
+    g_free(cmd);
+    cmd = blockdev_add_tls("q1", port2, "c0");
+    vb_qmp_ok(&f.q, cmd);
+    g_free(cmd);
+    cmd = g_strdup_printf("{\"execute\":\"block-export-add\",\"arguments\":{"
+                          "\"type\":\"vhost-user-blk\",\"id\":\"e0\","
+                          "\"node-name\":\"q1\",\"writable\":true,"
+                          "\"addr\":{\"type\":\"unix\",\"path\":\"%s\"}}}",
+                          f.sock);
+    vb_qmp_ok(&f.q, cmd);
+    f.fe = connect_export(&f);
+    check_io(&f);
+    g_assert_true(vb_daemon_alive(&f.d));
+    teardown(&f);
+    rm_rf(pki);
+}
+
 int main(int argc, char **argv)
 {
     g_test_init(&argc, &argv, NULL);
@@ -544,5 +767,10 @@ int main(int argc, char **argv)
     g_test_add_data_func("/nbd/gone-no-delay", GUINT_TO_POINTER(0),
                          test_server_gone);
     g_test_add_func("/nbd/qmp-blockdev-add", test_qmp);
+    g_test_add_data_func("/nbd/tls-creds-x509", GUINT_TO_POINTER(0),
+                         test_tls_qemu_nbd);
+    g_test_add_data_func("/nbd/tls-creds-psk", GUINT_TO_POINTER(1),
+                         test_tls_qemu_nbd);
+    g_test_add_func("/nbd/tls-creds-qmp", test_tls_qmp);
     return g_test_run();
 }

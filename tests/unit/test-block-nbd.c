@@ -764,6 +764,25 @@ static char *parse(const char *str, BlockOptions *opts, BlockOptsParse *p)
     return ok ? NULL : g_strdup(err->message);
 }
 
+/* Knows x (x509, verify-peer=off) and p (PSK as alice). */
+static bool fake_tls_lookup(const char *id, BlockNbdTlsCreds *out,
+                            GError **errp)
+{
+    if (!strcmp(id, "x")) {
+        out->dir = g_strdup("/pki-x");
+        out->verify_peer = false;
+        return true;
+    }
+    if (!strcmp(id, "p")) {
+        out->psk = true;
+        out->dir = g_strdup("/pki-p");
+        out->username = g_strdup("alice");
+        return true;
+    }
+    g_set_error(errp, VB_ERROR, 0, "No TLS credentials with id '%s'", id);
+    return false;
+}
+
 static void test_options(void)
 {
     BlockOptions opts;
@@ -802,8 +821,9 @@ static void test_options(void)
           "host" },
         { "driver=nbd,server.type=unix,server.path=/s,reconnect-delay=-1",
           "reconnect-delay" },
+        /* No monitor, no objects. */
         { "driver=nbd,server.type=unix,server.path=/s,tls-creds=t0",
-          "tls-creds-dir" },
+          "No TLS credentials with id 't0'" },
         { "driver=nbd,server.type=unix,server.path=/s,bogus=1", "bogus" },
     };
     for (size_t i = 0; i < G_N_ELEMENTS(bad); i++) {
@@ -814,6 +834,38 @@ static void test_options(void)
         g_free(e);
         blk_options_parse_cleanup(&p);
     }
+
+    /* tls-creds=ID through the monitor's lookup (a stand-in here). */
+    blk_nbd_set_tls_lookup(fake_tls_lookup);
+    e = parse("driver=nbd,server.type=unix,server.path=/s,tls-creds=x",
+              &opts, &p);
+    g_assert_null(e);
+    o = opts.driver_opts;
+    g_assert_cmpstr(o->tls_creds_dir, ==, "/pki-x");
+    g_assert_true(o->tls_no_verify_peer);
+    g_assert_null(o->tls_psk_dir);
+    blk_options_parse_cleanup(&p);
+    e = parse("driver=nbd,server.type=unix,server.path=/s,tls-creds=p",
+              &opts, &p);
+    g_assert_null(e);
+    o = opts.driver_opts;
+    g_assert_null(o->tls_creds_dir);
+    g_assert_cmpstr(o->tls_psk_dir, ==, "/pki-p");
+    g_assert_cmpstr(o->tls_username, ==, "alice");
+    blk_options_parse_cleanup(&p);
+    e = parse("driver=nbd,server.type=unix,server.path=/s,tls-creds=q",
+              &opts, &p);
+    g_assert_nonnull(e);
+    g_assert_nonnull(strstr(e, "No TLS credentials with id 'q'"));
+    g_free(e);
+    blk_options_parse_cleanup(&p);
+    e = parse("driver=nbd,server.type=unix,server.path=/s,tls-creds=x,"
+              "tls-creds-dir=/d", &opts, &p);
+    g_assert_nonnull(e);
+    g_assert_nonnull(strstr(e, "give one of them"));
+    g_free(e);
+    blk_options_parse_cleanup(&p);
+    blk_nbd_set_tls_lookup(NULL);
     g_ptr_array_unref(parsed);
 }
 
