@@ -611,9 +611,16 @@ static void test_refusals(void)
     Q2 q;
 
     q2_init(&q, 1024 * 1024);
-    sh("qemu-img create -q -f qcow2 --object secret,id=s0,data=pw "
-       "-o encrypt.format=luks,encrypt.key-secret=s0 '%s' 1M", q.img);
-    expect_refusal(&q, "image is encrypted");
+    {
+        /* crypt_method 1 (AES) in a plain image: qemu-img's own LUKS
+         * creation times its key derivation and fails now and then on
+         * a loaded machine ("Unable to get accurate CPU usage"). */
+        uint8_t aes[4] = { 0, 0, 0, 1 };
+
+        sh("qemu-img create -q -f qcow2 '%s' 1M", q.img);
+        patch(q.img, 32, aes, sizeof(aes));
+        expect_refusal(&q, "image is encrypted");
+    }
 
     sh("cd '%s' && rm -f '%s' && qemu-img create -q -f qcow2 "
        "-o data_file=x.data '%s' 1M", q.d.dir, q.img, q.img);
