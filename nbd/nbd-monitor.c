@@ -614,6 +614,22 @@ void vb_nbd_query_exports(VbState *s, JsonArray *arr)
     }
 }
 
+unsigned int vb_nbd_num_exports(VbState *s)
+{
+    return vb_nbd_get(s)->exports->len;
+}
+
+void vb_nbd_export_stats(VbState *s, unsigned int i, const char **id,
+                         VbNode **node, NbdExportStats *st)
+{
+    VbNbdExport *x = g_ptr_array_index(vb_nbd_get(s)->exports, i);
+
+    *id = x->id;
+    *node = x->node;
+    /* Deleted ones are off the list once their exp is gone. */
+    nbd_export_get_stats(x->exp, st);
+}
+
 /* Stop the server: every export goes (their connections closed, their
  * requests in flight waited for in this thread). */
 static void vb_nbd_server_stop(VbNbd *n)
