@@ -77,6 +77,29 @@ bool vb_nbd_object_exists(VbState *s, const char *id)
     return vb_tls_find(vb_nbd_get(s), id) != NULL;
 }
 
+bool vb_nbd_object_del(VbState *s, const char *id, GError **errp)
+{
+    VbNbd *n = vb_nbd_get(s);
+    VbTlsObj *t = vb_tls_find(n, id);
+
+    if (!t) {
+        vb_set_error(errp, "object '%s' not found", id);
+        return false;
+    }
+    if (t->users) {
+        /* QEMU's text, then who holds it and what to do */
+        vb_set_error(errp, "object '%s' is in use, can not be deleted: the "
+                     "NBD server uses it (tls-creds=%s); stop it first "
+                     "with nbd-server-stop", id, id);
+        return false;
+    }
+    g_ptr_array_remove(n->tls_objs, t);
+    nbd_tls_creds_free(t->creds);
+    g_free(t->id);
+    g_free(t);
+    return true;
+}
+
 /* ---- TLS credentials objects --------------------------------------------- */
 
 static bool vb_tls_common(VbState *s, QmpArgs *a, const char **id,

@@ -36,6 +36,9 @@ bool vb_nbd_uses_ctx(VbState *s, AioContext *ctx);
 bool vb_nbd_tls_x509_add(VbState *s, QmpArgs *a, GError **errp);
 bool vb_nbd_tls_psk_add(VbState *s, QmpArgs *a, GError **errp);
 bool vb_nbd_object_exists(VbState *s, const char *id);
+/* object-del of a TLS credentials object: refused while the NBD server
+ * uses it. */
+bool vb_nbd_object_del(VbState *s, const char *id, GError **errp);
 /* Daemon shutdown: the server and its exports, waiting for their I/O. */
 void vb_nbd_cleanup(VbState *s);
 void vb_nbd_register(GArray *table);
