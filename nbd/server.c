@@ -25,7 +25,9 @@
  * finished (closed and nothing in flight in the block layer); bottom
  * halves that other threads schedule for it hold one each.  The server's
  * lock protects its list of connections, their context and the client
- * counts; it is taken per connection, never per request.
+ * counts; it is taken per connection, never per request.  A closed
+ * server (nbd_server_close()) lives on until its last connection has
+ * finished, so stopping it never waits for storage.
  */
 #include "qemu/osdep.h"
 #include "nbd/server.h"
@@ -74,6 +76,9 @@ struct NbdServer {
     QEMUBH *reap_bh;            /* frees removed exports with no client;
                                  * resumes accepting */
     bool accept_paused;         /* out of fds: until a connection closes */
+    bool closing;               /* nbd_server_close(): frees itself */
+    void (*closed)(void *opaque);
+    void *closed_opaque;
     unsigned int handshake_max_seconds;
     int timer_fd;               /* ticks while clients negotiate */
     bool timer_armed;
@@ -1604,8 +1609,9 @@ static void nbd_server_reap_bh(void *opaque)
 {
     NbdServer *srv = opaque;
     NbdExport *e, *tmp;
+    unsigned int n_clients;
 
-    if (srv->accept_paused) {
+    if (srv->accept_paused && !srv->closing) {
         srv->accept_paused = false;
         aio_set_fd_handler(srv->main_ctx, srv->listen_fd, nbd_server_accept,
                            NULL, NULL, NULL, srv);
@@ -1623,6 +1629,23 @@ static void nbd_server_reap_bh(void *opaque)
                 e->done(e->done_opaque);
             }
             nbd_export_free(e);
+        }
+    }
+
+    if (!srv->closing) {
+        return;
+    }
+    pthread_mutex_lock(&srv->lock);
+    n_clients = srv->n_clients;
+    pthread_mutex_unlock(&srv->lock);
+    if (!n_clients && QLIST_EMPTY(&srv->removed)) {
+        /* The last connection has gone: nothing refers to us any more */
+        void (*closed)(void *opaque) = srv->closed;
+        void *closed_opaque = srv->closed_opaque;
+
+        nbd_server_free(srv);
+        if (closed) {
+            closed(closed_opaque);
         }
     }
 }
@@ -1696,6 +1719,52 @@ static void nbd_server_kill_clients(NbdServer *srv, NbdExport *e)
     }
 }
 
+/* No new connections: the listener and the handshake timer go. */
+static void nbd_server_stop_listening(NbdServer *srv)
+{
+    if (srv->listen_fd >= 0) {
+        if (!srv->accept_paused) {
+            aio_set_fd_handler(srv->main_ctx, srv->listen_fd, NULL, NULL,
+                               NULL, NULL, NULL);
+        }
+        close(srv->listen_fd);
+        srv->listen_fd = -1;
+        srv->accept_paused = false;
+    }
+    if (srv->unix_path) {
+        unlink(srv->unix_path);
+        g_free(srv->unix_path);
+        srv->unix_path = NULL;
+    }
+    if (srv->timer_fd >= 0) {
+        aio_set_fd_handler(srv->main_ctx, srv->timer_fd, NULL, NULL, NULL,
+                           NULL, NULL);
+        close(srv->timer_fd);
+        srv->timer_fd = -1;
+    }
+}
+
+void nbd_server_close(NbdServer *srv, void (*closed)(void *opaque),
+                      void *opaque)
+{
+    NbdExport *e;
+
+    assert(!srv->closing);
+    nbd_server_stop_listening(srv);
+    /* Exports still offered: freed with the server, without callback */
+    while ((e = QLIST_FIRST(&srv->exports))) {
+        QLIST_REMOVE(e, next);
+        e->removed = true;
+        QLIST_INSERT_HEAD(&srv->removed, e, next);
+    }
+    srv->closing = true;
+    srv->closed = closed;
+    srv->closed_opaque = opaque;
+    nbd_server_kill_clients(srv, NULL);
+    /* Whether or not a connection was left: the bottom half decides */
+    qemu_bh_schedule(srv->reap_bh);
+}
+
 void nbd_server_free(NbdServer *srv)
 {
     NbdExport *e;
@@ -1703,21 +1772,7 @@ void nbd_server_free(NbdServer *srv)
     if (!srv) {
         return;
     }
-    if (srv->listen_fd >= 0) {
-        if (!srv->accept_paused) {
-            aio_set_fd_handler(srv->main_ctx, srv->listen_fd, NULL, NULL,
-                               NULL, NULL, NULL);
-        }
-        close(srv->listen_fd);
-    }
-    if (srv->unix_path) {
-        unlink(srv->unix_path);
-    }
-    if (srv->timer_fd >= 0) {
-        aio_set_fd_handler(srv->main_ctx, srv->timer_fd, NULL, NULL, NULL,
-                           NULL, NULL);
-        close(srv->timer_fd);
-    }
+    nbd_server_stop_listening(srv);
     nbd_server_kill_clients(srv, NULL);
     pthread_mutex_lock(&srv->lock);
     while (srv->n_clients) {

@@ -50,6 +50,16 @@ NbdServer *nbd_server_new(const NbdServerOptions *o, GError **errp);
  * their requests in flight; then free the exports (no callback) and the
  * server. */
 void nbd_server_free(NbdServer *srv);
+/*
+ * The same without waiting: close the listener (the unix socket file goes
+ * at once) and every connection, and return.  Once the last connection's
+ * requests in flight completed (in their iothreads), the removed exports'
+ * callbacks run, then the server is freed and @closed(@opaque) called,
+ * from a bottom half in the main thread.  @srv must not be used after
+ * this call.
+ */
+void nbd_server_close(NbdServer *srv, void (*closed)(void *opaque),
+                      void *opaque);
 unsigned int nbd_server_num_clients(NbdServer *srv);
 
 typedef struct NbdExportOptions {

@@ -12,7 +12,11 @@
   while the server uses it; deleted (and gone) otherwise;
 - block_resize of an exported node: a new client sees the new size, a
   client connected before keeps its negotiated size (reads inside it
-  work, reads past it are refused).
+  work, reads past it are refused);
+- nbd-server-stop while a request is stuck in the storage (blkdebug's
+  inject-delay, 30 s): it returns at once, QMP keeps answering, the
+  export is listed as shutting down and its node stays in use, a new
+  server can start; BLOCK_EXPORT_DELETED comes once the request is done.
 Env: VHOST_BLKD.  Needs qemu-io and qemu-img (else those cases skip).
 """
 import importlib.util
@@ -220,6 +224,73 @@ def test_resize(tmp, d, sock):
     ok(r == {"return": {}}, "export removed", r)
 
 
+STUCK_MS = 30000   # far longer than the few QMP commands that follow
+
+
+def test_stuck_stop(tmp):
+    ok = t.ok
+    slow = os.path.join(tmp, "slow.raw")
+    with open(slow, "wb") as f:
+        f.truncate(4 * MiB)
+    vsock = os.path.join(tmp, "v.sock")
+    sock = os.path.join(tmp, "stuck.sock")
+    # The delay is set on a node made by a vhost-user export, which is
+    # then deleted: the node (and its delay) stays for the NBD export.
+    d = t.Daemon(tmp, "stuck", [
+        "--export", "socket=%s,file=%s,id=v0,node-name=slow,"
+        "inject-delay=%d,inject-sector=2048-2055" % (vsock, slow, STUCK_MS),
+        "--nbd-server", "addr.type=unix,addr.path=" + sock])
+    q = d.monitor()
+    r = t.qcmd(q, "block-export-del", {"id": "v0"})
+    r2 = t.qcmd(q, "block-export-add", {"type": "nbd", "id": "e0",
+                                      "node-name": "slow"})
+    ok(r == {"return": {}} and r2 == {"return": {}},
+       "NBD export of a node whose sectors 2048-2055 are slow", (r, r2))
+    raw = t.Raw(path=sock)
+    raw.greet()
+    raw.go("slow", structured=False)
+    raw.req(t.CMD_READ, MiB, 4096, cookie=9)
+    # Until the server has read it: a QMP round trip each, no sleep.
+    for _ in range(10000):
+        x = t.qcmd(q, "x-query-vhost-blk-stats")["return"]
+        if x["nbd-exports"][0]["in-flight"] == 1:
+            break
+    ok(x["nbd-exports"][0]["in-flight"] == 1,
+       "a read is stuck in the storage", x)
+    r = t.qcmd(q, "nbd-server-stop")
+    ok(r == {"return": {}} and not os.path.exists(sock),
+       "nbd-server-stop returns with the read in flight; socket gone", r)
+    r = t.qcmd(q, "query-block-exports")
+    ok([(e["id"], e["shutting-down"]) for e in r["return"]] ==
+       [("e0", True)], "the export is listed, shutting down", r)
+    r = t.qcmd(q, "blockdev-del", {"node-name": "slow"})
+    ok("in use" in r.get("error", {}).get("desc", ""),
+       "its node is still in use", r)
+    sock2 = os.path.join(tmp, "again.sock")
+    r = t.qcmd(q, "nbd-server-start", {"addr": {"type": "unix",
+                                              "path": sock2}})
+    ok(r == {"return": {}}, "a new NBD server starts meanwhile", r)
+    r = t.qcmd(q, "block-export-add", {"type": "nbd", "id": "e0",
+                                     "node-name": "slow"})
+    ok("already in use" in r.get("error", {}).get("desc", ""),
+       "the draining export's id is still taken", r)
+    ok(raw.closed(), "the stuck client's connection is closed")
+    raw.close()
+    msgs = []
+    while not any(m.get("event") == "BLOCK_EXPORT_DELETED" and
+                  m["data"]["id"] == "e0" for m in msgs):
+        msgs.append(q.read_msg())
+    r = t.qcmd(q, "query-block-exports")
+    ok(r["return"] == [], "once the read is done: BLOCK_EXPORT_DELETED, "
+       "export gone", r)
+    r = t.qcmd(q, "nbd-server-stop")
+    r2 = t.qcmd(q, "blockdev-del", {"node-name": "slow"})
+    ok(r == {"return": {}} and r2 == {"return": {}},
+       "the new server stops, the node can be deleted", (r, r2))
+    d.stop()
+    ok(d.p.returncode == 0, "clean exit", d.log())
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="vb-nbd-ops-", dir="/var/tmp")
     try:
@@ -253,6 +324,7 @@ def main():
         t.ok(d.p.poll() is None, "the daemon is still running", d.log())
         d.stop()
         t.ok(d.p.returncode == 0, "clean exit", d.log())
+        test_stuck_stop(tmp)
     finally:
         for p in t.procs:
             t.stop(p)
