@@ -21,6 +21,7 @@
 #include "block/block.h"
 #include "block/block_int.h"
 #include "block/engine.h"
+#include "block/dirty-bitmap.h"
 
 /* Any thread. */
 void blk_options_init(BlockOptions *opts)
@@ -57,6 +58,7 @@ static void blk_free(BlockBackend *bs)
         bdrv_detach_child(c);
     }
     assert(QLIST_EMPTY(&bs->parents));
+    bdrv_dirty_bitmaps_free(bs);
     thread_pool_blk_cleanup(bs);
     g_free(bs->filename);
     g_free(bs->node_name);
@@ -76,6 +78,14 @@ static uint64_t blk_filter_perm(BlockBackend *child)
 static bool blk_filter_attach(BlockBackend *top, BlockBackend *child,
                               GError **errp)
 {
+    if (child->dirty_bitmaps) {
+        /* The filter's requests would reach @child below the entry that
+         * marks its bitmaps (include/block/dirty-bitmap.h). */
+        g_set_error(errp, VB_ERROR, 0, "'%s' is tracked by a block job: "
+                    "add the filter when the job has ended",
+                    child->node_name ? child->node_name : child->filename);
+        return false;
+    }
     if (!bdrv_attach_child(top, child, "file", blk_filter_perm(child),
                            BLK_PERM_ALL, errp)) {
         return false;
@@ -726,6 +736,17 @@ static inline void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
         ((offset | bytes) & (blk->bl.request_alignment - 1))) {
         ret = -EINVAL;
         goto fail;
+    }
+    /* Dirty tracking: @type is a constant here (blk_submit() is inlined
+     * in each blk_aio_*()), so reads pay nothing and writes one load. */
+    if (type == BLK_REQ_WRITE || type == BLK_REQ_WRITE_ZEROES ||
+        type == BLK_REQ_DISCARD) {
+        BdrvDirtyBitmap *bm = __atomic_load_n(&blk->dirty_bitmaps,
+                                              __ATOMIC_ACQUIRE);
+
+        if (unlikely(bm)) {
+            bdrv_dirty_mark_submit(blk, bm, acb);
+        }
     }
     fn(blk, ctx, acb);
     return;

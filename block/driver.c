@@ -226,7 +226,7 @@ bool blk_driver_opens_in_worker(const char *name)
  * instead of only that the name is unknown.
  */
 static const char *const bdrv_qemu_only[] = {
-    "qcow2", "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed", "luks", "nbd",
+    "qcow", "vmdk", "vdi", "vhdx", "vpc", "qed", "luks", "nbd",
     "iscsi", "nfs", "ssh", "http", "https", "gluster", "blkdebug",
     "copy-on-read", "compress", "nvme", "io_uring", "host_cdrom",
     "preallocate", NULL,
@@ -273,9 +273,10 @@ bool blk_driver_check_name(const char *name, GError **errp)
             g_autofree char *names = bdrv_option_names();
 
             g_set_error(errp, VB_ERROR, 0, "Driver '%s' is not supported by "
-                        "vhost-blkd: it serves only raw images (driver=%s, "
-                        "and throttle and raw over any of them); convert a "
-                        "qcow2 or other image with qemu-img convert -O raw",
+                        "vhost-blkd: it serves only raw and qcow2 images "
+                        "(driver=%s, and throttle and raw over any of "
+                        "them); convert the image with qemu-img convert "
+                        "-O qcow2 (or -O raw)",
                         name, names);
         } else {
             /* QEMU's (QAPI's) words. */

@@ -20,6 +20,7 @@
 #include "qemu/error-report.h"
 #include "block/block_int.h"
 #include "block/engine.h"
+#include "block/dirty-bitmap.h"
 
 /*
  * Engines created at least once, in order; for the statistics.  A
@@ -177,6 +178,9 @@ bool blk_engine_get_stats_by_name(AioContext *ctx, const char *name,
 /* Engine thread. */
 void blk_acb_complete(BlockAIOCB *acb, int ret)
 {
+    if (unlikely(acb->flags & BDRV_REQ_DIRTY_TRACKED)) {
+        bdrv_dirty_mark_complete(acb);
+    }
     if (unlikely(acb->bounce)) {
         if (ret == 0 && acb->type == BLK_REQ_READ) {
             size_t copied = 0;

@@ -37,8 +37,6 @@
 #include "block/engine.h"
 #include "qemu/sandbox.h"
 
-/* Locks are pthread's, not GLib's: ThreadSanitizer cannot see GLib's
- * futex-based GMutex and GCond, and reported their users as racing. */
 typedef struct ThreadPoolClient {
     BlockEngine common;
     EventNotifier notifier;
@@ -50,7 +48,13 @@ typedef struct ThreadPoolClient {
     bool confined;
 } ThreadPoolClient;
 
-/* One set of workers (see the top of the file). */
+/*
+ * One set of workers (see the top of the file).  Its locks, the clients'
+ * and the backends' pool_lock are pthread's, not GLib's: a GMutex is
+ * built on futexes ThreadSanitizer cannot see, and it reported the
+ * workers' use of these counters as races (a mirror's block status from
+ * the main thread, beside an iothread's requests).
+ */
 typedef struct ThreadPoolWorkers {
     bool confined;              /* under the iothread seccomp filter */
     const char *name;           /* of its threads */
@@ -257,7 +261,7 @@ static void thread_pool_workers_push(BlockAIOCB *acb)
     g_error_free(err);
 }
 
-static gpointer thread_pool_workers_new(gpointer unused)
+static void thread_pool_workers_new(void)
 {
     for (int i = 0; i < 2; i++) {
         ThreadPoolWorkers *w = &thread_pool_sets[i];
@@ -268,7 +272,6 @@ static gpointer thread_pool_workers_new(gpointer unused)
         pthread_cond_init(&w->cond, NULL);
         QSIMPLEQ_INIT(&w->queue);
     }
-    return thread_pool_sets;
 }
 
 /* Owner thread: complete everything the workers finished. */
@@ -294,14 +297,11 @@ static void thread_pool_completion_cb(void *opaque)
 
 static BlockEngine *thread_pool_create(AioContext *ctx, GError **errp)
 {
-    static GOnce once = G_ONCE_INIT;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
     ThreadPoolClient *c;
     int ret;
 
-    if (!g_once(&once, thread_pool_workers_new, NULL)) {
-        g_set_error(errp, VB_ERROR, 0, "cannot create the I/O thread pool");
-        return NULL;
-    }
+    pthread_once(&once, thread_pool_workers_new);
     c = g_new0(ThreadPoolClient, 1);
     ret = event_notifier_init(&c->notifier, false);
     if (ret < 0) {

@@ -16,6 +16,7 @@
 #include "qemu/osdep.h"
 #include "monitor-internal.h"
 #include "qemu/error-report.h"
+#include "block/qcow2-options.h"
 
 #include <sys/stat.h>
 
@@ -75,6 +76,13 @@ static void vb_node_free_full(VbNode *n, bool wait)
     if (n->alias) {
         /* A raw node: the image is its file child's, which stays open. */
         n->file->parents--;
+    } else if (n->format) {
+        /* A qcow2 node: ours; its file (and backing) node stays open. */
+        blk_close(n->blk);
+        n->file->parents--;
+        if (n->backing) {
+            n->backing->parents--;
+        }
     } else if (n->file) {
         /* A throttle filter over another node: that one stays open. */
         n->file->filter = NULL;
@@ -193,6 +201,31 @@ VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
         return NULL;
     }
     return vb_node_register(s, name, NULL, opts, discard, blk);
+}
+
+VbNode *vb_node_open_format(VbState *s, const char *name, VbNode *file,
+                            const BlockOptions *opts,
+                            BlockDiscardMode discard, GError **errp)
+{
+    BlockOptions o = *opts;
+    BlockBackend *blk;
+    VbNode *n;
+
+    if (!vb_node_name_free(s, name, errp)) {
+        return NULL;
+    }
+    o.file = file->blk;
+    blk = blk_open(&o, errp);
+    if (!blk) {
+        return NULL;
+    }
+    n = vb_node_register(s, name, o.driver, &o, discard, blk);
+    n->format = true;
+    n->file = file;
+    n->implicit_file = true;
+    n->cache_direct = file->cache_direct;
+    file->parents++;
+    return n;
 }
 
 static void vb_pending_free(VbPendingOpen *po)
@@ -655,6 +688,125 @@ static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a,
 }
 
 /*
+ * driver=qcow2,node-name=NAME,file=NODE[,backing=NODE|null]
+ * [,backing.driver=raw|qcow2][,l2-cache-size=...]: the qcow2 format over
+ * its file node (added before, or inline).  Without backing= the driver
+ * opens the backing file the header names (read-only, as an implicit
+ * node of its own); backing=null serves the image without it.
+ */
+static VbNode *vb_blockdev_add_qcow2(VbState *s, QmpArgs *a,
+                                     const VbBlockdevBase *b, QmpPending *p,
+                                     bool *deferred, GError **errp)
+{
+    BlockOptsParse parse = { .driver = "qcow2" };
+    JsonNode *bref = json_object_get_member(a->obj, "backing");
+    BlockQcow2Options *qo;
+    BlockOptions o;
+    VbNode *child = NULL, *backing = NULL, *n = NULL;
+    const char *bdrv = NULL;
+    bool implicit = false, no_backing = false;
+    BlockBackend *blk;
+
+    if (!qmp_args_has(a, "file")) {
+        vb_set_error(errp, "Parameter 'file' is missing: give file=NODE-NAME "
+                     "or an inline definition (file.driver=file,"
+                     "file.filename=PATH)");
+        return NULL;
+    }
+    if (bref && JSON_NODE_HOLDS_NULL(bref)) {
+        no_backing = true;
+        g_hash_table_add(a->used, g_strdup("backing"));
+    } else if (bref && JSON_NODE_HOLDS_OBJECT(bref)) {
+        g_auto(QmpArgs) sub = { 0 };
+
+        if (!qmp_args_object(a, "backing", true, &sub, NULL, errp) ||
+            !qmp_args_str(&sub, "driver", true, &bdrv, errp) ||
+            !qmp_args_check_done(&sub, errp)) {
+            g_prefix_error(errp, "backing: ");
+            return NULL;
+        }
+        if (strcmp(bdrv, "raw") && strcmp(bdrv, "qcow2")) {
+            vb_set_error(errp, "backing.driver=%s is not supported: give "
+                         "raw or qcow2", bdrv);
+            return NULL;
+        }
+    } else if (bref) {
+        const char *bname = NULL;
+
+        if (!qmp_args_str(a, "backing", true, &bname, errp)) {
+            return NULL;
+        }
+        if (!strcmp(bname, "null") || !*bname) {
+            no_backing = true;
+        } else {
+            backing = vb_node_find(s, bname);
+            if (!backing) {
+                vb_set_error(errp, "Cannot find device='' nor "
+                             "node-name='%s' (add the backing node first, "
+                             "or give backing=null)", bname);
+                return NULL;
+            }
+        }
+    }
+    if (!b->name) {
+        vb_set_error(errp, "'node-name' must be specified for the root "
+                     "node");
+        return NULL;
+    }
+    if (!vb_node_name_free(s, b->name, errp)) {
+        return NULL;
+    }
+    blk_options_init(&o);
+    o.readonly = b->ro;
+    g_hash_table_add(a->used, g_strdup("file"));
+    if (!blk_options_parse(&o, a, &parse, errp) ||
+        !vb_blockdev_check_base(a, b, errp)) {
+        goto out;
+    }
+    g_hash_table_remove(a->used, "file");
+    qo = (BlockQcow2Options *)o.driver_opts;
+    qo->no_backing = no_backing;
+    qo->backing = backing ? backing->blk : NULL;
+    qo->backing_driver = bdrv;
+    child = vb_blockdev_file(s, a, "qcow2", b->ro, b->discard, b->direct,
+                             b->qmp, &implicit, errp);
+    if (!child) {
+        goto out;
+    }
+    if (!vb_blockdev_name_still_free(s, b->name, child, implicit, errp)) {
+        goto out;
+    }
+    if (child->user || child->filter) {
+        vb_set_error(errp, "Node '%s' is in use (exported or throttled): a "
+                     "qcow2 node needs its file node for itself", child->name);
+        goto fail;
+    }
+    o.file = child->blk;
+    blk = blk_open(&o, errp);
+    if (!blk) {
+        goto fail;
+    }
+    n = vb_node_register(s, b->name, "qcow2", &o, b->mode, blk);
+    n->format = true;
+    n->file = child;
+    n->implicit_file = implicit;
+    n->backing = backing;
+    n->cache_direct = child->cache_direct;
+    child->parents++;
+    if (backing) {
+        backing->parents++;
+    }
+    goto out;
+fail:
+    if (implicit) {
+        vb_node_drop_implicit(s, child);
+    }
+out:
+    blk_options_parse_cleanup(&parse);
+    return n;
+}
+
+/*
  * driver=throttle,node-name=NAME,throttle-group=GROUP,file=NODE: QEMU's
  * throttle filter over the node NODE (added before, or defined inline:
  * see vb_blockdev_file()), limited by the throttle-group object GROUP.
@@ -753,6 +905,7 @@ static const struct {
 } vb_blockdev_graph[] = {
     { "throttle", vb_blockdev_add_throttle },
     { "raw", vb_blockdev_add_raw },
+    { "qcow2", vb_blockdev_add_qcow2 },
 };
 
 /*
@@ -864,7 +1017,7 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
                      "command's reply", name);
         return NULL;
     }
-    if (n->user || n->nbd_exports) {
+    if (n->user || n->nbd_exports || vb_job_uses_node(n)) {
         vb_set_error(errp, "Node %s is in use", name);
         return NULL;
     }
@@ -876,18 +1029,27 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
     }
     if (n->parents) {
         const char *parent = "?";
+        bool format = false;
 
         for (guint i = 0; i < s->nodes->len; i++) {
             VbNode *p = g_ptr_array_index(s->nodes, i);
 
-            if (p->alias && p->file == n) {
+            if ((p->alias || p->format) &&
+                (p->file == n || p->backing == n)) {
                 parent = p->name;
+                format = p->format;
                 break;
             }
         }
-        vb_set_error(errp, "Block device %s is in use: the raw node '%s' "
-                     "uses it as its file child; delete that one first",
-                     name, parent);
+        if (format) {
+            vb_set_error(errp, "Block device %s is in use: the qcow2 node "
+                         "'%s' uses it as its file or backing child; delete "
+                         "that one first", name, parent);
+        } else {
+            vb_set_error(errp, "Block device %s is in use: the raw node "
+                         "'%s' uses it as its file child; delete that one "
+                         "first", name, parent);
+        }
         return NULL;
     }
     {

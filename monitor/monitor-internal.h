@@ -32,6 +32,9 @@ struct VbNode {
     VbNode *file;               /* driver=throttle or raw: the node below */
     VbNode *filter;             /* the driver=throttle node above, if any */
     bool alias;                 /* driver=raw: blk is file's, not ours */
+    bool format;                /* driver=qcow2: blk is ours, over file */
+    VbNode *backing;            /* driver=qcow2: a backing node given by
+                                 * name (backing=NODE), or NULL */
     bool implicit_file;         /* file was defined inline: dropped with us */
     unsigned int parents;       /* driver=raw nodes using us as their file */
     bool resizing;              /* a block_resize runs in a worker on our
@@ -107,5 +110,13 @@ void vb_objects_register(GArray *table);
 void vb_export_register(GArray *table);
 void vb_query_register(GArray *table);
 void vb_misc_register(GArray *table);
+void vb_jobs_register(GArray *table);
+
+/* The block jobs (monitor/jobs.c): the events' route to QMP, and at
+ * vb_state_cleanup() (first: a job holds nodes) their end.  Whether a
+ * job holds @n (blockdev-del refuses then). */
+void vb_jobs_init(VbState *s);
+void vb_jobs_cleanup(VbState *s);
+bool vb_job_uses_node(VbNode *n);
 
 #endif

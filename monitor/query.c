@@ -18,6 +18,61 @@
 
 /* ---- nodes -------------------------------------------------------------- */
 
+/*
+ * What a format node's driver says of its image (QEMU's ImageInfo
+ * members beyond the basic ones), into @img, down the backing chain
+ * ("backing-image"); returns the chain's depth below @blk.
+ */
+static unsigned int vb_image_format_info(BlockBackend *blk, JsonObject *img)
+{
+    BlockDriverInfo bdi = { 0 };
+    unsigned int depth = 0;
+
+    blk_get_info(blk, &bdi);
+    if (bdi.cluster_size) {
+        json_object_set_int_member(img, "cluster-size", bdi.cluster_size);
+    }
+    if (bdi.format_specific) {
+        g_autoptr(JsonParser) p = json_parser_new();
+
+        if (json_parser_load_from_data(p, bdi.format_specific, -1, NULL)) {
+            json_object_set_member(img, "format-specific",
+                                   json_node_copy(
+                                       json_parser_get_root(p)));
+        }
+    }
+    if (bdi.backing_file) {
+        json_object_set_string_member(img, "backing-filename",
+                                      bdi.backing_file);
+        json_object_set_string_member(img, "full-backing-filename",
+                                      bdi.full_backing_file ?
+                                      bdi.full_backing_file :
+                                      bdi.backing_file);
+        if (bdi.backing_format) {
+            json_object_set_string_member(img, "backing-filename-format",
+                                          bdi.backing_format);
+        }
+    }
+    if (bdi.backing) {
+        JsonObject *b = json_object_new();
+        const char *drv = blk_get_driver_name(bdi.backing);
+
+        json_object_set_string_member(b, "filename",
+                                      bdi.full_backing_file ?
+                                      bdi.full_backing_file :
+                                      bdi.backing_file ?
+                                      bdi.backing_file : "");
+        json_object_set_string_member(b, "format",
+                                      strcmp(drv, "file") ? drv : "raw");
+        json_object_set_int_member(b, "virtual-size",
+                                   blk_getlength(bdi.backing));
+        json_object_set_boolean_member(b, "dirty-flag", false);
+        depth = 1 + vb_image_format_info(bdi.backing, b);
+        json_object_set_object_member(img, "backing-image", b);
+    }
+    return depth;
+}
+
 static JsonObject *vb_node_info(VbNode *n)
 {
     JsonObject *o = json_object_new();
@@ -50,6 +105,17 @@ static JsonObject *vb_node_info(VbNode *n)
     json_object_set_int_member(img, "actual-size", actual);
     if (!is_null) {
         json_object_set_boolean_member(img, "dirty-flag", false);
+    }
+    if (n->format) {
+        BlockDriverInfo bdi = { 0 };
+
+        json_object_set_int_member(o, "backing_file_depth",
+                                   vb_image_format_info(n->blk, img));
+        blk_get_info(n->blk, &bdi);
+        if (bdi.backing_file) {
+            json_object_set_string_member(o, "backing_file",
+                                          bdi.backing_file);
+        }
     }
     if (n->file) {
         /* QEMU's ImageInfo children: the node below, by its role. */

@@ -60,12 +60,15 @@ void vb_state_init(VbState *s, AioContext *main_ctx, IOThread **pool,
     s->named_fds = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
                                          NULL);
     s->reap_bh = aio_bh_new(main_ctx, vb_export_reap_bh, s, "vb-export-reap");
+    vb_jobs_init(s);
 }
 
 void vb_state_cleanup(VbState *s)
 {
     /* The exports first (they use nodes and iothreads), then the nodes
-     * (a throttle node holds its group). */
+     * (a throttle node holds its group).  The jobs before them all:
+     * they use nodes and send events. */
+    vb_jobs_cleanup(s);
     vb_exports_cleanup(s);
     vb_nodes_cleanup(s);
     vb_objects_cleanup(s);
@@ -89,6 +92,7 @@ const QmpCommand *vb_qmp_commands(void)
         vb_nbd_register(table);
         vb_query_register(table);
         vb_misc_register(table);
+        vb_jobs_register(table);
     }
     return (const QmpCommand *)table->data;
 }

@@ -4,8 +4,9 @@
 # several threads: the iothread and event-loop unit tests, and the
 # multi-iothread, reconnect, QMP monitor (run-time exports, resize,
 # statistics read across threads) and dirty-log (switched with requests
-# in flight) integration tests.  Any TSan report fails
-# the run (halt_on_error=1, and the test logs are searched for reports the
+# in flight) integration tests, and the block jobs (dirty bits set by
+# iothreads, cleared by the mirror).  Any TSan report fails the run
+# (halt_on_error=1, and the test logs are searched for reports the
 # daemon printed before it was killed).
 #
 #   scripts/check-tsan.sh [--builddir DIR]
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
     --builddir) builddir=$2; shift ;;
     --builddir=*) builddir=${1#*=} ;;
-    -h|--help) sed -n '3,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '3,13p' "$0"; exit 0 ;;
     *) echo "check-tsan.sh: unknown option '$1' (see --help)" >&2; exit 1 ;;
     esac
     shift
@@ -36,7 +37,7 @@ ninja -C "$builddir" >/dev/null
 export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
 tests=(test-iothread test-aio test-blkd-mq test-blkd-reconnect test-qmp-monitor
        test-throttle test-blkd-qos test-nbd-server
-       test-blkd-log)
+       test-blkd-log test-job test-blkd-mirror)
 
 set +e
 meson test -C "$builddir" --print-errorlogs "${tests[@]}"

@@ -213,6 +213,10 @@ void export_opts_free(ExportOpts *e)
     if (e->block_strings) {
         g_ptr_array_unref(e->block_strings);
     }
+    if (e->format_strings) {
+        g_ptr_array_unref(e->format_strings);
+    }
+    g_free(e->format);
     g_free(e->id);
     g_free(e->node_name);
     g_free(e->socket);
@@ -302,6 +306,13 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
         e->socket = g_strdup(val);
         ok = *val;
     } else if (!strcmp(key, "driver")) {
+        if (!strcmp(val, "qcow2")) {
+            /* A format over a file: this syntax says it with format=. */
+            g_set_error(errp, VB_ERROR, 0, "driver=qcow2: give "
+                        "file=PATH,format=qcow2 (qcow2 is the format of "
+                        "the file)");
+            return false;
+        }
         ok = blk_driver_exists(val);
         g_free(e->driver);
         e->driver = g_strdup(val);
@@ -312,6 +323,14 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
                         "%s", val, names);
             return false;
         }
+    } else if (!strcmp(key, "format")) {
+        if (strcmp(val, "raw") && strcmp(val, "qcow2")) {
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for format: use "
+                        "raw (the default) or qcow2", val);
+            return false;
+        }
+        g_free(e->format);
+        e->format = strcmp(val, "raw") ? g_strdup(val) : NULL;
     } else if (!strcmp(key, "num-queues")) {
         ok = export_opts_parse_uint(val, EXPORT_OPTS_MAX_QUEUES,
                                     &e->num_queues) &&
@@ -487,6 +506,7 @@ static bool export_opts_parse_block(ExportOpts *e, const char *driver,
     g_autoptr(GList) keys = NULL;
 
     g_clear_pointer(&e->block_strings, g_ptr_array_unref);
+    g_clear_pointer(&e->format_strings, g_ptr_array_unref);
     blk_options_init(&e->block);
     e->block.readonly = e->readonly;
     e->block.cache_direct = e->cache_direct;
@@ -497,6 +517,18 @@ static bool export_opts_parse_block(ExportOpts *e, const char *driver,
     }
     e->block_strings = g_steal_pointer(&parse.strings);
     *image = parse.image;
+    if (e->format) {
+        /* The format's own keys, from the same arguments. */
+        BlockOptsParse fp = { .export_syntax = true, .driver = e->format };
+
+        blk_options_init(&e->format_block);
+        e->format_block.readonly = e->readonly;
+        if (!blk_options_parse(&e->format_block, &a, &fp, errp)) {
+            blk_options_parse_cleanup(&fp);
+            return false;
+        }
+        e->format_strings = g_steal_pointer(&fp.strings);
+    }
     keys = json_object_get_members(e->block_args);
     for (GList *l = keys; l; l = l->next) {
         /* aio= is an export key that every driver takes (one with no

@@ -62,6 +62,8 @@ static void ctl_usage(FILE *f)
 "                             read-only (the export's), state\n"
 "  iothreads                  list the iothread objects (names for\n"
 "                             add --iothread)\n"
+"  jobs                       list the block jobs (blockdev-mirror): id,\n"
+"                             type, status, progress, speed, error\n"
 "  stats [--watch [SECS]]     I/O counters per export; --watch refreshes\n"
 "                             every SECS seconds (default 1) with rates,\n"
 "                             latency and p50/p99/p99.9 percentiles, like\n"
@@ -526,6 +528,38 @@ static int ctl_cmd_iothreads(Ctl *c)
         printf("%-16s %10" PRId64 " %12" PRId64 "\n",
                ctl_str(t, "id") ?: "?", ctl_int(t, "thread-id"),
                ctl_int(t, "poll-max-ns"));
+    }
+    return 0;
+}
+
+/* ---- jobs ------------------------------------------------------------ */
+
+static int ctl_cmd_jobs(Ctl *c)
+{
+    g_autoptr(JsonNode) r = ctl_run(c, "jobs", "query-block-jobs", NULL);
+    JsonArray *a = ctl_array(r, "query-block-jobs");
+
+    if (c->json) {
+        ctl_print_json(r);
+        return 0;
+    }
+    if (json_array_get_length(a) == 0) {
+        printf("no block jobs\n");
+        return 0;
+    }
+    printf("%-16s %-8s %-10s %7s %21s %12s  %s\n", "ID", "TYPE", "STATUS",
+           "DONE", "BYTES", "SPEED", "ERROR");
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *j = ctl_obj(json_array_get_element(a, i));
+        int64_t off = ctl_int(j, "offset"), len = ctl_int(j, "len");
+        g_autofree char *bytes = g_strdup_printf("%" PRId64 "/%" PRId64,
+                                                 off, len);
+
+        printf("%-16s %-8s %-10s %6.1f%% %21s %12" PRId64 "  %s\n",
+               ctl_str(j, "device") ?: "?", ctl_str(j, "type") ?: "?",
+               ctl_str(j, "status") ?: "?",
+               len > 0 ? 100.0 * off / len : 0.0, bytes,
+               ctl_int(j, "speed"), ctl_str(j, "error") ?: "-");
     }
     return 0;
 }
@@ -1375,8 +1409,8 @@ int main(int argc, char **argv)
         }
     }
     if (optind >= argc) {
-        ctl_usage_error("give a command: exports, iothreads, stats, add, "
-                        "del, resize, throttle, log-level or qmp");
+        ctl_usage_error("give a command: exports, iothreads, jobs, stats, "
+                        "add, del, resize, throttle, log-level or qmp");
     }
     cmd = argv[optind];
     argc -= optind + 1;
@@ -1388,13 +1422,14 @@ int main(int argc, char **argv)
         c.path = CTL_DEFAULT_DIR "/vhost-blkd.qmp";
     }
     if (strcmp(cmd, "exports") && strcmp(cmd, "iothreads") &&
-        strcmp(cmd, "stats") &&
+        strcmp(cmd, "jobs") && strcmp(cmd, "stats") &&
         strcmp(cmd, "add") && strcmp(cmd, "del") && strcmp(cmd, "resize") &&
         strcmp(cmd, "throttle") && strcmp(cmd, "log-level") &&
         strcmp(cmd, "qmp")) {
         ctl_usage_error("unknown command '%s'", cmd);
     }
-    if ((!strcmp(cmd, "exports") || !strcmp(cmd, "iothreads")) && argc > 0) {
+    if ((!strcmp(cmd, "exports") || !strcmp(cmd, "iothreads") ||
+         !strcmp(cmd, "jobs")) && argc > 0) {
         ctl_usage_error("%s takes no arguments", cmd);
     }
     if (!strcmp(cmd, "qmp")) {
@@ -1411,6 +1446,8 @@ int main(int argc, char **argv)
         ret = ctl_cmd_exports(&c);
     } else if (!strcmp(cmd, "iothreads")) {
         ret = ctl_cmd_iothreads(&c);
+    } else if (!strcmp(cmd, "jobs")) {
+        ret = ctl_cmd_jobs(&c);
     } else if (!strcmp(cmd, "stats")) {
         ret = ctl_cmd_stats(&c, argc, argv);
     } else if (!strcmp(cmd, "add")) {

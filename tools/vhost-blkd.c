@@ -94,6 +94,9 @@ static void vbd_usage(FILE *f)
 "      socket-group=GROUP  its group (name or gid), e.g. with 0660 for a\n"
 "                          VMM running as another user of that group\n"
 "      file=PATH           image file or block device (driver=file)\n"
+"      format=raw|qcow2    what the file holds (default raw); qcow2 also\n"
+"                          takes l2-cache-size=, l2-cache-entry-size=,\n"
+"                          refcount-cache-size=, cache-clean-interval=\n"
 "      rbd=POOL[/NAMESPACE]/IMAGE[@SNAP]  a Ceph RBD image (driver=rbd; a\n"
 "                          snapshot is served read-only), with:\n"
 "      ceph-conf=FILE      the cluster's ceph.conf (default: librados's)\n"
@@ -522,9 +525,34 @@ static bool vbd_add_legacy_export(Vbd *d, unsigned int i, ExportOpts *e,
             return false;
         }
     }
-    p.node = vb_node_open(&d->state, node_name, &bo,
-                          e->discard ? BLOCK_DISCARD_UNMAP : BLOCK_DISCARD_OFF,
-                          errp);
+    if (e->format) {
+        /* format=qcow2: the file node below (error injection applies to
+         * the file), the format node on top (and its throttle). */
+        g_autofree char *file_name = g_strdup_printf("%s-file", node_name);
+        BlockOptions fo = bo;
+        VbNode *file;
+
+        fo.throttle_group = NULL;
+        file = vb_node_open(&d->state, file_name, &fo,
+                            e->discard ? BLOCK_DISCARD_UNMAP :
+                                         BLOCK_DISCARD_OFF, errp);
+        p.node = NULL;
+        if (file) {
+            BlockOptions qo = e->format_block;
+
+            qo.throttle_group = bo.throttle_group;
+            qo.readonly = bo.readonly;
+            qo.batch = bo.batch;
+            p.node = vb_node_open_format(&d->state, node_name, file, &qo,
+                                         e->discard ? BLOCK_DISCARD_UNMAP :
+                                                      BLOCK_DISCARD_OFF,
+                                         errp);
+        }
+    } else {
+        p.node = vb_node_open(&d->state, node_name, &bo,
+                              e->discard ? BLOCK_DISCARD_UNMAP :
+                                           BLOCK_DISCARD_OFF, errp);
+    }
     /* The filter took its own reference. */
     throttle_group_unref(bo.throttle_group);
     if (!p.node) {

@@ -36,6 +36,7 @@
  */
 #include "qemu/osdep.h"
 #include "hw/block/vhost-user-blk-export.h"
+#include "qemu/iothread.h"
 #include "hw/virtio/vhost-user-server.h"
 #include "qemu/defer-call.h"
 #include "qemu/error-report.h"
@@ -108,6 +109,9 @@ struct VuBlkExport {
     uint64_t process_id;        /* saved in the inflight region */
     bool restarted;             /* main thread: the front-end handed back a
                                  * region an earlier process saved */
+    bool quiesced;              /* atomic: the queues pop no request (a
+                                 * block job moves the export to another
+                                 * node, vu_blk_export_quiesce()) */
 };
 
 /*
@@ -271,6 +275,11 @@ static void vu_blk_queue_run(VuBlkQueue *q, unsigned int limit)
     int64_t now = 0;
     bool more = true;
 
+    if (unlikely(__atomic_load_n(&exp->quiesced, __ATOMIC_RELAXED))) {
+        /* Chains stay in the ring; vu_blk_export_quiesce() schedules a
+         * turn when it lets the queue go on. */
+        return;
+    }
     q->bh_continues = false;    /* this turn takes over what was left */
     defer_call_begin();
     while (more && n < limit) {
@@ -368,7 +377,8 @@ static bool vu_blk_poll_cb(void *opaque)
 {
     VuBlkQueue *q = opaque;
 
-    return virtqueue_has_avail(q->vq);
+    return virtqueue_has_avail(q->vq) &&
+           !__atomic_load_n(&q->exp->quiesced, __ATOMIC_RELAXED);
 }
 
 static void vu_blk_poll_ready_cb(void *opaque)
@@ -906,6 +916,75 @@ AioContext *vu_blk_export_get_queue_ctx(VuBlkExport *exp, unsigned int index)
 {
     assert(index < exp->num_queues);
     return exp->queues[index].ctx;
+}
+
+/* In the queue's iothread: a turn after the export was quiesced (its
+ * requests in flight may still complete), or to go on after it. */
+static void vu_blk_quiesce_fn(void *opaque)
+{
+    VuBlkQueue *q = opaque;
+
+    if (q->bh && !__atomic_load_n(&q->exp->quiesced, __ATOMIC_RELAXED)) {
+        q->bh_continues = false;
+        qemu_bh_schedule(q->bh);
+    }
+}
+
+void vu_blk_export_quiesce(VuBlkExport *exp, bool on)
+{
+    __atomic_store_n(&exp->quiesced, on, __ATOMIC_SEQ_CST);
+    /* A run in each queue's iothread: when it returns, no turn that
+     * missed the flag is still popping (and after "off", each queue
+     * looks at its ring again: kicks that came meanwhile were eaten). */
+    for (unsigned int i = 0; i < exp->num_queues; i++) {
+        aio_run_sync(exp->queues[i].ctx, vu_blk_quiesce_fn, &exp->queues[i]);
+    }
+}
+
+bool vu_blk_export_replace_blk(VuBlkExport *exp, BlockBackend *blk,
+                               GError **errp)
+{
+    g_autofree char *who = g_strdup_printf(
+        "the vhost-user-blk export on %s",
+        vu_blk_export_get_socket_path(exp) ?: "a passed socket");
+    BdrvChild *user;
+    BlockBackend *old = exp->blk;
+
+    assert(__atomic_load_n(&exp->quiesced, __ATOMIC_RELAXED));
+    if (!exp->blk_borrowed) {
+        g_set_error(errp, VB_ERROR, 0, "the export %s opened its own image: "
+                    "it cannot move to another node", who);
+        return false;
+    }
+    if (blk_getlength(blk) != blk_getlength(old)) {
+        g_set_error(errp, VB_ERROR, 0, "the new node's size differs from "
+                    "the export's: the guest would see its disk change");
+        return false;
+    }
+    /* The same permissions as at creation (on the old node). */
+    user = blk_attach_user(blk, who,
+                           BLK_PERM_CONSISTENT_READ |
+                           (blk_is_read_only(old) ? 0 :
+                            BLK_PERM_WRITE | BLK_PERM_WRITE_UNCHANGED),
+                           BLK_PERM_ALL, errp);
+    if (!user) {
+        return false;
+    }
+    blk_set_size_notifier(old, NULL, NULL);
+    blk_detach_user(exp->user);
+    exp->user = user;
+    /* The queues pop nothing now, and vu_blk_export_quiesce(false) runs
+     * in each of their threads before they do again: they see the new
+     * node from their next request on.  Requests in flight complete on
+     * the old one (their control blocks hold it). */
+    __atomic_store_n(&exp->blk, blk, __ATOMIC_RELEASE);
+    __atomic_store_n(&exp->dev.blk, blk, __ATOMIC_RELEASE);
+    blk_set_size_notifier(blk, vu_blk_size_changed, exp);
+    if (__atomic_load_n(&exp->running_queues, __ATOMIC_SEQ_CST)) {
+        blk_set_active(blk, true, false);
+        blk_set_active(old, false, false);
+    }
+    return true;
 }
 
 BlockBackend *vu_blk_export_get_blk(VuBlkExport *exp)

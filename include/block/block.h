@@ -249,6 +249,19 @@ typedef struct BlockDriverInfo {
     bool is_block_device;       /* a host block device (QSD: host_device) */
     bool has_aio_mode;          /* a file whose engine is @aio_mode */
     BlockAioMode aio_mode;      /* after fallback */
+    /*
+     * A format (QEMU's ImageInfo).  Strings are the driver's, valid while
+     * the node is open; NULL: none.  @backing_file as the image names
+     * it, @full_backing_file resolved, @backing the node below (NULL:
+     * not opened, e.g. backing=null); @format_specific is QEMU's
+     * "format-specific" member as JSON text.
+     */
+    const char *backing_file;
+    const char *full_backing_file;
+    const char *backing_format;
+    BlockBackend *backing;
+    const char *format_specific;
+    bool dirty;
 } BlockDriverInfo;
 
 /* Request flags */

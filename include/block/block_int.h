@@ -238,6 +238,9 @@ struct BlockBackend {
     bool batch;                 /* false: submit each request at once */
     AioContext *main_ctx;       /* the main thread's, for bottom halves */
     uint64_t size;              /* atomic: blk_truncate() changes it */
+    /* Atomic: the dirty bitmaps writes mark (NULL: one load and a branch
+     * per write), beside the fields blk_submit() reads anyway. */
+    struct BdrvDirtyBitmap *dirty_bitmaps;
     BlockLimits bl;
     /* Main thread: the edges to the nodes below and to the parents and
      * users above. */
@@ -255,6 +258,11 @@ struct BlockBackend {
     pthread_mutex_t pool_lock;
     unsigned int pool_running;                  /* protected by pool_lock */
     QSIMPLEQ_HEAD(, BlockAIOCB) pool_waiting;   /* protected by pool_lock */
+    /* Dirty tracking (include/block/dirty-bitmap.h): tracked writes in
+     * flight (atomic), released bitmaps (main thread, freed with the
+     * node).  The list itself is next to @size. */
+    unsigned int dirty_inflight;
+    struct BdrvDirtyBitmap *dead_bitmaps;
 };
 
 /* Submit @acb to @bs's driver (acb->blk must be @bs): what blk_submit()

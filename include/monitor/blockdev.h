@@ -18,5 +18,10 @@ VbNode *vb_blockdev_add(VbState *s, JsonObject *args, bool keyval,
  * exports treat a discard as @discard says. */
 VbNode *vb_node_open(VbState *s, const char *name, const BlockOptions *opts,
                      BlockDiscardMode discard, GError **errp);
+/* The legacy syntax's format=qcow2: a format node @name opened with
+ * @opts over @file, a node opened before (it stays open, below). */
+VbNode *vb_node_open_format(VbState *s, const char *name, VbNode *file,
+                            const BlockOptions *opts,
+                            BlockDiscardMode discard, GError **errp);
 
 #endif

@@ -42,6 +42,15 @@ typedef struct ExportOpts {
     JsonObject *block_args;     /* the driver's keys as given */
     GPtrArray *block_strings;   /* what the driver's parser allocated */
     char *file;                 /* file=PATH as given, or NULL */
+    /*
+     * format=qcow2: the image is a qcow2 file; the node the export
+     * serves is a qcow2 node (@format_block, its own keys such as
+     * l2-cache-size read by the qcow2 driver) over the node of @block.
+     * NULL: raw (format=raw, the default).
+     */
+    char *format;
+    BlockOptions format_block;
+    GPtrArray *format_strings;
     char *driver;               /* the driver: "file" (default), "null",
                                  * ... (blk_driver_export_names()) */
     unsigned int num_queues;    /* 1..EXPORT_OPTS_MAX_QUEUES (default 1) */

@@ -155,6 +155,22 @@ wait "$fe" 2>/dev/null
 run "resize export0 (a command-line export) to 32M" 0 "$ctl" resize export0 32M
 vb_check_eq "  ...its image is 32 MiB" "$(stat -c %s "$img0")" 33554432
 
+# jobs: a mirror of node0 held to 1 byte/s (after its first 64 KiB it
+# waits for hours), so it is still running when listed; then cancelled.
+run "jobs with none" 0 "$ctl" jobs
+vb_check "  ...says there are none" grep -qx "no block jobs" "$out"
+imgt=$(vb_mkimg t 32M)
+run "blockdev-add a mirror target" 0 "$ctl" qmp blockdev-add \
+    "{\"driver\":\"file\",\"node-name\":\"t\",\"filename\":\"$imgt\"}"
+run "blockdev-mirror node0 -> t" 0 "$ctl" qmp blockdev-mirror \
+    '{"job-id":"m0","device":"node0","target":"t","sync":"full","granularity":65536,"buf-size":65536,"speed":1}'
+run "jobs" 0 "$ctl" jobs
+vb_check "  ...lists m0, a running mirror with its progress of 32 MiB" \
+    grep -Eq "^m0 +mirror +running +[0-9.]+% +[0-9]+/33554432 +1 +-$" "$out"
+run "jobs --json" 0 "$ctl" --json jobs
+vb_check "  ...raw query-block-jobs" grep -q '"device" *: *"m0"' "$out"
+run "job-cancel m0" 0 "$ctl" qmp job-cancel '{"id":"m0"}'
+
 vb_stop "$pid"
 
 # --- the same commands against qemu-storage-daemon: a report ------------

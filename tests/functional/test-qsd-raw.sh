@@ -7,7 +7,7 @@
 # node graph in query-named-block-nodes; blockdev-del of a busy child
 # (refused) and of a raw node (its implicit child goes with it);
 # read-only raw over a writable child; one export per image; offset/size
-# and qcow2 refused with their messages; an inline file under throttle.
+# and vmdk refused with their messages; an inline file under throttle.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -167,9 +167,9 @@ nodes "a refused raw node leaves no implicit child behind" \
 qmp_err "raw offset is refused with a clear error" \
     "raw: offset/size are not supported; export the whole image" \
     '{"execute": "blockdev-add", "arguments": {"driver": "raw", "node-name": "q7", "offset": 4096, "file": "f5"}}'
-qmp_err "qcow2 is refused, telling qcow2 users to convert" \
-    "convert a qcow2 or other image with qemu-img convert -O raw" \
-    '{"execute": "blockdev-add", "arguments": {"driver": "qcow2", "node-name": "q8", "file": "f5"}}'
+qmp_err "vmdk is refused, telling its users to convert" \
+    "convert the image with qemu-img convert -O qcow2" \
+    '{"execute": "blockdev-add", "arguments": {"driver": "vmdk", "node-name": "q8", "file": "f5"}}'
 
 qmp_err "QMP: an inline rbd file is refused (it would block the monitor)" \
     "an inline driver=rbd file is not supported in QMP" \

@@ -185,7 +185,7 @@ def test_cmdline(tmp):
 
     # refused: each error names what is wrong
     bad = [
-        (["--blockdev", "driver=qcow2,node-name=f,file=x"], "qcow2"),
+        (["--blockdev", "driver=vmdk,node-name=f,file=x"], "vmdk"),
         (["--blockdev", "driver=file,node-name=f,filename=%s,locking=bogus" %
           img], "locking"),
         (["--blockdev", "driver=file,node-name=f,filename=%s,"

@@ -804,9 +804,9 @@ static void test_open_errors(void)
     GError *err = NULL;
 
     blk_options_init(&opts);
-    opts.driver = "qcow2";
+    opts.driver = "vmdk";
     g_assert_null(blk_open(&opts, &err));
-    g_assert_nonnull(strstr(err->message, "unknown block driver 'qcow2'"));
+    g_assert_nonnull(strstr(err->message, "unknown block driver 'vmdk'"));
     g_clear_error(&err);
     opts.driver = "rbd";
     g_assert_null(blk_open(&opts, &err));

@@ -125,7 +125,7 @@ static void test_unknown_driver(void)
         { "nope", "Parameter 'driver' does not accept value 'nope'" },
         /* A filter goes over a node: the monitor builds it, not this. */
         { "throttle", "Parameter 'driver' does not accept value " },
-        { "qcow2", "convert a qcow2 or other image with qemu-img convert" },
+        { "vmdk", "convert the image with qemu-img convert -O qcow2" },
         { "blkdebug", "Driver 'blkdebug' is not supported by vhost-blkd" },
     };
 

@@ -162,6 +162,18 @@ LatHist *vu_blk_export_get_latency_histogram(VuBlkExport *exp,
                                              VuBlkHistType type);
 BlockBackend *vu_blk_export_get_blk(VuBlkExport *exp);
 /*
+ * Main thread, for a block job that moves the export to another node
+ * (job-complete of a mirror).  Quiesce: the queues pop no new request
+ * (those in flight complete) until called again with @on false; returns
+ * once every queue's iothread has seen it.  Replace, while quiesced: the
+ * export serves @blk (same size) from its next request on, with the
+ * permissions it held on the old node; false with @errp set, nothing
+ * changed.
+ */
+void vu_blk_export_quiesce(VuBlkExport *exp, bool on);
+bool vu_blk_export_replace_blk(VuBlkExport *exp, BlockBackend *blk,
+                               GError **errp);
+/*
  * Main thread.  Grow the image to @size bytes (blk_truncate()), update the
  * capacity and tell the front-end (CONFIG_CHANGE_MSG) so the guest sees
  * the new size.  A front-end that did not negotiate the back-end channel

@@ -1,0 +1,708 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The mirror job: copy a node to another while its users keep writing
+ * (QEMU's blockdev-mirror, the ground of live migration with local disks).
+ *
+ * Theory of operation: a dirty bitmap on the source (block/dirty-bitmap.c)
+ * records every write its users make.  sync=full starts with every bit
+ * set, so the bulk copy and the copy of later writes are one loop: find
+ * the next dirty run of bits, clear it, read the range from the source,
+ * write it to the target.  A write landing meanwhile sets its bits again
+ * (at submission and at completion), so the range is copied once more.
+ * When a pass finds nothing dirty, none of our copies is in flight and no
+ * tracked write of the users is in flight either, the target equals the
+ * source: after a flush of the target the job is ready.  The first pass
+ * asks the source what each range holds (block status) and writes the
+ * ranges that read as zeroes as zeroes (holes with unmap=true) instead of
+ * copying them: a sparse disk does not send its emptiness.  It then goes on
+ * copying what is written (polling the bitmap every MIRROR_IDLE_NS, since
+ * the write path only sets bits and wakes nobody) until it is cancelled:
+ * block-job-cancel on a ready job (a soft cancel) converges once more,
+ * flushes the target and ends as a success, the target a consistent copy;
+ * a forced cancel (job-cancel, force=true) stops at once.
+ *
+ * job-complete on a ready job pivots: the source's users (the exports,
+ * through the caller's callbacks) are quiesced at once, the copy goes on
+ * until it has caught up with none of their writes in flight, the target
+ * is flushed, the users are moved to the target and let go on.  The
+ * guest waits only for that last pass, which follows a converged state.
+ *
+ * Requests are issued from the main thread (its AioContext; a node's
+ * driver keeps per-context state, so this runs beside the exports'
+ * iothreads) with control blocks and buffers allocated when the job
+ * starts: at most buf-size bytes in flight, in operations of at most
+ * MIRROR_MAX_OP bytes.  The speed limit counts bytes per 100 ms slice;
+ * over it, the next operation waits for the slice's end on a timerfd,
+ * the same one that wakes the idle polling.
+ *
+ * Threads: main thread only.
+ */
+#include "qemu/osdep.h"
+#include <sys/timerfd.h>
+#include "qemu/aio.h"
+#include "block/block_int.h"
+#include "block/dirty-bitmap.h"
+#include "block/job.h"
+
+#define MIRROR_DEFAULT_GRANULARITY  (64u << 10)
+#define MIRROR_MAX_OP               (1u << 20)
+#define MIRROR_SLICE_NS             100000000ull     /* speed accounting */
+#define MIRROR_IDLE_NS              10000000ull      /* ready: bitmap poll */
+
+typedef struct MirrorJob MirrorJob;
+
+typedef struct MirrorOp {
+    MirrorJob *s;
+    BlockAIOCB acb;
+    struct iovec iov;
+    uint64_t offset;
+    uint64_t bytes;
+    void *buf;
+    BlockStatus status;         /* the bulk pass asks what it copies */
+    struct MirrorOp *next_free;
+} MirrorOp;
+
+struct MirrorJob {
+    Job *job;
+    BlockBackend *src;
+    BlockBackend *target;
+    BdrvChild *src_user;
+    BdrvChild *target_user;
+    BdrvDirtyBitmap *bm;
+    AioContext *ctx;
+    uint64_t op_max;            /* bytes of one operation */
+    unsigned int n_ops;
+    MirrorOp *ops;
+    MirrorOp *free_ops;
+    unsigned int in_flight;
+    uint64_t bytes_in_flight;
+    uint64_t cursor;            /* next bit to look at */
+    bool bulk;                  /* first pass: skip what reads as zeroes */
+    bool unmap;                 /* zeroes may be holes on the target */
+    JobErrorAction on_source_error;
+    JobErrorAction on_target_error;
+    bool flushing;              /* the target's flush is in flight */
+    BlockAIOCB flush_acb;
+    int error;                  /* first error of an action=report */
+    char *error_msg;
+    bool ending;                /* converged for good: flushing to end */
+    bool should_complete;       /* job-complete: pivot at the end */
+    bool quiesced;              /* the users are held by @quiesce */
+    void (*quiesce)(void *opaque, bool on);
+    bool (*pivot_check)(void *opaque, GError **errp);
+    bool (*pivot)(void *opaque, GError **errp);
+    void *pivot_opaque;
+    /* The timer: speed slices and idle polling. */
+    int timer_fd;
+    bool timer_armed;
+    uint64_t slice_start;
+    uint64_t slice_bytes;
+    QEMUBH *kick_bh;
+};
+
+static void mirror_iterate(MirrorJob *s);
+static void mirror_do_pivot(MirrorJob *s);
+static void mirror_read_cb(void *opaque, int ret);
+
+static uint64_t mirror_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static void mirror_arm(MirrorJob *s, uint64_t ns)
+{
+    struct itimerspec its = {
+        .it_value.tv_sec = ns / 1000000000ull,
+        .it_value.tv_nsec = ns % 1000000000ull,
+    };
+
+    if (s->timer_armed) {
+        return;
+    }
+    if (!its.it_value.tv_sec && !its.it_value.tv_nsec) {
+        its.it_value.tv_nsec = 1;
+    }
+    s->timer_armed = timerfd_settime(s->timer_fd, 0, &its, NULL) == 0;
+    if (!s->timer_armed) {
+        /* Cannot happen with a valid fd and time; go on at once rather
+         * than stall. */
+        qemu_bh_schedule(s->kick_bh);
+    }
+}
+
+static void mirror_timer_cb(void *opaque)
+{
+    MirrorJob *s = opaque;
+    uint64_t n;
+
+    if (read(s->timer_fd, &n, sizeof(n)) < 0) {
+        /* EAGAIN: not expired after all; the handler runs again. */
+        return;
+    }
+    s->timer_armed = false;
+    mirror_iterate(s);
+}
+
+static void mirror_kick_bh(void *opaque)
+{
+    mirror_iterate(opaque);
+}
+
+static const char *mirror_err_text(int ret)
+{
+    return g_strerror(-ret);
+}
+
+/*
+ * An I/O error on @op (@is_read: of the source).  The range is dirty
+ * again whatever the action: stop and ignore copy it later.
+ */
+static void mirror_op_error(MirrorJob *s, MirrorOp *op, bool is_read, int ret)
+{
+    JobErrorAction action = is_read ? s->on_source_error :
+                                      s->on_target_error;
+
+    bdrv_dirty_bitmap_set(s->bm, op->offset, op->bytes);
+    if (action == JOB_ERROR_REPORT && !s->error) {
+        s->error = ret;
+        s->error_msg = g_strdup(mirror_err_text(ret));
+    }
+    job_report_error(s->job, is_read ? "read" : "write", action);
+}
+
+static void mirror_op_done(MirrorJob *s, MirrorOp *op)
+{
+    s->in_flight--;
+    s->bytes_in_flight -= op->bytes;
+    op->next_free = s->free_ops;
+    s->free_ops = op;
+    mirror_iterate(s);
+}
+
+static void mirror_write_cb(void *opaque, int ret)
+{
+    MirrorOp *op = opaque;
+    MirrorJob *s = op->s;
+
+    if (ret < 0) {
+        mirror_op_error(s, op, false, ret);
+    } else {
+        job_progress_update(s->job, op->bytes);
+    }
+    mirror_op_done(s, op);
+}
+
+static void mirror_read_cb(void *opaque, int ret)
+{
+    MirrorOp *op = opaque;
+    MirrorJob *s = op->s;
+
+    if (ret < 0) {
+        mirror_op_error(s, op, true, ret);
+        mirror_op_done(s, op);
+        return;
+    }
+    op->iov.iov_base = op->buf;
+    op->iov.iov_len = op->bytes;
+    blk_aio_pwritev(s->target, &op->acb, op->offset, &op->iov, 1, 0,
+                    mirror_write_cb, op);
+}
+
+/* Read the source's range of @op, then write it to the target. */
+static void mirror_op_read(MirrorJob *s, MirrorOp *op)
+{
+    op->iov.iov_base = op->buf;
+    op->iov.iov_len = op->bytes;
+    blk_aio_preadv(s->src, &op->acb, op->offset, &op->iov, 1,
+                   mirror_read_cb, op);
+}
+
+/*
+ * The bulk pass: what the range holds.  Zeroes (a hole, an unallocated
+ * range) are written as zeroes, without reading them or sending a
+ * buffer of them; a shorter zero answer shrinks the operation to it
+ * (whole dirty bits) and leaves the rest dirty for the next operation.
+ * If the source writes there meanwhile, its bits are set again and the
+ * range is copied once more.
+ */
+static void mirror_status_cb(void *opaque, int ret)
+{
+    MirrorOp *op = opaque;
+    MirrorJob *s = op->s;
+    uint64_t gran = bdrv_dirty_bitmap_granularity(s->bm);
+    uint64_t n;
+
+    if (ret < 0 || !(op->status.flags & BDRV_BLOCK_ZERO) ||
+        op->status.pnum < MIN(gran, op->bytes)) {
+        /* Data, or no useful answer: copy it. */
+        mirror_op_read(s, op);
+        return;
+    }
+    n = op->status.pnum >= op->bytes ? op->bytes :
+        op->status.pnum / gran * gran;
+    if (n < op->bytes) {
+        bdrv_dirty_bitmap_set(s->bm, op->offset + n, op->bytes - n);
+        s->bytes_in_flight -= op->bytes - n;
+        op->bytes = n;
+    }
+    if (blk_can_write_zeroes(s->target)) {
+        blk_aio_pwrite_zeroes(s->target, &op->acb, op->offset, op->bytes,
+                              s->unmap ? BDRV_REQ_MAY_UNMAP : 0,
+                              mirror_write_cb, op);
+        return;
+    }
+    memset(op->buf, 0, op->bytes);
+    op->iov.iov_base = op->buf;
+    op->iov.iov_len = op->bytes;
+    blk_aio_pwritev(s->target, &op->acb, op->offset, &op->iov, 1, 0,
+                    mirror_write_cb, op);
+}
+
+/* Start copying the dirty run at @bit; false if there is none. */
+static bool mirror_start_op(MirrorJob *s, int64_t bit)
+{
+    uint64_t gran = bdrv_dirty_bitmap_granularity(s->bm);
+    uint64_t size = blk_getlength(s->src);
+    uint64_t max_bits = s->op_max / gran;
+    MirrorOp *op = s->free_ops;
+    uint64_t n = 0;
+
+    while (n < max_bits && bdrv_dirty_bitmap_test_and_clear(s->bm, bit + n)) {
+        n++;
+    }
+    if (!n) {
+        return false;
+    }
+    s->free_ops = op->next_free;
+    op->offset = (uint64_t)bit * gran;
+    op->bytes = MIN(n * gran, size - MIN(size, op->offset));
+    if (!op->bytes) {
+        /* The bitmap outlives a shrink that cannot happen (shrinking is
+         * refused); nothing to copy there. */
+        op->next_free = s->free_ops;
+        s->free_ops = op;
+        return true;
+    }
+    s->in_flight++;
+    s->bytes_in_flight += op->bytes;
+    s->slice_bytes += op->bytes;
+    if (s->bulk) {
+        blk_aio_block_status(s->src, &op->acb, op->offset, op->bytes,
+                             &op->status, mirror_status_cb, op);
+    } else {
+        mirror_op_read(s, op);
+    }
+    return true;
+}
+
+/*
+ * Over the speed limit?  Then arm the timer for when it is not.  An
+ * operation may overshoot the slice's quota (it copies a whole run); the
+ * excess is a debt the next slices pay off, so the rate over time is the
+ * limit even when it is below one operation per slice.
+ */
+static bool mirror_throttled(MirrorJob *s)
+{
+    uint64_t now, quota, speed = s->job->speed;
+    double wait_ns;
+
+    if (!speed) {
+        return false;
+    }
+    now = mirror_now();
+    if (now - s->slice_start >= MIRROR_SLICE_NS) {
+        double allowed = (double)speed * (now - s->slice_start) / 1e9;
+
+        s->slice_bytes = s->slice_bytes > allowed ?
+                         s->slice_bytes - (uint64_t)allowed : 0;
+        s->slice_start = now;
+    }
+    quota = MAX(speed / (1000000000ull / MIRROR_SLICE_NS), 1);
+    if (s->slice_bytes < quota) {
+        return false;
+    }
+    /* The rest of this slice, and the time the debt takes.  At most a
+     * second: the timer looks again then (set-speed kicks at once). */
+    wait_ns = (double)(s->slice_start + MIRROR_SLICE_NS - now) +
+              (double)(s->slice_bytes - quota) * 1e9 / speed;
+    mirror_arm(s, MIN(wait_ns, 1e9));
+    return true;
+}
+
+static void mirror_unquiesce(MirrorJob *s)
+{
+    if (s->quiesced) {
+        s->quiesced = false;
+        s->quiesce(s->pivot_opaque, false);
+    }
+}
+
+/* Converged with the users held, target flushed: move them over. */
+static void mirror_do_pivot(MirrorJob *s)
+{
+    GError *err = NULL;
+    bool ok;
+
+    /* Our own edge goes first: the users' would conflict with it. */
+    blk_detach_user(s->target_user);
+    s->target_user = NULL;
+    ok = s->pivot(s->pivot_opaque, &err);
+    mirror_unquiesce(s);
+    if (!ok) {
+        char *msg = g_strdup_printf("cannot move the users to the target: "
+                                    "%s", err->message);
+
+        g_error_free(err);
+        job_completed(s->job, -EIO, msg);
+        return;
+    }
+    job_completed(s->job, 0, NULL);
+}
+
+static void mirror_flush_cb(void *opaque, int ret)
+{
+    MirrorJob *s = opaque;
+
+    s->flushing = false;
+    if (s->job->cancelled) {
+        /* Forced cancel meanwhile: neither ready nor a pivot. */
+        mirror_iterate(s);
+        return;
+    }
+    if (ret < 0) {
+        if (s->on_target_error == JOB_ERROR_REPORT && !s->error) {
+            s->error = ret;
+            s->error_msg = g_strdup(mirror_err_text(ret));
+        }
+        job_report_error(s->job, "write", s->on_target_error);
+        s->ending = false;
+        mirror_iterate(s);
+        return;
+    }
+    if (s->ending && s->should_complete) {
+        mirror_do_pivot(s);
+        return;
+    }
+    if (s->ending) {
+        /* Converged and durable: the end of a soft cancel. */
+        job_completed(s->job, 0, NULL);
+        return;
+    }
+    job_transition_to_ready(s->job);
+    mirror_iterate(s);
+}
+
+/* Nothing dirty, nothing of ours or of the users' in flight? */
+static bool mirror_converged(MirrorJob *s)
+{
+    /* The count first: a write that completed set its bits before it
+     * counted down (release/acquire), so the scan below sees them. */
+    return s->in_flight == 0 &&
+           bdrv_dirty_writes_in_flight(s->src) == 0 &&
+           bdrv_dirty_bitmap_next(s->bm, 0) < 0;
+}
+
+static void mirror_iterate(MirrorJob *s)
+{
+    Job *job = s->job;
+
+    if (s->flushing || job->completed) {
+        return;
+    }
+    if (job->cancelled || s->error) {
+        /* Forced cancel or an error to report: stop when our requests
+         * are back; the users go on on the source. */
+        mirror_unquiesce(s);
+        if (s->in_flight == 0) {
+            job_completed(job, s->error ? s->error : -ECANCELED,
+                          g_steal_pointer(&s->error_msg));
+        }
+        return;
+    }
+    if (job->pause_count) {
+        return;
+    }
+    job_progress_set_remaining(job, bdrv_dirty_bitmap_dirty_bytes(s->bm) +
+                                    s->bytes_in_flight);
+    while (s->free_ops && !mirror_throttled(s)) {
+        int64_t bit = bdrv_dirty_bitmap_next(s->bm, s->cursor);
+
+        if (bit < 0 && s->cursor) {
+            /* Wrapped: the bulk pass is over, what is dirty now was
+             * written by the source's users. */
+            s->bulk = false;
+            s->cursor = 0;
+            bit = bdrv_dirty_bitmap_next(s->bm, 0);
+        }
+        if (bit < 0 || !mirror_start_op(s, bit)) {
+            break;
+        }
+        s->cursor = bit + 1;
+    }
+    if (s->in_flight) {
+        return;             /* the completions call us again */
+    }
+    if (mirror_converged(s)) {
+        if (job->soft_cancelled || s->should_complete || !job->ready_seen) {
+            /* Make what we wrote durable before saying ready, and before
+             * ending (a soft cancel, or a completion whose users are
+             * held: nothing can dirty the source any more). */
+            s->ending = job->soft_cancelled || s->should_complete;
+            s->flushing = true;
+            blk_aio_flush(s->target, &s->flush_acb, mirror_flush_cb, s);
+            return;
+        }
+    }
+    /* Dirty bits are left only while the speed limit holds us (the timer
+     * is armed then) or writes of the users are in flight: look again
+     * shortly either way. */
+    mirror_arm(s, MIRROR_IDLE_NS);
+}
+
+/* ---- the job driver ----------------------------------------------------- */
+
+static void mirror_start_cb(Job *job)
+{
+    MirrorJob *s = job->opaque;
+
+    s->slice_start = mirror_now();
+    mirror_iterate(s);
+}
+
+/* A paused job must not hold the users: a completion in progress lets
+ * them go on until the job resumes. */
+static void mirror_pause(Job *job)
+{
+    mirror_unquiesce(job->opaque);
+}
+
+static void mirror_resume(Job *job)
+{
+    MirrorJob *s = job->opaque;
+
+    if (s->should_complete && !s->quiesced) {
+        s->quiesced = true;
+        s->quiesce(s->pivot_opaque, true);
+    }
+    /* A stop on error cleared the report error it would have had. */
+    qemu_bh_schedule(s->kick_bh);
+}
+
+static void mirror_cancel(Job *job, bool force)
+{
+    MirrorJob *s = job->opaque;
+
+    /* Paused or idle, it may be waiting for nothing: look now. */
+    qemu_bh_schedule(s->kick_bh);
+}
+
+static void mirror_set_speed(Job *job, uint64_t speed)
+{
+    MirrorJob *s = job->opaque;
+
+    s->slice_start = mirror_now();
+    s->slice_bytes = 0;
+    qemu_bh_schedule(s->kick_bh);
+}
+
+static bool mirror_complete(Job *job, GError **errp)
+{
+    MirrorJob *s = job->opaque;
+
+    if (!s->pivot) {
+        g_set_error(errp, VB_ERROR, 0, "Job '%s': this mirror cannot move "
+                    "its source's users to the target; use "
+                    "block-job-cancel to end it with the target a "
+                    "consistent copy", job->id);
+        return false;
+    }
+    if (s->should_complete) {
+        g_set_error(errp, VB_ERROR, 0, "Job '%s' is being completed "
+                    "already", job->id);
+        return false;
+    }
+    if (s->pivot_check && !s->pivot_check(s->pivot_opaque, errp)) {
+        return false;
+    }
+    s->should_complete = true;
+    /* From now on the users submit nothing: the copy catches up with
+     * what they wrote before, and nothing dirties the source again. */
+    s->quiesced = true;
+    s->quiesce(s->pivot_opaque, true);
+    qemu_bh_schedule(s->kick_bh);
+    return true;
+}
+
+/* The end, whatever it was: the source's writes are not tracked any more
+ * and the nodes are free for others. */
+static void mirror_clean(Job *job)
+{
+    MirrorJob *s = job->opaque;
+
+    mirror_unquiesce(s);
+    if (s->bm) {
+        bdrv_dirty_bitmap_release(s->src, s->bm);
+        s->bm = NULL;
+    }
+    blk_detach_user(s->src_user);
+    s->src_user = NULL;
+    blk_detach_user(s->target_user);
+    s->target_user = NULL;
+}
+
+static void mirror_free(Job *job)
+{
+    MirrorJob *s = job->opaque;
+
+    mirror_clean(job);
+    aio_set_fd_handler(s->ctx, s->timer_fd, NULL, NULL, NULL, NULL, NULL);
+    close(s->timer_fd);
+    qemu_bh_delete(s->kick_bh);
+    for (unsigned int i = 0; s->ops && i < s->n_ops; i++) {
+        free(s->ops[i].buf);
+    }
+    g_free(s->ops);
+    g_free(s->error_msg);
+    g_free(s->pivot_opaque);
+    g_free(s);
+}
+
+static const JobDriver mirror_job_driver = {
+    .type = "mirror",
+    .start = mirror_start_cb,
+    .pause = mirror_pause,
+    .resume = mirror_resume,
+    .cancel = mirror_cancel,
+    .set_speed = mirror_set_speed,
+    .complete = mirror_complete,
+    .clean = mirror_clean,
+    .free = mirror_free,
+};
+
+Job *mirror_start(const MirrorOptions *o, GError **errp)
+{
+    g_autofree char *who = g_strdup_printf("block job '%s'", o->job_id);
+    uint64_t size = blk_getlength(o->source);
+    uint64_t buf_size = o->buf_size ? o->buf_size : MIRROR_DEFAULT_BUF_SIZE;
+    uint32_t gran = o->granularity;
+    MirrorJob *s;
+    Job *job;
+
+    if (o->source == o->target) {
+        g_set_error(errp, VB_ERROR, 0, "Can't mirror node into itself");
+        return NULL;
+    }
+    if (size != blk_getlength(o->target)) {
+        g_set_error(errp, VB_ERROR, 0, "Source and target image have "
+                    "different sizes (%" PRIu64 " and %" PRIu64 " bytes): "
+                    "create the target with the source's size",
+                    size, blk_getlength(o->target));
+        return NULL;
+    }
+    if (!gran) {
+        BlockDriverInfo bdi;
+
+        blk_get_info(o->target, &bdi);
+        gran = MAX(MIRROR_DEFAULT_GRANULARITY, bdi.cluster_size);
+        gran = MIN(gran, BDRV_DIRTY_GRANULARITY_MAX);
+    }
+    if (buf_size > MIRROR_MAX_BUF_SIZE) {
+        g_set_error(errp, VB_ERROR, 0, "Parameter 'buf-size' must be at "
+                    "most 1 GiB");
+        return NULL;
+    }
+    if (buf_size < gran) {
+        g_set_error(errp, VB_ERROR, 0, "Parameter 'buf-size' must be at "
+                    "least the granularity (%u bytes)", gran);
+        return NULL;
+    }
+    if (job_get(o->job_id)) {
+        g_set_error(errp, VB_ERROR, 0, "Job ID '%s' already in use",
+                    o->job_id);
+        return NULL;
+    }
+    s = g_new0(MirrorJob, 1);
+    s->src = o->source;
+    s->target = o->target;
+    s->ctx = qemu_get_current_aio_context();
+    s->on_source_error = o->on_source_error;
+    s->on_target_error = o->on_target_error;
+    s->quiesce = o->quiesce;
+    s->pivot_check = o->pivot_check;
+    s->pivot = o->pivot;
+    s->pivot_opaque = o->pivot_opaque;
+    s->timer_fd = -1;
+    s->src_user = blk_attach_user(o->source, who, BLK_PERM_CONSISTENT_READ,
+                                  BLK_PERM_ALL, errp);
+    if (!s->src_user) {
+        goto fail;
+    }
+    /* Nobody else may write the target: our copy would be torn. */
+    s->target_user = blk_attach_user(o->target, who,
+                                     BLK_PERM_WRITE | BLK_PERM_RESIZE,
+                                     BLK_PERM_WRITE_UNCHANGED, errp);
+    if (!s->target_user) {
+        goto fail;
+    }
+    s->bm = bdrv_dirty_bitmap_create(o->source, gran, errp);
+    if (!s->bm) {
+        goto fail;
+    }
+    if (o->sync != MIRROR_SYNC_NONE) {
+        bdrv_dirty_bitmap_set(s->bm, 0, size);
+        s->bulk = true;
+    }
+    s->unmap = o->unmap;
+    s->op_max = MAX(gran, MIN(MIRROR_MAX_OP, buf_size) / gran * gran);
+    s->n_ops = MAX(buf_size / s->op_max, 1);
+    s->ops = g_new0(MirrorOp, s->n_ops);
+    for (unsigned int i = 0; i < s->n_ops; i++) {
+        /* 4 KiB alignment: what O_DIRECT asks of any device. */
+        if (posix_memalign(&s->ops[i].buf, 4096, s->op_max)) {
+            g_set_error(errp, VB_ERROR, 0, "cannot allocate the mirror's "
+                        "%" PRIu64 "-byte buffers: lower buf-size",
+                        buf_size);
+            goto fail;
+        }
+        s->ops[i].s = s;
+        s->ops[i].next_free = s->free_ops;
+        s->free_ops = &s->ops[i];
+    }
+    s->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (s->timer_fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "timerfd: %s", g_strerror(errno));
+        goto fail;
+    }
+    job = job_create(o->job_id, &mirror_job_driver, s, o->device,
+                     o->auto_finalize, o->auto_dismiss, o->speed, errp);
+    if (!job) {
+        goto fail;
+    }
+    s->job = job;
+    s->kick_bh = aio_bh_new(s->ctx, mirror_kick_bh, s, "mirror-kick");
+    aio_set_fd_handler(s->ctx, s->timer_fd, mirror_timer_cb, NULL, NULL,
+                       NULL, s);
+    job_progress_set_remaining(job, bdrv_dirty_bitmap_dirty_bytes(s->bm));
+    job_start(job);
+    return job;
+
+fail:
+    if (s->bm) {
+        bdrv_dirty_bitmap_release(s->src, s->bm);
+    }
+    blk_detach_user(s->src_user);
+    blk_detach_user(s->target_user);
+    for (unsigned int i = 0; s->ops && i < s->n_ops; i++) {
+        free(s->ops[i].buf);
+    }
+    g_free(s->ops);
+    if (s->timer_fd >= 0) {
+        close(s->timer_fd);
+    }
+    g_free(s->pivot_opaque);
+    g_free(s);
+    return NULL;
+}

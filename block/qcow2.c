@@ -1,0 +1,2625 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The qcow2 format driver: a node over a "file" child (and a read-only
+ * "backing" child when the image has a backing file), written from the
+ * format's specification (QEMU's docs/interop/qcow2.txt) on top of the
+ * pure format layer (block/qcow2-format.c: header, entries, refcounts,
+ * decompression).
+ *
+ * Threads.  Every request is handed to the node's metadata thread (one
+ * per open image, with an AioContext of its own), which does it with
+ * synchronous child I/O: it submits a child request from its context and
+ * runs that context's loop until the request completes (the thread's own
+ * loop, so never a nested one).  The submitting iothread only queues the
+ * request (a mutex held for a list insertion) and gets its completion
+ * back through a bottom half of its own context.  So every piece of
+ * metadata (L1 table, L2 cache, refcount cache, the allocator) has one
+ * user and needs no lock, two queues allocating the same cluster are
+ * serialised (the second sees the first's L2 entry), and a read of a
+ * cluster being allocated sees the old data or the new.  The price is
+ * that requests of one image do not run in parallel: the lock-free fast
+ * path for allocated clusters is not done yet (docs/architecture.md).
+ *
+ * Metadata is written through: when a request completes, every table it
+ * changed is on the file (not necessarily durable), in this order, which
+ * keeps the image consistent after a crash at any point (a crash may
+ * leak clusters, never corrupt):
+ *   1. refcount increments of new clusters (new refcount blocks first,
+ *      then the refcount table entry naming them, flushed in between),
+ *      then a flush;
+ *   2. the data (guest data merged with the copy-on-write of the rest
+ *      of the cluster) and new L2 tables;
+ *   3. the L2 entry pointing at the new cluster (a new L2 table is
+ *      written and flushed before the L1 entry pointing at it);
+ *   4. refcount decrements of clusters no longer referenced, only after
+ *      a flush made step 3 durable.
+ * A guest flush flushes the file: nothing is left dirty in the caches.
+ *
+ * Freed clusters (discard, copy-on-write away from a shared cluster) are
+ * not reused before the image is opened again: the allocator only moves
+ * forward, so a cluster is never handed out twice in one session.
+ */
+#include "qemu/osdep.h"
+#include "qemu/iov.h"
+#include "qemu/qmp-args.h"
+#include "block/block_int.h"
+#include "block/engine.h"
+#include "block/qcow2.h"
+#include "block/qcow2-options.h"
+#include "block/file.h"
+
+#define QCOW2_OFLAG_COPIED      (1ull << 63)
+#define QCOW2_OFLAG_COMPRESSED  (1ull << 62)
+#define QCOW2_OFLAG_ZERO        1ull
+
+/* Header field offsets. */
+#define HDR_SIZE                24
+#define HDR_L1_SIZE             36
+#define HDR_L1_OFFSET           40
+#define HDR_RT_OFFSET           48
+#define HDR_RT_CLUSTERS         56
+#define HDR_AUTOCLEAR           88
+
+/*
+ * One slot of the L2 cache.  Written by the metadata thread only; read
+ * without a lock by the fast path of the iothreads: @seq is odd while
+ * the slot changes (another slice loads into it, or it empties), so a
+ * reader that saw the same even @seq before and after reading @key and
+ * an entry has a consistent pair.  A single entry changing in place is
+ * one aligned 64-bit store: readers see the old or the new one.  @data
+ * is allocated at open and freed at close, never in between.
+ */
+typedef struct Qcow2L2Slot {
+    uint32_t seq;
+    uint64_t key;               /* host offset of the slice, 0: empty */
+    uint64_t used;              /* LRU stamp (metadata thread) */
+    uint8_t *data;
+} Qcow2L2Slot;
+
+#define L2_WAYS 8
+
+/* The active L1 table as the fast path sees it: replaced (not changed
+ * in size) when it grows, the old one kept until close. */
+typedef struct Qcow2L1Pub {
+    uint32_t size;
+    uint64_t *e;                /* host byte order, atomic per entry */
+} Qcow2L1Pub;
+
+typedef struct Qcow2RcBlock {
+    uint64_t offset;
+    uint64_t used;
+    bool dirty;
+    uint8_t *data;              /* one cluster */
+} Qcow2RcBlock;
+
+/* Work for the metadata thread from the main thread. */
+typedef struct Qcow2Job {
+    void (*fn)(void *opaque);
+    void *opaque;
+    bool done;
+    QSIMPLEQ_ENTRY(Qcow2Job) next;
+} Qcow2Job;
+
+typedef struct BDRVQcow2State {
+    BlockBackend *bs;
+    BlockBackend *file;
+    BlockBackend *backing;      /* NULL: none */
+    BlockBackend *backing_file; /* the file node of a backing we opened */
+    bool own_backing;
+    char *filename;
+    char *full_backing;         /* the backing file's resolved name */
+    char *format_specific;      /* for bdrv_get_info() */
+    Qcow2Info info;
+    bool writable;
+    uint32_t cluster_size;
+    uint32_t cluster_bits;
+    uint32_t align;             /* metadata write granularity */
+
+    /* Header (the bytes we rewrite), L1 and refcount table. */
+    uint8_t *hdr;
+    uint8_t *hdr_disk;          /* what the file has */
+    uint32_t hdr_len;
+    uint64_t *l1;               /* host byte order */
+    uint32_t l1_size;
+    uint64_t l1_offset;
+    uint64_t *rt;               /* host byte order */
+    uint64_t rt_entries;
+    uint64_t rt_offset;
+
+    /* L2 cache: slices of L2 tables. */
+    uint32_t slice_size;
+    uint32_t slice_entries;
+    uint32_t nb_slots;
+    uint32_t nb_sets;           /* slots are L2_WAYS-way sets */
+    Qcow2L2Slot *slots;
+    uint64_t clock;
+    Qcow2L1Pub *l1pub;          /* atomic: published to the fast path */
+    GPtrArray *retired;         /* old L1 tables, freed at close */
+    bool fast_ok;               /* clusters are whole direct I/O blocks */
+    uint64_t slow_requests;     /* atomic: qcow2_slow_requests() */
+    bool autoclear_pending;     /* atomic: autoclear bits to clear at
+                                 * the first write (no fast writes) */
+
+    /* Refcount block cache. */
+    GHashTable *rc_cache;       /* offset -> Qcow2RcBlock */
+    uint32_t rc_max;
+
+    /* Allocator: clusters below @free_hint are not looked at again;
+     * @end is the first cluster past everything in use. */
+    uint64_t free_hint;
+    uint64_t end;
+    /* Clusters whose refcount is 1 on disk, not used yet. */
+    int64_t *reserve;
+    uint32_t res_head, res_len, res_max;
+    bool rc_dirty;              /* a refcount block is dirty */
+    bool rc_unflushed;          /* refcounts written since the last
+                                 * successful flush */
+
+    Qcow2Decompressor *dec;
+    uint8_t *cbuf;
+    uint64_t cache_clean_interval;
+
+    /* The metadata thread. */
+    GThread *thread;
+    AioContext *ctx;
+    GMutex lock;
+    GCond cond;
+    QSIMPLEQ_HEAD(, BlockAIOCB) reqs;   /* protected by @lock */
+    QSIMPLEQ_HEAD(, Qcow2Job) jobs;     /* protected by @lock */
+    bool quit;                          /* protected by @lock */
+
+    /* Open (metadata thread): the result. */
+    GError *open_err;
+    const BlockQcow2Options *open_opts;
+} BDRVQcow2State;
+
+/* ---- synchronous child I/O (metadata thread) -------------------------- */
+
+typedef struct SyncIO {
+    int ret;
+    bool done;
+} SyncIO;
+
+static void sync_cb(void *opaque, int ret)
+{
+    SyncIO *s = opaque;
+
+    s->ret = ret;
+    s->done = true;
+}
+
+static int sio_wait(BDRVQcow2State *s, SyncIO *sio)
+{
+    while (!sio->done) {
+        aio_poll(s->ctx, true);
+    }
+    return sio->ret;
+}
+
+static int sio_read_aligned(BDRVQcow2State *s, BlockBackend *blk,
+                            uint64_t off, void *buf, size_t len)
+{
+    struct iovec iov = { buf, len };
+    BlockAIOCB acb;
+    SyncIO sio = { 0 };
+
+    if (!len) {
+        return 0;
+    }
+    blk_aio_preadv(blk, &acb, off, &iov, 1, sync_cb, &sio);
+    return sio_wait(s, &sio);
+}
+
+/*
+ * The enclosing blocks of [off, off + len) for a child whose requests
+ * must be aligned (direct I/O), clamped to its end; false if aligned.
+ */
+static bool sio_widen(BlockBackend *blk, uint64_t off, size_t len,
+                      uint64_t *a, uint64_t *e)
+{
+    uint32_t ra = MAX(blk->bl.request_alignment, 1);
+
+    if (!((off | len) % ra)) {
+        return false;
+    }
+    *a = QEMU_ALIGN_DOWN(off, ra);
+    *e = MIN(QEMU_ALIGN_UP(off + len, ra),
+             MAX(blk_getlength(blk), off + len));
+    return true;
+}
+
+static int sio_read(BDRVQcow2State *s, BlockBackend *blk, uint64_t off,
+                    void *buf, size_t len)
+{
+    g_autofree uint8_t *bounce = NULL;
+    uint64_t a, e;
+    int ret;
+
+    if (!sio_widen(blk, off, len, &a, &e)) {
+        return sio_read_aligned(s, blk, off, buf, len);
+    }
+    bounce = g_malloc(e - a);
+    ret = sio_read_aligned(s, blk, a, bounce, e - a);
+    if (ret == 0) {
+        memcpy(buf, bounce + (off - a), len);
+    }
+    return ret;
+}
+
+/* The file child grows in steps of this much. */
+#define FILE_GROW_STEP (1ull << 20)
+
+static int sio_write_aligned(BDRVQcow2State *s, uint64_t off,
+                             const void *buf, size_t len);
+
+/* A write of any alignment: read-modify-write of the enclosing blocks
+ * (only this thread writes the file, so nothing changes in between). */
+static int sio_write(BDRVQcow2State *s, uint64_t off, const void *buf,
+                     size_t len)
+{
+    g_autofree uint8_t *bounce = NULL;
+    uint32_t ra = MAX(s->file->bl.request_alignment, 1);
+    uint64_t a, e, fsize = blk_getlength(s->file);
+    int ret;
+
+    if (!((off | len) % ra)) {
+        return sio_write_aligned(s, off, buf, len);
+    }
+    a = QEMU_ALIGN_DOWN(off, ra);
+    e = QEMU_ALIGN_UP(off + len, ra);
+    bounce = g_malloc0(e - a);
+    if (a < fsize) {
+        ret = sio_read_aligned(s, s->file, a, bounce,
+                               MIN(e, QEMU_ALIGN_DOWN(fsize, ra)) - a);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    memcpy(bounce + (off - a), buf, len);
+    return sio_write_aligned(s, a, bounce, e - a);
+}
+
+static int sio_write_aligned(BDRVQcow2State *s, uint64_t off,
+                             const void *buf, size_t len)
+{
+    struct iovec iov = { (void *)buf, len };
+    BlockAIOCB acb;
+    SyncIO sio = { 0 };
+
+    if (off + len > blk_getlength(s->file)) {
+        uint64_t size = QEMU_ALIGN_UP(off + len, FILE_GROW_STEP);
+
+        /* blk_truncate() on a file only extends it (ftruncate) and
+         * publishes the size atomically: safe in this thread. */
+        /* A block device only "grows" to its own size: then exactly. */
+        if (!blk_truncate(s->file, size, NULL)) {
+            size = off + len;
+            if (!blk_truncate(s->file, size, NULL)) {
+                return -ENOSPC;
+            }
+        }
+        /* What the entry checks measure against. */
+        s->info.file_size = size;
+    }
+    blk_aio_pwritev(s->file, &acb, off, &iov, 1, 0, sync_cb, &sio);
+    return sio_wait(s, &sio);
+}
+
+static int sio_flush(BDRVQcow2State *s)
+{
+    BlockAIOCB acb;
+    SyncIO sio = { 0 };
+    bool unflushed = s->rc_unflushed;
+    int ret;
+
+    blk_aio_flush(s->file, &acb, sync_cb, &sio);
+    ret = sio_wait(s, &sio);
+    if (ret == 0 && unflushed) {
+        /* What was written before the flush started is durable. */
+        s->rc_unflushed = false;
+    }
+    return ret;
+}
+
+/* Write the @align-sized piece of a table in memory (@table, at @base in
+ * the file, @table_len bytes) that holds byte @pos. */
+static int write_piece(BDRVQcow2State *s, const uint8_t *table,
+                       uint64_t base, uint64_t table_len, uint64_t pos)
+{
+    uint64_t start = pos & ~(uint64_t)(s->align - 1);
+    uint64_t len = MIN(s->align, table_len - start);
+
+    return sio_write(s, base + start, table + start, len);
+}
+
+/* ---- header ----------------------------------------------------------- */
+
+/*
+ * Write the header as changed in s->hdr.  If the write fails the changes
+ * are dropped (s->hdr is again what the file has), so that a later
+ * header write cannot carry a change whose preconditions failed.
+ */
+static int write_header(BDRVQcow2State *s)
+{
+    int ret = sio_write(s, 0, s->hdr, s->hdr_len);
+
+    if (ret < 0) {
+        memcpy(s->hdr, s->hdr_disk, s->hdr_len);
+    } else {
+        memcpy(s->hdr_disk, s->hdr, s->hdr_len);
+    }
+    return ret;
+}
+
+/* ---- refcounts -------------------------------------------------------- */
+
+static Qcow2RcBlock *rc_block_load(BDRVQcow2State *s, uint64_t offset,
+                                   bool fresh, int *ret)
+{
+    Qcow2RcBlock *b = g_hash_table_lookup(s->rc_cache, &offset);
+
+    *ret = 0;
+    if (b) {
+        b->used = ++s->clock;
+        return b;
+    }
+    if (g_hash_table_size(s->rc_cache) >= s->rc_max) {
+        /* Drop the least recently used clean block. */
+        GHashTableIter it;
+        gpointer k, v;
+        Qcow2RcBlock *victim = NULL;
+
+        g_hash_table_iter_init(&it, s->rc_cache);
+        while (g_hash_table_iter_next(&it, &k, &v)) {
+            Qcow2RcBlock *c = v;
+
+            if (!c->dirty && (!victim || c->used < victim->used)) {
+                victim = c;
+            }
+        }
+        if (victim) {
+            g_hash_table_remove(s->rc_cache, &victim->offset);
+        }
+    }
+    b = g_new0(Qcow2RcBlock, 1);
+    b->offset = offset;
+    b->data = g_malloc0(s->cluster_size);
+    b->used = ++s->clock;
+    if (!fresh) {
+        *ret = sio_read(s, s->file, offset, b->data, s->cluster_size);
+        if (*ret < 0) {
+            g_free(b->data);
+            g_free(b);
+            return NULL;
+        }
+    }
+    g_hash_table_insert(s->rc_cache, &b->offset, b);
+    return b;
+}
+
+static void rc_block_free(gpointer p)
+{
+    Qcow2RcBlock *b = p;
+
+    g_free(b->data);
+    g_free(b);
+}
+
+/* Refcount of @cluster (an index); 0 where no block covers it. */
+static int rc_get(BDRVQcow2State *s, uint64_t cluster, uint64_t *val)
+{
+    uint64_t ti = cluster / s->info.refblock_entries;
+    Qcow2RcBlock *b;
+    int ret;
+
+    *val = 0;
+    if (ti >= s->rt_entries || !s->rt[ti]) {
+        return 0;
+    }
+    b = rc_block_load(s, s->rt[ti], false, &ret);
+    if (!b) {
+        return ret;
+    }
+    return qcow2_refcount_get(&s->info, b->data,
+                              cluster % s->info.refblock_entries, val);
+}
+
+/* Write every dirty refcount block. */
+static int rc_write_dirty(BDRVQcow2State *s)
+{
+    GHashTableIter it;
+    gpointer k, v;
+
+    g_hash_table_iter_init(&it, s->rc_cache);
+    while (g_hash_table_iter_next(&it, &k, &v)) {
+        Qcow2RcBlock *b = v;
+
+        if (b->dirty) {
+            int ret = sio_write(s, b->offset, b->data, s->cluster_size);
+
+            if (ret < 0) {
+                return ret;
+            }
+            b->dirty = false;
+            s->rc_unflushed = true;
+        }
+    }
+    s->rc_dirty = false;
+    return 0;
+}
+
+static int rc_extend(BDRVQcow2State *s, uint64_t need_ti);
+static int end_skip_used(BDRVQcow2State *s, uint64_t n);
+
+/* Add @delta to the refcount of @cluster in the cache (the block is
+ * marked dirty; rc_write_dirty() writes it). */
+static int rc_update(BDRVQcow2State *s, uint64_t cluster, int delta)
+{
+    uint64_t ti = cluster / s->info.refblock_entries;
+    uint32_t bi = cluster % s->info.refblock_entries;
+    uint64_t val;
+    Qcow2RcBlock *b;
+    int ret;
+
+    if (ti >= s->rt_entries || !s->rt[ti]) {
+        if (delta < 0) {
+            return -EUCLEAN;
+        }
+        ret = rc_extend(s, ti);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    b = rc_block_load(s, s->rt[ti], false, &ret);
+    if (!b) {
+        return ret;
+    }
+    ret = qcow2_refcount_get(&s->info, b->data, bi, &val);
+    if (ret < 0) {
+        return ret;
+    }
+    if ((delta < 0 && val < (uint64_t)-delta) ||
+        (delta > 0 && val + delta > s->info.refcount_max)) {
+        return -EUCLEAN;
+    }
+    ret = qcow2_refcount_set(&s->info, b->data, bi, val + delta);
+    if (ret < 0) {
+        return ret;
+    }
+    b->dirty = true;
+    s->rc_dirty = true;
+    return 0;
+}
+
+/*
+ * Make the refcount table cover range @need_ti with a block.  New
+ * refcount blocks (and a new, larger refcount table if the index is past
+ * the table's end) go at the end of the image, at @s->end; each new block
+ * describes itself and the other new clusters where they fall in its
+ * range.  Order: blocks (and a new table) written and flushed, then the
+ * table entry (or the header naming the new table) written and flushed,
+ * then the old table's clusters freed.
+ */
+static int rc_extend(BDRVQcow2State *s, uint64_t need_ti)
+{
+    uint64_t rbe = s->info.refblock_entries;
+    uint64_t per_cl = s->cluster_size / 8;
+    uint64_t L;
+    uint64_t nb = 0, nt = 0, new_entries = s->rt_entries;
+    g_autofree uint64_t *tis = NULL;
+    uint64_t *new_rt = NULL;
+    bool changed;
+    int ret;
+
+restart:
+    ret = end_skip_used(s, MAX(nb + nt, 1));
+    if (ret < 0) {
+        return ret;
+    }
+    L = s->end;
+    /* Fixpoint: blocks at [L, L + nb), a new table at [L + nb, + nt). */
+    do {
+        uint64_t total = nb + nt;
+        uint64_t first = L / rbe, last = (L + total) / rbe;
+        uint64_t cnt = 0, max_ti = need_ti;
+
+        g_free(tis);
+        tis = g_new(uint64_t, last - first + 2);
+        tis[cnt++] = need_ti;
+        for (uint64_t t = first; t <= last; t++) {
+            if (t != need_ti && (t >= s->rt_entries || !s->rt[t])) {
+                tis[cnt++] = t;
+                max_ti = MAX(max_ti, t);
+            }
+        }
+        changed = cnt != nb;
+        nb = cnt;
+        if (max_ti >= s->rt_entries) {
+            uint64_t want = MAX(max_ti + 1, s->rt_entries * 2);
+            uint64_t t = (((want) + (per_cl) - 1) / (per_cl));
+
+            if (t * s->cluster_size > QCOW2_MAX_REFTABLE_BYTES) {
+                return -EFBIG;
+            }
+            if (t != nt) {
+                changed = true;
+            }
+            nt = t;
+            new_entries = nt * per_cl;
+        }
+    } while (changed);
+
+    {
+        uint64_t before = s->end;
+
+        ret = end_skip_used(s, nb + nt);
+        if (ret < 0) {
+            return ret;
+        }
+        if (s->end != before) {
+            goto restart;       /* a cluster in use inside the range */
+        }
+    }
+    s->end = L + nb + nt;
+    /* The new blocks, in memory, then the new clusters' refcounts. */
+    if (nt) {
+        new_rt = g_new0(uint64_t, new_entries);
+        memcpy(new_rt, s->rt, s->rt_entries * 8);
+    }
+    for (uint64_t i = 0; i < nb; i++) {
+        Qcow2RcBlock *b = rc_block_load(s, (L + i) << s->cluster_bits, true,
+                                        &ret);
+        if (!b) {
+            g_free(new_rt);
+            return ret;
+        }
+        b->dirty = true;
+        s->rc_dirty = true;
+        if (new_rt) {
+            new_rt[tis[i]] = (L + i) << s->cluster_bits;
+        }
+    }
+    for (uint64_t c = L; c < L + nb + nt; c++) {
+        uint64_t ti = c / rbe;
+        uint64_t boff = 0;
+        Qcow2RcBlock *b;
+
+        for (uint64_t i = 0; i < nb; i++) {
+            if (tis[i] == ti) {
+                boff = (L + i) << s->cluster_bits;
+            }
+        }
+        if (!boff) {
+            boff = s->rt[ti];   /* an existing block */
+        }
+        b = rc_block_load(s, boff, false, &ret);
+        if (!b) {
+            g_free(new_rt);
+            return ret;
+        }
+        ret = qcow2_refcount_set(&s->info, b->data, c % rbe, 1);
+        if (ret < 0) {
+            g_free(new_rt);
+            return ret;
+        }
+        b->dirty = true;
+        s->rc_dirty = true;
+    }
+    ret = rc_write_dirty(s);
+    if (ret < 0) {
+        g_free(new_rt);
+        return ret;
+    }
+    if (!nt) {
+        /* New entries in the existing table: one per new block (the
+         * range asked for, and those the new blocks themselves fall
+         * in). */
+        g_autofree uint8_t *be = g_malloc(s->rt_entries * 8);
+
+        ret = sio_flush(s);
+        if (ret < 0) {
+            return ret;
+        }
+        for (uint64_t i = 0; i < s->rt_entries; i++) {
+            qcow2_st_be64(be + i * 8, qcow2_reftable_encode(s->rt[i]));
+        }
+        for (uint64_t i = 0; i < nb; i++) {
+            qcow2_st_be64(be + tis[i] * 8,
+                          qcow2_reftable_encode((L + i) << s->cluster_bits));
+        }
+        for (uint64_t i = 0; i < nb && ret == 0; i++) {
+            ret = write_piece(s, be, s->rt_offset, s->rt_entries * 8,
+                              tis[i] * 8);
+        }
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            /* Refcounts must not go into a block the file's table may
+             * not name: the next allocation makes another. */
+            return ret;
+        }
+        for (uint64_t i = 0; i < nb; i++) {
+            s->rt[tis[i]] = (L + i) << s->cluster_bits;
+        }
+        return 0;
+    }
+    {
+        uint64_t t_off = (L + nb) << s->cluster_bits;
+        uint64_t old_off = s->rt_offset;
+        uint64_t old_cl = s->rt_entries / per_cl;
+        g_autofree uint8_t *be = g_malloc0(nt * s->cluster_size);
+
+        for (uint64_t i = 0; i < new_entries; i++) {
+            qcow2_st_be64(be + i * 8, qcow2_reftable_encode(new_rt[i]));
+        }
+        ret = sio_write(s, t_off, be, nt * s->cluster_size);
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            g_free(new_rt);
+            return ret;
+        }
+        qcow2_st_be64(s->hdr + HDR_RT_OFFSET, t_off);
+        {
+            uint32_t v = GUINT32_TO_BE((uint32_t)nt);
+
+            memcpy(s->hdr + HDR_RT_CLUSTERS, &v, 4);
+        }
+        ret = write_header(s);
+        if (ret < 0) {
+            g_free(new_rt);
+            return ret;
+        }
+        /* The file names the new table now (or will): use it. */
+        ret = sio_flush(s);
+        g_free(s->rt);
+        s->rt = new_rt;
+        s->rt_entries = new_entries;
+        s->rt_offset = t_off;
+        s->info.h.refcount_table_offset = t_off;
+        s->info.h.refcount_table_clusters = nt;
+        if (ret < 0) {
+            return ret;
+        }
+        /* The old table is garbage now: a crash before this only leaks. */
+        for (uint64_t i = 0; i < old_cl; i++) {
+            ret = rc_update(s, (old_off >> s->cluster_bits) + i, -1);
+            if (ret < 0) {
+                return ret;
+            }
+        }
+        return rc_write_dirty(s);
+    }
+}
+
+/*
+ * Allocate @n contiguous clusters: their refcounts become 1 in the cache
+ * (the caller writes them with rc_write_dirty() and flushes before
+ * anything points at them).  Returns the host offset or -errno.
+ */
+/*
+ * Move s->end past clusters in use, so that [s->end, s->end + @n) is
+ * free.  Clusters past the end of the file can be in use: a batch of
+ * reserved data clusters is counted before the file grows over it, and
+ * a crash leaves what was not written yet counted (leaked) beyond the
+ * file's end, where the image's end starts at the next open.
+ */
+static int end_skip_used(BDRVQcow2State *s, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t v;
+        int ret = rc_get(s, s->end + i, &v);
+
+        if (ret < 0) {
+            return ret;
+        }
+        if (v) {
+            s->end += i + 1;
+            i = (uint64_t)-1;   /* again from the new end */
+        }
+    }
+    return 0;
+}
+
+static int64_t alloc_clusters(BDRVQcow2State *s, uint64_t n)
+{
+    uint64_t start;
+    int ret;
+
+    ret = end_skip_used(s, n);
+    if (ret < 0) {
+        return ret;
+    }
+    start = s->end;
+
+    if (n == 1) {
+        /* A free cluster in the covered space, if any. */
+        while (s->free_hint < s->end) {
+            uint64_t v;
+
+            ret = rc_get(s, s->free_hint, &v);
+            if (ret < 0) {
+                return ret;
+            }
+            if (v == 0 && s->free_hint > 0) {
+                start = s->free_hint++;
+                goto found;
+            }
+            s->free_hint++;
+        }
+    }
+    s->end += n;
+    s->free_hint = s->end;
+found:
+    if (((start + n) << s->cluster_bits) > QCOW2_MAX_HOST_OFFSET) {
+        return -ENOSPC;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        ret = rc_update(s, start + i, 1);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    return start << s->cluster_bits;
+}
+
+/*
+ * A cluster for guest data.  Allocating one costs a flush (its refcount
+ * must be durable before an L2 entry names it), so clusters are reserved
+ * a batch at a time: their refcounts are set together, and the caller's
+ * one flush covers the batch; later calls take from it without any.  A
+ * crash leaks what is left of the batch; a clean close gives it back.
+ */
+static int64_t alloc_data_cluster(BDRVQcow2State *s)
+{
+    if (s->res_head == s->res_len) {
+        s->res_head = s->res_len = 0;
+        for (uint32_t i = 0; i < s->res_max; i++) {
+            int64_t off = alloc_clusters(s, 1);
+
+            if (off < 0) {
+                if (!s->res_len) {
+                    return off;
+                }
+                break;
+            }
+            s->reserve[s->res_len++] = off;
+        }
+    }
+    return s->reserve[s->res_head++];
+}
+
+/* Give the unused reserved clusters back (before a clean close). */
+static int release_reserve(BDRVQcow2State *s)
+{
+    while (s->res_head < s->res_len) {
+        int ret = rc_update(s, s->reserve[s->res_head++] >> s->cluster_bits,
+                            -1);
+
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    return 0;
+}
+
+/* Decrement the refcounts of the host clusters [off, off + len). */
+static int free_range(BDRVQcow2State *s, uint64_t off, uint64_t len)
+{
+    uint64_t first = off >> s->cluster_bits;
+    uint64_t last = (off + len - 1) >> s->cluster_bits;
+
+    for (uint64_t c = first; c <= last; c++) {
+        int ret = rc_update(s, c, -1);
+
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    /* A lock-free request may still use what it looked up before: a
+     * cluster freed now is not handed out again in this session. */
+    s->free_hint = MAX(s->free_hint, last + 1);
+    return 0;
+}
+
+/* ---- L2 cache --------------------------------------------------------- */
+
+static uint64_t l2_slice_key(BDRVQcow2State *s, uint64_t l2_off,
+                             uint32_t idx)
+{
+    return l2_off + (uint64_t)(idx / s->slice_entries) * s->slice_size;
+}
+
+static uint32_t l2_set_of(BDRVQcow2State *s, uint64_t key)
+{
+    return (uint32_t)(((key >> 9) * 0x9e3779b97f4a7c15ull) >> 32) %
+           s->nb_sets;
+}
+
+/* Metadata thread: start and end a change of @slot's key or contents
+ * (see Qcow2L2Slot). */
+static void slot_begin(Qcow2L2Slot *slot)
+{
+    __atomic_store_n(&slot->seq, slot->seq + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static void slot_end(Qcow2L2Slot *slot)
+{
+    __atomic_store_n(&slot->seq, slot->seq + 1, __ATOMIC_RELEASE);
+}
+
+/* The cached slice at @key (loading it, or zeroing it when @fresh). */
+static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
+                                 int *ret)
+{
+    Qcow2L2Slot *set = &s->slots[l2_set_of(s, key) * L2_WAYS];
+    Qcow2L2Slot *slot = &set[0];
+
+    *ret = 0;
+    for (int w = 0; w < L2_WAYS; w++) {
+        if (set[w].key == key) {
+            set[w].used = ++s->clock;
+            return &set[w];
+        }
+    }
+    for (int w = 0; w < L2_WAYS; w++) {
+        if (!set[w].key) {
+            slot = &set[w];
+            break;
+        }
+        if (set[w].used < slot->used) {
+            slot = &set[w];
+        }
+    }
+    slot_begin(slot);
+    __atomic_store_n(&slot->key, 0, __ATOMIC_RELAXED);
+    if (fresh) {
+        memset(slot->data, 0, s->slice_size);
+    } else {
+        *ret = sio_read(s, s->file, key, slot->data, s->slice_size);
+        if (*ret < 0) {
+            slot_end(slot);
+            return NULL;
+        }
+    }
+    __atomic_store_n(&slot->key, key, __ATOMIC_RELAXED);
+    slot_end(slot);
+    slot->used = ++s->clock;
+    return slot;
+}
+
+static void slot_drop(Qcow2L2Slot *slot)
+{
+    slot_begin(slot);
+    __atomic_store_n(&slot->key, 0, __ATOMIC_RELAXED);
+    slot_end(slot);
+}
+
+/* Drop every cached slice of the L2 table at @l2_off. */
+static void l2_forget(BDRVQcow2State *s, uint64_t l2_off)
+{
+    for (uint32_t i = 0; i < s->nb_slots; i++) {
+        if (s->slots[i].key >= l2_off &&
+            s->slots[i].key < l2_off + s->cluster_size) {
+            slot_drop(&s->slots[i]);
+        }
+    }
+}
+
+static void l2_cache_clean(BDRVQcow2State *s)
+{
+    for (uint32_t i = 0; i < s->nb_slots; i++) {
+        if (s->slots[i].key) {
+            slot_drop(&s->slots[i]);
+        }
+    }
+    g_hash_table_remove_all(s->rc_cache);
+}
+
+/*
+ * Any thread, no lock: the L2 entry (host byte order) at @idx of the
+ * slice @key if it is cached, else false.
+ */
+static bool l2_fast_entry(BDRVQcow2State *s, uint64_t key, uint32_t idx,
+                          uint64_t *raw)
+{
+    Qcow2L2Slot *set = &s->slots[l2_set_of(s, key) * L2_WAYS];
+
+    for (int w = 0; w < L2_WAYS; w++) {
+        Qcow2L2Slot *slot = &set[w];
+        uint32_t s1 = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
+        uint64_t v;
+
+        if ((s1 & 1) ||
+            __atomic_load_n(&slot->key, __ATOMIC_RELAXED) != key) {
+            continue;
+        }
+        v = __atomic_load_n((uint64_t *)(slot->data + idx * 8),
+                            __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&slot->seq, __ATOMIC_RELAXED) != s1) {
+            return false;
+        }
+        *raw = GUINT64_FROM_BE(v);
+        return true;
+    }
+    return false;
+}
+
+/* Where guest cluster @vc is mapped. */
+typedef struct Qcow2Loc {
+    uint64_t l1_index;
+    uint64_t l2_offset;         /* 0: no L2 table */
+    bool l2_copied;
+    uint32_t l2_index;
+    uint64_t raw;               /* the L2 entry as stored */
+    Qcow2L2Entry e;
+} Qcow2Loc;
+
+static int lookup(BDRVQcow2State *s, uint64_t vc, Qcow2Loc *loc)
+{
+    const char *why = NULL;
+    Qcow2L1Entry l1e;
+    Qcow2L2Slot *slot;
+    int ret;
+
+    memset(loc, 0, sizeof(*loc));
+    loc->l1_index = vc >> s->info.l2_bits;
+    loc->l2_index = vc & (s->info.l2_entries - 1);
+    loc->e.type = QCOW2_CLUSTER_UNALLOCATED;
+    if (loc->l1_index >= s->l1_size) {
+        return 0;
+    }
+    ret = qcow2_l1_decode(&s->info, s->l1[loc->l1_index], &l1e, &why);
+    if (ret < 0) {
+        goto corrupt;
+    }
+    loc->l2_offset = l1e.l2_offset;
+    loc->l2_copied = l1e.copied;
+    if (!l1e.l2_offset) {
+        return 0;
+    }
+    slot = l2_slice_get(s, l2_slice_key(s, l1e.l2_offset, loc->l2_index),
+                        false, &ret);
+    if (!slot) {
+        return ret;
+    }
+    loc->raw = qcow2_ld_be64(slot->data +
+                             (loc->l2_index % s->slice_entries) * 8);
+    ret = qcow2_l2_decode(&s->info, loc->raw, &loc->e, &why);
+    if (ret < 0) {
+        goto corrupt;
+    }
+    return 0;
+
+corrupt:
+    g_printerr("qcow2 %s: corrupt metadata for guest offset %#" PRIx64
+               ": %s\n", s->filename, vc << s->cluster_bits, why);
+    return -EIO;
+}
+
+/* Set the L2 entry of @loc (whose table is writable) and write it. */
+static int l2_set(BDRVQcow2State *s, const Qcow2Loc *loc, uint64_t entry)
+{
+    uint64_t key = l2_slice_key(s, loc->l2_offset, loc->l2_index);
+    uint32_t in = (loc->l2_index % s->slice_entries) * 8;
+    Qcow2L2Slot *slot;
+    int ret;
+
+    uint32_t start = in & ~(s->align - 1);
+    uint32_t len = MIN(s->align, s->slice_size - start);
+    g_autofree uint8_t *piece = g_malloc(len);
+
+    slot = l2_slice_get(s, key, false, &ret);
+    if (!slot) {
+        return ret;
+    }
+    /*
+     * The file first, then the cache: after a failed write the cache
+     * must not have an entry the file lacks (a later write through it
+     * would be acknowledged and lost).
+     */
+    memcpy(piece, slot->data + start, len);
+    qcow2_st_be64(piece + (in - start), entry);
+    ret = sio_write(s, key + start, piece, len);
+    if (ret < 0) {
+        return ret;
+    }
+    /* One aligned store: a lock-free reader sees the old or the new. */
+    __atomic_store_n((uint64_t *)(slot->data + in), GUINT64_TO_BE(entry),
+                     __ATOMIC_RELEASE);
+    return 0;
+}
+
+/*
+ * Set L1 entry @idx to @entry: on the file first, then in memory, so
+ * that a failed write leaves memory as the file is (tables written after
+ * it must not depend on an entry the file does not have).
+ */
+static int l1_set(BDRVQcow2State *s, uint64_t idx, uint64_t entry)
+{
+    uint64_t pos = idx * 8;
+    uint64_t start = pos & ~(uint64_t)(s->align - 1);
+    uint64_t len = MIN(s->align, (uint64_t)s->l1_size * 8 - start);
+    g_autofree uint8_t *buf = g_malloc(len);
+    int ret;
+
+    for (uint64_t i = 0; i < len / 8; i++) {
+        qcow2_st_be64(buf + i * 8, start / 8 + i == idx ? entry :
+                                   s->l1[start / 8 + i]);
+    }
+    ret = sio_write(s, s->l1_offset + start, buf, len);
+    if (ret == 0) {
+        __atomic_store_n(&s->l1[idx], entry, __ATOMIC_RELEASE);
+    }
+    return ret;
+}
+
+/*
+ * Make the L2 table of @loc's L1 entry exist and be ours alone
+ * (COPIED): allocate a zeroed one, or copy a shared one.  Order: the
+ * refcount, the new table, flush, the L1 entry, flush; then the shared
+ * table's reference is dropped.
+ */
+static int l2_prepare(BDRVQcow2State *s, uint64_t vc, Qcow2Loc *loc)
+{
+    g_autofree uint8_t *table = NULL;
+    uint64_t old = loc->l2_offset;
+    int64_t off;
+    int ret;
+
+    if (old && loc->l2_copied) {
+        return 0;
+    }
+    if (loc->l1_index >= s->l1_size) {
+        return -EIO;    /* the L1 table covers the virtual size */
+    }
+    table = g_malloc0(s->cluster_size);
+    if (old) {
+        ret = sio_read(s, s->file, old, table, s->cluster_size);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    off = alloc_clusters(s, 1);
+    if (off < 0) {
+        return off;
+    }
+    ret = rc_write_dirty(s);
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret == 0) {
+        ret = sio_write(s, off, table, s->cluster_size);
+    }
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    ret = l1_set(s, loc->l1_index, qcow2_l1_encode(off, true));
+    if (ret < 0) {
+        return ret;
+    }
+    if (old) {
+        l2_forget(s, old);
+        ret = sio_flush(s);
+        if (ret == 0) {
+            ret = free_range(s, old, s->cluster_size);
+        }
+        if (ret == 0) {
+            ret = rc_write_dirty(s);
+        }
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    return lookup(s, vc, loc);
+}
+
+/* ---- reading clusters ------------------------------------------------- */
+
+/* Read [off, off + len) of the backing chain (zeroes past its end). */
+static int read_backing(BDRVQcow2State *s, uint64_t off, uint8_t *buf,
+                        uint64_t len)
+{
+    uint64_t bsize = s->backing ? blk_getlength(s->backing) : 0;
+    uint64_t n = off < bsize ? MIN(len, bsize - off) : 0;
+
+    memset(buf + n, 0, len - n);
+    return n ? sio_read(s, s->backing, off, buf, n) : 0;
+}
+
+static int read_compressed(BDRVQcow2State *s, const Qcow2L2Entry *e,
+                           uint8_t *out)
+{
+    uint64_t fsize = blk_getlength(s->file);
+    uint64_t start = e->host_offset & ~511ull;
+    uint64_t end = MIN(e->host_offset + e->compressed_size, fsize);
+    uint64_t rend = MIN(QEMU_ALIGN_UP(end, s->file->bl.request_alignment),
+                        fsize);
+    const char *why = NULL;
+    int ret;
+
+    if (end <= e->host_offset) {
+        return -EIO;
+    }
+    ret = sio_read(s, s->file, start, s->cbuf, rend - start);
+    if (ret < 0) {
+        return ret;
+    }
+    ret = qcow2_decompress(s->dec, s->cbuf + (e->host_offset - start),
+                           end - e->host_offset, out, s->cluster_size, &why);
+    if (ret < 0) {
+        g_printerr("qcow2 %s: compressed cluster at %#" PRIx64 ": %s\n",
+                   s->filename, e->host_offset, why);
+    }
+    return ret;
+}
+
+/* What guest cluster @vc reads as, [in, in + len) of it, into @buf. */
+static int read_cluster_part(BDRVQcow2State *s, uint64_t vc,
+                             const Qcow2Loc *loc, uint32_t in, uint32_t len,
+                             uint8_t *buf)
+{
+    uint64_t voff = (vc << s->cluster_bits) + in;
+    int ret;
+
+    switch (loc->e.type) {
+    case QCOW2_CLUSTER_NORMAL:
+        return sio_read(s, s->file, loc->e.host_offset + in, buf, len);
+    case QCOW2_CLUSTER_ZERO_PLAIN:
+    case QCOW2_CLUSTER_ZERO_ALLOC:
+        memset(buf, 0, len);
+        return 0;
+    case QCOW2_CLUSTER_COMPRESSED: {
+        g_autofree uint8_t *d = g_malloc(s->cluster_size);
+
+        ret = read_compressed(s, &loc->e, d);
+        if (ret == 0) {
+            memcpy(buf, d + in, len);
+        }
+        return ret;
+    }
+    default:
+        return read_backing(s, voff, buf, len);
+    }
+}
+
+/* ---- requests (metadata thread) --------------------------------------- */
+
+static int do_read(BDRVQcow2State *s, BlockAIOCB *acb)
+{
+    g_autofree uint8_t *buf = g_malloc(acb->bytes);
+    uint64_t pos = 0;
+    int ret;
+
+    while (pos < acb->bytes) {
+        uint64_t off = acb->offset + pos;
+        uint64_t vc = off >> s->cluster_bits;
+        uint32_t in = off & (s->cluster_size - 1);
+        uint32_t len = MIN(s->cluster_size - in, acb->bytes - pos);
+        Qcow2Loc loc;
+
+        ret = lookup(s, vc, &loc);
+        if (ret < 0) {
+            return ret;
+        }
+        /* Contiguous data clusters: one read. */
+        if (loc.e.type == QCOW2_CLUSTER_NORMAL) {
+            uint64_t host = loc.e.host_offset + in;
+            uint64_t n = len;
+
+            while (pos + n < acb->bytes) {
+                Qcow2Loc next;
+                uint64_t nvc = (off + n) >> s->cluster_bits;
+
+                ret = lookup(s, nvc, &next);
+                if (ret < 0) {
+                    return ret;
+                }
+                if (next.e.type != QCOW2_CLUSTER_NORMAL ||
+                    next.e.host_offset != host + n) {
+                    break;
+                }
+                n += MIN(s->cluster_size, acb->bytes - pos - n);
+            }
+            ret = sio_read(s, s->file, host, buf + pos, n);
+            if (ret < 0) {
+                return ret;
+            }
+            pos += n;
+            continue;
+        }
+        ret = read_cluster_part(s, vc, &loc, in, len, buf + pos);
+        if (ret < 0) {
+            return ret;
+        }
+        pos += len;
+    }
+    iov_from_buf(acb->iov, acb->niov, 0, buf, acb->bytes);
+    return 0;
+}
+
+/* Where the data of one guest cluster of a write goes. */
+typedef struct WritePlan {
+    uint64_t vc;
+    uint32_t in, len;
+    Qcow2Loc loc;
+    int64_t new_off;            /* 0: in place */
+    bool reuse;                 /* new_off is the zeroed cluster's own */
+} WritePlan;
+
+/* Clear the autoclear bits we do not maintain, before the first change:
+ * a reader that knows them must not trust what they describe. */
+static int first_write(BDRVQcow2State *s)
+{
+    int ret;
+
+    if (!s->info.h.autoclear_features) {
+        return 0;
+    }
+    qcow2_st_be64(s->hdr + HDR_AUTOCLEAR, 0);
+    ret = write_header(s);
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret < 0) {
+        return ret;
+    }
+    s->info.h.autoclear_features = 0;
+    /* Until now every write came here (see qcow2_fast()). */
+    __atomic_store_n(&s->autoclear_pending, false, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/*
+ * Write @data (NULL: zeroes) at guest [offset, offset + bytes).  Three
+ * passes: allocate (L2 tables and clusters; refcounts written and
+ * flushed), data and L2 entries, then the references dropped.
+ */
+static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
+                    const uint8_t *data, bool fua)
+{
+    uint64_t first = offset >> s->cluster_bits;
+    uint64_t last = (offset + bytes - 1) >> s->cluster_bits;
+    uint64_t n = last - first + 1;
+    g_autofree WritePlan *plan = g_new0(WritePlan, n);
+    g_autofree uint8_t *cl = NULL;
+    g_autofree uint8_t *zero = NULL;
+    bool decref = false;
+    int ret;
+
+    ret = first_write(s);
+    if (ret < 0) {
+        return ret;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        WritePlan *p = &plan[i];
+        uint64_t cstart = (first + i) << s->cluster_bits;
+        uint64_t a = MAX(offset, cstart);
+        uint64_t b = MIN(offset + bytes, cstart + s->cluster_size);
+
+        p->vc = first + i;
+        p->in = a - cstart;
+        p->len = b - a;
+        ret = lookup(s, p->vc, &p->loc);
+        if (ret == 0) {
+            ret = l2_prepare(s, p->vc, &p->loc);
+        }
+        if (ret < 0) {
+            return ret;
+        }
+        if (p->loc.e.type == QCOW2_CLUSTER_NORMAL && p->loc.e.copied) {
+            continue;
+        }
+        if (p->loc.e.type == QCOW2_CLUSTER_ZERO_ALLOC && p->loc.e.copied) {
+            /* Ours, preallocated: written whole (zeroes around the data)
+             * before the entry loses its zero flag. */
+            p->new_off = p->loc.e.host_offset;
+            p->reuse = true;
+            continue;
+        }
+        p->new_off = alloc_data_cluster(s);
+        if (p->new_off < 0) {
+            return p->new_off;
+        }
+    }
+    /* New refcounts (a new batch of data clusters) are durable before
+     * any L2 entry names one of them, also after a failed flush. */
+    if (s->rc_dirty || s->rc_unflushed) {
+        ret = rc_write_dirty(s);
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if (!data) {
+        zero = g_malloc0(s->cluster_size);
+    }
+    cl = g_malloc(s->cluster_size);
+    for (uint64_t i = 0; i < n; i++) {
+        WritePlan *p = &plan[i];
+        const uint8_t *src = data ? data + ((p->vc << s->cluster_bits) +
+                                            p->in - offset) : zero;
+
+        if (!p->new_off) {
+            ret = sio_write(s, p->loc.e.host_offset + p->in, src, p->len);
+            if (ret < 0) {
+                return ret;
+            }
+            continue;
+        }
+        /* Copy on write of the rest of the cluster. */
+        if (p->len < s->cluster_size) {
+            ret = read_cluster_part(s, p->vc, &p->loc, 0, s->cluster_size,
+                                    cl);
+            if (ret < 0) {
+                return ret;
+            }
+        }
+        memcpy(cl + p->in, src, p->len);
+        ret = sio_write(s, p->new_off, cl, s->cluster_size);
+        if (ret < 0) {
+            return ret;
+        }
+        /* The L2 table may have been evicted meanwhile: look again. */
+        ret = l2_set(s, &p->loc, qcow2_l2_encode_standard(p->new_off, true,
+                                                          false));
+        if (ret < 0) {
+            return ret;
+        }
+        if (!p->reuse && p->loc.e.type != QCOW2_CLUSTER_UNALLOCATED &&
+            p->loc.e.type != QCOW2_CLUSTER_ZERO_PLAIN) {
+            decref = true;
+        }
+    }
+    if (decref || fua) {
+        ret = sio_flush(s);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if (decref) {
+        for (uint64_t i = 0; i < n; i++) {
+            WritePlan *p = &plan[i];
+
+            if (!p->new_off || p->reuse ||
+                p->loc.e.type == QCOW2_CLUSTER_UNALLOCATED ||
+                p->loc.e.type == QCOW2_CLUSTER_ZERO_PLAIN) {
+                continue;
+            }
+            ret = p->loc.e.type == QCOW2_CLUSTER_COMPRESSED ?
+                  free_range(s, p->loc.e.host_offset & ~511ull,
+                             p->loc.e.compressed_size +
+                             (p->loc.e.host_offset & 511)) :
+                  free_range(s, p->loc.e.host_offset, s->cluster_size);
+            if (ret < 0) {
+                return ret;
+            }
+        }
+        ret = rc_write_dirty(s);
+    }
+    return ret;
+}
+
+/* The host clusters an entry references, to drop. */
+static int drop_entry_ref(BDRVQcow2State *s, const Qcow2L2Entry *e)
+{
+    switch (e->type) {
+    case QCOW2_CLUSTER_NORMAL:
+    case QCOW2_CLUSTER_ZERO_ALLOC:
+        return free_range(s, e->host_offset, s->cluster_size);
+    case QCOW2_CLUSTER_COMPRESSED:
+        return free_range(s, e->host_offset & ~511ull,
+                          e->compressed_size + (e->host_offset & 511));
+    default:
+        return 0;
+    }
+}
+
+/*
+ * Discard (@zeroes false) or write zeroes over whole clusters: the
+ * entries change (unallocated, or the zero flag), are written and
+ * flushed, then the clusters they referenced are dropped.  Parts of
+ * clusters: write-zeroes writes zeroes, discard leaves them.
+ */
+static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
+                   bool zeroes, bool unmap)
+{
+    uint64_t cs = s->cluster_size;
+    uint64_t a = QEMU_ALIGN_UP(offset, cs);
+    uint64_t b = (offset + bytes) & ~(cs - 1);
+    bool v3 = s->info.h.version >= 3;
+    int ret;
+
+    if (zeroes && !v3 && s->backing) {
+        /* No zero flag in version 2: only data hides the backing file. */
+        return do_write(s, offset, bytes, NULL, false);
+    }
+    if (zeroes && a >= b) {
+        return do_write(s, offset, bytes, NULL, false);
+    }
+    if (zeroes && offset < a) {
+        ret = do_write(s, offset, a - offset, NULL, false);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    if (zeroes && b > a && offset + bytes > b) {
+        ret = do_write(s, b, offset + bytes - b, NULL, false);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    ret = first_write(s);
+    if (ret < 0) {
+        return ret;
+    }
+    /* Pass 1: the entries. */
+    g_autoptr(GArray) olds = g_array_new(false, false, sizeof(Qcow2L2Entry));
+
+    for (uint64_t off = a; off < b; off += cs) {
+        uint64_t vc = off >> s->cluster_bits;
+        bool use_zero = v3 && (zeroes || s->backing);
+        uint64_t entry;
+        Qcow2Loc loc;
+
+        ret = lookup(s, vc, &loc);
+        if (ret < 0) {
+            return ret;
+        }
+        if (!use_zero && loc.e.type == QCOW2_CLUSTER_UNALLOCATED) {
+            continue;
+        }
+        if (use_zero && loc.e.type == QCOW2_CLUSTER_ZERO_PLAIN) {
+            continue;
+        }
+        if (!loc.l2_offset && !use_zero) {
+            continue;
+        }
+        ret = l2_prepare(s, vc, &loc);
+        if (ret < 0) {
+            return ret;
+        }
+        if (use_zero && !unmap && loc.e.type == QCOW2_CLUSTER_NORMAL &&
+            loc.e.copied) {
+            /* Keep the allocation (write-zeroes without unmap). */
+            entry = qcow2_l2_encode_standard(loc.e.host_offset, true, true);
+            ret = l2_set(s, &loc, entry);
+            if (ret < 0) {
+                return ret;
+            }
+            continue;
+        }
+        if (use_zero && !unmap && loc.e.type == QCOW2_CLUSTER_ZERO_ALLOC) {
+            continue;
+        }
+        entry = use_zero ? QCOW2_OFLAG_ZERO : 0;
+        ret = l2_set(s, &loc, entry);
+        if (ret < 0) {
+            return ret;
+        }
+        if (loc.e.type != QCOW2_CLUSTER_UNALLOCATED &&
+            loc.e.type != QCOW2_CLUSTER_ZERO_PLAIN) {
+            g_array_append_val(olds, loc.e);
+        }
+    }
+    if (!olds->len) {
+        return 0;
+    }
+    /* Pass 2: the references, once no entry on disk names them. */
+    ret = sio_flush(s);
+    for (guint i = 0; ret == 0 && i < olds->len; i++) {
+        ret = drop_entry_ref(s, &g_array_index(olds, Qcow2L2Entry, i));
+    }
+    return ret < 0 ? ret : rc_write_dirty(s);
+}
+
+static void complete_bh(void *opaque)
+{
+    BlockAIOCB *acb = opaque;
+
+    acb->cb(acb->opaque, acb->ret);
+}
+
+static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
+{
+    AioContext *ctx = (AioContext *)(uintptr_t)acb->engine_priv[0];
+    int ret;
+
+    switch (acb->type) {
+    case BLK_REQ_READ:
+        ret = do_read(s, acb);
+        break;
+    case BLK_REQ_WRITE: {
+        g_autofree uint8_t *buf = g_malloc(acb->bytes);
+
+        iov_to_buf(acb->iov, acb->niov, 0, buf, acb->bytes);
+        ret = do_write(s, acb->offset, acb->bytes, buf,
+                       acb->flags & BDRV_REQ_FUA);
+        break;
+    }
+    case BLK_REQ_FLUSH:
+        ret = sio_flush(s);
+        break;
+    case BLK_REQ_DISCARD:
+        ret = do_zero(s, acb->offset, acb->bytes, false, true);
+        break;
+    case BLK_REQ_WRITE_ZEROES:
+        ret = do_zero(s, acb->offset, acb->bytes, true,
+                      acb->flags & BDRV_REQ_MAY_UNMAP);
+        break;
+    default:
+        ret = -ENOTSUP;
+        break;
+    }
+    acb->ret = ret;
+    aio_bh_schedule_oneshot(ctx, complete_bh, acb, "qcow2-complete");
+}
+/* Block status of the first cluster of the range, extended over the
+ * following clusters of the same kind. */
+static int do_block_status(BDRVQcow2State *s, BlockAIOCB *acb)
+{
+    uint64_t bsize = s->backing ? blk_getlength(s->backing) : 0;
+    uint64_t pos = 0;
+    unsigned int flags = 0;
+    int ret;
+
+    while (pos < acb->bytes) {
+        uint64_t off = acb->offset + pos;
+        uint64_t vc = off >> s->cluster_bits;
+        uint32_t in = off & (s->cluster_size - 1);
+        uint64_t len = MIN(s->cluster_size - in, acb->bytes - pos);
+        unsigned int f;
+        Qcow2Loc loc;
+
+        ret = lookup(s, vc, &loc);
+        if (ret < 0) {
+            return ret;
+        }
+        switch (loc.e.type) {
+        case QCOW2_CLUSTER_NORMAL:
+        case QCOW2_CLUSTER_COMPRESSED:
+            f = BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED;
+            break;
+        case QCOW2_CLUSTER_ZERO_PLAIN:
+        case QCOW2_CLUSTER_ZERO_ALLOC:
+            f = BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED;
+            break;
+        default:
+            /* Unallocated: the backing file's, or zeroes. */
+            if (off >= bsize) {
+                f = BDRV_BLOCK_ZERO;
+            } else {
+                f = 0;
+                len = MIN(len, bsize - off);
+            }
+            break;
+        }
+        if (pos && f != flags) {
+            break;
+        }
+        flags = f;
+        pos += len;
+    }
+    acb->status->pnum = pos;
+    acb->status->flags = flags;
+    return 0;
+}
+
+/* ---- the metadata thread ---------------------------------------------- */
+
+static gpointer qcow2_thread(gpointer opaque)
+{
+    BDRVQcow2State *s = opaque;
+    int64_t last_clean = g_get_monotonic_time();
+
+    aio_context_acquire_thread(s->ctx);
+    g_mutex_lock(&s->lock);
+    for (;;) {
+        BlockAIOCB *acb = QSIMPLEQ_FIRST(&s->reqs);
+        Qcow2Job *job = QSIMPLEQ_FIRST(&s->jobs);
+
+        if (job) {
+            QSIMPLEQ_REMOVE_HEAD(&s->jobs, next);
+            g_mutex_unlock(&s->lock);
+            job->fn(job->opaque);
+            g_mutex_lock(&s->lock);
+            job->done = true;
+            g_cond_broadcast(&s->cond);
+            continue;
+        }
+        if (acb) {
+            QSIMPLEQ_REMOVE_HEAD(&s->reqs, next);
+            g_mutex_unlock(&s->lock);
+            if (acb->type == BLK_REQ_BLOCK_STATUS) {
+                AioContext *ctx = (AioContext *)(uintptr_t)acb->engine_priv[0];
+
+                acb->ret = do_block_status(s, acb);
+                aio_bh_schedule_oneshot(ctx, complete_bh, acb,
+                                        "qcow2-complete");
+            } else {
+                process_req(s, acb);
+            }
+            g_mutex_lock(&s->lock);
+            continue;
+        }
+        if (s->quit) {
+            break;
+        }
+        if (s->cache_clean_interval) {
+            int64_t deadline = last_clean +
+                               s->cache_clean_interval * G_USEC_PER_SEC;
+
+            if (!g_cond_wait_until(&s->cond, &s->lock, deadline)) {
+                /* Idle for the interval: give the caches' memory back. */
+                l2_cache_clean(s);
+                last_clean = g_get_monotonic_time();
+            }
+        } else {
+            g_cond_wait(&s->cond, &s->lock);
+        }
+    }
+    g_mutex_unlock(&s->lock);
+    /* Nothing in flight: let the children's engines go with the loop. */
+    while (aio_poll(s->ctx, false)) {
+    }
+    aio_context_free(s->ctx);
+    s->ctx = NULL;
+    return NULL;
+}
+
+/* Main thread: run @fn in the metadata thread and wait for it. */
+static void run_job(BDRVQcow2State *s, void (*fn)(void *), void *opaque)
+{
+    Qcow2Job job = { .fn = fn, .opaque = opaque };
+
+    g_mutex_lock(&s->lock);
+    QSIMPLEQ_INSERT_TAIL(&s->jobs, &job, next);
+    g_cond_broadcast(&s->cond);
+    while (!job.done) {
+        g_cond_wait(&s->cond, &s->lock);
+    }
+    g_mutex_unlock(&s->lock);
+}
+
+/* ---- the fast path (iothreads, no lock) ------------------------------ */
+
+#define FAST_IOV  16            /* iovecs per child request of a split */
+#define FAST_RUNS 8             /* child requests per guest request */
+
+typedef struct Qcow2IovBlock {
+    struct iovec iov[FAST_IOV];
+    struct Qcow2IovBlock *next;
+} Qcow2IovBlock;
+
+/* Per AioContext: iovec arrays for the child requests of a split
+ * request, grown by a chunk when empty (so after the first requests none
+ * allocates), freed with the context. */
+typedef struct Qcow2CtxPool {
+    Qcow2IovBlock *free;
+    GPtrArray *chunks;
+} Qcow2CtxPool;
+
+static AioLocalKey qcow2_pool_key;
+
+static void qcow2_pool_free(void *opaque)
+{
+    Qcow2CtxPool *p = opaque;
+
+    g_ptr_array_free(p->chunks, true);
+    g_free(p);
+}
+
+static Qcow2IovBlock *iovb_get(AioContext *ctx)
+{
+    Qcow2CtxPool *p = aio_local_get(ctx, &qcow2_pool_key);
+    Qcow2IovBlock *b;
+
+    if (!p) {
+        p = g_new0(Qcow2CtxPool, 1);
+        p->chunks = g_ptr_array_new_with_free_func(g_free);
+        aio_local_set(ctx, &qcow2_pool_key, p, qcow2_pool_free);
+    }
+    if (!p->free) {
+        Qcow2IovBlock *chunk = g_new0(Qcow2IovBlock, 32);
+
+        g_ptr_array_add(p->chunks, chunk);
+        for (int i = 0; i < 32; i++) {
+            chunk[i].next = p->free;
+            p->free = &chunk[i];
+        }
+    }
+    b = p->free;
+    p->free = b->next;
+    return b;
+}
+
+static void iovb_put(AioContext *ctx, Qcow2IovBlock *b)
+{
+    Qcow2CtxPool *p = aio_local_get(ctx, &qcow2_pool_key);
+
+    b->next = p->free;
+    p->free = b;
+}
+
+/* The parent's state in its control block (which no engine uses while
+ * the request is ours): [0] the submitting context (slow path),
+ * [1] child requests pending, [2] the first error. */
+static void fast_cb(void *opaque, int ret)
+{
+    BlockChildReq *cr = opaque;
+    BlockAIOCB *parent = cr->parent;
+    AioContext *ctx = qemu_get_current_aio_context();
+
+    if (cr->priv[0]) {
+        iovb_put(ctx, (Qcow2IovBlock *)(uintptr_t)cr->priv[0]);
+    }
+    blk_child_req_put(ctx, cr);
+    if (ret < 0 && !parent->engine_priv[2]) {
+        parent->engine_priv[2] = (uint64_t)(int64_t)ret;
+    }
+    if (--parent->engine_priv[1] == 0) {
+        parent->cb(parent->opaque, (int)(int64_t)parent->engine_priv[2]);
+    }
+}
+
+#define L1_RESERVED (~(QCOW2_OFFSET_MASK | QCOW2_OFLAG_COPIED))
+#define L2_RESERVED (~(QCOW2_OFFSET_MASK | QCOW2_OFLAG_COPIED | \
+                       QCOW2_OFLAG_COMPRESSED | QCOW2_OFLAG_ZERO))
+
+/* What one run of a fast request is. */
+enum {
+    RUN_FILE,                   /* data clusters: the file at run_at */
+    RUN_BACKING,                /* unallocated: the backing node, same offset */
+    RUN_ZERO,                   /* zero clusters, or past the backing's end */
+};
+
+/* The slice [pos, pos + len) of @acb's buffers into @b; false if it
+ * needs more than FAST_IOV iovecs. */
+static int iov_slice(const BlockAIOCB *acb, uint64_t pos, uint64_t len,
+                     struct iovec *out)
+{
+    int n = 0;
+
+    for (int i = 0; i < acb->niov && len; i++) {
+        size_t l = acb->iov[i].iov_len;
+
+        if (pos >= l) {
+            pos -= l;
+            continue;
+        }
+        if (n == FAST_IOV) {
+            return -1;
+        }
+        out[n].iov_base = (uint8_t *)acb->iov[i].iov_base + pos;
+        out[n].iov_len = MIN(l - pos, len);
+        len -= out[n].iov_len;
+        pos = 0;
+        n++;
+    }
+    return n;
+}
+
+/*
+ * Owner thread of @ctx: a read (of data, zero and unallocated clusters),
+ * or a write over clusters that are ours alone (COPIED in L1 and L2),
+ * whose L2 entries are cached, mapped onto at most FAST_RUNS runs: child
+ * requests of the file or the backing node, and zeroes filled here; no
+ * lock, no allocation.  False (nothing submitted) when anything else is
+ * needed: the metadata thread does the request then.  Anything unusual
+ * in an entry goes there too, which reports it.
+ */
+static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
+{
+    bool write = acb->type == BLK_REQ_WRITE;
+    const Qcow2L1Pub *l1 = __atomic_load_n(&s->l1pub, __ATOMIC_ACQUIRE);
+    uint64_t run_at[FAST_RUNS], run_len[FAST_RUNS], run_pos[FAST_RUNS];
+    int run_kind[FAST_RUNS];
+    uint32_t fa = MAX(s->file->bl.request_alignment, 1);
+    uint64_t bsize = s->backing ? blk_getlength(s->backing) : 0;
+    uint64_t pos = 0;
+    int nruns = 0, nio = 0;
+
+    if (!s->fast_ok ||
+        (write && __atomic_load_n(&s->autoclear_pending, __ATOMIC_ACQUIRE))) {
+        return false;
+    }
+    while (pos < acb->bytes) {
+        uint64_t off = acb->offset + pos;
+        uint64_t vc = off >> s->cluster_bits;
+        uint32_t in = off & (s->cluster_size - 1);
+        uint64_t len = MIN(s->cluster_size - in, acb->bytes - pos);
+        uint64_t l1i = vc >> s->info.l2_bits;
+        uint32_t idx = vc & (s->info.l2_entries - 1);
+        uint64_t l1e, raw = 0, at = off;
+        int kind;
+
+        if (l1i >= l1->size) {
+            return false;
+        }
+        l1e = __atomic_load_n(&l1->e[l1i], __ATOMIC_ACQUIRE);
+        if ((l1e & L1_RESERVED) ||
+            (write && !(l1e & QCOW2_OFLAG_COPIED))) {
+            return false;
+        }
+        if ((l1e & QCOW2_OFFSET_MASK) &&
+            !l2_fast_entry(s, l2_slice_key(s, l1e & QCOW2_OFFSET_MASK, idx),
+                           idx % s->slice_entries, &raw)) {
+            return false;
+        }
+        if (raw & (L2_RESERVED | QCOW2_OFLAG_COMPRESSED)) {
+            return false;
+        }
+        if (raw & QCOW2_OFLAG_ZERO) {
+            kind = RUN_ZERO;
+        } else if (raw & QCOW2_OFFSET_MASK) {
+            at = raw & QCOW2_OFFSET_MASK;
+            if (at & (s->cluster_size - 1)) {
+                return false;
+            }
+            at += in;
+            kind = RUN_FILE;
+        } else if (raw & QCOW2_OFLAG_COPIED) {
+            return false;       /* offset 0 with COPIED: corrupt */
+        } else {
+            kind = off < bsize ? RUN_BACKING : RUN_ZERO;
+            if (kind == RUN_BACKING && len > bsize - off) {
+                len = bsize - off;      /* the rest: past its end */
+            }
+        }
+        if (write && (kind != RUN_FILE || !(raw & QCOW2_OFLAG_COPIED))) {
+            return false;
+        }
+        if (nruns && run_kind[nruns - 1] == kind &&
+            (kind == RUN_ZERO ||
+             run_at[nruns - 1] + run_len[nruns - 1] == at)) {
+            run_len[nruns - 1] += len;
+        } else {
+            if (nruns == FAST_RUNS) {
+                return false;
+            }
+            run_kind[nruns] = kind;
+            run_at[nruns] = at;
+            run_len[nruns] = len;
+            run_pos[nruns] = pos;
+            nruns++;
+        }
+        pos += len;
+    }
+    for (int i = 0; i < nruns; i++) {
+        if (run_kind[i] == RUN_FILE && (run_at[i] | run_len[i]) % fa) {
+            return false;
+        }
+        nio += run_kind[i] != RUN_ZERO;
+    }
+    if (nruns > 1 && acb->niov > FAST_IOV) {
+        return false;
+    }
+    /* Committed: nothing below fails back to the slow path. */
+    for (int i = 0; i < nruns; i++) {
+        if (run_kind[i] == RUN_ZERO) {
+            iov_memset(acb->iov, acb->niov, run_pos[i], 0, run_len[i]);
+        }
+    }
+    if (!nio) {
+        blk_complete_later(ctx, acb, 0);
+        return true;
+    }
+    acb->engine_priv[1] = nio;
+    acb->engine_priv[2] = 0;
+    for (int i = 0; i < nruns; i++) {
+        BlockChildReq *cr;
+        struct iovec *iov = acb->iov;
+        int niov = acb->niov;
+        BlockBackend *child = run_kind[i] == RUN_FILE ? s->file : s->backing;
+
+        if (run_kind[i] == RUN_ZERO) {
+            continue;
+        }
+        cr = blk_child_req_get(ctx);
+        cr->parent = acb;
+        cr->priv[0] = 0;
+        if (nruns > 1) {
+            /* This run's slice of the guest's buffers. */
+            Qcow2IovBlock *b = iovb_get(ctx);
+
+            niov = iov_slice(acb, run_pos[i], run_len[i], b->iov);
+            assert(niov > 0);   /* niov <= FAST_IOV was checked */
+            cr->priv[0] = (uintptr_t)b;
+            iov = b->iov;
+        }
+        if (write) {
+            blk_aio_pwritev_sized(child, &cr->acb, run_at[i], run_len[i],
+                                  iov, niov, acb->flags & BDRV_REQ_FUA,
+                                  fast_cb, cr);
+        } else {
+            blk_aio_preadv_sized(child, &cr->acb, run_at[i], run_len[i],
+                                 iov, niov, fast_cb, cr);
+        }
+    }
+    return true;
+}
+
+/* Owner thread of @ctx: every request type. */
+static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
+{
+    BDRVQcow2State *s = bs->opaque;
+
+    if ((acb->type == BLK_REQ_READ || acb->type == BLK_REQ_WRITE) &&
+        qcow2_fast(s, ctx, acb)) {
+        return;
+    }
+    acb->engine_priv[0] = (uintptr_t)ctx;
+    __atomic_add_fetch(&s->slow_requests, 1, __ATOMIC_RELAXED);
+    g_mutex_lock(&s->lock);
+    QSIMPLEQ_INSERT_TAIL(&s->reqs, acb, next);
+    g_cond_broadcast(&s->cond);
+    g_mutex_unlock(&s->lock);
+}
+
+/* ---- open ------------------------------------------------------------- */
+
+static void open_fail(BDRVQcow2State *s, const char *fmt, ...)
+    G_GNUC_PRINTF(2, 3);
+
+static void open_fail(BDRVQcow2State *s, const char *fmt, ...)
+{
+    va_list ap;
+    g_autofree char *msg = NULL;
+
+    va_start(ap, fmt);
+    msg = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    qcow2_set_error(&s->open_err, "%s", msg);
+}
+
+static bool read_table(BDRVQcow2State *s, uint64_t off, uint64_t bytes,
+                       uint64_t *out, const char *what)
+{
+    uint64_t fsize = blk_getlength(s->file);
+    uint64_t len = MIN(QEMU_ALIGN_UP(bytes, s->file->bl.request_alignment),
+                       fsize - off);
+    g_autofree uint8_t *buf = g_malloc0(MAX(len, bytes));
+    int ret = sio_read(s, s->file, off, buf, len);
+
+    if (ret < 0) {
+        open_fail(s, "%s: cannot read the %s: %s", s->filename, what,
+                  g_strerror(-ret));
+        return false;
+    }
+    for (uint64_t i = 0; i < bytes / 8; i++) {
+        out[i] = qcow2_ld_be64(buf + i * 8);
+    }
+    return true;
+}
+
+/* Metadata thread: read and check the header, L1 and refcount tables. */
+static void open_job(void *opaque)
+{
+    BDRVQcow2State *s = opaque;
+    const BlockQcow2Options *o = s->open_opts;
+    uint64_t fsize = blk_getlength(s->file);
+    uint32_t ra = MAX(s->file->bl.request_alignment, 1);
+    size_t hlen = qcow2_header_bytes(fsize);
+    size_t rlen = hlen & ~(size_t)(ra - 1);
+    g_autofree uint8_t *buf = NULL;
+    const char *unsup;
+    int ret;
+
+    /*
+     * Direct I/O reads whole blocks, and a request may not pass the end
+     * of the file: a file whose size is not a multiple of the block
+     * (qemu-img leaves the L1 table's 8 bytes last) has a tail we could
+     * not read.  Extend it to the next block; qcow2 ignores what follows
+     * the last cluster in use.
+     */
+    if (fsize % ra) {
+        if (!s->writable) {
+            open_fail(s, "%s: the file's size (%" PRIu64 " bytes) is not a "
+                      "multiple of the direct I/O block size (%u bytes), so "
+                      "its end cannot be read read-only with direct I/O: "
+                      "open it with cache.direct=off (--export cache="
+                      "writeback), or writable once", s->filename, fsize,
+                      ra);
+            return;
+        }
+        if (!blk_truncate(s->file, QEMU_ALIGN_UP(fsize, ra), &s->open_err)) {
+            return;
+        }
+        fsize = blk_getlength(s->file);
+        hlen = qcow2_header_bytes(fsize);
+        rlen = hlen & ~(size_t)(ra - 1);
+    }
+    buf = g_malloc0(MAX(hlen, 512));
+    ret = sio_read(s, s->file, 0, buf, rlen ? rlen : hlen);
+    if (ret < 0) {
+        open_fail(s, "%s: cannot read the qcow2 header: %s", s->filename,
+                  g_strerror(-ret));
+        return;
+    }
+    if (!qcow2_parse_header(buf, hlen, fsize, 0, &s->info, &s->open_err)) {
+        g_prefix_error(&s->open_err, "%s: ", s->filename);
+        return;
+    }
+    unsup = qcow2_unsupported_feature(&s->info);
+    if (unsup) {
+        open_fail(s, "%s: %s", s->filename, unsup);
+        return;
+    }
+    if (s->info.corrupt) {
+        open_fail(s, "%s: the image is marked corrupt (a program found its "
+                  "metadata inconsistent): run 'qemu-img check -r all %s' "
+                  "and open it again", s->filename, s->filename);
+        return;
+    }
+    if (s->info.dirty) {
+        open_fail(s, "%s: the image was not closed cleanly and uses lazy "
+                  "refcounts, whose refcounts must be rebuilt first: run "
+                  "'qemu-img check -r all %s' and open it again",
+                  s->filename, s->filename);
+        return;
+    }
+    s->cluster_bits = s->info.h.cluster_bits;
+    s->cluster_size = s->info.cluster_size;
+    s->align = MIN(MAX(ra, 512u), s->cluster_size);
+    s->hdr_len = MIN(QEMU_ALIGN_UP(MAX(s->info.h.header_length, 104u),
+                                   s->align), s->cluster_size);
+    s->hdr = g_malloc0(s->hdr_len);
+    memcpy(s->hdr, buf, MIN(s->hdr_len, hlen));
+    s->hdr_disk = g_memdup2(s->hdr, s->hdr_len);
+    if (s->info.h.l1_size < s->info.l1_needed) {
+        open_fail(s, "%s: the L1 table (%u entries) is too small for the "
+                  "virtual size: the image is corrupt", s->filename,
+                  s->info.h.l1_size);
+        return;
+    }
+    if (!qcow2_check_l1_table(&s->info, s->info.h.l1_table_offset,
+                              s->info.h.l1_size, "L1 table",
+                              &s->open_err)) {
+        g_prefix_error(&s->open_err, "%s: ", s->filename);
+        return;
+    }
+    s->l1_size = s->info.h.l1_size;
+    s->l1_offset = s->info.h.l1_table_offset;
+    s->l1 = g_new0(uint64_t, MAX(s->l1_size, 1));
+    if (s->l1_size &&
+        !read_table(s, s->l1_offset, (uint64_t)s->l1_size * 8, s->l1,
+                    "L1 table")) {
+        return;
+    }
+    s->rt_offset = s->info.h.refcount_table_offset;
+    s->rt_entries = (uint64_t)s->info.h.refcount_table_clusters *
+                    s->cluster_size / 8;
+    s->rt = g_new0(uint64_t, MAX(s->rt_entries, 1));
+    if (!read_table(s, s->rt_offset, s->rt_entries * 8, s->rt,
+                    "refcount table")) {
+        return;
+    }
+    for (uint64_t i = 0; i < s->rt_entries; i++) {
+        const char *why;
+        uint64_t b;
+
+        if (qcow2_reftable_decode(&s->info, s->rt[i], &b, &why) < 0) {
+            open_fail(s, "%s: refcount table entry %" PRIu64 ": %s: run "
+                      "'qemu-img check -r all %s'", s->filename, i, why,
+                      s->filename);
+            return;
+        }
+        s->rt[i] = b;
+    }
+    s->end = (((fsize) + (s->cluster_size) - 1) / (s->cluster_size));
+    s->dec = qcow2_decompressor_new(s->info.h.compression_type,
+                                    &s->open_err);
+    if (!s->dec) {
+        return;
+    }
+    s->cbuf = g_malloc(s->cluster_size + 2 * 4096);
+
+    /* The L2 cache. */
+    s->slice_size = o && o->l2_cache_entry_size ?
+                    o->l2_cache_entry_size : MIN(s->cluster_size, 4096u);
+    if (s->slice_size > s->cluster_size) {
+        s->slice_size = s->cluster_size;
+    }
+    s->slice_size = MAX(s->slice_size, s->align);
+    s->slice_entries = s->slice_size / 8;
+    {
+        uint64_t size = o && o->l2_cache_size ? o->l2_cache_size :
+                        QCOW2_DEFAULT_L2_CACHE_SIZE;
+
+        s->nb_sets = MAX(size / s->slice_size / L2_WAYS, 1);
+        s->nb_sets = MIN(s->nb_sets, (1u << 20) / L2_WAYS);
+        s->nb_slots = s->nb_sets * L2_WAYS;
+    }
+    s->l1pub = g_new0(Qcow2L1Pub, 1);
+    s->l1pub->size = s->l1_size;
+    s->l1pub->e = s->l1;
+    s->fast_ok = s->cluster_size >= ra;
+    /* A batch of data clusters: 4 MiB, 1 to 512 clusters. */
+    s->res_max = MIN(MAX((4u << 20) / s->cluster_size, 1u), 512u);
+    s->reserve = g_new0(int64_t, s->res_max);
+    /* Version 2 has no autoclear field (the parser leaves it 0). */
+    s->autoclear_pending = s->info.h.autoclear_features != 0;
+    s->slots = g_new0(Qcow2L2Slot, s->nb_slots);
+    for (uint32_t i = 0; i < s->nb_slots; i++) {
+        s->slots[i].data = g_malloc(s->slice_size);
+    }
+    {
+        uint64_t size = o && o->refcount_cache_size ?
+                        o->refcount_cache_size : QCOW2_DEFAULT_RC_CACHE_SIZE;
+
+        s->rc_max = MAX(size / s->cluster_size, 4);
+        s->rc_max = MIN(s->rc_max, 65536u);
+    }
+}
+
+/* Metadata thread: tables the close must not see half-used. */
+static void close_job(void *opaque)
+{
+    BDRVQcow2State *s = opaque;
+
+    if (s->writable && s->file) {
+        release_reserve(s);
+        rc_write_dirty(s);
+        sio_flush(s);
+    }
+}
+
+static void qcow2_close(BlockBackend *bs)
+{
+    BDRVQcow2State *s = bs->opaque;
+
+    if (!s) {
+        return;
+    }
+    if (s->thread) {
+        if (s->info.cluster_size) {
+            run_job(s, close_job, s);
+        }
+        g_mutex_lock(&s->lock);
+        s->quit = true;
+        g_cond_broadcast(&s->cond);
+        g_mutex_unlock(&s->lock);
+        g_thread_join(s->thread);
+    } else if (s->ctx) {
+        aio_context_free(s->ctx);
+    }
+    {
+        BdrvChild *c = bdrv_find_child(bs, "backing");
+
+        if (c) {
+            bdrv_detach_child(c);
+        }
+    }
+    if (s->own_backing) {
+        blk_close(s->backing);
+        blk_close(s->backing_file);
+    }
+    if (s->retired) {
+        g_ptr_array_free(s->retired, true);
+    }
+    g_free(s->l1pub);
+    for (uint32_t i = 0; s->slots && i < s->nb_slots; i++) {
+        g_free(s->slots[i].data);
+    }
+    g_free(s->slots);
+    if (s->rc_cache) {
+        g_hash_table_destroy(s->rc_cache);
+    }
+    qcow2_decompressor_free(s->dec);
+    qcow2_info_free(&s->info);
+    g_free(s->cbuf);
+    g_free(s->hdr);
+    g_free(s->hdr_disk);
+    g_free(s->l1);
+    g_free(s->rt);
+    g_free(s->filename);
+    g_free(s->full_backing);
+    g_free(s->format_specific);
+    g_free(s->reserve);
+    g_mutex_clear(&s->lock);
+    g_cond_clear(&s->cond);
+    g_clear_error(&s->open_err);
+    g_free(s);
+    bs->opaque = NULL;
+}
+
+/* Main thread: the header's backing file, opened read-only. */
+static bool open_backing(BlockBackend *bs, BDRVQcow2State *s,
+                         const BlockQcow2Options *o, GError **errp)
+{
+    const char *fmt = o && o->backing_driver ? o->backing_driver :
+                      s->info.backing_format;
+    unsigned int depth = o ? o->depth : 0;
+    g_autofree char *path = NULL;
+    BlockOptions fo, qo;
+    BlockFileOptions ffo;
+    BlockQcow2Options bo = { 0 };
+
+    if (o && o->no_backing) {
+        return true;
+    }
+    if (o && o->backing) {
+        s->backing = o->backing;
+    } else if (s->info.backing_file) {
+        if (!fmt) {
+            qcow2_set_error(errp, "%s has the backing file '%s' but does not "
+                            "say its format, and vhost-blkd does not guess "
+                            "it: give backing.driver=qcow2 or raw, or record "
+                            "the format with 'qemu-img rebase -u -F FMT -b "
+                            "%s %s'", s->filename, s->info.backing_file,
+                            s->info.backing_file, s->filename);
+            return false;
+        }
+        if (strcmp(fmt, "qcow2") && strcmp(fmt, "raw")) {
+            qcow2_set_error(errp, "%s: backing file '%s' has the format "
+                            "'%s': only qcow2 and raw backing files are "
+                            "supported", s->filename, s->info.backing_file,
+                            fmt);
+            return false;
+        }
+        if (depth + 1 >= QCOW2_MAX_BACKING_DEPTH) {
+            qcow2_set_error(errp, "%s: the backing chain is deeper than %u "
+                            "images (or loops back on itself)", s->filename,
+                            QCOW2_MAX_BACKING_DEPTH);
+            return false;
+        }
+        if (g_path_is_absolute(s->info.backing_file)) {
+            path = g_strdup(s->info.backing_file);
+        } else {
+            g_autofree char *dir = g_path_get_dirname(s->filename);
+
+            path = g_build_filename(dir, s->info.backing_file, NULL);
+        }
+        s->full_backing = g_strdup(path);
+        blk_options_init(&fo);
+        blk_file_options(&fo, &ffo, path);
+        fo.readonly = true;
+        fo.cache_direct = false;
+        s->backing_file = blk_open(&fo, errp);
+        if (!s->backing_file) {
+            g_prefix_error(errp, "%s: backing file: ", s->filename);
+            return false;
+        }
+        s->own_backing = true;
+        if (!strcmp(fmt, "raw")) {
+            s->backing = s->backing_file;
+            s->backing_file = NULL;
+        } else {
+            blk_options_init(&qo);
+            qo.driver = "qcow2";
+            qo.readonly = true;
+            qo.file = s->backing_file;
+            bo.depth = depth + 1;
+            qo.driver_opts = &bo;
+            s->backing = blk_open(&qo, errp);
+            if (!s->backing) {
+                return false;
+            }
+        }
+    }
+    if (s->backing &&
+        !bdrv_attach_child(bs, s->backing, "backing",
+                           BLK_PERM_CONSISTENT_READ, BLK_PERM_ALL, errp)) {
+        return false;
+    }
+    return true;
+}
+
+/* Main thread. */
+static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
+                       GError **errp)
+{
+    const BlockQcow2Options *o = opts->driver_opts;
+    BDRVQcow2State *s;
+    uint64_t perm;
+
+    if (!opts->file) {
+        g_set_error(errp, VB_ERROR, 0, "driver=qcow2 needs a file child: "
+                    "file=NODE-NAME (a driver=file node of the image)");
+        return false;
+    }
+    s = g_new0(BDRVQcow2State, 1);
+    bs->opaque = s;
+    s->bs = bs;
+    s->file = opts->file;
+    s->writable = !opts->readonly;
+    s->filename = g_strdup(opts->file->filename);
+    s->cache_clean_interval = o ? o->cache_clean_interval : 0;
+    g_mutex_init(&s->lock);
+    g_cond_init(&s->cond);
+    QSIMPLEQ_INIT(&s->reqs);
+    QSIMPLEQ_INIT(&s->jobs);
+    s->retired = g_ptr_array_new_with_free_func(g_free);
+    s->rc_cache = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
+                                        rc_block_free);
+    if (s->writable && opts->file->readonly) {
+        g_set_error(errp, VB_ERROR, 0, "Block node is read-only: the file "
+                    "node of %s is read-only; add the qcow2 node with "
+                    "read-only=on too", s->filename);
+        return false;
+    }
+    perm = BLK_PERM_CONSISTENT_READ |
+           (s->writable ? BLK_PERM_WRITE | BLK_PERM_RESIZE : 0);
+    if (!bdrv_attach_child(bs, opts->file, "file", perm,
+                           BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+                           errp)) {
+        return false;
+    }
+    s->ctx = aio_context_new(errp);
+    if (!s->ctx) {
+        return false;
+    }
+    s->thread = g_thread_try_new("qcow2-meta", qcow2_thread, s, errp);
+    if (!s->thread) {
+        return false;
+    }
+    s->open_opts = o;
+    run_job(s, open_job, s);
+    s->open_opts = NULL;
+    if (s->open_err) {
+        g_propagate_error(errp, g_steal_pointer(&s->open_err));
+        return false;
+    }
+    if (!open_backing(bs, s, o, errp)) {
+        return false;
+    }
+    bs->size = s->info.h.size;
+    /* The file's block sizes: a guest request then never needs a
+     * read-modify-write of the file (clusters are whole blocks). */
+    bs->bl.logical_block_size = s->file->bl.logical_block_size;
+    bs->bl.physical_block_size = s->file->bl.physical_block_size;
+    bs->bl.request_alignment = MAX(s->file->bl.request_alignment, 512u);
+    bs->bl.can_discard = s->writable;
+    bs->bl.can_write_zeroes = s->writable;
+    bs->bl.opt_io_size = s->cluster_size;
+    bs->filename = g_strdup(s->filename);
+    s->format_specific = g_strdup_printf(
+        "{\"type\": \"qcow2\", \"data\": {\"compat\": \"%s\", "
+        "\"lazy-refcounts\": %s, \"refcount-bits\": %u, "
+        "\"corrupt\": false, \"extended-l2\": false, "
+        "\"compression-type\": \"%s\"}}",
+        s->info.h.version >= 3 ? "1.1" : "0.10",
+        s->info.lazy_refcounts ? "true" : "false", s->info.refcount_bits,
+        s->info.h.compression_type == QCOW2_COMPRESSION_ZSTD ? "zstd" :
+                                                               "zlib");
+    return true;
+}
+
+/* ---- resize ----------------------------------------------------------- */
+
+typedef struct TruncateJob {
+    BDRVQcow2State *s;
+    uint64_t size;
+    int ret;
+} TruncateJob;
+
+static void truncate_job(void *opaque)
+{
+    TruncateJob *j = opaque;
+    BDRVQcow2State *s = j->s;
+    uint64_t per_l2 = (uint64_t)s->info.l2_entries << s->cluster_bits;
+    uint64_t need = (((j->size) + (per_l2) - 1) / (per_l2));
+    int ret;
+
+    if (need > s->l1_size) {
+        uint64_t bytes = QEMU_ALIGN_UP(need * 8, s->cluster_size);
+        uint64_t entries = bytes / 8;
+        g_autofree uint8_t *buf = NULL;
+        uint64_t old_off = s->l1_offset;
+        uint64_t old_bytes = QEMU_ALIGN_UP((uint64_t)s->l1_size * 8,
+                                      s->cluster_size);
+        uint64_t *l1;
+        int64_t off;
+
+        if (entries > QCOW2_MAX_L1_ENTRIES) {
+            j->ret = -EFBIG;
+            return;
+        }
+        off = alloc_clusters(s, bytes / s->cluster_size);
+        if (off < 0) {
+            j->ret = off;
+            return;
+        }
+        buf = g_malloc0(bytes);
+        for (uint64_t i = 0; i < s->l1_size; i++) {
+            qcow2_st_be64(buf + i * 8, s->l1[i]);
+        }
+        ret = rc_write_dirty(s);
+        if (ret == 0) {
+            ret = sio_write(s, off, buf, bytes);
+        }
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            j->ret = ret;
+            return;
+        }
+        qcow2_st_be64(s->hdr + HDR_L1_OFFSET, off);
+        {
+            uint32_t v = GUINT32_TO_BE((uint32_t)entries);
+
+            memcpy(s->hdr + HDR_L1_SIZE, &v, 4);
+        }
+        qcow2_st_be64(s->hdr + HDR_SIZE, j->size);
+        ret = write_header(s);
+        if (ret < 0) {
+            j->ret = ret;
+            return;
+        }
+        /* The file names the new table now (or will): use it, and keep
+         * the old one's clusters unless the flush made that durable. */
+        ret = sio_flush(s);
+        l1 = g_new0(uint64_t, entries);
+        memcpy(l1, s->l1, (uint64_t)s->l1_size * 8);
+        /* Lock-free readers may still hold the old table. */
+        g_ptr_array_add(s->retired, s->l1);
+        g_ptr_array_add(s->retired, s->l1pub);
+        s->l1 = l1;
+        s->l1_size = entries;
+        {
+            Qcow2L1Pub *pub = g_new0(Qcow2L1Pub, 1);
+
+            pub->size = entries;
+            pub->e = l1;
+            __atomic_store_n(&s->l1pub, pub, __ATOMIC_RELEASE);
+        }
+        s->l1_offset = off;
+        s->info.h.l1_size = entries;
+        s->info.h.l1_table_offset = off;
+        s->info.h.size = j->size;
+        if (ret == 0 && old_off && old_bytes) {
+            ret = free_range(s, old_off, old_bytes);
+            if (ret == 0) {
+                ret = rc_write_dirty(s);
+            }
+        }
+        j->ret = ret;
+        return;
+    }
+    qcow2_st_be64(s->hdr + HDR_SIZE, j->size);
+    ret = write_header(s);
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret == 0) {
+        s->info.h.size = j->size;
+    }
+    j->ret = ret;
+}
+
+static bool qcow2_truncate(BlockBackend *bs, uint64_t size, GError **errp)
+{
+    BDRVQcow2State *s = bs->opaque;
+    TruncateJob j = { .s = s, .size = size };
+
+    if (size % 512 || size > QCOW2_MAX_VIRTUAL_SIZE) {
+        g_set_error(errp, VB_ERROR, 0, "qcow2 %s: the new size must be a "
+                    "multiple of 512 bytes, at most %" PRIu64, s->filename,
+                    (uint64_t)QCOW2_MAX_VIRTUAL_SIZE);
+        return false;
+    }
+    if (size == s->info.h.size) {
+        return true;
+    }
+    run_job(s, truncate_job, &j);
+    if (j.ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "qcow2 %s: resize failed: %s",
+                    s->filename, g_strerror(-j.ret));
+        return false;
+    }
+    return true;
+}
+
+uint64_t qcow2_slow_requests(BlockBackend *blk)
+{
+    BDRVQcow2State *s = blk->opaque;
+
+    return __atomic_load_n(&s->slow_requests, __ATOMIC_RELAXED);
+}
+
+static void qcow2_get_info(BlockBackend *bs, BlockDriverInfo *bdi)
+{
+    BDRVQcow2State *s = bs->opaque;
+
+    bdi->cluster_size = s->cluster_size;
+    bdi->backing_file = s->info.backing_file;
+    bdi->full_backing_file = s->full_backing;
+    bdi->backing_format = s->info.backing_format;
+    bdi->backing = s->backing;
+    bdi->format_specific = s->format_specific;
+    bdi->dirty = s->info.dirty;
+}
+
+/* ---- options ---------------------------------------------------------- */
+
+static bool parse_size_key(QmpArgs *a, BlockOptsParse *p, const char *key,
+                           uint64_t *out, GError **errp)
+{
+    if (p->export_syntax) {
+        const char *str = NULL;
+
+        if (!qmp_args_str(a, key, false, &str, errp)) {
+            return false;
+        }
+        if (str && !qemu_parse_size(str, out)) {
+            g_set_error(errp, VB_ERROR, 0, "bad value '%s' for %s: use a "
+                        "number with an optional k, M or G suffix", str, key);
+            return false;
+        }
+        return true;
+    }
+    return qmp_args_size(a, key, false, out, NULL, errp);
+}
+
+/*
+ * QSD's keys: l2-cache-size, l2-cache-entry-size, refcount-cache-size,
+ * cache-clean-interval (the file and backing children are the monitor's:
+ * monitor/blockdev.c).  --export's syntax: format=qcow2 with the same
+ * cache keys.  Main thread.
+ */
+static bool qcow2_parse_options(BlockOptions *opts, QmpArgs *a,
+                                BlockOptsParse *p, GError **errp)
+{
+    BlockQcow2Options *o = blk_options_parse_keep(p,
+                                                  g_new0(BlockQcow2Options, 1));
+    uint64_t es = 0;
+
+    if (!parse_size_key(a, p, "l2-cache-size", &o->l2_cache_size, errp) ||
+        !parse_size_key(a, p, "l2-cache-entry-size", &es, errp) ||
+        !parse_size_key(a, p, "refcount-cache-size",
+                        &o->refcount_cache_size, errp) ||
+        !parse_size_key(a, p, "cache-clean-interval",
+                        &o->cache_clean_interval, errp)) {
+        return false;
+    }
+    if (es && (es < 512 || es > QCOW2_MAX_CLUSTER_SIZE || (es & (es - 1)))) {
+        g_set_error(errp, VB_ERROR, 0, "L2 cache entry size must be a power "
+                    "of two between 512 and the cluster size (%" PRIu64
+                    " given)", es);
+        return false;
+    }
+    o->l2_cache_entry_size = es;
+    if (o->cache_clean_interval > UINT32_MAX) {
+        g_set_error(errp, VB_ERROR, 0, "cache-clean-interval is too big "
+                    "(at most %u seconds)", UINT32_MAX);
+        return false;
+    }
+    opts->driver_opts = o;
+    return true;
+}
+
+static void qcow2_node_names(BlockBackend *blk, const BlockOptions *opts,
+                             const char *given, BlockNodeNames *out)
+{
+    out->driver = g_strdup("qcow2");
+    out->filename = g_strdup(opts->file ? opts->file->filename :
+                             blk ? blk->filename : "qcow2");
+}
+
+static const BlockDriver bdrv_qcow2 = {
+    .format_name = "qcow2",
+    .bdrv_parse_options = qcow2_parse_options,
+    .bdrv_node_names = qcow2_node_names,
+    .bdrv_open = qcow2_open,
+    .bdrv_close = qcow2_close,
+    .bdrv_truncate = qcow2_truncate,
+    .bdrv_get_info = qcow2_get_info,
+    .bdrv_aio_preadv = qcow2_submit,
+    .bdrv_aio_pwritev = qcow2_submit,
+    .bdrv_aio_flush = qcow2_submit,
+    .bdrv_aio_pdiscard = qcow2_submit,
+    .bdrv_aio_pwrite_zeroes = qcow2_submit,
+    .bdrv_aio_block_status = qcow2_submit,
+};
+
+BLOCK_DRIVER_REGISTER(bdrv_qcow2)

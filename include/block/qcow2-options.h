@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * driver=qcow2's own options (BlockOptions.driver_opts), read by its
+ * parser (block/qcow2.c) from qemu-storage-daemon's keys; the file child
+ * is BlockOptions.file.  C callers may fill one themselves.
+ */
+#ifndef BLOCK_QCOW2_OPTIONS_H
+#define BLOCK_QCOW2_OPTIONS_H
+
+#include "block/block.h"
+
+#define QCOW2_DEFAULT_L2_CACHE_SIZE (8u * 1024 * 1024)
+#define QCOW2_DEFAULT_RC_CACHE_SIZE (1u * 1024 * 1024)
+#define QCOW2_MAX_BACKING_DEPTH     16
+
+typedef struct BlockQcow2Options {
+    uint64_t l2_cache_size;         /* bytes; 0: the default (8 MiB) */
+    uint64_t l2_cache_entry_size;   /* bytes; 0: the default */
+    uint64_t refcount_cache_size;   /* bytes; 0: the default */
+    uint64_t cache_clean_interval;  /* seconds; 0: never */
+    /* The backing chain.  @no_backing (backing=null): serve the image
+     * without its backing file (unallocated reads as zeroes).
+     * @backing: a node the caller opened (backing=NODE), which stays its
+     * caller's.  Otherwise the driver opens the header's backing file
+     * read-only, with @backing_driver ("raw" or "qcow2") when the header
+     * names no format. */
+    bool no_backing;
+    BlockBackend *backing;
+    const char *backing_driver;
+    /* Images above this one (the driver's own recursion guard). */
+    unsigned int depth;
+} BlockQcow2Options;
+
+/* Requests of @blk (a qcow2 node) the metadata thread has done, i.e. that
+ * did not take the lock-free fast path (tests).  Any thread. */
+uint64_t qcow2_slow_requests(BlockBackend *blk);
+
+#endif

@@ -1,0 +1,539 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Block jobs over QMP: blockdev-mirror, query-jobs, query-block-jobs, the
+ * job-* and block-job-* verbs, and the events (JOB_STATUS_CHANGE,
+ * BLOCK_JOB_READY, _PENDING, _COMPLETED, _CANCELLED, _ERROR) in QEMU's
+ * shapes.  The state machine and the mirror are in block/job.c and
+ * block/mirror.c; this file finds nodes and jobs by name and speaks QMP.
+ *
+ * Threads: main thread only.
+ */
+#include "qemu/osdep.h"
+#include "monitor-internal.h"
+#include "block/block_int.h"
+#include "block/job.h"
+#include "block/dirty-bitmap.h"
+
+static const char *const on_error_names[] = {
+    [JOB_ERROR_REPORT] = "report",
+    [JOB_ERROR_IGNORE] = "ignore",
+    [JOB_ERROR_STOP] = "stop",
+    NULL,
+};
+
+/* ---- events -------------------------------------------------------------- */
+
+static void vb_job_event(void *opaque, Job *job, JobEvent ev,
+                         const char *operation, JobErrorAction action)
+{
+    VbState *s = opaque;
+    JsonObject *o;
+    const char *name;
+
+    if (!s->qmp) {
+        return;
+    }
+    o = json_object_new();
+    switch (ev) {
+    case JOB_EVENT_STATUS_CHANGE:
+        name = "JOB_STATUS_CHANGE";
+        json_object_set_string_member(o, "id", job->id);
+        json_object_set_string_member(o, "status",
+                                      job_status_name(job->status));
+        break;
+    case JOB_EVENT_PENDING:
+        name = "BLOCK_JOB_PENDING";
+        json_object_set_string_member(o, "type", job->driver->type);
+        json_object_set_string_member(o, "id", job->id);
+        break;
+    case JOB_EVENT_ERROR:
+        name = "BLOCK_JOB_ERROR";
+        json_object_set_string_member(o, "device", job->id);
+        json_object_set_string_member(o, "operation", operation);
+        json_object_set_string_member(o, "action", on_error_names[action]);
+        break;
+    default:
+        name = ev == JOB_EVENT_READY ? "BLOCK_JOB_READY" :
+               ev == JOB_EVENT_CANCELLED ? "BLOCK_JOB_CANCELLED" :
+               "BLOCK_JOB_COMPLETED";
+        json_object_set_string_member(o, "type", job->driver->type);
+        json_object_set_string_member(o, "device", job->id);
+        json_object_set_int_member(o, "len", job->progress_total);
+        json_object_set_int_member(o, "offset", job->progress_current);
+        json_object_set_int_member(o, "speed", job->speed);
+        if (ev == JOB_EVENT_COMPLETED && job->ret < 0 && job->err) {
+            json_object_set_string_member(o, "error", job->err);
+        }
+        break;
+    }
+    qmp_server_emit_event(s->qmp, name, o);
+    json_object_unref(o);
+}
+
+void vb_jobs_init(VbState *s)
+{
+    job_set_event_handler(vb_job_event, s);
+}
+
+void vb_jobs_cleanup(VbState *s)
+{
+    /* Before the nodes go: a job holds them. */
+    job_cancel_all_sync();
+    job_set_event_handler(NULL, NULL);
+}
+
+bool vb_job_uses_node(VbNode *n)
+{
+    BdrvChild *c;
+
+    QLIST_FOREACH(c, &n->blk->parents, next_parent) {
+        if (!c->parent && g_str_has_prefix(c->name, "block job '")) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- blockdev-mirror ------------------------------------------------ */
+
+/* What job-complete of a mirror moves: the export on the source's image
+ * (through any node sharing it, e.g. a driver=raw node over it). */
+typedef struct VbMirrorPivot {
+    VbState *s;
+    BlockBackend *src;
+    BlockBackend *tgt;
+} VbMirrorPivot;
+
+/* The export serving @blk, or NULL; false if there are several. */
+static bool vb_export_of_blk(VbState *s, BlockBackend *blk, VbExport **out)
+{
+    *out = NULL;
+    for (guint i = 0; i < s->exports->len; i++) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+
+        if (e->node && e->node->blk == blk && !e->deleting) {
+            if (*out) {
+                return false;
+            }
+            *out = e;
+        }
+    }
+    return true;
+}
+
+static void vb_mirror_quiesce(void *opaque, bool on)
+{
+    VbMirrorPivot *p = opaque;
+    VbExport *e;
+
+    /* On: the export found now.  Off after a pivot: it is on the target
+     * now.  Off after a failure: still on the source. */
+    if ((vb_export_of_blk(p->s, p->src, &e) && e) ||
+        (!on && vb_export_of_blk(p->s, p->tgt, &e) && e)) {
+        vu_blk_export_quiesce(e->exp, on);
+    }
+}
+
+/* What the pivot cannot move: users of the source other than one
+ * vhost-user export. */
+static bool vb_mirror_pivot_check(void *opaque, GError **errp)
+{
+    VbMirrorPivot *p = opaque;
+    VbExport *e;
+
+    if (!vb_export_of_blk(p->s, p->src, &e)) {
+        vb_set_error(errp, "several exports serve the source: delete all "
+                     "but one first");
+        return false;
+    }
+    for (guint i = 0; i < p->s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(p->s->nodes, i);
+
+        if (n->blk == p->src && n->nbd_exports) {
+            vb_set_error(errp, "node '%s' has NBD exports, which cannot "
+                         "move to the target: delete them (or use "
+                         "block-job-cancel for a copy without pivot)",
+                         n->name);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool vb_mirror_pivot(void *opaque, GError **errp)
+{
+    VbMirrorPivot *p = opaque;
+    VbNode *tgt = NULL;
+    VbExport *e;
+
+    if (!vb_mirror_pivot_check(opaque, errp) ||
+        !vb_export_of_blk(p->s, p->src, &e)) {
+        return false;
+    }
+    if (!e) {
+        return true;            /* no user to move */
+    }
+    for (guint i = 0; i < p->s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(p->s->nodes, i);
+
+        if (n->blk == p->tgt && !n->alias) {
+            tgt = n;
+            break;
+        }
+    }
+    if (!tgt) {
+        vb_set_error(errp, "the target node is gone");
+        return false;
+    }
+    if (tgt->user) {
+        vb_set_error(errp, "node '%s' is exported already", tgt->name);
+        return false;
+    }
+    if (!vu_blk_export_replace_blk(e->exp, tgt->blk, errp)) {
+        return false;
+    }
+    e->node->user = NULL;
+    e->node = tgt;
+    tgt->user = e;
+    return true;
+}
+
+static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
+                                        GError **errp)
+{
+    static const char *const sync_names[] = {
+        [MIRROR_SYNC_FULL] = "full", [MIRROR_SYNC_TOP] = "top",
+        [MIRROR_SYNC_NONE] = "none", "incremental", "bitmap", NULL,
+    };
+    static const char *const copy_modes[] = {
+        "background", "write-blocking", NULL,
+    };
+    static const char *const qemu_on_error[] = {
+        "report", "ignore", "stop", "enospc", NULL,
+    };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *job_id = NULL, *device = NULL, *target = NULL;
+    const char *replaces = NULL, *filter = NULL;
+    int sync = -1, copy_mode = 0, on_src = 0, on_tgt = 0;
+    int64_t speed = 0, gran = 0, buf_size = 0;
+    bool unmap = true;
+    MirrorOptions mo = { 0 };
+    VbNode *src, *tgt;
+
+    mo.auto_finalize = true;
+    mo.auto_dismiss = true;
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "job-id", false, &job_id, errp) ||
+        !qmp_args_str(&a, "device", true, &device, errp) ||
+        !qmp_args_str(&a, "target", true, &target, errp) ||
+        !qmp_args_enum(&a, "sync", sync_names, true, &sync, errp) ||
+        !qmp_args_int(&a, "speed", false, &speed, NULL, errp) ||
+        !qmp_args_int(&a, "granularity", false, &gran, NULL, errp) ||
+        !qmp_args_int(&a, "buf-size", false, &buf_size, NULL, errp) ||
+        !qmp_args_enum(&a, "on-source-error", qemu_on_error, false, &on_src,
+                       errp) ||
+        !qmp_args_enum(&a, "on-target-error", qemu_on_error, false, &on_tgt,
+                       errp) ||
+        !qmp_args_enum(&a, "copy-mode", copy_modes, false, &copy_mode,
+                       errp) ||
+        !qmp_args_str(&a, "replaces", false, &replaces, errp) ||
+        !qmp_args_str(&a, "filter-node-name", false, &filter, errp) ||
+        !qmp_args_bool(&a, "unmap", &unmap, errp) ||
+        !qmp_args_bool(&a, "auto-finalize", &mo.auto_finalize, errp) ||
+        !qmp_args_bool(&a, "auto-dismiss", &mo.auto_dismiss, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (sync > MIRROR_SYNC_NONE) {
+        vb_set_error(errp, "Parameter 'sync' does not take '%s' here: "
+                     "there are no persistent dirty bitmaps; use full, top "
+                     "or none", sync_names[sync]);
+        return NULL;
+    }
+    if (copy_mode == 1) {
+        vb_set_error(errp, "copy-mode=write-blocking is not supported yet: "
+                     "use copy-mode=background");
+        return NULL;
+    }
+    if (on_src == 3 || on_tgt == 3) {
+        vb_set_error(errp, "on-source-error/on-target-error=enospc is not "
+                     "supported: use report, ignore or stop");
+        return NULL;
+    }
+    if (replaces || filter) {
+        vb_set_error(errp, "Parameter '%s' is not supported: the mirror "
+                     "does not change the graph", replaces ? "replaces" :
+                     "filter-node-name");
+        return NULL;
+    }
+    if (speed < 0) {
+        vb_set_error(errp, "Parameter 'speed' expects a non-negative value");
+        return NULL;
+    }
+    if (buf_size < 0 || buf_size > MIRROR_MAX_BUF_SIZE) {
+        vb_set_error(errp, "Parameter 'buf-size' must be between 0 (the "
+                     "default, 16 MiB) and 1 GiB: the job allocates it "
+                     "when it starts");
+        return NULL;
+    }
+    if (gran && (gran < BDRV_DIRTY_GRANULARITY_MIN ||
+                 gran > BDRV_DIRTY_GRANULARITY_MAX || (gran & (gran - 1)))) {
+        vb_set_error(errp, "Parameter 'granularity' must be a power of 2 "
+                     "between 512 and 64M");
+        return NULL;
+    }
+    src = vb_node_find(s, device);
+    if (!src) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     device, device);
+        return NULL;
+    }
+    tgt = vb_node_find(s, target);
+    if (!tgt) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     target, target);
+        return NULL;
+    }
+    if (tgt->blk == src->blk) {
+        vb_set_error(errp, "Can't mirror node into itself");
+        return NULL;
+    }
+    if (tgt->user) {
+        vb_set_error(errp, "Node '%s' is in use by an export: a mirror "
+                     "target must not be written by anyone else", target);
+        return NULL;
+    }
+    mo.job_id = job_id ? job_id : device;
+    mo.device = device;
+    mo.source = src->blk;
+    mo.target = tgt->blk;
+    mo.sync = sync;
+    mo.granularity = gran;
+    mo.buf_size = buf_size;
+    mo.speed = speed;
+    mo.on_source_error = on_src;
+    mo.on_target_error = on_tgt;
+    mo.unmap = unmap;
+    mo.quiesce = vb_mirror_quiesce;
+    mo.pivot_check = vb_mirror_pivot_check;
+    mo.pivot = vb_mirror_pivot;
+    mo.pivot_opaque = g_new0(VbMirrorPivot, 1);
+    ((VbMirrorPivot *)mo.pivot_opaque)->s = s;
+    ((VbMirrorPivot *)mo.pivot_opaque)->src = src->blk;
+    ((VbMirrorPivot *)mo.pivot_opaque)->tgt = tgt->blk;
+    if (!mirror_start(&mo, errp)) {
+        return NULL;
+    }
+    return vb_empty();
+}
+
+/* ---- queries ------------------------------------------------------------- */
+
+static JsonNode *vb_qmp_query_jobs(void *opaque, JsonObject *args,
+                                   GError **errp)
+{
+    g_auto(QmpArgs) a = { 0 };
+    JsonArray *arr;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    arr = json_array_new();
+    for (Job *job = job_next(NULL); job; job = job_next(job)) {
+        JsonObject *o;
+
+        if (job->status == JOB_STATUS_NULL) {
+            continue;           /* dismissed, freed at the next turn */
+        }
+        o = json_object_new();
+
+        json_object_set_string_member(o, "id", job->id);
+        json_object_set_string_member(o, "type", job->driver->type);
+        json_object_set_string_member(o, "status",
+                                      job_status_name(job->status));
+        json_object_set_int_member(o, "current-progress",
+                                   job->progress_current);
+        json_object_set_int_member(o, "total-progress", job->progress_total);
+        if (job->ret < 0 && job->err) {
+            json_object_set_string_member(o, "error", job->err);
+        }
+        json_array_add_object_element(arr, o);
+    }
+    return vb_node_take_array(arr);
+}
+
+static JsonNode *vb_qmp_query_block_jobs(void *opaque, JsonObject *args,
+                                         GError **errp)
+{
+    g_auto(QmpArgs) a = { 0 };
+    JsonArray *arr;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    arr = json_array_new();
+    for (Job *job = job_next(NULL); job; job = job_next(job)) {
+        JsonObject *o;
+
+        if (job->status == JOB_STATUS_NULL) {
+            continue;           /* dismissed, freed at the next turn */
+        }
+        o = json_object_new();
+
+        json_object_set_string_member(o, "type", job->driver->type);
+        json_object_set_string_member(o, "device", job->id);
+        json_object_set_int_member(o, "len", job->progress_total);
+        json_object_set_int_member(o, "offset", job->progress_current);
+        json_object_set_boolean_member(o, "busy",
+                                       !job_is_paused(job) &&
+                                       !job->completed);
+        json_object_set_boolean_member(o, "paused", job->pause_count > 0);
+        json_object_set_int_member(o, "speed", job->speed);
+        json_object_set_string_member(o, "io-status", "ok");
+        json_object_set_boolean_member(o, "ready", job_is_ready(job));
+        json_object_set_string_member(o, "status",
+                                      job_status_name(job->status));
+        json_object_set_boolean_member(o, "auto-finalize",
+                                       job->auto_finalize);
+        json_object_set_boolean_member(o, "auto-dismiss", job->auto_dismiss);
+        if (job->ret < 0 && job->err) {
+            json_object_set_string_member(o, "error", job->err);
+        }
+        json_array_add_object_element(arr, o);
+    }
+    return vb_node_take_array(arr);
+}
+
+/* ---- the verbs ------------------------------------------------------ */
+
+/* The job named by @key (job-*: "id"; block-job-*: "device" or "id"), or
+ * NULL with QEMU's error of that family. */
+static Job *vb_job_arg(QmpArgs *a, const char *key, bool block,
+                       GError **errp)
+{
+    const char *id = NULL;
+    Job *job;
+
+    if (!qmp_args_str(a, key, true, &id, errp)) {
+        return NULL;
+    }
+    job = job_get(id);
+    if (!job || job->status == JOB_STATUS_NULL) {
+        if (block) {
+            g_set_error(errp, QMP_ERROR, QMP_ERROR_DEVICE_NOT_ACTIVE,
+                        "Block job '%s' not found", id);
+        } else {
+            vb_set_error(errp, "Job not found");
+        }
+        return NULL;
+    }
+    return job;
+}
+
+typedef enum VbJobCmd {
+    VB_JOB_PAUSE, VB_JOB_RESUME, VB_JOB_CANCEL, VB_JOB_COMPLETE,
+    VB_JOB_FINALIZE, VB_JOB_DISMISS, VB_JOB_SET_SPEED,
+} VbJobCmd;
+
+static JsonNode *vb_job_verb(JsonObject *args, VbJobCmd cmd, bool block,
+                             GError **errp)
+{
+    g_auto(QmpArgs) a = { 0 };
+    /* QEMU: block-job-finalize and -dismiss take "id", the other
+     * block-job-* "device", every job-* "id". */
+    const char *key = block && cmd != VB_JOB_FINALIZE &&
+                      cmd != VB_JOB_DISMISS ? "device" : "id";
+    bool force = !block;        /* job-cancel always forces */
+    int64_t speed = 0;
+    Job *job;
+    bool ok = false;
+
+    qmp_args_init(&a, args, false, NULL);
+    job = vb_job_arg(&a, key, block, errp);
+    if (!job) {
+        return NULL;
+    }
+    if (block && cmd == VB_JOB_CANCEL &&
+        !qmp_args_bool(&a, "force", &force, errp)) {
+        return NULL;
+    }
+    if (cmd == VB_JOB_SET_SPEED &&
+        !qmp_args_int(&a, "speed", true, &speed, NULL, errp)) {
+        return NULL;
+    }
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    switch (cmd) {
+    case VB_JOB_PAUSE:
+        ok = job_user_pause(job, errp);
+        break;
+    case VB_JOB_RESUME:
+        ok = job_user_resume(job, errp);
+        break;
+    case VB_JOB_CANCEL:
+        ok = job_user_cancel(job, force, errp);
+        break;
+    case VB_JOB_COMPLETE:
+        ok = job_complete(job, errp);
+        break;
+    case VB_JOB_FINALIZE:
+        ok = job_finalize(job, errp);
+        break;
+    case VB_JOB_DISMISS:
+        ok = job_dismiss(job, errp);
+        break;
+    case VB_JOB_SET_SPEED:
+        ok = job_set_speed(job, speed, errp);
+        break;
+    }
+    return ok ? vb_empty() : NULL;
+}
+
+#define VB_JOB_CMD(fn, cmd, block)                                          \
+    static JsonNode *fn(void *opaque, JsonObject *args, GError **errp)      \
+    {                                                                       \
+        return vb_job_verb(args, cmd, block, errp);                         \
+    }
+
+VB_JOB_CMD(vb_qmp_job_pause, VB_JOB_PAUSE, false)
+VB_JOB_CMD(vb_qmp_job_resume, VB_JOB_RESUME, false)
+VB_JOB_CMD(vb_qmp_job_cancel, VB_JOB_CANCEL, false)
+VB_JOB_CMD(vb_qmp_job_complete, VB_JOB_COMPLETE, false)
+VB_JOB_CMD(vb_qmp_job_finalize, VB_JOB_FINALIZE, false)
+VB_JOB_CMD(vb_qmp_job_dismiss, VB_JOB_DISMISS, false)
+VB_JOB_CMD(vb_qmp_block_job_pause, VB_JOB_PAUSE, true)
+VB_JOB_CMD(vb_qmp_block_job_resume, VB_JOB_RESUME, true)
+VB_JOB_CMD(vb_qmp_block_job_cancel, VB_JOB_CANCEL, true)
+VB_JOB_CMD(vb_qmp_block_job_complete, VB_JOB_COMPLETE, true)
+VB_JOB_CMD(vb_qmp_block_job_finalize, VB_JOB_FINALIZE, true)
+VB_JOB_CMD(vb_qmp_block_job_dismiss, VB_JOB_DISMISS, true)
+VB_JOB_CMD(vb_qmp_block_job_set_speed, VB_JOB_SET_SPEED, true)
+
+static const QmpCommand vb_jobs_commands[] = {
+    { "blockdev-mirror", vb_qmp_blockdev_mirror },
+    { "query-jobs", vb_qmp_query_jobs },
+    { "query-block-jobs", vb_qmp_query_block_jobs },
+    { "job-pause", vb_qmp_job_pause },
+    { "job-resume", vb_qmp_job_resume },
+    { "job-cancel", vb_qmp_job_cancel },
+    { "job-complete", vb_qmp_job_complete },
+    { "job-finalize", vb_qmp_job_finalize },
+    { "job-dismiss", vb_qmp_job_dismiss },
+    { "block-job-pause", vb_qmp_block_job_pause },
+    { "block-job-resume", vb_qmp_block_job_resume },
+    { "block-job-cancel", vb_qmp_block_job_cancel },
+    { "block-job-complete", vb_qmp_block_job_complete },
+    { "block-job-finalize", vb_qmp_block_job_finalize },
+    { "block-job-dismiss", vb_qmp_block_job_dismiss },
+    { "block-job-set-speed", vb_qmp_block_job_set_speed },
+};
+
+void vb_jobs_register(GArray *table)
+{
+    g_array_append_vals(table, vb_jobs_commands,
+                        G_N_ELEMENTS(vb_jobs_commands));
+}

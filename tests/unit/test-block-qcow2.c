@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The qcow2 driver in-process, over images qemu-img made: once its L2
+ * cache is warm, reads of every cluster kind (data, zero, unallocated
+ * from the backing node) and overwrites of allocated clusters take the
+ * lock-free fast path (the metadata thread sees none of them) and the
+ * per-context pool of child requests stops growing; an allocating write
+ * goes to the metadata thread; block status tells the cluster kinds
+ * apart; what is read equals qemu-img's view and the image stays clean.
+ */
+#include "qemu/osdep.h"
+#include "block/block.h"
+#include "block/block_int.h"
+#include "block/qcow2-options.h"
+#include "block/file.h"
+
+#include <sys/wait.h>
+
+#define SIZE (4 * 1024 * 1024)
+
+static AioContext *ctx;
+
+typedef struct Req {
+    BlockAIOCB acb;
+    int ret;
+    bool done;
+} Req;
+
+static void req_cb(void *opaque, int ret)
+{
+    Req *r = opaque;
+
+    r->ret = ret;
+    r->done = true;
+}
+
+static int do_rw(BlockBackend *blk, bool write, int64_t off, void *buf,
+                 size_t len)
+{
+    /* Three buffers: a split request slices them. */
+    struct iovec iov[3] = {
+        { buf, 4096 }, { (char *)buf + 4096, len / 2 - 4096 },
+        { (char *)buf + len / 2, len - len / 2 },
+    };
+    Req r = { 0 };
+
+    if (write) {
+        blk_aio_pwritev(blk, &r.acb, off, iov, 3, 0, req_cb, &r);
+    } else {
+        blk_aio_preadv(blk, &r.acb, off, iov, 3, req_cb, &r);
+    }
+    g_assert_false(r.done);
+    while (!r.done) {
+        aio_poll(ctx, true);
+    }
+    return r.ret;
+}
+
+static unsigned int do_status(BlockBackend *blk, int64_t off, uint64_t len,
+                              uint64_t *pnum)
+{
+    BlockStatus st = { 0 };
+    Req r = { 0 };
+
+    blk_aio_block_status(blk, &r.acb, off, len, &st, req_cb, &r);
+    while (!r.done) {
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpint(r.ret, ==, 0);
+    *pnum = st.pnum;
+    return st.flags;
+}
+
+static void sh(const char *cmd)
+{
+    int status;
+
+    g_assert_true(g_spawn_command_line_sync(cmd, NULL, NULL, &status, NULL));
+    g_assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static BlockBackend *open_file(const char *path, bool ro)
+{
+    static BlockFileOptions fo;
+    BlockOptions o;
+    GError *err = NULL;
+    BlockBackend *blk;
+
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, path);
+    o.cache_direct = false;
+    o.readonly = ro;
+    blk = blk_open(&o, &err);
+    g_assert_no_error(err);
+    return blk;
+}
+
+static void test_fast_path(void)
+{
+    g_autoptr(GError) err = NULL;
+    g_autofree char *dir = g_dir_make_tmp("vb-qcow2-XXXXXX", &err);
+    g_autofree char *top = g_build_filename(dir, "top.qcow2", NULL);
+    g_autofree char *raw = g_build_filename(dir, "top.raw", NULL);
+    g_autofree char *cmd = NULL;
+    g_autofree uint8_t *expect = NULL;
+    g_autofree uint8_t *buf = g_malloc(256 * 1024);
+    BlockQcow2Options qo = { 0 };
+    BlockBackend *file, *q;
+    BlockOptions o;
+    uint64_t slow, pool;
+    gsize n;
+
+    g_assert_no_error(err);
+    cmd = g_strdup_printf("sh -c \"cd %s && "
+                          "qemu-img create -q -f qcow2 base.qcow2 3M && "
+                          "qemu-io -f qcow2 -c 'write -P 0x31 0 3M' "
+                          "base.qcow2 && "
+                          "qemu-img create -q -f qcow2 -b base.qcow2 "
+                          "-F qcow2 top.qcow2 4M && "
+                          "qemu-io -f qcow2 -c 'write -P 0x32 1M 512k' "
+                          "-c 'write -z 2M 128k' top.qcow2 && "
+                          "qemu-img convert -O raw top.qcow2 top.raw\"", dir);
+    sh(cmd);
+    g_assert_true(g_file_get_contents(raw, (char **)&expect, &n, NULL));
+    g_assert_cmpuint(n, ==, SIZE);
+
+    file = open_file(top, false);
+    blk_options_init(&o);
+    o.driver = "qcow2";
+    o.file = file;
+    qo.l2_cache_entry_size = 4096;
+    o.driver_opts = &qo;
+    q = blk_open(&o, &err);
+    g_assert_no_error(err);
+    g_assert_cmpuint(blk_getlength(q), ==, SIZE);
+
+    /* Warm the caches (this image's and the backing node's). */
+    for (int off = 0; off < SIZE; off += 256 * 1024) {
+        g_assert_cmpint(do_rw(q, false, off, buf, 256 * 1024), ==, 0);
+        g_assert_true(memcmp(buf, expect + off, 256 * 1024) == 0);
+    }
+    slow = qcow2_slow_requests(q);
+    pool = blk_child_req_allocated(ctx);
+    g_assert_cmpuint(pool, >, 0);
+    for (int round = 0; round < 20; round++) {
+        /* reads spanning data, zero, unallocated and past-backing */
+        for (int off = 0; off < SIZE; off += 192 * 1024) {
+            size_t len = MIN(256 * 1024, SIZE - off);
+
+            g_assert_cmpint(do_rw(q, false, off, buf, len), ==, 0);
+            g_assert_true(memcmp(buf, expect + off, len) == 0);
+        }
+        /* overwrite of allocated clusters */
+        memset(buf, round, 128 * 1024);
+        memset(expect + 1024 * 1024 + 4096, round, 128 * 1024);
+        g_assert_cmpint(do_rw(q, true, 1024 * 1024 + 4096, buf, 128 * 1024),
+                        ==, 0);
+    }
+    g_assert_cmpuint(qcow2_slow_requests(q), ==, slow);
+    g_assert_cmpuint(blk_child_req_allocated(ctx), ==, pool);
+
+    /* Block status: the backing file's, data, zeroes, past its end. */
+    {
+        uint64_t pnum;
+
+        g_assert_cmpuint(do_status(q, 0, 1024 * 1024, &pnum), ==, 0);
+        g_assert_cmpuint(pnum, ==, 1024 * 1024);
+        g_assert_cmpuint(do_status(q, 1024 * 1024, 1024 * 1024, &pnum), ==,
+                         BDRV_BLOCK_DATA | BDRV_BLOCK_ALLOCATED);
+        g_assert_cmpuint(pnum, ==, 512 * 1024);
+        g_assert_cmpuint(do_status(q, 2 * 1024 * 1024, 1024 * 1024, &pnum),
+                         ==, BDRV_BLOCK_ZERO | BDRV_BLOCK_ALLOCATED);
+        g_assert_cmpuint(pnum, ==, 128 * 1024);
+        g_assert_cmpuint(do_status(q, 3 * 1024 * 1024, 1024 * 1024, &pnum),
+                         ==, BDRV_BLOCK_ZERO);
+        g_assert_cmpuint(pnum, ==, 1024 * 1024);
+    }
+
+    /* Allocation is the metadata thread's. */
+    memset(buf, 0x77, 4096);
+    memset(expect + 3 * 1024 * 1024 + 512, 0x77, 4096);
+    g_assert_cmpint(do_rw(q, true, 3 * 1024 * 1024 + 512, buf, 4096), ==, 0);
+    g_assert_cmpuint(qcow2_slow_requests(q), ==, slow + 5);
+    g_assert_cmpint(do_rw(q, false, 3 * 1024 * 1024, buf, 64 * 1024), ==, 0);
+    g_assert_true(memcmp(buf, expect + 3 * 1024 * 1024, 64 * 1024) == 0);
+
+    while (aio_poll(ctx, false)) {
+    }
+    blk_close(q);
+    blk_close(file);
+    g_free(cmd);
+    cmd = g_strdup_printf("qemu-img check -q %s", top);
+    sh(cmd);
+    g_free(cmd);
+    cmd = g_strdup_printf("rm -rf %s", dir);
+    sh(cmd);
+}
+
+int main(int argc, char **argv)
+{
+    GError *err = NULL;
+
+    g_test_init(&argc, &argv, NULL);
+    ctx = aio_context_new(&err);
+    g_assert_no_error(err);
+    aio_context_acquire_thread(ctx);
+    if (!g_find_program_in_path("qemu-img") ||
+        !g_find_program_in_path("qemu-io")) {
+        g_test_skip("qemu-img and qemu-io are needed (qemu-utils)");
+        return g_test_run();
+    }
+    g_test_add_func("/block/qcow2/fast-path", test_fast_path);
+    return g_test_run();
+}

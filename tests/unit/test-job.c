@@ -1,0 +1,402 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The job core's state machine (block/job.c) with a driver of the test's
+ * own that finishes when the test says: QEMU's transitions and events,
+ * its verb errors, pause/resume around ready, soft and forced cancel,
+ * manual finalize and dismiss.  Also the dirty bitmap's marks and scan,
+ * and a mirror onto a failing target (null nodes, error injection).
+ */
+#include "qemu/osdep.h"
+#include "qemu/aio.h"
+#include "block/block.h"
+#include "block/dirty-bitmap.h"
+#include "block/null.h"
+#include "block/job.h"
+
+typedef struct TestJob {
+    bool started, cancelled, force, committed, aborted, cleaned, freed;
+    unsigned int pauses, resumes;
+    bool complete_ok;
+} TestJob;
+
+static AioContext *ctx;
+static GString *events;
+
+static void tj_start(Job *job)
+{
+    ((TestJob *)job->opaque)->started = true;
+}
+
+static void tj_pause(Job *job)
+{
+    ((TestJob *)job->opaque)->pauses++;
+}
+
+static void tj_resume(Job *job)
+{
+    ((TestJob *)job->opaque)->resumes++;
+}
+
+static void tj_cancel(Job *job, bool force)
+{
+    TestJob *t = job->opaque;
+
+    t->cancelled = true;
+    t->force = force;
+}
+
+static bool tj_complete(Job *job, GError **errp)
+{
+    TestJob *t = job->opaque;
+
+    if (!t->complete_ok) {
+        g_set_error(errp, VB_ERROR, 0, "no");
+        return false;
+    }
+    job_completed(job, 0, NULL);
+    return true;
+}
+
+static void tj_commit(Job *job)
+{
+    ((TestJob *)job->opaque)->committed = true;
+}
+
+static void tj_abort(Job *job)
+{
+    ((TestJob *)job->opaque)->aborted = true;
+}
+
+static void tj_clean(Job *job)
+{
+    ((TestJob *)job->opaque)->cleaned = true;
+}
+
+static void tj_free(Job *job)
+{
+    ((TestJob *)job->opaque)->freed = true;
+}
+
+static const JobDriver test_driver = {
+    .type = "test",
+    .start = tj_start,
+    .pause = tj_pause,
+    .resume = tj_resume,
+    .cancel = tj_cancel,
+    .complete = tj_complete,
+    .commit = tj_commit,
+    .abort = tj_abort,
+    .clean = tj_clean,
+    .free = tj_free,
+};
+
+static void on_event(void *opaque, Job *job, JobEvent ev,
+                     const char *op, JobErrorAction action)
+{
+    static const char *const names[] = {
+        [JOB_EVENT_READY] = "READY", [JOB_EVENT_PENDING] = "PENDING",
+        [JOB_EVENT_COMPLETED] = "COMPLETED",
+        [JOB_EVENT_CANCELLED] = "CANCELLED", [JOB_EVENT_ERROR] = "ERROR",
+    };
+
+    if (events->len) {
+        g_string_append_c(events, ' ');
+    }
+    if (ev == JOB_EVENT_STATUS_CHANGE) {
+        g_string_append(events, job_status_name(job->status));
+    } else {
+        g_string_append(events, names[ev]);
+    }
+}
+
+static Job *new_job(TestJob *t, const char *id, bool af, bool ad)
+{
+    g_autoptr(GError) err = NULL;
+    Job *job;
+
+    memset(t, 0, sizeof(*t));
+    g_string_truncate(events, 0);
+    job = job_create(id, &test_driver, t, id, af, ad, 0, &err);
+    g_assert_no_error(err);
+    job_start(job);
+    g_assert_true(t->started);
+    return job;
+}
+
+/* Let the job's free run. */
+static void drain(void)
+{
+    while (aio_poll(ctx, false)) {
+    }
+}
+
+/* @ok: what the verb returned; *@err: its error, checked and freed. */
+static void expect_verb_error(bool ok, GError **err, const char *msg)
+{
+    g_assert_false(ok);
+    g_assert_nonnull(*err);
+    g_assert_cmpstr((*err)->message, ==, msg);
+    g_clear_error(err);
+}
+
+static void test_success_auto(void)
+{
+    TestJob t;
+    Job *job = new_job(&t, "j0", true, true);
+    GError *err = NULL;
+
+    expect_verb_error(job_complete(job, &err), &err,
+                      "Job 'j0' in state 'running' cannot accept command "
+                      "verb 'complete'");
+    expect_verb_error(job_dismiss(job, &err), &err,
+                      "Job 'j0' in state 'running' cannot accept command "
+                      "verb 'dismiss'");
+    job_progress_set_remaining(job, 100);
+    job_progress_update(job, 100);
+    job_transition_to_ready(job);
+    g_assert_true(job_is_ready(job));
+    t.complete_ok = true;
+    g_assert_true(job_complete(job, NULL));
+    g_assert_true(t.committed && t.cleaned && !t.aborted);
+    g_assert_cmpstr(events->str, ==, "created running ready READY waiting "
+                    "pending PENDING COMPLETED concluded null");
+    g_assert_false(t.freed);
+    drain();
+    g_assert_true(t.freed);
+    g_assert_null(job_get("j0"));
+}
+
+static void test_pause_ready(void)
+{
+    TestJob t;
+    Job *job = new_job(&t, "j1", true, true);
+    GError *err = NULL;
+
+    g_assert_true(job_user_pause(job, NULL));
+    g_assert_true(job_should_pause(job));
+    expect_verb_error(job_user_pause(job, &err), &err,
+                      "Job is already paused");
+    /* Ready while paused: it shows when the job resumes. */
+    job_transition_to_ready(job);
+    g_assert_cmpint(job->status, ==, JOB_STATUS_PAUSED);
+    g_assert_true(job_user_resume(job, NULL));
+    g_assert_cmpint(job->status, ==, JOB_STATUS_READY);
+    g_assert_true(job_user_pause(job, NULL));
+    g_assert_cmpint(job->status, ==, JOB_STATUS_STANDBY);
+    expect_verb_error(job_finalize(job, &err), &err,
+                      "Job 'j1' in state 'standby' cannot accept command "
+                      "verb 'finalize'");
+    g_assert_true(job_user_resume(job, NULL));
+    g_assert_cmpuint(t.pauses, ==, 2);
+    g_assert_cmpuint(t.resumes, ==, 2);
+    /* Soft cancel of a ready job: the driver finishes as a success. */
+    g_assert_true(job_user_cancel(job, false, NULL));
+    g_assert_true(t.cancelled && !t.force && job->soft_cancelled);
+    job_completed(job, 0, NULL);
+    g_assert_cmpstr(events->str, ==, "created running paused running ready "
+                    "READY standby ready waiting pending PENDING COMPLETED "
+                    "concluded null");
+    drain();
+}
+
+static void test_force_cancel_manual(void)
+{
+    TestJob t;
+    Job *job = new_job(&t, "j2", false, false);
+    GError *err = NULL;
+
+    g_assert_true(job_user_pause(job, NULL));
+    g_assert_true(job_user_cancel(job, true, NULL));
+    g_assert_true(t.cancelled && t.force);
+    /* Paused: it runs again to end, as in QEMU. */
+    job_completed(job, 0, NULL);
+    g_assert_true(t.aborted && !t.committed);
+    g_assert_cmpint(job->status, ==, JOB_STATUS_CONCLUDED);
+    expect_verb_error(job_user_cancel(job, true, &err), &err,
+                      "Job 'j2' in state 'concluded' cannot accept command "
+                      "verb 'cancel'");
+    g_assert_true(job_dismiss(job, NULL));
+    g_assert_cmpstr(events->str, ==, "created running paused running "
+                    "aborting CANCELLED concluded null");
+    drain();
+    g_assert_true(t.freed);
+}
+
+static void test_manual_finalize_and_error(void)
+{
+    TestJob t;
+    Job *job = new_job(&t, "j3", false, false);
+    GError *err = NULL;
+
+    job_completed(job, 0, NULL);
+    g_assert_cmpint(job->status, ==, JOB_STATUS_PENDING);
+    g_assert_true(job_finalize(job, NULL));
+    g_assert_cmpint(job->status, ==, JOB_STATUS_CONCLUDED);
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+
+    job = new_job(&t, "j4", true, false);
+    job_report_error(job, "write", JOB_ERROR_STOP);
+    g_assert_cmpint(job->status, ==, JOB_STATUS_PAUSED);
+    g_assert_true(job_user_resume(job, NULL));
+    job_completed(job, -EIO, g_strdup("Input/output error"));
+    g_assert_cmpint(job->status, ==, JOB_STATUS_CONCLUDED);
+    g_assert_cmpstr(job->err, ==, "Input/output error");
+    g_assert_cmpstr(events->str, ==, "created running ERROR paused running "
+                    "aborting COMPLETED concluded");
+    expect_verb_error(job_set_speed(job, 1, &err), &err,
+                      "Job 'j4' in state 'concluded' cannot accept command "
+                      "verb 'set-speed'");
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+}
+
+static void test_ids(void)
+{
+    TestJob t;
+    GError *err = NULL;
+    Job *job = new_job(&t, "j5", true, true);
+
+    g_assert_null(job_create("j5", &test_driver, &t, NULL, true, true, 0,
+                             &err));
+    g_assert_cmpstr(err->message, ==, "Job ID 'j5' already in use");
+    g_clear_error(&err);
+    g_assert_null(job_create("5x", &test_driver, &t, NULL, true, true, 0,
+                             &err));
+    g_assert_cmpstr(err->message, ==, "Invalid job ID '5x'");
+    g_clear_error(&err);
+    g_assert_true(job_user_cancel(job, true, NULL));
+    job_completed(job, 0, NULL);
+    drain();
+}
+
+static void test_dirty_bitmap(void)
+{
+    BlockOptions o;
+    BlockNullOptions no;
+    g_autoptr(GError) err = NULL;
+    BlockBackend *blk;
+    BdrvDirtyBitmap *bm;
+
+    blk_options_init(&o);
+    blk_null_options(&o, &no, 1 << 20, false);
+    blk = blk_open(&o, &err);
+    g_assert_no_error(err);
+    g_assert_null(bdrv_dirty_bitmap_create(blk, 1000, &err));
+    g_assert_cmpstr(err->message, ==, "Granularity must be power of 2 "
+                    "between 512 and 64M");
+    g_clear_error(&err);
+    bm = bdrv_dirty_bitmap_create(blk, 4096, &err);
+    g_assert_no_error(err);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 0), ==, -1);
+    /* [4095, 4097) touches bits 0 and 1; a range over a word boundary. */
+    bdrv_dirty_bitmap_set(bm, 4095, 2);
+    bdrv_dirty_bitmap_set(bm, 60 * 4096, 10 * 4096);
+    g_assert_cmpuint(bdrv_dirty_bitmap_count(bm), ==, 12);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 0), ==, 0);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 2), ==, 60);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 70), ==, -1);
+    g_assert_true(bdrv_dirty_bitmap_test_and_clear(bm, 64));
+    g_assert_false(bdrv_dirty_bitmap_test_and_clear(bm, 64));
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 64), ==, 65);
+    /* Past the end: clamped, no write out of the bitmap. */
+    bdrv_dirty_bitmap_set(bm, (1 << 20) - 512, 1 << 20);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 70), ==, 255);
+    g_assert_cmpuint(bdrv_dirty_bitmap_dirty_bytes(bm), ==, 12 * 4096);
+    bdrv_dirty_bitmap_release(blk, bm);
+    blk_close(blk);
+}
+
+/* A null node of 1 MiB; with @fail_writes every write fails (EIO). */
+static BlockBackend *null_node(bool fail_writes)
+{
+    g_autoptr(GError) err = NULL;
+    BlockOptions o;
+    BlockNullOptions no;
+    BlockBackend *blk;
+
+    blk_options_init(&o);
+    blk_null_options(&o, &no, 1 << 20, true);
+    if (fail_writes) {
+        o.inject.ops = BLOCK_INJECT_WRITE;
+    }
+    blk = blk_open(&o, &err);
+    g_assert_no_error(err);
+    return blk;
+}
+
+/* Run the loop until @job is in @status. */
+static void run_until(Job *job, JobStatus status)
+{
+    while (job->status != status) {
+        aio_poll(ctx, true);
+    }
+}
+
+/*
+ * A target whose writes fail: on-target-error=report ends the job with
+ * the error (BLOCK_JOB_ERROR, then COMPLETED with it); stop pauses it
+ * until it is cancelled.
+ */
+static void test_mirror_target_error(void)
+{
+    BlockBackend *src = null_node(false);
+    BlockBackend *tgt = null_node(true);
+    g_autoptr(GError) err = NULL;
+    MirrorOptions mo = {
+        .job_id = "mt", .source = src, .target = tgt,
+        .sync = MIRROR_SYNC_FULL, .on_target_error = JOB_ERROR_REPORT,
+        .auto_finalize = true, .auto_dismiss = false,
+    };
+    Job *job;
+
+    g_string_truncate(events, 0);
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    run_until(job, JOB_STATUS_CONCLUDED);
+    g_assert_cmpstr(events->str, ==, "created running ERROR aborting "
+                    "COMPLETED concluded");
+    g_assert_cmpstr(job->err, ==, "Input/output error");
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+
+    mo.job_id = "ms";
+    mo.on_target_error = JOB_ERROR_STOP;
+    g_string_truncate(events, 0);
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    run_until(job, JOB_STATUS_PAUSED);
+    g_assert_true(job_user_cancel(job, true, NULL));
+    run_until(job, JOB_STATUS_CONCLUDED);
+    /* 1 MiB in one copy: one failure. */
+    g_assert_cmpstr(events->str, ==, "created running ERROR paused running "
+                    "aborting CANCELLED concluded");
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+    blk_close(src);
+    blk_close(tgt);
+}
+
+int main(int argc, char **argv)
+{
+    g_autoptr(GError) err = NULL;
+    int ret;
+
+    g_test_init(&argc, &argv, NULL);
+    ctx = aio_context_new(&err);
+    g_assert_no_error(err);
+    aio_context_acquire_thread(ctx);
+    events = g_string_new(NULL);
+    job_set_event_handler(on_event, NULL);
+    g_test_add_func("/job/success-auto", test_success_auto);
+    g_test_add_func("/job/pause-ready-soft-cancel", test_pause_ready);
+    g_test_add_func("/job/force-cancel-manual", test_force_cancel_manual);
+    g_test_add_func("/job/finalize-and-error", test_manual_finalize_and_error);
+    g_test_add_func("/job/ids", test_ids);
+    g_test_add_func("/dirty-bitmap/marks", test_dirty_bitmap);
+    g_test_add_func("/mirror/target-error", test_mirror_target_error);
+    ret = g_test_run();
+    g_string_free(events, true);
+    aio_context_free(ctx);
+    return ret;
+}
