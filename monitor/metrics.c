@@ -12,6 +12,7 @@
 #include "qemu/osdep.h"
 #include "monitor/metrics.h"
 #include "monitor/export.h"
+#include "monitor-internal.h"
 #include "qemu/latency-hist.h"
 
 #include <dirent.h>
@@ -354,10 +355,11 @@ bool metrics_read_process(uint64_t *rss_bytes, uint64_t *open_fds)
 MetricsSnapshot *metrics_collect(VbState *s)
 {
     MetricsSnapshot *snap = g_new0(MetricsSnapshot, 1);
+    unsigned int n_vu = s->exports->len;
 
-    snap->num_exports = s->exports->len;
+    snap->num_exports = n_vu + vb_nbd_num_exports(s);
     snap->exports = g_new0(MetricsExport, snap->num_exports);
-    for (unsigned int i = 0; i < snap->num_exports; i++) {
+    for (unsigned int i = 0; i < n_vu; i++) {
         VbExport *x = g_ptr_array_index(s->exports, i);
         VuBlkExport *vu = vb_export_get_vu(x);
         MetricsExport *e = &snap->exports[i];
@@ -371,6 +373,28 @@ MetricsSnapshot *metrics_collect(VbState *s)
             vu_blk_export_get_queue_stats(vu, q, &e->queues[q]);
         }
         vb_export_get_throttle_stats(x, &e->throttle);
+    }
+    /* An NBD export as one "queue" 0: its connections summed. */
+    for (unsigned int i = n_vu; i < snap->num_exports; i++) {
+        MetricsExport *e = &snap->exports[i];
+        VuBlkQueueStats *qs;
+        NbdExportStats ns;
+        const char *id;
+        VbNode *node;
+
+        vb_nbd_export_stats(s, i - n_vu, &id, &node, &ns);
+        e->id = g_strdup(id);
+        e->node = g_strdup(node->name);
+        e->connected = ns.clients > 0;
+        e->num_queues = 1;
+        e->queues = qs = g_new0(VuBlkQueueStats, 1);
+        qs->running = ns.clients > 0;
+        qs->requests = ns.requests;
+        qs->completed = ns.completed;
+        qs->inflight = ns.inflight;
+        memcpy(qs->ops, ns.ops, sizeof(qs->ops));
+        memcpy(qs->lat_bins, ns.lat_bins, sizeof(qs->lat_bins));
+        blk_throttle_get_stats(node->blk, &e->throttle);
     }
     snap->have_process = metrics_read_process(&snap->rss_bytes,
                                               &snap->open_fds);

@@ -20,6 +20,8 @@
  *    one (block/throttle.c) until blockdev-del closes it;
  *  - iothread: an export (also one still draining after
  *    block-export-del) with a queue in its AioContext;
+ *  - tls-creds-x509/psk (nbd/nbd-monitor.c): while the NBD server runs
+ *    with them (tls-creds=ID), until nbd-server-stop;
  *  - secret: never.  A node opens with a copy of the key (librados keeps
  *    its own), so deleting the secret only stops later blockdev-adds from
  *    naming it.  Its bytes are zeroed before they are freed.
@@ -775,6 +777,10 @@ static JsonNode *vb_qmp_object_del(void *opaque, JsonObject *args,
     }
     switch (vb_obj_find(s, id, &i)) {
     case VB_OBJ_NONE:
+        if (vb_nbd_object_exists(s, id)) {
+            /* tls-creds-x509/psk live with the NBD server */
+            return vb_nbd_object_del(s, id, errp) ? vb_empty() : NULL;
+        }
         vb_set_error(errp, "object '%s' not found", id);
         return NULL;
     case VB_OBJ_IOTHREAD: {

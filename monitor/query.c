@@ -246,22 +246,54 @@ static void vb_stats_fill_histograms(JsonObject *st, VuBlkExport *exp)
     }
 }
 
-static JsonObject *vb_node_blockstats(VbNode *n, bool device_level)
+/* An NBD export's counters where the vhost-user export's go. */
+static void vb_stats_add_nbd(VuBlkExportStats *x, const NbdExportStats *st)
+{
+    for (int op = 0; op < VU_BLK_OP__MAX; op++) {
+        x->ops[op].ops += st->ops[op].ops;
+        x->ops[op].failed += st->ops[op].failed;
+        x->ops[op].bytes += st->ops[op].bytes;
+        x->ops[op].total_ns += st->ops[op].total_ns;
+    }
+    x->wr_highest_offset = MAX(x->wr_highest_offset, st->wr_highest_offset);
+}
+
+/*
+ * @qdev: an entry per export (without query-nodes), whose counters are
+ * @nbd_index's (an NBD export) or else the vhost-user export's; NULL: an
+ * entry per node, counting every export of the node.
+ */
+static JsonObject *vb_node_blockstats(VbState *s, VbNode *n,
+                                      const char *qdev, int nbd_index)
 {
     JsonObject *o = json_object_new();
     JsonObject *st = json_object_new();
     VuBlkExportStats x = { 0 };
+    bool device_level = qdev != NULL;
 
-    if (n->user) {
+    if (n->user && nbd_index < 0) {
         vu_blk_export_get_stats(n->user->exp, &x);
     }
+    for (unsigned int i = 0; i < vb_nbd_num_exports(s); i++) {
+        NbdExportStats ns;
+        const char *id;
+        VbNode *node;
+
+        if (nbd_index >= 0 ? i != (unsigned int)nbd_index : device_level) {
+            continue;
+        }
+        vb_nbd_export_stats(s, i, &id, &node, &ns);
+        if (node == n) {
+            vb_stats_add_nbd(&x, &ns);
+        }
+    }
     vb_stats_fill(st, &x);
-    if (n->user) {
+    if (n->user && nbd_index < 0) {
         vb_stats_fill_histograms(st, n->user->exp);
     }
     if (device_level) {
         json_object_set_string_member(o, "device", "");
-        json_object_set_string_member(o, "qdev", n->user->id);
+        json_object_set_string_member(o, "qdev", qdev);
     }
     json_object_set_string_member(o, "node-name", n->name);
     if (device_level) {
@@ -303,12 +335,26 @@ static JsonNode *vb_qmp_query_blockstats(void *opaque, JsonObject *args,
     for (guint i = 0; i < s->nodes->len; i++) {
         VbNode *n = g_ptr_array_index(s->nodes, i);
 
-        /* Without query-nodes: what the guests use, one entry per
-         * export ("qdev" is the export id). */
-        if (nodes || n->user) {
+        /* Without query-nodes: what the guests and NBD clients use,
+         * one entry per export ("qdev" is the export id). */
+        if (nodes) {
             json_array_add_object_element(arr,
-                                          vb_node_blockstats(n, !nodes));
+                                          vb_node_blockstats(s, n, NULL, -1));
+        } else if (n->user) {
+            json_array_add_object_element(arr,
+                                          vb_node_blockstats(s, n,
+                                                             n->user->id,
+                                                             -1));
         }
+    }
+    for (unsigned int i = 0; !nodes && i < vb_nbd_num_exports(s); i++) {
+        NbdExportStats ns;
+        const char *id;
+        VbNode *node;
+
+        vb_nbd_export_stats(s, i, &id, &node, &ns);
+        json_array_add_object_element(arr,
+                                      vb_node_blockstats(s, node, id, i));
     }
     return vb_node_take_array(arr);
 }
@@ -553,6 +599,37 @@ static JsonNode *vb_qmp_x_query_stats(void *opaque, JsonObject *args,
         json_array_add_object_element(exps, o);
     }
     json_object_set_array_member(ret, "exports", exps);
+    /* NBD exports apart: no socket path, no virtqueues; their
+     * connections instead. */
+    exps = json_array_new();
+    for (unsigned int i = 0; i < vb_nbd_num_exports(s); i++) {
+        NbdExportStats ns;
+        const char *id;
+        VbNode *node;
+        JsonObject *o = json_object_new();
+        JsonObject *ops = json_object_new();
+
+        vb_nbd_export_stats(s, i, &id, &node, &ns);
+        json_object_set_string_member(o, "id", id);
+        json_object_set_string_member(o, "node-name", node->name);
+        json_object_set_int_member(o, "clients", ns.clients);
+        json_object_set_int_member(o, "connections", ns.connections);
+        json_object_set_int_member(o, "requests", ns.requests);
+        json_object_set_int_member(o, "completed", ns.completed);
+        json_object_set_int_member(o, "in-flight", ns.inflight);
+        json_object_set_int_member(o, "capacity-bytes",
+                                   blk_getlength(node->blk));
+        for (int op = 0; op < VU_BLK_OP__MAX; op++) {
+            JsonObject *oo = vb_op_stats_json(&ns.ops[op]);
+
+            json_object_set_object_member(oo, "latency",
+                                          vb_fixed_hist_json(ns.lat_bins[op]));
+            json_object_set_object_member(ops, op_names[op], oo);
+        }
+        json_object_set_object_member(o, "operations", ops);
+        json_array_add_object_element(exps, o);
+    }
+    json_object_set_array_member(ret, "nbd-exports", exps);
 
     engines = json_array_new();
     for (unsigned int i = 0; i < s->n_pool; i++) {

@@ -53,6 +53,8 @@ typedef struct VbNbd {
     VbTlsObj *tls;              /* the running server's */
     GPtrArray *exports;         /* VbNbdExport */
     GPtrArray *tls_objs;        /* VbTlsObj */
+    unsigned int closing;       /* stopped servers whose connections
+                                 * still have requests in flight */
 } VbNbd;
 
 /* One daemon, one VbState: the NBD part of it. */
@@ -83,6 +85,36 @@ static VbTlsObj *vb_tls_find(VbNbd *n, const char *id)
 bool vb_nbd_object_exists(VbState *s, const char *id)
 {
     return vb_tls_find(vb_nbd_get(s), id) != NULL;
+}
+
+bool vb_nbd_object_del(VbState *s, const char *id, GError **errp)
+{
+    VbNbd *n = vb_nbd_get(s);
+    VbTlsObj *t = vb_tls_find(n, id);
+
+    if (!t) {
+        vb_set_error(errp, "object '%s' not found", id);
+        return false;
+    }
+    if (t->users && n->tls != t) {
+        vb_set_error(errp, "object '%s' is in use, can not be deleted: a "
+                     "stopped NBD server's connections still have requests "
+                     "in flight; try again once their exports' "
+                     "BLOCK_EXPORT_DELETED came", id);
+        return false;
+    }
+    if (t->users) {
+        /* QEMU's text, then who holds it and what to do */
+        vb_set_error(errp, "object '%s' is in use, can not be deleted: the "
+                     "NBD server uses it (tls-creds=%s); stop it first "
+                     "with nbd-server-stop", id, id);
+        return false;
+    }
+    g_ptr_array_remove(n->tls_objs, t);
+    nbd_tls_creds_free(t->creds);
+    g_free(t->id);
+    g_free(t);
+    return true;
 }
 
 /* ---- TLS credentials objects --------------------------------------------- */
@@ -708,23 +740,61 @@ void vb_nbd_query_exports(VbState *s, JsonArray *arr)
     }
 }
 
-/* Stop the server: every export goes (their connections closed, their
- * requests in flight waited for in this thread). */
+unsigned int vb_nbd_num_exports(VbState *s)
+{
+    return vb_nbd_get(s)->exports->len;
+}
+
+void vb_nbd_export_stats(VbState *s, unsigned int i, const char **id,
+                         VbNode **node, NbdExportStats *st)
+{
+    VbNbdExport *x = g_ptr_array_index(vb_nbd_get(s)->exports, i);
+
+    *id = x->id;
+    *node = x->node;
+    /* Deleted ones are off the list once their exp is gone. */
+    nbd_export_get_stats(x->exp, st);
+}
+
+/* A stopped server is gone: its connections' requests completed. */
+static void vb_nbd_server_closed(void *opaque)
+{
+    VbTlsObj *tls = opaque;
+
+    /* Its TLS sessions are freed: the credentials may go now. */
+    if (tls) {
+        tls->users--;
+    }
+    vb_nbd.closing--;
+}
+
+/*
+ * Stop the server without waiting: the socket goes and every export is
+ * deleted at once; their connections are closed, and each export (and
+ * then the server) is freed, BLOCK_EXPORT_DELETED sent, once the
+ * requests it has in flight completed.  Until then the exports are
+ * listed as shutting down and their nodes stay in use; a new server may
+ * start meanwhile.
+ */
 static void vb_nbd_server_stop(VbNbd *n)
 {
-    nbd_server_free(n->srv);
-    n->srv = NULL;
-    if (n->tls) {
-        n->tls->users--;
-        n->tls = NULL;
-    }
-    /* The server freed the NbdExports without their callbacks. */
-    while (n->exports->len) {
-        VbNbdExport *x = g_ptr_array_index(n->exports, 0);
+    for (guint i = 0; i < n->exports->len;) {
+        VbNbdExport *x = g_ptr_array_index(n->exports, i);
 
-        x->exp = NULL;
-        vb_nbd_export_free(x);
+        if (x->deleting || x->exp == NULL) {
+            i++;
+            continue;
+        }
+        x->deleting = true;
+        /* True: freed already (x too), so the same index again */
+        if (!nbd_export_remove(x->exp, vb_nbd_export_done, x)) {
+            i++;
+        }
     }
+    n->closing++;
+    nbd_server_close(n->srv, vb_nbd_server_closed, n->tls);
+    n->srv = NULL;
+    n->tls = NULL;
 }
 
 void vb_nbd_cleanup(VbState *s)
@@ -733,6 +803,11 @@ void vb_nbd_cleanup(VbState *s)
 
     if (n->srv) {
         vb_nbd_server_stop(n);
+    }
+    /* Shutdown: the nodes close after this, so their requests must be
+     * done; the bottom halves that finish the servers run here. */
+    while (n->closing) {
+        aio_poll(s->main_ctx, true);
     }
     for (guint i = 0; i < n->tls_objs->len; i++) {
         VbTlsObj *t = g_ptr_array_index(n->tls_objs, i);

@@ -25,7 +25,9 @@
  * finished (closed and nothing in flight in the block layer); bottom
  * halves that other threads schedule for it hold one each.  The server's
  * lock protects its list of connections, their context and the client
- * counts; it is taken per connection, never per request.
+ * counts; it is taken per connection, never per request.  A closed
+ * server (nbd_server_close()) lives on until its last connection has
+ * finished, so stopping it never waits for storage.
  */
 #include "qemu/osdep.h"
 #include "nbd/server.h"
@@ -57,6 +59,7 @@ struct NbdExport {
     unsigned int next_ctx;      /* round robin over @ctx */
     bool removed;               /* nbd_export_remove(): off the list */
     unsigned int n_clients;     /* connections on it; server lock */
+    NbdExportStats retired;     /* of its connections gone; server lock */
     void (*done)(void *opaque);
     void *done_opaque;
     QLIST_ENTRY(NbdExport) next;
@@ -73,6 +76,9 @@ struct NbdServer {
     QEMUBH *reap_bh;            /* frees removed exports with no client;
                                  * resumes accepting */
     bool accept_paused;         /* out of fds: until a connection closes */
+    bool closing;               /* nbd_server_close(): frees itself */
+    void (*closed)(void *opaque);
+    void *closed_opaque;
     unsigned int handshake_max_seconds;
     int timer_fd;               /* ticks while clients negotiate */
     bool timer_armed;
@@ -103,6 +109,7 @@ typedef struct NbdReq {
     uint64_t offset;
     uint32_t len;
     int err;                    /* NBD_E*: the answer */
+    int64_t start_ns;           /* read complete (statistics) */
     bool flush_after;           /* FUA on trim/write-zeroes: then flush */
     /* The data buffer, kept across requests (grown, never per request
      * once the connection has seen its largest size). */
@@ -165,6 +172,9 @@ struct NbdClient {
     size_t payload_got;
     uint8_t skip_buf[4096];     /* where a refused payload goes */
     QSIMPLEQ_HEAD(, NbdReq) sendq;
+    /* Written by the connection's thread only (relaxed atomic stores),
+     * read by nbd_export_get_stats() under the server lock. */
+    NbdExportStats st;
 
     QLIST_ENTRY(NbdClient) next;
 };
@@ -196,6 +206,100 @@ static void nbd_client_unref(NbdClient *c)
     }
 }
 
+/* ---- statistics ---------------------------------------------------------- */
+
+/* A counter only the connection's thread writes: a relaxed load and store
+ * (no locked instruction) that a reader in another thread never sees
+ * torn. */
+static inline void nbd_stat_inc(uint64_t *p, uint64_t v)
+{
+    __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v,
+                     __ATOMIC_RELAXED);
+}
+
+static inline uint64_t nbd_stat_get(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
+/* @dst += @src; @src may be a live connection's (server lock held). */
+static void nbd_stats_add(NbdExportStats *dst, const NbdExportStats *src)
+{
+    dst->requests += nbd_stat_get(&src->requests);
+    dst->completed += nbd_stat_get(&src->completed);
+    dst->wr_highest_offset = MAX(dst->wr_highest_offset,
+                                 nbd_stat_get(&src->wr_highest_offset));
+    for (unsigned int o = 0; o < VU_BLK_OP__MAX; o++) {
+        dst->ops[o].ops += nbd_stat_get(&src->ops[o].ops);
+        dst->ops[o].failed += nbd_stat_get(&src->ops[o].failed);
+        dst->ops[o].bytes += nbd_stat_get(&src->ops[o].bytes);
+        dst->ops[o].total_ns += nbd_stat_get(&src->ops[o].total_ns);
+        for (unsigned int b = 0; b < LAT_HIST_FIXED_BINS; b++) {
+            dst->lat_bins[o][b] += nbd_stat_get(&src->lat_bins[o][b]);
+        }
+    }
+}
+
+static int64_t nbd_clock_ns(void)
+{
+    struct timespec ts;
+
+    /* vDSO: no system call. */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* In the connection's thread: @r is read (and will be answered). */
+static void nbd_req_started(NbdClient *c, NbdReq *r)
+{
+    r->start_ns = nbd_clock_ns();
+    nbd_stat_inc(&c->st.requests, 1);
+}
+
+/* In the connection's thread: @r is answered with r->err. */
+static void nbd_req_account(NbdClient *c, NbdReq *r)
+{
+    NbdExportStats *st = &c->st;
+    int64_t now = nbd_clock_ns();
+    uint64_t lat = now >= r->start_ns ? now - r->start_ns : 0;
+    VuBlkOp op;
+
+    switch (r->type) {
+    case NBD_CMD_READ:
+        op = VU_BLK_OP_READ;
+        break;
+    case NBD_CMD_WRITE:
+        op = VU_BLK_OP_WRITE;
+        break;
+    case NBD_CMD_FLUSH:
+        op = VU_BLK_OP_FLUSH;
+        break;
+    case NBD_CMD_TRIM:
+        op = VU_BLK_OP_DISCARD;
+        break;
+    case NBD_CMD_WRITE_ZEROES:
+        op = VU_BLK_OP_WRITE_ZEROES;
+        break;
+    default:
+        op = VU_BLK_OP_OTHER;
+        break;
+    }
+    nbd_stat_inc(&st->completed, 1);
+    nbd_stat_inc(&st->ops[op].ops, 1);
+    if (r->err) {
+        nbd_stat_inc(&st->ops[op].failed, 1);
+    } else if (op != VU_BLK_OP_FLUSH && op != VU_BLK_OP_OTHER) {
+        nbd_stat_inc(&st->ops[op].bytes, r->len);
+        if ((op == VU_BLK_OP_WRITE || op == VU_BLK_OP_WRITE_ZEROES) &&
+            r->offset + r->len > st->wr_highest_offset) {
+            __atomic_store_n(&st->wr_highest_offset, r->offset + r->len,
+                             __ATOMIC_RELAXED);
+        }
+    }
+    nbd_stat_inc(&st->ops[op].total_ns, lat);
+    nbd_stat_inc(&st->lat_bins[op][lat_hist_fixed_bucket(lat)], 1);
+}
+
 /* Closed and nothing left in the block layer: leave the server. */
 static void nbd_client_maybe_finish(NbdClient *c)
 {
@@ -212,6 +316,8 @@ static void nbd_client_maybe_finish(NbdClient *c)
     srv->n_clients--;
     if (c->exp) {
         c->exp->n_clients--;
+        /* Its thread has stopped counting: keep what it counted. */
+        nbd_stats_add(&c->exp->retired, &c->st);
     }
     /* Removed exports waiting for it, or a paused listener. */
     qemu_bh_schedule(srv->reap_bh);
@@ -752,6 +858,7 @@ static void nbd_client_start_transmission(NbdClient *c, NbdExport *e)
     }
     pthread_mutex_lock(&c->srv->lock);
     e->n_clients++;
+    e->retired.connections++;
     pthread_mutex_unlock(&c->srv->lock);
     c->phase = NBD_PHASE_MOVING;
 }
@@ -908,6 +1015,7 @@ static void nbd_req_complete(NbdReq *r)
                       (r->type == NBD_CMD_READ ||
                        r->type == NBD_CMD_BLOCK_STATUS);
 
+    nbd_req_account(c, r);
     if (c->closing) {
         nbd_req_release(c, r);
         return;
@@ -1183,6 +1291,7 @@ static void nbd_client_parse_request(NbdClient *c)
             nbd_client_close(c);
             return;
         }
+        nbd_req_started(c, r);
         c->cur = r;
         c->payload_got = 0;
         /* One we will refuse is dropped as it comes, never buffered. */
@@ -1197,6 +1306,7 @@ static void nbd_client_parse_request(NbdClient *c)
         }
         return;
     }
+    nbd_req_started(c, r);
     nbd_req_submit(c, r);
 }
 
@@ -1499,8 +1609,9 @@ static void nbd_server_reap_bh(void *opaque)
 {
     NbdServer *srv = opaque;
     NbdExport *e, *tmp;
+    unsigned int n_clients;
 
-    if (srv->accept_paused) {
+    if (srv->accept_paused && !srv->closing) {
         srv->accept_paused = false;
         aio_set_fd_handler(srv->main_ctx, srv->listen_fd, nbd_server_accept,
                            NULL, NULL, NULL, srv);
@@ -1518,6 +1629,23 @@ static void nbd_server_reap_bh(void *opaque)
                 e->done(e->done_opaque);
             }
             nbd_export_free(e);
+        }
+    }
+
+    if (!srv->closing) {
+        return;
+    }
+    pthread_mutex_lock(&srv->lock);
+    n_clients = srv->n_clients;
+    pthread_mutex_unlock(&srv->lock);
+    if (!n_clients && QLIST_EMPTY(&srv->removed)) {
+        /* The last connection has gone: nothing refers to us any more */
+        void (*closed)(void *opaque) = srv->closed;
+        void *closed_opaque = srv->closed_opaque;
+
+        nbd_server_free(srv);
+        if (closed) {
+            closed(closed_opaque);
         }
     }
 }
@@ -1591,6 +1719,52 @@ static void nbd_server_kill_clients(NbdServer *srv, NbdExport *e)
     }
 }
 
+/* No new connections: the listener and the handshake timer go. */
+static void nbd_server_stop_listening(NbdServer *srv)
+{
+    if (srv->listen_fd >= 0) {
+        if (!srv->accept_paused) {
+            aio_set_fd_handler(srv->main_ctx, srv->listen_fd, NULL, NULL,
+                               NULL, NULL, NULL);
+        }
+        close(srv->listen_fd);
+        srv->listen_fd = -1;
+        srv->accept_paused = false;
+    }
+    if (srv->unix_path) {
+        unlink(srv->unix_path);
+        g_free(srv->unix_path);
+        srv->unix_path = NULL;
+    }
+    if (srv->timer_fd >= 0) {
+        aio_set_fd_handler(srv->main_ctx, srv->timer_fd, NULL, NULL, NULL,
+                           NULL, NULL);
+        close(srv->timer_fd);
+        srv->timer_fd = -1;
+    }
+}
+
+void nbd_server_close(NbdServer *srv, void (*closed)(void *opaque),
+                      void *opaque)
+{
+    NbdExport *e;
+
+    assert(!srv->closing);
+    nbd_server_stop_listening(srv);
+    /* Exports still offered: freed with the server, without callback */
+    while ((e = QLIST_FIRST(&srv->exports))) {
+        QLIST_REMOVE(e, next);
+        e->removed = true;
+        QLIST_INSERT_HEAD(&srv->removed, e, next);
+    }
+    srv->closing = true;
+    srv->closed = closed;
+    srv->closed_opaque = opaque;
+    nbd_server_kill_clients(srv, NULL);
+    /* Whether or not a connection was left: the bottom half decides */
+    qemu_bh_schedule(srv->reap_bh);
+}
+
 void nbd_server_free(NbdServer *srv)
 {
     NbdExport *e;
@@ -1598,21 +1772,7 @@ void nbd_server_free(NbdServer *srv)
     if (!srv) {
         return;
     }
-    if (srv->listen_fd >= 0) {
-        if (!srv->accept_paused) {
-            aio_set_fd_handler(srv->main_ctx, srv->listen_fd, NULL, NULL,
-                               NULL, NULL, NULL);
-        }
-        close(srv->listen_fd);
-    }
-    if (srv->unix_path) {
-        unlink(srv->unix_path);
-    }
-    if (srv->timer_fd >= 0) {
-        aio_set_fd_handler(srv->main_ctx, srv->timer_fd, NULL, NULL, NULL,
-                           NULL, NULL);
-        close(srv->timer_fd);
-    }
+    nbd_server_stop_listening(srv);
     nbd_server_kill_clients(srv, NULL);
     pthread_mutex_lock(&srv->lock);
     while (srv->n_clients) {
@@ -1718,6 +1878,26 @@ unsigned int nbd_export_num_clients(NbdExport *e)
     n = e->n_clients;
     pthread_mutex_unlock(&e->srv->lock);
     return n;
+}
+
+void nbd_export_get_stats(NbdExport *e, NbdExportStats *st)
+{
+    NbdServer *srv = e->srv;
+    NbdClient *c;
+
+    pthread_mutex_lock(&srv->lock);
+    *st = e->retired;
+    st->clients = e->n_clients;
+    QLIST_FOREACH(c, &srv->clients, next) {
+        /* c->exp is set in the main thread, as this runs */
+        if (c->exp == e) {
+            nbd_stats_add(st, &c->st);
+        }
+    }
+    pthread_mutex_unlock(&srv->lock);
+    /* Each counter read apart: never below zero. */
+    st->inflight = st->requests > st->completed ?
+                   st->requests - st->completed : 0;
 }
 
 const char *nbd_export_name(NbdExport *e)

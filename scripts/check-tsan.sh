@@ -36,7 +36,7 @@ ninja -C "$builddir" >/dev/null
 # for a test's own failure code.
 export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
 tests=(test-iothread test-aio test-blkd-mq test-blkd-reconnect test-qmp-monitor
-       test-throttle test-blkd-qos test-nbd-server
+       test-throttle test-blkd-qos test-nbd-server test-nbd-server-ops
        test-blkd-log test-job test-blkd-mirror)
 
 set +e

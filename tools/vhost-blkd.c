@@ -25,6 +25,7 @@
 #include "monitor/blockdev.h"
 #include "monitor/export.h"
 #include "monitor/qmp.h"
+#include "nbd/nbd-monitor.h"
 #include "tools/config-file.h"
 
 #include <getopt.h>
@@ -286,6 +287,22 @@ static void vbd_dump_stats(Vbd *d)
                 st.sessions, st.requests, st.completed, st.batches, st.kicks,
                 st.poll_hits, st.budget_yields, st.notifies,
                 st.notifies_suppressed, st.resubmitted, st.driver_polls);
+    }
+    for (unsigned int i = 0; i < vb_nbd_num_exports(&d->state); i++) {
+        NbdExportStats st;
+        const char *id;
+        VbNode *node;
+
+        vb_nbd_export_stats(&d->state, i, &id, &node, &st);
+        log_msg(LOG_LEVEL_INFO, "NBD export %s: %" PRIu64 " client(s) "
+                "(%" PRIu64 " connections), requests %" PRIu64
+                ", completed %" PRIu64 ", in flight %" PRIu64
+                ", read %" PRIu64 " (%" PRIu64 " bytes), written %" PRIu64
+                " (%" PRIu64 " bytes), flushes %" PRIu64, id, st.clients,
+                st.connections, st.requests, st.completed, st.inflight,
+                st.ops[VU_BLK_OP_READ].ops, st.ops[VU_BLK_OP_READ].bytes,
+                st.ops[VU_BLK_OP_WRITE].ops, st.ops[VU_BLK_OP_WRITE].bytes,
+                st.ops[VU_BLK_OP_FLUSH].ops);
     }
 }
 
@@ -1241,11 +1258,13 @@ static int vbd_run(Vbd *d)
     if (d->state.iothreads->len) {
         info_report("ready: %u export(s), %u iothread object(s) and %u pool "
                     "iothread(s) for exports without iothread=%s",
-                    d->state.exports->len, d->state.iothreads->len,
+                    d->state.exports->len + vb_nbd_num_exports(&d->state),
+                    d->state.iothreads->len,
                     d->n_iothreads, d->qmp ? ", QMP monitor" : "");
     } else {
         info_report("ready: %u export(s), %u iothread(s)%s",
-                    d->state.exports->len, d->n_iothreads,
+                    d->state.exports->len + vb_nbd_num_exports(&d->state),
+                    d->n_iothreads,
                     d->qmp ? ", QMP monitor" : "");
     }
     if (d->daemonize) {

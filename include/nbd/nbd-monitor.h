@@ -12,6 +12,7 @@
 
 #include "monitor/state.h"
 #include "qemu/qmp-args.h"
+#include "nbd/server.h"
 
 /* --nbd-server / nbd-server-start */
 bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
@@ -24,12 +25,20 @@ bool vb_nbd_export_del(VbState *s, const char *id, bool hard,
 /* query-block-exports: ours appended to @arr. */
 void vb_nbd_query_exports(VbState *s, JsonArray *arr);
 bool vb_nbd_has_export(VbState *s, const char *id);
+/* query-blockstats, x-query-vhost-blk-stats, the metrics, SIGUSR1: the
+ * NBD exports by index (< vb_nbd_num_exports()), with their counters. */
+unsigned int vb_nbd_num_exports(VbState *s);
+void vb_nbd_export_stats(VbState *s, unsigned int i, const char **id,
+                         VbNode **node, NbdExportStats *st);
 /* An iothread (its context) an NBD export uses: not to be deleted. */
 bool vb_nbd_uses_ctx(VbState *s, AioContext *ctx);
 /* --object tls-creds-x509 / tls-creds-psk */
 bool vb_nbd_tls_x509_add(VbState *s, QmpArgs *a, GError **errp);
 bool vb_nbd_tls_psk_add(VbState *s, QmpArgs *a, GError **errp);
 bool vb_nbd_object_exists(VbState *s, const char *id);
+/* object-del of a TLS credentials object: refused while the NBD server
+ * uses it. */
+bool vb_nbd_object_del(VbState *s, const char *id, GError **errp);
 /* Daemon shutdown: the server and its exports, waiting for their I/O. */
 void vb_nbd_cleanup(VbState *s);
 void vb_nbd_register(GArray *table);

@@ -21,6 +21,8 @@
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
 #include "block/block.h"
+#include "hw/block/vhost-user-blk-export.h"
+#include "qemu/latency-hist.h"
 
 typedef struct NbdServer NbdServer;
 typedef struct NbdExport NbdExport;
@@ -48,6 +50,16 @@ NbdServer *nbd_server_new(const NbdServerOptions *o, GError **errp);
  * their requests in flight; then free the exports (no callback) and the
  * server. */
 void nbd_server_free(NbdServer *srv);
+/*
+ * The same without waiting: close the listener (the unix socket file goes
+ * at once) and every connection, and return.  Once the last connection's
+ * requests in flight completed (in their iothreads), the removed exports'
+ * callbacks run, then the server is freed and @closed(@opaque) called,
+ * from a bottom half in the main thread.  @srv must not be used after
+ * this call.
+ */
+void nbd_server_close(NbdServer *srv, void (*closed)(void *opaque),
+                      void *opaque);
 unsigned int nbd_server_num_clients(NbdServer *srv);
 
 typedef struct NbdExportOptions {
@@ -77,6 +89,27 @@ NbdExport *nbd_export_find(NbdServer *srv, const char *name);
 bool nbd_export_remove(NbdExport *exp, void (*done)(void *opaque),
                        void *opaque);
 unsigned int nbd_export_num_clients(NbdExport *exp);
+
+/*
+ * An export's request counters, in the vhost-user export's shape (its
+ * VuBlkOp types: TRIM counts as a discard, BLOCK_STATUS and refused
+ * commands as "other") so that the monitor renders both alike.  Each
+ * connection counts its own in its iothread (relaxed atomic stores, no
+ * lock); a connection's are added to the export's when it goes.
+ */
+typedef struct NbdExportStats {
+    uint64_t requests;          /* read and checked */
+    uint64_t completed;         /* answered */
+    uint64_t inflight;          /* requests - completed */
+    uint64_t connections;       /* that chose the export, ever */
+    uint64_t clients;           /* connected now */
+    uint64_t wr_highest_offset; /* end of the highest write, bytes */
+    VuBlkOpStats ops[VU_BLK_OP__MAX];
+    uint64_t lat_bins[VU_BLK_OP__MAX][LAT_HIST_FIXED_BINS];
+} NbdExportStats;
+
+/* Main thread.  The sums over the export's connections, past and live. */
+void nbd_export_get_stats(NbdExport *exp, NbdExportStats *st);
 const char *nbd_export_name(NbdExport *exp);
 
 /*

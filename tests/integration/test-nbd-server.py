@@ -533,9 +533,21 @@ def test_qmp(tmp, d, sock):
     r = qcmd(q, "nbd-server-start", {"addr": {"type": "unix",
                                             "data": {"path": "x"}}})
     ok("error" in r, "a second nbd-server-start: error", r)
-    r = qcmd(q, "nbd-server-stop")
+    r = qcmd(q, "query-block-exports")
+    ids = {e["id"] for e in r["return"] if e["type"] == "nbd"}
+    msgs = q.exchange({"execute": "nbd-server-stop"})
+    r = [m for m in msgs if "event" not in m][-1]
     ok(r == {"return": {}} and not os.path.exists(sock),
        "nbd-server-stop: socket gone", r)
+    # Each export goes once its connections' requests are done: the
+    # qemu-io one may still be closing.
+    gone = set()
+    while True:
+        gone |= {m["data"]["id"] for m in msgs
+                 if m.get("event") == "BLOCK_EXPORT_DELETED"}
+        if ids <= gone:
+            break
+        msgs = [q.read_msg()]
     r = qcmd(q, "query-block-exports")
     ok(not [e for e in r["return"] if e["type"] == "nbd"],
        "nbd-server-stop took the NBD exports", r)
