@@ -214,6 +214,13 @@ bool blk_driver_exists(const char *name)
     return drv ? !drv->is_filter : bdrv_module_lookup(name, false) != NULL;
 }
 
+bool blk_driver_is_format(const char *name)
+{
+    const BlockDriver *drv = bdrv_lookup(name, false);
+
+    return drv && drv->is_format;
+}
+
 bool blk_driver_opens_in_worker(const char *name)
 {
     BlockDriverKeys k;

@@ -2234,9 +2234,10 @@ static void qcow2_close(BlockBackend *bs)
 
 /* Main thread: the header's backing file, opened read-only. */
 static bool open_backing(BlockBackend *bs, BDRVQcow2State *s,
+                         const BlockOptions *opts,
                          const BlockQcow2Options *o, GError **errp)
 {
-    const char *fmt = o && o->backing_driver ? o->backing_driver :
+    const char *fmt = opts->backing_driver ? opts->backing_driver :
                       s->info.backing_format;
     unsigned int depth = o ? o->depth : 0;
     g_autofree char *path = NULL;
@@ -2244,11 +2245,11 @@ static bool open_backing(BlockBackend *bs, BDRVQcow2State *s,
     BlockFileOptions ffo;
     BlockQcow2Options bo = { 0 };
 
-    if (o && o->no_backing) {
+    if (opts->no_backing) {
         return true;
     }
-    if (o && o->backing) {
-        s->backing = o->backing;
+    if (opts->backing) {
+        s->backing = opts->backing;
     } else if (s->info.backing_file) {
         if (!fmt) {
             qcow2_set_error(errp, "%s has the backing file '%s' but does not "
@@ -2369,7 +2370,7 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
         g_propagate_error(errp, g_steal_pointer(&s->open_err));
         return false;
     }
-    if (!open_backing(bs, s, o, errp)) {
+    if (!open_backing(bs, s, opts, o, errp)) {
         return false;
     }
     bs->size = s->info.h.size;
@@ -2608,6 +2609,7 @@ static void qcow2_node_names(BlockBackend *blk, const BlockOptions *opts,
 
 static const BlockDriver bdrv_qcow2 = {
     .format_name = "qcow2",
+    .is_format = true,
     .bdrv_parse_options = qcow2_parse_options,
     .bdrv_node_names = qcow2_node_names,
     .bdrv_open = qcow2_open,

@@ -16,7 +16,6 @@
 #include "qemu/osdep.h"
 #include "monitor-internal.h"
 #include "qemu/error-report.h"
-#include "block/qcow2-options.h"
 
 #include <sys/stat.h>
 
@@ -77,7 +76,7 @@ static void vb_node_free_full(VbNode *n, bool wait)
         /* A raw node: the image is its file child's, which stays open. */
         n->file->parents--;
     } else if (n->format) {
-        /* A qcow2 node: ours; its file (and backing) node stays open. */
+        /* A format node: ours; its file (and backing) node stays open. */
         blk_close(n->blk);
         n->file->parents--;
         if (n->backing) {
@@ -688,19 +687,19 @@ static VbNode *vb_blockdev_add_raw(VbState *s, QmpArgs *a,
 }
 
 /*
- * driver=qcow2,node-name=NAME,file=NODE[,backing=NODE|null]
- * [,backing.driver=raw|qcow2][,l2-cache-size=...]: the qcow2 format over
- * its file node (added before, or inline).  Without backing= the driver
- * opens the backing file the header names (read-only, as an implicit
- * node of its own); backing=null serves the image without it.
+ * driver=FORMAT,node-name=NAME,file=NODE[,backing=NODE|null]
+ * [,backing.driver=raw|FORMAT][,the driver's keys]: a format of the
+ * registry (qcow2) over its file node (added before, or inline).  Without
+ * backing= the driver opens the backing file the image names (read-only,
+ * as an implicit node of its own); backing=null serves the image without
+ * it.
  */
-static VbNode *vb_blockdev_add_qcow2(VbState *s, QmpArgs *a,
-                                     const VbBlockdevBase *b, QmpPending *p,
-                                     bool *deferred, GError **errp)
+static VbNode *vb_blockdev_add_format(VbState *s, QmpArgs *a,
+                                      const VbBlockdevBase *b, QmpPending *p,
+                                      bool *deferred, GError **errp)
 {
-    BlockOptsParse parse = { .driver = "qcow2" };
+    BlockOptsParse parse = { .driver = b->driver };
     JsonNode *bref = json_object_get_member(a->obj, "backing");
-    BlockQcow2Options *qo;
     BlockOptions o;
     VbNode *child = NULL, *backing = NULL, *n = NULL;
     const char *bdrv = NULL;
@@ -725,9 +724,9 @@ static VbNode *vb_blockdev_add_qcow2(VbState *s, QmpArgs *a,
             g_prefix_error(errp, "backing: ");
             return NULL;
         }
-        if (strcmp(bdrv, "raw") && strcmp(bdrv, "qcow2")) {
+        if (strcmp(bdrv, "raw") && !blk_driver_is_format(bdrv)) {
             vb_set_error(errp, "backing.driver=%s is not supported: give "
-                         "raw or qcow2", bdrv);
+                         "raw or a format (qcow2)", bdrv);
             return NULL;
         }
     } else if (bref) {
@@ -764,11 +763,10 @@ static VbNode *vb_blockdev_add_qcow2(VbState *s, QmpArgs *a,
         goto out;
     }
     g_hash_table_remove(a->used, "file");
-    qo = (BlockQcow2Options *)o.driver_opts;
-    qo->no_backing = no_backing;
-    qo->backing = backing ? backing->blk : NULL;
-    qo->backing_driver = bdrv;
-    child = vb_blockdev_file(s, a, "qcow2", b->ro, b->discard, b->direct,
+    o.no_backing = no_backing;
+    o.backing = backing ? backing->blk : NULL;
+    o.backing_driver = bdrv;
+    child = vb_blockdev_file(s, a, o.driver, b->ro, b->discard, b->direct,
                              b->qmp, &implicit, errp);
     if (!child) {
         goto out;
@@ -778,7 +776,8 @@ static VbNode *vb_blockdev_add_qcow2(VbState *s, QmpArgs *a,
     }
     if (child->user || child->filter) {
         vb_set_error(errp, "Node '%s' is in use (exported or throttled): a "
-                     "qcow2 node needs its file node for itself", child->name);
+                     "%s node needs its file node for itself", child->name,
+                     o.driver);
         goto fail;
     }
     o.file = child->blk;
@@ -786,7 +785,7 @@ static VbNode *vb_blockdev_add_qcow2(VbState *s, QmpArgs *a,
     if (!blk) {
         goto fail;
     }
-    n = vb_node_register(s, b->name, "qcow2", &o, b->mode, blk);
+    n = vb_node_register(s, b->name, o.driver, &o, b->mode, blk);
     n->format = true;
     n->file = child;
     n->implicit_file = implicit;
@@ -905,7 +904,6 @@ static const struct {
 } vb_blockdev_graph[] = {
     { "throttle", vb_blockdev_add_throttle },
     { "raw", vb_blockdev_add_raw },
-    { "qcow2", vb_blockdev_add_qcow2 },
 };
 
 /*
@@ -941,6 +939,9 @@ static VbNode *vb_blockdev_add_common(VbState *s, JsonObject *args,
         if (!strcmp(vb_blockdev_graph[i].name, b.driver)) {
             add = vb_blockdev_graph[i].add;
         }
+    }
+    if (blk_driver_is_format(b.driver)) {
+        add = vb_blockdev_add_format;
     }
     /* An unknown driver first, as QEMU. */
     if ((add == vb_blockdev_add_image &&
@@ -1029,6 +1030,7 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
     }
     if (n->parents) {
         const char *parent = "?";
+        const char *pdrv = "?";
         bool format = false;
 
         for (guint i = 0; i < s->nodes->len; i++) {
@@ -1038,13 +1040,14 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
                 (p->file == n || p->backing == n)) {
                 parent = p->name;
                 format = p->format;
+                pdrv = p->driver;
                 break;
             }
         }
         if (format) {
-            vb_set_error(errp, "Block device %s is in use: the qcow2 node "
+            vb_set_error(errp, "Block device %s is in use: the %s node "
                          "'%s' uses it as its file or backing child; delete "
-                         "that one first", name, parent);
+                         "that one first", name, pdrv, parent);
         } else {
             vb_set_error(errp, "Block device %s is in use: the raw node "
                          "'%s' uses it as its file child; delete that one "

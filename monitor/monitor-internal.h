@@ -32,8 +32,8 @@ struct VbNode {
     VbNode *file;               /* driver=throttle or raw: the node below */
     VbNode *filter;             /* the driver=throttle node above, if any */
     bool alias;                 /* driver=raw: blk is file's, not ours */
-    bool format;                /* driver=qcow2: blk is ours, over file */
-    VbNode *backing;            /* driver=qcow2: a backing node given by
+    bool format;                /* a format (qcow2): blk is ours, over file */
+    VbNode *backing;            /* a format: a backing node given by
                                  * name (backing=NODE), or NULL */
     bool implicit_file;         /* file was defined inline: dropped with us */
     unsigned int parents;       /* driver=raw nodes using us as their file */

@@ -306,11 +306,11 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
         e->socket = g_strdup(val);
         ok = *val;
     } else if (!strcmp(key, "driver")) {
-        if (!strcmp(val, "qcow2")) {
+        if (blk_driver_is_format(val)) {
             /* A format over a file: this syntax says it with format=. */
-            g_set_error(errp, VB_ERROR, 0, "driver=qcow2: give "
-                        "file=PATH,format=qcow2 (qcow2 is the format of "
-                        "the file)");
+            g_set_error(errp, VB_ERROR, 0, "driver=%s: give "
+                        "file=PATH,format=%s (%s is the format of the "
+                        "file)", val, val, val);
             return false;
         }
         ok = blk_driver_exists(val);
@@ -324,7 +324,7 @@ static bool export_opts_set(ExportOpts *e, const char *key, const char *val,
             return false;
         }
     } else if (!strcmp(key, "format")) {
-        if (strcmp(val, "raw") && strcmp(val, "qcow2")) {
+        if (strcmp(val, "raw") && !blk_driver_is_format(val)) {
             g_set_error(errp, VB_ERROR, 0, "bad value '%s' for format: use "
                         "raw (the default) or qcow2", val);
             return false;

@@ -114,6 +114,17 @@ typedef struct BlockOptions {
     BlockInjectOptions inject;  /* error injection (testing); off by default */
     BlockBackend *file;         /* a format: its file child, an open node
                                  * that stays its caller's */
+    /*
+     * A format with a backing file (QEMU's keys of every such format):
+     * @no_backing (backing=null) serves the image without it; @backing
+     * (backing=NODE), a node the caller opened, stays its caller's;
+     * otherwise the driver opens the backing file its image names,
+     * read-only, with the driver @backing_driver (backing.driver=) when
+     * the image does not say its format.
+     */
+    bool no_backing;
+    BlockBackend *backing;
+    const char *backing_driver;
     ThrottleGroup *throttle_group;  /* non-NULL: a throttle filter on top
                                      * (block/throttle.c), which takes a
                                      * reference */
@@ -219,6 +230,9 @@ const char *blk_driver_for_export_key(const char *key);
 char *blk_driver_export_names(void);
 /* A driver (not a filter) of that very name, aliases aside. */
 bool blk_driver_exists(const char *name);
+/* @name is a format of the registry: a node over a file node
+ * (BlockOptions.file), perhaps with a backing node (qcow2). */
+bool blk_driver_is_format(const char *name);
 /* Whether the driver called @name (or an alias) opens in a worker thread
  * (it waits on the network: blk_open_async() answers later).  False for
  * a name the registry does not know.  Main thread. */

@@ -156,6 +156,11 @@ struct BlockDriver {
     BlockDriverNamesFunc *bdrv_node_names;
     /* A filter: opened over a child by the block layer, never by name. */
     bool is_filter;
+    /* A format: opened over a file node (BlockOptions.file) and, if its
+     * images can have one, a backing node (BlockOptions.backing); the
+     * monitor and the --export syntax (format=NAME) open any such driver
+     * the same way. */
+    bool is_format;
     /* bdrv_open() (and bdrv_close() after it failed) may run in a worker
      * thread: see the contract above. */
     bool bdrv_open_any_thread;

@@ -18,15 +18,8 @@ typedef struct BlockQcow2Options {
     uint64_t l2_cache_entry_size;   /* bytes; 0: the default */
     uint64_t refcount_cache_size;   /* bytes; 0: the default */
     uint64_t cache_clean_interval;  /* seconds; 0: never */
-    /* The backing chain.  @no_backing (backing=null): serve the image
-     * without its backing file (unallocated reads as zeroes).
-     * @backing: a node the caller opened (backing=NODE), which stays its
-     * caller's.  Otherwise the driver opens the header's backing file
-     * read-only, with @backing_driver ("raw" or "qcow2") when the header
-     * names no format. */
-    bool no_backing;
-    BlockBackend *backing;
-    const char *backing_driver;
+    /* The backing chain is BlockOptions' (no_backing, backing,
+     * backing_driver: "raw" or "qcow2" when the header names no format). */
     /* Images above this one (the driver's own recursion guard). */
     unsigned int depth;
 } BlockQcow2Options;
