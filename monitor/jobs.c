@@ -534,6 +534,7 @@ typedef struct VbSnapshot {
     VbNode *ov;
     VbExport *e;                /* quiesced, or NULL */
     bool drop_overlay;          /* blockdev-snapshot-sync added it */
+    char *created;              /* ... and created this file for it */
     BlockAIOCB acb;
 } VbSnapshot;
 
@@ -564,6 +565,9 @@ static void vb_snapshot_undo(VbSnapshot *sn)
     sn->node->parents--;
     if (sn->drop_overlay) {
         vb_node_delete(sn->s, sn->ov);
+    }
+    if (sn->created) {
+        unlink(sn->created);
     }
 }
 
@@ -596,12 +600,15 @@ static void vb_snapshot_flushed(void *opaque, int ret)
     } else {
         qmp_pending_complete(sn->p, vb_empty(), NULL);
     }
+    g_free(sn->created);
     g_free(sn);
 }
 
-/* Completes @p (now or after the flush). */
+/* Completes @p (now or after the flush).  @drop_overlay: delete the
+ * overlay node if it fails, and the file @created too if not NULL. */
 static void vb_snapshot_start(VbState *s, VbNode *node, VbNode *ov,
-                              bool drop_overlay, QmpPending *p)
+                              bool drop_overlay, const char *created,
+                              QmpPending *p)
 {
     GError *err = NULL;
     VbSnapshot *sn;
@@ -662,6 +669,9 @@ static void vb_snapshot_start(VbState *s, VbNode *node, VbNode *ov,
         if (drop_overlay) {
             vb_node_delete(s, ov);
         }
+        if (created) {
+            unlink(created);
+        }
         qmp_pending_complete(p, NULL, err);
         return;
     }
@@ -678,6 +688,7 @@ static void vb_snapshot_start(VbState *s, VbNode *node, VbNode *ov,
     sn->ov = ov;
     sn->e = e;
     sn->drop_overlay = drop_overlay;
+    sn->created = g_strdup(created);
     node->snapshotting = true;
     ov->snapshotting = true;
     blk_aio_flush(node->blk, &sn->acb, vb_snapshot_flushed, sn);
@@ -709,15 +720,15 @@ static void vb_qmp_blockdev_snapshot(void *opaque, JsonObject *args,
         qmp_pending_complete(p, NULL, err);
         return;
     }
-    vb_snapshot_start(s, n, ov, false, p);
+    vb_snapshot_start(s, n, ov, false, NULL, p);
 }
 
 /*
- * blockdev-snapshot-sync: the overlay is an existing qcow2 file
- * (mode=existing, e.g. made by qemu-img create -f qcow2 -b BACKING -F
- * FMT), added as node snapshot-node-name with backing=null, then as
- * blockdev-snapshot.  mode=absolute-paths would create the file: not
- * done yet.
+ * blockdev-snapshot-sync: the overlay file is created (mode=absolute-
+ * paths, the default: a new qcow2 image naming the node's image by its
+ * absolute path and format, of its size) or exists (mode=existing, e.g.
+ * made by qemu-img create -f qcow2 -b BACKING -F FMT); it is added as
+ * node snapshot-node-name with backing=null, then as blockdev-snapshot.
  */
 static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
                                           QmpPending *p)
@@ -726,7 +737,7 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
     VbState *s = opaque;
     g_auto(QmpArgs) a = { 0 };
     const char *device = NULL, *node_name = NULL, *file = NULL;
-    const char *snap_name = NULL, *format = NULL;
+    const char *snap_name = NULL, *format = NULL, *created = NULL;
     int mode = 1;
     GError *err = NULL;
     JsonObject *def, *fdef;
@@ -753,17 +764,29 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
                      format);
         goto fail;
     }
-    if (mode != 0) {
-        vb_set_error(&err, "mode=absolute-paths (creating the overlay) is "
-                     "not supported yet: create it with 'qemu-img create "
-                     "-f qcow2 -b BACKING -F FORMAT %s' and give "
-                     "mode=existing", file);
-        goto fail;
-    }
     if (!snap_name) {
         vb_set_error(&err, "Parameter 'snapshot-node-name' is missing: "
                      "vhost-blkd names no node itself");
         goto fail;
+    }
+    if (mode == 1) {
+        /* QEMU names the backing file by the node's file name, which
+         * is absolute here (as given to blockdev-add, made absolute). */
+        g_autofree char *bfile = NULL;
+        const char *bfmt = n->format ? "qcow2" : "raw";
+
+        if (n->no_storage || (n->file && !n->format && !n->alias)) {
+            vb_set_error(&err, "Node '%s' has no image file a new overlay "
+                         "could name: create the overlay yourself and "
+                         "give mode=existing", n->name);
+            goto fail;
+        }
+        bfile = g_canonicalize_filename(n->blk->filename, NULL);
+        if (!qcow2_create_file(file, blk_getlength(n->blk), bfile, bfmt,
+                               &err)) {
+            goto fail;
+        }
+        created = file;
     }
     def = json_object_new();
     fdef = json_object_new();
@@ -778,10 +801,13 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
     if (!ov) {
         goto fail;
     }
-    vb_snapshot_start(s, n, ov, true, p);
+    vb_snapshot_start(s, n, ov, true, created, p);
     return;
 
 fail:
+    if (created) {
+        unlink(created);
+    }
     qmp_pending_complete(p, NULL, err);
 }
 

@@ -50,4 +50,15 @@ uint64_t qcow2_slow_requests(BlockBackend *blk);
 bool qcow2_set_backing(BlockBackend *bs, BlockBackend *backing,
                        GError **errp);
 
+/*
+ * Main thread: create @path (which must not exist) as an empty qcow2
+ * image of @size bytes, as qemu-img create -f qcow2 with its defaults,
+ * naming @backing (NULL: none) of format @backing_fmt (NULL: unsaid) as
+ * its backing file (block/qcow2-create.c).  Blocking I/O on the new
+ * file (a few clusters), made durable.  False with @errp set, no file
+ * left.
+ */
+bool qcow2_create_file(const char *path, uint64_t size, const char *backing,
+                       const char *backing_fmt, GError **errp);
+
 #endif

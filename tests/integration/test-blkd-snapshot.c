@@ -2,7 +2,8 @@
 /*
  * Live external snapshots over QMP (monitor/jobs.c): blockdev-snapshot
  * of an exported qcow2 node onto an overlay added with backing=null, and
- * blockdev-snapshot-sync (mode=existing) of an exported raw file node,
+ * blockdev-snapshot-sync of an exported raw file node (mode=existing,
+ * then mode=absolute-paths on top: the daemon creates the overlay file),
  * while a vhost-user front-end writes before and after.  The guest keeps
  * its connection and sees everything it wrote; after the snapshot its
  * writes land in the overlay and the old image does not change (its
@@ -199,9 +200,10 @@ static void check_chain(const char *top, int n, const char *const *files,
         g_assert_cmpstr(json_object_get_string_member(o, "format"), ==,
                         formats[i]);
         if (i + 1 < n) {
-            g_assert_cmpstr(json_object_get_string_member(o,
-                                                          "backing-filename"),
-                            ==, files[i + 1]);
+            g_autofree char *b = g_path_get_basename(
+                json_object_get_string_member(o, "backing-filename"));
+
+            g_assert_cmpstr(b, ==, files[i + 1]);
         } else {
             g_assert_false(json_object_has_member(o, "backing-filename"));
         }
@@ -427,11 +429,11 @@ static void test_snapshot_sync(void)
                           "\"snapshot-file\": \"%s\", "
                           "\"snapshot-node-name\": \"ov\"}}", ov);
     {
+        /* mode=absolute-paths creates the file: never over another. */
         g_autofree char *err = vb_qmp_error(&t->m, cmd);
         g_autofree char *want = g_strdup_printf(
-            "mode=absolute-paths (creating the overlay) is not supported "
-            "yet: create it with 'qemu-img create -f qcow2 -b BACKING -F "
-            "FORMAT %s' and give mode=existing", ov);
+            "Could not create '%s': File exists (to use an existing "
+            "image, give mode=existing)", ov);
 
         g_assert_cmpstr(err, ==, want);
     }
@@ -464,19 +466,34 @@ static void test_snapshot_sync(void)
     guest_flush(t);
     guest_verify(t);
     g_assert_cmpstr(checksum(base), ==, sum);
-    /* A second one on top: the chain grows, the export follows. */
+    /* A second one on top, whose file the daemon creates (naming the
+     * node's image by its absolute path): the chain grows, the export
+     * follows. */
     {
         g_autofree char *ov3 = path_in(t, "ov3.qcow2");
+        g_autofree char *out = NULL;
 
-        sh("cd '%s' && qemu-img create -q -f qcow2 -b ov.qcow2 -F qcow2 "
-           "ov3.qcow2 1M", t->d.dir);
         g_free(cmd);
         cmd = g_strdup_printf("{\"execute\": \"blockdev-snapshot-sync\", "
                               "\"arguments\": {\"device\": \"ov\", "
-                              "\"snapshot-file\": \"%s\", \"mode\": "
-                              "\"existing\", \"snapshot-node-name\": "
-                              "\"ov3\"}}", ov3);
+                              "\"snapshot-file\": \"%s\", "
+                              "\"snapshot-node-name\": \"ov3\"}}", ov3);
         vb_qmp_ok(&t->m, cmd);
+        g_assert_cmpint(sh_status(&out, "qemu-img info --output=json "
+                                  "-U '%s'", ov3), ==, 0);
+        g_assert_nonnull(strstr(out, ov));
+        /* A failed one (the node name is taken) leaves no file. */
+        {
+            g_autofree char *ov4 = path_in(t, "ov4.qcow2");
+            g_autofree char *c4 = g_strdup_printf(
+                "{\"execute\": \"blockdev-snapshot-sync\", \"arguments\": "
+                "{\"device\": \"ov3\", \"snapshot-file\": \"%s\", "
+                "\"snapshot-node-name\": \"ov\"}}", ov4);
+            g_autofree char *err = vb_qmp_error(&t->m, c4);
+
+            g_assert_nonnull(err);
+            g_assert_false(g_file_test(ov4, G_FILE_TEST_EXISTS));
+        }
         guest_write(t, 8192, 4096, 6);
         guest_flush(t);
         guest_verify(t);
