@@ -225,6 +225,27 @@ static void check_converted(Snap *t, const char *img)
     unlink(raw);
 }
 
+/* query-block-exports says export e1 serves node @node. */
+static void check_export_node(Snap *t, const char *node)
+{
+    g_autoptr(JsonNode) r = vb_qmp(&t->m,
+                                   "{\"execute\": \"query-block-exports\"}",
+                                   NULL);
+    JsonArray *a = json_node_get_array(r);
+    bool found = false;
+
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *o = json_array_get_object_element(a, i);
+
+        if (!strcmp(json_object_get_string_member(o, "id"), "e1")) {
+            g_assert_cmpstr(json_object_get_string_member(o, "node-name"),
+                            ==, node);
+            found = true;
+        }
+    }
+    g_assert_true(found);
+}
+
 static void snap_init(Snap *t)
 {
     VbExportSpec spec = { .size = IMG_SIZE };
@@ -367,6 +388,7 @@ static void test_blockdev_snapshot(void)
     g_thread_join(th);
     race_expect(t, &r);
     guest_verify(t);
+    check_export_node(t, "ov");
     /* The old image does not change any more. */
     sum = checksum(base);
     guest_write(t, 0, 4096, 11);                /* over old data */
@@ -458,7 +480,9 @@ static void test_snapshot_sync(void)
                           "\"snapshot-file\": \"%s\", \"mode\": "
                           "\"existing\", \"snapshot-node-name\": \"ov\"}}",
                           ov);
+    check_export_node(t, "f0");
     vb_qmp_ok(&t->m, cmd);
+    check_export_node(t, "ov");
     sum = checksum(base);
     guest_write(t, 4096, 4096, 3);
     guest_write(t, 296 * 1024, 8 * 1024, 4);
@@ -479,6 +503,7 @@ static void test_snapshot_sync(void)
                               "\"snapshot-file\": \"%s\", "
                               "\"snapshot-node-name\": \"ov3\"}}", ov3);
         vb_qmp_ok(&t->m, cmd);
+        check_export_node(t, "ov3");
         g_assert_cmpint(sh_status(&out, "qemu-img info --output=json "
                                   "-U '%s'", ov3), ==, 0);
         g_assert_nonnull(strstr(out, ov));
