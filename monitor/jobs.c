@@ -542,6 +542,8 @@ typedef struct VbSnapshot {
  * one (quiesced).  They complete in the iothreads, not here. */
 static void vb_export_wait_idle(VbExport *e)
 {
+    /* As QEMU's drain, this waits as long as the storage takes (the
+     * monitor with it); the guest is held anyway. */
     for (;;) {
         VuBlkExportStats st;
 
@@ -579,11 +581,24 @@ static void vb_snapshot_flushed(void *opaque, int ret)
 
     sn->node->snapshotting = false;
     sn->ov->snapshotting = false;
+    if (sn->ov->user || sn->ov->nbd_exports) {
+        /* Exported meanwhile: requests may use its backing node now, so
+         * it stays, and the guest stays on the node. */
+        if (e) {
+            vu_blk_export_quiesce(e->exp, false);
+        }
+        vb_set_error(&err, "The overlay is already in use: it was exported "
+                     "while the snapshot waited for its flush; node '%s' "
+                     "is its backing node, the export stays on the node",
+                     sn->node->name);
+        qmp_pending_complete(sn->p, NULL, err);
+        g_free(sn->created);
+        g_free(sn);
+        return;
+    }
     if (ret < 0) {
         vb_set_error(&err, "Failed to flush node '%s' before the snapshot: "
                      "%s", sn->node->name, g_strerror(-ret));
-    } else if (sn->ov->user || sn->ov->nbd_exports) {
-        vb_set_error(&err, "The overlay is already in use");
     } else if (e && vu_blk_export_get_blk(e->exp) == sn->node->blk) {
         if (vu_blk_export_replace_blk(e->exp, sn->ov->blk, &err)) {
             e->node->user = NULL;
