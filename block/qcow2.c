@@ -2521,6 +2521,78 @@ static bool qcow2_truncate(BlockBackend *bs, uint64_t size, GError **errp)
     return true;
 }
 
+static const BlockDriver bdrv_qcow2;
+
+/* ---- a backing node given later (blockdev-snapshot) ------------------ */
+
+typedef struct SetBackingJob {
+    BDRVQcow2State *s;
+    BlockBackend *backing;
+} SetBackingJob;
+
+/* The metadata thread reads s->backing for every unallocated cluster:
+ * it changes there, between two requests. */
+static void set_backing_job(void *opaque)
+{
+    SetBackingJob *j = opaque;
+
+    j->s->backing = j->backing;
+}
+
+/* A node that becomes a backing node gets no more writes: its reserved
+ * clusters go back now (at its close they would change an image that
+ * should not change any more).  A failure only leaks them. */
+static void give_back_job(void *opaque)
+{
+    BDRVQcow2State *s = opaque;
+
+    if (s->writable && release_reserve(s) == 0) {
+        rc_write_dirty(s);
+    }
+}
+
+bool qcow2_set_backing(BlockBackend *bs, BlockBackend *backing,
+                       GError **errp)
+{
+    BDRVQcow2State *s = bs->opaque;
+    SetBackingJob j = { .s = s, .backing = backing };
+
+    if (!backing && bs->drv == &bdrv_qcow2 && !s->own_backing) {
+        BdrvChild *c = bdrv_find_child(bs, "backing");
+
+        /* The undo of a snapshot that failed after it gave the node. */
+        if (c) {
+            run_job(s, set_backing_job, &j);
+            bdrv_detach_child(c);
+        }
+        return true;
+    }
+    if (bs->drv != &bdrv_qcow2) {
+        g_set_error(errp, VB_ERROR, 0, "The overlay does not support "
+                    "backing images: only a qcow2 node can be one");
+        return false;
+    }
+    if (s->backing) {
+        g_set_error(errp, VB_ERROR, 0, "The overlay already has a backing "
+                    "image: add it with backing=null");
+        return false;
+    }
+    if (!s->writable) {
+        g_set_error(errp, VB_ERROR, 0, "The overlay %s is read-only: add "
+                    "it without read-only=on", s->filename);
+        return false;
+    }
+    if (!bdrv_attach_child(bs, backing, "backing", BLK_PERM_CONSISTENT_READ,
+                           BLK_PERM_ALL, errp)) {
+        return false;
+    }
+    run_job(s, set_backing_job, &j);
+    if (backing->drv == &bdrv_qcow2) {
+        run_job(backing->opaque, give_back_job, backing->opaque);
+    }
+    return true;
+}
+
 uint64_t qcow2_slow_requests(BlockBackend *blk)
 {
     BDRVQcow2State *s = blk->opaque;

@@ -1055,15 +1055,23 @@ static JsonNode *vb_qmp_blockdev_del(void *opaque, JsonObject *args,
         }
         return NULL;
     }
-    {
-        VbNode *below = n->implicit_file ? n->file : NULL;
-
-        g_ptr_array_remove(s->nodes, n);
-        vb_node_free_full(n, false);
-        /* As QEMU: an inline child goes with the node that defined it. */
-        vb_node_drop_implicit(s, below);
+    if (n->snapshotting) {
+        vb_set_error(errp, "Node '%s' is in use by a blockdev-snapshot that "
+                     "has not returned yet", name);
+        return NULL;
     }
+    vb_node_delete(s, n);
     return vb_empty();
+}
+
+void vb_node_delete(VbState *s, VbNode *n)
+{
+    VbNode *below = n->implicit_file ? n->file : NULL;
+
+    g_ptr_array_remove(s->nodes, n);
+    vb_node_free_full(n, false);
+    /* As QEMU: an inline child goes with the node that defined it. */
+    vb_node_drop_implicit(s, below);
 }
 
 /* ---- nodes: resize ---------------------------------------------------- */

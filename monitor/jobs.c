@@ -13,6 +13,7 @@
 #include "block/block_int.h"
 #include "block/job.h"
 #include "block/dirty-bitmap.h"
+#include "block/qcow2-options.h"
 
 static const char *const on_error_names[] = {
     [JOB_ERROR_REPORT] = "report",
@@ -513,8 +514,322 @@ VB_JOB_CMD(vb_qmp_block_job_finalize, VB_JOB_FINALIZE, true)
 VB_JOB_CMD(vb_qmp_block_job_dismiss, VB_JOB_DISMISS, true)
 VB_JOB_CMD(vb_qmp_block_job_set_speed, VB_JOB_SET_SPEED, true)
 
+/* ---- blockdev-snapshot, blockdev-snapshot-sync ----------------------- */
+
+/*
+ * A live external snapshot, as QEMU's: the overlay (a qcow2 node that
+ * has no backing node yet) gets the node as its backing node, and the
+ * node's export moves onto the overlay, so the guest's writes land there
+ * from then on and the node's image stops changing.  The export is
+ * quiesced (its queues pop nothing new), its requests in flight are
+ * waited for (a later copy-on-write in the overlay reads them from the
+ * node), and the node is flushed (a flush the guest sends to the overlay
+ * afterwards does not reach the node); only then does the export move,
+ * and the reply comes.
+ */
+typedef struct VbSnapshot {
+    VbState *s;
+    QmpPending *p;
+    VbNode *node;
+    VbNode *ov;
+    VbExport *e;                /* quiesced, or NULL */
+    bool drop_overlay;          /* blockdev-snapshot-sync added it */
+    char *created;              /* ... and created this file for it */
+    BlockAIOCB acb;
+} VbSnapshot;
+
+/* Wait until none of @e's requests is in flight; its queues pop no new
+ * one (quiesced).  They complete in the iothreads, not here. */
+static void vb_export_wait_idle(VbExport *e)
+{
+    /* As QEMU's drain, this waits as long as the storage takes (the
+     * monitor with it); the guest is held anyway. */
+    for (;;) {
+        VuBlkExportStats st;
+
+        vu_blk_export_get_stats(e->exp, &st);
+        if (!st.inflight) {
+            return;
+        }
+        g_usleep(100);
+    }
+}
+
+static bool vb_export_alive(VbState *s, VbExport *e)
+{
+    return e && g_ptr_array_find(s->exports, e, NULL) && !e->deleting;
+}
+
+static void vb_snapshot_undo(VbSnapshot *sn)
+{
+    qcow2_set_backing(sn->ov->blk, NULL, NULL);
+    sn->ov->backing = NULL;
+    sn->node->parents--;
+    if (sn->drop_overlay) {
+        vb_node_delete(sn->s, sn->ov);
+    }
+    if (sn->created) {
+        unlink(sn->created);
+    }
+}
+
+static void vb_snapshot_flushed(void *opaque, int ret)
+{
+    VbSnapshot *sn = opaque;
+    VbExport *e = vb_export_alive(sn->s, sn->e) ? sn->e : NULL;
+    GError *err = NULL;
+
+    sn->node->snapshotting = false;
+    sn->ov->snapshotting = false;
+    if (sn->ov->user || sn->ov->nbd_exports) {
+        /* Exported meanwhile: requests may use its backing node now, so
+         * it stays, and the guest stays on the node. */
+        if (e) {
+            vu_blk_export_quiesce(e->exp, false);
+        }
+        vb_set_error(&err, "The overlay is already in use: it was exported "
+                     "while the snapshot waited for its flush; node '%s' "
+                     "is its backing node, the export stays on the node",
+                     sn->node->name);
+        qmp_pending_complete(sn->p, NULL, err);
+        g_free(sn->created);
+        g_free(sn);
+        return;
+    }
+    if (ret < 0) {
+        vb_set_error(&err, "Failed to flush node '%s' before the snapshot: "
+                     "%s", sn->node->name, g_strerror(-ret));
+    } else if (e && vu_blk_export_get_blk(e->exp) == sn->node->blk) {
+        if (vu_blk_export_replace_blk(e->exp, sn->ov->blk, &err)) {
+            e->node->user = NULL;
+            e->node = sn->ov;
+            sn->ov->user = e;
+        }
+    }
+    if (e) {
+        vu_blk_export_quiesce(e->exp, false);
+    }
+    if (err) {
+        vb_snapshot_undo(sn);
+        qmp_pending_complete(sn->p, NULL, err);
+    } else {
+        qmp_pending_complete(sn->p, vb_empty(), NULL);
+    }
+    g_free(sn->created);
+    g_free(sn);
+}
+
+/* Completes @p (now or after the flush).  @drop_overlay: delete the
+ * overlay node if it fails, and the file @created too if not NULL. */
+static void vb_snapshot_start(VbState *s, VbNode *node, VbNode *ov,
+                              bool drop_overlay, const char *created,
+                              QmpPending *p)
+{
+    GError *err = NULL;
+    VbSnapshot *sn;
+    VbExport *e = NULL;
+
+    if (ov == node || ov->blk == node->blk) {
+        vb_set_error(&err, "The overlay cannot be the node itself");
+    } else if (ov->snapshotting || node->snapshotting) {
+        vb_set_error(&err, "Node '%s' is in use by a blockdev-snapshot that "
+                     "has not returned yet", ov->snapshotting ? ov->name :
+                     node->name);
+    } else if (ov->user || ov->nbd_exports || ov->parents || ov->filter ||
+               vb_job_uses_node(ov)) {
+        vb_set_error(&err, "The overlay is already in use");
+    } else if (!ov->format) {
+        vb_set_error(&err, "The overlay does not support backing images: "
+                     "add it with driver=qcow2");
+    } else if (ov->backing || bdrv_find_child(ov->blk, "backing")) {
+        vb_set_error(&err, "The overlay already has a backing image: add it "
+                     "with backing=null");
+    } else if (node->filter) {
+        vb_set_error(&err, "Node '%s' has the throttle node '%s' on top of "
+                     "it: take the snapshot of that one", node->name,
+                     node->filter->name);
+    } else if (vb_job_uses_node(node)) {
+        vb_set_error(&err, "Node '%s' is in use by a block job: end the job "
+                     "first", node->name);
+    } else if (!vb_export_of_blk(s, node->blk, &e)) {
+        vb_set_error(&err, "several exports serve node '%s': delete all but "
+                     "one first", node->name);
+    } else if (e && blk_getlength(ov->blk) != blk_getlength(node->blk)) {
+        vb_set_error(&err, "The overlay's size (%" PRIu64 " bytes) differs "
+                     "from node '%s''s (%" PRIu64 " bytes): the guest would "
+                     "see its disk change; create the overlay with the same "
+                     "size", blk_getlength(ov->blk), node->name,
+                     blk_getlength(node->blk));
+    }
+    if (!err) {
+        for (guint i = 0; i < s->nodes->len; i++) {
+            VbNode *n = g_ptr_array_index(s->nodes, i);
+
+            if (n->blk == node->blk && n->nbd_exports) {
+                vb_set_error(&err, "node '%s' has NBD exports, which cannot "
+                             "move to the overlay: delete them first",
+                             n->name);
+                break;
+            }
+        }
+    }
+    if (!err && e) {
+        vu_blk_export_quiesce(e->exp, true);
+        vb_export_wait_idle(e);
+    }
+    if (!err && !qcow2_set_backing(ov->blk, node->blk, &err) && e) {
+        vu_blk_export_quiesce(e->exp, false);
+    }
+    if (err) {
+        if (drop_overlay) {
+            vb_node_delete(s, ov);
+        }
+        if (created) {
+            unlink(created);
+        }
+        qmp_pending_complete(p, NULL, err);
+        return;
+    }
+    ov->backing = node;
+    node->parents++;
+    /* Shutdown frees format nodes newest first: the overlay must go
+     * before its backing node, even if it was added first. */
+    g_ptr_array_remove(s->nodes, ov);
+    g_ptr_array_add(s->nodes, ov);
+    sn = g_new0(VbSnapshot, 1);
+    sn->s = s;
+    sn->p = p;
+    sn->node = node;
+    sn->ov = ov;
+    sn->e = e;
+    sn->drop_overlay = drop_overlay;
+    sn->created = g_strdup(created);
+    node->snapshotting = true;
+    ov->snapshotting = true;
+    blk_aio_flush(node->blk, &sn->acb, vb_snapshot_flushed, sn);
+}
+
+static void vb_qmp_blockdev_snapshot(void *opaque, JsonObject *args,
+                                     QmpPending *p)
+{
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *node = NULL, *overlay = NULL;
+    GError *err = NULL;
+    VbNode *n, *ov;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "node", true, &node, &err) ||
+        !qmp_args_str(&a, "overlay", true, &overlay, &err) ||
+        !qmp_args_check_done(&a, &err)) {
+        qmp_pending_complete(p, NULL, err);
+        return;
+    }
+    n = vb_node_find(s, node);
+    ov = n ? vb_node_find(s, overlay) : NULL;
+    if (!n || !ov) {
+        const char *what = n ? overlay : node;
+
+        vb_set_error(&err, "Cannot find device='%s' nor node-name='%s'",
+                     what, what);
+        qmp_pending_complete(p, NULL, err);
+        return;
+    }
+    vb_snapshot_start(s, n, ov, false, NULL, p);
+}
+
+/*
+ * blockdev-snapshot-sync: the overlay file is created (mode=absolute-
+ * paths, the default: a new qcow2 image naming the node's image by its
+ * absolute path and format, of its size) or exists (mode=existing, e.g.
+ * made by qemu-img create -f qcow2 -b BACKING -F FMT); it is added as
+ * node snapshot-node-name with backing=null, then as blockdev-snapshot.
+ */
+static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
+                                          QmpPending *p)
+{
+    static const char *const modes[] = { "existing", "absolute-paths", NULL };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *device = NULL, *node_name = NULL, *file = NULL;
+    const char *snap_name = NULL, *format = NULL, *created = NULL;
+    int mode = 1;
+    GError *err = NULL;
+    JsonObject *def, *fdef;
+    VbNode *n, *ov;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "device", false, &device, &err) ||
+        !qmp_args_str(&a, "node-name", false, &node_name, &err) ||
+        !qmp_args_str(&a, "snapshot-file", true, &file, &err) ||
+        !qmp_args_str(&a, "snapshot-node-name", false, &snap_name, &err) ||
+        !qmp_args_str(&a, "format", false, &format, &err) ||
+        !qmp_args_enum(&a, "mode", modes, false, &mode, &err) ||
+        !qmp_args_check_done(&a, &err)) {
+        goto fail;
+    }
+    n = vb_node_find(s, device ? device : node_name ? node_name : "");
+    if (!n || (device && node_name && n != vb_node_find(s, node_name))) {
+        vb_set_error(&err, "Cannot find device='%s' nor node-name='%s'",
+                     device ? device : "", node_name ? node_name : "");
+        goto fail;
+    }
+    if (format && strcmp(format, "qcow2")) {
+        vb_set_error(&err, "format=%s: only qcow2 overlays are supported",
+                     format);
+        goto fail;
+    }
+    if (!snap_name) {
+        vb_set_error(&err, "Parameter 'snapshot-node-name' is missing: "
+                     "vhost-blkd names no node itself");
+        goto fail;
+    }
+    if (mode == 1) {
+        /* QEMU names the backing file by the node's file name, which
+         * is absolute here (as given to blockdev-add, made absolute). */
+        g_autofree char *bfile = NULL;
+        const char *bfmt = n->format ? "qcow2" : "raw";
+
+        if (n->no_storage || (n->file && !n->format && !n->alias)) {
+            vb_set_error(&err, "Node '%s' has no image file a new overlay "
+                         "could name: create the overlay yourself and "
+                         "give mode=existing", n->name);
+            goto fail;
+        }
+        bfile = g_canonicalize_filename(n->blk->filename, NULL);
+        if (!qcow2_create_file(file, blk_getlength(n->blk), bfile, bfmt,
+                               &err)) {
+            goto fail;
+        }
+        created = file;
+    }
+    def = json_object_new();
+    fdef = json_object_new();
+    json_object_set_string_member(fdef, "driver", "file");
+    json_object_set_string_member(fdef, "filename", file);
+    json_object_set_string_member(def, "driver", "qcow2");
+    json_object_set_string_member(def, "node-name", snap_name);
+    json_object_set_object_member(def, "file", fdef);
+    json_object_set_null_member(def, "backing");
+    ov = vb_blockdev_add(s, def, false, &err);
+    json_object_unref(def);
+    if (!ov) {
+        goto fail;
+    }
+    vb_snapshot_start(s, n, ov, true, created, p);
+    return;
+
+fail:
+    if (created) {
+        unlink(created);
+    }
+    qmp_pending_complete(p, NULL, err);
+}
+
 static const QmpCommand vb_jobs_commands[] = {
     { "blockdev-mirror", vb_qmp_blockdev_mirror },
+    { "blockdev-snapshot", NULL, vb_qmp_blockdev_snapshot },
+    { "blockdev-snapshot-sync", NULL, vb_qmp_blockdev_snapshot_sync },
     { "query-jobs", vb_qmp_query_jobs },
     { "query-block-jobs", vb_qmp_query_block_jobs },
     { "job-pause", vb_qmp_job_pause },

@@ -37,6 +37,8 @@ struct VbNode {
                                  * name (backing=NODE), or NULL */
     bool implicit_file;         /* file was defined inline: dropped with us */
     unsigned int parents;       /* driver=raw nodes using us as their file */
+    bool snapshotting;          /* a blockdev-snapshot waits for a flush
+                                 * with us as its node or overlay */
     bool resizing;              /* a block_resize runs in a worker on our
                                  * image: asked of us or of a node above
                                  * (see vb_resize_mark()) */
@@ -84,6 +86,9 @@ JsonNode *vb_node_take_array(JsonArray *a);
 
 /* The nodes (monitor/blockdev.c). */
 VbNode *vb_node_find(VbState *s, const char *name);
+/* Main thread: blockdev-del of @n, which nothing uses (with its inline
+ * file child), e.g. the overlay of a blockdev-snapshot-sync that failed. */
+void vb_node_delete(VbState *s, VbNode *n);
 
 /* The exports (monitor/export.c).  The bottom half of VbState.reap_bh. */
 void vb_export_reap_bh(void *opaque);

@@ -28,4 +28,30 @@ typedef struct BlockQcow2Options {
  * did not take the lock-free fast path (tests).  Any thread. */
 uint64_t qcow2_slow_requests(BlockBackend *blk);
 
+/*
+ * Main thread: make @backing the backing node of @bs, a writable qcow2
+ * node opened without one (backing=null) that nobody uses yet: its
+ * unallocated clusters read from @backing from now on.  The image's
+ * header is not changed (as QEMU's blockdev-snapshot: the overlay file
+ * names its backing file already, e.g. made by qemu-img create -b).
+ * @backing stays its caller's; a qcow2 @backing gives back the clusters
+ * it reserved for writes (its caller moves its writers away, and flushes
+ * it).  False with @errp set, nothing changed.
+ * @backing NULL drops a node given so, with no request in flight (the
+ * undo of a snapshot that failed later).
+ */
+bool qcow2_set_backing(BlockBackend *bs, BlockBackend *backing,
+                       GError **errp);
+
+/*
+ * Main thread: create @path (which must not exist) as an empty qcow2
+ * image of @size bytes, as qemu-img create -f qcow2 with its defaults,
+ * naming @backing (NULL: none) of format @backing_fmt (NULL: unsaid) as
+ * its backing file (block/qcow2-create.c).  Blocking I/O on the new
+ * file (a few clusters), made durable.  False with @errp set, no file
+ * left.
+ */
+bool qcow2_create_file(const char *path, uint64_t size, const char *backing,
+                       const char *backing_fmt, GError **errp);
+
 #endif
