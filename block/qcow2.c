@@ -17,23 +17,31 @@
  * user and needs no lock, two queues allocating the same cluster are
  * serialised (the second sees the first's L2 entry), and a read of a
  * cluster being allocated sees the old data or the new.  The price is
- * that requests of one image do not run in parallel: the lock-free fast
- * path for allocated clusters is not done yet (docs/architecture.md).
+ * that the requests the metadata thread does do not run in parallel;
+ * reads and writes of allocated clusters whose L2 entries are cached
+ * take a lock-free fast path in the iothread instead (qcow2_fast()).
  *
- * Metadata is written through: when a request completes, every table it
- * changed is on the file (not necessarily durable), in this order, which
- * keeps the image consistent after a crash at any point (a crash may
- * leak clusters, never corrupt):
- *   1. refcount increments of new clusters (new refcount blocks first,
- *      then the refcount table entry naming them, flushed in between),
- *      then a flush;
- *   2. the data (guest data merged with the copy-on-write of the rest
- *      of the cluster) and new L2 tables;
- *   3. the L2 entry pointing at the new cluster (a new L2 table is
- *      written and flushed before the L1 entry pointing at it);
- *   4. refcount decrements of clusters no longer referenced, only after
- *      a flush made step 3 durable.
- * A guest flush flushes the file: nothing is left dirty in the caches.
+ * Metadata is written back, as QEMU's qcow2 does: an allocating write
+ * writes its data and changes the L2 entry and the refcounts in the
+ * caches; a dirty L2 slice or refcount block reaches the file at a
+ * flush, or when the cache evicts it.  The only order enforced is the
+ * one that keeps the image consistent after a crash at any point (a
+ * crash may leak clusters, never corrupt; writes not followed by a
+ * completed flush may be lost):
+ *   1. refcount increments before any entry naming the clusters: an L2
+ *      slice is written only after every dirty refcount block, and a
+ *      flush (new refcount blocks go first, then the refcount table
+ *      entry naming them, flushed in between, when they are made);
+ *   2. a new L2 table (or the copy of a shared one) is written and
+ *      flushed before the L1 entry pointing at it, when it is made
+ *      (L1 entries are written through: one per L2 table);
+ *   3. refcount decrements of clusters no longer referenced are queued
+ *      and applied only after a flush made the entries that dropped
+ *      them durable.
+ * A guest flush (and a clean close): dirty refcount blocks, flush,
+ * dirty L2 slices, flush; then the queued decrements go to the cache.
+ * A FUA write is a write and such a flush.  A failed write or flush
+ * leaves what was dirty dirty, for the next flush to write again.
  *
  * Freed clusters (discard, copy-on-write away from a shared cluster) are
  * not reused before the image is opened again: the allocator only moves
@@ -73,6 +81,7 @@ typedef struct Qcow2L2Slot {
     uint32_t seq;
     uint64_t key;               /* host offset of the slice, 0: empty */
     uint64_t used;              /* LRU stamp (metadata thread) */
+    bool dirty;                 /* changed since written (metadata thread) */
     uint8_t *data;
 } Qcow2L2Slot;
 
@@ -91,6 +100,12 @@ typedef struct Qcow2RcBlock {
     bool dirty;
     uint8_t *data;              /* one cluster */
 } Qcow2RcBlock;
+
+/* A host range whose references are dropped at the next flush. */
+typedef struct Qcow2Free {
+    uint64_t off;
+    uint64_t len;
+} Qcow2Free;
 
 /* Work for the metadata thread from the main thread. */
 typedef struct Qcow2Job {
@@ -154,6 +169,9 @@ typedef struct BDRVQcow2State {
     bool rc_dirty;              /* a refcount block is dirty */
     bool rc_unflushed;          /* refcounts written since the last
                                  * successful flush */
+    /* Host ranges to free once no entry on disk names them: after the
+     * next successful metadata flush (Qcow2Free). */
+    GArray *pending_frees;
 
     Qcow2Decompressor *dec;
     uint8_t *cbuf;
@@ -353,6 +371,8 @@ static int write_header(BDRVQcow2State *s)
 
 /* ---- refcounts -------------------------------------------------------- */
 
+static int rc_write_dirty(BDRVQcow2State *s);
+
 static Qcow2RcBlock *rc_block_load(BDRVQcow2State *s, uint64_t offset,
                                    bool fresh, int *ret)
 {
@@ -375,6 +395,22 @@ static Qcow2RcBlock *rc_block_load(BDRVQcow2State *s, uint64_t offset,
 
             if (!c->dirty && (!victim || c->used < victim->used)) {
                 victim = c;
+            }
+        }
+        /*
+         * All dirty: write them (refcounts may reach the file at any
+         * time, increments before the entries that use them, decrements
+         * only once queued past a flush) and drop the oldest.  If the
+         * write fails the cache grows beyond its size for now.
+         */
+        if (!victim && rc_write_dirty(s) == 0) {
+            g_hash_table_iter_init(&it, s->rc_cache);
+            while (g_hash_table_iter_next(&it, &k, &v)) {
+                Qcow2RcBlock *c = v;
+
+                if (!victim || c->used < victim->used) {
+                    victim = c;
+                }
             }
         }
         if (victim) {
@@ -766,11 +802,12 @@ found:
 }
 
 /*
- * A cluster for guest data.  Allocating one costs a flush (its refcount
- * must be durable before an L2 entry names it), so clusters are reserved
- * a batch at a time: their refcounts are set together, and the caller's
- * one flush covers the batch; later calls take from it without any.  A
- * crash leaks what is left of the batch; a clean close gives it back.
+ * A cluster for guest data.  Clusters are reserved a batch at a time:
+ * their refcounts are set together in the cache (written, and flushed,
+ * before the first L2 slice naming one of them is), so a batch dirties
+ * its refcount block once; later calls take from it without any
+ * refcount work.  A crash leaks what is left of the batch once its
+ * refcounts are on the file; a clean close gives it back.
  */
 static int64_t alloc_data_cluster(BDRVQcow2State *s)
 {
@@ -851,7 +888,40 @@ static void slot_end(Qcow2L2Slot *slot)
     __atomic_store_n(&slot->seq, slot->seq + 1, __ATOMIC_RELEASE);
 }
 
-/* The cached slice at @key (loading it, or zeroing it when @fresh). */
+/*
+ * Write @slot's slice if it is dirty.  Its entries may name clusters
+ * whose refcount increments are only in the cache (or written, not
+ * flushed): those go first, and a flush, so that no entry on the file
+ * names a cluster the file's refcounts do not count.
+ */
+static int l2_slot_writeback(BDRVQcow2State *s, Qcow2L2Slot *slot)
+{
+    int ret;
+
+    if (!slot->dirty) {
+        return 0;
+    }
+    if (s->rc_dirty || s->rc_unflushed) {
+        ret = rc_write_dirty(s);
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    ret = sio_write(s, slot->key, slot->data, s->slice_size);
+    if (ret == 0) {
+        slot->dirty = false;
+    }
+    return ret;
+}
+
+/*
+ * The cached slice at @key (loading it, or zeroing it when @fresh).  A
+ * dirty slice is evicted only once written: the slot is the current
+ * truth until then, for this thread and the fast path.
+ */
 static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
                                  int *ret)
 {
@@ -873,6 +943,10 @@ static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
         if (set[w].used < slot->used) {
             slot = &set[w];
         }
+    }
+    *ret = l2_slot_writeback(s, slot);
+    if (*ret < 0) {
+        return NULL;
     }
     slot_begin(slot);
     __atomic_store_n(&slot->key, 0, __ATOMIC_RELAXED);
@@ -898,25 +972,50 @@ static void slot_drop(Qcow2L2Slot *slot)
     slot_end(slot);
 }
 
-/* Drop every cached slice of the L2 table at @l2_off. */
+/* Write the dirty cached slices of the L2 table at @l2_off. */
+static int l2_writeback_table(BDRVQcow2State *s, uint64_t l2_off)
+{
+    for (uint32_t i = 0; i < s->nb_slots; i++) {
+        if (s->slots[i].key >= l2_off &&
+            s->slots[i].key < l2_off + s->cluster_size) {
+            int ret = l2_slot_writeback(s, &s->slots[i]);
+
+            if (ret < 0) {
+                return ret;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Drop every cached slice of the L2 table at @l2_off (written first:
+ * see l2_writeback_table()). */
 static void l2_forget(BDRVQcow2State *s, uint64_t l2_off)
 {
     for (uint32_t i = 0; i < s->nb_slots; i++) {
         if (s->slots[i].key >= l2_off &&
             s->slots[i].key < l2_off + s->cluster_size) {
+            assert(!s->slots[i].dirty);
             slot_drop(&s->slots[i]);
         }
     }
 }
 
+static gboolean rc_block_clean(gpointer k, gpointer v, gpointer opaque)
+{
+    return !((Qcow2RcBlock *)v)->dirty;
+}
+
+/* Idle: give back the memory of what the file already has (dirty
+ * tables wait for the next flush). */
 static void l2_cache_clean(BDRVQcow2State *s)
 {
     for (uint32_t i = 0; i < s->nb_slots; i++) {
-        if (s->slots[i].key) {
+        if (s->slots[i].key && !s->slots[i].dirty) {
             slot_drop(&s->slots[i]);
         }
     }
-    g_hash_table_remove_all(s->rc_cache);
+    g_hash_table_foreach_remove(s->rc_cache, rc_block_clean, NULL);
 }
 
 /*
@@ -1001,7 +1100,12 @@ corrupt:
     return -EIO;
 }
 
-/* Set the L2 entry of @loc (whose table is writable) and write it. */
+/*
+ * Set the L2 entry of @loc (whose table is writable) in the cache: the
+ * slice is dirty until a flush (or its eviction) writes it.  A write
+ * acknowledged through it is durable only after the next guest flush,
+ * which is the guarantee a guest gets without FUA.
+ */
 static int l2_set(BDRVQcow2State *s, const Qcow2Loc *loc, uint64_t entry)
 {
     uint64_t key = l2_slice_key(s, loc->l2_offset, loc->l2_index);
@@ -1009,29 +1113,77 @@ static int l2_set(BDRVQcow2State *s, const Qcow2Loc *loc, uint64_t entry)
     Qcow2L2Slot *slot;
     int ret;
 
-    uint32_t start = in & ~(s->align - 1);
-    uint32_t len = MIN(s->align, s->slice_size - start);
-    g_autofree uint8_t *piece = g_malloc(len);
-
     slot = l2_slice_get(s, key, false, &ret);
     if (!slot) {
         return ret;
     }
-    /*
-     * The file first, then the cache: after a failed write the cache
-     * must not have an entry the file lacks (a later write through it
-     * would be acknowledged and lost).
-     */
-    memcpy(piece, slot->data + start, len);
-    qcow2_st_be64(piece + (in - start), entry);
-    ret = sio_write(s, key + start, piece, len);
-    if (ret < 0) {
-        return ret;
-    }
+    slot->dirty = true;
     /* One aligned store: a lock-free reader sees the old or the new. */
     __atomic_store_n((uint64_t *)(slot->data + in), GUINT64_TO_BE(entry),
                      __ATOMIC_RELEASE);
     return 0;
+}
+
+/*
+ * Drop the references of the host range [off, off + len) once no entry
+ * on the file names it any more: after the next successful flush
+ * (metadata_flush()).  Until then its refcount keeps it from being
+ * handed out again.
+ */
+static void free_later(BDRVQcow2State *s, uint64_t off, uint64_t len)
+{
+    Qcow2Free f = { .off = off, .len = len };
+
+    g_array_append_val(s->pending_frees, f);
+}
+
+/*
+ * Make every change so far durable, in the order that keeps the file
+ * consistent at each step: dirty refcount blocks, a flush, dirty L2
+ * slices (L1 entries and new tables are written when made), a flush.
+ * Then the clusters queued by free_later() lose their references (in
+ * the cache: written by the next flush, or earlier; a crash before only
+ * leaks them).  On failure what is dirty stays dirty for the next try.
+ */
+static int metadata_flush(BDRVQcow2State *s)
+{
+    g_autoptr(GArray) frees = NULL;
+    int ret;
+
+    ret = rc_write_dirty(s);
+    for (uint32_t i = 0; ret == 0 && i < s->nb_slots; i++) {
+        ret = l2_slot_writeback(s, &s->slots[i]);
+    }
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret < 0 || !s->pending_frees->len) {
+        return ret;
+    }
+    frees = g_steal_pointer(&s->pending_frees);
+    s->pending_frees = g_array_new(false, false, sizeof(Qcow2Free));
+    for (guint i = 0; i < frees->len; i++) {
+        Qcow2Free *f = &g_array_index(frees, Qcow2Free, i);
+
+        /* On an error the rest leaks: applying it twice would not be
+         * safe, and a leak is. */
+        ret = free_range(s, f->off, f->len);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    return 0;
+}
+
+/* Queued frees are memory: past this many, flush to apply them. */
+#define MAX_PENDING_FREES 4096
+
+static void pending_frees_bound(BDRVQcow2State *s)
+{
+    if (s->pending_frees->len >= MAX_PENDING_FREES) {
+        /* An error leaves them queued for the guest's next flush. */
+        metadata_flush(s);
+    }
 }
 
 /*
@@ -1079,6 +1231,12 @@ static int l2_prepare(BDRVQcow2State *s, uint64_t vc, Qcow2Loc *loc)
     }
     table = g_malloc0(s->cluster_size);
     if (old) {
+        /* A shared table is never changed in place; should a slice of
+         * it be dirty all the same, the copy must have it. */
+        ret = l2_writeback_table(s, old);
+        if (ret < 0) {
+            return ret;
+        }
         ret = sio_read(s, s->file, old, table, s->cluster_size);
         if (ret < 0) {
             return ret;
@@ -1278,9 +1436,12 @@ static int first_write(BDRVQcow2State *s)
 }
 
 /*
- * Write @data (NULL: zeroes) at guest [offset, offset + bytes).  Three
- * passes: allocate (L2 tables and clusters; refcounts written and
- * flushed), data and L2 entries, then the references dropped.
+ * Write @data (NULL: zeroes) at guest [offset, offset + bytes).  Two
+ * passes: allocate (L2 tables and clusters: refcounts in the cache),
+ * then the data and the L2 entries (in the cache); the references of
+ * clusters copied away from are dropped after the next flush.  Only the
+ * data is written here (and a new L2 table's L1 entry): the rest waits
+ * for a flush, which writes it in dependency order.
  */
 static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
                     const uint8_t *data, bool fua)
@@ -1291,7 +1452,6 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
     g_autofree WritePlan *plan = g_new0(WritePlan, n);
     g_autofree uint8_t *cl = NULL;
     g_autofree uint8_t *zero = NULL;
-    bool decref = false;
     int ret;
 
     ret = first_write(s);
@@ -1329,17 +1489,6 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
             return p->new_off;
         }
     }
-    /* New refcounts (a new batch of data clusters) are durable before
-     * any L2 entry names one of them, also after a failed flush. */
-    if (s->rc_dirty || s->rc_unflushed) {
-        ret = rc_write_dirty(s);
-        if (ret == 0) {
-            ret = sio_flush(s);
-        }
-        if (ret < 0) {
-            return ret;
-        }
-    }
     if (!data) {
         zero = g_malloc0(s->cluster_size);
     }
@@ -1375,59 +1524,43 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         if (ret < 0) {
             return ret;
         }
-        if (!p->reuse && p->loc.e.type != QCOW2_CLUSTER_UNALLOCATED &&
-            p->loc.e.type != QCOW2_CLUSTER_ZERO_PLAIN) {
-            decref = true;
+        if (p->reuse) {
+            continue;
+        }
+        if (p->loc.e.type == QCOW2_CLUSTER_COMPRESSED) {
+            free_later(s, p->loc.e.host_offset & ~511ull,
+                       p->loc.e.compressed_size +
+                       (p->loc.e.host_offset & 511));
+        } else if (p->loc.e.type == QCOW2_CLUSTER_NORMAL ||
+                   p->loc.e.type == QCOW2_CLUSTER_ZERO_ALLOC) {
+            free_later(s, p->loc.e.host_offset, s->cluster_size);
         }
     }
-    if (decref || fua) {
-        ret = sio_flush(s);
-        if (ret < 0) {
-            return ret;
-        }
-    }
-    if (decref) {
-        for (uint64_t i = 0; i < n; i++) {
-            WritePlan *p = &plan[i];
-
-            if (!p->new_off || p->reuse ||
-                p->loc.e.type == QCOW2_CLUSTER_UNALLOCATED ||
-                p->loc.e.type == QCOW2_CLUSTER_ZERO_PLAIN) {
-                continue;
-            }
-            ret = p->loc.e.type == QCOW2_CLUSTER_COMPRESSED ?
-                  free_range(s, p->loc.e.host_offset & ~511ull,
-                             p->loc.e.compressed_size +
-                             (p->loc.e.host_offset & 511)) :
-                  free_range(s, p->loc.e.host_offset, s->cluster_size);
-            if (ret < 0) {
-                return ret;
-            }
-        }
-        ret = rc_write_dirty(s);
-    }
-    return ret;
+    pending_frees_bound(s);
+    return fua ? metadata_flush(s) : 0;
 }
 
-/* The host clusters an entry references, to drop. */
-static int drop_entry_ref(BDRVQcow2State *s, const Qcow2L2Entry *e)
+/* The host clusters an entry references, to drop after a flush. */
+static void drop_entry_ref(BDRVQcow2State *s, const Qcow2L2Entry *e)
 {
     switch (e->type) {
     case QCOW2_CLUSTER_NORMAL:
     case QCOW2_CLUSTER_ZERO_ALLOC:
-        return free_range(s, e->host_offset, s->cluster_size);
+        free_later(s, e->host_offset, s->cluster_size);
+        break;
     case QCOW2_CLUSTER_COMPRESSED:
-        return free_range(s, e->host_offset & ~511ull,
-                          e->compressed_size + (e->host_offset & 511));
+        free_later(s, e->host_offset & ~511ull,
+                   e->compressed_size + (e->host_offset & 511));
+        break;
     default:
-        return 0;
+        break;
     }
 }
 
 /*
  * Discard (@zeroes false) or write zeroes over whole clusters: the
- * entries change (unallocated, or the zero flag), are written and
- * flushed, then the clusters they referenced are dropped.  Parts of
+ * entries change (unallocated, or the zero flag) in the cache, and the
+ * clusters they referenced are dropped after the next flush.  Parts of
  * clusters: write-zeroes writes zeroes, discard leaves them.
  */
 static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
@@ -1462,9 +1595,6 @@ static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
     if (ret < 0) {
         return ret;
     }
-    /* Pass 1: the entries. */
-    g_autoptr(GArray) olds = g_array_new(false, false, sizeof(Qcow2L2Entry));
-
     for (uint64_t off = a; off < b; off += cs) {
         uint64_t vc = off >> s->cluster_bits;
         bool use_zero = v3 && (zeroes || s->backing);
@@ -1506,20 +1636,10 @@ static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         if (ret < 0) {
             return ret;
         }
-        if (loc.e.type != QCOW2_CLUSTER_UNALLOCATED &&
-            loc.e.type != QCOW2_CLUSTER_ZERO_PLAIN) {
-            g_array_append_val(olds, loc.e);
-        }
+        drop_entry_ref(s, &loc.e);
     }
-    if (!olds->len) {
-        return 0;
-    }
-    /* Pass 2: the references, once no entry on disk names them. */
-    ret = sio_flush(s);
-    for (guint i = 0; ret == 0 && i < olds->len; i++) {
-        ret = drop_entry_ref(s, &g_array_index(olds, Qcow2L2Entry, i));
-    }
-    return ret < 0 ? ret : rc_write_dirty(s);
+    pending_frees_bound(s);
+    return 0;
 }
 
 static void complete_bh(void *opaque)
@@ -1547,7 +1667,7 @@ static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
         break;
     }
     case BLK_REQ_FLUSH:
-        ret = sio_flush(s);
+        ret = metadata_flush(s);
         break;
     case BLK_REQ_DISCARD:
         ret = do_zero(s, acb->offset, acb->bytes, false, true);
@@ -1828,7 +1948,12 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
     uint64_t pos = 0;
     int nruns = 0, nio = 0;
 
+    /*
+     * FUA promises the write durable with its mapping, which may still
+     * be a dirty L2 slice: the metadata thread writes it (and flushes).
+     */
     if (!s->fast_ok ||
+        (write && (acb->flags & BDRV_REQ_FUA)) ||
         (write && __atomic_load_n(&s->autoclear_pending, __ATOMIC_ACQUIRE))) {
         return false;
     }
@@ -2167,6 +2292,9 @@ static void close_job(void *opaque)
     BDRVQcow2State *s = opaque;
 
     if (s->writable && s->file) {
+        /* As a guest flush; then the clusters freed by it and the
+         * unused reserve go back (a failure only leaks them). */
+        metadata_flush(s);
         release_reserve(s);
         rc_write_dirty(s);
         sio_flush(s);
@@ -2213,6 +2341,9 @@ static void qcow2_close(BlockBackend *bs)
     g_free(s->slots);
     if (s->rc_cache) {
         g_hash_table_destroy(s->rc_cache);
+    }
+    if (s->pending_frees) {
+        g_array_free(s->pending_frees, true);
     }
     qcow2_decompressor_free(s->dec);
     qcow2_info_free(&s->info);
@@ -2342,6 +2473,7 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
     s->retired = g_ptr_array_new_with_free_func(g_free);
     s->rc_cache = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
                                         rc_block_free);
+    s->pending_frees = g_array_new(false, false, sizeof(Qcow2Free));
     if (s->writable && opts->file->readonly) {
         g_set_error(errp, VB_ERROR, 0, "Block node is read-only: the file "
                     "node of %s is read-only; add the qcow2 node with "
