@@ -107,6 +107,30 @@ typedef struct Qcow2Free {
     uint64_t len;
 } Qcow2Free;
 
+/*
+ * An allocating write whose data is in flight: the metadata thread
+ * planned it (clusters reserved, nothing pointing at them yet) and
+ * submitted the cluster writes; when they are all done it sets the L2
+ * entries (qcow2_async_finish()) and completes the guest's request.
+ */
+typedef struct Qcow2Async {
+    struct BDRVQcow2State *s;
+    BlockAIOCB *acb;                    /* the guest's */
+    struct WritePlan *plan;
+    uint64_t n;
+    uint64_t first, last;               /* guest clusters */
+    uint8_t *buf;                       /* n clusters */
+    struct iovec *iov;
+    BlockAIOCB *cacb;                   /* the file's requests */
+    int pending;
+    int ret;
+    QLIST_ENTRY(Qcow2Async) link;
+    QSIMPLEQ_ENTRY(Qcow2Async) done;
+} Qcow2Async;
+
+/* Data writes in flight at most (each holds its clusters' buffer). */
+#define MAX_ASYNC 32
+
 /* Work for the metadata thread from the main thread. */
 typedef struct Qcow2Job {
     void (*fn)(void *opaque);
@@ -185,6 +209,14 @@ typedef struct BDRVQcow2State {
     QSIMPLEQ_HEAD(, BlockAIOCB) reqs;   /* protected by @lock */
     QSIMPLEQ_HEAD(, Qcow2Job) jobs;     /* protected by @lock */
     bool quit;                          /* protected by @lock */
+    bool polling;       /* protected by @lock: the thread waits in its
+                         * loop for async writes: aio_notify() it */
+
+    /* Allocating writes whose data writes are in flight (metadata
+     * thread; see qcow2_async_ok()), and those done, to finish. */
+    QLIST_HEAD(, Qcow2Async) async;
+    QSIMPLEQ_HEAD(, Qcow2Async) async_done;
+    uint32_t nr_async;
 
     /* Open (metadata thread): the result. */
     GError *open_err;
@@ -297,27 +329,37 @@ static int sio_write(BDRVQcow2State *s, uint64_t off, const void *buf,
     return sio_write_aligned(s, a, bounce, e - a);
 }
 
-static int sio_write_aligned(BDRVQcow2State *s, uint64_t off,
-                             const void *buf, size_t len)
+/* Make the file at least @end bytes long (before writing up to it). */
+static int file_grow(BDRVQcow2State *s, uint64_t end)
 {
-    struct iovec iov = { (void *)buf, len };
-    BlockAIOCB acb;
-    SyncIO sio = { 0 };
-
-    if (off + len > blk_getlength(s->file)) {
-        uint64_t size = QEMU_ALIGN_UP(off + len, FILE_GROW_STEP);
+    if (end > blk_getlength(s->file)) {
+        uint64_t size = QEMU_ALIGN_UP(end, FILE_GROW_STEP);
 
         /* blk_truncate() on a file only extends it (ftruncate) and
          * publishes the size atomically: safe in this thread. */
         /* A block device only "grows" to its own size: then exactly. */
         if (!blk_truncate(s->file, size, NULL)) {
-            size = off + len;
+            size = end;
             if (!blk_truncate(s->file, size, NULL)) {
                 return -ENOSPC;
             }
         }
         /* What the entry checks measure against. */
         s->info.file_size = size;
+    }
+    return 0;
+}
+
+static int sio_write_aligned(BDRVQcow2State *s, uint64_t off,
+                             const void *buf, size_t len)
+{
+    struct iovec iov = { (void *)buf, len };
+    BlockAIOCB acb;
+    SyncIO sio = { 0 };
+    int ret = file_grow(s, off + len);
+
+    if (ret < 0) {
+        return ret;
     }
     blk_aio_pwritev(s->file, &acb, off, &iov, 1, 0, sync_cb, &sio);
     return sio_wait(s, &sio);
@@ -1436,6 +1478,83 @@ static int first_write(BDRVQcow2State *s)
 }
 
 /*
+ * Once the data of @p's new cluster is written: point the L2 entry at
+ * it (the L2 table may have been evicted meanwhile: l2_set() looks
+ * again), and drop what it pointed at after the next flush.
+ */
+static int plan_link(BDRVQcow2State *s, const WritePlan *p)
+{
+    int ret = l2_set(s, &p->loc, qcow2_l2_encode_standard(p->new_off, true,
+                                                          false));
+
+    if (ret < 0 || p->reuse) {
+        return ret;
+    }
+    if (p->loc.e.type == QCOW2_CLUSTER_COMPRESSED) {
+        free_later(s, p->loc.e.host_offset & ~511ull,
+                   p->loc.e.compressed_size + (p->loc.e.host_offset & 511));
+    } else if (p->loc.e.type == QCOW2_CLUSTER_NORMAL ||
+               p->loc.e.type == QCOW2_CLUSTER_ZERO_ALLOC) {
+        free_later(s, p->loc.e.host_offset, s->cluster_size);
+    }
+    return 0;
+}
+
+static void async_cb(void *opaque, int ret)
+{
+    Qcow2Async *aw = opaque;
+
+    /* Inside aio_poll(): only note it; the loop finishes it. */
+    if (ret < 0 && !aw->ret) {
+        aw->ret = ret;
+    }
+    if (--aw->pending == 0) {
+        QSIMPLEQ_INSERT_TAIL(&aw->s->async_done, aw, done);
+    }
+}
+
+/*
+ * Submit the new clusters of @plan (every one a new allocation, their
+ * contents built in @aw->buf) as writes of the file, one per run of
+ * contiguous clusters, and return: the thread goes on with the next
+ * request meanwhile.
+ */
+static int submit_async(BDRVQcow2State *s, Qcow2Async *aw)
+{
+    uint64_t cs = s->cluster_size;
+    uint64_t i = 0;
+    int ret;
+
+    aw->iov = g_new0(struct iovec, aw->n);
+    aw->cacb = g_new0(BlockAIOCB, aw->n);
+    for (uint64_t j = 0; j < aw->n; j++) {
+        ret = file_grow(s, aw->plan[j].new_off + cs);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    aw->pending = 1;            /* until every run is submitted */
+    QLIST_INSERT_HEAD(&s->async, aw, link);
+    s->nr_async++;
+    while (i < aw->n) {
+        uint64_t j = i + 1;
+
+        while (j < aw->n &&
+               aw->plan[j].new_off == aw->plan[j - 1].new_off + (int64_t)cs) {
+            j++;
+        }
+        aw->iov[i].iov_base = aw->buf + i * cs;
+        aw->iov[i].iov_len = (j - i) * cs;
+        aw->pending++;
+        blk_aio_pwritev(s->file, &aw->cacb[i], aw->plan[i].new_off,
+                        &aw->iov[i], 1, 0, async_cb, aw);
+        i = j;
+    }
+    async_cb(aw, 0);
+    return 1;
+}
+
+/*
  * Write @data (NULL: zeroes) at guest [offset, offset + bytes).  Two
  * passes: allocate (L2 tables and clusters: refcounts in the cache),
  * then the data and the L2 entries (in the cache); the references of
@@ -1444,7 +1563,7 @@ static int first_write(BDRVQcow2State *s)
  * for a flush, which writes it in dependency order.
  */
 static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
-                    const uint8_t *data, bool fua)
+                    const uint8_t *data, bool fua, Qcow2Async *aw)
 {
     uint64_t first = offset >> s->cluster_bits;
     uint64_t last = (offset + bytes - 1) >> s->cluster_bits;
@@ -1489,6 +1608,37 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
             return p->new_off;
         }
     }
+    if (aw) {
+        bool all_new = true;
+
+        for (uint64_t i = 0; i < n; i++) {
+            all_new &= plan[i].new_off && !plan[i].reuse;
+        }
+        if (all_new) {
+            /* Built whole (copy-on-write of partial clusters now), the
+             * writes in flight while the next request is done. */
+            aw->buf = g_malloc(n * s->cluster_size);
+            for (uint64_t i = 0; i < n; i++) {
+                WritePlan *p = &plan[i];
+                uint8_t *c = aw->buf + i * s->cluster_size;
+
+                if (p->len < s->cluster_size) {
+                    ret = read_cluster_part(s, p->vc, &p->loc, 0,
+                                            s->cluster_size, c);
+                    if (ret < 0) {
+                        return ret;
+                    }
+                }
+                memcpy(c + p->in, data + ((p->vc << s->cluster_bits) +
+                                          p->in - offset), p->len);
+            }
+            aw->plan = g_steal_pointer(&plan);
+            aw->n = n;
+            aw->first = first;
+            aw->last = last;
+            return submit_async(s, aw);
+        }
+    }
     if (!data) {
         zero = g_malloc0(s->cluster_size);
     }
@@ -1518,22 +1668,9 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         if (ret < 0) {
             return ret;
         }
-        /* The L2 table may have been evicted meanwhile: look again. */
-        ret = l2_set(s, &p->loc, qcow2_l2_encode_standard(p->new_off, true,
-                                                          false));
+        ret = plan_link(s, p);
         if (ret < 0) {
             return ret;
-        }
-        if (p->reuse) {
-            continue;
-        }
-        if (p->loc.e.type == QCOW2_CLUSTER_COMPRESSED) {
-            free_later(s, p->loc.e.host_offset & ~511ull,
-                       p->loc.e.compressed_size +
-                       (p->loc.e.host_offset & 511));
-        } else if (p->loc.e.type == QCOW2_CLUSTER_NORMAL ||
-                   p->loc.e.type == QCOW2_CLUSTER_ZERO_ALLOC) {
-            free_later(s, p->loc.e.host_offset, s->cluster_size);
         }
     }
     pending_frees_bound(s);
@@ -1574,19 +1711,19 @@ static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
 
     if (zeroes && !v3 && s->backing) {
         /* No zero flag in version 2: only data hides the backing file. */
-        return do_write(s, offset, bytes, NULL, false);
+        return do_write(s, offset, bytes, NULL, false, NULL);
     }
     if (zeroes && a >= b) {
-        return do_write(s, offset, bytes, NULL, false);
+        return do_write(s, offset, bytes, NULL, false, NULL);
     }
     if (zeroes && offset < a) {
-        ret = do_write(s, offset, a - offset, NULL, false);
+        ret = do_write(s, offset, a - offset, NULL, false, NULL);
         if (ret < 0) {
             return ret;
         }
     }
     if (zeroes && b > a && offset + bytes > b) {
-        ret = do_write(s, b, offset + bytes - b, NULL, false);
+        ret = do_write(s, b, offset + bytes - b, NULL, false, NULL);
         if (ret < 0) {
             return ret;
         }
@@ -1660,10 +1797,24 @@ static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
         break;
     case BLK_REQ_WRITE: {
         g_autofree uint8_t *buf = g_malloc(acb->bytes);
+        bool fua = acb->flags & BDRV_REQ_FUA;
+        Qcow2Async *aw = NULL;
 
+        if (!fua && s->fast_ok) {
+            aw = g_new0(Qcow2Async, 1);
+            aw->s = s;
+            aw->acb = acb;
+        }
         iov_to_buf(acb->iov, acb->niov, 0, buf, acb->bytes);
-        ret = do_write(s, acb->offset, acb->bytes, buf,
-                       acb->flags & BDRV_REQ_FUA);
+        ret = do_write(s, acb->offset, acb->bytes, buf, fua, aw);
+        if (ret == 1) {
+            return;     /* in flight: qcow2_async_finish() completes it */
+        }
+        if (aw) {
+            g_free(aw->plan);
+            g_free(aw->buf);
+            g_free(aw);
+        }
         break;
     }
     case BLK_REQ_FLUSH:
@@ -1736,6 +1887,82 @@ static int do_block_status(BDRVQcow2State *s, BlockAIOCB *acb)
 
 /* ---- the metadata thread ---------------------------------------------- */
 
+/*
+ * An async write's data is written (or failed): set its L2 entries and
+ * complete the guest's request.  Metadata thread, outside aio_poll().
+ */
+static void qcow2_async_finish(BDRVQcow2State *s, Qcow2Async *aw)
+{
+    AioContext *ctx = (AioContext *)(uintptr_t)aw->acb->engine_priv[0];
+    int ret = aw->ret;
+
+    QLIST_REMOVE(aw, link);
+    s->nr_async--;
+    /* On a failed write the clusters stay reserved, unreferenced: a
+     * leak, as in the synchronous path. */
+    for (uint64_t i = 0; ret == 0 && i < aw->n; i++) {
+        ret = plan_link(s, &aw->plan[i]);
+    }
+    if (ret == 0) {
+        pending_frees_bound(s);
+    }
+    aw->acb->ret = ret;
+    aio_bh_schedule_oneshot(ctx, complete_bh, aw->acb, "qcow2-complete");
+    g_free(aw->plan);
+    g_free(aw->buf);
+    g_free(aw->iov);
+    g_free(aw->cacb);
+    g_free(aw);
+}
+
+static void qcow2_async_finish_done(BDRVQcow2State *s)
+{
+    Qcow2Async *aw;
+
+    while ((aw = QSIMPLEQ_FIRST(&s->async_done))) {
+        QSIMPLEQ_REMOVE_HEAD(&s->async_done, done);
+        qcow2_async_finish(s, aw);
+    }
+}
+
+/* Wait until at most @max async writes are in flight, finishing them. */
+static void qcow2_async_wait(BDRVQcow2State *s, uint32_t max)
+{
+    for (;;) {
+        qcow2_async_finish_done(s);
+        if (s->nr_async <= max) {
+            return;
+        }
+        aio_poll(s->ctx, true);
+    }
+}
+
+/*
+ * May @acb start while async writes are in flight?  Only a write (not
+ * FUA) none of whose guest clusters is one of theirs: it cannot depend
+ * on what they have not linked yet.  Everything else (reads, which may
+ * read those clusters, flushes, which must cover what was
+ * acknowledged, discards, ...) waits for them all.
+ */
+static bool qcow2_async_ok(BDRVQcow2State *s, BlockAIOCB *acb)
+{
+    uint64_t first, last;
+    Qcow2Async *aw;
+
+    if (acb->type != BLK_REQ_WRITE || (acb->flags & BDRV_REQ_FUA) ||
+        !acb->bytes) {
+        return false;
+    }
+    first = acb->offset >> s->cluster_bits;
+    last = (acb->offset + acb->bytes - 1) >> s->cluster_bits;
+    QLIST_FOREACH(aw, &s->async, link) {
+        if (first <= aw->last && aw->first <= last) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static gpointer qcow2_thread(gpointer opaque)
 {
     BDRVQcow2State *s = opaque;
@@ -1747,9 +1974,16 @@ static gpointer qcow2_thread(gpointer opaque)
         BlockAIOCB *acb = QSIMPLEQ_FIRST(&s->reqs);
         Qcow2Job *job = QSIMPLEQ_FIRST(&s->jobs);
 
+        if (!QSIMPLEQ_EMPTY(&s->async_done)) {
+            g_mutex_unlock(&s->lock);
+            qcow2_async_finish_done(s);
+            g_mutex_lock(&s->lock);
+            continue;
+        }
         if (job) {
             QSIMPLEQ_REMOVE_HEAD(&s->jobs, next);
             g_mutex_unlock(&s->lock);
+            qcow2_async_wait(s, 0);
             job->fn(job->opaque);
             g_mutex_lock(&s->lock);
             job->done = true;
@@ -1759,6 +1993,7 @@ static gpointer qcow2_thread(gpointer opaque)
         if (acb) {
             QSIMPLEQ_REMOVE_HEAD(&s->reqs, next);
             g_mutex_unlock(&s->lock);
+            qcow2_async_wait(s, qcow2_async_ok(s, acb) ? MAX_ASYNC - 1 : 0);
             if (acb->type == BLK_REQ_BLOCK_STATUS) {
                 AioContext *ctx = (AioContext *)(uintptr_t)acb->engine_priv[0];
 
@@ -1769,6 +2004,15 @@ static gpointer qcow2_thread(gpointer opaque)
                 process_req(s, acb);
             }
             g_mutex_lock(&s->lock);
+            continue;
+        }
+        if (s->nr_async) {
+            /* Wait for a write or a request (qcow2_submit() notifies). */
+            s->polling = true;
+            g_mutex_unlock(&s->lock);
+            aio_poll(s->ctx, true);
+            g_mutex_lock(&s->lock);
+            s->polling = false;
             continue;
         }
         if (s->quit) {
@@ -1804,6 +2048,9 @@ static void run_job(BDRVQcow2State *s, void (*fn)(void *), void *opaque)
     g_mutex_lock(&s->lock);
     QSIMPLEQ_INSERT_TAIL(&s->jobs, &job, next);
     g_cond_broadcast(&s->cond);
+    if (s->polling) {
+        aio_notify(s->ctx);
+    }
     while (!job.done) {
         g_cond_wait(&s->cond, &s->lock);
     }
@@ -2087,6 +2334,9 @@ static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
     g_mutex_lock(&s->lock);
     QSIMPLEQ_INSERT_TAIL(&s->reqs, acb, next);
     g_cond_broadcast(&s->cond);
+    if (s->polling) {
+        aio_notify(s->ctx);
+    }
     g_mutex_unlock(&s->lock);
 }
 
@@ -2470,6 +2720,8 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
     g_cond_init(&s->cond);
     QSIMPLEQ_INIT(&s->reqs);
     QSIMPLEQ_INIT(&s->jobs);
+    QLIST_INIT(&s->async);
+    QSIMPLEQ_INIT(&s->async_done);
     s->retired = g_ptr_array_new_with_free_func(g_free);
     s->rc_cache = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
                                         rc_block_free);
