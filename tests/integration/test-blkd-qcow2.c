@@ -937,6 +937,55 @@ static void test_concurrent_alloc(void)
     q2_cleanup(&q);
 }
 
+/* ---- allocating writes in flight together ---------------------------- */
+
+/*
+ * 32 allocating writes in one batch, four into each of 8 clusters (the
+ * metadata thread overlaps the data writes of independent ones, and
+ * must make a write into a cluster whose allocation is in flight wait
+ * for it, or the second allocation would hide the first's data), then
+ * partial overwrites and reads in a second batch: everything reads
+ * back, before and after a restart, and the image is clean.
+ */
+static void test_deep_alloc(void)
+{
+    uint64_t size = 16 * 1024 * 1024;
+    g_autofree uint8_t *expect = g_malloc0(size);
+    g_autofree uint8_t *after = NULL;
+    VhostUserFrontendCompletion c[32];
+    Q2 q;
+
+    q2_init(&q, size);
+    sh("qemu-img create -q -f qcow2 '%s' 16M", q.img);
+    q2_start(&q, 1);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 32; i++) {
+            /* cluster i % 8 (every third 64 KiB), piece i / 8 */
+            uint64_t off = (uint64_t)(i % 8) * 3 * 65536 +
+                           (uint64_t)(i / 8) * 16384 + round * 4096;
+            struct iovec iov = { q.buf + i * 4096, 4096 };
+
+            vb_fill_pattern(q.buf + i * 4096, 4096, 4000 + round * 100 + i);
+            memcpy(expect + off, q.buf + i * 4096, 4096);
+            g_assert_cmpint(vhost_user_frontend_blk_submit(
+                                q.fe, 0, VIRTIO_BLK_T_OUT, off / 512, &iov,
+                                1, false, NULL), >=, 0);
+        }
+        g_assert_cmpint(vhost_user_frontend_kick(q.fe, 0), >=, 0);
+        g_assert_cmpint(vb_reap_n(q.fe, 0, c, 32), ==, 32);
+        for (int i = 0; i < 32; i++) {
+            g_assert_cmpint(c[i].status, ==, VIRTIO_BLK_S_OK);
+        }
+    }
+    q2_check_reads(&q, expect);
+    q2_flush(&q);
+    q2_stop(&q);
+    check_clean(q.img);
+    after = convert_raw(&q, q.img, NULL);
+    g_assert_true(memcmp(after, expect, size) == 0);
+    q2_cleanup(&q);
+}
+
 /* ---- a crash mid-write ------------------------------------------------ */
 
 static void test_crash(void)
@@ -1187,6 +1236,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qcow2/autoclear", test_autoclear);
     g_test_add_func("/qcow2/blockdev-qmp", test_blockdev_qmp);
     g_test_add_func("/qcow2/concurrent-alloc", test_concurrent_alloc);
+    g_test_add_func("/qcow2/deep-alloc", test_deep_alloc);
     g_test_add_func("/qcow2/crash", test_crash);
     g_test_add_data_func("/qcow2/faults/stop", GINT_TO_POINTER(FAULTS_STOP),
                          test_faults);
