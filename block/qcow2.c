@@ -17,9 +17,14 @@
  * user and needs no lock, two queues allocating the same cluster are
  * serialised (the second sees the first's L2 entry), and a read of a
  * cluster being allocated sees the old data or the new.  The price is
- * that the requests the metadata thread does do not run in parallel;
- * reads and writes of allocated clusters whose L2 entries are cached
- * take a lock-free fast path in the iothread instead (qcow2_fast()).
+ * that the requests the metadata thread does do not run in parallel,
+ * but for the data writes of allocating writes: a write made only of
+ * new clusters has its data writes in flight while the thread takes the
+ * next request, and its L2 entries are set when they complete; a
+ * request touching one of its clusters, or any other kind of request,
+ * waits for them first (qcow2_async_ok()).  Reads and writes of
+ * allocated clusters whose L2 entries are cached take a lock-free fast
+ * path in the iothread instead (qcow2_fast()).
  *
  * Metadata is written back, as QEMU's qcow2 does: an allocating write
  * writes its data and changes the L2 entry and the refcounts in the
