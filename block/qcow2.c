@@ -1816,8 +1816,11 @@ static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
             return;     /* in flight: qcow2_async_finish() completes it */
         }
         if (aw) {
+            /* Not submitted (or the file could not grow for it). */
             g_free(aw->plan);
             g_free(aw->buf);
+            g_free(aw->iov);
+            g_free(aw->cacb);
             g_free(aw);
         }
         break;
