@@ -17,23 +17,36 @@
  * user and needs no lock, two queues allocating the same cluster are
  * serialised (the second sees the first's L2 entry), and a read of a
  * cluster being allocated sees the old data or the new.  The price is
- * that requests of one image do not run in parallel: the lock-free fast
- * path for allocated clusters is not done yet (docs/architecture.md).
+ * that the requests the metadata thread does do not run in parallel,
+ * but for the data writes of allocating writes: a write made only of
+ * new clusters has its data writes in flight while the thread takes the
+ * next request, and its L2 entries are set when they complete; a
+ * request touching one of its clusters, or any other kind of request,
+ * waits for them first (qcow2_async_ok()).  Reads and writes of
+ * allocated clusters whose L2 entries are cached take a lock-free fast
+ * path in the iothread instead (qcow2_fast()).
  *
- * Metadata is written through: when a request completes, every table it
- * changed is on the file (not necessarily durable), in this order, which
- * keeps the image consistent after a crash at any point (a crash may
- * leak clusters, never corrupt):
- *   1. refcount increments of new clusters (new refcount blocks first,
- *      then the refcount table entry naming them, flushed in between),
- *      then a flush;
- *   2. the data (guest data merged with the copy-on-write of the rest
- *      of the cluster) and new L2 tables;
- *   3. the L2 entry pointing at the new cluster (a new L2 table is
- *      written and flushed before the L1 entry pointing at it);
- *   4. refcount decrements of clusters no longer referenced, only after
- *      a flush made step 3 durable.
- * A guest flush flushes the file: nothing is left dirty in the caches.
+ * Metadata is written back, as QEMU's qcow2 does: an allocating write
+ * writes its data and changes the L2 entry and the refcounts in the
+ * caches; a dirty L2 slice or refcount block reaches the file at a
+ * flush, or when the cache evicts it.  The only order enforced is the
+ * one that keeps the image consistent after a crash at any point (a
+ * crash may leak clusters, never corrupt; writes not followed by a
+ * completed flush may be lost):
+ *   1. refcount increments before any entry naming the clusters: an L2
+ *      slice is written only after every dirty refcount block, and a
+ *      flush (new refcount blocks go first, then the refcount table
+ *      entry naming them, flushed in between, when they are made);
+ *   2. a new L2 table (or the copy of a shared one) is written and
+ *      flushed before the L1 entry pointing at it, when it is made
+ *      (L1 entries are written through: one per L2 table);
+ *   3. refcount decrements of clusters no longer referenced are queued
+ *      and applied only after a flush made the entries that dropped
+ *      them durable.
+ * A guest flush (and a clean close): dirty refcount blocks, flush,
+ * dirty L2 slices, flush; then the queued decrements go to the cache.
+ * A FUA write is a write and such a flush.  A failed write or flush
+ * leaves what was dirty dirty, for the next flush to write again.
  *
  * Freed clusters (discard, copy-on-write away from a shared cluster) are
  * not reused before the image is opened again: the allocator only moves
@@ -73,6 +86,7 @@ typedef struct Qcow2L2Slot {
     uint32_t seq;
     uint64_t key;               /* host offset of the slice, 0: empty */
     uint64_t used;              /* LRU stamp (metadata thread) */
+    bool dirty;                 /* changed since written (metadata thread) */
     uint8_t *data;
 } Qcow2L2Slot;
 
@@ -91,6 +105,36 @@ typedef struct Qcow2RcBlock {
     bool dirty;
     uint8_t *data;              /* one cluster */
 } Qcow2RcBlock;
+
+/* A host range whose references are dropped at the next flush. */
+typedef struct Qcow2Free {
+    uint64_t off;
+    uint64_t len;
+} Qcow2Free;
+
+/*
+ * An allocating write whose data is in flight: the metadata thread
+ * planned it (clusters reserved, nothing pointing at them yet) and
+ * submitted the cluster writes; when they are all done it sets the L2
+ * entries (qcow2_async_finish()) and completes the guest's request.
+ */
+typedef struct Qcow2Async {
+    struct BDRVQcow2State *s;
+    BlockAIOCB *acb;                    /* the guest's */
+    struct WritePlan *plan;
+    uint64_t n;
+    uint64_t first, last;               /* guest clusters */
+    uint8_t *buf;                       /* n clusters */
+    struct iovec *iov;
+    BlockAIOCB *cacb;                   /* the file's requests */
+    int pending;
+    int ret;
+    QLIST_ENTRY(Qcow2Async) link;
+    QSIMPLEQ_ENTRY(Qcow2Async) done;
+} Qcow2Async;
+
+/* Data writes in flight at most (each holds its clusters' buffer). */
+#define MAX_ASYNC 32
 
 /* Work for the metadata thread from the main thread. */
 typedef struct Qcow2Job {
@@ -154,6 +198,9 @@ typedef struct BDRVQcow2State {
     bool rc_dirty;              /* a refcount block is dirty */
     bool rc_unflushed;          /* refcounts written since the last
                                  * successful flush */
+    /* Host ranges to free once no entry on disk names them: after the
+     * next successful metadata flush (Qcow2Free). */
+    GArray *pending_frees;
 
     Qcow2Decompressor *dec;
     uint8_t *cbuf;
@@ -167,6 +214,14 @@ typedef struct BDRVQcow2State {
     QSIMPLEQ_HEAD(, BlockAIOCB) reqs;   /* protected by @lock */
     QSIMPLEQ_HEAD(, Qcow2Job) jobs;     /* protected by @lock */
     bool quit;                          /* protected by @lock */
+    bool polling;       /* protected by @lock: the thread waits in its
+                         * loop for async writes: aio_notify() it */
+
+    /* Allocating writes whose data writes are in flight (metadata
+     * thread; see qcow2_async_ok()), and those done, to finish. */
+    QLIST_HEAD(, Qcow2Async) async;
+    QSIMPLEQ_HEAD(, Qcow2Async) async_done;
+    uint32_t nr_async;
 
     /* Open (metadata thread): the result. */
     GError *open_err;
@@ -279,27 +334,37 @@ static int sio_write(BDRVQcow2State *s, uint64_t off, const void *buf,
     return sio_write_aligned(s, a, bounce, e - a);
 }
 
-static int sio_write_aligned(BDRVQcow2State *s, uint64_t off,
-                             const void *buf, size_t len)
+/* Make the file at least @end bytes long (before writing up to it). */
+static int file_grow(BDRVQcow2State *s, uint64_t end)
 {
-    struct iovec iov = { (void *)buf, len };
-    BlockAIOCB acb;
-    SyncIO sio = { 0 };
-
-    if (off + len > blk_getlength(s->file)) {
-        uint64_t size = QEMU_ALIGN_UP(off + len, FILE_GROW_STEP);
+    if (end > blk_getlength(s->file)) {
+        uint64_t size = QEMU_ALIGN_UP(end, FILE_GROW_STEP);
 
         /* blk_truncate() on a file only extends it (ftruncate) and
          * publishes the size atomically: safe in this thread. */
         /* A block device only "grows" to its own size: then exactly. */
         if (!blk_truncate(s->file, size, NULL)) {
-            size = off + len;
+            size = end;
             if (!blk_truncate(s->file, size, NULL)) {
                 return -ENOSPC;
             }
         }
         /* What the entry checks measure against. */
         s->info.file_size = size;
+    }
+    return 0;
+}
+
+static int sio_write_aligned(BDRVQcow2State *s, uint64_t off,
+                             const void *buf, size_t len)
+{
+    struct iovec iov = { (void *)buf, len };
+    BlockAIOCB acb;
+    SyncIO sio = { 0 };
+    int ret = file_grow(s, off + len);
+
+    if (ret < 0) {
+        return ret;
     }
     blk_aio_pwritev(s->file, &acb, off, &iov, 1, 0, sync_cb, &sio);
     return sio_wait(s, &sio);
@@ -353,6 +418,8 @@ static int write_header(BDRVQcow2State *s)
 
 /* ---- refcounts -------------------------------------------------------- */
 
+static int rc_write_dirty(BDRVQcow2State *s);
+
 static Qcow2RcBlock *rc_block_load(BDRVQcow2State *s, uint64_t offset,
                                    bool fresh, int *ret)
 {
@@ -375,6 +442,22 @@ static Qcow2RcBlock *rc_block_load(BDRVQcow2State *s, uint64_t offset,
 
             if (!c->dirty && (!victim || c->used < victim->used)) {
                 victim = c;
+            }
+        }
+        /*
+         * All dirty: write them (refcounts may reach the file at any
+         * time, increments before the entries that use them, decrements
+         * only once queued past a flush) and drop the oldest.  If the
+         * write fails the cache grows beyond its size for now.
+         */
+        if (!victim && rc_write_dirty(s) == 0) {
+            g_hash_table_iter_init(&it, s->rc_cache);
+            while (g_hash_table_iter_next(&it, &k, &v)) {
+                Qcow2RcBlock *c = v;
+
+                if (!victim || c->used < victim->used) {
+                    victim = c;
+                }
             }
         }
         if (victim) {
@@ -766,11 +849,12 @@ found:
 }
 
 /*
- * A cluster for guest data.  Allocating one costs a flush (its refcount
- * must be durable before an L2 entry names it), so clusters are reserved
- * a batch at a time: their refcounts are set together, and the caller's
- * one flush covers the batch; later calls take from it without any.  A
- * crash leaks what is left of the batch; a clean close gives it back.
+ * A cluster for guest data.  Clusters are reserved a batch at a time:
+ * their refcounts are set together in the cache (written, and flushed,
+ * before the first L2 slice naming one of them is), so a batch dirties
+ * its refcount block once; later calls take from it without any
+ * refcount work.  A crash leaks what is left of the batch once its
+ * refcounts are on the file; a clean close gives it back.
  */
 static int64_t alloc_data_cluster(BDRVQcow2State *s)
 {
@@ -851,7 +935,40 @@ static void slot_end(Qcow2L2Slot *slot)
     __atomic_store_n(&slot->seq, slot->seq + 1, __ATOMIC_RELEASE);
 }
 
-/* The cached slice at @key (loading it, or zeroing it when @fresh). */
+/*
+ * Write @slot's slice if it is dirty.  Its entries may name clusters
+ * whose refcount increments are only in the cache (or written, not
+ * flushed): those go first, and a flush, so that no entry on the file
+ * names a cluster the file's refcounts do not count.
+ */
+static int l2_slot_writeback(BDRVQcow2State *s, Qcow2L2Slot *slot)
+{
+    int ret;
+
+    if (!slot->dirty) {
+        return 0;
+    }
+    if (s->rc_dirty || s->rc_unflushed) {
+        ret = rc_write_dirty(s);
+        if (ret == 0) {
+            ret = sio_flush(s);
+        }
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    ret = sio_write(s, slot->key, slot->data, s->slice_size);
+    if (ret == 0) {
+        slot->dirty = false;
+    }
+    return ret;
+}
+
+/*
+ * The cached slice at @key (loading it, or zeroing it when @fresh).  A
+ * dirty slice is evicted only once written: the slot is the current
+ * truth until then, for this thread and the fast path.
+ */
 static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
                                  int *ret)
 {
@@ -873,6 +990,10 @@ static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
         if (set[w].used < slot->used) {
             slot = &set[w];
         }
+    }
+    *ret = l2_slot_writeback(s, slot);
+    if (*ret < 0) {
+        return NULL;
     }
     slot_begin(slot);
     __atomic_store_n(&slot->key, 0, __ATOMIC_RELAXED);
@@ -898,25 +1019,50 @@ static void slot_drop(Qcow2L2Slot *slot)
     slot_end(slot);
 }
 
-/* Drop every cached slice of the L2 table at @l2_off. */
+/* Write the dirty cached slices of the L2 table at @l2_off. */
+static int l2_writeback_table(BDRVQcow2State *s, uint64_t l2_off)
+{
+    for (uint32_t i = 0; i < s->nb_slots; i++) {
+        if (s->slots[i].key >= l2_off &&
+            s->slots[i].key < l2_off + s->cluster_size) {
+            int ret = l2_slot_writeback(s, &s->slots[i]);
+
+            if (ret < 0) {
+                return ret;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Drop every cached slice of the L2 table at @l2_off (written first:
+ * see l2_writeback_table()). */
 static void l2_forget(BDRVQcow2State *s, uint64_t l2_off)
 {
     for (uint32_t i = 0; i < s->nb_slots; i++) {
         if (s->slots[i].key >= l2_off &&
             s->slots[i].key < l2_off + s->cluster_size) {
+            assert(!s->slots[i].dirty);
             slot_drop(&s->slots[i]);
         }
     }
 }
 
+static gboolean rc_block_clean(gpointer k, gpointer v, gpointer opaque)
+{
+    return !((Qcow2RcBlock *)v)->dirty;
+}
+
+/* Idle: give back the memory of what the file already has (dirty
+ * tables wait for the next flush). */
 static void l2_cache_clean(BDRVQcow2State *s)
 {
     for (uint32_t i = 0; i < s->nb_slots; i++) {
-        if (s->slots[i].key) {
+        if (s->slots[i].key && !s->slots[i].dirty) {
             slot_drop(&s->slots[i]);
         }
     }
-    g_hash_table_remove_all(s->rc_cache);
+    g_hash_table_foreach_remove(s->rc_cache, rc_block_clean, NULL);
 }
 
 /*
@@ -1001,7 +1147,12 @@ corrupt:
     return -EIO;
 }
 
-/* Set the L2 entry of @loc (whose table is writable) and write it. */
+/*
+ * Set the L2 entry of @loc (whose table is writable) in the cache: the
+ * slice is dirty until a flush (or its eviction) writes it.  A write
+ * acknowledged through it is durable only after the next guest flush,
+ * which is the guarantee a guest gets without FUA.
+ */
 static int l2_set(BDRVQcow2State *s, const Qcow2Loc *loc, uint64_t entry)
 {
     uint64_t key = l2_slice_key(s, loc->l2_offset, loc->l2_index);
@@ -1009,29 +1160,77 @@ static int l2_set(BDRVQcow2State *s, const Qcow2Loc *loc, uint64_t entry)
     Qcow2L2Slot *slot;
     int ret;
 
-    uint32_t start = in & ~(s->align - 1);
-    uint32_t len = MIN(s->align, s->slice_size - start);
-    g_autofree uint8_t *piece = g_malloc(len);
-
     slot = l2_slice_get(s, key, false, &ret);
     if (!slot) {
         return ret;
     }
-    /*
-     * The file first, then the cache: after a failed write the cache
-     * must not have an entry the file lacks (a later write through it
-     * would be acknowledged and lost).
-     */
-    memcpy(piece, slot->data + start, len);
-    qcow2_st_be64(piece + (in - start), entry);
-    ret = sio_write(s, key + start, piece, len);
-    if (ret < 0) {
-        return ret;
-    }
+    slot->dirty = true;
     /* One aligned store: a lock-free reader sees the old or the new. */
     __atomic_store_n((uint64_t *)(slot->data + in), GUINT64_TO_BE(entry),
                      __ATOMIC_RELEASE);
     return 0;
+}
+
+/*
+ * Drop the references of the host range [off, off + len) once no entry
+ * on the file names it any more: after the next successful flush
+ * (metadata_flush()).  Until then its refcount keeps it from being
+ * handed out again.
+ */
+static void free_later(BDRVQcow2State *s, uint64_t off, uint64_t len)
+{
+    Qcow2Free f = { .off = off, .len = len };
+
+    g_array_append_val(s->pending_frees, f);
+}
+
+/*
+ * Make every change so far durable, in the order that keeps the file
+ * consistent at each step: dirty refcount blocks, a flush, dirty L2
+ * slices (L1 entries and new tables are written when made), a flush.
+ * Then the clusters queued by free_later() lose their references (in
+ * the cache: written by the next flush, or earlier; a crash before only
+ * leaks them).  On failure what is dirty stays dirty for the next try.
+ */
+static int metadata_flush(BDRVQcow2State *s)
+{
+    g_autoptr(GArray) frees = NULL;
+    int ret;
+
+    ret = rc_write_dirty(s);
+    for (uint32_t i = 0; ret == 0 && i < s->nb_slots; i++) {
+        ret = l2_slot_writeback(s, &s->slots[i]);
+    }
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret < 0 || !s->pending_frees->len) {
+        return ret;
+    }
+    frees = g_steal_pointer(&s->pending_frees);
+    s->pending_frees = g_array_new(false, false, sizeof(Qcow2Free));
+    for (guint i = 0; i < frees->len; i++) {
+        Qcow2Free *f = &g_array_index(frees, Qcow2Free, i);
+
+        /* On an error the rest leaks: applying it twice would not be
+         * safe, and a leak is. */
+        ret = free_range(s, f->off, f->len);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    return 0;
+}
+
+/* Queued frees are memory: past this many, flush to apply them. */
+#define MAX_PENDING_FREES 4096
+
+static void pending_frees_bound(BDRVQcow2State *s)
+{
+    if (s->pending_frees->len >= MAX_PENDING_FREES) {
+        /* An error leaves them queued for the guest's next flush. */
+        metadata_flush(s);
+    }
 }
 
 /*
@@ -1079,6 +1278,12 @@ static int l2_prepare(BDRVQcow2State *s, uint64_t vc, Qcow2Loc *loc)
     }
     table = g_malloc0(s->cluster_size);
     if (old) {
+        /* A shared table is never changed in place; should a slice of
+         * it be dirty all the same, the copy must have it. */
+        ret = l2_writeback_table(s, old);
+        if (ret < 0) {
+            return ret;
+        }
         ret = sio_read(s, s->file, old, table, s->cluster_size);
         if (ret < 0) {
             return ret;
@@ -1278,12 +1483,92 @@ static int first_write(BDRVQcow2State *s)
 }
 
 /*
- * Write @data (NULL: zeroes) at guest [offset, offset + bytes).  Three
- * passes: allocate (L2 tables and clusters; refcounts written and
- * flushed), data and L2 entries, then the references dropped.
+ * Once the data of @p's new cluster is written: point the L2 entry at
+ * it (the L2 table may have been evicted meanwhile: l2_set() looks
+ * again), and drop what it pointed at after the next flush.
+ */
+static int plan_link(BDRVQcow2State *s, const WritePlan *p)
+{
+    int ret = l2_set(s, &p->loc, qcow2_l2_encode_standard(p->new_off, true,
+                                                          false));
+
+    if (ret < 0 || p->reuse) {
+        return ret;
+    }
+    if (p->loc.e.type == QCOW2_CLUSTER_COMPRESSED) {
+        free_later(s, p->loc.e.host_offset & ~511ull,
+                   p->loc.e.compressed_size + (p->loc.e.host_offset & 511));
+    } else if (p->loc.e.type == QCOW2_CLUSTER_NORMAL ||
+               p->loc.e.type == QCOW2_CLUSTER_ZERO_ALLOC) {
+        free_later(s, p->loc.e.host_offset, s->cluster_size);
+    }
+    return 0;
+}
+
+static void async_cb(void *opaque, int ret)
+{
+    Qcow2Async *aw = opaque;
+
+    /* Inside aio_poll(): only note it; the loop finishes it. */
+    if (ret < 0 && !aw->ret) {
+        aw->ret = ret;
+    }
+    if (--aw->pending == 0) {
+        QSIMPLEQ_INSERT_TAIL(&aw->s->async_done, aw, done);
+    }
+}
+
+/*
+ * Submit the new clusters of @plan (every one a new allocation, their
+ * contents built in @aw->buf) as writes of the file, one per run of
+ * contiguous clusters, and return: the thread goes on with the next
+ * request meanwhile.
+ */
+static int submit_async(BDRVQcow2State *s, Qcow2Async *aw)
+{
+    uint64_t cs = s->cluster_size;
+    uint64_t i = 0;
+    int ret;
+
+    aw->iov = g_new0(struct iovec, aw->n);
+    aw->cacb = g_new0(BlockAIOCB, aw->n);
+    for (uint64_t j = 0; j < aw->n; j++) {
+        ret = file_grow(s, aw->plan[j].new_off + cs);
+        if (ret < 0) {
+            return ret;
+        }
+    }
+    aw->pending = 1;            /* until every run is submitted */
+    QLIST_INSERT_HEAD(&s->async, aw, link);
+    s->nr_async++;
+    while (i < aw->n) {
+        uint64_t j = i + 1;
+
+        while (j < aw->n &&
+               aw->plan[j].new_off == aw->plan[j - 1].new_off + (int64_t)cs) {
+            j++;
+        }
+        aw->iov[i].iov_base = aw->buf + i * cs;
+        aw->iov[i].iov_len = (j - i) * cs;
+        aw->pending++;
+        blk_aio_pwritev(s->file, &aw->cacb[i], aw->plan[i].new_off,
+                        &aw->iov[i], 1, 0, async_cb, aw);
+        i = j;
+    }
+    async_cb(aw, 0);
+    return 1;
+}
+
+/*
+ * Write @data (NULL: zeroes) at guest [offset, offset + bytes).  Two
+ * passes: allocate (L2 tables and clusters: refcounts in the cache),
+ * then the data and the L2 entries (in the cache); the references of
+ * clusters copied away from are dropped after the next flush.  Only the
+ * data is written here (and a new L2 table's L1 entry): the rest waits
+ * for a flush, which writes it in dependency order.
  */
 static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
-                    const uint8_t *data, bool fua)
+                    const uint8_t *data, bool fua, Qcow2Async *aw)
 {
     uint64_t first = offset >> s->cluster_bits;
     uint64_t last = (offset + bytes - 1) >> s->cluster_bits;
@@ -1291,7 +1576,6 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
     g_autofree WritePlan *plan = g_new0(WritePlan, n);
     g_autofree uint8_t *cl = NULL;
     g_autofree uint8_t *zero = NULL;
-    bool decref = false;
     int ret;
 
     ret = first_write(s);
@@ -1329,15 +1613,35 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
             return p->new_off;
         }
     }
-    /* New refcounts (a new batch of data clusters) are durable before
-     * any L2 entry names one of them, also after a failed flush. */
-    if (s->rc_dirty || s->rc_unflushed) {
-        ret = rc_write_dirty(s);
-        if (ret == 0) {
-            ret = sio_flush(s);
+    if (aw) {
+        bool all_new = true;
+
+        for (uint64_t i = 0; i < n; i++) {
+            all_new &= plan[i].new_off && !plan[i].reuse;
         }
-        if (ret < 0) {
-            return ret;
+        if (all_new) {
+            /* Built whole (copy-on-write of partial clusters now), the
+             * writes in flight while the next request is done. */
+            aw->buf = g_malloc(n * s->cluster_size);
+            for (uint64_t i = 0; i < n; i++) {
+                WritePlan *p = &plan[i];
+                uint8_t *c = aw->buf + i * s->cluster_size;
+
+                if (p->len < s->cluster_size) {
+                    ret = read_cluster_part(s, p->vc, &p->loc, 0,
+                                            s->cluster_size, c);
+                    if (ret < 0) {
+                        return ret;
+                    }
+                }
+                memcpy(c + p->in, data + ((p->vc << s->cluster_bits) +
+                                          p->in - offset), p->len);
+            }
+            aw->plan = g_steal_pointer(&plan);
+            aw->n = n;
+            aw->first = first;
+            aw->last = last;
+            return submit_async(s, aw);
         }
     }
     if (!data) {
@@ -1369,65 +1673,36 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         if (ret < 0) {
             return ret;
         }
-        /* The L2 table may have been evicted meanwhile: look again. */
-        ret = l2_set(s, &p->loc, qcow2_l2_encode_standard(p->new_off, true,
-                                                          false));
-        if (ret < 0) {
-            return ret;
-        }
-        if (!p->reuse && p->loc.e.type != QCOW2_CLUSTER_UNALLOCATED &&
-            p->loc.e.type != QCOW2_CLUSTER_ZERO_PLAIN) {
-            decref = true;
-        }
-    }
-    if (decref || fua) {
-        ret = sio_flush(s);
+        ret = plan_link(s, p);
         if (ret < 0) {
             return ret;
         }
     }
-    if (decref) {
-        for (uint64_t i = 0; i < n; i++) {
-            WritePlan *p = &plan[i];
-
-            if (!p->new_off || p->reuse ||
-                p->loc.e.type == QCOW2_CLUSTER_UNALLOCATED ||
-                p->loc.e.type == QCOW2_CLUSTER_ZERO_PLAIN) {
-                continue;
-            }
-            ret = p->loc.e.type == QCOW2_CLUSTER_COMPRESSED ?
-                  free_range(s, p->loc.e.host_offset & ~511ull,
-                             p->loc.e.compressed_size +
-                             (p->loc.e.host_offset & 511)) :
-                  free_range(s, p->loc.e.host_offset, s->cluster_size);
-            if (ret < 0) {
-                return ret;
-            }
-        }
-        ret = rc_write_dirty(s);
-    }
-    return ret;
+    pending_frees_bound(s);
+    return fua ? metadata_flush(s) : 0;
 }
 
-/* The host clusters an entry references, to drop. */
-static int drop_entry_ref(BDRVQcow2State *s, const Qcow2L2Entry *e)
+/* The host clusters an entry references, to drop after a flush. */
+static void drop_entry_ref(BDRVQcow2State *s, const Qcow2L2Entry *e)
 {
     switch (e->type) {
     case QCOW2_CLUSTER_NORMAL:
     case QCOW2_CLUSTER_ZERO_ALLOC:
-        return free_range(s, e->host_offset, s->cluster_size);
+        free_later(s, e->host_offset, s->cluster_size);
+        break;
     case QCOW2_CLUSTER_COMPRESSED:
-        return free_range(s, e->host_offset & ~511ull,
-                          e->compressed_size + (e->host_offset & 511));
+        free_later(s, e->host_offset & ~511ull,
+                   e->compressed_size + (e->host_offset & 511));
+        break;
     default:
-        return 0;
+        break;
     }
 }
 
 /*
  * Discard (@zeroes false) or write zeroes over whole clusters: the
- * entries change (unallocated, or the zero flag), are written and
- * flushed, then the clusters they referenced are dropped.  Parts of
+ * entries change (unallocated, or the zero flag) in the cache, and the
+ * clusters they referenced are dropped after the next flush.  Parts of
  * clusters: write-zeroes writes zeroes, discard leaves them.
  */
 static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
@@ -1441,19 +1716,19 @@ static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
 
     if (zeroes && !v3 && s->backing) {
         /* No zero flag in version 2: only data hides the backing file. */
-        return do_write(s, offset, bytes, NULL, false);
+        return do_write(s, offset, bytes, NULL, false, NULL);
     }
     if (zeroes && a >= b) {
-        return do_write(s, offset, bytes, NULL, false);
+        return do_write(s, offset, bytes, NULL, false, NULL);
     }
     if (zeroes && offset < a) {
-        ret = do_write(s, offset, a - offset, NULL, false);
+        ret = do_write(s, offset, a - offset, NULL, false, NULL);
         if (ret < 0) {
             return ret;
         }
     }
     if (zeroes && b > a && offset + bytes > b) {
-        ret = do_write(s, b, offset + bytes - b, NULL, false);
+        ret = do_write(s, b, offset + bytes - b, NULL, false, NULL);
         if (ret < 0) {
             return ret;
         }
@@ -1462,9 +1737,6 @@ static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
     if (ret < 0) {
         return ret;
     }
-    /* Pass 1: the entries. */
-    g_autoptr(GArray) olds = g_array_new(false, false, sizeof(Qcow2L2Entry));
-
     for (uint64_t off = a; off < b; off += cs) {
         uint64_t vc = off >> s->cluster_bits;
         bool use_zero = v3 && (zeroes || s->backing);
@@ -1506,20 +1778,10 @@ static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         if (ret < 0) {
             return ret;
         }
-        if (loc.e.type != QCOW2_CLUSTER_UNALLOCATED &&
-            loc.e.type != QCOW2_CLUSTER_ZERO_PLAIN) {
-            g_array_append_val(olds, loc.e);
-        }
+        drop_entry_ref(s, &loc.e);
     }
-    if (!olds->len) {
-        return 0;
-    }
-    /* Pass 2: the references, once no entry on disk names them. */
-    ret = sio_flush(s);
-    for (guint i = 0; ret == 0 && i < olds->len; i++) {
-        ret = drop_entry_ref(s, &g_array_index(olds, Qcow2L2Entry, i));
-    }
-    return ret < 0 ? ret : rc_write_dirty(s);
+    pending_frees_bound(s);
+    return 0;
 }
 
 static void complete_bh(void *opaque)
@@ -1540,14 +1802,31 @@ static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
         break;
     case BLK_REQ_WRITE: {
         g_autofree uint8_t *buf = g_malloc(acb->bytes);
+        bool fua = acb->flags & BDRV_REQ_FUA;
+        Qcow2Async *aw = NULL;
 
+        if (!fua && s->fast_ok) {
+            aw = g_new0(Qcow2Async, 1);
+            aw->s = s;
+            aw->acb = acb;
+        }
         iov_to_buf(acb->iov, acb->niov, 0, buf, acb->bytes);
-        ret = do_write(s, acb->offset, acb->bytes, buf,
-                       acb->flags & BDRV_REQ_FUA);
+        ret = do_write(s, acb->offset, acb->bytes, buf, fua, aw);
+        if (ret == 1) {
+            return;     /* in flight: qcow2_async_finish() completes it */
+        }
+        if (aw) {
+            /* Not submitted (or the file could not grow for it). */
+            g_free(aw->plan);
+            g_free(aw->buf);
+            g_free(aw->iov);
+            g_free(aw->cacb);
+            g_free(aw);
+        }
         break;
     }
     case BLK_REQ_FLUSH:
-        ret = sio_flush(s);
+        ret = metadata_flush(s);
         break;
     case BLK_REQ_DISCARD:
         ret = do_zero(s, acb->offset, acb->bytes, false, true);
@@ -1616,6 +1895,82 @@ static int do_block_status(BDRVQcow2State *s, BlockAIOCB *acb)
 
 /* ---- the metadata thread ---------------------------------------------- */
 
+/*
+ * An async write's data is written (or failed): set its L2 entries and
+ * complete the guest's request.  Metadata thread, outside aio_poll().
+ */
+static void qcow2_async_finish(BDRVQcow2State *s, Qcow2Async *aw)
+{
+    AioContext *ctx = (AioContext *)(uintptr_t)aw->acb->engine_priv[0];
+    int ret = aw->ret;
+
+    QLIST_REMOVE(aw, link);
+    s->nr_async--;
+    /* On a failed write the clusters stay reserved, unreferenced: a
+     * leak, as in the synchronous path. */
+    for (uint64_t i = 0; ret == 0 && i < aw->n; i++) {
+        ret = plan_link(s, &aw->plan[i]);
+    }
+    if (ret == 0) {
+        pending_frees_bound(s);
+    }
+    aw->acb->ret = ret;
+    aio_bh_schedule_oneshot(ctx, complete_bh, aw->acb, "qcow2-complete");
+    g_free(aw->plan);
+    g_free(aw->buf);
+    g_free(aw->iov);
+    g_free(aw->cacb);
+    g_free(aw);
+}
+
+static void qcow2_async_finish_done(BDRVQcow2State *s)
+{
+    Qcow2Async *aw;
+
+    while ((aw = QSIMPLEQ_FIRST(&s->async_done))) {
+        QSIMPLEQ_REMOVE_HEAD(&s->async_done, done);
+        qcow2_async_finish(s, aw);
+    }
+}
+
+/* Wait until at most @max async writes are in flight, finishing them. */
+static void qcow2_async_wait(BDRVQcow2State *s, uint32_t max)
+{
+    for (;;) {
+        qcow2_async_finish_done(s);
+        if (s->nr_async <= max) {
+            return;
+        }
+        aio_poll(s->ctx, true);
+    }
+}
+
+/*
+ * May @acb start while async writes are in flight?  Only a write (not
+ * FUA) none of whose guest clusters is one of theirs: it cannot depend
+ * on what they have not linked yet.  Everything else (reads, which may
+ * read those clusters, flushes, which must cover what was
+ * acknowledged, discards, ...) waits for them all.
+ */
+static bool qcow2_async_ok(BDRVQcow2State *s, BlockAIOCB *acb)
+{
+    uint64_t first, last;
+    Qcow2Async *aw;
+
+    if (acb->type != BLK_REQ_WRITE || (acb->flags & BDRV_REQ_FUA) ||
+        !acb->bytes) {
+        return false;
+    }
+    first = acb->offset >> s->cluster_bits;
+    last = (acb->offset + acb->bytes - 1) >> s->cluster_bits;
+    QLIST_FOREACH(aw, &s->async, link) {
+        if (first <= aw->last && aw->first <= last) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static gpointer qcow2_thread(gpointer opaque)
 {
     BDRVQcow2State *s = opaque;
@@ -1627,9 +1982,16 @@ static gpointer qcow2_thread(gpointer opaque)
         BlockAIOCB *acb = QSIMPLEQ_FIRST(&s->reqs);
         Qcow2Job *job = QSIMPLEQ_FIRST(&s->jobs);
 
+        if (!QSIMPLEQ_EMPTY(&s->async_done)) {
+            g_mutex_unlock(&s->lock);
+            qcow2_async_finish_done(s);
+            g_mutex_lock(&s->lock);
+            continue;
+        }
         if (job) {
             QSIMPLEQ_REMOVE_HEAD(&s->jobs, next);
             g_mutex_unlock(&s->lock);
+            qcow2_async_wait(s, 0);
             job->fn(job->opaque);
             g_mutex_lock(&s->lock);
             job->done = true;
@@ -1639,6 +2001,7 @@ static gpointer qcow2_thread(gpointer opaque)
         if (acb) {
             QSIMPLEQ_REMOVE_HEAD(&s->reqs, next);
             g_mutex_unlock(&s->lock);
+            qcow2_async_wait(s, qcow2_async_ok(s, acb) ? MAX_ASYNC - 1 : 0);
             if (acb->type == BLK_REQ_BLOCK_STATUS) {
                 AioContext *ctx = (AioContext *)(uintptr_t)acb->engine_priv[0];
 
@@ -1649,6 +2012,15 @@ static gpointer qcow2_thread(gpointer opaque)
                 process_req(s, acb);
             }
             g_mutex_lock(&s->lock);
+            continue;
+        }
+        if (s->nr_async) {
+            /* Wait for a write or a request (qcow2_submit() notifies). */
+            s->polling = true;
+            g_mutex_unlock(&s->lock);
+            aio_poll(s->ctx, true);
+            g_mutex_lock(&s->lock);
+            s->polling = false;
             continue;
         }
         if (s->quit) {
@@ -1684,6 +2056,9 @@ static void run_job(BDRVQcow2State *s, void (*fn)(void *), void *opaque)
     g_mutex_lock(&s->lock);
     QSIMPLEQ_INSERT_TAIL(&s->jobs, &job, next);
     g_cond_broadcast(&s->cond);
+    if (s->polling) {
+        aio_notify(s->ctx);
+    }
     while (!job.done) {
         g_cond_wait(&s->cond, &s->lock);
     }
@@ -1828,7 +2203,12 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
     uint64_t pos = 0;
     int nruns = 0, nio = 0;
 
+    /*
+     * FUA promises the write durable with its mapping, which may still
+     * be a dirty L2 slice: the metadata thread writes it (and flushes).
+     */
     if (!s->fast_ok ||
+        (write && (acb->flags & BDRV_REQ_FUA)) ||
         (write && __atomic_load_n(&s->autoclear_pending, __ATOMIC_ACQUIRE))) {
         return false;
     }
@@ -1962,6 +2342,9 @@ static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
     g_mutex_lock(&s->lock);
     QSIMPLEQ_INSERT_TAIL(&s->reqs, acb, next);
     g_cond_broadcast(&s->cond);
+    if (s->polling) {
+        aio_notify(s->ctx);
+    }
     g_mutex_unlock(&s->lock);
 }
 
@@ -2167,6 +2550,9 @@ static void close_job(void *opaque)
     BDRVQcow2State *s = opaque;
 
     if (s->writable && s->file) {
+        /* As a guest flush; then the clusters freed by it and the
+         * unused reserve go back (a failure only leaks them). */
+        metadata_flush(s);
         release_reserve(s);
         rc_write_dirty(s);
         sio_flush(s);
@@ -2213,6 +2599,9 @@ static void qcow2_close(BlockBackend *bs)
     g_free(s->slots);
     if (s->rc_cache) {
         g_hash_table_destroy(s->rc_cache);
+    }
+    if (s->pending_frees) {
+        g_array_free(s->pending_frees, true);
     }
     qcow2_decompressor_free(s->dec);
     qcow2_info_free(&s->info);
@@ -2339,9 +2728,12 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
     g_cond_init(&s->cond);
     QSIMPLEQ_INIT(&s->reqs);
     QSIMPLEQ_INIT(&s->jobs);
+    QLIST_INIT(&s->async);
+    QSIMPLEQ_INIT(&s->async_done);
     s->retired = g_ptr_array_new_with_free_func(g_free);
     s->rc_cache = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
                                         rc_block_free);
+    s->pending_frees = g_array_new(false, false, sizeof(Qcow2Free));
     if (s->writable && opts->file->readonly) {
         g_set_error(errp, VB_ERROR, 0, "Block node is read-only: the file "
                     "node of %s is read-only; add the qcow2 node with "

@@ -937,6 +937,55 @@ static void test_concurrent_alloc(void)
     q2_cleanup(&q);
 }
 
+/* ---- allocating writes in flight together ---------------------------- */
+
+/*
+ * 32 allocating writes in one batch, four into each of 8 clusters (the
+ * metadata thread overlaps the data writes of independent ones, and
+ * must make a write into a cluster whose allocation is in flight wait
+ * for it, or the second allocation would hide the first's data), then
+ * partial overwrites and reads in a second batch: everything reads
+ * back, before and after a restart, and the image is clean.
+ */
+static void test_deep_alloc(void)
+{
+    uint64_t size = 16 * 1024 * 1024;
+    g_autofree uint8_t *expect = g_malloc0(size);
+    g_autofree uint8_t *after = NULL;
+    VhostUserFrontendCompletion c[32];
+    Q2 q;
+
+    q2_init(&q, size);
+    sh("qemu-img create -q -f qcow2 '%s' 16M", q.img);
+    q2_start(&q, 1);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 32; i++) {
+            /* cluster i % 8 (every third 64 KiB), piece i / 8 */
+            uint64_t off = (uint64_t)(i % 8) * 3 * 65536 +
+                           (uint64_t)(i / 8) * 16384 + round * 4096;
+            struct iovec iov = { q.buf + i * 4096, 4096 };
+
+            vb_fill_pattern(q.buf + i * 4096, 4096, 4000 + round * 100 + i);
+            memcpy(expect + off, q.buf + i * 4096, 4096);
+            g_assert_cmpint(vhost_user_frontend_blk_submit(
+                                q.fe, 0, VIRTIO_BLK_T_OUT, off / 512, &iov,
+                                1, false, NULL), >=, 0);
+        }
+        g_assert_cmpint(vhost_user_frontend_kick(q.fe, 0), >=, 0);
+        g_assert_cmpint(vb_reap_n(q.fe, 0, c, 32), ==, 32);
+        for (int i = 0; i < 32; i++) {
+            g_assert_cmpint(c[i].status, ==, VIRTIO_BLK_S_OK);
+        }
+    }
+    q2_check_reads(&q, expect);
+    q2_flush(&q);
+    q2_stop(&q);
+    check_clean(q.img);
+    after = convert_raw(&q, q.img, NULL);
+    g_assert_true(memcmp(after, expect, size) == 0);
+    q2_cleanup(&q);
+}
+
 /* ---- a crash mid-write ------------------------------------------------ */
 
 static void test_crash(void)
@@ -1029,25 +1078,51 @@ static void test_crash(void)
     q2_cleanup(&q);
 }
 
-/*
- * The file node fails a few writes or flushes somewhere in the middle of
- * the metadata sequence (after K good ones, for each K): the guest sees
- * errors, never corruption.  After a clean stop qemu-img check finds
- * none (leaks allowed) and every write the guest saw succeed, and that
- * a later flush covered, reads back.
- */
-static void test_faults(void)
+/* A guest flush, tried up to three times (two injected failures). */
+static bool flush_retry(Q2 *q)
 {
+    for (int i = 0; i < 3; i++) {
+        if (vb_req(q->fe, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, false,
+                   NULL) == VIRTIO_BLK_S_OK) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The file node fails two writes or flushes somewhere in the metadata
+ * sequence (after K good ones, for each K): the guest sees errors, never
+ * corruption.  The first 16 of the file's requests cover the first
+ * write's allocation (refcounts, flush, new L2 table, flush, L1 entry),
+ * the data writes, and the guest flush that writes the metadata back
+ * (refcounts, flush, L2 slices, flush); a second round discards the
+ * first cluster (its refcount is dropped only after a flush) and
+ * flushes again.  Then either a clean stop or a kill -9 (@data: FAULTS_*):
+ * after either, qemu-img check finds no corruption (leaks allowed), and
+ * every write the guest saw succeed reads back if a completed flush
+ * covered it (a clean stop is one).  FAULTS_CUT fails every request
+ * after the K-th, then kills: the file as a crash right after its K-th
+ * write or flush would leave it (a kill alone leaves everything written
+ * in the page cache, so only this shows a wrong order between writes).
+ */
+enum { FAULTS_STOP, FAULTS_KILL, FAULTS_CUT };
+
+static void test_faults(gconstpointer data)
+{
+    int mode = GPOINTER_TO_INT(data);
+    bool crash = mode != FAULTS_STOP;
     uint64_t size = 8 * 1024 * 1024;
 
-    for (int k = 0; k < 12; k++) {
-        g_autofree uint8_t *expect = NULL, *after = NULL;
+    for (int k = 0; k < 20; k++) {
+        g_autofree uint8_t *expect = NULL, *after = NULL, *zeroes = NULL;
         g_autofree char *extra = g_strdup_printf(
-            "format=qcow2,inject-error=write+flush,inject-after=%d,"
-            "inject-count=2", k);
+            "format=qcow2,inject-error=write+flush,inject-after=%d%s", k,
+            mode == FAULTS_CUT ? "" : ",inject-count=2");
         g_autofree char *out = NULL;
-        g_autofree uint8_t *data = g_malloc(8192);
-        bool ok[6];
+        g_autofree uint8_t *buf = g_malloc(8192);
+        struct virtio_blk_discard_write_zeroes *seg;
+        bool ok[6], flushed, discarded, flushed2;
         int st;
         Q2 q;
 
@@ -1055,42 +1130,64 @@ static void test_faults(void)
         q.d.spec[0].extra = extra;
         sh("qemu-img create -q -f qcow2 '%s' 8M", q.img);
         expect = convert_raw(&q, q.img, NULL);
+        zeroes = g_malloc0(65536);
         q2_start(&q, 1);
         for (int i = 0; i < 6; i++) {
             uint64_t off = (uint64_t)i * 1024 * 1024 + 4096;
 
-            vb_fill_pattern(data, 8192, 300 + i);
-            memcpy(q.buf, data, 8192);
+            vb_fill_pattern(buf, 8192, 300 + i);
+            memcpy(q.buf, buf, 8192);
             ok[i] = vb_req(q.fe, 0, VIRTIO_BLK_T_OUT, off / 512, q.buf, 8192,
                            false, NULL) == VIRTIO_BLK_S_OK;
         }
-        /* A flush that succeeds makes the acknowledged writes durable;
-         * the injected failures are spent by now. */
-        for (int i = 0; i < 3; i++) {
-            if (vb_req(q.fe, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0, false,
-                       NULL) == VIRTIO_BLK_S_OK) {
-                break;
-            }
-        }
+        flushed = flush_retry(&q);
+        /* Round two: the first cluster (64 KiB) discarded, a flush. */
+        seg = (void *)q.buf;
+        seg->sector = 0;
+        seg->num_sectors = 65536 / 512;
+        seg->flags = 0;
+        discarded = vb_req(q.fe, 0, VIRTIO_BLK_T_DISCARD, 0, seg,
+                           sizeof(*seg), false, NULL) == VIRTIO_BLK_S_OK;
+        flushed2 = flush_retry(&q);
         for (int i = 0; i < 6; i++) {
             if (ok[i]) {
                 vb_fill_pattern(expect + i * 1024 * 1024 + 4096, 8192,
                                 300 + i);
             }
         }
-        q2_stop(&q);
+        if (crash) {
+            vb_daemon_kill(&q.d);
+            wait_unlocked(q.img);
+            vhost_user_frontend_free(q.fe);
+            q.fe = NULL;
+        } else {
+            q2_stop(&q);
+            flushed = flushed2 = true;
+        }
         st = sh_status(&out, "qemu-img check '%s'", q.img);
         if (st != 0 && st != 3) {
-            g_error("qemu-img check after faults (after=%d): exit %d\n%s",
-                    k, st, out);
+            g_error("qemu-img check after faults (after=%d%s): exit %d\n%s",
+                    k, crash ? ", killed" : "", st, out);
         }
         after = convert_raw(&q, q.img, NULL);
         for (int i = 0; i < 6; i++) {
             uint64_t off = (uint64_t)i * 1024 * 1024 + 4096;
 
-            if (ok[i]) {
-                g_assert_true(memcmp(after + off, expect + off, 8192) == 0);
+            if (!ok[i] || !flushed) {
+                continue;
             }
+            if (i == 0 && discarded) {
+                /* Discarded: zeroes once flushed, else either. */
+                if (flushed2) {
+                    g_assert_true(memcmp(after, zeroes, 65536) == 0);
+                } else {
+                    g_assert_true(memcmp(after + off, expect + off,
+                                         8192) == 0 ||
+                                  memcmp(after, zeroes, 65536) == 0);
+                }
+                continue;
+            }
+            g_assert_true(memcmp(after + off, expect + off, 8192) == 0);
         }
         q2_cleanup(&q);
     }
@@ -1139,7 +1236,13 @@ int main(int argc, char **argv)
     g_test_add_func("/qcow2/autoclear", test_autoclear);
     g_test_add_func("/qcow2/blockdev-qmp", test_blockdev_qmp);
     g_test_add_func("/qcow2/concurrent-alloc", test_concurrent_alloc);
+    g_test_add_func("/qcow2/deep-alloc", test_deep_alloc);
     g_test_add_func("/qcow2/crash", test_crash);
-    g_test_add_func("/qcow2/faults", test_faults);
+    g_test_add_data_func("/qcow2/faults/stop", GINT_TO_POINTER(FAULTS_STOP),
+                         test_faults);
+    g_test_add_data_func("/qcow2/faults/kill", GINT_TO_POINTER(FAULTS_KILL),
+                         test_faults);
+    g_test_add_data_func("/qcow2/faults/cut", GINT_TO_POINTER(FAULTS_CUT),
+                         test_faults);
     return g_test_run();
 }
