@@ -1195,6 +1195,8 @@ static void test_faults(gconstpointer data)
 
 int main(int argc, char **argv)
 {
+    g_autofree char *qemu_img = NULL;
+    g_autofree char *qemu_io = NULL;
     static const MatrixCase matrix[] = {
         { 512, "0.10" }, { 512, "1.1" },
         { 4096, "0.10" }, { 4096, "1.1" },
@@ -1206,8 +1208,9 @@ int main(int argc, char **argv)
     if (vb_backend() == VB_BACKEND_QSD) {
         g_test_message("vhost-blkd's own --export format= is tested here");
     }
-    if (!g_find_program_in_path("qemu-img") ||
-        !g_find_program_in_path("qemu-io")) {
+    qemu_img = g_find_program_in_path("qemu-img");
+    qemu_io = g_find_program_in_path("qemu-io");
+    if (!qemu_img || !qemu_io) {
         g_test_skip("qemu-img and qemu-io are needed (qemu-utils)");
         return g_test_run();
     }

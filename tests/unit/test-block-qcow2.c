@@ -198,14 +198,17 @@ static void test_fast_path(void)
 
 int main(int argc, char **argv)
 {
+    g_autofree char *qemu_img = NULL;
+    g_autofree char *qemu_io = NULL;
     GError *err = NULL;
 
     g_test_init(&argc, &argv, NULL);
     ctx = aio_context_new(&err);
     g_assert_no_error(err);
     aio_context_acquire_thread(ctx);
-    if (!g_find_program_in_path("qemu-img") ||
-        !g_find_program_in_path("qemu-io")) {
+    qemu_img = g_find_program_in_path("qemu-img");
+    qemu_io = g_find_program_in_path("qemu-io");
+    if (!qemu_img || !qemu_io) {
         g_test_skip("qemu-img and qemu-io are needed (qemu-utils)");
         return g_test_run();
     }
