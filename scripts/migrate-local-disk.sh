@@ -38,10 +38,12 @@
 #               the destination QEMU's start).
 #
 # Usage: migrate-local-disk.sh STEP [OPTIONS]
-#   --src-daemon SOCK     QMP socket of the source vhost-blkd (mirror, finish)
+#   --src-daemon SOCK     QMP socket of the source vhost-blkd (mirror, finish,
+#                         and prepare without --size)
 #   --dst-daemon SOCK     QMP socket of the destination vhost-blkd (prepare,
-#                         mirror: for the image's size check, finish)
-#   --src-qemu SOCK       QMP socket of the source QEMU (migrate-vm)
+#                         finish)
+#   --src-qemu SOCK       QMP socket of the source QEMU (migrate-vm, and
+#                         mirror with --ready-pause)
 #   --dst-qemu SOCK       QMP socket of the destination QEMU (migrate-vm,
 #                         finish; without it finish does not `cont`)
 #   --node NAME           the source's node to copy: the one its vhost-user
@@ -155,7 +157,9 @@ def conn(path):
     try:
         s.connect(path)
     except OSError as e:
-        sys.exit("cannot connect to the QMP socket %s: %s" % (path, e))
+        print("cannot connect to the QMP socket %s: %s" % (path, e),
+              file=sys.stderr)
+        sys.exit(3)
     f = s.makefile("rw")
     f.readline()
     call(f, "qmp_capabilities")
@@ -263,8 +267,20 @@ fail() {
 
 # qmp SOCK COMMAND [ARGS-JSON]: run one command, print its return value;
 # prints QMP's error and fails otherwise
-qmp() { python3 -c "$QMP_PY" call "$@"; }
-qmpx() { python3 -c "$QMP_PY" "$@"; }
+# (exit status 3 from the client: the socket does not answer)
+qmp() {
+    python3 -c "$QMP_PY" call "$@"
+    qmp_status $? "$1"
+}
+qmpx() {
+    python3 -c "$QMP_PY" "$@"
+    qmp_status $? "$2"
+}
+qmp_status() {
+    [ "$1" = 3 ] &&
+        fail "$step" "nobody answers on the QMP socket $2: is that vhost-blkd or QEMU running, and is the path right?"
+    return "$1"
+}
 
 need() {
     local v
