@@ -79,6 +79,7 @@
 #                         is ready only at a moment with no guest write in
 #                         flight, which a guest writing all the time never
 #                         leaves; the pause is the last catch-up only
+#                         (0: pause at once, for the whole copy)
 #   --nbd-server-running  prepare: the destination's NBD server runs already
 #                         (a second disk): only add the export
 #   --keep-nbd-server     finish: delete only this disk's NBD export
@@ -370,7 +371,8 @@ step_mirror() {
     if [ -n "$ready_pause" ]; then
         need src_qemu
         say "waiting up to ${ready_pause}s for the mirror to be ready"
-        if ! qmpx wait-job "$src_daemon" "$job_id" ready "$ready_pause" \
+        if [ "$ready_pause" = 0 ] ||
+           ! qmpx wait-job "$src_daemon" "$job_id" ready "$ready_pause" \
                 2>/dev/null; then
             say "not ready yet: pausing the source VM until it is"
             qmp "$src_qemu" stop >/dev/null ||
