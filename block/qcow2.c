@@ -1788,7 +1788,9 @@ static void complete_bh(void *opaque)
 {
     BlockAIOCB *acb = opaque;
 
-    acb->cb(acb->opaque, acb->ret);
+    /* Through the engines' common ending: a write a mirror's dirty bitmap
+     * tracks is counted down (and its range marked again) there. */
+    blk_acb_complete(acb, acb->ret);
 }
 
 static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
@@ -2142,7 +2144,7 @@ static void fast_cb(void *opaque, int ret)
         parent->engine_priv[2] = (uint64_t)(int64_t)ret;
     }
     if (--parent->engine_priv[1] == 0) {
-        parent->cb(parent->opaque, (int)(int64_t)parent->engine_priv[2]);
+        blk_acb_complete(parent, (int)(int64_t)parent->engine_priv[2]);
     }
 }
 
