@@ -50,6 +50,7 @@ PACKAGES=(systemd systemd-sysv udev dbus
           librbd1 librados2 libmicrohttpd12
           zlib1g libzstd1   # qcow2 compressed clusters (block/qcow2-format.c)
           libnbd0           # the NBD client driver (block/nbd.c)
+          libgnutls30       # the NBD server's TLS (nbd/tls.c)
           procps util-linux e2fsprogs)
 # Modules the initramfs loads (with their dependencies, in order).
 WANT_MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev
