@@ -30,34 +30,6 @@ typedef struct Q2 {
     uint64_t size;
 } Q2;
 
-/* Run a shell command line; returns its exit status, stdout in *@out. */
-static int G_GNUC_PRINTF(2, 3) sh_status(char **out, const char *fmt, ...)
-{
-    g_autofree char *cmd = NULL;
-    g_autofree char *err = NULL;
-    g_autoptr(GError) gerr = NULL;
-    char *argv[] = { (char *)"/bin/sh", (char *)"-c", NULL, NULL };
-    int status;
-    va_list ap;
-
-    va_start(ap, fmt);
-    cmd = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-    argv[2] = cmd;
-    if (!g_spawn_sync(NULL, argv, NULL, 0, NULL, NULL, out, &err, &status,
-                      &gerr)) {
-        g_error("%s: %s", cmd, gerr->message);
-    }
-    if (!WIFEXITED(status)) {
-        g_error("%s: killed by a signal", cmd);
-    }
-    if (WEXITSTATUS(status)) {
-        g_test_message("%s: exit %d: %s", cmd, WEXITSTATUS(status), err);
-    }
-    return WEXITSTATUS(status);
-}
-
-#define sh(...) g_assert_cmpint(sh_status(NULL, __VA_ARGS__), ==, 0)
 
 static uint8_t *read_whole(const char *path, size_t *len)
 {
@@ -87,7 +59,7 @@ static uint8_t *convert_raw(Q2 *q, const char *img, const char *extra)
     uint8_t *data;
     size_t n;
 
-    sh("qemu-img convert %s -O raw '%s' '%s'", extra ? extra : "", img, raw);
+    vb_sh("qemu-img convert %s -O raw '%s' '%s'", extra ? extra : "", img, raw);
     data = read_whole(raw, &n);
     g_assert_cmpuint(n, ==, q->size);
     unlink(raw);
@@ -176,7 +148,7 @@ static void q2_cleanup(Q2 *q)
     if (q->fe) {
         vhost_user_frontend_free(q->fe);
     }
-    sh("rm -f '%s'/*.qcow2 '%s'/*.raw '%s'/*.data", q->d.dir, q->d.dir,
+    vb_sh("rm -f '%s'/*.qcow2 '%s'/*.raw '%s'/*.data", q->d.dir, q->d.dir,
        q->d.dir);
     vb_daemon_cleanup(&q->d);
     g_free(q->img);
@@ -223,7 +195,7 @@ static void q2_flush(Q2 *q)
 static void check_clean(const char *img)
 {
     g_autofree char *out = NULL;
-    int st = sh_status(&out, "qemu-img check '%s'", img);
+    int st = vb_sh_status(&out, "qemu-img check '%s'", img);
 
     if (st) {
         g_error("qemu-img check %s: exit %d\n%s", img, st, out);
@@ -285,9 +257,9 @@ static void test_matrix(gconstpointer data)
     };
 
     q2_init(&q, size);
-    sh("qemu-img create -q -f qcow2 -o cluster_size=%u,compat=%s '%s' %"
+    vb_sh("qemu-img create -q -f qcow2 -o cluster_size=%u,compat=%s '%s' %"
        PRIu64, c->cluster, c->compat, q.img, size);
-    sh("qemu-io -f qcow2 -c 'write -P 0x11 512 7000' "
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x11 512 7000' "
        "-c 'write -P 0x22 1M 300k' -c 'write -z 2M 128k' "
        "-c 'write -P 0x33 4M 4096' '%s' >/dev/null", q.img);
     read_write_check(&q, w, G_N_ELEMENTS(w));
@@ -310,7 +282,7 @@ static void test_refcount_growth(gconstpointer data)
     };
 
     q2_init(&q, size);
-    sh("qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=%s "
+    vb_sh("qemu-img create -q -f qcow2 -o cluster_size=512,refcount_bits=%s "
        "'%s' 4M", bits, q.img);
     read_write_check(&q, w, G_N_ELEMENTS(w));
     q2_cleanup(&q);
@@ -332,7 +304,7 @@ static void test_scattered(void)
     Q2 q;
 
     q2_init(&q, size);
-    sh("qemu-img create -q -f qcow2 -o cluster_size=512 '%s' 16M", q.img);
+    vb_sh("qemu-img create -q -f qcow2 -o cluster_size=512 '%s' 16M", q.img);
     expect = g_malloc0(size);
     /* Two sessions: the second starts with the file grown past what the
      * first allocated, ranges without a block below its end. */
@@ -381,7 +353,7 @@ static void test_compressed(gconstpointer data)
         }
     }
     g_assert_true(g_file_set_contents(src, (char *)raw, size, NULL));
-    sh("qemu-img convert -c -O qcow2 -o compression_type=%s '%s' '%s'",
+    vb_sh("qemu-img convert -c -O qcow2 -o compression_type=%s '%s' '%s'",
        type, src, q.img);
     read_write_check(&q, w, G_N_ELEMENTS(w));
     q2_cleanup(&q);
@@ -408,15 +380,15 @@ static void test_chain(void)
     mid = q2_path(&q, "mid.qcow2");
     /* Sizes grow up the chain: what lies past a backing file's end reads
      * as zeroes. */
-    sh("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 2M", base);
-    sh("qemu-io -f qcow2 -c 'write -P 0x41 0 2M' '%s' >/dev/null", base);
-    sh("cd '%s' && qemu-img create -q -f qcow2 -o cluster_size=65536 "
+    vb_sh("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 2M", base);
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x41 0 2M' '%s' >/dev/null", base);
+    vb_sh("cd '%s' && qemu-img create -q -f qcow2 -o cluster_size=65536 "
        "-b base.qcow2 -F qcow2 mid.qcow2 3M", q.d.dir);
-    sh("qemu-io -f qcow2 -c 'write -P 0x42 1M 100k' "
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x42 1M 100k' "
        "-c 'write -z 1536k 64k' '%s' >/dev/null", mid);
-    sh("cd '%s' && qemu-img create -q -f qcow2 -o cluster_size=16384 "
+    vb_sh("cd '%s' && qemu-img create -q -f qcow2 -o cluster_size=16384 "
        "-b mid.qcow2 -F qcow2 '%s' 4M", q.d.dir, q.img);
-    sh("qemu-io -f qcow2 -c 'write -P 0x43 8k 4k' '%s' >/dev/null", q.img);
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x43 8k 4k' '%s' >/dev/null", q.img);
     sum_base = checksum(base);
     sum_mid = checksum(mid);
     read_write_check(&q, w, G_N_ELEMENTS(w));
@@ -444,7 +416,7 @@ static void test_raw_backing(void)
     vb_fill_pattern(raw, 1536 * 1024 + 512, 42);
     g_assert_true(g_file_set_contents(base, (char *)raw, 1536 * 1024 + 512,
                                       NULL));
-    sh("cd '%s' && qemu-img create -q -f qcow2 -b base.raw -F raw '%s' 2M",
+    vb_sh("cd '%s' && qemu-img create -q -f qcow2 -b base.raw -F raw '%s' 2M",
        q.d.dir, q.img);
     sum = checksum(base);
     read_write_check(&q, w, G_N_ELEMENTS(w));
@@ -468,11 +440,12 @@ static void test_snapshot(void)
     };
 
     q2_init(&q, size);
-    sh("qemu-img create -q -f qcow2 '%s' 2M", q.img);
-    sh("qemu-io -f qcow2 -c 'write -P 0x51 0 1100k' '%s' >/dev/null", q.img);
+    vb_sh("qemu-img create -q -f qcow2 '%s' 2M", q.img);
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x51 0 1100k' '%s' >/dev/null", q.img);
     snap = convert_raw(&q, q.img, NULL);
-    sh("qemu-img snapshot -c s1 '%s'", q.img);
-    sh("qemu-io -f qcow2 -c 'write -P 0x52 512k 64k' '%s' >/dev/null", q.img);
+    vb_sh("qemu-img snapshot -c s1 '%s'", q.img);
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x52 512k 64k' '%s' >/dev/null",
+          q.img);
     read_write_check(&q, w, G_N_ELEMENTS(w));
     /* The snapshot still reads as it was taken. */
     snap2 = convert_raw(&q, q.img, "-l snapshot.name=s1");
@@ -502,7 +475,7 @@ static void check_map_zero(const char *img, uint64_t off, uint64_t len)
     JsonArray *a;
     uint64_t covered = 0;
 
-    g_assert_cmpint(sh_status(&out, "qemu-img map --output=json '%s'", img),
+    g_assert_cmpint(vb_sh_status(&out, "qemu-img map --output=json '%s'", img),
                     ==, 0);
     g_assert_true(json_parser_load_from_data(p, out, -1, NULL));
     a = json_node_get_array(json_parser_get_root(p));
@@ -534,14 +507,14 @@ static void test_discard_zeroes(gconstpointer data)
     if (with_backing) {
         g_autofree char *base = q2_path(&q, "base.qcow2");
 
-        sh("qemu-img create -q -f qcow2 '%s' 2M", base);
-        sh("qemu-io -f qcow2 -c 'write -P 0x61 0 2M' '%s' >/dev/null", base);
-        sh("cd '%s' && qemu-img create -q -f qcow2 -b base.qcow2 -F qcow2 "
+        vb_sh("qemu-img create -q -f qcow2 '%s' 2M", base);
+        vb_sh("qemu-io -f qcow2 -c 'write -P 0x61 0 2M' '%s' >/dev/null", base);
+        vb_sh("cd '%s' && qemu-img create -q -f qcow2 -b base.qcow2 -F qcow2 "
            "'%s' 2M", q.d.dir, q.img);
     } else {
-        sh("qemu-img create -q -f qcow2 '%s' 2M", q.img);
+        vb_sh("qemu-img create -q -f qcow2 '%s' 2M", q.img);
     }
-    sh("qemu-io -f qcow2 -c 'write -P 0x62 0 1M' '%s' >/dev/null", q.img);
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x62 0 1M' '%s' >/dev/null", q.img);
     expect = convert_raw(&q, q.img, NULL);
     q2_start(&q, 1);
     /* discard: whole clusters, allocated and (with a backing file) not */
@@ -617,12 +590,12 @@ static void test_refusals(void)
          * a loaded machine ("Unable to get accurate CPU usage"). */
         uint8_t aes[4] = { 0, 0, 0, 1 };
 
-        sh("qemu-img create -q -f qcow2 '%s' 1M", q.img);
+        vb_sh("qemu-img create -q -f qcow2 '%s' 1M", q.img);
         patch(q.img, 32, aes, sizeof(aes));
         expect_refusal(&q, "image is encrypted");
     }
 
-    sh("cd '%s' && rm -f '%s' && qemu-img create -q -f qcow2 "
+    vb_sh("cd '%s' && rm -f '%s' && qemu-img create -q -f qcow2 "
        "-o data_file=x.data '%s' 1M", q.d.dir, q.img, q.img);
     expect_refusal(&q, "external data file");
 
@@ -630,7 +603,7 @@ static void test_refusals(void)
         /* incompatible feature bit 10: unknown */
         uint8_t b = 0x04;
 
-        sh("rm -f '%s' && qemu-img create -q -f qcow2 '%s' 1M", q.img,
+        vb_sh("rm -f '%s' && qemu-img create -q -f qcow2 '%s' 1M", q.img,
            q.img);
         patch(q.img, 72 + 6, &b, 1);
         expect_refusal(&q, "bit 10");
@@ -639,7 +612,7 @@ static void test_refusals(void)
         /* dirty with lazy refcounts: repair first */
         uint8_t b = 0x01;
 
-        sh("rm -f '%s' && qemu-img create -q -f qcow2 -o lazy_refcounts=on "
+        vb_sh("rm -f '%s' && qemu-img create -q -f qcow2 -o lazy_refcounts=on "
            "'%s' 1M", q.img, q.img);
         patch(q.img, 72 + 7, &b, 1);
         expect_refusal(&q, "qemu-img check -r all");
@@ -654,8 +627,8 @@ static void test_refusals(void)
         static const uint8_t other[4] = { 0x12, 0x34, 0x56, 0x78 };
         uint8_t *at;
 
-        sh("qemu-img create -q -f qcow2 '%s' 1M", base);
-        sh("cd '%s' && rm -f '%s' && qemu-img create -q -f qcow2 "
+        vb_sh("qemu-img create -q -f qcow2 '%s' 1M", base);
+        vb_sh("cd '%s' && rm -f '%s' && qemu-img create -q -f qcow2 "
            "-b base.qcow2 -F qcow2 '%s' 1M", q.d.dir, q.img, q.img);
         h = read_whole(q.img, &n);
         at = memmem(h, MIN(n, 4096), bf, 4);
@@ -676,8 +649,8 @@ static void test_autoclear(void)
     int fd;
 
     q2_init(&q, 1024 * 1024);
-    sh("qemu-img create -q -f qcow2 '%s' 1M", q.img);
-    sh("qemu-io -f qcow2 -c 'write -P 0x11 0 64k' '%s' >/dev/null", q.img);
+    vb_sh("qemu-img create -q -f qcow2 '%s' 1M", q.img);
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x11 0 64k' '%s' >/dev/null", q.img);
     patch(q.img, 88 + 7, &bits, 1);
     q2_start(&q, 1);
     q2_rw(&q, false, 0, data, 4096);
@@ -725,12 +698,12 @@ static void test_blockdev_qmp(void)
     img2 = q2_path(&q, "vm1.qcow2");
     base2 = q2_path(&q, "base2.qcow2");
     ov = q2_path(&q, "ov.qcow2");
-    sh("qemu-img create -q -f qcow2 '%s' 1M", base2);
-    sh("qemu-io -f qcow2 -c 'write -P 0x72 0 1M' '%s' >/dev/null", base2);
-    sh("cd '%s' && qemu-img create -q -f qcow2 -b base2.qcow2 -F qcow2 "
+    vb_sh("qemu-img create -q -f qcow2 '%s' 1M", base2);
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x72 0 1M' '%s' >/dev/null", base2);
+    vb_sh("cd '%s' && qemu-img create -q -f qcow2 -b base2.qcow2 -F qcow2 "
        "vm1.qcow2 1M && qemu-img create -q -f qcow2 -b base2.qcow2 "
        "-F qcow2 ov.qcow2 1M", q.d.dir);
-    sh("qemu-io -f qcow2 -c 'write -P 0x71 4k 60k' '%s' >/dev/null", img2);
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x71 4k 60k' '%s' >/dev/null", img2);
     expect = convert_raw(&q, img2, NULL);
     qmp_path = q2_path(&q, "qmp.sock");
     sock2 = q2_path(&q, "vm1.sock");
@@ -866,7 +839,7 @@ static void test_blockdev_qmp(void)
     g_assert_cmpint(waitpid(q.d.pid, &status, 0), ==, q.d.pid);
     q.d.pid = 0;
     check_clean(img2);
-    g_assert_cmpint(sh_status(&out, "qemu-img info '%s'", img2), ==, 0);
+    g_assert_cmpint(vb_sh_status(&out, "qemu-img info '%s'", img2), ==, 0);
     g_assert_nonnull(strstr(out, "virtual size: 3 GiB"));
     q2_cleanup(&q);
 }
@@ -912,7 +885,7 @@ static void test_concurrent_alloc(void)
     g_autofree uint8_t *a = g_malloc(RACE_LEN), *b = g_malloc(RACE_LEN);
 
     q2_init(&q, 16 * 1024 * 1024);
-    sh("qemu-img create -q -f qcow2 '%s' 16M", q.img);
+    vb_sh("qemu-img create -q -f qcow2 '%s' 16M", q.img);
     q2_start(&q, 2);
     pthread_barrier_init(&barrier, NULL, 2);
     for (int i = 0; i < 2; i++) {
@@ -956,7 +929,7 @@ static void test_deep_alloc(void)
     Q2 q;
 
     q2_init(&q, size);
-    sh("qemu-img create -q -f qcow2 '%s' 16M", q.img);
+    vb_sh("qemu-img create -q -f qcow2 '%s' 16M", q.img);
     q2_start(&q, 1);
     for (int round = 0; round < 2; round++) {
         for (int i = 0; i < 32; i++) {
@@ -999,7 +972,7 @@ static void test_crash(void)
     Q2 q;
 
     q2_init(&q, size);
-    sh("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 32M", q.img);
+    vb_sh("qemu-img create -q -f qcow2 -o cluster_size=4096 '%s' 32M", q.img);
     q2_start(&q, 1);
     /* Acknowledged and flushed: must survive. */
     for (int i = 0; i < 16; i++) {
@@ -1025,7 +998,7 @@ static void test_crash(void)
     vhost_user_frontend_free(q.fe);
     q.fe = NULL;
     /* Leaks (exit 3) are allowed, corruption (2) is not. */
-    st = sh_status(&out, "qemu-img check '%s'", q.img);
+    st = vb_sh_status(&out, "qemu-img check '%s'", q.img);
     if (st != 0 && st != 3) {
         g_error("qemu-img check after a crash: exit %d\n%s", st, out);
     }
@@ -1067,7 +1040,7 @@ static void test_crash(void)
     q2_stop(&q);
     g_free(out);
     out = NULL;
-    st = sh_status(&out, "qemu-img check '%s'", q.img);
+    st = vb_sh_status(&out, "qemu-img check '%s'", q.img);
     if (st != 0 && st != 3) {
         g_error("qemu-img check after a restart: exit %d\n%s", st, out);
     }
@@ -1128,7 +1101,7 @@ static void test_faults(gconstpointer data)
 
         q2_init(&q, size);
         q.d.spec[0].extra = extra;
-        sh("qemu-img create -q -f qcow2 '%s' 8M", q.img);
+        vb_sh("qemu-img create -q -f qcow2 '%s' 8M", q.img);
         expect = convert_raw(&q, q.img, NULL);
         zeroes = g_malloc0(65536);
         q2_start(&q, 1);
@@ -1164,7 +1137,7 @@ static void test_faults(gconstpointer data)
             q2_stop(&q);
             flushed = flushed2 = true;
         }
-        st = sh_status(&out, "qemu-img check '%s'", q.img);
+        st = vb_sh_status(&out, "qemu-img check '%s'", q.img);
         if (st != 0 && st != 3) {
             g_error("qemu-img check after faults (after=%d%s): exit %d\n%s",
                     k, crash ? ", killed" : "", st, out);

@@ -31,32 +31,6 @@ typedef struct Snap {
     uint8_t expect[IMG_SIZE];   /* what the guest wrote */
 } Snap;
 
-/* Run a shell command line; returns its exit status, stdout in *@out. */
-static int G_GNUC_PRINTF(2, 3) sh_status(char **out, const char *fmt, ...)
-{
-    g_autofree char *cmd = NULL;
-    g_autofree char *err = NULL;
-    g_autoptr(GError) gerr = NULL;
-    char *argv[] = { (char *)"/bin/sh", (char *)"-c", NULL, NULL };
-    int status;
-    va_list ap;
-
-    va_start(ap, fmt);
-    cmd = g_strdup_vprintf(fmt, ap);
-    va_end(ap);
-    argv[2] = cmd;
-    if (!g_spawn_sync(NULL, argv, NULL, 0, NULL, NULL, out, &err, &status,
-                      &gerr)) {
-        g_error("%s: %s", cmd, gerr->message);
-    }
-    g_assert_true(WIFEXITED(status));
-    if (WEXITSTATUS(status)) {
-        g_test_message("%s: exit %d: %s", cmd, WEXITSTATUS(status), err);
-    }
-    return WEXITSTATUS(status);
-}
-
-#define sh(...) g_assert_cmpint(sh_status(NULL, __VA_ARGS__), ==, 0)
 
 static char *checksum(const char *path)
 {
@@ -178,7 +152,7 @@ static void snap_stop(Snap *t)
 static void check_clean(const char *img)
 {
     g_autofree char *out = NULL;
-    int st = sh_status(&out, "qemu-img check '%s'", img);
+    int st = vb_sh_status(&out, "qemu-img check '%s'", img);
 
     if (st) {
         g_error("qemu-img check %s: exit %d\n%s", img, st, out);
@@ -194,7 +168,7 @@ static void check_chain(const char *top, int n, const char *const *files,
     g_autoptr(JsonParser) p = json_parser_new();
     JsonArray *a;
 
-    g_assert_cmpint(sh_status(&out, "qemu-img info --backing-chain "
+    g_assert_cmpint(vb_sh_status(&out, "qemu-img info --backing-chain "
                               "--output=json '%s'", top), ==, 0);
     g_assert_true(json_parser_load_from_data(p, out, -1, NULL));
     a = json_node_get_array(json_parser_get_root(p));
@@ -226,7 +200,7 @@ static void check_converted(Snap *t, const char *img)
     g_autofree char *data = NULL;
     gsize n;
 
-    sh("qemu-img convert -O raw '%s' '%s'", img, raw);
+    vb_sh("qemu-img convert -O raw '%s' '%s'", img, raw);
     g_assert_true(g_file_get_contents(raw, &data, &n, NULL));
     g_assert_cmpuint(n, ==, IMG_SIZE);
     g_assert_true(memcmp(data, t->expect, IMG_SIZE) == 0);
@@ -264,7 +238,7 @@ static void snap_init(Snap *t)
 
 static void snap_cleanup(Snap *t)
 {
-    sh("rm -f '%s'/*.qcow2 '%s'/*.raw", t->d.dir, t->d.dir);
+    vb_sh("rm -f '%s'/*.qcow2 '%s'/*.raw", t->d.dir, t->d.dir);
     vb_daemon_cleanup(&t->d);
 }
 
@@ -321,9 +295,9 @@ static void test_blockdev_snapshot(void)
     base = path_in(t, "base.qcow2");
     ov = path_in(t, "ov.qcow2");
     ov2 = path_in(t, "ov2.qcow2");
-    sh("qemu-img create -q -f qcow2 '%s' 1M", base);
+    vb_sh("qemu-img create -q -f qcow2 '%s' 1M", base);
     /* The overlay names its backing file, as qemu-img makes it. */
-    sh("cd '%s' && qemu-img create -q -f qcow2 -b base.qcow2 -F qcow2 "
+    vb_sh("cd '%s' && qemu-img create -q -f qcow2 -b base.qcow2 -F qcow2 "
        "ov.qcow2 1M && qemu-img create -q -f qcow2 ov2.qcow2 1M",
        t->d.dir);
     fdef = g_strdup_printf("driver=file,node-name=f0,filename=%s", base);
@@ -441,8 +415,8 @@ static void test_snapshot_sync(void)
     snap_init(t);
     base = path_in(t, "base.raw");
     ov = path_in(t, "ov.qcow2");
-    sh("qemu-img create -q -f raw '%s' 1M", base);
-    sh("cd '%s' && qemu-img create -q -f qcow2 -b base.raw -F raw "
+    vb_sh("qemu-img create -q -f raw '%s' 1M", base);
+    vb_sh("cd '%s' && qemu-img create -q -f qcow2 -b base.raw -F raw "
        "ov.qcow2 1M", t->d.dir);
     fdef = g_strdup_printf("driver=file,node-name=f0,filename=%s", base);
     {
@@ -512,7 +486,7 @@ static void test_snapshot_sync(void)
                               "\"snapshot-node-name\": \"ov3\"}}", ov3);
         vb_qmp_ok(&t->m, cmd);
         check_export_node(t, "ov3");
-        g_assert_cmpint(sh_status(&out, "qemu-img info --output=json "
+        g_assert_cmpint(vb_sh_status(&out, "qemu-img info --output=json "
                                   "-U '%s'", ov3), ==, 0);
         g_assert_nonnull(strstr(out, ov));
         /* A failed one (the node name is taken) leaves no file. */

@@ -440,3 +440,29 @@ void vb_check_export_works(VbDaemon *d, unsigned int i)
     g_assert_true(vb_check_pattern(buf, 8192, seed));
     vhost_user_frontend_free(fe);
 }
+
+int vb_sh_status(char **out, const char *fmt, ...)
+{
+    g_autofree char *cmd = NULL;
+    g_autofree char *err = NULL;
+    g_autoptr(GError) gerr = NULL;
+    char *argv[] = { (char *)"/bin/sh", (char *)"-c", NULL, NULL };
+    int status;
+    va_list ap;
+
+    va_start(ap, fmt);
+    cmd = g_strdup_vprintf(fmt, ap);
+    va_end(ap);
+    argv[2] = cmd;
+    if (!g_spawn_sync(NULL, argv, NULL, 0, NULL, NULL, out, &err, &status,
+                      &gerr)) {
+        g_error("%s: %s", cmd, gerr->message);
+    }
+    if (!WIFEXITED(status)) {
+        g_error("%s: killed by a signal", cmd);
+    }
+    if (WEXITSTATUS(status)) {
+        g_test_message("%s: exit %d: %s", cmd, WEXITSTATUS(status), err);
+    }
+    return WEXITSTATUS(status);
+}

@@ -109,4 +109,13 @@ void vb_write_image(VbDaemon *d, unsigned int i, uint64_t offset,
 /* Assert that a fresh connection to export @i serves a write + read. */
 void vb_check_export_works(VbDaemon *d, unsigned int i);
 
+/*
+ * Run a shell command line (qemu-img, qemu-io, ...); its exit status,
+ * with its stdout in *@out unless @out is NULL; its stderr goes to the
+ * test log when it fails.  A command killed by a signal fails the test.
+ */
+int vb_sh_status(char **out, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+/* The same, and the command must succeed. */
+#define vb_sh(...) g_assert_cmpint(vb_sh_status(NULL, __VA_ARGS__), ==, 0)
+
 #endif
