@@ -14,7 +14,7 @@
   client connected before keeps its negotiated size (reads inside it
   work, reads past it are refused);
 - nbd-server-stop while a request is stuck in the storage (blkdebug's
-  inject-delay, 30 s): it returns at once, QMP keeps answering, the
+  inject-delay, 15 s): it returns at once, QMP keeps answering, the
   export is listed as shutting down and its node stays in use, a new
   server can start; BLOCK_EXPORT_DELETED comes once the request is done.
 Env: VHOST_BLKD.  Needs qemu-io and qemu-img (else those cases skip).
@@ -224,7 +224,7 @@ def test_resize(tmp, d, sock):
     ok(r == {"return": {}}, "export removed", r)
 
 
-STUCK_MS = 30000   # far longer than the few QMP commands that follow
+STUCK_MS = 15000   # far longer than the few QMP commands that follow
 
 
 def test_stuck_stop(tmp):
