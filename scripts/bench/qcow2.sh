@@ -181,6 +181,13 @@ make_images() {
     if [ ! -f "$q" ]; then
         qemu-img convert -f raw -O qcow2 -o cluster_size=65536 \
             "$rawimg" "$q" || die "qemu-img convert to $q failed"
+        rm -f "$1/vb-qcow2b-qsd.qcow2"
+    fi
+    # QSD gets its own copy: both daemons hold the image open at once,
+    # and each takes the image lock a writer takes (QEMU's byte locks).
+    if [ ! -f "$1/vb-qcow2b-qsd.qcow2" ]; then
+        cp --sparse=never "$q" "$1/vb-qcow2b-qsd.qcow2" ||
+            die "cannot copy $q for QSD"
     fi
 }
 
@@ -194,7 +201,7 @@ steady() {
     start blkd-qcow2 blkd "$(file_bdev "$q2" "$direct")" \
         "driver=qcow2,node-name=top,file=f0" ||
         die "vhost-blkd qcow2 did not start"
-    start qsd-io_uring qsd "$(file_bdev "$q2" "$direct")" \
+    start qsd-io_uring qsd "$(file_bdev "$where/vb-qcow2b-qsd.qcow2" "$direct")" \
         "driver=qcow2,node-name=top,file=f0" || die "QSD did not start"
     for r in $(seq 1 "$reps"); do
         for rw in randread randwrite; do
@@ -213,7 +220,7 @@ steady() {
     stop blkd-raw; stop blkd-qcow2; stop qsd-io_uring
     # QSD's other engine, its own pass (its best per rep is its figure).
     start qsd-native qsd \
-        "driver=file,node-name=f0,filename=$q2,cache.direct=$direct,aio=$([ "$direct" = on ] && echo native || echo threads)" \
+        "driver=file,node-name=f0,filename=$where/vb-qcow2b-qsd.qcow2,cache.direct=$direct,aio=$([ "$direct" = on ] && echo native || echo threads)" \
         "driver=qcow2,node-name=top,file=f0" || die "QSD did not start"
     for r in $(seq 1 "$reps"); do
         for rw in randread randwrite; do
