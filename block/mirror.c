@@ -8,10 +8,13 @@
  * set, so the bulk copy and the copy of later writes are one loop: find
  * the next dirty run of bits, clear it, read the range from the source,
  * write it to the target.  A write landing meanwhile sets its bits again
- * (at submission and at completion), so the range is copied once more.
- * When a pass finds nothing dirty, none of our copies is in flight and no
- * tracked write of the users is in flight either, the target equals the
- * source: after a flush of the target the job is ready.  The first pass
+ * (at submission and at completion), so the range is copied once more,
+ * but not before the copy in flight is back: a range has at most one
+ * copy in flight (MirrorJob.busy), or an older read could land on the
+ * target after a newer one.  When a pass finds nothing dirty, none of our
+ * copies is in flight and no tracked write of the users is in flight
+ * either, the target equals the source: after a flush of the target the
+ * job is ready.  The first pass
  * asks the source what each range holds (block status) and writes the
  * ranges that read as zeroes as zeroes (holes with unmap=true) instead of
  * copying them: a sparse disk does not send its emptiness.  It then goes on
@@ -98,7 +101,43 @@ struct MirrorJob {
     uint64_t slice_start;
     uint64_t slice_bytes;
     QEMUBH *kick_bh;
+    /*
+     * One bit per dirty-bitmap bit: a copy of that range is in flight.
+     * A range has at most one copy in flight, so an older copy cannot
+     * land on the target after a newer one; a range dirtied meanwhile
+     * stays dirty and is copied again once the first copy is back.
+     */
+    unsigned long *busy;
 };
+
+#define MIRROR_BITS_PER_WORD (sizeof(unsigned long) * 8)
+
+static bool mirror_busy(MirrorJob *s, uint64_t bit)
+{
+    return s->busy[bit / MIRROR_BITS_PER_WORD] &
+           (1ul << (bit % MIRROR_BITS_PER_WORD));
+}
+
+/* Mark (@on) or unmark the bits of [@offset, @offset + @bytes). */
+static void mirror_set_busy(MirrorJob *s, uint64_t offset, uint64_t bytes,
+                            bool on)
+{
+    unsigned int shift = s->bm->shift;
+
+    if (!bytes) {
+        return;
+    }
+    for (uint64_t b = offset >> shift; b <= (offset + bytes - 1) >> shift;
+         b++) {
+        unsigned long mask = 1ul << (b % MIRROR_BITS_PER_WORD);
+
+        if (on) {
+            s->busy[b / MIRROR_BITS_PER_WORD] |= mask;
+        } else {
+            s->busy[b / MIRROR_BITS_PER_WORD] &= ~mask;
+        }
+    }
+}
 
 static void mirror_iterate(MirrorJob *s);
 static void mirror_do_pivot(MirrorJob *s);
@@ -177,6 +216,7 @@ static void mirror_op_done(MirrorJob *s, MirrorOp *op)
 {
     s->in_flight--;
     s->bytes_in_flight -= op->bytes;
+    mirror_set_busy(s, op->offset, op->bytes, false);
     op->next_free = s->free_ops;
     s->free_ops = op;
     mirror_iterate(s);
@@ -244,6 +284,7 @@ static void mirror_status_cb(void *opaque, int ret)
     n = op->status.pnum >= op->bytes ? op->bytes :
         op->status.pnum / gran * gran;
     if (n < op->bytes) {
+        mirror_set_busy(s, op->offset + n, op->bytes - n, false);
         bdrv_dirty_bitmap_set(s->bm, op->offset + n, op->bytes - n);
         s->bytes_in_flight -= op->bytes - n;
         op->bytes = n;
@@ -261,7 +302,11 @@ static void mirror_status_cb(void *opaque, int ret)
                     mirror_write_cb, op);
 }
 
-/* Start copying the dirty run at @bit; false if there is none. */
+/*
+ * Start copying the dirty run at @bit, up to the first bit whose range
+ * is being copied already; false if @bit itself is (it stays dirty: the
+ * completion of that copy looks again).
+ */
 static bool mirror_start_op(MirrorJob *s, int64_t bit)
 {
     uint64_t gran = bdrv_dirty_bitmap_granularity(s->bm);
@@ -270,7 +315,9 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     MirrorOp *op = s->free_ops;
     uint64_t n = 0;
 
-    while (n < max_bits && bdrv_dirty_bitmap_test_and_clear(s->bm, bit + n)) {
+    while (n < max_bits && bit + n < s->bm->nbits &&
+           !mirror_busy(s, bit + n) &&
+           bdrv_dirty_bitmap_test_and_clear(s->bm, bit + n)) {
         n++;
     }
     if (!n) {
@@ -289,6 +336,7 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     s->in_flight++;
     s->bytes_in_flight += op->bytes;
     s->slice_bytes += op->bytes;
+    mirror_set_busy(s, op->offset, op->bytes, true);
     if (s->bulk) {
         blk_aio_block_status(s->src, &op->acb, op->offset, op->bytes,
                              &op->status, mirror_status_cb, op);
@@ -408,6 +456,7 @@ static bool mirror_converged(MirrorJob *s)
 static void mirror_iterate(MirrorJob *s)
 {
     Job *job = s->job;
+    bool wrapped = false;
 
     if (s->flushing || job->completed) {
         return;
@@ -430,16 +479,21 @@ static void mirror_iterate(MirrorJob *s)
     while (s->free_ops && !mirror_throttled(s)) {
         int64_t bit = bdrv_dirty_bitmap_next(s->bm, s->cursor);
 
-        if (bit < 0 && s->cursor) {
+        if (bit < 0) {
+            if (!s->cursor || wrapped) {
+                break;
+            }
             /* Wrapped: the bulk pass is over, what is dirty now was
-             * written by the source's users. */
+             * written by the source's users.  Once per call: the dirty
+             * bits left may all be busy. */
             s->bulk = false;
             s->cursor = 0;
-            bit = bdrv_dirty_bitmap_next(s->bm, 0);
+            wrapped = true;
+            continue;
         }
-        if (bit < 0 || !mirror_start_op(s, bit)) {
-            break;
-        }
+        /* Started, or busy (copied again when its copy is back): go on
+         * with the next run either way. */
+        mirror_start_op(s, bit);
         s->cursor = bit + 1;
     }
     if (s->in_flight) {
@@ -565,6 +619,7 @@ static void mirror_free(Job *job)
         free(s->ops[i].buf);
     }
     g_free(s->ops);
+    g_free(s->busy);
     g_free(s->error_msg);
     g_free(s->pivot_opaque);
     g_free(s);
@@ -659,6 +714,7 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     s->op_max = MAX(gran, MIN(MIRROR_MAX_OP, buf_size) / gran * gran);
     s->n_ops = MAX(buf_size / s->op_max, 1);
     s->ops = g_new0(MirrorOp, s->n_ops);
+    s->busy = g_new0(unsigned long, s->bm->nbits / MIRROR_BITS_PER_WORD + 1);
     for (unsigned int i = 0; i < s->n_ops; i++) {
         /* 4 KiB alignment: what O_DIRECT asks of any device. */
         if (posix_memalign(&s->ops[i].buf, 4096, s->op_max)) {
@@ -699,6 +755,7 @@ fail:
         free(s->ops[i].buf);
     }
     g_free(s->ops);
+    g_free(s->busy);
     if (s->timer_fd >= 0) {
         close(s->timer_fd);
     }
