@@ -11,10 +11,11 @@
  * (at submission and at completion), so the range is copied once more,
  * but not before the copy in flight is back: a range has at most one
  * copy in flight (MirrorJob.busy), or an older read could land on the
- * target after a newer one.  When a pass finds nothing dirty, none of our
- * copies is in flight and no tracked write of the users is in flight
- * either, the target equals the source: after a flush of the target the
- * job is ready.  The first pass
+ * target after a newer one.  When a pass finds nothing dirty and none of
+ * our copies is in flight, the target holds what the source did: after a
+ * flush of the target the job is ready (QEMU's rule: a write of the users
+ * still in flight dirties its range again when it completes, and the
+ * job goes on copying while ready).  The first pass
  * asks the source what each range holds (block status) and writes the
  * ranges that read as zeroes as zeroes (holes with unmap=true) instead of
  * copying them: a sparse disk does not send its emptiness.  It then goes on
@@ -443,13 +444,21 @@ static void mirror_flush_cb(void *opaque, int ret)
     mirror_iterate(s);
 }
 
-/* Nothing dirty, nothing of ours or of the users' in flight? */
-static bool mirror_converged(MirrorJob *s)
+/*
+ * Nothing dirty and none of our copies in flight?  That is QEMU's rule
+ * for ready: a write of the users still in flight set its bits when it
+ * was submitted and sets them again when it completes, so it is copied
+ * later; waiting for a moment with none in flight would never come with
+ * a guest that keeps writing.  To end (@ending: a soft cancel, or a
+ * completion whose users are held) the users' writes must be back as
+ * well, or the last of them would be missing on the target.
+ */
+static bool mirror_converged(MirrorJob *s, bool ending)
 {
     /* The count first: a write that completed set its bits before it
      * counted down (release/acquire), so the scan below sees them. */
     return s->in_flight == 0 &&
-           bdrv_dirty_writes_in_flight(s->src) == 0 &&
+           (!ending || bdrv_dirty_writes_in_flight(s->src) == 0) &&
            bdrv_dirty_bitmap_next(s->bm, 0) < 0;
 }
 
@@ -457,6 +466,7 @@ static void mirror_iterate(MirrorJob *s)
 {
     Job *job = s->job;
     bool wrapped = false;
+    bool ending;
 
     if (s->flushing || job->completed) {
         return;
@@ -499,12 +509,13 @@ static void mirror_iterate(MirrorJob *s)
     if (s->in_flight) {
         return;             /* the completions call us again */
     }
-    if (mirror_converged(s)) {
-        if (job->soft_cancelled || s->should_complete || !job->ready_seen) {
+    ending = job->soft_cancelled || s->should_complete;
+    if (mirror_converged(s, ending)) {
+        if (ending || !job->ready_seen) {
             /* Make what we wrote durable before saying ready, and before
              * ending (a soft cancel, or a completion whose users are
              * held: nothing can dirty the source any more). */
-            s->ending = job->soft_cancelled || s->should_complete;
+            s->ending = ending;
             s->flushing = true;
             blk_aio_flush(s->target, &s->flush_acb, mirror_flush_cb, s);
             return;

@@ -201,10 +201,11 @@ fi
 vb_ok "guest runs fio on the source (vhost-blkd A, qcow2 + raw)"
 
 # ---------------------------------------------------------- migration
-# fio writes without a pause, so the mirror might never see the moment it
-# needs to be ready (nothing dirty, no write in flight): --ready-pause
-# stops the source VM for the last catch-up if it is not ready in 5 s
-# (VB_READY_PAUSE=0: at once, to exercise that path)
+# fio writes without a pause; the mirror gets ready once its copy has
+# caught up, writes in flight or not, but a TCG guest on a loaded machine
+# may dirty faster than the copy goes: --ready-pause stops the source VM
+# for the last catch-up if it is not ready in 5 s (VB_READY_PAUSE=0: at
+# once, to exercise that path)
 must "mirror of the qcow2 disk over NBD+TLS is ready" \
     run_script mirror-data mirror "${data_args[@]}" \
     --src-qemu "$VB_TMP/qmp-0.sock" --ready-pause "${VB_READY_PAUSE:-5}"

@@ -290,6 +290,65 @@ static void assert_target_equals_source(Fixture *f)
     "\"device\":\"src\",\"target\":\"tgt\",\"sync\":\"full\"," \
     "\"granularity\":65536,\"buf-size\":65536,\"speed\":1"
 
+/*
+ * Whether event @name came after those already waited for (the QMP
+ * replies so far brought it); if so, it counts as waited for.
+ */
+static bool event_seen(Fixture *f, const char *name)
+{
+    for (guint i = f->seen; i < f->events->len; i++) {
+        JsonObject *o = json_node_get_object(g_ptr_array_index(f->events, i));
+
+        if (!strcmp(json_object_get_string_member(o, "event"), name)) {
+            f->seen = i + 1;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* x-query-vhost-blk-stats: the requests export e0 has in flight. */
+static int64_t export_in_flight(Fixture *f)
+{
+    g_autoptr(JsonNode) r = qmp(f, "{\"execute\":\"x-query-vhost-blk-stats\"}",
+                                NULL);
+    JsonArray *a = json_object_get_array_member(json_node_get_object(r),
+                                                "exports");
+
+    return json_object_get_int_member(json_array_get_object_element(a, 0),
+                                      "in-flight");
+}
+
+/*
+ * One guest write of @len bytes of pattern @seed at @offset from @buf,
+ * waited for; the completion of request @held_head on the way sets
+ * *@held_done.
+ */
+static void guest_write_beside(Fixture *f, uint8_t *buf, uint64_t offset,
+                               size_t len, uint32_t seed, int held_head,
+                               bool *held_done)
+{
+    struct iovec iov = { .iov_base = buf, .iov_len = len };
+    VhostUserFrontendCompletion c;
+    int head;
+
+    vb_fill_pattern(buf, len, seed);
+    head = vhost_user_frontend_blk_submit(f->fe, 0, VIRTIO_BLK_T_OUT,
+                                          offset / 512, &iov, 1, false,
+                                          NULL);
+    g_assert_cmpint(head, >=, 0);
+    g_assert_cmpint(vhost_user_frontend_kick(f->fe, 0), >=, 0);
+    for (;;) {
+        g_assert_cmpint(vb_reap_n(f->fe, 0, &c, 1), ==, 1);
+        g_assert_cmpint(c.status, ==, VIRTIO_BLK_S_OK);
+        if (c.head == (uint32_t)head) {
+            return;
+        }
+        g_assert_cmpint(c.head, ==, held_head);
+        *held_done = true;
+    }
+}
+
 /* ---- cases --------------------------------------------------------------- */
 
 /*
@@ -446,6 +505,70 @@ static void test_mirror_complete_busy(Fixture *f, gconstpointer data)
     }
     /* The rest of the disk came over too. */
     g_assert_true(file_has_pattern(f->target, 0, 65536, 7));
+}
+
+/*
+ * READY under load (QEMU's rule): a guest write stays in flight (the
+ * source holds the first request to its last MiB back 8 s) and the guest
+ * keeps writing elsewhere, one write after the other; the job still gets
+ * ready while that write is in flight (it used to wait for a moment with
+ * no guest write in flight), keeps copying, and job-complete pivots with
+ * the target equal to the source.
+ */
+static void test_mirror_ready_under_load(Fixture *f, gconstpointer data)
+{
+    enum { LEN = 65536 };
+    const uint64_t held_at = 15u << 20;
+    uint8_t *held_buf = f->buf + (512u << 10);
+    struct iovec iov = { .iov_base = held_buf, .iov_len = LEN };
+    VhostUserFrontendCompletion c;
+    bool held_done = false;
+    unsigned int i, writes_before_ready;
+    int held;
+
+    /* The bulk copy stops after its first 64 KiB (speed 1): it has not
+     * read the last MiB when the guest's write gets there. */
+    qmp_ok(f, MIRROR_SLOW "}}");
+    vb_fill_pattern(held_buf, LEN, 900);
+    held = vhost_user_frontend_blk_submit(f->fe, 0, VIRTIO_BLK_T_OUT,
+                                          held_at / 512, &iov, 1, false,
+                                          NULL);
+    g_assert_cmpint(held, >=, 0);
+    g_assert_cmpint(vhost_user_frontend_kick(f->fe, 0), >=, 0);
+    while (export_in_flight(f) == 0) {
+        /* The export has not popped it yet. */
+    }
+    qmp_ok(f, "{\"execute\":\"block-job-set-speed\","
+              "\"arguments\":{\"device\":\"m0\",\"speed\":0}}");
+    for (i = 0; !event_seen(f, "BLOCK_JOB_READY"); i++) {
+        if (held_done) {
+            g_error("the job got ready only once no guest write was in "
+                    "flight (after %u writes)", i);
+        }
+        guest_write_beside(f, f->buf, (uint64_t)(i % 14 + 1) << 20, 4096,
+                           1000 + i, held, &held_done);
+        /* A reply brings the events before it. */
+        json_node_unref(qmp(f, "{\"execute\":\"query-jobs\"}", NULL));
+    }
+    g_assert_false(held_done);
+    writes_before_ready = i;
+    g_test_message("ready after %u guest writes", writes_before_ready);
+    /* Ready, the guest goes on writing and the job copying. */
+    for (i = 0; i < 32; i++) {
+        guest_write_beside(f, f->buf, (uint64_t)(i % 14 + 1) << 20, 4096,
+                           2000 + i, held, &held_done);
+    }
+    qmp_ok(f, "{\"execute\":\"job-complete\",\"arguments\":{\"id\":\"m0\"}}");
+    if (!held_done) {
+        g_assert_cmpint(vb_reap_n(f->fe, 0, &c, 1), ==, 1);
+        g_assert_cmpint(c.head, ==, held);
+        g_assert_cmpint(c.status, ==, VIRTIO_BLK_S_OK);
+    }
+    g_assert_false(json_object_has_member(
+        wait_event(f, "BLOCK_JOB_COMPLETED"), "error"));
+    /* After the pivot: nothing written since, the two are equal. */
+    assert_target_equals_source(f);
+    g_assert_true(file_has_pattern(f->target, held_at, LEN, 900));
 }
 
 /*
@@ -761,6 +884,10 @@ int main(int argc, char **argv)
 {
     static const MirrorCase plain = { NULL };
     static const MirrorCase sparse = { NULL, true };
+    static const MirrorCase held_write = {
+        /* The first request to the last MiB waits 8 s. */
+        ",inject-delay=8000,inject-sector=30720-32767,inject-count=1",
+    };
     static const MirrorCase failing = {
         ",inject-error=read,inject-count=1",
     };
@@ -777,6 +904,7 @@ int main(int argc, char **argv)
     ADD("ready-cancel", &plain, test_mirror_ready_cancel);
     ADD("complete", &plain, test_mirror_complete);
     ADD("complete-busy", &plain, test_mirror_complete_busy);
+    ADD("ready-under-load", &held_write, test_mirror_ready_under_load);
     ADD("sparse", &sparse, test_mirror_sparse);
     ADD("nbd-source", &plain, test_mirror_nbd_source);
     ADD("nbd-target", &plain, test_mirror_nbd_target);
