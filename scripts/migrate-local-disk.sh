@@ -60,7 +60,9 @@
 #                         has (num-queues, queue-size, logical-block-size)
 #   --nbd-host HOST       address the destination's NBD server listens on
 #                         and the source connects to (default 127.0.0.1)
-#   --nbd-port PORT       its TCP port (default 10809)
+#   --nbd-port PORT       its TCP port (default 10809); prepare with 0
+#                         lets the kernel pick a free one and prints
+#                         "NBD port: N" (give N to the later steps)
 #   --server-tls-dir DIR  destination: ca-cert.pem, server-cert.pem,
 #                         server-key.pem (the server asks for a client
 #                         certificate signed by that CA: verify-peer=on)
@@ -345,6 +347,14 @@ print(json.dumps(a))' "$dst_node-vu" "$dst_socket" "$export_opts") ||
         qmp "$dst_daemon" nbd-server-start "{\"addr\": {\"type\": \"inet\", \"host\": $(json "$nbd_host"), \"port\": $(json "$nbd_port")}, \"tls-creds\": \"$dst_creds\"}" \
             >/dev/null ||
             fail $st "nbd-server-start failed: is port $nbd_port free on $nbd_host? (--nbd-port); with a server running already, give --nbd-server-running"
+        if [ "$nbd_port" = 0 ]; then
+            # Bound by the kernel: read it back rather than guess a free
+            # one beforehand, which another process could take meanwhile.
+            nbd_port=$(qmp "$dst_daemon" x-query-nbd-server |
+                python3 -c 'import json, sys; print(json.load(sys.stdin)["addr"]["port"])') ||
+                fail $st "cannot read the NBD server's port (x-query-nbd-server): is the destination vhost-blkd recent enough?"
+            say "NBD port: $nbd_port"
+        fi
     fi
     say "destination vhost-blkd: writable NBD export '$export_name' of $dst_node"
     qmp "$dst_daemon" block-export-add "{\"type\": \"nbd\", \"id\": $(json "nbd-$dst_node"), \"node-name\": $(json "$dst_node"), \"name\": $(json "$export_name"), \"writable\": true}" \
