@@ -19,6 +19,7 @@
 #include <linux/virtio_blk.h>
 #include <linux/falloc.h>
 #include <fcntl.h>
+#include <signal.h>
 
 #define IMG_SIZE (16u << 20)
 
@@ -38,6 +39,7 @@ typedef struct MirrorCase {
     const char *extra;          /* more options of the export */
     bool sparse;                /* a hole in the source at [HOLE_AT, +4M),
                                  * a target full of another pattern */
+    const char *on_error;       /* on-target-error of the killed target */
 } MirrorCase;
 
 #define HOLE_AT (8u << 20)
@@ -572,6 +574,165 @@ static void test_mirror_ready_under_load(Fixture *f, gconstpointer data)
 }
 
 /*
+ * qemu-nbd serving the killed-target case's image: its pid, killed at
+ * teardown and from the SIGABRT handler if a check fails first (it
+ * detaches from us with --fork).
+ */
+static volatile pid_t nbd_server_pid;
+
+static void kill_nbd_server(int sig)
+{
+    if (nbd_server_pid > 0) {
+        kill(nbd_server_pid, SIGKILL);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Whether process @pid is gone (it is not our child: no waitpid). */
+static bool pid_gone(pid_t pid)
+{
+    return kill(pid, 0) < 0 && errno == ESRCH;
+}
+
+/*
+ * The destination dies mid-mirror: the target is an NBD node served by
+ * qemu-nbd, killed (SIGKILL) while the job is held by its speed limit.
+ * With on-target-error=report the job ends with BLOCK_JOB_COMPLETED
+ * carrying the error; with stop it pauses (BLOCK_JOB_ERROR), with
+ * ignore it goes on trying (BLOCK_JOB_ERROR again), and job-cancel ends
+ * either.  Meanwhile and afterwards the guest's export serves reads and
+ * writes without an error, the dead node can be deleted, and a new
+ * mirror to another target gets ready and ends with a consistent copy.
+ */
+static void test_mirror_target_killed(Fixture *f, gconstpointer data)
+{
+    const MirrorCase *c = data;
+    g_autofree char *qemu_nbd = g_find_program_in_path("qemu-nbd");
+    g_autofree char *img = g_strdup_printf("%s/nbdtgt.img", f->d.dir);
+    g_autofree char *sock = g_strdup_printf("%s/tgt-nbd.sock", f->d.dir);
+    g_autofree char *pidfile = g_strdup_printf("%s/qemu-nbd.pid", f->d.dir);
+    g_autofree char *cmd = NULL, *err = NULL, *pidstr = NULL;
+    g_autoptr(GError) gerr = NULL;
+    const char *argv[] = {
+        qemu_nbd, "-f", "raw", "-x", "exp", "--fork", "--persistent",
+        "--shared=8", NULL, NULL, NULL, NULL,
+    };
+    JsonObject *ev;
+    JsonNode *r;
+    int status, fd;
+    pid_t pid;
+
+    if (!qemu_nbd) {
+        g_test_skip("qemu-nbd (qemu-utils) is not installed");
+        return;
+    }
+    if (vb_seccomp_env()) {
+        /* docs/user-guide.md: libnbd's socket calls are outside the
+         * iothreads' allowlist. */
+        g_test_skip("an nbd node does not work under --seccomp on yet");
+        return;
+    }
+    fd = open(img, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, IMG_SIZE), ==, 0);
+    close(fd);
+    argv[8] = g_strdup_printf("--pid-file=%s", pidfile);
+    argv[9] = g_strdup_printf("--socket=%s", sock);
+    argv[10] = img;
+    signal(SIGABRT, kill_nbd_server);
+    /* --fork: qemu-nbd returns once it listens. */
+    g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                               G_SPAWN_DEFAULT, NULL, NULL, NULL, NULL,
+                               &status, &gerr));
+    g_free((char *)argv[8]);
+    g_free((char *)argv[9]);
+    g_assert_no_error(gerr);
+    g_assert_true(g_spawn_check_wait_status(status, NULL));
+    g_assert_true(g_file_get_contents(pidfile, &pidstr, NULL, NULL));
+    pid = atoi(pidstr);
+    g_assert_cmpint(pid, >, 0);
+    nbd_server_pid = pid;
+
+    cmd = g_strdup_printf("{\"execute\":\"blockdev-add\",\"arguments\":{"
+                          "\"driver\":\"nbd\",\"node-name\":\"nt\","
+                          "\"server\":{\"type\":\"unix\",\"path\":"
+                          "\"%s\"},\"export\":\"exp\"}}", sock);
+    r = qmp(f, cmd, &err);
+    if (!r) {
+        /* A build without libnbd has no nbd driver. */
+        kill(pid, SIGKILL);
+        g_test_skip(err);
+        return;
+    }
+    json_node_unref(r);
+    g_free(cmd);
+    /* Held by its speed limit after the first 64 KiB. */
+    cmd = g_strdup_printf("{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+                          "\"job-id\":\"mk\",\"device\":\"src\","
+                          "\"target\":\"nt\",\"sync\":\"full\","
+                          "\"granularity\":65536,\"buf-size\":65536,"
+                          "\"speed\":1,\"on-target-error\":\"%s\"}}",
+                          c->on_error);
+    qmp_ok(f, cmd);
+    guest_write(f, 1u << 20, 65536, 1100);
+    /* The destination dies. */
+    g_assert_cmpint(kill(pid, SIGKILL), ==, 0);
+    while (!pid_gone(pid)) {
+        g_usleep(1000);     /* polling for the process to be reaped */
+    }
+    nbd_server_pid = 0;
+    qmp_ok(f, "{\"execute\":\"block-job-set-speed\","
+              "\"arguments\":{\"device\":\"mk\",\"speed\":0}}");
+    ev = wait_event(f, "BLOCK_JOB_ERROR");
+    g_assert_cmpstr(json_object_get_string_member(ev, "device"), ==, "mk");
+    g_assert_cmpstr(json_object_get_string_member(ev, "operation"), ==,
+                    "write");
+    g_assert_cmpstr(json_object_get_string_member(ev, "action"), ==,
+                    c->on_error);
+    /* The guest is not held by the dead target. */
+    guest_write(f, 2u << 20, 65536, 1101);
+    if (!strcmp(c->on_error, "report")) {
+        ev = wait_event(f, "BLOCK_JOB_COMPLETED");
+        g_assert_true(json_object_has_member(ev, "error"));
+        g_test_message("error: %s",
+                       json_object_get_string_member(ev, "error"));
+    } else {
+        if (!strcmp(c->on_error, "stop")) {
+            assert_status(f, "mk", "paused");
+        } else {
+            /* It goes on trying and failing. */
+            wait_event(f, "BLOCK_JOB_ERROR");
+        }
+        guest_write(f, 3u << 20, 65536, 1102);
+        qmp_ok(f, "{\"execute\":\"job-cancel\",\"arguments\":"
+                  "{\"id\":\"mk\"}}");
+        wait_event(f, "BLOCK_JOB_CANCELLED");
+    }
+    wait_gone(f, "mk");
+    /* The guest reads what it wrote, from the source. */
+    guest_write(f, 4u << 20, 65536, 1103);
+    memset(f->buf, 0, 65536);
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, (2u << 20) / 512,
+                           f->buf, 65536, true, NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_true(vb_check_pattern(f->buf, 65536, 1101));
+    /* The dead node goes, and a new mirror to a live target works. */
+    qmp_ok(f, "{\"execute\":\"blockdev-del\",\"arguments\":"
+              "{\"node-name\":\"nt\"}}");
+    qmp_ok(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+              "\"job-id\":\"m2\",\"device\":\"src\",\"target\":\"tgt\","
+              "\"sync\":\"full\"}}");
+    wait_event(f, "BLOCK_JOB_READY");
+    qmp_ok(f, "{\"execute\":\"block-job-cancel\","
+              "\"arguments\":{\"device\":\"m2\"}}");
+    g_assert_false(json_object_has_member(
+        wait_event(f, "BLOCK_JOB_COMPLETED"), "error"));
+    assert_target_equals_source(f);
+    signal(SIGABRT, SIG_DFL);
+    unlink(img);
+}
+
+/*
  * sync=full over a sparse source: the hole is written as zeroes over the
  * target's old data (a hole there too, with unmap), the rest copied.
  */
@@ -888,6 +1049,9 @@ int main(int argc, char **argv)
         /* The first request to the last MiB waits 8 s. */
         ",inject-delay=8000,inject-sector=30720-32767,inject-count=1",
     };
+    static const MirrorCase killed_report = { .on_error = "report" };
+    static const MirrorCase killed_stop = { .on_error = "stop" };
+    static const MirrorCase killed_ignore = { .on_error = "ignore" };
     static const MirrorCase failing = {
         ",inject-error=read,inject-count=1",
     };
@@ -906,6 +1070,9 @@ int main(int argc, char **argv)
     ADD("complete-busy", &plain, test_mirror_complete_busy);
     ADD("ready-under-load", &held_write, test_mirror_ready_under_load);
     ADD("sparse", &sparse, test_mirror_sparse);
+    ADD("target-killed-report", &killed_report, test_mirror_target_killed);
+    ADD("target-killed-stop", &killed_stop, test_mirror_target_killed);
+    ADD("target-killed-ignore", &killed_ignore, test_mirror_target_killed);
     ADD("nbd-source", &plain, test_mirror_nbd_source);
     ADD("nbd-target", &plain, test_mirror_nbd_target);
     ADD("verbs", &plain, test_verbs);
