@@ -178,9 +178,16 @@ bool blk_engine_get_stats_by_name(AioContext *ctx, const char *name,
 /* Engine thread. */
 void blk_acb_complete(BlockAIOCB *acb, int ret)
 {
-    if (unlikely(acb->flags & BDRV_REQ_DIRTY_TRACKED)) {
-        bdrv_dirty_mark_complete(acb);
+    if (unlikely(acb->flags & BDRV_REQ_DIRTY_TRACKED) &&
+        bdrv_dirty_mark_complete(acb, ret)) {
+        return;     /* a write-blocking mirror finishes it later */
     }
+    blk_acb_finish(acb, ret);
+}
+
+/* Engine thread. */
+void blk_acb_finish(BlockAIOCB *acb, int ret)
+{
     if (unlikely(acb->bounce)) {
         if (ret == 0 && acb->type == BLK_REQ_READ) {
             size_t copied = 0;

@@ -25,6 +25,19 @@
  * flushes the target and ends as a success, the target a consistent copy;
  * a forced cancel (job-cancel, force=true) stops at once.
  *
+ * copy-mode=write-blocking (QEMU's active mirroring): a write of the
+ * users that completed on the source goes to the target from the thread
+ * that completed it, and the request finishes only then, its whole
+ * granules clean (block/dirty-bitmap.c does it with the job's
+ * preallocated slots and mirror_active_submit()).  The users then pay
+ * the target's latency, and the job converges at any write rate.  The
+ * busy bits are shared with those writes (atomic), so a range still has
+ * at most one copy in flight; a write that finds its range busy, or no
+ * free slot, is marked dirty as in background mode.  A failed target
+ * write leaves its range dirty and turns the mode off: the job meets
+ * the error itself.  Every end stops the mode first and waits for the
+ * writes in flight.
+ *
  * job-complete on a ready job pivots: the source's users (the exports,
  * through the caller's callbacks) are quiesced at once, the copy goes on
  * until it has caught up with none of their writes in flight, the target
@@ -39,7 +52,8 @@
  * over it, the next operation waits for the slice's end on a timerfd,
  * the same one that wakes the idle polling.
  *
- * Threads: main thread only.
+ * Threads: main thread, but for the write-blocking callbacks
+ * (mirror_active_*()), which run in the threads of the users' writes.
  */
 #include "qemu/osdep.h"
 #include <sys/timerfd.h>
@@ -47,6 +61,7 @@
 #include "block/block_int.h"
 #include "block/dirty-bitmap.h"
 #include "block/job.h"
+#include "block/engine.h"
 
 #define MIRROR_DEFAULT_GRANULARITY  (64u << 10)
 #define MIRROR_MAX_OP               (1u << 20)
@@ -102,43 +117,13 @@ struct MirrorJob {
     uint64_t slice_start;
     uint64_t slice_bytes;
     QEMUBH *kick_bh;
-    /*
-     * One bit per dirty-bitmap bit: a copy of that range is in flight.
-     * A range has at most one copy in flight, so an older copy cannot
-     * land on the target after a newer one; a range dirtied meanwhile
-     * stays dirty and is copied again once the first copy is back.
-     */
-    unsigned long *busy;
+    /* copy-mode=write-blocking: the users' writes go to the target too
+     * (block/dirty-bitmap.c); published while @active. */
+    BdrvActiveMirror *am;
+    bool active;
 };
 
-#define MIRROR_BITS_PER_WORD (sizeof(unsigned long) * 8)
-
-static bool mirror_busy(MirrorJob *s, uint64_t bit)
-{
-    return s->busy[bit / MIRROR_BITS_PER_WORD] &
-           (1ul << (bit % MIRROR_BITS_PER_WORD));
-}
-
-/* Mark (@on) or unmark the bits of [@offset, @offset + @bytes). */
-static void mirror_set_busy(MirrorJob *s, uint64_t offset, uint64_t bytes,
-                            bool on)
-{
-    unsigned int shift = s->bm->shift;
-
-    if (!bytes) {
-        return;
-    }
-    for (uint64_t b = offset >> shift; b <= (offset + bytes - 1) >> shift;
-         b++) {
-        unsigned long mask = 1ul << (b % MIRROR_BITS_PER_WORD);
-
-        if (on) {
-            s->busy[b / MIRROR_BITS_PER_WORD] |= mask;
-        } else {
-            s->busy[b / MIRROR_BITS_PER_WORD] &= ~mask;
-        }
-    }
-}
+#define MIRROR_ACTIVE_SLOTS 128     /* users' writes copied at a time */
 
 static void mirror_iterate(MirrorJob *s);
 static void mirror_do_pivot(MirrorJob *s);
@@ -191,6 +176,62 @@ static void mirror_kick_bh(void *opaque)
     mirror_iterate(opaque);
 }
 
+/* ---- copy-mode=write-blocking ----------------------------------------- */
+
+/* The thread that completed a user's write: the target's turn. */
+static void mirror_active_cb(void *opaque, int ret)
+{
+    BdrvActiveWrite *w = opaque;
+    BlockAIOCB *guest = w->guest;
+    int guest_ret = w->guest_ret;
+
+    bdrv_dirty_active_finish(w, ret);
+    /* The source has it: the user's write succeeded whatever the
+     * target said (a failure leaves the range dirty for the job). */
+    blk_acb_finish(guest, guest_ret);
+}
+
+static void mirror_active_submit(BdrvActiveWrite *w)
+{
+    MirrorJob *s = w->am->opaque;
+    BlockAIOCB *g = w->guest;
+
+    if (g->type == BLK_REQ_WRITE_ZEROES) {
+        blk_aio_pwrite_zeroes(s->target, &w->acb, g->offset, g->bytes,
+                              g->flags & BDRV_REQ_MAY_UNMAP,
+                              mirror_active_cb, w);
+    } else {
+        blk_aio_pwritev(s->target, &w->acb, g->offset, g->iov, g->niov, 0,
+                        mirror_active_cb, w);
+    }
+}
+
+/* Main thread: no more writes of the users go to the target; those in
+ * flight still finish (count: s->am->in_flight). */
+static void mirror_active_stop(MirrorJob *s)
+{
+    if (s->active) {
+        s->active = false;
+        bdrv_dirty_bitmap_set_active(s->bm, NULL);
+    }
+}
+
+static bool mirror_active_busy(MirrorJob *s)
+{
+    return s->am && __atomic_load_n(&s->am->in_flight, __ATOMIC_ACQUIRE);
+}
+
+static void mirror_active_free(MirrorJob *s)
+{
+    if (s->am) {
+        g_assert(!s->active && !mirror_active_busy(s));
+        g_free(s->am->slots);
+        g_free(s->am->slot_used);
+        g_free(s->am);
+        s->am = NULL;
+    }
+}
+
 static const char *mirror_err_text(int ret)
 {
     return g_strerror(-ret);
@@ -217,7 +258,7 @@ static void mirror_op_done(MirrorJob *s, MirrorOp *op)
 {
     s->in_flight--;
     s->bytes_in_flight -= op->bytes;
-    mirror_set_busy(s, op->offset, op->bytes, false);
+    bdrv_dirty_bitmap_release_busy(s->bm, op->offset, op->bytes);
     op->next_free = s->free_ops;
     s->free_ops = op;
     mirror_iterate(s);
@@ -285,7 +326,8 @@ static void mirror_status_cb(void *opaque, int ret)
     n = op->status.pnum >= op->bytes ? op->bytes :
         op->status.pnum / gran * gran;
     if (n < op->bytes) {
-        mirror_set_busy(s, op->offset + n, op->bytes - n, false);
+        bdrv_dirty_bitmap_release_busy(s->bm, op->offset + n,
+                                       op->bytes - n);
         bdrv_dirty_bitmap_set(s->bm, op->offset + n, op->bytes - n);
         s->bytes_in_flight -= op->bytes - n;
         op->bytes = n;
@@ -316,9 +358,14 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     MirrorOp *op = s->free_ops;
     uint64_t n = 0;
 
+    /* Busy first, then clean: an active write of the users (another
+     * thread) takes the busy bits the same way. */
     while (n < max_bits && bit + n < s->bm->nbits &&
-           !mirror_busy(s, bit + n) &&
-           bdrv_dirty_bitmap_test_and_clear(s->bm, bit + n)) {
+           bdrv_dirty_bitmap_take_busy(s->bm, bit + n, 1) == 1) {
+        if (!bdrv_dirty_bitmap_test_and_clear(s->bm, bit + n)) {
+            bdrv_dirty_bitmap_release_busy(s->bm, (bit + n) * gran, gran);
+            break;
+        }
         n++;
     }
     if (!n) {
@@ -330,6 +377,7 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     if (!op->bytes) {
         /* The bitmap outlives a shrink that cannot happen (shrinking is
          * refused); nothing to copy there. */
+        bdrv_dirty_bitmap_release_busy(s->bm, op->offset, n * gran);
         op->next_free = s->free_ops;
         s->free_ops = op;
         return true;
@@ -337,7 +385,6 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     s->in_flight++;
     s->bytes_in_flight += op->bytes;
     s->slice_bytes += op->bytes;
-    mirror_set_busy(s, op->offset, op->bytes, true);
     if (s->bulk) {
         blk_aio_block_status(s->src, &op->acb, op->offset, op->bytes,
                              &op->status, mirror_status_cb, op);
@@ -475,11 +522,22 @@ static void mirror_iterate(MirrorJob *s)
         /* Forced cancel or an error to report: stop when our requests
          * are back; the users go on on the source. */
         mirror_unquiesce(s);
-        if (s->in_flight == 0) {
+        mirror_active_stop(s);
+        if (s->in_flight == 0 && !mirror_active_busy(s)) {
             job_completed(job, s->error ? s->error : -ECANCELED,
                           g_steal_pointer(&s->error_msg));
+        } else if (s->in_flight == 0) {
+            /* Users' writes to the target are finishing in their
+             * threads, which wake nobody here: look again shortly. */
+            mirror_arm(s, MIRROR_IDLE_NS);
         }
         return;
+    }
+    if (s->active && __atomic_load_n(&s->am->failed, __ATOMIC_RELAXED)) {
+        /* The target failed a user's write: stop making the users wait
+         * for it.  The job copies the range and meets the error itself,
+         * and on-target-error decides. */
+        mirror_active_stop(s);
     }
     if (job->pause_count) {
         return;
@@ -510,6 +568,11 @@ static void mirror_iterate(MirrorJob *s)
         return;             /* the completions call us again */
     }
     ending = job->soft_cancelled || s->should_complete;
+    if (ending) {
+        /* The last pass is the job's own: writes of the users that went
+         * to the target are counted as in flight until they are back. */
+        mirror_active_stop(s);
+    }
     if (mirror_converged(s, ending)) {
         if (ending || !job->ready_seen) {
             /* Make what we wrote durable before saying ready, and before
@@ -607,6 +670,9 @@ static void mirror_clean(Job *job)
 {
     MirrorJob *s = job->opaque;
 
+    /* Every end waited for the users' writes to the target. */
+    mirror_active_stop(s);
+    g_assert(!mirror_active_busy(s));
     mirror_unquiesce(s);
     if (s->bm) {
         bdrv_dirty_bitmap_release(s->src, s->bm);
@@ -630,7 +696,7 @@ static void mirror_free(Job *job)
         free(s->ops[i].buf);
     }
     g_free(s->ops);
-    g_free(s->busy);
+    mirror_active_free(s);
     g_free(s->error_msg);
     g_free(s->pivot_opaque);
     g_free(s);
@@ -725,7 +791,15 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     s->op_max = MAX(gran, MIN(MIRROR_MAX_OP, buf_size) / gran * gran);
     s->n_ops = MAX(buf_size / s->op_max, 1);
     s->ops = g_new0(MirrorOp, s->n_ops);
-    s->busy = g_new0(unsigned long, s->bm->nbits / MIRROR_BITS_PER_WORD + 1);
+    if (o->write_blocking) {
+        s->am = g_new0(BdrvActiveMirror, 1);
+        s->am->submit = mirror_active_submit;
+        s->am->opaque = s;
+        s->am->n_slots = MIRROR_ACTIVE_SLOTS;
+        s->am->slots = g_new0(BdrvActiveWrite, MIRROR_ACTIVE_SLOTS);
+        s->am->slot_used = g_new0(unsigned long, MIRROR_ACTIVE_SLOTS /
+                                  (sizeof(unsigned long) * 8));
+    }
     for (unsigned int i = 0; i < s->n_ops; i++) {
         /* 4 KiB alignment: what O_DIRECT asks of any device. */
         if (posix_memalign(&s->ops[i].buf, 4096, s->op_max)) {
@@ -753,6 +827,10 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     aio_set_fd_handler(s->ctx, s->timer_fd, mirror_timer_cb, NULL, NULL,
                        NULL, s);
     job_progress_set_remaining(job, bdrv_dirty_bitmap_dirty_bytes(s->bm));
+    if (s->am) {
+        s->active = true;
+        bdrv_dirty_bitmap_set_active(s->bm, s->am);
+    }
     job_start(job);
     return job;
 
@@ -766,7 +844,7 @@ fail:
         free(s->ops[i].buf);
     }
     g_free(s->ops);
-    g_free(s->busy);
+    mirror_active_free(s);
     if (s->timer_fd >= 0) {
         close(s->timer_fd);
     }

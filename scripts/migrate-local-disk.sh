@@ -75,6 +75,10 @@
 #                         vhost-blkd's, 64 KiB or the cluster size): a
 #                         guest writing small blocks all over makes the
 #                         mirror copy less with a smaller one (4096)
+#   --copy-mode MODE      mirror: background (default) or write-blocking
+#                         (guest writes complete once on the destination
+#                         too: the mirror gets ready whatever the guest's
+#                         write rate, at the cost of its write latency)
 #   --ready-pause SECS    mirror: if the job is not ready after SECS
 #                         seconds, pause the source VM (QMP stop on
 #                         --src-qemu) until it is, then cont it: the mirror
@@ -101,7 +105,7 @@ src_daemon= dst_daemon= src_qemu= dst_qemu=
 node= dst_node= dst_image= dst_format=qcow2 size=
 dst_socket= export_opts='{}'
 nbd_host=127.0.0.1 nbd_port=10809
-server_tls= client_tls= migrate_uri= job_id= granularity=
+server_tls= client_tls= migrate_uri= job_id= granularity= copy_mode=
 nbd_running=0 keep_nbd=0 no_cont=0 timeout=600 ready_pause=
 
 usage() {
@@ -132,6 +136,7 @@ while [ $# -gt 0 ]; do
     --migrate-uri) migrate_uri=$2 ;;
     --job-id) job_id=$2 ;;
     --granularity) granularity=$2 ;;
+    --copy-mode) copy_mode=$2 ;;
     --ready-pause) ready_pause=$2 ;;
     --timeout) timeout=$2 ;;
     --nbd-server-running) nbd_running=1; shift; continue ;;
@@ -375,7 +380,7 @@ step_mirror() {
         >/dev/null ||
         fail $st "cannot reach the destination's NBD export: did prepare run, and do both TLS dirs have the same CA, the server's certificate naming $nbd_host? (object-del $src_creds, then run mirror again)"
     say "source vhost-blkd: blockdev-mirror $node -> $nbd_node (job $job_id, sync=full)"
-    qmp "$src_daemon" blockdev-mirror "{\"job-id\": $(json "$job_id"), \"device\": $(json "$node"), \"target\": $(json "$nbd_node"), \"sync\": \"full\", \"auto-dismiss\": false${granularity:+, \"granularity\": $granularity}}" \
+    qmp "$src_daemon" blockdev-mirror "{\"job-id\": $(json "$job_id"), \"device\": $(json "$node"), \"target\": $(json "$nbd_node"), \"sync\": \"full\", \"auto-dismiss\": false${granularity:+, \"granularity\": $granularity}${copy_mode:+, \"copy-mode\": $(json "$copy_mode")}}" \
         >/dev/null ||
         fail $st "blockdev-mirror failed: fix the cause above, then blockdev-del $nbd_node and object-del $src_creds in the source vhost-blkd before a new try"
     if [ -n "$ready_pause" ]; then

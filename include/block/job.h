@@ -209,6 +209,8 @@ typedef struct MirrorOptions {
     JobErrorAction on_source_error;
     JobErrorAction on_target_error;
     bool unmap;                 /* zero ranges may become holes */
+    bool write_blocking;        /* copy-mode=write-blocking: the users'
+                                 * writes complete once on the target too */
     bool auto_finalize;
     bool auto_dismiss;
     /*

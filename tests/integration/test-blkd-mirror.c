@@ -40,6 +40,7 @@ typedef struct MirrorCase {
     bool sparse;                /* a hole in the source at [HOLE_AT, +4M),
                                  * a target full of another pattern */
     const char *on_error;       /* on-target-error of the killed target */
+    const char *copy_mode;      /* of the nbd-target case (background) */
 } MirrorCase;
 
 #define HOLE_AT (8u << 20)
@@ -574,6 +575,41 @@ static void test_mirror_ready_under_load(Fixture *f, gconstpointer data)
 }
 
 /*
+ * copy-mode=write-blocking: the guest writes 64 KiB blocks all over the
+ * disk, one after the other, far faster than the job's speed limit
+ * (4 MiB/s).  In background mode every write dirties a block again
+ * faster than the copy goes; with write-blocking each write reaches the
+ * target before it completes and leaves its blocks clean, so the bulk
+ * copy ends and the job gets ready.  The guest goes on writing while it
+ * is ready; job-complete pivots with the target equal to the source.
+ */
+static void test_mirror_write_blocking(Fixture *f, gconstpointer data)
+{
+    unsigned int i;
+
+    qmp_ok(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+              "\"job-id\":\"mw\",\"device\":\"src\",\"target\":\"tgt\","
+              "\"sync\":\"full\",\"granularity\":65536,"
+              "\"speed\":4194304,\"copy-mode\":\"write-blocking\"}}");
+    for (i = 0; !event_seen(f, "BLOCK_JOB_READY"); i++) {
+        /* A stride of 7 blocks: every block of the disk in turn. */
+        guest_write(f, (uint64_t)(i * 7 % (IMG_SIZE / 65536)) * 65536,
+                    65536, 3000 + i);
+        /* A reply brings the events before it. */
+        json_node_unref(qmp(f, "{\"execute\":\"query-jobs\"}", NULL));
+    }
+    g_test_message("ready after %u guest writes (%u MiB)", i, i / 16);
+    for (i = 0; i < 256; i++) {
+        guest_write(f, (uint64_t)(i * 5 % (IMG_SIZE / 65536)) * 65536,
+                    65536, 4000 + i);
+    }
+    qmp_ok(f, "{\"execute\":\"job-complete\",\"arguments\":{\"id\":\"mw\"}}");
+    g_assert_false(json_object_has_member(
+        wait_event(f, "BLOCK_JOB_COMPLETED"), "error"));
+    assert_target_equals_source(f);
+}
+
+/*
  * qemu-nbd serving the killed-target case's image: its pid, killed at
  * teardown and from the SIGABRT handler if a check fails first (it
  * detaches from us with --fork).
@@ -818,6 +854,7 @@ static void test_mirror_nbd_source(Fixture *f, gconstpointer data)
  */
 static void test_mirror_nbd_target(Fixture *f, gconstpointer data)
 {
+    const MirrorCase *c = data;
     g_autofree char *cmd = NULL;
     g_autofree char *err = NULL;
     JsonNode *r;
@@ -847,9 +884,13 @@ static void test_mirror_nbd_target(Fixture *f, gconstpointer data)
         return;
     }
     json_node_unref(r);
-    qmp_ok(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
-              "\"job-id\":\"m8\",\"device\":\"src\",\"target\":\"nc\","
-              "\"sync\":\"full\",\"speed\":1}}");
+    g_free(cmd);
+    cmd = g_strdup_printf("{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+                          "\"job-id\":\"m8\",\"device\":\"src\","
+                          "\"target\":\"nc\",\"sync\":\"full\","
+                          "\"speed\":1,\"copy-mode\":\"%s\"}}",
+                          c && c->copy_mode ? c->copy_mode : "background");
+    qmp_ok(f, cmd);
     guest_write(f, 0, 65536, 800);
     guest_write(f, 10u << 20, 1u << 20, 801);
     qmp_ok(f, "{\"execute\":\"block-job-set-speed\","
@@ -888,9 +929,8 @@ static void test_verbs(Fixture *f, gconstpointer data)
               "and 64M");
     qmp_fails(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
                  "\"device\":\"src\",\"target\":\"tgt\",\"sync\":\"full\","
-                 "\"copy-mode\":\"write-blocking\"}}",
-              "copy-mode=write-blocking is not supported yet: use "
-              "copy-mode=background");
+                 "\"copy-mode\":\"mirror\"}}",
+              "Parameter 'copy-mode' does not accept value 'mirror'");
     qmp_fails(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
                  "\"device\":\"src\",\"target\":\"tgt\",\"sync\":\"full\","
                  "\"buf-size\":4611686018427387904}}",
@@ -1050,6 +1090,9 @@ int main(int argc, char **argv)
         ",inject-delay=8000,inject-sector=30720-32767,inject-count=1",
     };
     static const MirrorCase killed_report = { .on_error = "report" };
+    static const MirrorCase write_blocking = {
+        .copy_mode = "write-blocking",
+    };
     static const MirrorCase killed_stop = { .on_error = "stop" };
     static const MirrorCase killed_ignore = { .on_error = "ignore" };
     static const MirrorCase failing = {
@@ -1069,12 +1112,16 @@ int main(int argc, char **argv)
     ADD("complete", &plain, test_mirror_complete);
     ADD("complete-busy", &plain, test_mirror_complete_busy);
     ADD("ready-under-load", &held_write, test_mirror_ready_under_load);
+    ADD("write-blocking", &plain, test_mirror_write_blocking);
     ADD("sparse", &sparse, test_mirror_sparse);
     ADD("target-killed-report", &killed_report, test_mirror_target_killed);
     ADD("target-killed-stop", &killed_stop, test_mirror_target_killed);
     ADD("target-killed-ignore", &killed_ignore, test_mirror_target_killed);
     ADD("nbd-source", &plain, test_mirror_nbd_source);
     ADD("nbd-target", &plain, test_mirror_nbd_target);
+    /* The guest's writes go to the nbd node from the export's iothread. */
+    ADD("nbd-target-write-blocking", &write_blocking,
+        test_mirror_nbd_target);
     ADD("verbs", &plain, test_verbs);
     ADD("manual-finalize", &plain, test_manual_finalize);
     ADD("source-error-report", &failing, test_source_error_report);

@@ -443,7 +443,7 @@ static void test_mirror_inflight_order(void)
     g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
     g_autofree uint8_t *want = g_malloc(65536);
     g_autofree uint8_t *got = g_malloc(65536);
-    void *buf;
+    void *buf = NULL;
     BlockBackend *src, *tgt;
     g_autoptr(GError) err = NULL;
     MirrorOptions mo = {
