@@ -379,7 +379,7 @@ step_mirror() {
     qmp "$src_daemon" blockdev-add "{\"driver\": \"nbd\", \"node-name\": $(json "$nbd_node"), \"server\": {\"type\": \"inet\", \"host\": $(json "$nbd_host"), \"port\": $(json "$nbd_port")}, \"export\": $(json "$export_name"), \"tls-creds\": $(json "$src_creds")}" \
         >/dev/null ||
         fail $st "cannot reach the destination's NBD export: did prepare run, and do both TLS dirs have the same CA, the server's certificate naming $nbd_host? (object-del $src_creds, then run mirror again)"
-    say "source vhost-blkd: blockdev-mirror $node -> $nbd_node (job $job_id, sync=full)"
+    say "source vhost-blkd: blockdev-mirror $node -> $nbd_node (job $job_id, sync=full${copy_mode:+, copy-mode=$copy_mode})"
     qmp "$src_daemon" blockdev-mirror "{\"job-id\": $(json "$job_id"), \"device\": $(json "$node"), \"target\": $(json "$nbd_node"), \"sync\": \"full\", \"auto-dismiss\": false${granularity:+, \"granularity\": $granularity}${copy_mode:+, \"copy-mode\": $(json "$copy_mode")}}" \
         >/dev/null ||
         fail $st "blockdev-mirror failed: fix the cause above, then blockdev-del $nbd_node and object-del $src_creds in the source vhost-blkd before a new try"

@@ -207,12 +207,15 @@ vb_ok "guest runs fio on the source (vhost-blkd A, qcow2 + raw)"
 # caught up, writes in flight or not, but a TCG guest on a loaded machine
 # may dirty faster than the copy goes: --ready-pause stops the source VM
 # for the last catch-up if it is not ready in 5 s (VB_READY_PAUSE=0: at
-# once, to exercise that path)
+# once, to exercise that path).  VB_COPY_MODE=write-blocking runs the
+# mirrors in that mode.
 must "mirror of the qcow2 disk over NBD+TLS is ready" \
     run_script mirror-data mirror "${data_args[@]}" \
+    --copy-mode "${VB_COPY_MODE:-background}" \
     --src-qemu "$VB_TMP/qmp-0.sock" --ready-pause "${VB_READY_PAUSE:-5}"
 must "mirror of the raw disk over NBD+TLS is ready" \
     run_script mirror-ctl mirror "${ctl_args[@]}" \
+    --copy-mode "${VB_COPY_MODE:-background}" \
     --src-qemu "$VB_TMP/qmp-0.sock" --ready-pause "${VB_READY_PAUSE:-5}"
 vb_check "the source VM runs again, fio going on, before the migration" \
     grep -q '"status": "running"' <(qmp 0 query-status)
