@@ -37,18 +37,32 @@ static uint64_t vb_actual_size(const char *filename)
 
 /*
  * The length of a file or block device a backing qcow2 image opened for
- * itself, whose node the driver keeps to itself: 0 when it cannot be
- * opened any more (it was removed under us).
+ * itself, whose node the driver keeps to itself: 0 when it is gone or
+ * has become something else under us.  The path is the image's: only a
+ * regular file is taken from stat(), only a block device is opened (and
+ * without blocking), so that a FIFO put there cannot stall the monitor.
  */
 static uint64_t vb_file_length(const char *filename)
 {
-    int fd = open(filename, O_RDONLY | O_CLOEXEC);
+    struct stat st;
     off_t len;
+    int fd;
 
+    if (stat(filename, &st) < 0) {
+        return 0;
+    }
+    if (S_ISREG(st.st_mode)) {
+        return st.st_size;
+    }
+    if (!S_ISBLK(st.st_mode)) {
+        return 0;
+    }
+    fd = open(filename, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         return 0;
     }
-    len = lseek(fd, 0, SEEK_END);
+    len = fstat(fd, &st) == 0 && S_ISBLK(st.st_mode) ?
+          lseek(fd, 0, SEEK_END) : -1;
     close(fd);
     return len < 0 ? 0 : len;
 }
