@@ -335,7 +335,7 @@ host_verify() {
     fio --name=vbtest --filename="$VB_TMP/q-flat.raw" --ioengine=psync \
         --rw=randwrite --bs=4k --size=16M --numjobs=1 \
         --offset_increment=16M --group_reporting=1 --verify=crc32c \
-        --verify_fatal=1 --do_verify=1 --verify_only=1 \
+        --verify_fatal=1 --do_verify=1 --verify_only=1 --verify_state_save=0 \
         > "$VB_TMP/fio-host.log" 2>&1 ||
         { sed 's/^/#   /' "$VB_TMP/fio-host.log" | tail -n 20; return 1; }
 }
