@@ -826,8 +826,326 @@ fail:
     qmp_pending_complete(p, NULL, err);
 }
 
+/* ---- block-stream ----------------------------------------------------- */
+
+/* The backing chain of a format node, top first, with each image's path
+ * (as its overlay names it, and resolved) and its user node if any. */
+typedef struct VbChainLink {
+    BlockBackend *blk;
+    VbNode *node;               /* added by name, or NULL: implicit */
+    const char *named;          /* as the overlay's header names it */
+    char *path;                 /* canonical */
+} VbChainLink;
+
+static void vb_chain_free(GArray *chain)
+{
+    for (guint i = 0; i < chain->len; i++) {
+        g_free(g_array_index(chain, VbChainLink, i).path);
+    }
+    g_array_free(chain, true);
+}
+
+static VbNode *vb_node_of_blk(VbState *s, BlockBackend *blk)
+{
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if (n->blk == blk && !n->alias) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+static GArray *vb_chain_of(VbState *s, VbNode *top)
+{
+    GArray *chain = g_array_new(false, true, sizeof(VbChainLink));
+    VbChainLink l = { .blk = top->blk, .node = top };
+    BlockDriverInfo bdi;
+
+    l.path = g_canonicalize_filename(top->file ? top->file->filename :
+                                     top->filename, NULL);
+    g_array_append_val(chain, l);
+    /* The depth is bounded by the driver's (QCOW2_MAX_BACKING_DEPTH). */
+    for (;;) {
+        memset(&bdi, 0, sizeof(bdi));
+        blk_get_info(l.blk, &bdi);
+        if (!bdi.backing) {
+            break;
+        }
+        l.blk = bdi.backing;
+        l.node = vb_node_of_blk(s, bdi.backing);
+        l.named = bdi.backing_file;
+        l.path = g_canonicalize_filename(bdi.full_backing_file ?
+                                         bdi.full_backing_file :
+                                         bdi.backing->filename, NULL);
+        g_array_append_val(chain, l);
+    }
+    return chain;
+}
+
+typedef struct VbStreamFinish {
+    VbState *s;
+    VbNode *top;
+    VbNode *base_node;          /* base added by name, or NULL */
+    BlockBackend *base;         /* NULL: none any more */
+    const char *name;           /* for the header, in the same block */
+    const char *fmt;
+} VbStreamFinish;
+
+/*
+ * The graph change at the end of a stream: the top's users are held
+ * with nothing in flight (the iothreads read the backing node without a
+ * lock), the header is rewritten and the chain above the base closed,
+ * then the users go on.
+ */
+static bool vb_stream_finish(void *opaque, GError **errp)
+{
+    VbStreamFinish *f = opaque;
+    VbExport *e = NULL;
+    bool ok;
+
+    if (f->top->nbd_exports) {
+        vb_set_error(errp, "node '%s' got NBD exports meanwhile, whose "
+                     "reads could still use the old chain: delete them "
+                     "and stream again", f->top->name);
+        return false;
+    }
+    if (!vb_export_of_blk(f->s, f->top->blk, &e)) {
+        vb_set_error(errp, "several exports serve node '%s': delete all "
+                     "but one and stream again", f->top->name);
+        return false;
+    }
+    if (e) {
+        vu_blk_export_quiesce(e->exp, true);
+        vb_export_wait_idle(e);
+    }
+    ok = qcow2_change_backing(f->top->blk, f->base, f->name, f->fmt, errp);
+    if (ok) {
+        if (f->top->backing) {
+            f->top->backing->parents--;
+        }
+        f->top->backing = f->base_node;
+        if (f->base_node) {
+            f->base_node->parents++;
+        }
+    }
+    if (e) {
+        vu_blk_export_quiesce(e->exp, false);
+    }
+    return ok;
+}
+
+static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
+                                     GError **errp)
+{
+    static const char *const qemu_on_error[] = {
+        "report", "ignore", "stop", "enospc", NULL,
+    };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *job_id = NULL, *device = NULL, *base = NULL;
+    const char *base_node = NULL, *backing_file = NULL, *bottom = NULL;
+    const char *filter = NULL;
+    int on_error = 0;
+    int64_t speed = 0;
+    StreamOptions so = { 0 };
+    VbStreamFinish *f;
+    VbNode *top;
+    GArray *chain;
+    guint bi = 0;               /* index of the base; 0: none */
+
+    so.auto_finalize = true;
+    so.auto_dismiss = true;
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "job-id", false, &job_id, errp) ||
+        !qmp_args_str(&a, "device", true, &device, errp) ||
+        !qmp_args_str(&a, "base", false, &base, errp) ||
+        !qmp_args_str(&a, "base-node", false, &base_node, errp) ||
+        !qmp_args_str(&a, "backing-file", false, &backing_file, errp) ||
+        !qmp_args_str(&a, "bottom", false, &bottom, errp) ||
+        !qmp_args_str(&a, "filter-node-name", false, &filter, errp) ||
+        !qmp_args_int(&a, "speed", false, &speed, NULL, errp) ||
+        !qmp_args_enum(&a, "on-error", qemu_on_error, false, &on_error,
+                       errp) ||
+        !qmp_args_bool(&a, "auto-finalize", &so.auto_finalize, errp) ||
+        !qmp_args_bool(&a, "auto-dismiss", &so.auto_dismiss, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (bottom || filter) {
+        vb_set_error(errp, "Parameter '%s' is not supported: give the base "
+                     "with base-node or base", bottom ? "bottom" :
+                     "filter-node-name");
+        return NULL;
+    }
+    if (base && base_node) {
+        vb_set_error(errp, "'base' and 'base-node' cannot be specified at "
+                     "the same time");
+        return NULL;
+    }
+    if (on_error == 3) {
+        vb_set_error(errp, "on-error=enospc is not supported: use report, "
+                     "ignore or stop");
+        return NULL;
+    }
+    if (speed < 0) {
+        vb_set_error(errp, "Parameter 'speed' expects a non-negative value");
+        return NULL;
+    }
+    top = vb_node_find(s, device);
+    if (!top) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     device, device);
+        return NULL;
+    }
+    if (!top->format || strcmp(blk_get_driver_name(top->blk), "qcow2")) {
+        vb_set_error(errp, "Node '%s' is not a qcow2 node: only an image "
+                     "with a backing file can be streamed into", device);
+        return NULL;
+    }
+    if (blk_is_read_only(top->blk)) {
+        vb_set_error(errp, "Node '%s' is read-only: block-stream writes "
+                     "into it; add it without read-only=on", device);
+        return NULL;
+    }
+    if (vb_job_uses_node(top) || top->snapshotting || top->resizing) {
+        vb_set_error(errp, "Node '%s' is busy: it is in use by another "
+                     "block job, snapshot or resize; wait for it to end",
+                     device);
+        return NULL;
+    }
+    if (top->nbd_exports) {
+        vb_set_error(errp, "Node '%s' has NBD exports, whose reads use the "
+                     "chain that block-stream changes: delete them first",
+                     device);
+        return NULL;
+    }
+    chain = vb_chain_of(s, top);
+    if (chain->len < 2) {
+        vb_set_error(errp, "Node '%s' has no backing file: there is "
+                     "nothing to stream", device);
+        goto fail;
+    }
+    if (base_node) {
+        VbNode *b = vb_node_find(s, base_node);
+
+        if (!b) {
+            vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                         base_node, base_node);
+            goto fail;
+        }
+        for (bi = 1; bi < chain->len; bi++) {
+            if (g_array_index(chain, VbChainLink, bi).blk == b->blk) {
+                break;
+            }
+        }
+        if (bi == chain->len) {
+            vb_set_error(errp, "Node '%s' is not a backing image of '%s'",
+                         base_node, device);
+            goto fail;
+        }
+    } else if (base) {
+        g_autofree char *want = g_canonicalize_filename(base, NULL);
+
+        for (bi = 1; bi < chain->len; bi++) {
+            VbChainLink *l = &g_array_index(chain, VbChainLink, bi);
+
+            if (!strcmp(l->path, want) ||
+                (l->named && !strcmp(l->named, base))) {
+                break;
+            }
+        }
+        if (bi == chain->len) {
+            vb_set_error(errp, "Can't find '%s' in the backing chain of "
+                         "'%s'", base, device);
+            goto fail;
+        }
+    }
+    if (!bi && backing_file) {
+        vb_set_error(errp, "backing file specified, but streaming the "
+                     "entire chain");
+        goto fail;
+    }
+    /* The nodes that go must not be used by anyone but the chain; the
+     * base stays whoever's it is.  A base opened by a node given by name
+     * (not by the top) cannot become the top's. */
+    for (guint i = 1; i < (bi ? bi : chain->len); i++) {
+        VbChainLink *l = &g_array_index(chain, VbChainLink, i);
+
+        if (l->node && (vb_job_uses_node(l->node) || l->node->snapshotting)) {
+            vb_set_error(errp, "Node '%s' of the chain is busy with a block "
+                         "job or snapshot: wait for it to end",
+                         l->node->name);
+            goto fail;
+        }
+    }
+    if (bi) {
+        VbChainLink *l = &g_array_index(chain, VbChainLink, bi);
+
+        if (qcow2_owns_backing(top->blk) == (l->node != NULL)) {
+            vb_set_error(errp, "The base '%s' was opened by another node of "
+                         "the chain, not by '%s': stream into that node, "
+                         "or add the chain's images with backing=NODE",
+                         l->node ? l->node->name : l->path, device);
+            goto fail;
+        }
+    }
+    if (bi) {
+        VbChainLink *l = &g_array_index(chain, VbChainLink, bi);
+        VbChainLink *p = &g_array_index(chain, VbChainLink, bi - 1);
+        VbChainLink *t = &g_array_index(chain, VbChainLink, 0);
+        g_autofree char *pdir = g_path_get_dirname(p->path);
+        g_autofree char *tdir = g_path_get_dirname(t->path);
+        const char *fmt = strcmp(blk_get_driver_name(l->blk), "qcow2") ?
+                          "raw" : "qcow2";
+        const char *name;
+        char *mem;
+
+        /* As the images name it: a relative name stays so when the top
+         * is in the directory of the image that named it. */
+        if (backing_file) {
+            name = backing_file;
+        } else if (l->named && (g_path_is_absolute(l->named) ||
+                                !strcmp(pdir, tdir))) {
+            name = l->named;
+        } else {
+            name = l->path;
+        }
+        /* One block: the job g_free()s it. */
+        f = g_malloc0(sizeof(*f) + strlen(name) + strlen(fmt) + 2);
+        mem = (char *)(f + 1);
+        f->name = strcpy(mem, name);
+        f->fmt = strcpy(mem + strlen(name) + 1, fmt);
+        f->base = l->blk;
+        f->base_node = l->node;
+    } else {
+        f = g_new0(VbStreamFinish, 1);
+    }
+    f->s = s;
+    f->top = top;
+    so.job_id = job_id ? job_id : device;
+    so.device = device;
+    so.top = top->blk;
+    so.base = f->base;
+    so.speed = speed;
+    so.on_error = on_error;
+    so.finish = vb_stream_finish;
+    so.opaque = f;
+    vb_chain_free(chain);
+    if (!stream_start(&so, errp)) {
+        return NULL;
+    }
+    return vb_empty();
+
+fail:
+    vb_chain_free(chain);
+    return NULL;
+}
+
 static const QmpCommand vb_jobs_commands[] = {
     { "blockdev-mirror", vb_qmp_blockdev_mirror },
+    { "block-stream", vb_qmp_block_stream },
     { "blockdev-snapshot", NULL, vb_qmp_blockdev_snapshot },
     { "blockdev-snapshot-sync", NULL, vb_qmp_blockdev_snapshot_sync },
     { "query-jobs", vb_qmp_query_jobs },
