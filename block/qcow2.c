@@ -3187,7 +3187,7 @@ bool qcow2_change_backing(BlockBackend *bs, BlockBackend *backing,
                     "than %u bytes", name, QCOW2_MAX_BACKING_NAME);
         return false;
     }
-    if (s->own_backing && backing) {
+    if (s->own_backing && backing && backing != old) {
         /* The qcow2 node of our chain that opened @backing. */
         for (BlockBackend *b = old; b && b->drv == &bdrv_qcow2;) {
             BDRVQcow2State *bst = b->opaque;
