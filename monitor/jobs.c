@@ -884,6 +884,20 @@ static GArray *vb_chain_of(VbState *s, VbNode *top)
     return chain;
 }
 
+/* Whether an NBD export serves @top (or a node sharing its image, or
+ * its throttle node), which cannot be held while the chain changes. */
+static bool vb_stream_nbd_user(VbState *s, VbNode *top)
+{
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if ((n->blk == top->blk || n == top->filter) && n->nbd_exports) {
+            return true;
+        }
+    }
+    return false;
+}
+
 typedef struct VbStreamFinish {
     VbState *s;
     VbNode *top;
@@ -902,16 +916,20 @@ typedef struct VbStreamFinish {
 static bool vb_stream_finish(void *opaque, GError **errp)
 {
     VbStreamFinish *f = opaque;
+    /* The export reaches the top directly, or through its throttle
+     * node (a driver=raw node over it shares its blk). */
+    BlockBackend *served = f->top->filter ? f->top->filter->blk :
+                           f->top->blk;
     VbExport *e = NULL;
     bool ok;
 
-    if (f->top->nbd_exports) {
+    if (vb_stream_nbd_user(f->s, f->top)) {
         vb_set_error(errp, "node '%s' got NBD exports meanwhile, whose "
                      "reads could still use the old chain: delete them "
                      "and stream again", f->top->name);
         return false;
     }
-    if (!vb_export_of_blk(f->s, f->top->blk, &e)) {
+    if (!vb_export_of_blk(f->s, served, &e)) {
         vb_set_error(errp, "several exports serve node '%s': delete all "
                      "but one and stream again", f->top->name);
         return false;
@@ -1015,7 +1033,7 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
                      device);
         return NULL;
     }
-    if (top->nbd_exports) {
+    if (vb_stream_nbd_user(s, top)) {
         vb_set_error(errp, "Node '%s' has NBD exports, whose reads use the "
                      "chain that block-stream changes: delete them first",
                      device);

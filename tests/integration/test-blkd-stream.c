@@ -185,7 +185,9 @@ static void make_chain(Fix *t, bool raw_base)
     unlink(ref);
 }
 
-static void fix_start(Fix *t, bool raw_base)
+/* @named: each image of the chain added as a node (b, m, top), with
+ * backing=NODE; else the top opens its chain itself. */
+static void fix_start(Fix *t, bool raw_base, bool named)
 {
     g_autofree char *qmp_path = NULL, *sock = NULL, *top = NULL;
     g_autofree char *fdef = NULL, *chardev = NULL, *exp = NULL;
@@ -209,7 +211,23 @@ static void fix_start(Fix *t, bool raw_base)
                           "addr.type=unix,addr.path=%s,writable=on,"
                           "num-queues=2", sock);
     make_chain(t, raw_base);
-    {
+    if (named) {
+        g_autofree char *bdef = g_strdup_printf(
+            "driver=qcow2,node-name=b,file.driver=file,"
+            "file.filename=%s/base.qcow2", t->d.dir);
+        g_autofree char *mdef = g_strdup_printf(
+            "driver=qcow2,node-name=m,backing=b,file.driver=file,"
+            "file.filename=%s/mid.qcow2", t->d.dir);
+        const char *args[] = {
+            "--blockdev", bdef, "--blockdev", mdef, "--blockdev", fdef,
+            "--blockdev", "driver=qcow2,node-name=top,file=f0,backing=m",
+            "--export", exp, "--chardev", chardev,
+            "--monitor", "chardev=mon", NULL,
+        };
+
+        t->d.args = args;
+        vb_daemon_start(&t->d);
+    } else {
         const char *args[] = {
             "--blockdev", fdef,
             "--blockdev", "driver=qcow2,node-name=top,file=f0",
@@ -219,8 +237,8 @@ static void fix_start(Fix *t, bool raw_base)
 
         t->d.args = args;
         vb_daemon_start(&t->d);
-        t->d.args = NULL;
     }
+    t->d.args = NULL;
     t->q.fd = -1;
     vb_qmp_connect(&t->q, qmp_path, &t->d);
     o.socket_path = sock;
@@ -398,7 +416,7 @@ static void test_stream_base(void)
     JsonObject *ev;
     GThread *th;
 
-    fix_start(t, false);
+    fix_start(t, false, false);
     top = path_in(t, "top.qcow2");
     guest_verify(t);
     guest_write(t, 900 * 1024, 8192, 1);        /* before: a partial one */
@@ -455,7 +473,7 @@ static void test_stream_all(void)
     JsonObject *ev;
     GThread *th;
 
-    fix_start(t, true);
+    fix_start(t, true, false);
     top = path_in(t, "top.qcow2");
     guest_verify(t);
     qmp_ok(t, "{\"execute\": \"block-stream\", \"arguments\": "
@@ -488,6 +506,53 @@ static void test_stream_all(void)
     g_free(t);
 }
 
+/* A chain of nodes added by name: the top's backing node becomes the
+ * base node, the node in between is only let go of (the user deletes
+ * it). */
+static void test_stream_named(void)
+{
+    g_autofree char *top = NULL;
+    Fix *t = g_new0(Fix, 1);
+    JsonObject *ev;
+
+    fix_start(t, false, true);
+    top = path_in(t, "top.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-stream\", \"arguments\": "
+           "{\"job-id\": \"n1\", \"device\": \"top\", \"base-node\": "
+           "\"b\"}}");
+    guest_write(t, 2 * 1024 * 1024, 12 * 1024, 8);
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "n1");
+    guest_verify(t);
+    /* m is nobody's backing node any more; b is the top's. */
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"m\"}}");
+    qmp_fails(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+              "{\"node-name\": \"b\"}}",
+              "Block device b is in use: the qcow2 node 'top' uses it as "
+              "its file or backing child; delete that one first");
+    guest_write(t, 0, 64 * 1024, 9);
+    guest_verify(t);
+    fix_stop(t);
+
+    check_clean(top);
+    {
+        const char *files[] = { "top.qcow2", "base.qcow2" };
+        const char *fmts[] = { "qcow2", "qcow2" };
+        const char *named[] = { "base.qcow2" };
+
+        check_chain(top, 2, files, fmts, named);
+    }
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
 /* The refusals, then a job cancelled midway (held by its speed limit):
  * the chain stays as it was, and usable. */
 static void test_stream_refuse_cancel(void)
@@ -497,7 +562,7 @@ static void test_stream_refuse_cancel(void)
     JsonObject *j;
     Fix *t = g_new0(Fix, 1);
 
-    fix_start(t, false);
+    fix_start(t, false, false);
     top = path_in(t, "top.qcow2");
     ro = path_in(t, "ro.qcow2");
     guest_write(t, 0, 4096, 5);
@@ -606,6 +671,7 @@ int main(int argc, char **argv)
     }
     g_test_add_func("/blkd/stream/base", test_stream_base);
     g_test_add_func("/blkd/stream/all", test_stream_all);
+    g_test_add_func("/blkd/stream/named", test_stream_named);
     g_test_add_func("/blkd/stream/refuse-cancel", test_stream_refuse_cancel);
     return g_test_run();
 }
