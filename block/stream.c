@@ -200,10 +200,20 @@ static void stream_chain_status_cb(void *opaque, int ret)
 
 static void stream_ask_chain(StreamJob *s)
 {
+    uint64_t lsize;
+
     if (!s->level || s->level == s->base) {
         stream_advance(s, s->len);
         return;
     }
+    /* Past the end of a node of the chain the top reads zeroes, which it
+     * does by itself too (a shorter backing file): nothing to copy. */
+    lsize = blk_getlength(s->level);
+    if (s->cursor >= lsize) {
+        stream_advance(s, s->len);
+        return;
+    }
+    s->len = MIN(s->len, lsize - s->cursor);
     s->phase = STREAM_CHAIN_STATUS;
     blk_aio_block_status(s->level, &s->acb, s->cursor, s->len, &s->status,
                          stream_chain_status_cb, s);

@@ -163,13 +163,16 @@ static void make_chain(Fix *t, bool raw_base)
     g_autofree char *data = NULL;
     gsize n;
 
-    vb_sh("cd '%s' && qemu-img create -q -f %s %s base.%s 4M && "
+    /* Over the raw base, a chain shorter than the top (3 MiB): the top
+     * reads zeroes past its end. */
+    vb_sh("cd '%s' && qemu-img create -q -f %s %s base.%s %s && "
           "qemu-img create -q -f qcow2 -o cluster_size=4096 -b base.%s "
-          "-F %s mid.qcow2 4M && "
+          "-F %s mid.qcow2 %s && "
           "qemu-img create -q -f qcow2 -o cluster_size=32768 -b mid.qcow2 "
           "-F qcow2 top.qcow2 4M", t->d.dir, bfmt,
-          raw_base ? "" : "-o cluster_size=65536", bfmt, bfmt, bfmt);
-    vb_sh("cd '%s' && qemu-io -f %s -c 'write -P 0x11 0 3M' base.%s "
+          raw_base ? "" : "-o cluster_size=65536", bfmt,
+          raw_base ? "3M" : "4M", bfmt, bfmt, raw_base ? "3M" : "4M");
+    vb_sh("cd '%s' && qemu-io -f %s -c 'write -P 0x11 0 3000k' base.%s "
           ">/dev/null && "
           "qemu-io -f qcow2 -c 'write -P 0x22 100k 1M' "
           "-c 'write -P 0x23 2052k 12k' -c 'write -z 3000k 8k' mid.qcow2 "
