@@ -49,7 +49,10 @@ typedef struct StreamJob {
     Job *job;
     BlockBackend *top;
     BlockBackend *base;
+    BlockBackend *target;       /* written: the top, or commit's base */
+    bool commit;
     BdrvChild *user;
+    BdrvChild *target_user;     /* commit */
     AioContext *ctx;
     JobErrorAction on_error;
     bool (*finish)(void *opaque, GError **errp);
@@ -164,8 +167,11 @@ static void stream_read_cb(void *opaque, int ret)
         return;
     }
     s->phase = STREAM_WRITE;
-    blk_aio_pwritev(s->top, &s->acb, s->cursor, &s->iov, 1,
-                    BDRV_REQ_IF_UNALLOCATED, stream_write_cb, s);
+    /* A commit's base is read by nobody where it is written (the images
+     * above hold those ranges): a plain write. */
+    blk_aio_pwritev(s->target, &s->acb, s->cursor, &s->iov, 1,
+                    s->commit ? 0 : BDRV_REQ_IF_UNALLOCATED,
+                    stream_write_cb, s);
 }
 
 static void stream_copy(StreamJob *s)
@@ -255,6 +261,12 @@ static void stream_iterate(StreamJob *s)
         return;
     }
     s->len = MIN(STREAM_CHUNK, s->size - s->cursor);
+    if (s->commit) {
+        /* What the top or a node below it (above the base) holds. */
+        s->level = s->top;
+        stream_ask_chain(s);
+        return;
+    }
     s->phase = STREAM_TOP_STATUS;
     blk_aio_block_status(s->top, &s->acb, s->cursor, s->len, &s->status,
                          stream_top_status_cb, s);
@@ -300,6 +312,8 @@ static int stream_prepare(Job *job, GError **errp)
      * change expect only the top's own users. */
     blk_detach_user(s->user);
     s->user = NULL;
+    blk_detach_user(s->target_user);
+    s->target_user = NULL;
     return s->finish(s->opaque, errp) ? 0 : -EIO;
 }
 
@@ -309,6 +323,8 @@ static void stream_clean(Job *job)
 
     blk_detach_user(s->user);
     s->user = NULL;
+    blk_detach_user(s->target_user);
+    s->target_user = NULL;
 }
 
 static void stream_free(Job *job)
@@ -335,6 +351,18 @@ static const JobDriver stream_job_driver = {
     .free = stream_free,
 };
 
+/* A commit below the active node: the same walk. */
+static const JobDriver commit_job_driver = {
+    .type = "commit",
+    .start = stream_start_cb,
+    .resume = stream_kick,
+    .cancel = stream_cancel,
+    .set_speed = stream_set_speed,
+    .prepare = stream_prepare,
+    .clean = stream_clean,
+    .free = stream_free,
+};
+
 Job *stream_start(const StreamOptions *o, GError **errp)
 {
     g_autofree char *who = g_strdup_printf("block job '%s'", o->job_id);
@@ -349,6 +377,8 @@ Job *stream_start(const StreamOptions *o, GError **errp)
     s = g_new0(StreamJob, 1);
     s->top = o->top;
     s->base = o->base;
+    s->commit = o->commit;
+    s->target = o->commit ? o->base : o->top;
     s->size = blk_getlength(o->top);
     s->on_error = o->on_error;
     s->finish = o->finish;
@@ -359,6 +389,15 @@ Job *stream_start(const StreamOptions *o, GError **errp)
                               BLK_PERM_ALL, errp);
     if (!s->user) {
         goto fail;
+    }
+    /* Nobody else may write the base while we do. */
+    if (o->commit) {
+        s->target_user = blk_attach_user(o->base, who, BLK_PERM_WRITE,
+                                         BLK_PERM_CONSISTENT_READ |
+                                         BLK_PERM_WRITE_UNCHANGED, errp);
+        if (!s->target_user) {
+            goto fail;
+        }
     }
     /* 4 KiB alignment: what O_DIRECT asks of any device. */
     if (posix_memalign(&s->buf, 4096, STREAM_CHUNK)) {
@@ -372,7 +411,8 @@ Job *stream_start(const StreamOptions *o, GError **errp)
         g_set_error(errp, VB_ERROR, 0, "timerfd: %s", g_strerror(errno));
         goto fail;
     }
-    job = job_create(o->job_id, &stream_job_driver, s, o->device,
+    job = job_create(o->job_id, o->commit ? &commit_job_driver :
+                     &stream_job_driver, s, o->device,
                      o->auto_finalize, o->auto_dismiss, o->speed, errp);
     if (!job) {
         goto fail;
@@ -387,6 +427,7 @@ Job *stream_start(const StreamOptions *o, GError **errp)
 
 fail:
     blk_detach_user(s->user);
+    blk_detach_user(s->target_user);
     if (s->timer_fd >= 0) {
         close(s->timer_fd);
     }

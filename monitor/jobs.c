@@ -900,7 +900,9 @@ static bool vb_stream_nbd_user(VbState *s, VbNode *top)
 
 typedef struct VbStreamFinish {
     VbState *s;
-    VbNode *top;
+    VbNode *top;                /* whose header changes */
+    VbNode *active;             /* the node the export serves: the top,
+                                 * or the end of the chain above it */
     VbNode *base_node;          /* base added by name, or NULL */
     BlockBackend *base;         /* NULL: none any more */
     const char *name;           /* for the header, in the same block */
@@ -918,20 +920,20 @@ static bool vb_stream_finish(void *opaque, GError **errp)
     VbStreamFinish *f = opaque;
     /* The export reaches the top directly, or through its throttle
      * node (a driver=raw node over it shares its blk). */
-    BlockBackend *served = f->top->filter ? f->top->filter->blk :
-                           f->top->blk;
+    BlockBackend *served = f->active->filter ? f->active->filter->blk :
+                           f->active->blk;
     VbExport *e = NULL;
     bool ok;
 
-    if (vb_stream_nbd_user(f->s, f->top)) {
+    if (vb_stream_nbd_user(f->s, f->active)) {
         vb_set_error(errp, "node '%s' got NBD exports meanwhile, whose "
                      "reads could still use the old chain: delete them "
-                     "and stream again", f->top->name);
+                     "and start the job again", f->active->name);
         return false;
     }
     if (!vb_export_of_blk(f->s, served, &e)) {
         vb_set_error(errp, "several exports serve node '%s': delete all "
-                     "but one and stream again", f->top->name);
+                     "but one and start the job again", f->active->name);
         return false;
     }
     if (e) {
@@ -1142,6 +1144,7 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
     }
     f->s = s;
     f->top = top;
+    f->active = top;
     so.job_id = job_id ? job_id : device;
     so.device = device;
     so.top = top->blk;
@@ -1161,9 +1164,260 @@ fail:
     return NULL;
 }
 
+/* ---- block-commit ----------------------------------------------------- */
+
+/* The index in @chain (from 1) of the node called @node_name, or of the
+ * image called @file (as the chain names it, or resolved); 0: none. */
+static guint vb_chain_index(VbState *s, GArray *chain, const char *node_name,
+                            const char *file)
+{
+    g_autofree char *want = file ? g_canonicalize_filename(file, NULL) :
+                            NULL;
+    VbNode *n = node_name ? vb_node_find(s, node_name) : NULL;
+
+    for (guint i = 0; i < chain->len; i++) {
+        VbChainLink *l = &g_array_index(chain, VbChainLink, i);
+
+        if ((n && l->blk == n->blk) ||
+            (want && (!strcmp(l->path, want) ||
+                      (l->named && !strcmp(l->named, file))))) {
+            return i;
+        }
+    }
+    return G_MAXUINT;
+}
+
+/*
+ * block-commit of an image below the active one (QEMU's non-active
+ * commit): what the top and the images below it above the base hold is
+ * copied into the base, then the top's overlay names the base as its
+ * backing file and the images from the top down to the base are let go.
+ * The base must be a writable node added by name: vhost-blkd does not
+ * reopen an image of a chain read-write.  An active commit (top = the
+ * device's active node) is refused for now.
+ */
+static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
+                                     GError **errp)
+{
+    static const char *const qemu_on_error[] = {
+        "report", "ignore", "stop", "enospc", NULL,
+    };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *job_id = NULL, *device = NULL, *top_file = NULL;
+    const char *top_node = NULL, *base_file = NULL, *base_node = NULL;
+    const char *backing_file = NULL, *filter = NULL;
+    bool mask_protocol = false;
+    int on_error = 0;
+    int64_t speed = 0;
+    StreamOptions so = { 0 };
+    VbStreamFinish *f;
+    VbNode *dev;
+    VbChainLink *tl, *bl, *ol;
+    GArray *chain = NULL;
+    guint ti = 0, bi;
+
+    so.auto_finalize = true;
+    so.auto_dismiss = true;
+    so.commit = true;
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "job-id", false, &job_id, errp) ||
+        !qmp_args_str(&a, "device", true, &device, errp) ||
+        !qmp_args_str(&a, "top", false, &top_file, errp) ||
+        !qmp_args_str(&a, "top-node", false, &top_node, errp) ||
+        !qmp_args_str(&a, "base", false, &base_file, errp) ||
+        !qmp_args_str(&a, "base-node", false, &base_node, errp) ||
+        !qmp_args_str(&a, "backing-file", false, &backing_file, errp) ||
+        !qmp_args_str(&a, "filter-node-name", false, &filter, errp) ||
+        !qmp_args_bool(&a, "backing-mask-protocol", &mask_protocol, errp) ||
+        !qmp_args_int(&a, "speed", false, &speed, NULL, errp) ||
+        !qmp_args_enum(&a, "on-error", qemu_on_error, false, &on_error,
+                       errp) ||
+        !qmp_args_bool(&a, "auto-finalize", &so.auto_finalize, errp) ||
+        !qmp_args_bool(&a, "auto-dismiss", &so.auto_dismiss, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (filter) {
+        vb_set_error(errp, "Parameter 'filter-node-name' is not supported: "
+                     "the commit puts no filter above the top");
+        return NULL;
+    }
+    if (top_file && top_node) {
+        vb_set_error(errp, "'top' and 'top-node' cannot be specified at the "
+                     "same time");
+        return NULL;
+    }
+    if (base_file && base_node) {
+        vb_set_error(errp, "'base' and 'base-node' cannot be specified at "
+                     "the same time");
+        return NULL;
+    }
+    if (on_error == 3) {
+        vb_set_error(errp, "on-error=enospc is not supported: use report, "
+                     "ignore or stop");
+        return NULL;
+    }
+    if (speed < 0) {
+        vb_set_error(errp, "Parameter 'speed' expects a non-negative value");
+        return NULL;
+    }
+    dev = vb_node_find(s, device);
+    if (!dev) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     device, device);
+        return NULL;
+    }
+    if (!dev->format || strcmp(blk_get_driver_name(dev->blk), "qcow2")) {
+        vb_set_error(errp, "Node '%s' is not a qcow2 node: only an image "
+                     "with a backing file can be committed", device);
+        return NULL;
+    }
+    chain = vb_chain_of(s, dev);
+    if (chain->len < 2) {
+        vb_set_error(errp, "Node '%s' has no backing file: there is "
+                     "nothing to commit", device);
+        goto fail;
+    }
+    if (top_node && !vb_node_find(s, top_node)) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     top_node, top_node);
+        goto fail;
+    }
+    if (base_node && !vb_node_find(s, base_node)) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     base_node, base_node);
+        goto fail;
+    }
+    if (top_file || top_node) {
+        ti = vb_chain_index(s, chain, top_node, top_file);
+        if (ti == G_MAXUINT) {
+            vb_set_error(errp, "Top image '%s' is not in the backing chain "
+                         "of '%s'", top_node ? top_node : top_file, device);
+            goto fail;
+        }
+    }
+    if (base_file || base_node) {
+        bi = vb_chain_index(s, chain, base_node, base_file);
+        if (bi == G_MAXUINT) {
+            vb_set_error(errp, "Can't find '%s' in the backing chain of "
+                         "'%s'", base_node ? base_node : base_file, device);
+            goto fail;
+        }
+    } else {
+        bi = chain->len - 1;
+    }
+    if (bi <= ti) {
+        vb_set_error(errp, "Base '%s' is not below the top '%s' in the "
+                     "backing chain of '%s'",
+                     g_array_index(chain, VbChainLink, bi).path,
+                     g_array_index(chain, VbChainLink, ti).path, device);
+        goto fail;
+    }
+    if (ti == 0) {
+        vb_set_error(errp, "Active commit (the top is the active node "
+                     "'%s') is not supported yet: commit the images below "
+                     "it (top-node), or stream into it with block-stream",
+                     device);
+        goto fail;
+    }
+    tl = &g_array_index(chain, VbChainLink, ti);
+    bl = &g_array_index(chain, VbChainLink, bi);
+    ol = &g_array_index(chain, VbChainLink, ti - 1);
+    if (!bl->node || blk_is_read_only(bl->blk)) {
+        vb_set_error(errp, "The base '%s' is read-only, and vhost-blkd does "
+                     "not reopen an image of a chain read-write: add the "
+                     "chain's images as nodes (backing=NODE), the base "
+                     "without read-only=on", bl->node ? bl->node->name :
+                     bl->path);
+        goto fail;
+    }
+    if (!ol->node || blk_is_read_only(ol->blk)) {
+        vb_set_error(errp, "The overlay of the top, '%s', is read-only: its "
+                     "header could not name the base", ol->node ?
+                     ol->node->name : ol->path);
+        goto fail;
+    }
+    if (!backing_file && bl->named && !g_path_is_absolute(bl->named)) {
+        /* Made relative to the image that named it, perhaps elsewhere. */
+        g_autofree char *odir = g_path_get_dirname(ol->path);
+        g_autofree char *pdir = g_path_get_dirname(
+            g_array_index(chain, VbChainLink, bi - 1).path);
+
+        if (strcmp(odir, pdir)) {
+            backing_file = bl->path;
+        }
+    }
+    if (!backing_file) {
+        backing_file = bl->named ? bl->named : bl->path;
+    }
+    if (vb_job_uses_node(dev) || dev->snapshotting || dev->resizing) {
+        vb_set_error(errp, "Node '%s' is busy: it is in use by another "
+                     "block job, snapshot or resize; wait for it to end",
+                     device);
+        goto fail;
+    }
+    for (guint i = ti - 1; i <= bi; i++) {
+        VbChainLink *l = &g_array_index(chain, VbChainLink, i);
+
+        if (l->node && (vb_job_uses_node(l->node) || l->node->snapshotting ||
+                        l->node->resizing)) {
+            vb_set_error(errp, "Node '%s' of the chain is busy with a block "
+                         "job, snapshot or resize: wait for it to end",
+                         l->node->name);
+            goto fail;
+        }
+    }
+    if (bl->node->user || vb_stream_nbd_user(s, bl->node)) {
+        vb_set_error(errp, "The base '%s' is exported: nobody may write it "
+                     "while the commit does", bl->node->name);
+        goto fail;
+    }
+    if (vb_stream_nbd_user(s, dev)) {
+        vb_set_error(errp, "Node '%s' has NBD exports, whose reads use the "
+                     "chain that block-commit changes: delete them first",
+                     device);
+        goto fail;
+    }
+    {
+        const char *fmt = strcmp(blk_get_driver_name(bl->blk), "qcow2") ?
+                          "raw" : "qcow2";
+        char *mem;
+
+        /* One block: the job g_free()s it. */
+        f = g_malloc0(sizeof(*f) + strlen(backing_file) + strlen(fmt) + 2);
+        mem = (char *)(f + 1);
+        f->name = strcpy(mem, backing_file);
+        f->fmt = strcpy(mem + strlen(backing_file) + 1, fmt);
+    }
+    f->s = s;
+    f->top = ol->node;
+    f->active = dev;
+    f->base = bl->blk;
+    f->base_node = bl->node;
+    so.job_id = job_id ? job_id : device;
+    so.device = device;
+    so.top = tl->blk;
+    so.base = bl->blk;
+    so.speed = speed;
+    so.on_error = on_error;
+    so.finish = vb_stream_finish;
+    so.opaque = f;
+    vb_chain_free(chain);
+    if (!stream_start(&so, errp)) {
+        return NULL;
+    }
+    return vb_empty();
+
+fail:
+    vb_chain_free(chain);
+    return NULL;
+}
+
 static const QmpCommand vb_jobs_commands[] = {
     { "blockdev-mirror", vb_qmp_blockdev_mirror },
     { "block-stream", vb_qmp_block_stream },
+    { "block-commit", vb_qmp_block_commit },
     { "blockdev-snapshot", NULL, vb_qmp_blockdev_snapshot },
     { "blockdev-snapshot-sync", NULL, vb_qmp_blockdev_snapshot_sync },
     { "query-jobs", vb_qmp_query_jobs },

@@ -245,6 +245,10 @@ typedef struct StreamOptions {
     BlockBackend *top;          /* a writable qcow2 node, written by its
                                  * users meanwhile */
     BlockBackend *base;         /* a node of its chain, or NULL: all */
+    /* block-commit below the active node: copy what @top and the nodes
+     * below it above @base hold into @base (writable, written by nobody
+     * else), plain writes; job type "commit". */
+    bool commit;
     uint64_t speed;             /* bytes per second; 0: unlimited */
     JobErrorAction on_error;
     bool auto_finalize;
