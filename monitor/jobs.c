@@ -1188,6 +1188,58 @@ static guint vb_chain_index(VbState *s, GArray *chain, const char *node_name,
 }
 
 /*
+ * An active commit: a mirror of the active node @dev into @base (a node
+ * of its chain, writable) while the guest writes; ready once the base
+ * holds what the guest sees, job-complete moves the export onto the
+ * base, block-job-cancel then leaves the chain as it was (the base's
+ * new clusters are hidden by the images above it).
+ */
+static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
+                             const char *job_id, int64_t speed,
+                             int on_error, bool auto_finalize,
+                             bool auto_dismiss, GError **errp)
+{
+    MirrorOptions mo = { 0 };
+    VbMirrorPivot *p;
+
+    if (vb_job_uses_node(dev) || dev->snapshotting || dev->resizing ||
+        vb_job_uses_node(base) || base->snapshotting || base->resizing) {
+        vb_set_error(errp, "Node '%s' is busy: it is in use by another "
+                     "block job, snapshot or resize; wait for it to end",
+                     vb_job_uses_node(dev) || dev->snapshotting ||
+                     dev->resizing ? dev->name : base->name);
+        return false;
+    }
+    if (base->user || vb_stream_nbd_user(s, base)) {
+        vb_set_error(errp, "The base '%s' is exported: nobody may write it "
+                     "while the commit does", base->name);
+        return false;
+    }
+    p = g_new0(VbMirrorPivot, 1);
+    p->s = s;
+    p->src = dev->blk;
+    p->tgt = base->blk;
+    mo.job_id = job_id ? job_id : dev->name;
+    mo.device = dev->name;
+    mo.source = dev->blk;
+    mo.target = base->blk;
+    mo.sync = MIRROR_SYNC_FULL;
+    mo.speed = speed;
+    mo.on_source_error = on_error;
+    mo.on_target_error = on_error;
+    /* A hole in the base would show its own backing file. */
+    mo.unmap = false;
+    mo.commit = true;
+    mo.auto_finalize = auto_finalize;
+    mo.auto_dismiss = auto_dismiss;
+    mo.quiesce = vb_mirror_quiesce;
+    mo.pivot_check = vb_mirror_pivot_check;
+    mo.pivot = vb_mirror_pivot;
+    mo.pivot_opaque = p;
+    return mirror_start(&mo, errp) != NULL;
+}
+
+/*
  * block-commit of an image below the active one (QEMU's non-active
  * commit): what the top and the images below it above the base hold is
  * copied into the base, then the top's overlay names the base as its
@@ -1314,16 +1366,8 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
                      g_array_index(chain, VbChainLink, ti).path, device);
         goto fail;
     }
-    if (ti == 0) {
-        vb_set_error(errp, "Active commit (the top is the active node "
-                     "'%s') is not supported yet: commit the images below "
-                     "it (top-node), or stream into it with block-stream",
-                     device);
-        goto fail;
-    }
     tl = &g_array_index(chain, VbChainLink, ti);
     bl = &g_array_index(chain, VbChainLink, bi);
-    ol = &g_array_index(chain, VbChainLink, ti - 1);
     if (!bl->node || blk_is_read_only(bl->blk)) {
         vb_set_error(errp, "The base '%s' is read-only, and vhost-blkd does "
                      "not reopen an image of a chain read-write: add the "
@@ -1332,6 +1376,15 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
                      bl->path);
         goto fail;
     }
+    if (ti == 0) {
+        bool ok = vb_commit_active(s, dev, bl->node, job_id, speed,
+                                   on_error, so.auto_finalize,
+                                   so.auto_dismiss, errp);
+
+        vb_chain_free(chain);
+        return ok ? vb_empty() : NULL;
+    }
+    ol = &g_array_index(chain, VbChainLink, ti - 1);
     if (!ol->node || blk_is_read_only(ol->blk)) {
         vb_set_error(errp, "The overlay of the top, '%s', is read-only: its "
                      "header could not name the base", ol->node ?

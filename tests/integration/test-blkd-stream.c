@@ -402,14 +402,40 @@ static void check_chain(const char *top, int n, const char *const *files,
 
 /* qemu-img compare of the top's guest-visible disk (a convert of it)
  * with what the guest wrote. */
-static void check_converted(Fix *t)
+static void check_converted_img(Fix *t, const char *img)
 {
     g_autofree char *want = path_in(t, "want.raw");
 
     g_assert_true(g_file_set_contents(want, (const char *)t->expect,
                                       IMG_SIZE, NULL));
-    vb_sh("cd '%s' && qemu-img convert -O raw top.qcow2 conv.raw && "
-          "qemu-img compare -q -f raw -F raw conv.raw want.raw", t->d.dir);
+    vb_sh("cd '%s' && qemu-img convert -O raw %s conv.raw && "
+          "qemu-img compare -q -f raw -F raw conv.raw want.raw", t->d.dir,
+          img);
+}
+
+static void check_converted(Fix *t)
+{
+    check_converted_img(t, "top.qcow2");
+}
+
+/* query-block-exports says export e1 serves node @node. */
+static void check_export_node(Fix *t, const char *node)
+{
+    g_autoptr(JsonNode) r = qmp(t, "{\"execute\": \"query-block-exports\"}",
+                                NULL);
+    JsonArray *a = json_node_get_array(r);
+
+    g_assert_cmpint(json_array_get_length(a), >=, 1);
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *o = json_array_get_object_element(a, i);
+
+        if (!strcmp(json_object_get_string_member(o, "id"), "e1")) {
+            g_assert_cmpstr(json_object_get_string_member(o, "node-name"),
+                            ==, node);
+            return;
+        }
+    }
+    g_assert_not_reached();
 }
 
 /* ---- the cases ----------------------------------------------------------- */
@@ -577,11 +603,6 @@ static void test_commit(void)
     base = path_in(t, "base.qcow2");
     guest_verify(t);
     qmp_fails(t, "{\"execute\": \"block-commit\", \"arguments\": "
-              "{\"device\": \"top\"}}",
-              "Active commit (the top is the active node 'top') is not "
-              "supported yet: commit the images below it (top-node), or "
-              "stream into it with block-stream");
-    qmp_fails(t, "{\"execute\": \"block-commit\", \"arguments\": "
               "{\"device\": \"top\", \"top-node\": \"f0\"}}",
               "Top image 'f0' is not in the backing chain of 'top'");
     qmp_fails(t, "{\"execute\": \"block-commit\", \"arguments\": "
@@ -637,6 +658,75 @@ static void test_commit(void)
               "{\"device\": \"top\", \"top\": \"mid.qcow2\"}}",
               NULL);
     fix_stop(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
+/* An active commit (a mirror into the base): cancelled after ready, the
+ * chain stays; completed, the export moves onto the base, which then
+ * holds everything the guest wrote. */
+static void test_commit_active(void)
+{
+    g_autofree char *top = NULL, *base = NULL;
+    Fix *t = g_new0(Fix, 1);
+    Racer r = { 0 };
+    JsonObject *ev;
+    GThread *th;
+
+    fix_start(t, false, true);
+    top = path_in(t, "top.qcow2");
+    base = path_in(t, "base.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"a0\", \"device\": \"top\", \"base-node\": "
+           "\"b\"}}");
+    ev = wait_event(t, "BLOCK_JOB_READY");
+    g_assert_cmpstr(json_object_get_string_member(ev, "type"), ==,
+                    "commit");
+    guest_write(t, 256 * 1024, 8192, 20);
+    qmp_ok(t, "{\"execute\": \"block-job-cancel\", \"arguments\": "
+           "{\"device\": \"a0\"}}");
+    wait_event(t, "BLOCK_JOB_COMPLETED");
+    wait_null(t, "a0");
+    check_export_node(t, "top");
+    guest_verify(t);
+
+    /* Again, completed this time, the guest writing throughout. */
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"a1\", \"device\": \"top\"}}");
+    r.t = t;
+    th = g_thread_new("racer", racer, &r);
+    wait_event(t, "BLOCK_JOB_READY");
+    qmp_ok(t, "{\"execute\": \"job-complete\", \"arguments\": "
+           "{\"id\": \"a1\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    __atomic_store_n(&r.stop, true, __ATOMIC_RELEASE);
+    g_thread_join(th);
+    race_expect(t, &r);
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "a1");
+    check_export_node(t, "b");
+    guest_verify(t);
+    guest_write(t, 3 * 1024 * 1024, 64 * 1024, 21);
+    guest_verify(t);
+    /* The old images are nobody's now. */
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"top\"}}");
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"m\"}}");
+    fix_stop(t);
+
+    check_clean(base);
+    {
+        const char *files[] = { "base.qcow2" };
+        const char *fmts[] = { "qcow2" };
+
+        check_chain(base, 1, files, fmts, NULL);
+    }
+    check_converted_img(t, "base.qcow2");
     fix_cleanup(t);
     g_free(t);
 }
@@ -761,6 +851,7 @@ int main(int argc, char **argv)
     g_test_add_func("/blkd/stream/all", test_stream_all);
     g_test_add_func("/blkd/stream/named", test_stream_named);
     g_test_add_func("/blkd/commit/intermediate", test_commit);
+    g_test_add_func("/blkd/commit/active", test_commit_active);
     g_test_add_func("/blkd/stream/refuse-cancel", test_stream_refuse_cancel);
     return g_test_run();
 }
