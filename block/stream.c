@@ -24,6 +24,10 @@
  * cancelled or failed job changes nothing, and the chain stays usable
  * (the copied clusters read what the chain did).
  *
+ * block-commit below the active node is the same walk (StreamOptions
+ * .commit): from the top down to the base, what any of them holds is
+ * copied into the base with plain writes (nobody reads the base there).
+ *
  * The speed limit: after an operation of N bytes, the next waits N/speed
  * seconds on a timerfd.  Buffers are allocated when the job starts.
  *

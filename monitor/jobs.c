@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Block jobs over QMP: blockdev-mirror, query-jobs, query-block-jobs, the
- * job-* and block-job-* verbs, and the events (JOB_STATUS_CHANGE,
- * BLOCK_JOB_READY, _PENDING, _COMPLETED, _CANCELLED, _ERROR) in QEMU's
- * shapes.  The state machine and the mirror are in block/job.c and
- * block/mirror.c; this file finds nodes and jobs by name and speaks QMP.
+ * Block jobs over QMP: blockdev-mirror, block-stream, block-commit,
+ * query-jobs, query-block-jobs, the job-* and block-job-* verbs, and the
+ * events (JOB_STATUS_CHANGE, BLOCK_JOB_READY, _PENDING, _COMPLETED,
+ * _CANCELLED, _ERROR) in QEMU's shapes.  The state machine, the mirror
+ * and the stream/commit walk are in block/job.c, block/mirror.c and
+ * block/stream.c; this file finds nodes and jobs by name, makes the graph
+ * changes at their end, and speaks QMP.
  *
  * Threads: main thread only.
  */
@@ -1246,7 +1248,7 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
  * backing file and the images from the top down to the base are let go.
  * The base must be a writable node added by name: vhost-blkd does not
  * reopen an image of a chain read-write.  An active commit (top = the
- * device's active node) is refused for now.
+ * device's active node) is vb_commit_active()'s.
  */
 static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
                                      GError **errp)
