@@ -140,17 +140,23 @@ static char *statuses(Fix *t, const char *id)
     return g_string_free(s, false);
 }
 
-/* Until the events say @id is null (auto-dismissed). */
-static void wait_null(Fix *t, const char *id)
+/* Until the events say @id is @status. */
+static void wait_status(Fix *t, const char *id, const char *status)
 {
     for (;;) {
         JsonObject *d = wait_event(t, "JOB_STATUS_CHANGE");
 
         if (!strcmp(json_object_get_string_member(d, "id"), id) &&
-            !strcmp(json_object_get_string_member(d, "status"), "null")) {
+            !strcmp(json_object_get_string_member(d, "status"), status)) {
             return;
         }
     }
+}
+
+/* Until the events say @id is null (dismissed). */
+static void wait_null(Fix *t, const char *id)
+{
+    wait_status(t, id, "null");
 }
 
 /* ---- images -------------------------------------------------------------- */
@@ -812,6 +818,13 @@ static void test_stream_refuse_cancel(void)
               "{\"job-id\": \"s2\", \"device\": \"top\"}}",
               "Node 'top' is busy: it is in use by another block job, "
               "snapshot or resize; wait for it to end");
+    /* Paused and resumed: the verbs reach it. */
+    qmp_ok(t, "{\"execute\": \"job-pause\", \"arguments\": "
+           "{\"id\": \"slow\"}}");
+    wait_status(t, "slow", "paused");
+    qmp_ok(t, "{\"execute\": \"job-resume\", \"arguments\": "
+           "{\"id\": \"slow\"}}");
+    wait_status(t, "slow", "running");
     guest_write(t, 64 * 1024, 4096, 6);
     qmp_ok(t, "{\"execute\": \"block-job-cancel\", \"arguments\": "
            "{\"device\": \"slow\"}}");
@@ -820,7 +833,8 @@ static void test_stream_refuse_cancel(void)
            "{\"id\": \"slow\"}}");
     wait_null(t, "slow");
     st = statuses(t, "slow");
-    g_assert_cmpstr(st, ==, "created running aborting concluded null");
+    g_assert_cmpstr(st, ==, "created running paused running aborting "
+                    "concluded null");
     guest_verify(t);
     guest_write(t, 3 * 1024 * 1024, 128 * 1024, 7);
     guest_verify(t);
