@@ -714,6 +714,19 @@ static const JobDriver mirror_job_driver = {
     .free = mirror_free,
 };
 
+/* An active block-commit: a mirror into the base, of QEMU's type. */
+static const JobDriver commit_active_job_driver = {
+    .type = "commit",
+    .start = mirror_start_cb,
+    .pause = mirror_pause,
+    .resume = mirror_resume,
+    .cancel = mirror_cancel,
+    .set_speed = mirror_set_speed,
+    .complete = mirror_complete,
+    .clean = mirror_clean,
+    .free = mirror_free,
+};
+
 Job *mirror_start(const MirrorOptions *o, GError **errp)
 {
     g_autofree char *who = g_strdup_printf("block job '%s'", o->job_id);
@@ -775,7 +788,9 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     /* Nobody else may write the target: our copy would be torn. */
     s->target_user = blk_attach_user(o->target, who,
                                      BLK_PERM_WRITE | BLK_PERM_RESIZE,
-                                     BLK_PERM_WRITE_UNCHANGED, errp);
+                                     BLK_PERM_WRITE_UNCHANGED |
+                                     (o->commit ? BLK_PERM_CONSISTENT_READ :
+                                      0), errp);
     if (!s->target_user) {
         goto fail;
     }
@@ -817,7 +832,8 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
         g_set_error(errp, VB_ERROR, 0, "timerfd: %s", g_strerror(errno));
         goto fail;
     }
-    job = job_create(o->job_id, &mirror_job_driver, s, o->device,
+    job = job_create(o->job_id, o->commit ? &commit_active_job_driver :
+                     &mirror_job_driver, s, o->device,
                      o->auto_finalize, o->auto_dismiss, o->speed, errp);
     if (!job) {
         goto fail;
