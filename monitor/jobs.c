@@ -254,11 +254,6 @@ static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
                      "or none", sync_names[sync]);
         return NULL;
     }
-    if (copy_mode == 1) {
-        vb_set_error(errp, "copy-mode=write-blocking is not supported yet: "
-                     "use copy-mode=background");
-        return NULL;
-    }
     if (on_src == 3 || on_tgt == 3) {
         vb_set_error(errp, "on-source-error/on-target-error=enospc is not "
                      "supported: use report, ignore or stop");
@@ -318,6 +313,7 @@ static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
     mo.on_source_error = on_src;
     mo.on_target_error = on_tgt;
     mo.unmap = unmap;
+    mo.write_blocking = copy_mode == 1;
     mo.quiesce = vb_mirror_quiesce;
     mo.pivot_check = vb_mirror_pivot_check;
     mo.pivot = vb_mirror_pivot;

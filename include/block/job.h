@@ -209,6 +209,8 @@ typedef struct MirrorOptions {
     JobErrorAction on_source_error;
     JobErrorAction on_target_error;
     bool unmap;                 /* zero ranges may become holes */
+    bool write_blocking;        /* copy-mode=write-blocking: the users'
+                                 * writes complete once on the target too */
     /* block-commit of the active node (job type "commit"): the target is
      * a backing node of the source's chain, which its overlays go on
      * reading (shared consistent read). */
