@@ -689,6 +689,17 @@ static void test_commit_active(void)
     ev = wait_event(t, "BLOCK_JOB_READY");
     g_assert_cmpstr(json_object_get_string_member(ev, "type"), ==,
                     "commit");
+    /* The base and the image between keep their size while it runs. */
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"b\", \"size\": 8388608}}",
+              "Node 'b' is in use by block job 'a0', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"m\", \"size\": 8388608}}",
+              "Node 'm' is in use by block job 'a0', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
     guest_write(t, 256 * 1024, 8192, 20);
     qmp_ok(t, "{\"execute\": \"block-job-cancel\", \"arguments\": "
            "{\"device\": \"a0\"}}");
@@ -818,6 +829,17 @@ static void test_stream_refuse_cancel(void)
               "{\"job-id\": \"s2\", \"device\": \"top\"}}",
               "Node 'top' is busy: it is in use by another block job, "
               "snapshot or resize; wait for it to end");
+    /* Its nodes keep their size while it runs (QEMU's op blockers). */
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"top\", \"size\": 8388608}}",
+              "Node 'top' is in use by block job 'slow', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"f0\", \"size\": 8388608}}",
+              "Node 'f0' is in use by block job 'slow', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
     /* Paused and resumed: the verbs reach it. */
     qmp_ok(t, "{\"execute\": \"job-pause\", \"arguments\": "
            "{\"id\": \"slow\"}}");
