@@ -216,11 +216,27 @@ static void stream_ask_chain(StreamJob *s)
         stream_advance(s, s->len);
         return;
     }
-    /* Past the end of a node of the chain the top reads zeroes, which it
-     * does by itself too (a shorter backing file): nothing to copy. */
+    /*
+     * Past the end of a node of the chain the chain reads zeroes (the
+     * qcow2 spec: beyond a backing file's size, zeroes).  Without the
+     * shorter node the base would show through there: if it is as long,
+     * the zeroes are written like data (a guest write won by
+     * BDRV_REQ_IF_UNALLOCATED as any copy), from a zeroed buffer: a
+     * commit's top may end before the range.
+     */
     lsize = blk_getlength(s->level);
     if (s->cursor >= lsize) {
-        stream_advance(s, s->len);
+        uint64_t bsize = s->base ? blk_getlength(s->base) : 0;
+
+        if (s->cursor >= bsize) {
+            stream_advance(s, s->len);
+            return;
+        }
+        s->len = MIN(s->len, bsize - s->cursor);
+        memset(s->buf, 0, s->len);
+        s->iov.iov_base = s->buf;
+        s->iov.iov_len = s->len;
+        stream_read_cb(s, 0);
         return;
     }
     s->len = MIN(s->len, lsize - s->cursor);
@@ -384,6 +400,11 @@ Job *stream_start(const StreamOptions *o, GError **errp)
     s->commit = o->commit;
     s->target = o->commit ? o->base : o->top;
     s->size = blk_getlength(o->top);
+    if (o->commit) {
+        /* Past the top's end its overlay reads zeroes, which the base
+         * must hold too once it is the overlay's backing file. */
+        s->size = MAX(s->size, blk_getlength(o->base));
+    }
     s->on_error = o->on_error;
     s->finish = o->finish;
     s->opaque = o->opaque;

@@ -882,6 +882,38 @@ static GArray *vb_chain_of(VbState *s, VbNode *top)
     return chain;
 }
 
+/*
+ * The holder ("block job 'ID'") of a block job whose nodes include @blk:
+ * a node the job is attached to, or an image of such a node's backing
+ * chain (a stream reads them, a commit drops them or writes the base).
+ * NULL: none.  QEMU's op blockers refuse a resize of all of them.
+ */
+const char *vb_job_using_image(VbState *s, BlockBackend *blk)
+{
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *m = g_ptr_array_index(s->nodes, i);
+        BdrvChild *c;
+
+        QLIST_FOREACH(c, &m->blk->parents, next_parent) {
+            GArray *chain;
+            bool hit = false;
+
+            if (c->parent || !g_str_has_prefix(c->name, "block job '")) {
+                continue;
+            }
+            chain = vb_chain_of(s, m);
+            for (guint j = 0; j < chain->len && !hit; j++) {
+                hit = g_array_index(chain, VbChainLink, j).blk == blk;
+            }
+            vb_chain_free(chain);
+            if (hit) {
+                return c->name;
+            }
+        }
+    }
+    return NULL;
+}
+
 /* Whether an NBD export serves @top (or a node sharing its image, or
  * its throttle node), which cannot be held while the chain changes. */
 static bool vb_stream_nbd_user(VbState *s, VbNode *top)

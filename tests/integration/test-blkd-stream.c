@@ -167,6 +167,10 @@ static void wait_null(Fix *t, const char *id)
  * and qemu-io: each layer overwrites part of the one below, partly over
  * cluster boundaries of the others, and leaves some of it showing.
  */
+/* make_chain() makes the middle image 2 MiB, shorter than the top and
+ * the base (4 MiB, data everywhere): the chain reads zeroes from 2 MiB. */
+static bool short_mid;
+
 static void make_chain(Fix *t, bool raw_base)
 {
     const char *bfmt = raw_base ? "raw" : "qcow2";
@@ -174,6 +178,30 @@ static void make_chain(Fix *t, bool raw_base)
     g_autofree char *data = NULL;
     gsize n;
 
+    if (short_mid) {
+        vb_sh("cd '%s' && qemu-img create -q -f qcow2 base.qcow2 4M && "
+              "qemu-img create -q -f qcow2 -o cluster_size=4096 "
+              "-b base.qcow2 -F qcow2 mid.qcow2 2M && "
+              "qemu-img create -q -f qcow2 -b mid.qcow2 -F qcow2 "
+              "top.qcow2 4M && "
+              "qemu-io -f qcow2 -c 'write -P 0x11 0 4M' base.qcow2 "
+              ">/dev/null && "
+              "qemu-io -f qcow2 -c 'write -P 0x22 100k 1M' mid.qcow2 "
+              ">/dev/null && "
+              "qemu-io -f qcow2 -c 'write -P 0x33 512k 96k' "
+              "-c 'write -P 0x34 3584k 64k' top.qcow2 >/dev/null",
+              t->d.dir);
+        vb_sh("cd '%s' && qemu-img convert -O raw top.qcow2 ref.raw",
+              t->d.dir);
+        g_assert_true(g_file_get_contents(ref, &data, &n, NULL));
+        g_assert_cmpuint(n, ==, IMG_SIZE);
+        /* The qcow2 spec, as qemu-img reads it: zeroes past mid's end. */
+        g_assert_cmpint(data[3 * 1024 * 1024], ==, 0);
+        g_assert_cmpint(data[3584 * 1024], ==, 0x34);
+        memcpy(t->expect, data, IMG_SIZE);
+        unlink(ref);
+        return;
+    }
     /* Over the raw base, a chain shorter than the top (3 MiB): the top
      * reads zeroes past its end. */
     vb_sh("cd '%s' && qemu-img create -q -f %s %s base.%s %s && "
@@ -689,6 +717,17 @@ static void test_commit_active(void)
     ev = wait_event(t, "BLOCK_JOB_READY");
     g_assert_cmpstr(json_object_get_string_member(ev, "type"), ==,
                     "commit");
+    /* The base and the image between keep their size while it runs. */
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"b\", \"size\": 8388608}}",
+              "Node 'b' is in use by block job 'a0', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"m\", \"size\": 8388608}}",
+              "Node 'm' is in use by block job 'a0', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
     guest_write(t, 256 * 1024, 8192, 20);
     qmp_ok(t, "{\"execute\": \"block-job-cancel\", \"arguments\": "
            "{\"device\": \"a0\"}}");
@@ -735,6 +774,56 @@ static void test_commit_active(void)
     check_converted_img(t, "base.qcow2");
     fix_cleanup(t);
     g_free(t);
+}
+
+/*
+ * A middle image shorter than the images around it: past its end the
+ * chain reads zeroes, not the base's data.  block-stream into the top
+ * over the base and block-commit of the middle image into the base must
+ * keep it so (without the zeroes written, the base would show through).
+ */
+static void test_short_mid(void)
+{
+    g_autofree char *top = NULL, *base = NULL;
+    Fix *t = g_new0(Fix, 1);
+    JsonObject *ev;
+
+    short_mid = true;
+    fix_start(t, false, true);
+    top = path_in(t, "top.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-stream\", \"arguments\": "
+           "{\"job-id\": \"z1\", \"device\": \"top\", \"base-node\": "
+           "\"b\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    g_assert_false(json_object_has_member(ev, "error"));
+    wait_null(t, "z1");
+    guest_verify(t);
+    fix_stop(t);
+    check_clean(top);
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+
+    t = g_new0(Fix, 1);
+    fix_start(t, false, true);
+    g_free(top);
+    top = path_in(t, "top.qcow2");
+    base = path_in(t, "base.qcow2");
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"z2\", \"device\": \"top\", \"top-node\": "
+           "\"m\", \"base-node\": \"b\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    g_assert_false(json_object_has_member(ev, "error"));
+    wait_null(t, "z2");
+    guest_verify(t);
+    fix_stop(t);
+    check_clean(top);
+    check_clean(base);
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+    short_mid = false;
 }
 
 /* The refusals, then a job cancelled midway (held by its speed limit):
@@ -818,6 +907,17 @@ static void test_stream_refuse_cancel(void)
               "{\"job-id\": \"s2\", \"device\": \"top\"}}",
               "Node 'top' is busy: it is in use by another block job, "
               "snapshot or resize; wait for it to end");
+    /* Its nodes keep their size while it runs (QEMU's op blockers). */
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"top\", \"size\": 8388608}}",
+              "Node 'top' is in use by block job 'slow', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"f0\", \"size\": 8388608}}",
+              "Node 'f0' is in use by block job 'slow', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
     /* Paused and resumed: the verbs reach it. */
     qmp_ok(t, "{\"execute\": \"job-pause\", \"arguments\": "
            "{\"id\": \"slow\"}}");
@@ -867,5 +967,6 @@ int main(int argc, char **argv)
     g_test_add_func("/blkd/commit/intermediate", test_commit);
     g_test_add_func("/blkd/commit/active", test_commit_active);
     g_test_add_func("/blkd/stream/refuse-cancel", test_stream_refuse_cancel);
+    g_test_add_func("/blkd/stream/short-mid", test_short_mid);
     return g_test_run();
 }
