@@ -42,16 +42,20 @@
  * saves depends on how busy the queue is: each request it brings in would
  * have waited for our wake-up, and at saturation a batch of requests that
  * polling catches also spares the peer its kick (a vmexit on a real VM)
- * and starts the next batch a wake-up sooner.  So a hit saves k x B, k the
- * requests the queues took since the window last adapted (the queue
- * handler tells the context, aio_context_note_requests(): one add per
- * batch; k >= 1): one request per wake-up (fixed low rates) is valued as
- * one saved sleep, a full batch at depth 32 pays for a window spun to its
- * end.  The loop keeps an account per context, the credit: each blocking
- * iteration that polled adds k x B - spent when polling caught its event
- * (a hit) and subtracts spent when it did not, and the credit is kept
- * within +-AIO_POLL_CREDIT_FACTOR x poll-max-ns (so it reacts within a
- * bounded loss however long polling paid before):
+ * and starts the next batch a wake-up sooner.  Let k be the requests the
+ * queues took since the window last adapted (the queue handler tells the
+ * context, aio_context_note_requests(): one add per batch; k >= 1).  The
+ * queue is busy when k >= AIO_POLL_BUSY_REQS and they came at least
+ * AIO_POLL_BUSY_FACTOR times faster than one per B (k x B >= factor x
+ * the wait): a hit on a busy queue saves k x B, any other hit B.  A rate
+ * limiter's bursts (a few requests per 50 us at 100k IOPS) are valued as
+ * one saved sleep each, as before; a batch of 32 at saturation pays for
+ * a window spun to its end.  The loop keeps an account per context, the
+ * credit: each blocking iteration that polled adds what its hit saved
+ * minus spent when polling caught its event (a hit) and subtracts spent
+ * when it did not, and the credit is kept within
+ * +-AIO_POLL_CREDIT_FACTOR x poll-max-ns (so it reacts within a bounded
+ * loss however long polling paid before):
  *   - the credit reaches -limit: polling spent a full limit more than it
  *     saved.  The window shrinks (/ shrink; to 0 at once if nothing hit
  *     since the account last started, since then no window catches
@@ -90,10 +94,8 @@
  * most about limit + poll-max-ns, and the next probe waits for twice as
  * many near waits as the last (up to AIO_POLL_PROBE_BACKOFF_MAX); the
  * wait is forgotten once the credit reaches +limit (polling pays).  A busy
- * wait does not wait for its probe: one that brought at least
- * AIO_POLL_BUSY_REQS requests, faster than one per B (k x B > the wait),
- * means requests keep arriving faster than a sleep/wake-up round trip,
- * so a queue that turns from a low rate to saturation polls again within
+ * wait (the queue was busy) does not wait for its probe: requests keep
+ * arriving faster than a sleep/wake-up round trip, so a queue that turns from a low rate to saturation polls again within
  * a few batches however long the back-off had grown.  An idle queue stops
  * polling after at most limit of spinning, a queue that falls from
  * saturation to a low rate after at most about 3 x limit.
@@ -497,9 +499,14 @@ void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
     /* What the requests of this wait would have waited on a wake-up, in
      * all; anything past 2 x limit fills the account anyway (and this
      * cannot overflow). */
-    const int64_t saved = k > 2 * limit / block ? 2 * limit : k * block;
-    /* They came faster than one per sleep/wake-up round trip. */
-    const bool busy = k >= AIO_POLL_BUSY_REQS && saved > wait_ns;
+    const int64_t all = k > 2 * limit / block ? 2 * limit : k * block;
+    /* A busy queue: they came at least AIO_POLL_BUSY_FACTOR times faster
+     * than one per sleep/wake-up round trip. */
+    const bool busy = k >= AIO_POLL_BUSY_REQS &&
+                      all >= AIO_POLL_BUSY_FACTOR * wait_ns;
+    /* A hit on a busy queue saves each of its requests a wake-up, any
+     * other one sleep. */
+    const int64_t saved = busy ? all : block;
 
     if (hit && spent_ns <= 0 && w->ns) {
         /* The first look found it: it was there before any spinning, and

@@ -105,9 +105,10 @@ void aio_notify(AioContext *ctx);
 #define AIO_POLL_CREDIT_FACTOR 4        /* credit limit: 4 x max_ns */
 #define AIO_POLL_BLOCK_NS 10000         /* default cost of a block+wake-up */
 #define AIO_POLL_PROBE_BACKOFF_MAX 4096 /* near waits between failed probes */
-#define AIO_POLL_BUSY_REQS 4            /* a wait bringing this many or more
-                                         * requests, faster than one per
-                                         * block_ns, means a busy queue */
+#define AIO_POLL_BUSY_REQS 4            /* a busy queue: a wait brought */
+#define AIO_POLL_BUSY_FACTOR 2          /* this many requests or more, this
+                                         * many times faster than one per
+                                         * block_ns */
 
 typedef struct AioPollParams {
     int64_t max_ns;     /* poll-max-ns: the window never exceeds it */
@@ -118,9 +119,9 @@ typedef struct AioPollParams {
 
 typedef struct AioPollWindow {
     int64_t ns;             /* the window of the next blocking iteration */
-    int64_t credit_ns;      /* wake-ups saved by hits (block_ns per request
-                             * they brought) minus time spent polling,
-                             * within +-CREDIT_FACTOR x max_ns */
+    int64_t credit_ns;      /* wake-ups saved by hits (block_ns each, per
+                             * request on a busy queue) minus time spent
+                             * polling, within +-CREDIT_FACTOR x max_ns */
     unsigned hits;          /* hits since credit_ns last started from 0 */
     int64_t ceiling_ns;     /* a window that lost with hits: grow only
                              * below it until polling pays (0: none) */

@@ -788,9 +788,10 @@ static void test_poll_window_saturated(void)
  * with gaps of 12 us (caught, but each hit spins more than a sleep
  * costs).  Polling must cost under 1 us per request averaged over
  * 100000, even right after the queue was saturated.  A rate limiter
- * catching up (2 or 4 requests at once, 50 us apart: fewer than one per
- * sleep/wake-up round trip) is no busy queue either: the probes still
- * back off.
+ * that issues in bursts is no busy queue either: 5 requests every 30 us
+ * (167k IOPS, 6 us apart: not two per sleep/wake-up round trip), caught
+ * after 30 us of spinning, are not worth it; 2 or 4 at once 50 us apart
+ * do not make the probes stop backing off.
  */
 static void test_poll_window_low_rate(void)
 {
@@ -804,6 +805,10 @@ static void test_poll_window_low_rate(void)
         spent = feed(&w, 100000, gaps[g], 20000);
         g_assert_cmpint(spent / 100000, <, 1000);
     }
+    w = (AioPollWindow) { .ns = test_pp.max_ns };
+    feed_saturated(&w, 1000, 32, true);
+    spent = feed_batch(&w, 100000 / 5, 30000, 20000, 5);
+    g_assert_cmpint(spent / 100000, <, 1000);
 
     w = (AioPollWindow) { 0 };
     spent = 0;
