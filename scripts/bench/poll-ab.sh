@@ -148,6 +148,7 @@ for be in $backends; do
 done
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+vcsw() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt/ {v += $2} END {print v + 0}'; }
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for r in $(seq "$reps"); do
@@ -164,14 +165,14 @@ for r in $(seq "$reps"); do
             kill -0 "$p" 2>/dev/null || {
                 echo "poll-ab.sh: $n ($be) exited:" >&2
                 cat "$tmp/$n-$be.log" >&2; exit 1; }
-            l=$(cut -d' ' -f1 /proc/loadavg); t0=$(ticks "$p")
+            l=$(cut -d' ' -f1 /proc/loadavg); t0=$(ticks "$p"); v0=$(vcsw "$p")
             j=$("$BENCH" --socket "$tmp/$n-$be.sock" --iodepth "$d" \
                 --queues 1 --queue-size 512 --runtime "$runtime" --json \
                 "${x[@]}" 2> "$tmp/bench.err") || {
                 echo "poll-ab.sh: bench against $n ($c) failed:" >&2
                 cat "$tmp/bench.err" >&2; exit 1; }
-            t1=$(ticks "$p")
-            echo "{\"cell\": \"$c\", \"case\": \"$n\", \"rep\": $r, \"load1\": $l, \"daemon_cpu_s\": $((t1 - t0)).0e-2, \"r\": $j}" >> "$raw"
+            t1=$(ticks "$p"); v1=$(vcsw "$p")
+            echo "{\"cell\": \"$c\", \"case\": \"$n\", \"rep\": $r, \"load1\": $l, \"daemon_cpu_s\": $((t1 - t0)).0e-2, \"daemon_vcsw\": $((v1 - v0)), \"r\": $j}" >> "$raw"
         done
     done
 done
@@ -190,7 +191,13 @@ def val(r, metric):
     if metric == "p50":
         return r["r"]["lat_us"]["p50"]
     ios = r["r"]["ios"]
-    return r["daemon_cpu_s"] * 1e6 / ios if ios else float("nan")
+    if not ios:
+        return float("nan")
+    if metric == "kicks":
+        return r["r"]["kicks_per_io"]
+    if metric == "wakeups":
+        return r["daemon_vcsw"] / ios
+    return r["daemon_cpu_s"] * 1e6 / ios
 
 def get(cell, case, rep, metric):
     for r in rows:
@@ -213,7 +220,11 @@ KINDS = {
     "halt": [("iops", "{:.0f}k", [("old", ">=", 0.95)])],
     "poll": [("iops", "{:.0f}k", [("old", ">=", 0.95)])],
 }
-NAMES = {"iops": "IOPS", "p50": "p50 latency", "cpu": "daemon CPU per I/O"}
+NAMES = {"iops": "IOPS", "p50": "p50 latency", "cpu": "daemon CPU per I/O",
+         "kicks": "client kicks per I/O", "wakeups": "daemon wake-ups per I/O"}
+# Less sensitive to a loaded machine than IOPS and CPU time (the tick is
+# 10 ms): whether the daemon polled instead of sleeping.
+EXTRA = [("kicks", "{:.3f}"), ("wakeups", "{:.3f}")]
 
 print(f"Measured from {sys.argv[2]}, load average {sys.argv[3]} at the start "
       f"and {sys.argv[4]} at the end; 1-minute load "
@@ -224,7 +235,7 @@ print("Every cell, every daemon (min / **median** / max):\n")
 print("| cell | metric | " + " | ".join(cases) + " |")
 print("|---|---|" + "---:|" * len(cases))
 for c in cells:
-    for metric, fmt, _ in KINDS[c.split("-")[0]]:
+    for metric, fmt in [(m, f) for m, f, _ in KINDS[c.split("-")[0]]] + EXTRA:
         cols = []
         for n in cases:
             v = [val(r, metric) for r in rows if r["cell"] == c and r["case"] == n]
