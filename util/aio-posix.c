@@ -47,10 +47,12 @@
  * context, aio_context_note_requests(): one add per batch; k >= 1).  The
  * queue is busy when k >= AIO_POLL_BUSY_REQS and they came at least
  * AIO_POLL_BUSY_FACTOR times faster than one per B (k x B >= factor x
- * the wait): a hit on a busy queue saves k x B, any other hit B.  A rate
- * limiter's bursts (a few requests per 50 us at 100k IOPS) are valued as
- * one saved sleep each, as before; a batch of 32 at saturation pays for
- * a window spun to its end.  The loop keeps an account per context, the
+ * the time since the window last adapted, not just this wait: the batch
+ * before it was processed in that time too): a hit on a busy queue saves
+ * k x B, any other hit B.  So a queue is busy above 2 / B (200k IOPS at
+ * the default B); a rate limiter's bursts (a few requests per 50 us at
+ * 100k IOPS) are valued as one saved sleep each, as before; a batch of
+ * 32 at saturation pays for a window spun to its end.  The loop keeps an account per context, the
  * credit: each blocking iteration that polled adds what its hit saved
  * minus spent when polling caught its event (a hit) and subtracts spent
  * when it did not, and the credit is kept within
@@ -490,7 +492,7 @@ void aio_context_note_requests(AioContext *ctx, unsigned n)
 
 void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
                           int64_t spent_ns, int64_t wait_ns, bool hit,
-                          unsigned reqs)
+                          unsigned reqs, int64_t reqs_ns)
 {
     const int64_t limit = p->max_ns * AIO_POLL_CREDIT_FACTOR;
     const bool near = wait_ns <= p->max_ns * AIO_POLL_NEAR_FACTOR;
@@ -503,7 +505,7 @@ void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
     /* A busy queue: they came at least AIO_POLL_BUSY_FACTOR times faster
      * than one per sleep/wake-up round trip. */
     const bool busy = k >= AIO_POLL_BUSY_REQS &&
-                      all >= AIO_POLL_BUSY_FACTOR * wait_ns;
+                      all >= AIO_POLL_BUSY_FACTOR * reqs_ns;
     /* A hit on a busy queue saves each of its requests a wake-up, any
      * other one sleep. */
     const int64_t saved = busy ? all : block;
@@ -565,9 +567,10 @@ void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
 }
 
 static void aio_adjust_poll_window(AioContext *ctx, int64_t spent_ns,
-                                   int64_t wait_ns, bool hit)
+                                   int64_t wait_ns, int64_t now, bool hit)
 {
     unsigned reqs = ctx->poll_reqs;
+    int64_t reqs_ns = now - ctx->poll_adapted_ns;
 
     const AioPollParams p = {
         .max_ns = ctx->poll_max_ns,
@@ -577,6 +580,7 @@ static void aio_adjust_poll_window(AioContext *ctx, int64_t spent_ns,
     };
 
     ctx->poll_reqs = 0;
+    ctx->poll_adapted_ns = now;
     if (atomic_load_explicit(&ctx->driver_polls, memory_order_relaxed)) {
         /*
          * A polling driver never kicks and spins whether we poll or not:
@@ -587,7 +591,7 @@ static void aio_adjust_poll_window(AioContext *ctx, int64_t spent_ns,
         ctx->poll_window = (AioPollWindow) { .ns = p.max_ns };
     } else {
         aio_poll_window_next(&ctx->poll_window, &p, spent_ns, wait_ns, hit,
-                             reqs);
+                             reqs, reqs_ns);
     }
     aio_set_poll_ns(ctx, ctx->poll_window.ns);
 }
@@ -730,8 +734,9 @@ bool aio_poll(AioContext *ctx, bool blocking)
          * found by the first look (a bottom half scheduled by the last
          * iteration) says nothing about the peer: not counted. */
         if (polled || !notified || poll_end != start) {
-            aio_adjust_poll_window(ctx, poll_end - start,
-                                   aio_clock_ns() - start,
+            int64_t now = aio_clock_ns();
+
+            aio_adjust_poll_window(ctx, poll_end - start, now - start, now,
                                    polled || notified);
         }
     }

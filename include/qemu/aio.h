@@ -96,19 +96,19 @@ void aio_notify(AioContext *ctx);
  * each blocking iteration that could poll, aio_poll_window_next() is told
  * how long the iteration spent polling (@spent_ns), how long it waited for
  * its event in all (@wait_ns, polling plus any sleep), whether polling
- * caught it (@hit) and how many requests the queues took since the last
- * call (@reqs, aio_context_note_requests(); 0 counts as 1); it updates @w,
- * whose ns is the next window.
+ * caught it (@hit), and how many requests the queues took since the last
+ * call (@reqs, aio_context_note_requests(); 0 counts as 1) in how long
+ * (@reqs_ns, the time since the last call); it updates @w, whose ns is
+ * the next window.
  */
 #define AIO_POLL_NS_START 4000          /* first window of a probe */
 #define AIO_POLL_NEAR_FACTOR 4          /* "near" waits: <= 4 x max_ns */
 #define AIO_POLL_CREDIT_FACTOR 4        /* credit limit: 4 x max_ns */
 #define AIO_POLL_BLOCK_NS 10000         /* default cost of a block+wake-up */
 #define AIO_POLL_PROBE_BACKOFF_MAX 4096 /* near waits between failed probes */
-#define AIO_POLL_BUSY_REQS 4            /* a busy queue: a wait brought */
-#define AIO_POLL_BUSY_FACTOR 2          /* this many requests or more, this
-                                         * many times faster than one per
-                                         * block_ns */
+#define AIO_POLL_BUSY_REQS 4            /* a busy queue: this many requests */
+#define AIO_POLL_BUSY_FACTOR 2          /* or more came this many times
+                                         * faster than one per block_ns */
 
 typedef struct AioPollParams {
     int64_t max_ns;     /* poll-max-ns: the window never exceeds it */
@@ -131,7 +131,7 @@ typedef struct AioPollWindow {
 
 void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
                           int64_t spent_ns, int64_t wait_ns, bool hit,
-                          unsigned reqs);
+                          unsigned reqs, int64_t reqs_ns);
 
 /*
  * A queue handler took @n requests in one turn (call it once per batch,

@@ -601,11 +601,11 @@ static int64_t feed_batch(AioPollWindow *w, int n, int64_t gap_ns,
     for (int i = 0; i < n; i++) {
         bool hit = w->ns >= gap_ns;
         int64_t spent = hit ? gap_ns : w->ns;
+        int64_t wait = hit ? gap_ns : gap_ns + wake_ns;
 
         spent_all += spent;
-        aio_poll_window_next(w, &test_pp, spent, hit ? gap_ns
-                                                      : gap_ns + wake_ns,
-                             hit, reqs);
+        /* no processing time: the last batch ended as this wait began */
+        aio_poll_window_next(w, &test_pp, spent, wait, hit, reqs, wait);
     }
     return spent_all;
 }
@@ -653,15 +653,15 @@ static void test_poll_window_first_look(void)
 
     for (int i = 0; i < 10000; i++) {
         spent += feed(&w, 1, 50000, 20000);
-        aio_poll_window_next(&w, &test_pp, 0, 600, true, 1);
+        aio_poll_window_next(&w, &test_pp, 0, 600, true, 1, 1000000000);
     }
     g_assert_cmpint(spent / 10000, <, 1000);
 
     w = (AioPollWindow) { 0 };
-    aio_poll_window_next(&w, &test_pp, 0, 600, true, 1);
+    aio_poll_window_next(&w, &test_pp, 0, 600, true, 1, 1000000000);
     g_assert_cmpint(w.ns, ==, AIO_POLL_NS_START);
     for (int i = 0; i < 10000; i++) {
-        aio_poll_window_next(&w, &test_pp, 0, 600, true, 1);
+        aio_poll_window_next(&w, &test_pp, 0, 600, true, 1, 1000000000);
         g_assert_cmpint(w.ns, ==, AIO_POLL_NS_START);
     }
     g_assert_cmpint(w.credit_ns, ==, 0);
@@ -820,6 +820,15 @@ static void test_poll_window_low_rate(void)
     }
     g_assert_cmpint(spent / 100000, <, 1000);
     g_assert_cmpuint(w.probe_backoff, ==, AIO_POLL_PROBE_BACKOFF_MAX);
+
+    /* The rate counts the time since the window last adapted, not only
+     * the last wait: 8 requests found 20 us into a wait but 80 us after
+     * the last batch (100k IOPS) are no busy queue; 8 in 20 us are. */
+    w = (AioPollWindow) { .probe_wait = 100 };
+    aio_poll_window_next(&w, &test_pp, 0, 20000, false, 8, 80000);
+    g_assert_cmpint(w.ns, ==, 0);
+    aio_poll_window_next(&w, &test_pp, 0, 20000, false, 8, 20000);
+    g_assert_cmpint(w.ns, ==, AIO_POLL_NS_START);
 }
 
 /*
@@ -891,12 +900,12 @@ static void test_poll_window_limits(void)
     AioPollParams p = test_pp;
 
     p.max_ns = 0;
-    aio_poll_window_next(&w, &p, 0, 0, false, 1);
+    aio_poll_window_next(&w, &p, 0, 0, false, 1, 1000000000);
     g_assert_cmpint(w.ns, ==, 0);
     p.max_ns = 1000;
-    aio_poll_window_next(&w, &p, 0, 500, false, 1);
+    aio_poll_window_next(&w, &p, 0, 500, false, 1, 1000000000);
     g_assert_cmpint(w.ns, ==, 1000);
-    aio_poll_window_next(&w, &p, 1000, 1500, false, 1);
+    aio_poll_window_next(&w, &p, 1000, 1500, false, 1, 1000000000);
     g_assert_cmpint(w.ns, ==, 1000);
 }
 
