@@ -52,12 +52,12 @@
  * k x B, any other hit B.  So a queue is busy above 2 / B (200k IOPS at
  * the default B); a rate limiter's bursts (a few requests per 50 us at
  * 100k IOPS) are valued as one saved sleep each, as before; a batch of
- * 32 at saturation pays for a window spun to its end.  The loop keeps an account per context, the
- * credit: each blocking iteration that polled adds what its hit saved
- * minus spent when polling caught its event (a hit) and subtracts spent
- * when it did not, and the credit is kept within
- * +-AIO_POLL_CREDIT_FACTOR x poll-max-ns (so it reacts within a bounded
- * loss however long polling paid before):
+ * 32 at saturation pays for a window spun to its end.  The loop keeps
+ * an account per context, the credit: each blocking iteration that
+ * polled adds what its hit saved minus spent when polling caught its
+ * event (a hit) and subtracts spent when it did not, and the credit is
+ * kept within +-AIO_POLL_CREDIT_FACTOR x poll-max-ns (so it reacts within
+ * a bounded loss however long polling paid before):
  *   - the credit reaches -limit: polling spent a full limit more than it
  *     saved.  The window shrinks (/ shrink; to 0 at once if nothing hit
  *     since the account last started, since then no window catches
@@ -97,8 +97,9 @@
  * many near waits as the last (up to AIO_POLL_PROBE_BACKOFF_MAX); the
  * wait is forgotten once the credit reaches +limit (polling pays).  A busy
  * wait (the queue was busy) does not wait for its probe: requests keep
- * arriving faster than a sleep/wake-up round trip, so a queue that turns from a low rate to saturation polls again within
- * a few batches however long the back-off had grown.  An idle queue stops
+ * arriving faster than a sleep/wake-up round trip, so a queue that turns
+ * from a low rate to saturation polls again within a few batches however
+ * long the back-off had grown.  An idle queue stops
  * polling after at most limit of spinning, a queue that falls from
  * saturation to a low rate after at most about 3 x limit.
  * Per iteration the policy costs a few additions on times the loop reads

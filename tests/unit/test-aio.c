@@ -834,10 +834,10 @@ static void test_poll_window_low_rate(void)
 /*
  * The switch both ways.  Saturated to 20k IOPS: the window closes within
  * 16 requests, having spun what it had banked plus the account's limit
- * at each of its two sizes (3 x limit).  Then, with the probe back-off at its maximum
- * (4096 waits between probes), saturated again: a wait that brings a
- * busy batch probes at once and the window is back at poll-max-ns within
- * 5 batches.
+ * at each of its two sizes (3 x limit).  Then, with the probe back-off
+ * at its maximum (4096 waits between probes), saturated again: a wait
+ * that brings a busy batch probes at once and the window is back at
+ * poll-max-ns within 5 batches.
  */
 static void test_poll_window_switch(void)
 {
