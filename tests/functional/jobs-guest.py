@@ -9,17 +9,20 @@ guest writes the exported disk:
   active block-commit of ov2 into BASE, job-complete once ready,
   blockdev-del ov2.
 
-After each snapshot it waits until the guest has written through the new
-overlay (the export's write count grows by --writes), and after each step
-it checks the chain with query-named-block-nodes.  Every check prints
-"PASS: what" or "FAIL: what: why"; a failed step ends the sequence
-(exit 1).  Waits are on events and states, each bounded by --timeout.
+After each step it checks the chain with query-named-block-nodes and,
+on the image files no longer written, qemu-img info --backing-chain and
+qemu-img check (with -U: the daemon still has them or their backing file
+open), then waits until the guest has written through the new top (the
+export's write count grows by --writes).  Every check prints "PASS:
+what" or "FAIL: what: why"; a failed step ends the sequence (exit 1).
+Waits are on events and states, each bounded by --timeout.
 
   jobs-guest.py --qmp SOCK --dir DIR --node NAME --export ID
 """
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -128,6 +131,31 @@ class Seq:
                    files == want and depth == len(want) - 1,
                    "got %s, depth %d" % (" -> ".join(files), depth))
 
+    def img_check(self, what, name):
+        """qemu-img check -U of image file @name (no longer written, but
+        it or its backing file still open in the daemon, hence no lock
+        taken): clean."""
+        r = subprocess.run(["qemu-img", "check", "-U",
+                            os.path.join(self.a.dir, name)],
+                           capture_output=True, text=True)
+        self.check("%s: qemu-img check -U %s is clean" % (what, name),
+                   r.returncode == 0,
+                   (r.stdout + r.stderr).strip().replace("\n", " | "))
+
+    def img_chain(self, what, name, want):
+        """qemu-img info -U --backing-chain of @name lists @want"""
+        r = subprocess.run(["qemu-img", "info", "-U", "--backing-chain",
+                            "--output=json",
+                            os.path.join(self.a.dir, name)],
+                           capture_output=True, text=True)
+        got = []
+        if r.returncode == 0:
+            got = [os.path.basename(i["filename"])
+                   for i in json.loads(r.stdout)]
+        self.check("%s: qemu-img info --backing-chain %s: %s" %
+                   (what, name, " -> ".join(want)), got == want,
+                   "got %s %s" % (" -> ".join(got), r.stderr.strip()))
+
     def export_node(self):
         for e in self.cmd("query-block-exports"):
             if e["id"] == self.a.export:
@@ -152,6 +180,9 @@ class Seq:
                        self.export_node() == "ov%d" % i,
                        "it serves %s" % self.export_node())
             self.check_chain("snapshot %d" % i, "ov%d" % i, ov + [bfile])
+            self.img_chain("snapshot %d" % i, ov[0], ov + [bfile])
+            # The image below the new overlay is frozen and flushed.
+            self.img_check("snapshot %d" % i, (ov + [bfile])[1])
             self.wait_writes("into overlay%d" % i)
 
         self.cmd("block-stream", **{"job-id": "s0", "device": "ov2",
@@ -165,6 +196,9 @@ class Seq:
         self.cmd("blockdev-del", **{"node-name": "ov1"})
         self.check("blockdev-del ov1: no longer used once streamed",
                    "ov1" not in self.nodes())
+        self.img_check("after stream", "overlay1.qcow2")
+        self.img_chain("after stream", "overlay2.qcow2",
+                       ["overlay2.qcow2", bfile])
         self.wait_writes("after the stream")
 
         self.cmd("block-commit", **{"job-id": "c0", "device": "ov2",
@@ -183,6 +217,8 @@ class Seq:
                    "it serves %s" % self.export_node())
         self.cmd("blockdev-del", **{"node-name": "ov2"})
         self.check_chain("after commit", base, [bfile])
+        self.img_check("after commit", "overlay2.qcow2")
+        self.img_chain("after commit", bfile, [bfile])
         left = sorted(n for n in self.nodes() if n.startswith("ov"))
         self.check("no overlay node is left", not left, " ".join(left))
         self.wait_writes("into the base after the commit")

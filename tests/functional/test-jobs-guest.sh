@@ -10,8 +10,10 @@
 #   block-stream of overlay2 with base-node=disk0 (BLOCK_JOB_COMPLETED),
 #   blockdev-del of overlay1's node, active block-commit of overlay2 into
 #   disk0, job-complete after BLOCK_JOB_READY, blockdev-del of overlay2,
-# checking the chain (query-named-block-nodes) after each step and
-# waiting, after each, until the guest has written through the new top.
+# checking the chain after each step (query-named-block-nodes, and
+# qemu-img info -U --backing-chain / qemu-img check -U of the image files
+# no longer written) and waiting, after each, until the guest has written
+# through the new top.
 # Then the host writes the stop block, and: the guest's last fio pass
 # verifies, vhost-blkd exits 0 on SIGTERM, qemu-img check of each image is
 # clean, qemu-img info --backing-chain shows base.qcow2 alone (and
