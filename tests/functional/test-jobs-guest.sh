@@ -102,8 +102,8 @@ echo "# fio passes in the guest: ${passes:-?}"
 kill -TERM "$BLKD_PID"
 wait "$BLKD_PID"
 vb_check_eq "vhost-blkd exits 0 on SIGTERM" "$?" 0
-if grep -Eiq 'assert|leak|AddressSanitizer|runtime error' "$VB_TMP/blkd.log"; then
-    vb_not_ok "vhost-blkd's log is clean" "$(grep -Ei 'assert|leak|sanitizer|runtime error' "$VB_TMP/blkd.log" | head -n 3)"
+if grep -Eq 'Assertion|AddressSanitizer|LeakSanitizer|runtime error' "$VB_TMP/blkd.log"; then
+    vb_not_ok "vhost-blkd's log is clean" "$(grep -E 'Assertion|Sanitizer|runtime error' "$VB_TMP/blkd.log" | head -n 3)"
 else
     vb_ok "vhost-blkd's log is clean"
 fi
