@@ -14,6 +14,8 @@
 #                     a disk the host cannot write itself (an RBD image the
 #                     back-end holds the exclusive lock of): a second disk
 #   vbmaxpasses=500   give up (FAIL) after this many passes
+#   vbfioargs=        extra fio options separated by '+', e.g.
+#                     vbfioargs=--verify_backlog=64 (verify while writing)
 #   vbheldread=OFF:LEN  first read LEN bytes at byte offset OFF (M suffix
 #                     allowed) with O_DIRECT and report their md5sum as
 #                     heldread_md5; the host holds that read back in the
@@ -46,14 +48,17 @@ if [ -n "${vbheldread:-}" ]; then
           iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
     vb_info heldread_md5 "$sum"
 fi
+extra=
+[ -n "${vbfioargs:-}" ] && extra=$(echo "$vbfioargs" | tr '+' ' ')
 pass=0
 while :; do
     pass=$((pass + 1))
     vb_log "fio pass $pass"
+    # shellcheck disable=SC2086 # $extra: one word per option
     fio --name=vbtest --filename="/dev/$vbdev" --direct=1 --ioengine=libaio \
         --rw=randwrite --bs="${vbbs:-4k}" --iodepth="${vbiodepth:-8}" \
         --size="$size" --randseed="$pass" --verify=crc32c --verify_fatal=1 \
-        --do_verify=1 --group_reporting=1 > /tmp/fio.out 2>&1
+        --do_verify=1 --group_reporting=1 $extra > /tmp/fio.out 2>&1
     st=$?
     if [ "$st" -ne 0 ]; then
         cat /tmp/fio.out
