@@ -135,7 +135,8 @@ typedef struct Qcow2Async {
     struct WritePlan *plan;
     uint64_t n;
     uint64_t first, last;               /* guest clusters */
-    uint8_t *buf;                       /* n clusters */
+    uint8_t *buf;                       /* n clusters (abuf_get()) */
+    size_t buf_cap;
     struct iovec *iov;
     BlockAIOCB *cacb;                   /* the file's requests */
     int pending;
@@ -254,6 +255,14 @@ typedef struct BDRVQcow2State {
     QLIST_HEAD(, Qcow2Async) async;
     QSIMPLEQ_HEAD(, Qcow2Async) async_done;
     uint32_t nr_async;
+    /* Buffers of async writes done, kept for the next ones: fresh
+     * memory for every write costs page faults (abuf_get()). */
+    void *abuf[MAX_ASYNC];
+    size_t abuf_cap[MAX_ASYNC];
+    uint32_t nr_abuf;
+    /* The guest's data of the write being planned (grows, kept). */
+    uint8_t *wbuf;
+    size_t wbuf_cap;
 
     /* Open (metadata thread): the result. */
     GError *open_err;
@@ -1590,6 +1599,47 @@ static bool reads_as_zero(BDRVQcow2State *s, uint64_t vc,
     }
 }
 
+/*
+ * An aligned buffer of at least @size bytes for an async write (its
+ * capacity in @cap): one kept from an earlier write if one is large
+ * enough.  NULL if out of memory.
+ */
+static uint8_t *abuf_get(BDRVQcow2State *s, size_t size, size_t *cap)
+{
+    uint32_t fa = MAX(s->file->bl.request_alignment, 1);
+    void *p;
+
+    for (uint32_t i = 0; i < s->nr_abuf; i++) {
+        if (s->abuf_cap[i] >= size) {
+            p = s->abuf[i];
+            *cap = s->abuf_cap[i];
+            s->nr_abuf--;
+            s->abuf[i] = s->abuf[s->nr_abuf];
+            s->abuf_cap[i] = s->abuf_cap[s->nr_abuf];
+            return p;
+        }
+    }
+    if (posix_memalign(&p, MAX(fa, 4096), size)) {
+        return NULL;
+    }
+    *cap = size;
+    return p;
+}
+
+/* Keep @p for the next async write (freed if enough are kept). */
+static void abuf_put(BDRVQcow2State *s, uint8_t *p, size_t cap)
+{
+    if (!p) {
+        return;
+    }
+    if (s->nr_abuf < MAX_ASYNC && cap <= 4 * s->cluster_size) {
+        s->abuf[s->nr_abuf] = p;
+        s->abuf_cap[s->nr_abuf++] = cap;
+        return;
+    }
+    free(p);
+}
+
 /* Clear the autoclear bits we do not maintain, before the first change:
  * a reader that knows them must not trust what they describe. */
 static int first_write(BDRVQcow2State *s)
@@ -1764,12 +1814,11 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
              * writes in flight while the next request is done.  Aligned
              * for direct I/O, which would bounce it otherwise. */
             uint32_t fa = MAX(s->file->bl.request_alignment, 1);
-            void *buf;
 
-            if (posix_memalign(&buf, MAX(fa, 4096), n * s->cluster_size)) {
+            aw->buf = abuf_get(s, n * s->cluster_size, &aw->buf_cap);
+            if (!aw->buf) {
                 return -ENOMEM;
             }
-            aw->buf = buf;
             for (uint64_t i = 0; i < n; i++) {
                 WritePlan *p = &plan[i];
                 uint8_t *c = aw->buf + i * s->cluster_size;
@@ -1950,6 +1999,9 @@ static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
     return 0;
 }
 
+/* Largest write whose data buffer is kept (BDRVQcow2State.wbuf). */
+#define WBUF_MAX (1u << 20)
+
 static void complete_bh(void *opaque)
 {
     BlockAIOCB *acb = opaque;
@@ -1969,9 +2021,23 @@ static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
         ret = do_read(s, acb);
         break;
     case BLK_REQ_WRITE: {
-        g_autofree uint8_t *buf = g_malloc(acb->bytes);
+        g_autofree uint8_t *big = NULL;
+        uint8_t *buf;
         bool fua = acb->flags & BDRV_REQ_FUA;
         Qcow2Async *aw = NULL;
+
+        /* The data is copied out of it (into the cluster buffers) or
+         * written before the next request: one buffer is enough. */
+        if (acb->bytes <= WBUF_MAX) {
+            if (acb->bytes > s->wbuf_cap) {
+                g_free(s->wbuf);
+                s->wbuf = g_malloc(acb->bytes);
+                s->wbuf_cap = acb->bytes;
+            }
+            buf = s->wbuf;
+        } else {
+            buf = big = g_malloc(acb->bytes);
+        }
 
         if (!fua && s->fast_ok) {
             aw = g_new0(Qcow2Async, 1);
@@ -1986,7 +2052,7 @@ static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
         if (aw) {
             /* Not submitted (or the file could not grow for it). */
             g_free(aw->plan);
-            free(aw->buf);
+            abuf_put(s, aw->buf, aw->buf_cap);
             g_free(aw->iov);
             g_free(aw->cacb);
             g_free(aw);
@@ -2085,7 +2151,7 @@ static void qcow2_async_finish(BDRVQcow2State *s, Qcow2Async *aw)
     aw->acb->ret = ret;
     aio_bh_schedule_oneshot(ctx, complete_bh, aw->acb, "qcow2-complete");
     g_free(aw->plan);
-    free(aw->buf);
+    abuf_put(s, aw->buf, aw->buf_cap);
     g_free(aw->iov);
     g_free(aw->cacb);
     g_free(aw);
@@ -2818,6 +2884,10 @@ static void qcow2_close(BlockBackend *bs)
     if (s->quarantine) {
         g_array_free(s->quarantine, true);
     }
+    for (uint32_t i = 0; i < s->nr_abuf; i++) {
+        free(s->abuf[i]);
+    }
+    g_free(s->wbuf);
     if (s->grace) {
         g_array_free(s->grace, true);
     }
