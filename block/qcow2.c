@@ -1626,13 +1626,17 @@ static uint8_t *abuf_get(BDRVQcow2State *s, size_t size, size_t *cap)
     return p;
 }
 
-/* Keep @p for the next async write (freed if enough are kept). */
+/* Largest async write buffer kept: MAX_ASYNC of them at most. */
+#define ABUF_KEEP_MAX (256u * 1024)
+
+/* Keep @p for the next async write (freed if enough are kept, or if it
+ * is large: page faults matter less against a large write). */
 static void abuf_put(BDRVQcow2State *s, uint8_t *p, size_t cap)
 {
     if (!p) {
         return;
     }
-    if (s->nr_abuf < MAX_ASYNC && cap <= 4 * s->cluster_size) {
+    if (s->nr_abuf < MAX_ASYNC && cap <= ABUF_KEEP_MAX) {
         s->abuf[s->nr_abuf] = p;
         s->abuf_cap[s->nr_abuf++] = cap;
         return;
