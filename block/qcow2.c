@@ -156,6 +156,18 @@ typedef struct Qcow2Job {
     QSIMPLEQ_ENTRY(Qcow2Job) next;
 } Qcow2Job;
 
+/* Fast path reference counters of one group of threads (see
+ * BDRVQcow2State.fast). */
+#define FAST_SLOTS 8
+
+typedef struct Qcow2FastSlot {
+    uint64_t refs[2];           /* atomic */
+    uint8_t pad[48];
+} Qcow2FastSlot;
+
+static __thread uint32_t qcow2_thread_slot;     /* slot + 1; 0: none yet */
+static uint32_t qcow2_next_slot;                /* atomic */
+
 typedef struct BDRVQcow2State {
     BlockBackend *bs;
     BlockBackend *file;
@@ -216,7 +228,7 @@ typedef struct BDRVQcow2State {
     /* Freed ranges no entry on disk names any more, waiting for the
      * fast path to let go of them (see reuse_poll()): @quarantine for
      * the next grace period, @grace for the one under way, which ends
-     * when fast_refs[@grace_idx] drains. */
+     * when every slot's refs[@grace_idx] drains. */
     GArray *quarantine;
     GArray *grace;
     uint32_t grace_idx;
@@ -225,15 +237,15 @@ typedef struct BDRVQcow2State {
     uint64_t zero_from;
 
     /*
-     * Fast path requests in flight (qcow2_fast()), counted by epoch
-     * (atomic): each takes a reference in fast_refs[fast_epoch & 1]
-     * before it looks at an L1 or L2 entry and drops it when its I/O is
-     * done.  On cache lines of their own: every iothread writes them.
+     * Fast path requests in flight (qcow2_fast()), counted by epoch:
+     * each takes a reference in refs[fast_epoch & 1] of its thread's
+     * slot before it looks at an L1 or L2 entry, and drops it when its
+     * I/O is done.  A slot per thread (threads spread over FAST_SLOTS
+     * round-robin, a cache line each) keeps the iothreads from bouncing
+     * one line between them.
      */
-    uint8_t pad0[64];
-    uint64_t fast_refs[2];
-    uint32_t fast_epoch;
-    uint8_t pad1[64];
+    Qcow2FastSlot *fast;        /* FAST_SLOTS, cache line aligned */
+    uint32_t fast_epoch;        /* atomic */
 
     Qcow2Decompressor *dec;
     uint8_t *cbuf;
@@ -982,14 +994,19 @@ static int free_range(BDRVQcow2State *s, uint64_t off, uint64_t len)
     return 0;
 }
 
-/* Metadata thread: has every fast path request counted in
- * fast_refs[@idx] completed? */
+/* Metadata thread: has every fast path request counted in epoch
+ * @idx completed? */
 static bool fast_drained(BDRVQcow2State *s, uint32_t idx)
 {
     /* Pairs with the fence in qcow2_submit(): either that request is
      * counted here, or it sees the entries as changed before this. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    return __atomic_load_n(&s->fast_refs[idx], __ATOMIC_SEQ_CST) == 0;
+    for (int i = 0; i < FAST_SLOTS; i++) {
+        if (__atomic_load_n(&s->fast[i].refs[idx], __ATOMIC_SEQ_CST)) {
+            return false;
+        }
+    }
+    return true;
 }
 
 /*
@@ -2387,12 +2404,11 @@ static void iovb_put(AioContext *ctx, Qcow2IovBlock *b)
 
 /* The parent's state in its control block (which no engine uses while
  * the request is ours): [0] the submitting context (slow path),
- * [1] child requests pending, [2] the first error, [3] the epoch
- * counter it holds a reference in (fast path: see reuse_poll()), [4] the
- * node's state. */
-static void fast_put(BDRVQcow2State *s, BlockAIOCB *acb)
+ * [1] child requests pending, [2] the first error, [3] the counter it
+ * holds a reference in (fast path: see reuse_poll()). */
+static void fast_put(BlockAIOCB *acb)
 {
-    __atomic_fetch_sub(&s->fast_refs[acb->engine_priv[3]], 1,
+    __atomic_fetch_sub((uint64_t *)(uintptr_t)acb->engine_priv[3], 1,
                        __ATOMIC_RELEASE);
 }
 
@@ -2411,8 +2427,7 @@ static void fast_cb(void *opaque, int ret)
     }
     if (--parent->engine_priv[1] == 0) {
         /* The host clusters are no longer used: they may be reused. */
-        fast_put((BDRVQcow2State *)(uintptr_t)parent->engine_priv[4],
-                 parent);
+        fast_put(parent);
         blk_acb_complete(parent, (int)(int64_t)parent->engine_priv[2]);
     }
 }
@@ -2561,7 +2576,7 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
         }
     }
     if (!nio) {
-        fast_put(s, acb);
+        fast_put(acb);
         blk_complete_later(ctx, acb, 0);
         return true;
     }
@@ -2607,16 +2622,22 @@ static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
 
     if (acb->type == BLK_REQ_READ || acb->type == BLK_REQ_WRITE) {
         uint32_t e = __atomic_load_n(&s->fast_epoch, __ATOMIC_ACQUIRE) & 1;
+        uint64_t *refs;
 
+        if (!qcow2_thread_slot) {
+            qcow2_thread_slot = __atomic_fetch_add(&qcow2_next_slot, 1,
+                                                   __ATOMIC_RELAXED) %
+                                FAST_SLOTS + 1;
+        }
+        refs = &s->fast[qcow2_thread_slot - 1].refs[e];
         /* Counted before any entry is looked at (see reuse_poll()). */
-        acb->engine_priv[3] = e;
-        acb->engine_priv[4] = (uintptr_t)s;
-        __atomic_fetch_add(&s->fast_refs[e], 1, __ATOMIC_SEQ_CST);
+        acb->engine_priv[3] = (uintptr_t)refs;
+        __atomic_fetch_add(refs, 1, __ATOMIC_SEQ_CST);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         if (qcow2_fast(s, ctx, acb)) {
             return;
         }
-        fast_put(s, acb);
+        fast_put(acb);
     }
     acb->engine_priv[0] = (uintptr_t)ctx;
     __atomic_add_fetch(&s->slow_requests, 1, __ATOMIC_RELAXED);
@@ -2895,6 +2916,7 @@ static void qcow2_close(BlockBackend *bs)
     if (s->grace) {
         g_array_free(s->grace, true);
     }
+    free(s->fast);
     qcow2_decompressor_free(s->dec);
     qcow2_info_free(&s->info);
     g_free(s->cbuf);
@@ -3028,6 +3050,14 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
     s->pending_frees = g_array_new(false, false, sizeof(Qcow2Free));
     s->quarantine = g_array_new(false, false, sizeof(Qcow2Free));
     s->grace = g_array_new(false, false, sizeof(Qcow2Free));
+    {
+        void *p;
+
+        if (posix_memalign(&p, 64, FAST_SLOTS * sizeof(Qcow2FastSlot))) {
+            abort();
+        }
+        s->fast = memset(p, 0, FAST_SLOTS * sizeof(Qcow2FastSlot));
+    }
     if (s->writable && opts->file->readonly) {
         g_set_error(errp, VB_ERROR, 0, "Block node is read-only: the file "
                     "node of %s is read-only; add the qcow2 node with "
