@@ -779,7 +779,7 @@ void blk_aio_pwritev(BlockBackend *blk, BlockAIOCB *acb, int64_t offset,
                      BlockCompletionFunc *cb, void *opaque)
 {
     blk_submit(blk, acb, BLK_REQ_WRITE, blk->drv->bdrv_aio_pwritev,
-               flags & BDRV_REQ_FUA, offset,
+               flags & (BDRV_REQ_FUA | BDRV_REQ_IF_UNALLOCATED), offset,
                blk_iov_size(iov, niov), iov, niov, cb, opaque);
 }
 

@@ -42,6 +42,8 @@ BdrvDirtyBitmap *bdrv_dirty_bitmap_create(BlockBackend *bs,
     bm->nbits = (size + granularity - 1) >> bm->shift;
     bm->bits = g_new0(unsigned long,
                       (bm->nbits + BITS_PER_WORD - 1) / BITS_PER_WORD + 1);
+    bm->busy = g_new0(unsigned long,
+                      (bm->nbits + BITS_PER_WORD - 1) / BITS_PER_WORD + 1);
     bm->next = bs->dirty_bitmaps;
     /* Pairs with the acquire load in blk_submit(): a writer that sees
      * the bitmap sees it initialised. */
@@ -72,6 +74,7 @@ void bdrv_dirty_bitmaps_free(BlockBackend *bs)
 
         bs->dead_bitmaps = bm->dead_next;
         g_free(bm->bits);
+        g_free(bm->busy);
         g_free(bm);
     }
 }
@@ -163,6 +166,149 @@ uint64_t bdrv_dirty_bitmap_dirty_bytes(BdrvDirtyBitmap *bm)
     return MIN(n, bm->size);
 }
 
+uint64_t bdrv_dirty_bitmap_take_busy(BdrvDirtyBitmap *bm, uint64_t bit,
+                                     uint64_t n)
+{
+    uint64_t i;
+
+    for (i = 0; i < n && bit + i < bm->nbits; i++) {
+        uint64_t b = bit + i;
+        unsigned long mask = 1ul << (b % BITS_PER_WORD);
+
+        if (__atomic_fetch_or(&bm->busy[b / BITS_PER_WORD], mask,
+                              __ATOMIC_ACQ_REL) & mask) {
+            break;          /* an active write has it */
+        }
+    }
+    return i;
+}
+
+/* Clear the busy bits from @first to @last. */
+static void bdrv_dirty_busy_range(BdrvDirtyBitmap *bm, uint64_t first,
+                                  uint64_t last)
+{
+    for (uint64_t b = first; b <= last && b < bm->nbits; b++) {
+        __atomic_fetch_and(&bm->busy[b / BITS_PER_WORD],
+                           ~(1ul << (b % BITS_PER_WORD)), __ATOMIC_RELEASE);
+    }
+}
+
+void bdrv_dirty_bitmap_release_busy(BdrvDirtyBitmap *bm, uint64_t offset,
+                                    uint64_t bytes)
+{
+    if (bytes) {
+        bdrv_dirty_busy_range(bm, offset >> bm->shift,
+                              (offset + bytes - 1) >> bm->shift);
+    }
+}
+
+void bdrv_dirty_bitmap_set_active(BdrvDirtyBitmap *bm, BdrvActiveMirror *am)
+{
+    __atomic_store_n(&bm->active, am, __ATOMIC_RELEASE);
+}
+
+/* A free slot of @am, or NULL. */
+static BdrvActiveWrite *bdrv_active_get_slot(BdrvActiveMirror *am)
+{
+    for (unsigned int w = 0; w < am->n_slots / BITS_PER_WORD; w++) {
+        unsigned long v = __atomic_load_n(&am->slot_used[w],
+                                          __ATOMIC_RELAXED);
+
+        while (~v) {
+            unsigned int i = __builtin_ctzl(~v);
+
+            if (!(__atomic_fetch_or(&am->slot_used[w], 1ul << i,
+                                    __ATOMIC_ACQUIRE) & (1ul << i))) {
+                return &am->slots[w * BITS_PER_WORD + i];
+            }
+            v = __atomic_load_n(&am->slot_used[w], __ATOMIC_RELAXED);
+        }
+    }
+    return NULL;
+}
+
+static void bdrv_active_put_slot(BdrvActiveMirror *am, BdrvActiveWrite *w)
+{
+    unsigned int i = w - am->slots;
+
+    __atomic_fetch_and(&am->slot_used[i / BITS_PER_WORD],
+                       ~(1ul << (i % BITS_PER_WORD)), __ATOMIC_RELEASE);
+}
+
+/*
+ * Write-blocking: take @acb (completed on @top with @ret) over, if its
+ * range is not being copied and a slot is free.  Its whole granules
+ * become clean (the write about to go out carries them); the partial
+ * ones at its ends stay dirty for the job.  Any other write to the
+ * range in flight marks it again when it completes.
+ */
+static bool bdrv_dirty_active_start(BdrvDirtyBitmap *bm, BdrvActiveMirror *am,
+                                    BlockBackend *top, BlockAIOCB *acb,
+                                    int ret)
+{
+    uint64_t first = (uint64_t)acb->offset >> bm->shift;
+    uint64_t last = ((uint64_t)acb->offset + acb->bytes - 1) >> bm->shift;
+    uint64_t gran = 1ull << bm->shift;
+    uint64_t full_first = ((uint64_t)acb->offset + gran - 1) >> bm->shift;
+    uint64_t full_end = ((uint64_t)acb->offset + acb->bytes) >> bm->shift;
+    uint64_t got;
+    BdrvActiveWrite *w;
+
+    if (ret < 0 || !acb->bytes || last >= bm->nbits ||
+        (acb->type != BLK_REQ_WRITE && acb->type != BLK_REQ_WRITE_ZEROES)) {
+        return false;
+    }
+    w = bdrv_active_get_slot(am);
+    if (!w) {
+        return false;
+    }
+    got = bdrv_dirty_bitmap_take_busy(bm, first, last - first + 1);
+    if (got != last - first + 1) {
+        /* A copy of the range is in flight: the job copies it after
+         * (the caller marks the bits). */
+        if (got) {
+            bdrv_dirty_busy_range(bm, first, first + got - 1);
+        }
+        bdrv_active_put_slot(am, w);
+        return false;
+    }
+    /* The partial granules at both ends stay for the job to copy. */
+    bdrv_dirty_bitmap_set(bm, acb->offset, acb->bytes);
+    for (uint64_t b = full_first; b < full_end; b++) {
+        __atomic_fetch_and(&bm->bits[b / BITS_PER_WORD],
+                           ~(1ul << (b % BITS_PER_WORD)), __ATOMIC_RELEASE);
+    }
+    __atomic_fetch_add(&am->in_flight, 1, __ATOMIC_RELAXED);
+    w->guest = acb;
+    w->guest_ret = ret;
+    w->top = top;
+    w->bm = bm;
+    w->am = am;
+    am->submit(w);
+    return true;
+}
+
+void bdrv_dirty_active_finish(BdrvActiveWrite *w, int ret)
+{
+    BlockAIOCB *acb = w->guest;
+    BdrvDirtyBitmap *bm = w->bm;
+    BdrvActiveMirror *am = w->am;
+    BlockBackend *top = w->top;
+
+    if (ret < 0) {
+        /* The job copies it again, and reports the error then. */
+        bdrv_dirty_bitmap_set(bm, acb->offset, acb->bytes);
+        __atomic_fetch_add(&am->failed, 1, __ATOMIC_RELAXED);
+    }
+    bdrv_dirty_bitmap_release_busy(bm, acb->offset, acb->bytes);
+    bdrv_active_put_slot(am, w);
+    /* Release: a job that sees the counts drop sees the bits.  The
+     * node's count last: a job that ends waits for it, and may free
+     * @am (not @top) as soon as the first one drops. */
+    __atomic_fetch_sub(&am->in_flight, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&top->dirty_inflight, 1, __ATOMIC_RELEASE);
+}
+
 unsigned int bdrv_dirty_writes_in_flight(BlockBackend *bs)
 {
     return __atomic_load_n(&bs->dirty_inflight, __ATOMIC_ACQUIRE);
@@ -190,16 +336,31 @@ void bdrv_dirty_mark_submit(BlockBackend *bs, BdrvDirtyBitmap *head,
  * filter chain (bitmaps live on top nodes only, and no filter is put
  * over a node that has one).
  */
-void bdrv_dirty_mark_complete(BlockAIOCB *acb)
+bool bdrv_dirty_mark_complete(BlockAIOCB *acb, int ret)
 {
     BlockBackend *bs = acb->blk;
+    BdrvDirtyBitmap *bm;
+    bool taken = false;
 
     acb->flags &= ~BDRV_REQ_DIRTY_TRACKED;
     while (bs->parent) {
         bs = bs->parent;
     }
-    bdrv_dirty_mark_all(__atomic_load_n(&bs->dirty_bitmaps,
-                                        __ATOMIC_ACQUIRE), acb);
-    /* Release: a job that sees the count drop sees the bits set. */
-    __atomic_fetch_sub(&bs->dirty_inflight, 1, __ATOMIC_RELEASE);
+    for (bm = __atomic_load_n(&bs->dirty_bitmaps, __ATOMIC_ACQUIRE); bm;
+         bm = __atomic_load_n(&bm->next, __ATOMIC_ACQUIRE)) {
+        BdrvActiveMirror *am = __atomic_load_n(&bm->active,
+                                               __ATOMIC_ACQUIRE);
+
+        if (unlikely(am) && !taken &&
+            bdrv_dirty_active_start(bm, am, bs, acb, ret)) {
+            taken = true;
+            continue;
+        }
+        bdrv_dirty_bitmap_set(bm, acb->offset, acb->bytes);
+    }
+    if (!taken) {
+        /* Release: a job that sees the count drop sees the bits set. */
+        __atomic_fetch_sub(&bs->dirty_inflight, 1, __ATOMIC_RELEASE);
+    }
+    return taken;
 }

@@ -175,12 +175,10 @@ bool blk_engine_get_stats_by_name(AioContext *ctx, const char *name,
 
 /* ---- finishing a request -------------------------------------------- */
 
-/* Engine thread. */
-void blk_acb_complete(BlockAIOCB *acb, int ret)
+/* Engine thread: the bounce buffer and the callback.  Inline: the
+ * path of every request. */
+static inline void blk_acb_do_finish(BlockAIOCB *acb, int ret)
 {
-    if (unlikely(acb->flags & BDRV_REQ_DIRTY_TRACKED)) {
-        bdrv_dirty_mark_complete(acb);
-    }
     if (unlikely(acb->bounce)) {
         if (ret == 0 && acb->type == BLK_REQ_READ) {
             size_t copied = 0;
@@ -194,6 +192,22 @@ void blk_acb_complete(BlockAIOCB *acb, int ret)
         acb->bounce = NULL;
     }
     acb->cb(acb->opaque, ret);
+}
+
+/* Engine thread. */
+void blk_acb_complete(BlockAIOCB *acb, int ret)
+{
+    if (unlikely(acb->flags & BDRV_REQ_DIRTY_TRACKED) &&
+        bdrv_dirty_mark_complete(acb, ret)) {
+        return;     /* a write-blocking mirror finishes it later */
+    }
+    blk_acb_do_finish(acb, ret);
+}
+
+/* Engine thread. */
+void blk_acb_finish(BlockAIOCB *acb, int ret)
+{
+    blk_acb_do_finish(acb, ret);
 }
 
 /* Engine thread. */

@@ -8,10 +8,14 @@
  * set, so the bulk copy and the copy of later writes are one loop: find
  * the next dirty run of bits, clear it, read the range from the source,
  * write it to the target.  A write landing meanwhile sets its bits again
- * (at submission and at completion), so the range is copied once more.
- * When a pass finds nothing dirty, none of our copies is in flight and no
- * tracked write of the users is in flight either, the target equals the
- * source: after a flush of the target the job is ready.  The first pass
+ * (at submission and at completion), so the range is copied once more,
+ * but not before the copy in flight is back: a range has at most one
+ * copy in flight (MirrorJob.busy), or an older read could land on the
+ * target after a newer one.  When a pass finds nothing dirty and none of
+ * our copies is in flight, the target holds what the source did: after a
+ * flush of the target the job is ready (QEMU's rule: a write of the users
+ * still in flight dirties its range again when it completes, and the
+ * job goes on copying while ready).  The first pass
  * asks the source what each range holds (block status) and writes the
  * ranges that read as zeroes as zeroes (holes with unmap=true) instead of
  * copying them: a sparse disk does not send its emptiness.  It then goes on
@@ -20,6 +24,19 @@
  * block-job-cancel on a ready job (a soft cancel) converges once more,
  * flushes the target and ends as a success, the target a consistent copy;
  * a forced cancel (job-cancel, force=true) stops at once.
+ *
+ * copy-mode=write-blocking (QEMU's active mirroring): a write of the
+ * users that completed on the source goes to the target from the thread
+ * that completed it, and the request finishes only then, its whole
+ * granules clean (block/dirty-bitmap.c does it with the job's
+ * preallocated slots and mirror_active_submit()).  The users then pay
+ * the target's latency, and the job converges at any write rate.  The
+ * busy bits are shared with those writes (atomic), so a range still has
+ * at most one copy in flight; a write that finds its range busy, or no
+ * free slot, is marked dirty as in background mode.  A failed target
+ * write leaves its range dirty and turns the mode off: the job meets
+ * the error itself.  Every end stops the mode first and waits for the
+ * writes in flight.
  *
  * job-complete on a ready job pivots: the source's users (the exports,
  * through the caller's callbacks) are quiesced at once, the copy goes on
@@ -35,7 +52,8 @@
  * over it, the next operation waits for the slice's end on a timerfd,
  * the same one that wakes the idle polling.
  *
- * Threads: main thread only.
+ * Threads: main thread, but for the write-blocking callbacks
+ * (mirror_active_*()), which run in the threads of the users' writes.
  */
 #include "qemu/osdep.h"
 #include <sys/timerfd.h>
@@ -43,6 +61,7 @@
 #include "block/block_int.h"
 #include "block/dirty-bitmap.h"
 #include "block/job.h"
+#include "block/engine.h"
 
 #define MIRROR_DEFAULT_GRANULARITY  (64u << 10)
 #define MIRROR_MAX_OP               (1u << 20)
@@ -98,7 +117,13 @@ struct MirrorJob {
     uint64_t slice_start;
     uint64_t slice_bytes;
     QEMUBH *kick_bh;
+    /* copy-mode=write-blocking: the users' writes go to the target too
+     * (block/dirty-bitmap.c); published while @active. */
+    BdrvActiveMirror *am;
+    bool active;
 };
+
+#define MIRROR_ACTIVE_SLOTS 128     /* users' writes copied at a time */
 
 static void mirror_iterate(MirrorJob *s);
 static void mirror_do_pivot(MirrorJob *s);
@@ -151,6 +176,62 @@ static void mirror_kick_bh(void *opaque)
     mirror_iterate(opaque);
 }
 
+/* ---- copy-mode=write-blocking ----------------------------------------- */
+
+/* The thread that completed a user's write: the target's turn. */
+static void mirror_active_cb(void *opaque, int ret)
+{
+    BdrvActiveWrite *w = opaque;
+    BlockAIOCB *guest = w->guest;
+    int guest_ret = w->guest_ret;
+
+    bdrv_dirty_active_finish(w, ret);
+    /* The source has it: the user's write succeeded whatever the
+     * target said (a failure leaves the range dirty for the job). */
+    blk_acb_finish(guest, guest_ret);
+}
+
+static void mirror_active_submit(BdrvActiveWrite *w)
+{
+    MirrorJob *s = w->am->opaque;
+    BlockAIOCB *g = w->guest;
+
+    if (g->type == BLK_REQ_WRITE_ZEROES) {
+        blk_aio_pwrite_zeroes(s->target, &w->acb, g->offset, g->bytes,
+                              g->flags & BDRV_REQ_MAY_UNMAP,
+                              mirror_active_cb, w);
+    } else {
+        blk_aio_pwritev(s->target, &w->acb, g->offset, g->iov, g->niov, 0,
+                        mirror_active_cb, w);
+    }
+}
+
+/* Main thread: no more writes of the users go to the target; those in
+ * flight still finish (count: s->am->in_flight). */
+static void mirror_active_stop(MirrorJob *s)
+{
+    if (s->active) {
+        s->active = false;
+        bdrv_dirty_bitmap_set_active(s->bm, NULL);
+    }
+}
+
+static bool mirror_active_busy(MirrorJob *s)
+{
+    return s->am && __atomic_load_n(&s->am->in_flight, __ATOMIC_ACQUIRE);
+}
+
+static void mirror_active_free(MirrorJob *s)
+{
+    if (s->am) {
+        g_assert(!s->active && !mirror_active_busy(s));
+        g_free(s->am->slots);
+        g_free(s->am->slot_used);
+        g_free(s->am);
+        s->am = NULL;
+    }
+}
+
 static const char *mirror_err_text(int ret)
 {
     return g_strerror(-ret);
@@ -177,6 +258,7 @@ static void mirror_op_done(MirrorJob *s, MirrorOp *op)
 {
     s->in_flight--;
     s->bytes_in_flight -= op->bytes;
+    bdrv_dirty_bitmap_release_busy(s->bm, op->offset, op->bytes);
     op->next_free = s->free_ops;
     s->free_ops = op;
     mirror_iterate(s);
@@ -244,6 +326,8 @@ static void mirror_status_cb(void *opaque, int ret)
     n = op->status.pnum >= op->bytes ? op->bytes :
         op->status.pnum / gran * gran;
     if (n < op->bytes) {
+        bdrv_dirty_bitmap_release_busy(s->bm, op->offset + n,
+                                       op->bytes - n);
         bdrv_dirty_bitmap_set(s->bm, op->offset + n, op->bytes - n);
         s->bytes_in_flight -= op->bytes - n;
         op->bytes = n;
@@ -261,7 +345,11 @@ static void mirror_status_cb(void *opaque, int ret)
                     mirror_write_cb, op);
 }
 
-/* Start copying the dirty run at @bit; false if there is none. */
+/*
+ * Start copying the dirty run at @bit, up to the first bit whose range
+ * is being copied already; false if @bit itself is (it stays dirty: the
+ * completion of that copy looks again).
+ */
 static bool mirror_start_op(MirrorJob *s, int64_t bit)
 {
     uint64_t gran = bdrv_dirty_bitmap_granularity(s->bm);
@@ -270,7 +358,14 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     MirrorOp *op = s->free_ops;
     uint64_t n = 0;
 
-    while (n < max_bits && bdrv_dirty_bitmap_test_and_clear(s->bm, bit + n)) {
+    /* Busy first, then clean: an active write of the users (another
+     * thread) takes the busy bits the same way. */
+    while (n < max_bits && bit + n < s->bm->nbits &&
+           bdrv_dirty_bitmap_take_busy(s->bm, bit + n, 1) == 1) {
+        if (!bdrv_dirty_bitmap_test_and_clear(s->bm, bit + n)) {
+            bdrv_dirty_bitmap_release_busy(s->bm, (bit + n) * gran, gran);
+            break;
+        }
         n++;
     }
     if (!n) {
@@ -282,6 +377,7 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     if (!op->bytes) {
         /* The bitmap outlives a shrink that cannot happen (shrinking is
          * refused); nothing to copy there. */
+        bdrv_dirty_bitmap_release_busy(s->bm, op->offset, n * gran);
         op->next_free = s->free_ops;
         s->free_ops = op;
         return true;
@@ -395,19 +491,29 @@ static void mirror_flush_cb(void *opaque, int ret)
     mirror_iterate(s);
 }
 
-/* Nothing dirty, nothing of ours or of the users' in flight? */
-static bool mirror_converged(MirrorJob *s)
+/*
+ * Nothing dirty and none of our copies in flight?  That is QEMU's rule
+ * for ready: a write of the users still in flight set its bits when it
+ * was submitted and sets them again when it completes, so it is copied
+ * later; waiting for a moment with none in flight would never come with
+ * a guest that keeps writing.  To end (@ending: a soft cancel, or a
+ * completion whose users are held) the users' writes must be back as
+ * well, or the last of them would be missing on the target.
+ */
+static bool mirror_converged(MirrorJob *s, bool ending)
 {
     /* The count first: a write that completed set its bits before it
      * counted down (release/acquire), so the scan below sees them. */
     return s->in_flight == 0 &&
-           bdrv_dirty_writes_in_flight(s->src) == 0 &&
+           (!ending || bdrv_dirty_writes_in_flight(s->src) == 0) &&
            bdrv_dirty_bitmap_next(s->bm, 0) < 0;
 }
 
 static void mirror_iterate(MirrorJob *s)
 {
     Job *job = s->job;
+    bool wrapped = false;
+    bool ending;
 
     if (s->flushing || job->completed) {
         return;
@@ -416,11 +522,22 @@ static void mirror_iterate(MirrorJob *s)
         /* Forced cancel or an error to report: stop when our requests
          * are back; the users go on on the source. */
         mirror_unquiesce(s);
-        if (s->in_flight == 0) {
+        mirror_active_stop(s);
+        if (s->in_flight == 0 && !mirror_active_busy(s)) {
             job_completed(job, s->error ? s->error : -ECANCELED,
                           g_steal_pointer(&s->error_msg));
+        } else if (s->in_flight == 0) {
+            /* Users' writes to the target are finishing in their
+             * threads, which wake nobody here: look again shortly. */
+            mirror_arm(s, MIRROR_IDLE_NS);
         }
         return;
+    }
+    if (s->active && __atomic_load_n(&s->am->failed, __ATOMIC_RELAXED)) {
+        /* The target failed a user's write: stop making the users wait
+         * for it.  The job copies the range and meets the error itself,
+         * and on-target-error decides. */
+        mirror_active_stop(s);
     }
     if (job->pause_count) {
         return;
@@ -430,27 +547,38 @@ static void mirror_iterate(MirrorJob *s)
     while (s->free_ops && !mirror_throttled(s)) {
         int64_t bit = bdrv_dirty_bitmap_next(s->bm, s->cursor);
 
-        if (bit < 0 && s->cursor) {
+        if (bit < 0) {
+            if (!s->cursor || wrapped) {
+                break;
+            }
             /* Wrapped: the bulk pass is over, what is dirty now was
-             * written by the source's users. */
+             * written by the source's users.  Once per call: the dirty
+             * bits left may all be busy. */
             s->bulk = false;
             s->cursor = 0;
-            bit = bdrv_dirty_bitmap_next(s->bm, 0);
+            wrapped = true;
+            continue;
         }
-        if (bit < 0 || !mirror_start_op(s, bit)) {
-            break;
-        }
+        /* Started, or busy (copied again when its copy is back): go on
+         * with the next run either way. */
+        mirror_start_op(s, bit);
         s->cursor = bit + 1;
     }
     if (s->in_flight) {
         return;             /* the completions call us again */
     }
-    if (mirror_converged(s)) {
-        if (job->soft_cancelled || s->should_complete || !job->ready_seen) {
+    ending = job->soft_cancelled || s->should_complete;
+    if (ending) {
+        /* The last pass is the job's own: writes of the users that went
+         * to the target are counted as in flight until they are back. */
+        mirror_active_stop(s);
+    }
+    if (mirror_converged(s, ending)) {
+        if (ending || !job->ready_seen) {
             /* Make what we wrote durable before saying ready, and before
              * ending (a soft cancel, or a completion whose users are
              * held: nothing can dirty the source any more). */
-            s->ending = job->soft_cancelled || s->should_complete;
+            s->ending = ending;
             s->flushing = true;
             blk_aio_flush(s->target, &s->flush_acb, mirror_flush_cb, s);
             return;
@@ -542,6 +670,9 @@ static void mirror_clean(Job *job)
 {
     MirrorJob *s = job->opaque;
 
+    /* Every end waited for the users' writes to the target. */
+    mirror_active_stop(s);
+    g_assert(!mirror_active_busy(s));
     mirror_unquiesce(s);
     if (s->bm) {
         bdrv_dirty_bitmap_release(s->src, s->bm);
@@ -565,6 +696,7 @@ static void mirror_free(Job *job)
         free(s->ops[i].buf);
     }
     g_free(s->ops);
+    mirror_active_free(s);
     g_free(s->error_msg);
     g_free(s->pivot_opaque);
     g_free(s);
@@ -572,6 +704,19 @@ static void mirror_free(Job *job)
 
 static const JobDriver mirror_job_driver = {
     .type = "mirror",
+    .start = mirror_start_cb,
+    .pause = mirror_pause,
+    .resume = mirror_resume,
+    .cancel = mirror_cancel,
+    .set_speed = mirror_set_speed,
+    .complete = mirror_complete,
+    .clean = mirror_clean,
+    .free = mirror_free,
+};
+
+/* An active block-commit: a mirror into the base, of QEMU's type. */
+static const JobDriver commit_active_job_driver = {
+    .type = "commit",
     .start = mirror_start_cb,
     .pause = mirror_pause,
     .resume = mirror_resume,
@@ -643,7 +788,9 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     /* Nobody else may write the target: our copy would be torn. */
     s->target_user = blk_attach_user(o->target, who,
                                      BLK_PERM_WRITE | BLK_PERM_RESIZE,
-                                     BLK_PERM_WRITE_UNCHANGED, errp);
+                                     BLK_PERM_WRITE_UNCHANGED |
+                                     (o->commit ? BLK_PERM_CONSISTENT_READ :
+                                      0), errp);
     if (!s->target_user) {
         goto fail;
     }
@@ -659,6 +806,15 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     s->op_max = MAX(gran, MIN(MIRROR_MAX_OP, buf_size) / gran * gran);
     s->n_ops = MAX(buf_size / s->op_max, 1);
     s->ops = g_new0(MirrorOp, s->n_ops);
+    if (o->write_blocking) {
+        s->am = g_new0(BdrvActiveMirror, 1);
+        s->am->submit = mirror_active_submit;
+        s->am->opaque = s;
+        s->am->n_slots = MIRROR_ACTIVE_SLOTS;
+        s->am->slots = g_new0(BdrvActiveWrite, MIRROR_ACTIVE_SLOTS);
+        s->am->slot_used = g_new0(unsigned long, MIRROR_ACTIVE_SLOTS /
+                                  (sizeof(unsigned long) * 8));
+    }
     for (unsigned int i = 0; i < s->n_ops; i++) {
         /* 4 KiB alignment: what O_DIRECT asks of any device. */
         if (posix_memalign(&s->ops[i].buf, 4096, s->op_max)) {
@@ -676,7 +832,8 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
         g_set_error(errp, VB_ERROR, 0, "timerfd: %s", g_strerror(errno));
         goto fail;
     }
-    job = job_create(o->job_id, &mirror_job_driver, s, o->device,
+    job = job_create(o->job_id, o->commit ? &commit_active_job_driver :
+                     &mirror_job_driver, s, o->device,
                      o->auto_finalize, o->auto_dismiss, o->speed, errp);
     if (!job) {
         goto fail;
@@ -686,6 +843,10 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     aio_set_fd_handler(s->ctx, s->timer_fd, mirror_timer_cb, NULL, NULL,
                        NULL, s);
     job_progress_set_remaining(job, bdrv_dirty_bitmap_dirty_bytes(s->bm));
+    if (s->am) {
+        s->active = true;
+        bdrv_dirty_bitmap_set_active(s->bm, s->am);
+    }
     job_start(job);
     return job;
 
@@ -699,6 +860,7 @@ fail:
         free(s->ops[i].buf);
     }
     g_free(s->ops);
+    mirror_active_free(s);
     if (s->timer_fd >= 0) {
         close(s->timer_fd);
     }

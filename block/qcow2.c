@@ -2020,6 +2020,42 @@ static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
     return 0;
 }
 
+/*
+ * A copy of block-stream: write each cluster of the range only if this
+ * image still leaves it to its backing chain.  The metadata thread is
+ * where every allocation happens, one after the other, and an allocating
+ * write in flight (Qcow2Async) makes us wait (qcow2_async_ok()), so a
+ * guest write that reached a cluster after the job read the chain's data
+ * has allocated it by now and wins: its cluster is skipped.
+ */
+static int write_if_unallocated(BDRVQcow2State *s, uint64_t offset,
+                                uint64_t bytes, const uint8_t *data)
+{
+    uint64_t pos = 0;
+    int ret;
+
+    while (pos < bytes) {
+        uint64_t off = offset + pos;
+        uint64_t vc = off >> s->cluster_bits;
+        uint32_t in = off & (s->cluster_size - 1);
+        uint64_t len = MIN(s->cluster_size - in, bytes - pos);
+        Qcow2Loc loc;
+
+        ret = lookup(s, vc, &loc);
+        if (ret < 0) {
+            return ret;
+        }
+        if (loc.e.type == QCOW2_CLUSTER_UNALLOCATED) {
+            ret = do_write(s, off, len, data + pos, false, NULL);
+            if (ret < 0) {
+                return ret;
+            }
+        }
+        pos += len;
+    }
+    return 0;
+}
+
 /* Largest write whose data buffer is kept (BDRVQcow2State.wbuf). */
 #define WBUF_MAX (1u << 20)
 
@@ -2060,6 +2096,11 @@ static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
             buf = big = g_malloc(acb->bytes);
         }
 
+        if (acb->flags & BDRV_REQ_IF_UNALLOCATED) {
+            iov_to_buf(acb->iov, acb->niov, 0, buf, acb->bytes);
+            ret = write_if_unallocated(s, acb->offset, acb->bytes, buf);
+            break;
+        }
         if (!fua && s->fast_ok) {
             aw = g_new0(Qcow2Async, 1);
             aw->s = s;
@@ -2620,7 +2661,11 @@ static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
 {
     BDRVQcow2State *s = bs->opaque;
 
-    if (acb->type == BLK_REQ_READ || acb->type == BLK_REQ_WRITE) {
+    /* A conditional write decides on the L2 entries where allocations
+     * are serialised: never on the fast path. */
+    if (acb->type == BLK_REQ_READ ||
+        (acb->type == BLK_REQ_WRITE &&
+         !(acb->flags & BDRV_REQ_IF_UNALLOCATED))) {
         uint32_t e = __atomic_load_n(&s->fast_epoch, __ATOMIC_ACQUIRE) & 1;
         uint64_t *refs;
 
@@ -3305,6 +3350,231 @@ bool qcow2_set_backing(BlockBackend *bs, BlockBackend *backing,
     run_job(s, set_backing_job, &j);
     if (backing->drv == &bdrv_qcow2) {
         run_job(backing->opaque, give_back_job, backing->opaque);
+    }
+    return true;
+}
+
+/* ---- a new backing file (block-stream, block-commit) ----------------- */
+
+typedef struct ChangeBackingJob {
+    BDRVQcow2State *s;
+    BlockBackend *backing;
+    const char *name;           /* NULL: none */
+    const char *fmt;            /* NULL: unsaid */
+    char *full;                 /* @name resolved */
+    int ret;
+    char *err;
+} ChangeBackingJob;
+
+static void be32_store(uint8_t *p, uint32_t v)
+{
+    v = GUINT32_TO_BE(v);
+    memcpy(p, &v, sizeof(v));
+}
+
+static uint32_t be32_load(const uint8_t *p)
+{
+    uint32_t v;
+
+    memcpy(&v, p, sizeof(v));
+    return GUINT32_FROM_BE(v);
+}
+
+/*
+ * Metadata thread: rebuild the first cluster with the header, every
+ * extension but the backing format one (kept in their order), the new
+ * backing format extension, the end marker and the new name, and write
+ * it whole (the cluster is the header's alone), flushed.  Between two
+ * requests, so the new backing node is used from the next one on.
+ */
+static void change_backing_job(void *opaque)
+{
+    ChangeBackingJob *j = opaque;
+    BDRVQcow2State *s = j->s;
+    uint32_t cs = s->cluster_size;
+    uint32_t start = s->info.h.header_length;
+    uint32_t end = s->info.h.backing_file_offset ?
+                   s->info.h.backing_file_offset : cs;
+    size_t nlen = j->name ? strlen(j->name) : 0;
+    size_t flen = j->fmt ? strlen(j->fmt) : 0;
+    g_autofree uint8_t *old = g_malloc0(cs);
+    g_autofree uint8_t *buf = g_malloc0(cs);
+    uint64_t have = MIN((uint64_t)cs, s->info.file_size);
+    uint32_t off = start, pos = start;
+    int ret;
+
+    ret = sio_read(s, s->file, 0, old, have);
+    if (ret < 0) {
+        j->ret = ret;
+        j->err = g_strdup_printf("cannot read the header of %s: %s",
+                                 s->filename, g_strerror(-ret));
+        return;
+    }
+    memcpy(buf, old, start);
+    /* The parser validated this area at open: lengths stay inside it. */
+    while (end - off >= 8) {
+        uint32_t type = be32_load(old + off);
+        uint32_t len = be32_load(old + off + 4);
+        uint32_t padded = QEMU_ALIGN_UP(len, 8);
+
+        if (type == QCOW2_EXT_END || padded > end - off - 8) {
+            break;
+        }
+        if (type != QCOW2_EXT_BACKING_FORMAT) {
+            if (pos + 8 + padded > cs) {
+                goto too_big;
+            }
+            memcpy(buf + pos, old + off, 8 + padded);
+            pos += 8 + padded;
+        }
+        off += 8 + padded;
+    }
+    if (pos + 8 + QEMU_ALIGN_UP(flen, 8) + 8 + nlen > cs) {
+        goto too_big;
+    }
+    if (j->fmt) {
+        be32_store(buf + pos, QCOW2_EXT_BACKING_FORMAT);
+        be32_store(buf + pos + 4, flen);
+        memcpy(buf + pos + 8, j->fmt, flen);
+        pos += 8 + QEMU_ALIGN_UP(flen, 8);
+    }
+    pos += 8;                   /* the end marker: zeroes */
+    qcow2_st_be64(buf + 8, nlen ? pos : 0);
+    be32_store(buf + 16, nlen);
+    memcpy(buf + pos, j->name, nlen);
+    ret = sio_write(s, 0, buf, cs);
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret < 0) {
+        j->ret = ret;
+        j->err = g_strdup_printf("cannot write the header of %s: %s",
+                                 s->filename, g_strerror(-ret));
+        return;
+    }
+    memcpy(s->hdr, buf, s->hdr_len);
+    memcpy(s->hdr_disk, buf, s->hdr_len);
+    s->info.h.backing_file_offset = nlen ? pos : 0;
+    s->info.h.backing_file_size = nlen;
+    g_free(s->info.backing_file);
+    s->info.backing_file = g_strdup(j->name);
+    g_free(s->info.backing_format);
+    s->info.backing_format = g_strdup(j->fmt);
+    g_free(s->full_backing);
+    s->full_backing = g_steal_pointer(&j->full);
+    s->backing = j->backing;
+    return;
+
+too_big:
+    j->ret = -ENOSPC;
+    j->err = g_strdup_printf("the backing file name and format do not fit "
+                             "in the first cluster of %s (%u bytes): give a "
+                             "shorter backing-file", s->filename, cs);
+}
+
+bool qcow2_owns_backing(BlockBackend *bs)
+{
+    BDRVQcow2State *s = bs->opaque;
+
+    return bs->drv == &bdrv_qcow2 && s->own_backing;
+}
+
+/* Back to the old backing edge after a failed change: it was there a
+ * moment ago, so the permissions allow it. */
+static void qcow2_reattach(BlockBackend *bs, BlockBackend *old)
+{
+    if (old) {
+        bdrv_attach_child(bs, old, "backing", BLK_PERM_CONSISTENT_READ,
+                          BLK_PERM_ALL, NULL);
+    }
+}
+
+bool qcow2_change_backing(BlockBackend *bs, BlockBackend *backing,
+                          const char *name, const char *fmt,
+                          GError **errp)
+{
+    BDRVQcow2State *s = bs->opaque;
+    ChangeBackingJob j = { .s = s, .backing = backing, .name = name,
+                           .fmt = fmt };
+    BlockBackend *old = s->backing, *old_file = s->backing_file;
+    BDRVQcow2State *owner = NULL;
+
+    if (bs->drv != &bdrv_qcow2 || !s->writable) {
+        g_set_error(errp, VB_ERROR, 0, "%s is not a writable qcow2 image: "
+                    "its backing file cannot change", bs->filename);
+        return false;
+    }
+    if (name && strlen(name) > QCOW2_MAX_BACKING_NAME) {
+        g_set_error(errp, VB_ERROR, 0, "backing file name '%s' is longer "
+                    "than %u bytes", name, QCOW2_MAX_BACKING_NAME);
+        return false;
+    }
+    if (s->own_backing && backing && backing != old) {
+        /* The qcow2 node of our chain that opened @backing. */
+        for (BlockBackend *b = old; b && b->drv == &bdrv_qcow2;) {
+            BDRVQcow2State *bst = b->opaque;
+
+            if (!bst->own_backing) {
+                break;
+            }
+            if (bst->backing == backing) {
+                owner = bst;
+                break;
+            }
+            b = bst->backing;
+        }
+        if (!owner) {
+            g_set_error(errp, VB_ERROR, 0, "the new backing node of %s is "
+                        "not one of the images of its chain",
+                        bs->filename);
+            return false;
+        }
+    }
+    if (name) {
+        g_autofree char *dir = g_path_get_dirname(s->filename);
+
+        j.full = g_path_is_absolute(name) ? g_strdup(name) :
+                 g_build_filename(dir, name, NULL);
+    }
+    /* One backing edge at a time: the old one goes first (nothing is
+     * in flight through it, the caller made sure). */
+    if (old != backing) {
+        bdrv_detach_child(bdrv_find_child(bs, "backing"));
+        if (backing &&
+            !bdrv_attach_child(bs, backing, "backing",
+                               BLK_PERM_CONSISTENT_READ, BLK_PERM_ALL,
+                               errp)) {
+            g_free(j.full);
+            qcow2_reattach(bs, old);
+            return false;
+        }
+    }
+    run_job(s, change_backing_job, &j);
+    if (j.ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "%s", j.err);
+        g_free(j.err);
+        g_free(j.full);
+        if (old != backing) {
+            if (backing) {
+                bdrv_detach_child(bdrv_find_child(bs, "backing"));
+            }
+            qcow2_reattach(bs, old);
+        }
+        return false;
+    }
+    if (s->own_backing && old != backing) {
+        /* Take @backing (and its file node) from its opener, then close
+         * what is left of the old chain above it. */
+        if (owner) {
+            s->backing_file = owner->backing_file;
+            owner->backing_file = NULL;
+            owner->own_backing = false;
+        } else {
+            s->backing_file = NULL;
+            s->own_backing = false;
+        }
+        blk_close(old);
+        blk_close(old_file);
     }
     return true;
 }

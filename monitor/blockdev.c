@@ -1179,6 +1179,29 @@ static void vb_qmp_block_resize(void *opaque, JsonObject *args,
             goto fail;
         }
     }
+    /* The image resized is n's or one below it (a throttle or raw node's
+     * file); the nodes above n share it. */
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *other = g_ptr_array_index(s->nodes, i);
+        const char *holder = NULL;
+        bool related = false;
+
+        for (VbNode *m = other; m && !related; m = m->file) {
+            related = m == n;
+        }
+        for (VbNode *m = n; m && !related; m = m->file) {
+            related = m == other;
+        }
+        if (related) {
+            holder = vb_job_using_image(s, other->blk);
+        }
+        if (holder) {
+            vb_set_error(errp, "Node '%s' is in use by %s, which needs its "
+                         "size unchanged: wait for the job to end or "
+                         "cancel it, then resize", n->name, holder);
+            goto fail;
+        }
+    }
     for (guint i = 0; !n->user && i < s->nodes->len; i++) {
         VbNode *other = g_ptr_array_index(s->nodes, i);
 

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Block jobs over QMP: blockdev-mirror, query-jobs, query-block-jobs, the
- * job-* and block-job-* verbs, and the events (JOB_STATUS_CHANGE,
- * BLOCK_JOB_READY, _PENDING, _COMPLETED, _CANCELLED, _ERROR) in QEMU's
- * shapes.  The state machine and the mirror are in block/job.c and
- * block/mirror.c; this file finds nodes and jobs by name and speaks QMP.
+ * Block jobs over QMP: blockdev-mirror, block-stream, block-commit,
+ * query-jobs, query-block-jobs, the job-* and block-job-* verbs, and the
+ * events (JOB_STATUS_CHANGE, BLOCK_JOB_READY, _PENDING, _COMPLETED,
+ * _CANCELLED, _ERROR) in QEMU's shapes.  The state machine, the mirror
+ * and the stream/commit walk are in block/job.c, block/mirror.c and
+ * block/stream.c; this file finds nodes and jobs by name, makes the graph
+ * changes at their end, and speaks QMP.
  *
  * Threads: main thread only.
  */
@@ -252,11 +254,6 @@ static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
                      "or none", sync_names[sync]);
         return NULL;
     }
-    if (copy_mode == 1) {
-        vb_set_error(errp, "copy-mode=write-blocking is not supported yet: "
-                     "use copy-mode=background");
-        return NULL;
-    }
     if (on_src == 3 || on_tgt == 3) {
         vb_set_error(errp, "on-source-error/on-target-error=enospc is not "
                      "supported: use report, ignore or stop");
@@ -316,6 +313,7 @@ static JsonNode *vb_qmp_blockdev_mirror(void *opaque, JsonObject *args,
     mo.on_source_error = on_src;
     mo.on_target_error = on_tgt;
     mo.unmap = unmap;
+    mo.write_blocking = copy_mode == 1;
     mo.quiesce = vb_mirror_quiesce;
     mo.pivot_check = vb_mirror_pivot_check;
     mo.pivot = vb_mirror_pivot;
@@ -826,8 +824,683 @@ fail:
     qmp_pending_complete(p, NULL, err);
 }
 
+/* ---- block-stream ----------------------------------------------------- */
+
+/* The backing chain of a format node, top first, with each image's path
+ * (as its overlay names it, and resolved) and its user node if any. */
+typedef struct VbChainLink {
+    BlockBackend *blk;
+    VbNode *node;               /* added by name, or NULL: implicit */
+    const char *named;          /* as the overlay's header names it */
+    char *path;                 /* canonical */
+} VbChainLink;
+
+static void vb_chain_free(GArray *chain)
+{
+    for (guint i = 0; i < chain->len; i++) {
+        g_free(g_array_index(chain, VbChainLink, i).path);
+    }
+    g_array_free(chain, true);
+}
+
+static VbNode *vb_node_of_blk(VbState *s, BlockBackend *blk)
+{
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if (n->blk == blk && !n->alias) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
+static GArray *vb_chain_of(VbState *s, VbNode *top)
+{
+    GArray *chain = g_array_new(false, true, sizeof(VbChainLink));
+    VbChainLink l = { .blk = top->blk, .node = top };
+    BlockDriverInfo bdi;
+
+    l.path = g_canonicalize_filename(top->file ? top->file->filename :
+                                     top->filename, NULL);
+    g_array_append_val(chain, l);
+    /* The depth is bounded by the driver's (QCOW2_MAX_BACKING_DEPTH). */
+    for (;;) {
+        memset(&bdi, 0, sizeof(bdi));
+        blk_get_info(l.blk, &bdi);
+        if (!bdi.backing) {
+            break;
+        }
+        l.blk = bdi.backing;
+        l.node = vb_node_of_blk(s, bdi.backing);
+        l.named = bdi.backing_file;
+        l.path = g_canonicalize_filename(bdi.full_backing_file ?
+                                         bdi.full_backing_file :
+                                         bdi.backing->filename, NULL);
+        g_array_append_val(chain, l);
+    }
+    return chain;
+}
+
+/*
+ * The holder ("block job 'ID'") of a block job whose nodes include @blk:
+ * a node the job is attached to, or an image of such a node's backing
+ * chain (a stream reads them, a commit drops them or writes the base).
+ * NULL: none.  QEMU's op blockers refuse a resize of all of them.
+ */
+const char *vb_job_using_image(VbState *s, BlockBackend *blk)
+{
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *m = g_ptr_array_index(s->nodes, i);
+        BdrvChild *c;
+
+        QLIST_FOREACH(c, &m->blk->parents, next_parent) {
+            GArray *chain;
+            bool hit = false;
+
+            if (c->parent || !g_str_has_prefix(c->name, "block job '")) {
+                continue;
+            }
+            chain = vb_chain_of(s, m);
+            for (guint j = 0; j < chain->len && !hit; j++) {
+                hit = g_array_index(chain, VbChainLink, j).blk == blk;
+            }
+            vb_chain_free(chain);
+            if (hit) {
+                return c->name;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Whether an NBD export serves @top (or a node sharing its image, or
+ * its throttle node), which cannot be held while the chain changes. */
+static bool vb_stream_nbd_user(VbState *s, VbNode *top)
+{
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if ((n->blk == top->blk || n == top->filter) && n->nbd_exports) {
+            return true;
+        }
+    }
+    return false;
+}
+
+typedef struct VbStreamFinish {
+    VbState *s;
+    VbNode *top;                /* whose header changes */
+    VbNode *active;             /* the node the export serves: the top,
+                                 * or the end of the chain above it */
+    VbNode *base_node;          /* base added by name, or NULL */
+    BlockBackend *base;         /* NULL: none any more */
+    const char *name;           /* for the header, in the same block */
+    const char *fmt;
+} VbStreamFinish;
+
+/*
+ * The graph change at the end of a stream: the top's users are held
+ * with nothing in flight (the iothreads read the backing node without a
+ * lock), the header is rewritten and the chain above the base closed,
+ * then the users go on.
+ */
+static bool vb_stream_finish(void *opaque, GError **errp)
+{
+    VbStreamFinish *f = opaque;
+    /* The export reaches the top directly, or through its throttle
+     * node (a driver=raw node over it shares its blk). */
+    BlockBackend *served = f->active->filter ? f->active->filter->blk :
+                           f->active->blk;
+    VbExport *e = NULL;
+    bool ok;
+
+    if (vb_stream_nbd_user(f->s, f->active)) {
+        vb_set_error(errp, "node '%s' got NBD exports meanwhile, whose "
+                     "reads could still use the old chain: delete them "
+                     "and start the job again", f->active->name);
+        return false;
+    }
+    if (!vb_export_of_blk(f->s, served, &e)) {
+        vb_set_error(errp, "several exports serve node '%s': delete all "
+                     "but one and start the job again", f->active->name);
+        return false;
+    }
+    if (e) {
+        vu_blk_export_quiesce(e->exp, true);
+        vb_export_wait_idle(e);
+    }
+    ok = qcow2_change_backing(f->top->blk, f->base, f->name, f->fmt, errp);
+    if (ok) {
+        if (f->top->backing) {
+            f->top->backing->parents--;
+        }
+        f->top->backing = f->base_node;
+        if (f->base_node) {
+            f->base_node->parents++;
+        }
+    }
+    if (e) {
+        vu_blk_export_quiesce(e->exp, false);
+    }
+    return ok;
+}
+
+static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
+                                     GError **errp)
+{
+    static const char *const qemu_on_error[] = {
+        "report", "ignore", "stop", "enospc", NULL,
+    };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *job_id = NULL, *device = NULL, *base = NULL;
+    const char *base_node = NULL, *backing_file = NULL, *bottom = NULL;
+    const char *filter = NULL;
+    int on_error = 0;
+    int64_t speed = 0;
+    StreamOptions so = { 0 };
+    VbStreamFinish *f;
+    VbNode *top;
+    GArray *chain;
+    guint bi = 0;               /* index of the base; 0: none */
+
+    so.auto_finalize = true;
+    so.auto_dismiss = true;
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "job-id", false, &job_id, errp) ||
+        !qmp_args_str(&a, "device", true, &device, errp) ||
+        !qmp_args_str(&a, "base", false, &base, errp) ||
+        !qmp_args_str(&a, "base-node", false, &base_node, errp) ||
+        !qmp_args_str(&a, "backing-file", false, &backing_file, errp) ||
+        !qmp_args_str(&a, "bottom", false, &bottom, errp) ||
+        !qmp_args_str(&a, "filter-node-name", false, &filter, errp) ||
+        !qmp_args_int(&a, "speed", false, &speed, NULL, errp) ||
+        !qmp_args_enum(&a, "on-error", qemu_on_error, false, &on_error,
+                       errp) ||
+        !qmp_args_bool(&a, "auto-finalize", &so.auto_finalize, errp) ||
+        !qmp_args_bool(&a, "auto-dismiss", &so.auto_dismiss, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (bottom || filter) {
+        vb_set_error(errp, "Parameter '%s' is not supported: give the base "
+                     "with base-node or base", bottom ? "bottom" :
+                     "filter-node-name");
+        return NULL;
+    }
+    if (base && base_node) {
+        vb_set_error(errp, "'base' and 'base-node' cannot be specified at "
+                     "the same time");
+        return NULL;
+    }
+    if (on_error == 3) {
+        vb_set_error(errp, "on-error=enospc is not supported: use report, "
+                     "ignore or stop");
+        return NULL;
+    }
+    if (speed < 0) {
+        vb_set_error(errp, "Parameter 'speed' expects a non-negative value");
+        return NULL;
+    }
+    top = vb_node_find(s, device);
+    if (!top) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     device, device);
+        return NULL;
+    }
+    if (!top->format || strcmp(blk_get_driver_name(top->blk), "qcow2")) {
+        vb_set_error(errp, "Node '%s' is not a qcow2 node: only an image "
+                     "with a backing file can be streamed into", device);
+        return NULL;
+    }
+    if (blk_is_read_only(top->blk)) {
+        vb_set_error(errp, "Node '%s' is read-only: block-stream writes "
+                     "into it; add it without read-only=on", device);
+        return NULL;
+    }
+    if (vb_job_uses_node(top) || top->snapshotting || top->resizing) {
+        vb_set_error(errp, "Node '%s' is busy: it is in use by another "
+                     "block job, snapshot or resize; wait for it to end",
+                     device);
+        return NULL;
+    }
+    if (vb_stream_nbd_user(s, top)) {
+        vb_set_error(errp, "Node '%s' has NBD exports, whose reads use the "
+                     "chain that block-stream changes: delete them first",
+                     device);
+        return NULL;
+    }
+    chain = vb_chain_of(s, top);
+    if (chain->len < 2) {
+        vb_set_error(errp, "Node '%s' has no backing file: there is "
+                     "nothing to stream", device);
+        goto fail;
+    }
+    if (base_node) {
+        VbNode *b = vb_node_find(s, base_node);
+
+        if (!b) {
+            vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                         base_node, base_node);
+            goto fail;
+        }
+        for (bi = 1; bi < chain->len; bi++) {
+            if (g_array_index(chain, VbChainLink, bi).blk == b->blk) {
+                break;
+            }
+        }
+        if (bi == chain->len) {
+            vb_set_error(errp, "Node '%s' is not a backing image of '%s'",
+                         base_node, device);
+            goto fail;
+        }
+    } else if (base) {
+        g_autofree char *want = g_canonicalize_filename(base, NULL);
+
+        for (bi = 1; bi < chain->len; bi++) {
+            VbChainLink *l = &g_array_index(chain, VbChainLink, bi);
+
+            if (!strcmp(l->path, want) ||
+                (l->named && !strcmp(l->named, base))) {
+                break;
+            }
+        }
+        if (bi == chain->len) {
+            vb_set_error(errp, "Can't find '%s' in the backing chain of "
+                         "'%s'", base, device);
+            goto fail;
+        }
+    }
+    if (!bi && backing_file) {
+        vb_set_error(errp, "backing file specified, but streaming the "
+                     "entire chain");
+        goto fail;
+    }
+    /* The nodes that go must not be used by anyone but the chain; the
+     * base stays whoever's it is.  A base opened by a node given by name
+     * (not by the top) cannot become the top's. */
+    for (guint i = 1; i < (bi ? bi : chain->len); i++) {
+        VbChainLink *l = &g_array_index(chain, VbChainLink, i);
+
+        if (l->node && (vb_job_uses_node(l->node) || l->node->snapshotting)) {
+            vb_set_error(errp, "Node '%s' of the chain is busy with a block "
+                         "job or snapshot: wait for it to end",
+                         l->node->name);
+            goto fail;
+        }
+    }
+    if (bi) {
+        VbChainLink *l = &g_array_index(chain, VbChainLink, bi);
+
+        if (qcow2_owns_backing(top->blk) == (l->node != NULL)) {
+            vb_set_error(errp, "The base '%s' was opened by another node of "
+                         "the chain, not by '%s': stream into that node, "
+                         "or add the chain's images with backing=NODE",
+                         l->node ? l->node->name : l->path, device);
+            goto fail;
+        }
+    }
+    if (bi) {
+        VbChainLink *l = &g_array_index(chain, VbChainLink, bi);
+        VbChainLink *p = &g_array_index(chain, VbChainLink, bi - 1);
+        VbChainLink *t = &g_array_index(chain, VbChainLink, 0);
+        g_autofree char *pdir = g_path_get_dirname(p->path);
+        g_autofree char *tdir = g_path_get_dirname(t->path);
+        const char *fmt = strcmp(blk_get_driver_name(l->blk), "qcow2") ?
+                          "raw" : "qcow2";
+        const char *name;
+        char *mem;
+
+        /* As the images name it: a relative name stays so when the top
+         * is in the directory of the image that named it. */
+        if (backing_file) {
+            name = backing_file;
+        } else if (l->named && (g_path_is_absolute(l->named) ||
+                                !strcmp(pdir, tdir))) {
+            name = l->named;
+        } else {
+            name = l->path;
+        }
+        /* One block: the job g_free()s it. */
+        f = g_malloc0(sizeof(*f) + strlen(name) + strlen(fmt) + 2);
+        mem = (char *)(f + 1);
+        f->name = strcpy(mem, name);
+        f->fmt = strcpy(mem + strlen(name) + 1, fmt);
+        f->base = l->blk;
+        f->base_node = l->node;
+    } else {
+        f = g_new0(VbStreamFinish, 1);
+    }
+    f->s = s;
+    f->top = top;
+    f->active = top;
+    so.job_id = job_id ? job_id : device;
+    so.device = device;
+    so.top = top->blk;
+    so.base = f->base;
+    so.speed = speed;
+    so.on_error = on_error;
+    so.finish = vb_stream_finish;
+    so.opaque = f;
+    vb_chain_free(chain);
+    if (!stream_start(&so, errp)) {
+        return NULL;
+    }
+    return vb_empty();
+
+fail:
+    vb_chain_free(chain);
+    return NULL;
+}
+
+/* ---- block-commit ----------------------------------------------------- */
+
+/* The index in @chain (from 1) of the node called @node_name, or of the
+ * image called @file (as the chain names it, or resolved); 0: none. */
+static guint vb_chain_index(VbState *s, GArray *chain, const char *node_name,
+                            const char *file)
+{
+    g_autofree char *want = file ? g_canonicalize_filename(file, NULL) :
+                            NULL;
+    VbNode *n = node_name ? vb_node_find(s, node_name) : NULL;
+
+    for (guint i = 0; i < chain->len; i++) {
+        VbChainLink *l = &g_array_index(chain, VbChainLink, i);
+
+        if ((n && l->blk == n->blk) ||
+            (want && (!strcmp(l->path, want) ||
+                      (l->named && !strcmp(l->named, file))))) {
+            return i;
+        }
+    }
+    return G_MAXUINT;
+}
+
+/*
+ * An active commit: a mirror of the active node @dev into @base (a node
+ * of its chain, writable) while the guest writes; ready once the base
+ * holds what the guest sees, job-complete moves the export onto the
+ * base, block-job-cancel then leaves the chain as it was (the base's
+ * new clusters are hidden by the images above it).
+ */
+static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
+                             const char *job_id, int64_t speed,
+                             int on_error, bool auto_finalize,
+                             bool auto_dismiss, GError **errp)
+{
+    MirrorOptions mo = { 0 };
+    VbMirrorPivot *p;
+
+    if (vb_job_uses_node(dev) || dev->snapshotting || dev->resizing ||
+        vb_job_uses_node(base) || base->snapshotting || base->resizing) {
+        vb_set_error(errp, "Node '%s' is busy: it is in use by another "
+                     "block job, snapshot or resize; wait for it to end",
+                     vb_job_uses_node(dev) || dev->snapshotting ||
+                     dev->resizing ? dev->name : base->name);
+        return false;
+    }
+    if (base->user || vb_stream_nbd_user(s, base)) {
+        vb_set_error(errp, "The base '%s' is exported: nobody may write it "
+                     "while the commit does", base->name);
+        return false;
+    }
+    p = g_new0(VbMirrorPivot, 1);
+    p->s = s;
+    p->src = dev->blk;
+    p->tgt = base->blk;
+    mo.job_id = job_id ? job_id : dev->name;
+    mo.device = dev->name;
+    mo.source = dev->blk;
+    mo.target = base->blk;
+    mo.sync = MIRROR_SYNC_FULL;
+    mo.speed = speed;
+    mo.on_source_error = on_error;
+    mo.on_target_error = on_error;
+    /* A hole in the base would show its own backing file. */
+    mo.unmap = false;
+    mo.commit = true;
+    mo.auto_finalize = auto_finalize;
+    mo.auto_dismiss = auto_dismiss;
+    mo.quiesce = vb_mirror_quiesce;
+    mo.pivot_check = vb_mirror_pivot_check;
+    mo.pivot = vb_mirror_pivot;
+    mo.pivot_opaque = p;
+    return mirror_start(&mo, errp) != NULL;
+}
+
+/*
+ * block-commit of an image below the active one (QEMU's non-active
+ * commit): what the top and the images below it above the base hold is
+ * copied into the base, then the top's overlay names the base as its
+ * backing file and the images from the top down to the base are let go.
+ * The base must be a writable node added by name: vhost-blkd does not
+ * reopen an image of a chain read-write.  An active commit (top = the
+ * device's active node) is vb_commit_active()'s.
+ */
+static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
+                                     GError **errp)
+{
+    static const char *const qemu_on_error[] = {
+        "report", "ignore", "stop", "enospc", NULL,
+    };
+    VbState *s = opaque;
+    g_auto(QmpArgs) a = { 0 };
+    const char *job_id = NULL, *device = NULL, *top_file = NULL;
+    const char *top_node = NULL, *base_file = NULL, *base_node = NULL;
+    const char *backing_file = NULL, *filter = NULL;
+    bool mask_protocol = false;
+    int on_error = 0;
+    int64_t speed = 0;
+    StreamOptions so = { 0 };
+    VbStreamFinish *f;
+    VbNode *dev;
+    VbChainLink *tl, *bl, *ol;
+    GArray *chain = NULL;
+    guint ti = 0, bi;
+
+    so.auto_finalize = true;
+    so.auto_dismiss = true;
+    so.commit = true;
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_str(&a, "job-id", false, &job_id, errp) ||
+        !qmp_args_str(&a, "device", true, &device, errp) ||
+        !qmp_args_str(&a, "top", false, &top_file, errp) ||
+        !qmp_args_str(&a, "top-node", false, &top_node, errp) ||
+        !qmp_args_str(&a, "base", false, &base_file, errp) ||
+        !qmp_args_str(&a, "base-node", false, &base_node, errp) ||
+        !qmp_args_str(&a, "backing-file", false, &backing_file, errp) ||
+        !qmp_args_str(&a, "filter-node-name", false, &filter, errp) ||
+        !qmp_args_bool(&a, "backing-mask-protocol", &mask_protocol, errp) ||
+        !qmp_args_int(&a, "speed", false, &speed, NULL, errp) ||
+        !qmp_args_enum(&a, "on-error", qemu_on_error, false, &on_error,
+                       errp) ||
+        !qmp_args_bool(&a, "auto-finalize", &so.auto_finalize, errp) ||
+        !qmp_args_bool(&a, "auto-dismiss", &so.auto_dismiss, errp) ||
+        !qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    if (filter) {
+        vb_set_error(errp, "Parameter 'filter-node-name' is not supported: "
+                     "the commit puts no filter above the top");
+        return NULL;
+    }
+    if (top_file && top_node) {
+        vb_set_error(errp, "'top' and 'top-node' cannot be specified at the "
+                     "same time");
+        return NULL;
+    }
+    if (base_file && base_node) {
+        vb_set_error(errp, "'base' and 'base-node' cannot be specified at "
+                     "the same time");
+        return NULL;
+    }
+    if (on_error == 3) {
+        vb_set_error(errp, "on-error=enospc is not supported: use report, "
+                     "ignore or stop");
+        return NULL;
+    }
+    if (speed < 0) {
+        vb_set_error(errp, "Parameter 'speed' expects a non-negative value");
+        return NULL;
+    }
+    dev = vb_node_find(s, device);
+    if (!dev) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     device, device);
+        return NULL;
+    }
+    if (!dev->format || strcmp(blk_get_driver_name(dev->blk), "qcow2")) {
+        vb_set_error(errp, "Node '%s' is not a qcow2 node: only an image "
+                     "with a backing file can be committed", device);
+        return NULL;
+    }
+    chain = vb_chain_of(s, dev);
+    if (chain->len < 2) {
+        vb_set_error(errp, "Node '%s' has no backing file: there is "
+                     "nothing to commit", device);
+        goto fail;
+    }
+    if (top_node && !vb_node_find(s, top_node)) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     top_node, top_node);
+        goto fail;
+    }
+    if (base_node && !vb_node_find(s, base_node)) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     base_node, base_node);
+        goto fail;
+    }
+    if (top_file || top_node) {
+        ti = vb_chain_index(s, chain, top_node, top_file);
+        if (ti == G_MAXUINT) {
+            vb_set_error(errp, "Top image '%s' is not in the backing chain "
+                         "of '%s'", top_node ? top_node : top_file, device);
+            goto fail;
+        }
+    }
+    if (base_file || base_node) {
+        bi = vb_chain_index(s, chain, base_node, base_file);
+        if (bi == G_MAXUINT) {
+            vb_set_error(errp, "Can't find '%s' in the backing chain of "
+                         "'%s'", base_node ? base_node : base_file, device);
+            goto fail;
+        }
+    } else {
+        bi = chain->len - 1;
+    }
+    if (bi <= ti) {
+        vb_set_error(errp, "Base '%s' is not below the top '%s' in the "
+                     "backing chain of '%s'",
+                     g_array_index(chain, VbChainLink, bi).path,
+                     g_array_index(chain, VbChainLink, ti).path, device);
+        goto fail;
+    }
+    tl = &g_array_index(chain, VbChainLink, ti);
+    bl = &g_array_index(chain, VbChainLink, bi);
+    if (!bl->node || blk_is_read_only(bl->blk)) {
+        vb_set_error(errp, "The base '%s' is read-only, and vhost-blkd does "
+                     "not reopen an image of a chain read-write: add the "
+                     "chain's images as nodes (backing=NODE), the base "
+                     "without read-only=on", bl->node ? bl->node->name :
+                     bl->path);
+        goto fail;
+    }
+    if (ti == 0) {
+        bool ok = vb_commit_active(s, dev, bl->node, job_id, speed,
+                                   on_error, so.auto_finalize,
+                                   so.auto_dismiss, errp);
+
+        vb_chain_free(chain);
+        return ok ? vb_empty() : NULL;
+    }
+    ol = &g_array_index(chain, VbChainLink, ti - 1);
+    if (!ol->node || blk_is_read_only(ol->blk)) {
+        vb_set_error(errp, "The overlay of the top, '%s', is read-only: its "
+                     "header could not name the base", ol->node ?
+                     ol->node->name : ol->path);
+        goto fail;
+    }
+    if (!backing_file && bl->named && !g_path_is_absolute(bl->named)) {
+        /* Made relative to the image that named it, perhaps elsewhere. */
+        g_autofree char *odir = g_path_get_dirname(ol->path);
+        g_autofree char *pdir = g_path_get_dirname(
+            g_array_index(chain, VbChainLink, bi - 1).path);
+
+        if (strcmp(odir, pdir)) {
+            backing_file = bl->path;
+        }
+    }
+    if (!backing_file) {
+        backing_file = bl->named ? bl->named : bl->path;
+    }
+    if (vb_job_uses_node(dev) || dev->snapshotting || dev->resizing) {
+        vb_set_error(errp, "Node '%s' is busy: it is in use by another "
+                     "block job, snapshot or resize; wait for it to end",
+                     device);
+        goto fail;
+    }
+    for (guint i = ti - 1; i <= bi; i++) {
+        VbChainLink *l = &g_array_index(chain, VbChainLink, i);
+
+        if (l->node && (vb_job_uses_node(l->node) || l->node->snapshotting ||
+                        l->node->resizing)) {
+            vb_set_error(errp, "Node '%s' of the chain is busy with a block "
+                         "job, snapshot or resize: wait for it to end",
+                         l->node->name);
+            goto fail;
+        }
+    }
+    if (bl->node->user || vb_stream_nbd_user(s, bl->node)) {
+        vb_set_error(errp, "The base '%s' is exported: nobody may write it "
+                     "while the commit does", bl->node->name);
+        goto fail;
+    }
+    if (vb_stream_nbd_user(s, dev)) {
+        vb_set_error(errp, "Node '%s' has NBD exports, whose reads use the "
+                     "chain that block-commit changes: delete them first",
+                     device);
+        goto fail;
+    }
+    {
+        const char *fmt = strcmp(blk_get_driver_name(bl->blk), "qcow2") ?
+                          "raw" : "qcow2";
+        char *mem;
+
+        /* One block: the job g_free()s it. */
+        f = g_malloc0(sizeof(*f) + strlen(backing_file) + strlen(fmt) + 2);
+        mem = (char *)(f + 1);
+        f->name = strcpy(mem, backing_file);
+        f->fmt = strcpy(mem + strlen(backing_file) + 1, fmt);
+    }
+    f->s = s;
+    f->top = ol->node;
+    f->active = dev;
+    f->base = bl->blk;
+    f->base_node = bl->node;
+    so.job_id = job_id ? job_id : device;
+    so.device = device;
+    so.top = tl->blk;
+    so.base = bl->blk;
+    so.speed = speed;
+    so.on_error = on_error;
+    so.finish = vb_stream_finish;
+    so.opaque = f;
+    vb_chain_free(chain);
+    if (!stream_start(&so, errp)) {
+        return NULL;
+    }
+    return vb_empty();
+
+fail:
+    vb_chain_free(chain);
+    return NULL;
+}
+
 static const QmpCommand vb_jobs_commands[] = {
     { "blockdev-mirror", vb_qmp_blockdev_mirror },
+    { "block-stream", vb_qmp_block_stream },
+    { "block-commit", vb_qmp_block_commit },
     { "blockdev-snapshot", NULL, vb_qmp_blockdev_snapshot },
     { "blockdev-snapshot-sync", NULL, vb_qmp_blockdev_snapshot_sync },
     { "query-jobs", vb_qmp_query_jobs },

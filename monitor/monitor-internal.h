@@ -119,9 +119,11 @@ void vb_jobs_register(GArray *table);
 
 /* The block jobs (monitor/jobs.c): the events' route to QMP, and at
  * vb_state_cleanup() (first: a job holds nodes) their end.  Whether a
- * job holds @n (blockdev-del refuses then). */
+ * job holds @n (blockdev-del refuses then); which job holds @blk, or an
+ * image of its chain (block_resize refuses then). */
 void vb_jobs_init(VbState *s);
 void vb_jobs_cleanup(VbState *s);
 bool vb_job_uses_node(VbNode *n);
+const char *vb_job_using_image(VbState *s, BlockBackend *blk);
 
 #endif

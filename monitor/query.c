@@ -19,16 +19,109 @@
 /* ---- nodes -------------------------------------------------------------- */
 
 /*
- * What a format node's driver says of its image (QEMU's ImageInfo
- * members beyond the basic ones), into @img, down the backing chain
- * ("backing-image"); returns the chain's depth below @blk.
+ * The longest backing chain walked: the qcow2 driver refuses deeper ones
+ * (QCOW2_MAX_BACKING_DEPTH), this bound only keeps a query finite.
  */
-static unsigned int vb_image_format_info(BlockBackend *blk, JsonObject *img)
+#define VB_QUERY_MAX_CHAIN 64
+
+/* Bytes the file takes on its storage (QEMU's actual-size). */
+static uint64_t vb_actual_size(const char *filename)
+{
+    struct stat st;
+
+    if (filename && stat(filename, &st) == 0 && S_ISREG(st.st_mode)) {
+        return (uint64_t)st.st_blocks * 512;
+    }
+    return 0;
+}
+
+/*
+ * The length of a file or block device a backing qcow2 image opened for
+ * itself, whose node the driver keeps to itself: 0 when it is gone or
+ * has become something else under us.  The path is the image's: only a
+ * regular file is taken from stat(), only a block device is opened (and
+ * without blocking), so that a FIFO put there cannot stall the monitor.
+ */
+static uint64_t vb_file_length(const char *filename)
+{
+    struct stat st;
+    off_t len;
+    int fd;
+
+    if (stat(filename, &st) < 0) {
+        return 0;
+    }
+    if (S_ISREG(st.st_mode)) {
+        return st.st_size;
+    }
+    if (!S_ISBLK(st.st_mode)) {
+        return 0;
+    }
+    fd = open(filename, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        return 0;
+    }
+    len = fstat(fd, &st) == 0 && S_ISBLK(st.st_mode) ?
+          lseek(fd, 0, SEEK_END) : -1;
+    close(fd);
+    return len < 0 ? 0 : len;
+}
+
+/*
+ * The format a node below a format node has, as QEMU names it: vhost-blkd
+ * serves a raw backing file with its file node alone, where QEMU puts a
+ * raw format node over it.
+ */
+static const char *vb_backing_format(BlockBackend *backing)
+{
+    const char *drv = blk_get_driver_name(backing);
+
+    return strcmp(drv, "qcow2") ? "raw" : drv;
+}
+
+/*
+ * QEMU's ImageInfoSpecificQCow2 of a version 2 image (compat 0.10) has
+ * no lazy-refcounts, corrupt or extended-l2: those are version 3 header
+ * fields.  The driver's text gives them for every version; drop them
+ * here so that the reply is QEMU's.
+ */
+static void vb_format_specific_fixup(JsonNode *fs)
+{
+    JsonObject *o = JSON_NODE_HOLDS_OBJECT(fs) ? json_node_get_object(fs)
+                                               : NULL;
+    JsonNode *dn = o ? json_object_get_member(o, "data") : NULL;
+    JsonObject *d = dn && JSON_NODE_HOLDS_OBJECT(dn) ?
+                    json_node_get_object(dn) : NULL;
+
+    if (d && !g_strcmp0(json_object_get_string_member_with_default(
+                            d, "compat", NULL), "0.10")) {
+        json_object_remove_member(d, "lazy-refcounts");
+        json_object_remove_member(d, "corrupt");
+        json_object_remove_member(d, "extended-l2");
+    }
+}
+
+/*
+ * QEMU's ImageInfo of a format node's image into @img: the basic members,
+ * what the driver says of its image, and the backing chain nested
+ * ("backing-image").  Returns the chain's depth below @blk.
+ */
+static unsigned int vb_image_info(BlockBackend *blk, const char *filename,
+                                  const char *format, JsonObject *img,
+                                  unsigned int level)
 {
     BlockDriverInfo bdi = { 0 };
     unsigned int depth = 0;
+    bool is_format = strcmp(format, "raw") != 0;
 
-    blk_get_info(blk, &bdi);
+    if (is_format) {
+        blk_get_info(blk, &bdi);
+    }
+    json_object_set_string_member(img, "filename", filename);
+    json_object_set_string_member(img, "format", format);
+    json_object_set_int_member(img, "virtual-size", blk_getlength(blk));
+    json_object_set_int_member(img, "actual-size", vb_actual_size(filename));
+    json_object_set_boolean_member(img, "dirty-flag", bdi.dirty);
     if (bdi.cluster_size) {
         json_object_set_int_member(img, "cluster-size", bdi.cluster_size);
     }
@@ -36,9 +129,10 @@ static unsigned int vb_image_format_info(BlockBackend *blk, JsonObject *img)
         g_autoptr(JsonParser) p = json_parser_new();
 
         if (json_parser_load_from_data(p, bdi.format_specific, -1, NULL)) {
-            json_object_set_member(img, "format-specific",
-                                   json_node_copy(
-                                       json_parser_get_root(p)));
+            JsonNode *fs = json_node_copy(json_parser_get_root(p));
+
+            vb_format_specific_fixup(fs);
+            json_object_set_member(img, "format-specific", fs);
         }
     }
     if (bdi.backing_file) {
@@ -53,72 +147,123 @@ static unsigned int vb_image_format_info(BlockBackend *blk, JsonObject *img)
                                           bdi.backing_format);
         }
     }
-    if (bdi.backing) {
+    if (bdi.backing && level < VB_QUERY_MAX_CHAIN) {
         JsonObject *b = json_object_new();
-        const char *drv = blk_get_driver_name(bdi.backing);
+        const char *bname = bdi.full_backing_file ? bdi.full_backing_file :
+                            bdi.backing_file ? bdi.backing_file : "";
 
-        json_object_set_string_member(b, "filename",
-                                      bdi.full_backing_file ?
-                                      bdi.full_backing_file :
-                                      bdi.backing_file ?
-                                      bdi.backing_file : "");
-        json_object_set_string_member(b, "format",
-                                      strcmp(drv, "file") ? drv : "raw");
-        json_object_set_int_member(b, "virtual-size",
-                                   blk_getlength(bdi.backing));
-        json_object_set_boolean_member(b, "dirty-flag", false);
-        depth = 1 + vb_image_format_info(bdi.backing, b);
+        depth = 1 + vb_image_info(bdi.backing, bname,
+                                  vb_backing_format(bdi.backing), b,
+                                  level + 1);
         json_object_set_object_member(img, "backing-image", b);
     }
     return depth;
 }
 
-static JsonObject *vb_node_info(VbNode *n)
+/* The members of QEMU's BlockDeviceInfo every node has, into @o. */
+static void vb_node_common(JsonObject *o, const char *name, const char *drv,
+                           const char *filename, bool ro, bool direct)
 {
-    JsonObject *o = json_object_new();
-    JsonObject *img = json_object_new();
-    JsonObject *cache = json_object_new();
-    bool is_null = n->no_storage;
-    struct stat st;
-    uint64_t actual = 0;
-
-    json_object_set_string_member(o, "file", n->filename);
-    json_object_set_string_member(o, "node-name", n->name);
-    json_object_set_boolean_member(o, "ro", n->readonly);
-    json_object_set_string_member(o, "drv", n->driver);
-    json_object_set_boolean_member(o, "encrypted", false);
-    json_object_set_string_member(o, "detect_zeroes", "off");
     static const char *const zeroes[] = {
         "bps", "bps_rd", "bps_wr", "iops", "iops_rd", "iops_wr",
         "write_threshold", "backing_file_depth",
     };
+    JsonObject *cache = json_object_new();
+
+    json_object_set_string_member(o, "file", filename);
+    json_object_set_string_member(o, "node-name", name);
+    json_object_set_boolean_member(o, "ro", ro);
+    json_object_set_string_member(o, "drv", drv);
+    json_object_set_boolean_member(o, "encrypted", false);
+    json_object_set_string_member(o, "detect_zeroes", "off");
     for (size_t i = 0; i < G_N_ELEMENTS(zeroes); i++) {
-        /* No throttling, no write threshold, no backing chain. */
+        /* No throttling, no write threshold; a format node sets its
+         * chain's depth after. */
         json_object_set_int_member(o, zeroes[i], 0);
     }
-    json_object_set_string_member(img, "filename", n->filename);
-    json_object_set_string_member(img, "format", n->driver);
-    json_object_set_int_member(img, "virtual-size", blk_getlength(n->blk));
-    if (!is_null && stat(n->filename, &st) == 0 && S_ISREG(st.st_mode)) {
-        actual = (uint64_t)st.st_blocks * 512;
-    }
-    json_object_set_int_member(img, "actual-size", actual);
-    if (!is_null) {
-        json_object_set_boolean_member(img, "dirty-flag", false);
-    }
-    if (n->format) {
-        BlockDriverInfo bdi = { 0 };
+    json_object_set_boolean_member(cache, "writeback", true);
+    json_object_set_boolean_member(cache, "direct", direct);
+    json_object_set_boolean_member(cache, "no-flush", false);
+    json_object_set_object_member(o, "cache", cache);
+}
 
-        json_object_set_int_member(o, "backing_file_depth",
-                                   vb_image_format_info(n->blk, img));
-        blk_get_info(n->blk, &bdi);
-        if (bdi.backing_file) {
-            json_object_set_string_member(o, "backing_file",
-                                          bdi.backing_file);
+static VbNode *vb_node_by_blk(VbState *s, BlockBackend *blk)
+{
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if (n->blk == blk) {
+            return n;
         }
     }
+    return NULL;
+}
+
+/* A format node's own members: its image with the chain below it. */
+static void vb_format_node_info(VbState *s, JsonObject *o, BlockBackend *blk,
+                                const char *filename, const char *format)
+{
+    JsonObject *img = json_object_new();
+    unsigned int depth = vb_image_info(blk, filename, format, img, 0);
+    BlockDriverInfo bdi = { 0 };
+    VbNode *bn;
+
+    json_object_set_int_member(o, "backing_file_depth", depth);
+    blk_get_info(blk, &bdi);
+    /* QEMU's backing_file: the backing node's file name, the name the
+     * image records resolved when it was not given one. */
+    bn = bdi.backing ? vb_node_by_blk(s, bdi.backing) : NULL;
+    if (bn) {
+        json_object_set_string_member(o, "backing_file", bn->filename);
+    } else if (bdi.backing_file) {
+        json_object_set_string_member(o, "backing_file",
+                                      bdi.full_backing_file ?
+                                      bdi.full_backing_file :
+                                      bdi.backing_file);
+    }
+    json_object_set_object_member(o, "image", img);
+}
+
+/* A protocol node's image: the file itself. */
+static void vb_file_image(JsonObject *o, const char *filename,
+                          const char *drv, uint64_t length)
+{
+    JsonObject *img = json_object_new();
+
+    json_object_set_string_member(img, "filename", filename);
+    json_object_set_string_member(img, "format", drv);
+    /* QEMU counts a file in 512-byte sectors, a partial last one whole
+     * (qemu-img leaves a qcow2 file at any length). */
+    json_object_set_int_member(img, "virtual-size", QEMU_ALIGN_UP(length, (uint64_t)512));
+    json_object_set_int_member(img, "actual-size", vb_actual_size(filename));
+    json_object_set_boolean_member(img, "dirty-flag", false);
+    json_object_set_object_member(o, "image", img);
+}
+
+static JsonObject *vb_node_info(VbState *s, VbNode *n)
+{
+    JsonObject *o = json_object_new();
+
+    vb_node_common(o, n->name, n->driver, n->filename, n->readonly,
+                   n->cache_direct);
+    if (n->format) {
+        vb_format_node_info(s, o, n->blk, n->filename, n->driver);
+    } else if (n->no_storage) {
+        JsonObject *img = json_object_new();
+
+        json_object_set_string_member(img, "filename", n->filename);
+        json_object_set_string_member(img, "format", n->driver);
+        json_object_set_int_member(img, "virtual-size",
+                                   blk_getlength(n->blk));
+        json_object_set_int_member(img, "actual-size", 0);
+        json_object_set_object_member(o, "image", img);
+    } else {
+        vb_file_image(o, n->filename, n->driver, blk_getlength(n->blk));
+    }
     if (n->file) {
-        /* QEMU's ImageInfo children: the node below, by its role. */
+        /* QEMU's ImageInfo children (QEMU 8.0 on): the node below, by
+         * its role. */
+        JsonObject *img = json_object_get_object_member(o, "image");
         JsonArray *children = json_array_new();
         JsonObject *c = json_object_new();
         JsonObject *ci = json_object_new();
@@ -134,12 +279,57 @@ static JsonObject *vb_node_info(VbNode *n)
         /* Ours: the child's node-name, which QEMU's form leaves out. */
         json_object_set_string_member(o, "x-file-node-name", n->file->name);
     }
-    json_object_set_object_member(o, "image", img);
-    json_object_set_boolean_member(cache, "writeback", true);
-    json_object_set_boolean_member(cache, "direct", n->cache_direct);
-    json_object_set_boolean_member(cache, "no-flush", false);
-    json_object_set_object_member(o, "cache", cache);
     return o;
+}
+
+/*
+ * The nodes of @n's backing chain that the format driver opened itself
+ * (QEMU's implicit nodes: a backing format node and its file node per
+ * level), which QEMU lists as nodes of their own.  They are named
+ * "#NODE-backingK" and "#NODE-backingK-file", K = 1 for the image right
+ * below @n: stable from one query to the next, and no user's node-name
+ * can start with '#'.  A backing node given by name (backing=NODE) is
+ * listed for itself and ends the walk.
+ */
+static void vb_backing_nodes(VbState *s, VbNode *n, JsonArray *arr)
+{
+    BlockBackend *blk = n->blk;
+    unsigned int level = 1;
+    BlockDriverInfo bdi = { 0 };
+
+    blk_get_info(blk, &bdi);
+    while (bdi.backing && level <= VB_QUERY_MAX_CHAIN &&
+           !vb_node_by_blk(s, bdi.backing)) {
+        BlockBackend *b = bdi.backing;
+        const char *fname = bdi.full_backing_file ? bdi.full_backing_file :
+                            bdi.backing_file ? bdi.backing_file : "";
+        const char *fmt = vb_backing_format(b);
+        const char *proto = blk_is_block_device(b) ? "host_device" : "file";
+        g_autofree char *fmt_name = g_strdup_printf("#%s-backing%u",
+                                                    n->name, level);
+        g_autofree char *file_name = g_strdup_printf("#%s-backing%u-file",
+                                                     n->name, level);
+        JsonObject *fo = json_object_new();
+        JsonObject *po = json_object_new();
+
+        /* Backing files are opened read-only, through the page cache. */
+        vb_node_common(fo, fmt_name, fmt, fname, true, false);
+        vb_format_node_info(s, fo, b, fname, fmt);
+        json_object_set_string_member(fo, "x-file-node-name", file_name);
+        json_array_add_object_element(arr, fo);
+
+        vb_node_common(po, file_name, proto, fname, true, false);
+        vb_file_image(po, fname, proto,
+                      strcmp(fmt, "raw") ? vb_file_length(fname) :
+                      blk_getlength(b));
+        json_array_add_object_element(arr, po);
+
+        memset(&bdi, 0, sizeof(bdi));
+        if (strcmp(fmt, "raw")) {
+            blk_get_info(b, &bdi);
+        }
+        level++;
+    }
 }
 
 static JsonNode *vb_qmp_query_named_block_nodes(void *opaque,
@@ -158,9 +348,12 @@ static JsonNode *vb_qmp_query_named_block_nodes(void *opaque,
     }
     arr = json_array_new();
     for (guint i = 0; i < s->nodes->len; i++) {
-        json_array_add_object_element(arr,
-                                      vb_node_info(g_ptr_array_index(s->nodes,
-                                                                     i)));
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        json_array_add_object_element(arr, vb_node_info(s, n));
+        if (n->format) {
+            vb_backing_nodes(s, n, arr);
+        }
     }
     return vb_node_take_array(arr);
 }

@@ -55,6 +55,11 @@ typedef struct VbNbd {
     GPtrArray *tls_objs;        /* VbTlsObj */
     unsigned int closing;       /* stopped servers whose connections
                                  * still have requests in flight */
+    /* The running server's address as bound (port=0: the port the
+     * kernel chose), for x-query-nbd-server. */
+    char *bound_host;
+    char *bound_port;
+    char *bound_path;
 } VbNbd;
 
 /* One daemon, one VbState: the NBD part of it. */
@@ -507,6 +512,21 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
     if (fd < 0) {
         return false;
     }
+    if (atype == 0) {
+        struct sockaddr_storage sa;
+        socklen_t len = sizeof(sa);
+        char hbuf[NI_MAXHOST], pbuf[NI_MAXSERV];
+
+        if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0 &&
+            getnameinfo((struct sockaddr *)&sa, len, hbuf, sizeof(hbuf),
+                        pbuf, sizeof(pbuf),
+                        NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+            n->bound_host = g_strdup(hbuf);
+            n->bound_port = g_strdup(pbuf);
+        }
+    } else {
+        n->bound_path = g_strdup(path);
+    }
     o.listen_fd = fd;
     o.unix_path = path;
     o.max_connections = maxc;
@@ -515,6 +535,9 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
     n->srv = nbd_server_new(&o, errp);
     if (!n->srv) {
         close(fd);
+        g_clear_pointer(&n->bound_host, g_free);
+        g_clear_pointer(&n->bound_port, g_free);
+        g_clear_pointer(&n->bound_path, g_free);
         return false;
     }
     n->tls = tls;
@@ -795,6 +818,9 @@ static void vb_nbd_server_stop(VbNbd *n)
     nbd_server_close(n->srv, vb_nbd_server_closed, n->tls);
     n->srv = NULL;
     n->tls = NULL;
+    g_clear_pointer(&n->bound_host, g_free);
+    g_clear_pointer(&n->bound_port, g_free);
+    g_clear_pointer(&n->bound_path, g_free);
 }
 
 void vb_nbd_cleanup(VbState *s)
@@ -910,11 +936,45 @@ static JsonNode *vb_qmp_nbd_server_remove(void *opaque, JsonObject *args,
     return vb_empty();
 }
 
+/*
+ * Whether the NBD server runs and its address as bound: with port "0"
+ * in nbd-server-start the kernel picks a free port, read back here
+ * (QEMU has no such query; scripts use it to avoid racing for a port).
+ */
+static JsonNode *vb_qmp_x_query_nbd_server(void *opaque, JsonObject *args,
+                                           GError **errp)
+{
+    VbNbd *n = vb_nbd_get(opaque);
+    g_auto(QmpArgs) a = { 0 };
+    JsonObject *o, *addr;
+
+    qmp_args_init(&a, args, false, NULL);
+    if (!qmp_args_check_done(&a, errp)) {
+        return NULL;
+    }
+    o = json_object_new();
+    json_object_set_boolean_member(o, "running", n->srv != NULL);
+    if (n->srv && (n->bound_port || n->bound_path)) {
+        addr = json_object_new();
+        if (n->bound_path) {
+            json_object_set_string_member(addr, "type", "unix");
+            json_object_set_string_member(addr, "path", n->bound_path);
+        } else {
+            json_object_set_string_member(addr, "type", "inet");
+            json_object_set_string_member(addr, "host", n->bound_host);
+            json_object_set_string_member(addr, "port", n->bound_port);
+        }
+        json_object_set_object_member(o, "addr", addr);
+    }
+    return vb_node_take_object(o);
+}
+
 static const QmpCommand vb_nbd_commands[] = {
     { "nbd-server-start", vb_qmp_nbd_server_start },
     { "nbd-server-stop", vb_qmp_nbd_server_stop },
     { "nbd-server-add", vb_qmp_nbd_server_add },
     { "nbd-server-remove", vb_qmp_nbd_server_remove },
+    { "x-query-nbd-server", vb_qmp_x_query_nbd_server },
 };
 
 void vb_nbd_register(GArray *table)

@@ -60,7 +60,9 @@
 #                         has (num-queues, queue-size, logical-block-size)
 #   --nbd-host HOST       address the destination's NBD server listens on
 #                         and the source connects to (default 127.0.0.1)
-#   --nbd-port PORT       its TCP port (default 10809)
+#   --nbd-port PORT       its TCP port (default 10809); prepare with 0
+#                         lets the kernel pick a free one and prints
+#                         "NBD port: N" (give N to the later steps)
 #   --server-tls-dir DIR  destination: ca-cert.pem, server-cert.pem,
 #                         server-key.pem (the server asks for a client
 #                         certificate signed by that CA: verify-peer=on)
@@ -73,6 +75,10 @@
 #                         vhost-blkd's, 64 KiB or the cluster size): a
 #                         guest writing small blocks all over makes the
 #                         mirror copy less with a smaller one (4096)
+#   --copy-mode MODE      mirror: background (default) or write-blocking
+#                         (guest writes complete once on the destination
+#                         too: the mirror gets ready whatever the guest's
+#                         write rate, at the cost of its write latency)
 #   --ready-pause SECS    mirror: if the job is not ready after SECS
 #                         seconds, pause the source VM (QMP stop on
 #                         --src-qemu) until it is, then cont it: the mirror
@@ -99,7 +105,7 @@ src_daemon= dst_daemon= src_qemu= dst_qemu=
 node= dst_node= dst_image= dst_format=qcow2 size=
 dst_socket= export_opts='{}'
 nbd_host=127.0.0.1 nbd_port=10809
-server_tls= client_tls= migrate_uri= job_id= granularity=
+server_tls= client_tls= migrate_uri= job_id= granularity= copy_mode=
 nbd_running=0 keep_nbd=0 no_cont=0 timeout=600 ready_pause=
 
 usage() {
@@ -130,6 +136,7 @@ while [ $# -gt 0 ]; do
     --migrate-uri) migrate_uri=$2 ;;
     --job-id) job_id=$2 ;;
     --granularity) granularity=$2 ;;
+    --copy-mode) copy_mode=$2 ;;
     --ready-pause) ready_pause=$2 ;;
     --timeout) timeout=$2 ;;
     --nbd-server-running) nbd_running=1; shift; continue ;;
@@ -345,6 +352,14 @@ print(json.dumps(a))' "$dst_node-vu" "$dst_socket" "$export_opts") ||
         qmp "$dst_daemon" nbd-server-start "{\"addr\": {\"type\": \"inet\", \"host\": $(json "$nbd_host"), \"port\": $(json "$nbd_port")}, \"tls-creds\": \"$dst_creds\"}" \
             >/dev/null ||
             fail $st "nbd-server-start failed: is port $nbd_port free on $nbd_host? (--nbd-port); with a server running already, give --nbd-server-running"
+        if [ "$nbd_port" = 0 ]; then
+            # Bound by the kernel: read it back rather than guess a free
+            # one beforehand, which another process could take meanwhile.
+            nbd_port=$(qmp "$dst_daemon" x-query-nbd-server |
+                python3 -c 'import json, sys; print(json.load(sys.stdin)["addr"]["port"])') ||
+                fail $st "cannot read the NBD server's port (x-query-nbd-server): is the destination vhost-blkd recent enough?"
+            say "NBD port: $nbd_port"
+        fi
     fi
     say "destination vhost-blkd: writable NBD export '$export_name' of $dst_node"
     qmp "$dst_daemon" block-export-add "{\"type\": \"nbd\", \"id\": $(json "nbd-$dst_node"), \"node-name\": $(json "$dst_node"), \"name\": $(json "$export_name"), \"writable\": true}" \
@@ -364,8 +379,8 @@ step_mirror() {
     qmp "$src_daemon" blockdev-add "{\"driver\": \"nbd\", \"node-name\": $(json "$nbd_node"), \"server\": {\"type\": \"inet\", \"host\": $(json "$nbd_host"), \"port\": $(json "$nbd_port")}, \"export\": $(json "$export_name"), \"tls-creds\": $(json "$src_creds")}" \
         >/dev/null ||
         fail $st "cannot reach the destination's NBD export: did prepare run, and do both TLS dirs have the same CA, the server's certificate naming $nbd_host? (object-del $src_creds, then run mirror again)"
-    say "source vhost-blkd: blockdev-mirror $node -> $nbd_node (job $job_id, sync=full)"
-    qmp "$src_daemon" blockdev-mirror "{\"job-id\": $(json "$job_id"), \"device\": $(json "$node"), \"target\": $(json "$nbd_node"), \"sync\": \"full\", \"auto-dismiss\": false${granularity:+, \"granularity\": $granularity}}" \
+    say "source vhost-blkd: blockdev-mirror $node -> $nbd_node (job $job_id, sync=full${copy_mode:+, copy-mode=$copy_mode})"
+    qmp "$src_daemon" blockdev-mirror "{\"job-id\": $(json "$job_id"), \"device\": $(json "$node"), \"target\": $(json "$nbd_node"), \"sync\": \"full\", \"auto-dismiss\": false${granularity:+, \"granularity\": $granularity}${copy_mode:+, \"copy-mode\": $(json "$copy_mode")}}" \
         >/dev/null ||
         fail $st "blockdev-mirror failed: fix the cause above, then blockdev-del $nbd_node and object-del $src_creds in the source vhost-blkd before a new try"
     if [ -n "$ready_pause" ]; then

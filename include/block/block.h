@@ -281,6 +281,9 @@ typedef struct BlockDriverInfo {
 /* Request flags */
 #define BDRV_REQ_MAY_UNMAP 0x1  /* write-zeroes may deallocate */
 #define BDRV_REQ_FUA       0x2  /* write: data durable on completion */
+/* write (qcow2 only): write only the clusters still unallocated in the
+ * node, checked where its allocations are serialised (block-stream). */
+#define BDRV_REQ_IF_UNALLOCATED 0x4
 
 /*
  * Per-request control block, owned by the caller.  The fields are private

@@ -13,6 +13,10 @@
  * (bdrv_dirty_writes_in_flight()): a job that must end with nothing
  * missed waits until the count and the bitmap are both empty.
  *
+ * A mirror with copy-mode=write-blocking (BdrvActiveMirror below) hooks
+ * the completion instead: the write goes to its target as well before
+ * the request finishes, and its range is clean afterwards.
+ *
  * Cost when no bitmap is attached: one load and one predictable branch
  * per write in blk_submit(), one flag test in blk_acb_complete()
  * (scripts/bench/ir-per-io.sh, null driver, depth 32: 3 and 2
@@ -42,14 +46,54 @@
  * was submitted and marks them again, and counts down, at completion. */
 #define BDRV_REQ_DIRTY_TRACKED 0x40000000
 
+typedef struct BdrvActiveMirror BdrvActiveMirror;
+
 typedef struct BdrvDirtyBitmap {
     uint64_t size;                      /* bytes covered */
     unsigned int shift;                 /* log2(granularity) */
     uint64_t nbits;
     unsigned long *bits;                /* atomic */
+    /*
+     * atomic: a copy of the bit's range to the job's target is in flight
+     * (the job's own, or an active write's).  At most one at a time, so
+     * an older copy never lands after a newer one.
+     */
+    unsigned long *busy;
+    BdrvActiveMirror *active;           /* atomic: write-blocking mode */
     struct BdrvDirtyBitmap *next;       /* atomic: the node's list */
     struct BdrvDirtyBitmap *dead_next;  /* main thread: released ones */
 } BdrvDirtyBitmap;
+
+/*
+ * copy-mode=write-blocking (QEMU's active mirror): a write of the users
+ * that completed on the source is written to @target too before it
+ * completes, from the thread that completes it, and its whole granules
+ * are clean again; so the job converges whatever the write rate (the
+ * users wait for the target instead).  A write whose range has a copy
+ * in flight, or that finds no free slot, falls back to marking its
+ * bits.  The slots are allocated by the job: nothing per request.
+ */
+typedef struct BdrvActiveWrite {
+    BlockAIOCB acb;                     /* the write to the target */
+    BlockAIOCB *guest;                  /* the source's, finished after */
+    int guest_ret;
+    BlockBackend *top;                  /* whose count of writes drops */
+    BdrvDirtyBitmap *bm;
+    BdrvActiveMirror *am;
+} BdrvActiveWrite;
+
+struct BdrvActiveMirror {
+    /* Submit @w->acb's write to the target (a thread that completes
+     * the users' writes); its completion calls
+     * bdrv_dirty_active_finish(), then blk_acb_finish() on @w->guest. */
+    void (*submit)(BdrvActiveWrite *w);
+    void *opaque;
+    BdrvActiveWrite *slots;
+    unsigned int n_slots;               /* a multiple of the word size */
+    unsigned long *slot_used;           /* atomic */
+    unsigned int in_flight;             /* atomic: active writes */
+    unsigned int failed;                /* atomic: target writes failed */
+};
 
 /* Main thread.  NULL with @errp set (bad granularity, a filter above). */
 BdrvDirtyBitmap *bdrv_dirty_bitmap_create(BlockBackend *bs,
@@ -65,6 +109,19 @@ void bdrv_dirty_bitmap_set(BdrvDirtyBitmap *bm, uint64_t offset,
 int64_t bdrv_dirty_bitmap_next(BdrvDirtyBitmap *bm, uint64_t bit);
 /* Main thread: clear @bit; whether it was set. */
 bool bdrv_dirty_bitmap_test_and_clear(BdrvDirtyBitmap *bm, uint64_t bit);
+/*
+ * Main thread: mark @n bits from @bit busy (a copy of theirs goes out)
+ * as long as none is busy already; how many were marked.
+ */
+uint64_t bdrv_dirty_bitmap_take_busy(BdrvDirtyBitmap *bm, uint64_t bit,
+                                     uint64_t n);
+/* Any thread: the bits of [@offset, @offset + @bytes) are not busy. */
+void bdrv_dirty_bitmap_release_busy(BdrvDirtyBitmap *bm, uint64_t offset,
+                                    uint64_t bytes);
+/* Main thread: publish (@am) or withdraw (NULL) write-blocking mode.
+ * Withdrawn, the writes in flight still finish: wait for
+ * @am->in_flight to drop to 0 before freeing it. */
+void bdrv_dirty_bitmap_set_active(BdrvDirtyBitmap *bm, BdrvActiveMirror *am);
 /* Main thread: set bits (bytes = count * granularity, the last one
  * capped at the size). */
 uint64_t bdrv_dirty_bitmap_count(BdrvDirtyBitmap *bm);
@@ -76,7 +133,12 @@ unsigned int bdrv_dirty_writes_in_flight(BlockBackend *bs);
 /* The block layer's hooks (block/block-backend.c, block/engine.c). */
 void bdrv_dirty_mark_submit(BlockBackend *bs, BdrvDirtyBitmap *head,
                             BlockAIOCB *acb);
-void bdrv_dirty_mark_complete(BlockAIOCB *acb);
+/* True: write-blocking took @acb over and calls blk_acb_finish() on it
+ * once its copy to the target is done. */
+bool bdrv_dirty_mark_complete(BlockAIOCB *acb, int ret);
+/* The copy of @w is done (@ret): its range is free again (dirty again if
+ * it failed), its slot too.  The caller then finishes @w->guest. */
+void bdrv_dirty_active_finish(BdrvActiveWrite *w, int ret);
 /* blk_free(): the released bitmaps. */
 void bdrv_dirty_bitmaps_free(BlockBackend *bs);
 

@@ -79,6 +79,9 @@ BlockEngine *blk_engine_get_or_pool(AioContext *ctx,
 /* Finish @acb: copy a bounced read back, free the bounce buffer, call the
  * callback.  @acb must not be touched afterwards.  Engine (owner) thread. */
 void blk_acb_complete(BlockAIOCB *acb, int ret);
+/* blk_acb_complete() past the dirty tracking: for the write-blocking
+ * mirror, which holds a write back until its target has it too. */
+void blk_acb_finish(BlockAIOCB *acb, int ret);
 
 /* The iovec the engine should transfer (the bounce buffer if any). */
 static inline struct iovec *blk_acb_iov(BlockAIOCB *acb, int *niov)

@@ -209,6 +209,12 @@ typedef struct MirrorOptions {
     JobErrorAction on_source_error;
     JobErrorAction on_target_error;
     bool unmap;                 /* zero ranges may become holes */
+    bool write_blocking;        /* copy-mode=write-blocking: the users'
+                                 * writes complete once on the target too */
+    /* block-commit of the active node (job type "commit"): the target is
+     * a backing node of the source's chain, which its overlays go on
+     * reading (shared consistent read). */
+    bool commit;
     bool auto_finalize;
     bool auto_dismiss;
     /*
@@ -236,5 +242,36 @@ typedef struct MirrorOptions {
  * NULL with @errp set.  Main thread.
  */
 Job *mirror_start(const MirrorOptions *o, GError **errp);
+
+/* ---- the stream job (block/stream.c) --------------------------------- */
+
+typedef struct StreamOptions {
+    const char *job_id;
+    const char *device;         /* the top's node name (events) */
+    BlockBackend *top;          /* a writable qcow2 node, written by its
+                                 * users meanwhile */
+    BlockBackend *base;         /* a node of its chain, or NULL: all */
+    /* block-commit below the active node: copy what @top and the nodes
+     * below it above @base hold into @base (writable, written by nobody
+     * else), plain writes; job type "commit". */
+    bool commit;
+    uint64_t speed;             /* bytes per second; 0: unlimited */
+    JobErrorAction on_error;
+    bool auto_finalize;
+    bool auto_dismiss;
+    /* At the job's prepare, once everything above @base is in @top: make
+     * @base the top's backing node (false with @errp set: the job
+     * fails).  @opaque is g_free()d with the job. */
+    bool (*finish)(void *opaque, GError **errp);
+    void *opaque;
+} StreamOptions;
+
+/*
+ * Start copying into @o->top what it reads from its chain above
+ * @o->base (QEMU's block-stream).  A cancelled or failed job leaves the
+ * chain as it was (with more clusters of the top allocated, which read
+ * what the chain did).  NULL with @errp set.  Main thread.
+ */
+Job *stream_start(const StreamOptions *o, GError **errp);
 
 #endif

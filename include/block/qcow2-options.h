@@ -44,6 +44,27 @@ bool qcow2_set_backing(BlockBackend *bs, BlockBackend *backing,
                        GError **errp);
 
 /*
+ * Main thread: make @backing (NULL: none) the backing node of @bs, a
+ * writable qcow2 node, and rewrite its header so that the image names
+ * @name (of format @fmt, NULL: unsaid) as its backing file, made
+ * durable (block-stream, block-commit).  The caller has made sure that
+ * nothing reads through the old backing chain any more (the users of
+ * @bs are quiesced with nothing in flight) and that @bs reads the same
+ * through @backing as through its old chain.  When @bs opened its chain
+ * itself, the nodes between it and @backing are closed and @bs becomes
+ * the owner of @backing (which must be one of them); otherwise the old
+ * backing node stays its caller's.  False with @errp set, nothing
+ * changed.
+ */
+bool qcow2_change_backing(BlockBackend *bs, BlockBackend *backing,
+                          const char *name, const char *fmt,
+                          GError **errp);
+
+/* Main thread: whether @bs (a qcow2 node) opened @backing itself, as
+ * part of the chain named by its image (not a node given by name). */
+bool qcow2_owns_backing(BlockBackend *bs);
+
+/*
  * Main thread: create @path (which must not exist) as an empty qcow2
  * image of @size bytes, as qemu-img create -f qcow2 with its defaults,
  * naming @backing (NULL: none) of format @backing_fmt (NULL: unsaid) as

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
-# vhost-blk-ctl against vhost-blkd's QMP monitor (no guest): exports, add
+# vhost-blk-ctl against vhost-blkd's QMP monitor (no guest): exports and
+# nodes (format and backing chain of a qcow2 export), add
 # with I/O through vhost-blk-bench, stats counting that I/O, stats --watch,
 # resize, log-level, del, the raw qmp passthrough, and its errors (no
 # socket, QMP errors shown with their description, bad usage).  The same
@@ -53,6 +54,43 @@ pid=$VB_LAST_PID
 run "exports" 0 "$ctl" exports
 vb_check "  ...lists the command-line export with its file" \
     grep -q "$img0" "$out"
+vb_check "  ...a raw image, no backing chain (FORMAT raw, DEPTH 0)" \
+    grep -Eq "^export0 .* raw +0 $img0\$" "$out"
+
+# A qcow2 overlay over a qcow2 base over a raw file, exported over QMP:
+# exports shows its format and depth, nodes its chain.
+qraw=$VB_TMP/c-base.raw
+truncate -s 8M "$qraw"
+qemu-img create -q -f qcow2 -b "$qraw" -F raw "$VB_TMP/c-mid.qcow2" 16M
+qemu-img create -q -f qcow2 -b "$VB_TMP/c-mid.qcow2" -F qcow2 \
+    "$VB_TMP/c-top.qcow2" 32M
+run "blockdev-add a qcow2 overlay (chain of 3)" 0 "$ctl" qmp blockdev-add \
+    "{\"driver\":\"qcow2\",\"node-name\":\"qc\",\"file\":{\"driver\":\"file\",\"filename\":\"$VB_TMP/c-top.qcow2\"}}"
+run "block-export-add on it" 0 "$ctl" qmp block-export-add \
+    "{\"type\":\"vhost-user-blk\",\"id\":\"ec\",\"node-name\":\"qc\",\"addr\":{\"type\":\"unix\",\"path\":\"$VB_TMP/c.sock\"}}"
+run "exports with a qcow2 export" 0 "$ctl" exports
+vb_check "  ...ec is qcow2 with a backing chain of depth 2" \
+    grep -Eq "^ec +vhost-user-blk +qc +32M .* qcow2 +2 $VB_TMP/c-top.qcow2\$" "$out"
+run "nodes" 0 "$ctl" nodes
+vb_check "  ...ec's image: depth 0, qcow2, 32M, the overlay" \
+    grep -Eq "^ec +qc +0 qcow2 +32M $VB_TMP/c-top.qcow2\$" "$out"
+vb_check "  ...depth 1: the middle qcow2 image (16M), its implicit node" \
+    grep -Eq "^ec +#[^ ]+ +1 qcow2 +16M $VB_TMP/c-mid.qcow2\$" "$out"
+vb_check "  ...depth 2: the raw base (8.0M)" \
+    grep -Eq "^ec +#[^ ]+ +2 raw +8.0M $qraw\$" "$out"
+vb_check "  ...export0: one line, raw, depth 0" \
+    sh -c "grep -Eq '^export0 +node0 +0 raw +16M $img0\$' '$out' && [ \$(grep -c '^export0 ' '$out') -eq 1 ]"
+run "nodes --json" 0 "$ctl" --json nodes
+vb_check "  ...a list of {export, node-name, depth, format, virtual-size, filename}" \
+    python3 -c 'import json,sys
+r = json.load(open(sys.argv[1]))
+c = [x for x in r if x["export"] == "ec"]
+sys.exit(0 if [x["depth"] for x in c] == [0, 1, 2] and
+         [x["format"] for x in c] == ["qcow2", "qcow2", "raw"] and
+         c[2]["virtual-size"] == 8 << 20 and c[2]["filename"] == sys.argv[2]
+         else 1)' "$out" "$qraw"
+run "nodes takes no arguments" 2 "$ctl" nodes ec
+run "block-export-del ec" 0 "$ctl" qmp block-export-del '{"id":"ec"}'
 
 img1=$(vb_mkimg d1 32M)
 sock1=$VB_TMP/d1.sock
@@ -60,7 +98,7 @@ run "add d1 (file, 2 queues, writeback)" 0 \
     "$ctl" add d1 "$img1" --socket "$sock1" --num-queues 2 --cache writeback
 run "exports after add" 0 "$ctl" exports
 vb_check "  ...shows d1, 32M, active" \
-    grep -Eq "^d1 +vhost-user-blk +d1 +32M +no +active +$img1$" "$out"
+    grep -Eq "^d1 +vhost-user-blk +d1 +32M +no +active +raw +0 +$img1$" "$out"
 run "add d1 again: the daemon's error" 1 "$ctl" add d1 "$img1" --socket "$sock1"
 
 # bench ARGS...: vhost-blk-bench with its report as TAP comments.
@@ -181,7 +219,7 @@ if command -v qemu-storage-daemon > /dev/null; then
             --chardev "socket,id=m,path=$qsdq,server=on,wait=off" \
             --monitor chardev=m; then
         for c in "exports" "add q $img2 --socket $VB_TMP/q.sock" "exports" \
-                 "stats" "resize q 32M" "qmp query-version" "del q"; do
+                 "nodes" "stats" "resize q 32M" "qmp query-version" "del q"; do
             # shellcheck disable=SC2086
             "$ctl" -s "$qsdq" $c > "$out" 2>&1
             echo "# qemu-storage-daemon: vhost-blk-ctl $c: exit $?"

@@ -116,7 +116,7 @@ vb_ok "libvirtd $(libvirtd --version | awk '{print $NF}') runs, with its own sta
 # libvirtd), and libvirtd stops before the files it uses go.
 lv_cleanup() {
     local d
-    for d in vbtest-user vbtest-noaddr vbtest-kernel; do
+    for d in vbtest-user vbtest-noaddr vbtest-kernel vbtest-qcow2; do
         virsh_ destroy "$d" > /dev/null 2>&1
         virsh_ undefine "$d" > /dev/null 2>&1
     done
@@ -156,11 +156,15 @@ for tag in ("serial", "console"):
 ser = ET.SubElement(dev, "serial", type="file")
 ET.SubElement(ser, "source", path=out + ".serial")
 ET.SubElement(ser, "target", port="0")
-for a in d.find("{%s}commandline" % Q):
+cl = d.find("{%s}commandline" % Q)
+for a in (cl if cl is not None else []):
     v = a.get("value")
     v = v.replace("/run/vhost-blk/vm2.sock", sock)
     v = v.replace("/var/lib/vhost-blk/vm3.img", img)
     a.set("value", v)
+# libvirt's own vhost-user disks: their socket.
+for disk in dev.findall("disk[@type='vhostuser']"):
+    disk.find("source").set("path", sock)
 t.write(out)
 PY
 }
@@ -267,6 +271,89 @@ else
     fi
 fi
 virsh_ undefine vbtest-kernel > /dev/null 2>&1
+
+# --- libvirt's vhostuser disk on a qcow2 overlay over a qcow2 base -----------
+# The base holds data in the range the guest writes (overwritten in the
+# overlay only) and beyond it (which must read through).  The guest's fio
+# job (vbsize=16M, randwrite, 4k, crc32c) is repeated on the host with
+# --verify_only over qemu-img convert's output: the same job parameters
+# give the same offsets and contents.
+base=$VB_TMP/q-base.qcow2
+ov=$VB_TMP/q-overlay.qcow2
+qemu-img create -q -f qcow2 "$base" 64M &&
+    qemu-io -f qcow2 -c "write -P 0x5a 0 20M" -c "write -P 0x3c 32M 1M" \
+        "$base" > /dev/null &&
+    (cd "$VB_TMP" && qemu-img create -q -f qcow2 -b q-base.qcow2 -F qcow2 \
+        q-overlay.qcow2) ||
+    vb_bail "cannot create the qcow2 images"
+base_sum=$(sha256sum < "$base")
+sock=$VB_TMP/vm4.sock
+# QSD's syntax, as the XML's comment and the user guide give it.
+vb_daemon_start blkd-qcow2 "$sock" "$blkd" \
+    --blockdev "driver=file,node-name=f0,filename=$ov" \
+    --blockdev "driver=qcow2,node-name=q0,file=f0" \
+    --export "type=vhost-user-blk,id=e0,node-name=q0,writable=on,num-queues=2,addr.type=unix,addr.path=$sock" ||
+    vb_bail "vhost-blkd did not start on the qcow2 overlay"
+qpid=$VB_LAST_PID
+x=$VB_TMP/qcow2.xml
+domain "$VB_ROOT/docs/libvirt/vhostuser-qcow2.xml" "$x" vbtest-qcow2 "$sock" "$ov" ||
+    vb_bail "cannot derive a domain from docs/libvirt/vhostuser-qcow2.xml"
+if virsh_ define "$x" > "$VB_TMP/out" 2>&1; then
+    vb_ok "qcow2: virsh define (docs/libvirt/vhostuser-qcow2.xml)"
+else
+    vb_not_ok "qcow2: virsh define" "$(cat "$VB_TMP/out")"
+fi
+if virsh_ start vbtest-qcow2 > "$VB_TMP/out" 2>&1; then
+    vb_ok "qcow2: virsh start, libvirt's <disk type='vhostuser'>"
+    if wait_shutoff vbtest-qcow2 900; then
+        grep -a -E 'VBTEST-(RESULT|LOG)|err=' "$x.serial" | sed 's/^/#   /' | tail -n 8
+        vb_check "qcow2: the guest's fio write + verify on the qcow2 overlay passed (serial log)" \
+            grep -aq '^VBTEST-RESULT: PASS' "$x.serial"
+    else
+        vb_not_ok "qcow2: the guest finished" "still running after 900 s"
+        virsh_ destroy vbtest-qcow2 > /dev/null 2>&1
+    fi
+    # libvirt 9 gives -device as JSON.
+    vb_check "qcow2: libvirt gave QEMU a vhost-user-blk-pci device with 2 queues" \
+        grep -Eq 'vhost-user-blk-pci"?,"?num-queues"?[:=]2' "$LV/log/qemu/vbtest-qcow2.log"
+else
+    vb_not_ok "qcow2: virsh start" "$(cat "$VB_TMP/out")"
+    sed 's/^/#   /' "$LV/log/qemu/vbtest-qcow2.log" 2>/dev/null | tail -n 20
+fi
+virsh_ undefine vbtest-qcow2 > /dev/null 2>&1
+# A clean stop writes the metadata back and drops the image locks.
+vb_stop "$qpid"
+qemu-img check "$ov" > "$VB_TMP/check.out" 2>&1
+rc=$?
+sed 's/^/#   /' "$VB_TMP/check.out"
+vb_check_eq "qcow2: qemu-img check of the overlay: no errors, no leaks (exit 0)" "$rc" 0
+vb_check "qcow2: ...says so" grep -q "No errors were found" "$VB_TMP/check.out"
+vb_check_eq "qcow2: the base is byte-identical (sha256 before and after)" \
+    "$(sha256sum < "$base")" "$base_sum"
+# host_verify: fio checks the guest's job's data in the flattened image.
+host_verify() {
+    fio --name=vbtest --filename="$VB_TMP/q-flat.raw" --ioengine=psync \
+        --rw=randwrite --bs=4k --size=16M --numjobs=1 \
+        --offset_increment=16M --group_reporting=1 --verify=crc32c \
+        --verify_fatal=1 --do_verify=1 --verify_only=1 --verify_state_save=0 \
+        > "$VB_TMP/fio-host.log" 2>&1 ||
+        { sed 's/^/#   /' "$VB_TMP/fio-host.log" | tail -n 20; return 1; }
+}
+# base_data: the base's patterns show through where the guest did not write.
+base_data() {
+    qemu-io -f raw -c "read -P 0x5a 16M 4M" -c "read -P 0x3c 32M 1M" \
+        -c "read -P 0 33M 31M" "$VB_TMP/q-flat.raw" > "$VB_TMP/io.log" 2>&1 &&
+        ! grep -q "Pattern verification failed" "$VB_TMP/io.log" ||
+        { sed 's/^/#   /' "$VB_TMP/io.log"; return 1; }
+}
+if qemu-img convert -O raw "$ov" "$VB_TMP/q-flat.raw" > "$VB_TMP/out" 2>&1; then
+    vb_check "qcow2: qemu-img convert of the overlay holds what the guest wrote (host fio --verify_only)" \
+        host_verify
+    vb_check "qcow2: ...and the base's data where the guest did not write" \
+        base_data
+else
+    vb_not_ok "qcow2: qemu-img convert of the overlay" "$(cat "$VB_TMP/out")"
+fi
 
 lv_cleanup
 vb_done

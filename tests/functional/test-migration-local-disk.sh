@@ -87,13 +87,8 @@ vb_daemon_start blkd-b "$VB_TMP/b-qmp.sock" "$BLKD" --log-level info \
     $(mon "$VB_TMP/b-qmp.sock") || vb_bail "vhost-blkd B did not start"
 BLKD_B=$VB_LAST_PID
 
-port=$(python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])') ||
-    vb_bail "no free TCP port"
-echo "# NBD port $port"
-
 common_args=(--src-daemon "$VB_TMP/a-qmp.sock" --dst-daemon "$VB_TMP/b-qmp.sock" --timeout 180 --granularity 4096
-             --nbd-host 127.0.0.1 --nbd-port "$port"
+             --nbd-host 127.0.0.1
              --server-tls-dir "$VB_TMP/tls-server"
              --client-tls-dir "$VB_TMP/tls-client")
 data_args=("${common_args[@]}" --node data --dst-image "$dst_data"
@@ -122,8 +117,15 @@ run_script() {
     return $rc
 }
 
+# The NBD server's port: 0 at prepare, the kernel's choice read back by
+# the script (no window in which another process could take the port).
 must "prepare (destination): an empty qcow2 image, its vhost-user and TLS NBD exports" \
-    run_script prepare-data prepare "${data_args[@]}"
+    run_script prepare-data prepare "${data_args[@]}" --nbd-port 0
+port=$(sed -n 's/.*: NBD port: \([0-9][0-9]*\)$/\1/p' "$VB_TMP/prepare-data.log")
+[ -n "$port" ] || vb_bail "prepare did not say which port the NBD server has"
+echo "# NBD port $port"
+data_args+=(--nbd-port "$port")
+ctl_args+=(--nbd-port "$port")
 must "prepare (destination): an empty raw image, a second NBD export on the running server" \
     run_script prepare-ctl prepare "${ctl_args[@]}" --nbd-server-running
 [ -S "$VB_TMP/b-data.sock" ] && [ -S "$VB_TMP/b-ctl.sock" ] ||
@@ -201,15 +203,19 @@ fi
 vb_ok "guest runs fio on the source (vhost-blkd A, qcow2 + raw)"
 
 # ---------------------------------------------------------- migration
-# fio writes without a pause, so the mirror might never see the moment it
-# needs to be ready (nothing dirty, no write in flight): --ready-pause
-# stops the source VM for the last catch-up if it is not ready in 5 s
-# (VB_READY_PAUSE=0: at once, to exercise that path)
+# fio writes without a pause; the mirror gets ready once its copy has
+# caught up, writes in flight or not, but a TCG guest on a loaded machine
+# may dirty faster than the copy goes: --ready-pause stops the source VM
+# for the last catch-up if it is not ready in 5 s (VB_READY_PAUSE=0: at
+# once, to exercise that path).  VB_COPY_MODE=write-blocking runs the
+# mirrors in that mode.
 must "mirror of the qcow2 disk over NBD+TLS is ready" \
     run_script mirror-data mirror "${data_args[@]}" \
+    --copy-mode "${VB_COPY_MODE:-background}" \
     --src-qemu "$VB_TMP/qmp-0.sock" --ready-pause "${VB_READY_PAUSE:-5}"
 must "mirror of the raw disk over NBD+TLS is ready" \
     run_script mirror-ctl mirror "${ctl_args[@]}" \
+    --copy-mode "${VB_COPY_MODE:-background}" \
     --src-qemu "$VB_TMP/qmp-0.sock" --ready-pause "${VB_READY_PAUSE:-5}"
 vb_check "the source VM runs again, fio going on, before the migration" \
     grep -q '"status": "running"' <(qmp 0 query-status)

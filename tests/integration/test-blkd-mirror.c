@@ -19,6 +19,7 @@
 #include <linux/virtio_blk.h>
 #include <linux/falloc.h>
 #include <fcntl.h>
+#include <signal.h>
 
 #define IMG_SIZE (16u << 20)
 
@@ -38,6 +39,8 @@ typedef struct MirrorCase {
     const char *extra;          /* more options of the export */
     bool sparse;                /* a hole in the source at [HOLE_AT, +4M),
                                  * a target full of another pattern */
+    const char *on_error;       /* on-target-error of the killed target */
+    const char *copy_mode;      /* of the nbd-target case (background) */
 } MirrorCase;
 
 #define HOLE_AT (8u << 20)
@@ -290,6 +293,65 @@ static void assert_target_equals_source(Fixture *f)
     "\"device\":\"src\",\"target\":\"tgt\",\"sync\":\"full\"," \
     "\"granularity\":65536,\"buf-size\":65536,\"speed\":1"
 
+/*
+ * Whether event @name came after those already waited for (the QMP
+ * replies so far brought it); if so, it counts as waited for.
+ */
+static bool event_seen(Fixture *f, const char *name)
+{
+    for (guint i = f->seen; i < f->events->len; i++) {
+        JsonObject *o = json_node_get_object(g_ptr_array_index(f->events, i));
+
+        if (!strcmp(json_object_get_string_member(o, "event"), name)) {
+            f->seen = i + 1;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* x-query-vhost-blk-stats: the requests export e0 has in flight. */
+static int64_t export_in_flight(Fixture *f)
+{
+    g_autoptr(JsonNode) r = qmp(f, "{\"execute\":\"x-query-vhost-blk-stats\"}",
+                                NULL);
+    JsonArray *a = json_object_get_array_member(json_node_get_object(r),
+                                                "exports");
+
+    return json_object_get_int_member(json_array_get_object_element(a, 0),
+                                      "in-flight");
+}
+
+/*
+ * One guest write of @len bytes of pattern @seed at @offset from @buf,
+ * waited for; the completion of request @held_head on the way sets
+ * *@held_done.
+ */
+static void guest_write_beside(Fixture *f, uint8_t *buf, uint64_t offset,
+                               size_t len, uint32_t seed, int held_head,
+                               bool *held_done)
+{
+    struct iovec iov = { .iov_base = buf, .iov_len = len };
+    VhostUserFrontendCompletion c;
+    int head;
+
+    vb_fill_pattern(buf, len, seed);
+    head = vhost_user_frontend_blk_submit(f->fe, 0, VIRTIO_BLK_T_OUT,
+                                          offset / 512, &iov, 1, false,
+                                          NULL);
+    g_assert_cmpint(head, >=, 0);
+    g_assert_cmpint(vhost_user_frontend_kick(f->fe, 0), >=, 0);
+    for (;;) {
+        g_assert_cmpint(vb_reap_n(f->fe, 0, &c, 1), ==, 1);
+        g_assert_cmpint(c.status, ==, VIRTIO_BLK_S_OK);
+        if (c.head == (uint32_t)head) {
+            return;
+        }
+        g_assert_cmpint(c.head, ==, held_head);
+        *held_done = true;
+    }
+}
+
 /* ---- cases --------------------------------------------------------------- */
 
 /*
@@ -449,6 +511,271 @@ static void test_mirror_complete_busy(Fixture *f, gconstpointer data)
 }
 
 /*
+ * READY under load (QEMU's rule): a guest write stays in flight (the
+ * source holds the first request to its last MiB back 20 s) and the guest
+ * keeps writing elsewhere, one write after the other; the job still gets
+ * ready while that write is in flight (it used to wait for a moment with
+ * no guest write in flight), keeps copying, and job-complete pivots with
+ * the target equal to the source.
+ */
+static void test_mirror_ready_under_load(Fixture *f, gconstpointer data)
+{
+    enum { LEN = 65536 };
+    const uint64_t held_at = 15u << 20;
+    uint8_t *held_buf = f->buf + (512u << 10);
+    struct iovec iov = { .iov_base = held_buf, .iov_len = LEN };
+    VhostUserFrontendCompletion c;
+    bool held_done = false;
+    unsigned int i, writes_before_ready;
+    int held;
+
+    /* The bulk copy stops after its first 64 KiB (speed 1): it has not
+     * read the last MiB when the guest's write gets there. */
+    qmp_ok(f, MIRROR_SLOW "}}");
+    vb_fill_pattern(held_buf, LEN, 900);
+    held = vhost_user_frontend_blk_submit(f->fe, 0, VIRTIO_BLK_T_OUT,
+                                          held_at / 512, &iov, 1, false,
+                                          NULL);
+    g_assert_cmpint(held, >=, 0);
+    g_assert_cmpint(vhost_user_frontend_kick(f->fe, 0), >=, 0);
+    while (export_in_flight(f) == 0) {
+        /* The export has not popped it yet. */
+    }
+    qmp_ok(f, "{\"execute\":\"block-job-set-speed\","
+              "\"arguments\":{\"device\":\"m0\",\"speed\":0}}");
+    for (i = 0; !event_seen(f, "BLOCK_JOB_READY"); i++) {
+        if (held_done) {
+            g_error("the job got ready only once no guest write was in "
+                    "flight (after %u writes)", i);
+        }
+        guest_write_beside(f, f->buf, (uint64_t)(i % 14 + 1) << 20, 4096,
+                           1000 + i, held, &held_done);
+        /* A reply brings the events before it. */
+        json_node_unref(qmp(f, "{\"execute\":\"query-jobs\"}", NULL));
+    }
+    g_assert_false(held_done);
+    writes_before_ready = i;
+    g_test_message("ready after %u guest writes", writes_before_ready);
+    /* Ready, the guest goes on writing and the job copying. */
+    for (i = 0; i < 32; i++) {
+        guest_write_beside(f, f->buf, (uint64_t)(i % 14 + 1) << 20, 4096,
+                           2000 + i, held, &held_done);
+    }
+    qmp_ok(f, "{\"execute\":\"job-complete\",\"arguments\":{\"id\":\"m0\"}}");
+    if (!held_done) {
+        int got = 0;
+
+        /* The held write completes when its 20 s are over: up to three
+         * waits of VB_IO_TIMEOUT_MS. */
+        for (int t = 0; t < 3 && !got; t++) {
+            got = vb_reap_n(f->fe, 0, &c, 1);
+        }
+        g_assert_cmpint(got, ==, 1);
+        g_assert_cmpint(c.head, ==, held);
+        g_assert_cmpint(c.status, ==, VIRTIO_BLK_S_OK);
+    }
+    g_assert_false(json_object_has_member(
+        wait_event(f, "BLOCK_JOB_COMPLETED"), "error"));
+    /* After the pivot: nothing written since, the two are equal. */
+    assert_target_equals_source(f);
+    g_assert_true(file_has_pattern(f->target, held_at, LEN, 900));
+}
+
+/*
+ * copy-mode=write-blocking: the guest writes 64 KiB blocks all over the
+ * disk, one after the other, far faster than the job's speed limit
+ * (4 MiB/s).  In background mode every write dirties a block again
+ * faster than the copy goes; with write-blocking each write reaches the
+ * target before it completes and leaves its blocks clean, so the bulk
+ * copy ends and the job gets ready.  The guest goes on writing while it
+ * is ready; job-complete pivots with the target equal to the source.
+ */
+static void test_mirror_write_blocking(Fixture *f, gconstpointer data)
+{
+    unsigned int i;
+
+    qmp_ok(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+              "\"job-id\":\"mw\",\"device\":\"src\",\"target\":\"tgt\","
+              "\"sync\":\"full\",\"granularity\":65536,"
+              "\"speed\":4194304,\"copy-mode\":\"write-blocking\"}}");
+    for (i = 0; !event_seen(f, "BLOCK_JOB_READY"); i++) {
+        /* A stride of 7 blocks: every block of the disk in turn. */
+        guest_write(f, (uint64_t)(i * 7 % (IMG_SIZE / 65536)) * 65536,
+                    65536, 3000 + i);
+        /* A reply brings the events before it. */
+        json_node_unref(qmp(f, "{\"execute\":\"query-jobs\"}", NULL));
+    }
+    g_test_message("ready after %u guest writes (%u MiB)", i, i / 16);
+    for (i = 0; i < 256; i++) {
+        guest_write(f, (uint64_t)(i * 5 % (IMG_SIZE / 65536)) * 65536,
+                    65536, 4000 + i);
+    }
+    qmp_ok(f, "{\"execute\":\"job-complete\",\"arguments\":{\"id\":\"mw\"}}");
+    g_assert_false(json_object_has_member(
+        wait_event(f, "BLOCK_JOB_COMPLETED"), "error"));
+    assert_target_equals_source(f);
+}
+
+/*
+ * qemu-nbd serving the killed-target case's image: its pid, killed at
+ * teardown and from the SIGABRT handler if a check fails first (it
+ * detaches from us with --fork).
+ */
+static volatile pid_t nbd_server_pid;
+
+static void kill_nbd_server(int sig)
+{
+    if (nbd_server_pid > 0) {
+        kill(nbd_server_pid, SIGKILL);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Whether process @pid is gone (it is not our child: no waitpid). */
+static bool pid_gone(pid_t pid)
+{
+    return kill(pid, 0) < 0 && errno == ESRCH;
+}
+
+/*
+ * The destination dies mid-mirror: the target is an NBD node served by
+ * qemu-nbd, killed (SIGKILL) while the job is held by its speed limit.
+ * With on-target-error=report the job ends with BLOCK_JOB_COMPLETED
+ * carrying the error; with stop it pauses (BLOCK_JOB_ERROR), with
+ * ignore it goes on trying (BLOCK_JOB_ERROR again), and job-cancel ends
+ * either.  Meanwhile and afterwards the guest's export serves reads and
+ * writes without an error, the dead node can be deleted, and a new
+ * mirror to another target gets ready and ends with a consistent copy.
+ */
+static void test_mirror_target_killed(Fixture *f, gconstpointer data)
+{
+    const MirrorCase *c = data;
+    g_autofree char *qemu_nbd = g_find_program_in_path("qemu-nbd");
+    g_autofree char *img = g_strdup_printf("%s/nbdtgt.img", f->d.dir);
+    g_autofree char *sock = g_strdup_printf("%s/tgt-nbd.sock", f->d.dir);
+    g_autofree char *pidfile = g_strdup_printf("%s/qemu-nbd.pid", f->d.dir);
+    g_autofree char *cmd = NULL, *err = NULL, *pidstr = NULL;
+    g_autoptr(GError) gerr = NULL;
+    const char *argv[] = {
+        qemu_nbd, "-f", "raw", "-x", "exp", "--fork", "--persistent",
+        "--shared=8", NULL, NULL, NULL, NULL,
+    };
+    JsonObject *ev;
+    JsonNode *r;
+    int status, fd;
+    pid_t pid;
+
+    if (!qemu_nbd) {
+        g_test_skip("qemu-nbd (qemu-utils) is not installed");
+        return;
+    }
+    if (vb_seccomp_env()) {
+        /* docs/user-guide.md: libnbd's socket calls are outside the
+         * iothreads' allowlist. */
+        g_test_skip("an nbd node does not work under --seccomp on yet");
+        return;
+    }
+    fd = open(img, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, IMG_SIZE), ==, 0);
+    close(fd);
+    argv[8] = g_strdup_printf("--pid-file=%s", pidfile);
+    argv[9] = g_strdup_printf("--socket=%s", sock);
+    argv[10] = img;
+    signal(SIGABRT, kill_nbd_server);
+    /* --fork: qemu-nbd returns once it listens. */
+    g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                               G_SPAWN_DEFAULT, NULL, NULL, NULL, NULL,
+                               &status, &gerr));
+    g_free((char *)argv[8]);
+    g_free((char *)argv[9]);
+    g_assert_no_error(gerr);
+    g_assert_true(g_spawn_check_wait_status(status, NULL));
+    g_assert_true(g_file_get_contents(pidfile, &pidstr, NULL, NULL));
+    pid = atoi(pidstr);
+    g_assert_cmpint(pid, >, 0);
+    nbd_server_pid = pid;
+
+    cmd = g_strdup_printf("{\"execute\":\"blockdev-add\",\"arguments\":{"
+                          "\"driver\":\"nbd\",\"node-name\":\"nt\","
+                          "\"server\":{\"type\":\"unix\",\"path\":"
+                          "\"%s\"},\"export\":\"exp\"}}", sock);
+    r = qmp(f, cmd, &err);
+    if (!r) {
+        /* A build without libnbd has no nbd driver. */
+        kill(pid, SIGKILL);
+        g_test_skip(err);
+        return;
+    }
+    json_node_unref(r);
+    g_free(cmd);
+    /* Held by its speed limit after the first 64 KiB. */
+    cmd = g_strdup_printf("{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+                          "\"job-id\":\"mk\",\"device\":\"src\","
+                          "\"target\":\"nt\",\"sync\":\"full\","
+                          "\"granularity\":65536,\"buf-size\":65536,"
+                          "\"speed\":1,\"on-target-error\":\"%s\"}}",
+                          c->on_error);
+    qmp_ok(f, cmd);
+    guest_write(f, 1u << 20, 65536, 1100);
+    /* The destination dies. */
+    g_assert_cmpint(kill(pid, SIGKILL), ==, 0);
+    while (!pid_gone(pid)) {
+        g_usleep(1000);     /* polling for the process to be reaped */
+    }
+    nbd_server_pid = 0;
+    qmp_ok(f, "{\"execute\":\"block-job-set-speed\","
+              "\"arguments\":{\"device\":\"mk\",\"speed\":0}}");
+    ev = wait_event(f, "BLOCK_JOB_ERROR");
+    g_assert_cmpstr(json_object_get_string_member(ev, "device"), ==, "mk");
+    g_assert_cmpstr(json_object_get_string_member(ev, "operation"), ==,
+                    "write");
+    g_assert_cmpstr(json_object_get_string_member(ev, "action"), ==,
+                    c->on_error);
+    /* The guest is not held by the dead target. */
+    guest_write(f, 2u << 20, 65536, 1101);
+    if (!strcmp(c->on_error, "report")) {
+        ev = wait_event(f, "BLOCK_JOB_COMPLETED");
+        g_assert_true(json_object_has_member(ev, "error"));
+        g_test_message("error: %s",
+                       json_object_get_string_member(ev, "error"));
+    } else {
+        if (!strcmp(c->on_error, "stop")) {
+            assert_status(f, "mk", "paused");
+        } else {
+            /* It goes on trying and failing. */
+            wait_event(f, "BLOCK_JOB_ERROR");
+        }
+        guest_write(f, 3u << 20, 65536, 1102);
+        qmp_ok(f, "{\"execute\":\"job-cancel\",\"arguments\":"
+                  "{\"id\":\"mk\"}}");
+        wait_event(f, "BLOCK_JOB_CANCELLED");
+    }
+    wait_gone(f, "mk");
+    /* The guest reads what it wrote, from the source. */
+    guest_write(f, 4u << 20, 65536, 1103);
+    memset(f->buf, 0, 65536);
+    g_assert_cmpint(vb_req(f->fe, 0, VIRTIO_BLK_T_IN, (2u << 20) / 512,
+                           f->buf, 65536, true, NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_true(vb_check_pattern(f->buf, 65536, 1101));
+    /* The dead node goes, and a new mirror to a live target works. */
+    qmp_ok(f, "{\"execute\":\"blockdev-del\",\"arguments\":"
+              "{\"node-name\":\"nt\"}}");
+    qmp_ok(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+              "\"job-id\":\"m2\",\"device\":\"src\",\"target\":\"tgt\","
+              "\"sync\":\"full\"}}");
+    wait_event(f, "BLOCK_JOB_READY");
+    qmp_ok(f, "{\"execute\":\"block-job-cancel\","
+              "\"arguments\":{\"device\":\"m2\"}}");
+    g_assert_false(json_object_has_member(
+        wait_event(f, "BLOCK_JOB_COMPLETED"), "error"));
+    assert_target_equals_source(f);
+    signal(SIGABRT, SIG_DFL);
+    unlink(img);
+}
+
+/*
  * sync=full over a sparse source: the hole is written as zeroes over the
  * target's old data (a hole there too, with unmap), the rest copied.
  */
@@ -534,6 +861,7 @@ static void test_mirror_nbd_source(Fixture *f, gconstpointer data)
  */
 static void test_mirror_nbd_target(Fixture *f, gconstpointer data)
 {
+    const MirrorCase *c = data;
     g_autofree char *cmd = NULL;
     g_autofree char *err = NULL;
     JsonNode *r;
@@ -563,9 +891,13 @@ static void test_mirror_nbd_target(Fixture *f, gconstpointer data)
         return;
     }
     json_node_unref(r);
-    qmp_ok(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
-              "\"job-id\":\"m8\",\"device\":\"src\",\"target\":\"nc\","
-              "\"sync\":\"full\",\"speed\":1}}");
+    g_free(cmd);
+    cmd = g_strdup_printf("{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+                          "\"job-id\":\"m8\",\"device\":\"src\","
+                          "\"target\":\"nc\",\"sync\":\"full\","
+                          "\"speed\":1,\"copy-mode\":\"%s\"}}",
+                          c && c->copy_mode ? c->copy_mode : "background");
+    qmp_ok(f, cmd);
     guest_write(f, 0, 65536, 800);
     guest_write(f, 10u << 20, 1u << 20, 801);
     qmp_ok(f, "{\"execute\":\"block-job-set-speed\","
@@ -604,9 +936,8 @@ static void test_verbs(Fixture *f, gconstpointer data)
               "and 64M");
     qmp_fails(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
                  "\"device\":\"src\",\"target\":\"tgt\",\"sync\":\"full\","
-                 "\"copy-mode\":\"write-blocking\"}}",
-              "copy-mode=write-blocking is not supported yet: use "
-              "copy-mode=background");
+                 "\"copy-mode\":\"mirror\"}}",
+              "Parameter 'copy-mode' does not accept value 'mirror'");
     qmp_fails(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
                  "\"device\":\"src\",\"target\":\"tgt\",\"sync\":\"full\","
                  "\"buf-size\":4611686018427387904}}",
@@ -761,6 +1092,17 @@ int main(int argc, char **argv)
 {
     static const MirrorCase plain = { NULL };
     static const MirrorCase sparse = { NULL, true };
+    static const MirrorCase held_write = {
+        /* The first request to the last MiB waits 20 s: the job must
+         * get ready well before, even under TSan on a loaded machine. */
+        ",inject-delay=20000,inject-sector=30720-32767,inject-count=1",
+    };
+    static const MirrorCase killed_report = { .on_error = "report" };
+    static const MirrorCase write_blocking = {
+        .copy_mode = "write-blocking",
+    };
+    static const MirrorCase killed_stop = { .on_error = "stop" };
+    static const MirrorCase killed_ignore = { .on_error = "ignore" };
     static const MirrorCase failing = {
         ",inject-error=read,inject-count=1",
     };
@@ -777,9 +1119,17 @@ int main(int argc, char **argv)
     ADD("ready-cancel", &plain, test_mirror_ready_cancel);
     ADD("complete", &plain, test_mirror_complete);
     ADD("complete-busy", &plain, test_mirror_complete_busy);
+    ADD("ready-under-load", &held_write, test_mirror_ready_under_load);
+    ADD("write-blocking", &plain, test_mirror_write_blocking);
     ADD("sparse", &sparse, test_mirror_sparse);
+    ADD("target-killed-report", &killed_report, test_mirror_target_killed);
+    ADD("target-killed-stop", &killed_stop, test_mirror_target_killed);
+    ADD("target-killed-ignore", &killed_ignore, test_mirror_target_killed);
     ADD("nbd-source", &plain, test_mirror_nbd_source);
     ADD("nbd-target", &plain, test_mirror_nbd_target);
+    /* The guest's writes go to the nbd node from the export's iothread. */
+    ADD("nbd-target-write-blocking", &write_blocking,
+        test_mirror_nbd_target);
     ADD("verbs", &plain, test_verbs);
     ADD("manual-finalize", &plain, test_manual_finalize);
     ADD("source-error-report", &failing, test_source_error_report);

@@ -4,13 +4,15 @@
  * own that finishes when the test says: QEMU's transitions and events,
  * its verb errors, pause/resume around ready, soft and forced cancel,
  * manual finalize and dismiss.  Also the dirty bitmap's marks and scan,
- * and a mirror onto a failing target (null nodes, error injection).
+ * and a mirror onto a failing target (null nodes, error injection); a
+ * mirror whose first copy lands late (file nodes, a delay injected).
  */
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
 #include "block/block.h"
 #include "block/dirty-bitmap.h"
 #include "block/null.h"
+#include "block/file.h"
 #include "block/job.h"
 
 typedef struct TestJob {
@@ -377,6 +379,115 @@ static void test_mirror_target_error(void)
     blk_close(tgt);
 }
 
+/*
+ * A file node on a new 1 MiB file @path; @delay_ms: its first write to
+ * [0, 64 KiB) is held back that long.
+ */
+static BlockBackend *file_node(const char *path, uint32_t delay_ms)
+{
+    g_autoptr(GError) err = NULL;
+    BlockOptions o;
+    BlockFileOptions fo;
+    BlockBackend *blk;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
+    close(fd);
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, path);
+    /* tmpfs has no O_DIRECT. */
+    o.cache_direct = false;
+    if (delay_ms) {
+        o.inject.delay_ms = delay_ms;
+        o.inject.has_range = true;
+        o.inject.sector_start = 0;
+        o.inject.sector_end = 65536 / 512 - 1;
+        o.inject.count = 1;
+    }
+    blk = blk_open(&o, &err);
+    g_assert_no_error(err);
+    return blk;
+}
+
+static void write_done(void *opaque, int ret)
+{
+    g_assert_cmpint(ret, ==, 0);
+    *(bool *)opaque = true;
+}
+
+/* Write 64 KiB of @byte at 0 of @blk, and wait for it. */
+static void write_and_wait(BlockBackend *blk, void *buf, uint8_t byte)
+{
+    BlockAIOCB acb;
+    struct iovec iov = { .iov_base = buf, .iov_len = 65536 };
+    bool done = false;
+
+    memset(buf, byte, 65536);
+    blk_aio_pwritev(blk, &acb, 0, &iov, 1, 0, write_done, &done);
+    while (!done) {
+        aio_poll(ctx, true);
+    }
+}
+
+/*
+ * A range written twice while the mirror's copy of the first write is
+ * in flight (its write to the target held back 2 s): the second copy
+ * waits for the first, so the target ends with the second write.  With
+ * two copies of a range in flight at once the old one landed last.
+ */
+static void test_mirror_inflight_order(void)
+{
+    g_autofree char *dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
+    g_autofree char *spath = g_strdup_printf("%s/src", dir);
+    g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
+    g_autofree uint8_t *want = g_malloc(65536);
+    g_autofree uint8_t *got = g_malloc(65536);
+    void *buf = NULL;
+    BlockBackend *src, *tgt;
+    g_autoptr(GError) err = NULL;
+    MirrorOptions mo = {
+        .job_id = "mo", .sync = MIRROR_SYNC_NONE, .granularity = 65536,
+        .auto_finalize = true, .auto_dismiss = false,
+    };
+    Job *job;
+    int fd;
+
+    g_assert_nonnull(dir);
+    g_assert_cmpint(posix_memalign(&buf, 4096, 65536), ==, 0);
+    src = file_node(spath, 0);
+    tgt = file_node(tpath, 2000);
+    mo.source = src;
+    mo.target = tgt;
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    run_until(job, JOB_STATUS_READY);
+    write_and_wait(src, buf, 0xaa);
+    /* The mirror read the first write and its copy is held back. */
+    while (blk_inject_get_hits(tgt) == 0) {
+        aio_poll(ctx, true);
+    }
+    write_and_wait(src, buf, 0xbb);
+    /* A soft cancel ends once everything written is on the target. */
+    g_assert_true(job_user_cancel(job, false, NULL));
+    run_until(job, JOB_STATUS_CONCLUDED);
+    g_assert_null(job->err);
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+    blk_close(src);
+    blk_close(tgt);
+    fd = open(tpath, O_RDONLY | O_CLOEXEC);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(pread(fd, got, 65536, 0), ==, 65536);
+    close(fd);
+    memset(want, 0xbb, 65536);
+    g_assert_true(memcmp(got, want, 65536) == 0);
+    unlink(spath);
+    unlink(tpath);
+    rmdir(dir);
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     g_autoptr(GError) err = NULL;
@@ -395,6 +506,7 @@ int main(int argc, char **argv)
     g_test_add_func("/job/ids", test_ids);
     g_test_add_func("/dirty-bitmap/marks", test_dirty_bitmap);
     g_test_add_func("/mirror/target-error", test_mirror_target_error);
+    g_test_add_func("/mirror/inflight-order", test_mirror_inflight_order);
     ret = g_test_run();
     g_string_free(events, true);
     aio_context_free(ctx);

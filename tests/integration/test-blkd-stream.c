@@ -1,0 +1,972 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * block-stream over QMP (block/stream.c, monitor/jobs.c) on backing
+ * chains of three images made by qemu-img and qemu-io, with data in every
+ * layer and different cluster sizes, while a vhost-user front-end writes
+ * and verifies.  After each job qemu-img sees the new chain, finds the
+ * top clean, and a convert of the top equals what the guest wrote; the
+ * events come in QEMU's order; a cancelled job leaves the chain as it
+ * was and usable; the refusals carry their messages.
+ *
+ * Determinism: the tests wait for events, never for time.  The guest
+ * writes that race with the copy come from a thread that writes until
+ * the job has completed and at least two rounds are done: whichever
+ * order the copy and each write take, the guest must read its writes.
+ *
+ * Needs qemu-img and qemu-io (scripts/install-deps.sh: qemu-utils).
+ */
+#include "qemu/osdep.h"
+#include "vb-daemon.h"
+#include "vb-qmp.h"
+
+#include <sys/wait.h>
+#include <linux/virtio_blk.h>
+
+#define IMG_SIZE (4u << 20)
+
+typedef struct Fix {
+    VbDaemon d;
+    VbQmp q;
+    GPtrArray *events;          /* JsonNode: every event, in order */
+    guint seen;                 /* events before this were waited for */
+    VhostUserFrontend *fe;
+    uint8_t *buf;               /* guest memory, IMG_SIZE bytes */
+    uint8_t *expect;            /* what the guest's disk holds */
+} Fix;
+
+static char *path_in(Fix *t, const char *name)
+{
+    return g_strdup_printf("%s/%s", t->d.dir, name);
+}
+
+/* ---- QMP with the events kept ------------------------------------------ */
+
+static JsonNode *parse_line(const char *line)
+{
+    g_autoptr(JsonParser) p = json_parser_new();
+
+    g_assert_true(json_parser_load_from_data(p, line, -1, NULL));
+    return json_node_copy(json_parser_get_root(p));
+}
+
+static JsonNode *qmp(Fix *t, const char *cmd, char **err)
+{
+    g_autofree char *msg = g_strdup_printf("%s\n", cmd);
+
+    g_assert_cmpint(write(t->q.fd, msg, strlen(msg)), ==, strlen(msg));
+    for (;;) {
+        g_autofree char *line = vb_qmp_line(&t->q);
+        JsonNode *n = parse_line(line);
+        JsonObject *o = json_node_get_object(n);
+        JsonNode *ret;
+
+        if (json_object_has_member(o, "event")) {
+            g_ptr_array_add(t->events, n);
+            continue;
+        }
+        if (json_object_has_member(o, "return")) {
+            ret = json_node_copy(json_object_get_member(o, "return"));
+            json_node_unref(n);
+            return ret;
+        }
+        if (!err) {
+            g_error("QMP %s failed: %s", cmd, line);
+        }
+        *err = g_strdup(json_object_get_string_member(
+            json_object_get_object_member(o, "error"), "desc"));
+        json_node_unref(n);
+        return NULL;
+    }
+}
+
+static void qmp_ok(Fix *t, const char *cmd)
+{
+    json_node_unref(qmp(t, cmd, NULL));
+}
+
+/* @cmd fails with @desc (NULL: with any message, printed). */
+static void qmp_fails(Fix *t, const char *cmd, const char *desc)
+{
+    g_autofree char *err = NULL;
+
+    g_assert_null(qmp(t, cmd, &err));
+    if (!desc) {
+        g_test_message("%s", err);
+        return;
+    }
+    g_assert_cmpstr(err, ==, desc);
+}
+
+/* The next event @name after those waited for already: its "data". */
+static JsonObject *wait_event(Fix *t, const char *name)
+{
+    for (;;) {
+        while (t->seen < t->events->len) {
+            JsonObject *o = json_node_get_object(
+                g_ptr_array_index(t->events, t->seen++));
+
+            if (!strcmp(json_object_get_string_member(o, "event"), name)) {
+                return json_object_get_object_member(o, "data");
+            }
+        }
+        {
+            g_autofree char *line = vb_qmp_line(&t->q);
+
+            g_ptr_array_add(t->events, parse_line(line));
+        }
+    }
+}
+
+/* The statuses JOB_STATUS_CHANGE gave @id, joined with ' '. */
+static char *statuses(Fix *t, const char *id)
+{
+    GString *s = g_string_new(NULL);
+
+    for (guint i = 0; i < t->events->len; i++) {
+        JsonObject *o = json_node_get_object(g_ptr_array_index(t->events, i));
+        JsonObject *d;
+
+        if (strcmp(json_object_get_string_member(o, "event"),
+                   "JOB_STATUS_CHANGE")) {
+            continue;
+        }
+        d = json_object_get_object_member(o, "data");
+        if (!strcmp(json_object_get_string_member(d, "id"), id)) {
+            g_string_append_printf(s, "%s%s", s->len ? " " : "",
+                                   json_object_get_string_member(d,
+                                                                 "status"));
+        }
+    }
+    return g_string_free(s, false);
+}
+
+/* Until the events say @id is @status. */
+static void wait_status(Fix *t, const char *id, const char *status)
+{
+    for (;;) {
+        JsonObject *d = wait_event(t, "JOB_STATUS_CHANGE");
+
+        if (!strcmp(json_object_get_string_member(d, "id"), id) &&
+            !strcmp(json_object_get_string_member(d, "status"), status)) {
+            return;
+        }
+    }
+}
+
+/* Until the events say @id is null (dismissed). */
+static void wait_null(Fix *t, const char *id)
+{
+    wait_status(t, id, "null");
+}
+
+/* ---- images -------------------------------------------------------------- */
+
+/*
+ * base (raw or qcow2 with 64 KiB clusters) <- mid (qcow2, 4 KiB
+ * clusters) <- top (qcow2, 32 KiB clusters), made and filled by qemu-img
+ * and qemu-io: each layer overwrites part of the one below, partly over
+ * cluster boundaries of the others, and leaves some of it showing.
+ */
+/* make_chain() makes the middle image 2 MiB, shorter than the top and
+ * the base (4 MiB, data everywhere): the chain reads zeroes from 2 MiB. */
+static bool short_mid;
+
+static void make_chain(Fix *t, bool raw_base)
+{
+    const char *bfmt = raw_base ? "raw" : "qcow2";
+    g_autofree char *ref = path_in(t, "ref.raw");
+    g_autofree char *data = NULL;
+    gsize n;
+
+    if (short_mid) {
+        vb_sh("cd '%s' && qemu-img create -q -f qcow2 base.qcow2 4M && "
+              "qemu-img create -q -f qcow2 -o cluster_size=4096 "
+              "-b base.qcow2 -F qcow2 mid.qcow2 2M && "
+              "qemu-img create -q -f qcow2 -b mid.qcow2 -F qcow2 "
+              "top.qcow2 4M && "
+              "qemu-io -f qcow2 -c 'write -P 0x11 0 4M' base.qcow2 "
+              ">/dev/null && "
+              "qemu-io -f qcow2 -c 'write -P 0x22 100k 1M' mid.qcow2 "
+              ">/dev/null && "
+              "qemu-io -f qcow2 -c 'write -P 0x33 512k 96k' "
+              "-c 'write -P 0x34 3584k 64k' top.qcow2 >/dev/null",
+              t->d.dir);
+        vb_sh("cd '%s' && qemu-img convert -O raw top.qcow2 ref.raw",
+              t->d.dir);
+        g_assert_true(g_file_get_contents(ref, &data, &n, NULL));
+        g_assert_cmpuint(n, ==, IMG_SIZE);
+        /* The qcow2 spec, as qemu-img reads it: zeroes past mid's end. */
+        g_assert_cmpint(data[3 * 1024 * 1024], ==, 0);
+        g_assert_cmpint(data[3584 * 1024], ==, 0x34);
+        memcpy(t->expect, data, IMG_SIZE);
+        unlink(ref);
+        return;
+    }
+    /* Over the raw base, a chain shorter than the top (3 MiB): the top
+     * reads zeroes past its end. */
+    vb_sh("cd '%s' && qemu-img create -q -f %s %s base.%s %s && "
+          "qemu-img create -q -f qcow2 -o cluster_size=4096 -b base.%s "
+          "-F %s mid.qcow2 %s && "
+          "qemu-img create -q -f qcow2 -o cluster_size=32768 -b mid.qcow2 "
+          "-F qcow2 top.qcow2 4M", t->d.dir, bfmt,
+          raw_base ? "" : "-o cluster_size=65536", bfmt,
+          raw_base ? "3M" : "4M", bfmt, bfmt, raw_base ? "3M" : "4M");
+    vb_sh("cd '%s' && qemu-io -f %s -c 'write -P 0x11 0 3000k' base.%s "
+          ">/dev/null && "
+          "qemu-io -f qcow2 -c 'write -P 0x22 100k 1M' "
+          "-c 'write -P 0x23 2052k 12k' -c 'write -z 3000k 8k' mid.qcow2 "
+          ">/dev/null && "
+          "qemu-io -f qcow2 -c 'write -P 0x33 512k 96k' "
+          "-c 'write -P 0x34 3584k 64k' top.qcow2 >/dev/null",
+          t->d.dir, bfmt, bfmt);
+    /* What the guest sees before the job: qemu-img's reading. */
+    vb_sh("cd '%s' && qemu-img convert -O raw top.qcow2 ref.raw", t->d.dir);
+    g_assert_true(g_file_get_contents(ref, &data, &n, NULL));
+    g_assert_cmpuint(n, ==, IMG_SIZE);
+    memcpy(t->expect, data, IMG_SIZE);
+    unlink(ref);
+}
+
+/* @named: each image of the chain added as a node (b, m, top), with
+ * backing=NODE; else the top opens its chain itself. */
+static void fix_start(Fix *t, bool raw_base, bool named)
+{
+    g_autofree char *qmp_path = NULL, *sock = NULL, *top = NULL;
+    g_autofree char *fdef = NULL, *chardev = NULL, *exp = NULL;
+    VhostUserFrontendOptions o = { .num_queues = 2,
+                                   .connect_timeout_ms = 10000 };
+    g_autoptr(GError) err = NULL;
+    VbExportSpec spec = { .size = IMG_SIZE };
+
+    memset(t, 0, sizeof(*t));
+    t->events = g_ptr_array_new_with_free_func(
+        (GDestroyNotify)json_node_unref);
+    t->expect = g_malloc(IMG_SIZE);
+    vb_daemon_init(&t->d, 1, &spec);
+    qmp_path = path_in(t, "qmp.sock");
+    sock = path_in(t, "vm.sock");
+    top = path_in(t, "top.qcow2");
+    fdef = g_strdup_printf("driver=file,node-name=f0,filename=%s", top);
+    chardev = g_strdup_printf("socket,id=mon,path=%s,server=on,wait=off",
+                              qmp_path);
+    exp = g_strdup_printf("type=vhost-user-blk,id=e1,node-name=top,"
+                          "addr.type=unix,addr.path=%s,writable=on,"
+                          "num-queues=2", sock);
+    make_chain(t, raw_base);
+    if (named) {
+        g_autofree char *bdef = g_strdup_printf(
+            "driver=qcow2,node-name=b,file.driver=file,"
+            "file.filename=%s/base.qcow2", t->d.dir);
+        g_autofree char *mdef = g_strdup_printf(
+            "driver=qcow2,node-name=m,backing=b,file.driver=file,"
+            "file.filename=%s/mid.qcow2", t->d.dir);
+        const char *args[] = {
+            "--blockdev", bdef, "--blockdev", mdef, "--blockdev", fdef,
+            "--blockdev", "driver=qcow2,node-name=top,file=f0,backing=m",
+            "--export", exp, "--chardev", chardev,
+            "--monitor", "chardev=mon", NULL,
+        };
+
+        t->d.args = args;
+        vb_daemon_start(&t->d);
+    } else {
+        const char *args[] = {
+            "--blockdev", fdef,
+            "--blockdev", "driver=qcow2,node-name=top,file=f0",
+            "--export", exp, "--chardev", chardev,
+            "--monitor", "chardev=mon", NULL,
+        };
+
+        t->d.args = args;
+        vb_daemon_start(&t->d);
+    }
+    t->d.args = NULL;
+    t->q.fd = -1;
+    vb_qmp_connect(&t->q, qmp_path, &t->d);
+    o.socket_path = sock;
+    t->fe = vhost_user_frontend_new(&o, &err);
+    g_assert_no_error(err);
+    vb_start(t->fe);
+    t->buf = vhost_user_frontend_mem_alloc(t->fe, IMG_SIZE, 4096, &err);
+    g_assert_no_error(err);
+}
+
+static void fix_stop(Fix *t)
+{
+    int status;
+
+    vhost_user_frontend_free(t->fe);
+    t->fe = NULL;
+    vb_qmp_close(&t->q);
+    g_assert_cmpint(kill(t->d.pid, SIGTERM), ==, 0);
+    g_assert_cmpint(waitpid(t->d.pid, &status, 0), ==, t->d.pid);
+    g_assert_true(WIFEXITED(status));
+    g_assert_cmpint(WEXITSTATUS(status), ==, 0);
+    t->d.pid = 0;
+}
+
+static void fix_cleanup(Fix *t)
+{
+    vb_sh("rm -f '%s'/*.qcow2 '%s'/*.raw", t->d.dir, t->d.dir);
+    vb_daemon_cleanup(&t->d);
+    g_ptr_array_free(t->events, true);
+    g_free(t->expect);
+}
+
+/* ---- the guest ----------------------------------------------------------- */
+
+static void guest_rw(Fix *t, unsigned int q, bool write, uint64_t off,
+                     size_t len)
+{
+    g_assert_cmpint(vb_req(t->fe, q, write ? VIRTIO_BLK_T_OUT :
+                           VIRTIO_BLK_T_IN, off / 512, t->buf + off, len,
+                           !write, NULL), ==, VIRTIO_BLK_S_OK);
+}
+
+static void guest_write(Fix *t, uint64_t off, size_t len, uint32_t seed)
+{
+    vb_fill_pattern(t->buf + off, len, seed);
+    memcpy(t->expect + off, t->buf + off, len);
+    guest_rw(t, 0, true, off, len);
+}
+
+/* Everything the guest reads is what it wrote (or what was there). */
+static void guest_verify(Fix *t)
+{
+    memset(t->buf, 0xee, IMG_SIZE);
+    for (uint64_t off = 0; off < IMG_SIZE; off += 256 * 1024) {
+        guest_rw(t, 0, false, off, 256 * 1024);
+    }
+    for (uint64_t i = 0; i < IMG_SIZE; i += 512) {
+        if (memcmp(t->buf + i, t->expect + i, 512)) {
+            g_error("the guest reads other data at sector %" PRIu64, i / 512);
+        }
+    }
+}
+
+/* ---- a writer racing with the copy --------------------------------------- */
+
+/* 4 KiB writes over clusters the job copies (partial clusters of the
+ * top's 32 KiB ones, over data of mid and base), from the end down while
+ * the job goes up. */
+#define RACE_AT (1024u * 1024)
+#define RACE_LEN (2048u * 1024)
+#define RACE_IO 4096u
+
+typedef struct Racer {
+    Fix *t;
+    bool stop;                  /* atomic */
+    unsigned int rounds;        /* atomic */
+} Racer;
+
+static gpointer racer(gpointer opaque)
+{
+    Racer *r = opaque;
+    Fix *t = r->t;
+
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE) ||
+           __atomic_load_n(&r->rounds, __ATOMIC_RELAXED) < 2) {
+        /* Every other block, in an order that crosses the job's. */
+        for (uint32_t i = 0; i < RACE_LEN / RACE_IO; i += 2) {
+            uint32_t off = RACE_AT + RACE_LEN - (i + 1) * RACE_IO;
+
+            vb_fill_pattern(t->buf + off, RACE_IO, 1000 + r->rounds);
+            guest_rw(t, 1, true, off, RACE_IO);
+        }
+        __atomic_add_fetch(&r->rounds, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static void race_expect(Fix *t, Racer *r)
+{
+    for (uint32_t i = 0; i < RACE_LEN / RACE_IO; i += 2) {
+        uint32_t off = RACE_AT + RACE_LEN - (i + 1) * RACE_IO;
+
+        vb_fill_pattern(t->expect + off, RACE_IO, 1000 + r->rounds - 1);
+    }
+}
+
+/* ---- what qemu-img says afterwards --------------------------------------- */
+
+static void check_clean(const char *img)
+{
+    g_autofree char *out = NULL;
+    int st = vb_sh_status(&out, "qemu-img check '%s'", img);
+
+    if (st) {
+        g_error("qemu-img check %s: exit %d\n%s", img, st, out);
+    }
+}
+
+/* qemu-img's chain from @top: @n images, @files (basenames) and
+ * @formats; each names the next as its backing file, as @named. */
+static void check_chain(const char *top, int n, const char *const *files,
+                        const char *const *formats,
+                        const char *const *named)
+{
+    g_autofree char *out = NULL;
+    g_autoptr(JsonParser) p = json_parser_new();
+    JsonArray *a;
+
+    g_assert_cmpint(vb_sh_status(&out, "qemu-img info --backing-chain "
+                                 "--output=json '%s'", top), ==, 0);
+    g_assert_true(json_parser_load_from_data(p, out, -1, NULL));
+    a = json_node_get_array(json_parser_get_root(p));
+    g_assert_cmpint(json_array_get_length(a), ==, n);
+    for (int i = 0; i < n; i++) {
+        JsonObject *o = json_array_get_object_element(a, i);
+        g_autofree char *base = g_path_get_basename(
+            json_object_get_string_member(o, "filename"));
+
+        g_assert_cmpstr(base, ==, files[i]);
+        g_assert_cmpstr(json_object_get_string_member(o, "format"), ==,
+                        formats[i]);
+        if (i + 1 < n) {
+            g_assert_cmpstr(json_object_get_string_member(
+                                o, "backing-filename"), ==, named[i]);
+            g_assert_cmpstr(json_object_get_string_member(
+                                o, "backing-filename-format"), ==,
+                            formats[i + 1]);
+        } else {
+            g_assert_false(json_object_has_member(o, "backing-filename"));
+        }
+    }
+}
+
+/* qemu-img compare of the top's guest-visible disk (a convert of it)
+ * with what the guest wrote. */
+static void check_converted_img(Fix *t, const char *img)
+{
+    g_autofree char *want = path_in(t, "want.raw");
+
+    g_assert_true(g_file_set_contents(want, (const char *)t->expect,
+                                      IMG_SIZE, NULL));
+    vb_sh("cd '%s' && qemu-img convert -O raw %s conv.raw && "
+          "qemu-img compare -q -f raw -F raw conv.raw want.raw", t->d.dir,
+          img);
+}
+
+static void check_converted(Fix *t)
+{
+    check_converted_img(t, "top.qcow2");
+}
+
+/* query-block-exports says export e1 serves node @node. */
+static void check_export_node(Fix *t, const char *node)
+{
+    g_autoptr(JsonNode) r = qmp(t, "{\"execute\": \"query-block-exports\"}",
+                                NULL);
+    JsonArray *a = json_node_get_array(r);
+
+    g_assert_cmpint(json_array_get_length(a), >=, 1);
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *o = json_array_get_object_element(a, i);
+
+        if (!strcmp(json_object_get_string_member(o, "id"), "e1")) {
+            g_assert_cmpstr(json_object_get_string_member(o, "node-name"),
+                            ==, node);
+            return;
+        }
+    }
+    g_assert_not_reached();
+}
+
+/* ---- the cases ----------------------------------------------------------- */
+
+/* Stream from the raw base's overlay into the top, while the guest
+ * writes: the top ends over the base. */
+static void test_stream_base(void)
+{
+    g_autofree char *top = NULL, *st = NULL;
+    Fix *t = g_new0(Fix, 1);
+    Racer r = { 0 };
+    JsonObject *ev;
+    GThread *th;
+
+    fix_start(t, false, false);
+    top = path_in(t, "top.qcow2");
+    guest_verify(t);
+    guest_write(t, 900 * 1024, 8192, 1);        /* before: a partial one */
+    /* 8 MiB/s: the copy takes about half a second, the racer's first
+     * round meets it on clusters still unallocated in the top. */
+    qmp_ok(t, "{\"execute\": \"block-stream\", \"arguments\": "
+           "{\"job-id\": \"s1\", \"device\": \"top\", \"base\": "
+           "\"base.qcow2\", \"speed\": 8388608}}");
+    r.t = t;
+    th = g_thread_new("racer", racer, &r);
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    __atomic_store_n(&r.stop, true, __ATOMIC_RELEASE);
+    g_thread_join(th);
+    race_expect(t, &r);
+    g_assert_cmpstr(json_object_get_string_member(ev, "type"), ==,
+                    "stream");
+    g_assert_cmpstr(json_object_get_string_member(ev, "device"), ==, "s1");
+    g_assert_cmpint(json_object_get_int_member(ev, "len"), ==, IMG_SIZE);
+    g_assert_cmpint(json_object_get_int_member(ev, "offset"), ==, IMG_SIZE);
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "s1");
+    st = statuses(t, "s1");
+    g_assert_cmpstr(st, ==, "created running waiting pending concluded "
+                    "null");
+    guest_verify(t);
+    /* The top goes on serving over the base alone. */
+    guest_write(t, 2048 * 1024, 64 * 1024, 2);
+    guest_verify(t);
+    fix_stop(t);
+
+    check_clean(top);
+    {
+        const char *files[] = { "top.qcow2", "base.qcow2" };
+        const char *fmts[] = { "qcow2", "qcow2" };
+        const char *named[] = { "base.qcow2" };
+
+        check_chain(top, 2, files, fmts, named);
+    }
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
+/* Stream the whole chain (over a raw base) into the top: no backing
+ * file left.  A given backing-file names the base as the user says. */
+static void test_stream_all(void)
+{
+    g_autofree char *top = NULL;
+    Fix *t = g_new0(Fix, 1);
+    Racer r = { 0 };
+    JsonObject *ev;
+    GThread *th;
+
+    fix_start(t, true, false);
+    top = path_in(t, "top.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-stream\", \"arguments\": "
+           "{\"device\": \"top\", \"on-error\": \"stop\", "
+           "\"speed\": 8388608}}");
+    r.t = t;
+    th = g_thread_new("racer", racer, &r);
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    __atomic_store_n(&r.stop, true, __ATOMIC_RELEASE);
+    g_thread_join(th);
+    race_expect(t, &r);
+    g_assert_cmpstr(json_object_get_string_member(ev, "device"), ==, "top");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "top");
+    guest_verify(t);
+    fix_stop(t);
+
+    check_clean(top);
+    {
+        const char *files[] = { "top.qcow2" };
+        const char *fmts[] = { "qcow2" };
+
+        check_chain(top, 1, files, fmts, NULL);
+    }
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
+/* A chain of nodes added by name: the top's backing node becomes the
+ * base node, the node in between is only let go of (the user deletes
+ * it). */
+static void test_stream_named(void)
+{
+    g_autofree char *top = NULL;
+    Fix *t = g_new0(Fix, 1);
+    JsonObject *ev;
+
+    fix_start(t, false, true);
+    top = path_in(t, "top.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-stream\", \"arguments\": "
+           "{\"job-id\": \"n1\", \"device\": \"top\", \"base-node\": "
+           "\"b\"}}");
+    guest_write(t, 2 * 1024 * 1024, 12 * 1024, 8);
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "n1");
+    guest_verify(t);
+    /* m is nobody's backing node any more; b is the top's. */
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"m\"}}");
+    qmp_fails(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+              "{\"node-name\": \"b\"}}",
+              "Block device b is in use: the qcow2 node 'top' uses it as "
+              "its file or backing child; delete that one first");
+    guest_write(t, 0, 64 * 1024, 9);
+    guest_verify(t);
+    fix_stop(t);
+
+    check_clean(top);
+    {
+        const char *files[] = { "top.qcow2", "base.qcow2" };
+        const char *fmts[] = { "qcow2", "qcow2" };
+        const char *named[] = { "base.qcow2" };
+
+        check_chain(top, 2, files, fmts, named);
+    }
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
+/* block-commit of the middle image into the base (below the active
+ * top, every image a node added by name) while the guest writes; then
+ * the refusals. */
+static void test_commit(void)
+{
+    g_autofree char *top = NULL, *base = NULL, *st = NULL;
+    Fix *t = g_new0(Fix, 1);
+    Racer r = { 0 };
+    JsonObject *ev;
+    GThread *th;
+
+    fix_start(t, false, true);
+    top = path_in(t, "top.qcow2");
+    base = path_in(t, "base.qcow2");
+    guest_verify(t);
+    qmp_fails(t, "{\"execute\": \"block-commit\", \"arguments\": "
+              "{\"device\": \"top\", \"top-node\": \"f0\"}}",
+              "Top image 'f0' is not in the backing chain of 'top'");
+    qmp_fails(t, "{\"execute\": \"block-commit\", \"arguments\": "
+              "{\"device\": \"top\", \"top-node\": \"b\", "
+              "\"base-node\": \"m\"}}", NULL);
+    qmp_fails(t, "{\"execute\": \"block-commit\", \"arguments\": "
+              "{\"device\": \"top\", \"top\": \"x\", \"top-node\": "
+              "\"m\"}}",
+              "'top' and 'top-node' cannot be specified at the same time");
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"c1\", \"device\": \"top\", \"top-node\": "
+           "\"m\", \"base-node\": \"b\", \"speed\": 8388608}}");
+    r.t = t;
+    th = g_thread_new("racer", racer, &r);
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    __atomic_store_n(&r.stop, true, __ATOMIC_RELEASE);
+    g_thread_join(th);
+    race_expect(t, &r);
+    g_assert_cmpstr(json_object_get_string_member(ev, "type"), ==,
+                    "commit");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "c1");
+    st = statuses(t, "c1");
+    g_assert_cmpstr(st, ==, "created running waiting pending concluded "
+                    "null");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"m\"}}");
+    guest_write(t, 3 * 1024 * 1024, 64 * 1024, 10);
+    guest_verify(t);
+    fix_stop(t);
+
+    check_clean(top);
+    check_clean(base);
+    {
+        const char *files[] = { "top.qcow2", "base.qcow2" };
+        const char *fmts[] = { "qcow2", "qcow2" };
+        const char *named[] = { "base.qcow2" };
+
+        check_chain(top, 2, files, fmts, named);
+    }
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+
+    /* A chain the top opened itself: its base is read-only. */
+    t = g_new0(Fix, 1);
+    fix_start(t, false, false);
+    qmp_fails(t, "{\"execute\": \"block-commit\", \"arguments\": "
+              "{\"device\": \"top\", \"top\": \"mid.qcow2\"}}",
+              NULL);
+    fix_stop(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
+/* An active commit (a mirror into the base): cancelled after ready, the
+ * chain stays; completed, the export moves onto the base, which then
+ * holds everything the guest wrote. */
+static void test_commit_active(void)
+{
+    g_autofree char *top = NULL, *base = NULL;
+    Fix *t = g_new0(Fix, 1);
+    Racer r = { 0 };
+    JsonObject *ev;
+    GThread *th;
+
+    fix_start(t, false, true);
+    top = path_in(t, "top.qcow2");
+    base = path_in(t, "base.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"a0\", \"device\": \"top\", \"base-node\": "
+           "\"b\"}}");
+    ev = wait_event(t, "BLOCK_JOB_READY");
+    g_assert_cmpstr(json_object_get_string_member(ev, "type"), ==,
+                    "commit");
+    /* The base and the image between keep their size while it runs. */
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"b\", \"size\": 8388608}}",
+              "Node 'b' is in use by block job 'a0', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"m\", \"size\": 8388608}}",
+              "Node 'm' is in use by block job 'a0', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
+    guest_write(t, 256 * 1024, 8192, 20);
+    qmp_ok(t, "{\"execute\": \"block-job-cancel\", \"arguments\": "
+           "{\"device\": \"a0\"}}");
+    wait_event(t, "BLOCK_JOB_COMPLETED");
+    wait_null(t, "a0");
+    check_export_node(t, "top");
+    guest_verify(t);
+
+    /* Again, completed this time, the guest writing throughout. */
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"a1\", \"device\": \"top\"}}");
+    r.t = t;
+    th = g_thread_new("racer", racer, &r);
+    wait_event(t, "BLOCK_JOB_READY");
+    qmp_ok(t, "{\"execute\": \"job-complete\", \"arguments\": "
+           "{\"id\": \"a1\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    __atomic_store_n(&r.stop, true, __ATOMIC_RELEASE);
+    g_thread_join(th);
+    race_expect(t, &r);
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "a1");
+    check_export_node(t, "b");
+    guest_verify(t);
+    guest_write(t, 3 * 1024 * 1024, 64 * 1024, 21);
+    guest_verify(t);
+    /* The old images are nobody's now. */
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"top\"}}");
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"m\"}}");
+    fix_stop(t);
+
+    check_clean(base);
+    {
+        const char *files[] = { "base.qcow2" };
+        const char *fmts[] = { "qcow2" };
+
+        check_chain(base, 1, files, fmts, NULL);
+    }
+    check_converted_img(t, "base.qcow2");
+    fix_cleanup(t);
+    g_free(t);
+}
+
+/*
+ * A middle image shorter than the images around it: past its end the
+ * chain reads zeroes, not the base's data.  block-stream into the top
+ * over the base and block-commit of the middle image into the base must
+ * keep it so (without the zeroes written, the base would show through).
+ */
+static void test_short_mid(void)
+{
+    g_autofree char *top = NULL, *base = NULL;
+    Fix *t = g_new0(Fix, 1);
+    JsonObject *ev;
+
+    short_mid = true;
+    fix_start(t, false, true);
+    top = path_in(t, "top.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-stream\", \"arguments\": "
+           "{\"job-id\": \"z1\", \"device\": \"top\", \"base-node\": "
+           "\"b\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    g_assert_false(json_object_has_member(ev, "error"));
+    wait_null(t, "z1");
+    guest_verify(t);
+    fix_stop(t);
+    check_clean(top);
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+
+    t = g_new0(Fix, 1);
+    fix_start(t, false, true);
+    g_free(top);
+    top = path_in(t, "top.qcow2");
+    base = path_in(t, "base.qcow2");
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"z2\", \"device\": \"top\", \"top-node\": "
+           "\"m\", \"base-node\": \"b\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    g_assert_false(json_object_has_member(ev, "error"));
+    wait_null(t, "z2");
+    guest_verify(t);
+    fix_stop(t);
+    check_clean(top);
+    check_clean(base);
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+    short_mid = false;
+}
+
+/* The refusals, then a job cancelled midway (held by its speed limit):
+ * the chain stays as it was, and usable. */
+static void test_stream_refuse_cancel(void)
+{
+    g_autofree char *top = NULL, *ro = NULL, *cmd = NULL, *st = NULL;
+    g_autoptr(JsonNode) jobs = NULL;
+    JsonObject *j;
+    Fix *t = g_new0(Fix, 1);
+
+    fix_start(t, false, false);
+    top = path_in(t, "top.qcow2");
+    ro = path_in(t, "ro.qcow2");
+    guest_write(t, 0, 4096, 5);
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"device\": \"nope\"}}",
+              "Cannot find device='nope' nor node-name='nope'");
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"device\": \"f0\"}}",
+              "Node 'f0' is not a qcow2 node: only an image with a backing "
+              "file can be streamed into");
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"device\": \"top\", \"base\": \"x\", \"base-node\": "
+              "\"f0\"}}",
+              "'base' and 'base-node' cannot be specified at the same time");
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"device\": \"top\", \"base-node\": \"f0\"}}",
+              "Node 'f0' is not a backing image of 'top'");
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"device\": \"top\", \"base\": \"other.qcow2\"}}",
+              "Can't find 'other.qcow2' in the backing chain of 'top'");
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"device\": \"top\", \"backing-file\": \"b\"}}",
+              "backing file specified, but streaming the entire chain");
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"device\": \"top\", \"bottom\": \"f0\"}}",
+              "Parameter 'bottom' is not supported: give the base with "
+              "base-node or base");
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"device\": \"top\", \"on-error\": \"enospc\"}}",
+              "on-error=enospc is not supported: use report, ignore or "
+              "stop");
+    /* A read-only top; a top without a backing file. */
+    vb_sh("qemu-img create -q -f qcow2 '%s' 4M", ro);
+    cmd = g_strdup_printf("{\"execute\": \"blockdev-add\", \"arguments\": "
+                          "{\"driver\": \"qcow2\", \"node-name\": \"ro\", "
+                          "\"read-only\": true, \"file\": {\"driver\": "
+                          "\"file\", \"filename\": \"%s\", \"read-only\": "
+                          "true}}}", ro);
+    qmp_ok(t, cmd);
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"device\": \"ro\"}}",
+              "Node 'ro' is read-only: block-stream writes into it; add it "
+              "without read-only=on");
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"ro\"}}");
+    g_free(cmd);
+    cmd = g_strdup_printf("{\"execute\": \"blockdev-add\", \"arguments\": "
+                          "{\"driver\": \"qcow2\", \"node-name\": \"nb\", "
+                          "\"file\": {\"driver\": \"file\", \"filename\": "
+                          "\"%s\"}}}", ro);
+    qmp_ok(t, cmd);
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"device\": \"nb\"}}",
+              "Node 'nb' has no backing file: there is nothing to stream");
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"nb\"}}");
+
+    /* 1 byte/s: after its first chunk the job waits, running. */
+    qmp_ok(t, "{\"execute\": \"block-stream\", \"arguments\": "
+           "{\"job-id\": \"slow\", \"device\": \"top\", \"speed\": 1, "
+           "\"auto-dismiss\": false}}");
+    jobs = qmp(t, "{\"execute\": \"query-jobs\"}", NULL);
+    j = json_array_get_object_element(json_node_get_array(jobs), 0);
+    g_assert_cmpstr(json_object_get_string_member(j, "type"), ==, "stream");
+    g_assert_cmpint(json_object_get_int_member(j, "total-progress"), ==,
+                    IMG_SIZE);
+    /* A node busy with a job. */
+    qmp_fails(t, "{\"execute\": \"block-stream\", \"arguments\": "
+              "{\"job-id\": \"s2\", \"device\": \"top\"}}",
+              "Node 'top' is busy: it is in use by another block job, "
+              "snapshot or resize; wait for it to end");
+    /* Its nodes keep their size while it runs (QEMU's op blockers). */
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"top\", \"size\": 8388608}}",
+              "Node 'top' is in use by block job 'slow', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
+    qmp_fails(t, "{\"execute\": \"block_resize\", \"arguments\": "
+              "{\"node-name\": \"f0\", \"size\": 8388608}}",
+              "Node 'f0' is in use by block job 'slow', which needs its "
+              "size unchanged: wait for the job to end or cancel it, then "
+              "resize");
+    /* Paused and resumed: the verbs reach it. */
+    qmp_ok(t, "{\"execute\": \"job-pause\", \"arguments\": "
+           "{\"id\": \"slow\"}}");
+    wait_status(t, "slow", "paused");
+    qmp_ok(t, "{\"execute\": \"job-resume\", \"arguments\": "
+           "{\"id\": \"slow\"}}");
+    wait_status(t, "slow", "running");
+    guest_write(t, 64 * 1024, 4096, 6);
+    qmp_ok(t, "{\"execute\": \"block-job-cancel\", \"arguments\": "
+           "{\"device\": \"slow\"}}");
+    wait_event(t, "BLOCK_JOB_CANCELLED");
+    qmp_ok(t, "{\"execute\": \"job-dismiss\", \"arguments\": "
+           "{\"id\": \"slow\"}}");
+    wait_null(t, "slow");
+    st = statuses(t, "slow");
+    g_assert_cmpstr(st, ==, "created running paused running aborting "
+                    "concluded null");
+    guest_verify(t);
+    guest_write(t, 3 * 1024 * 1024, 128 * 1024, 7);
+    guest_verify(t);
+    fix_stop(t);
+
+    check_clean(top);
+    {
+        const char *files[] = { "top.qcow2", "mid.qcow2", "base.qcow2" };
+        const char *fmts[] = { "qcow2", "qcow2", "qcow2" };
+        const char *named[] = { "mid.qcow2", "base.qcow2" };
+
+        check_chain(top, 3, files, fmts, named);
+    }
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
+int main(int argc, char **argv)
+{
+    g_test_init(&argc, &argv, NULL);
+    if (vb_sh_status(NULL, "qemu-img --version >/dev/null && "
+                     "qemu-io --version >/dev/null")) {
+        g_test_skip("qemu-img/qemu-io not installed (qemu-utils)");
+        return g_test_run();
+    }
+    g_test_add_func("/blkd/stream/base", test_stream_base);
+    g_test_add_func("/blkd/stream/all", test_stream_all);
+    g_test_add_func("/blkd/stream/named", test_stream_named);
+    g_test_add_func("/blkd/commit/intermediate", test_commit);
+    g_test_add_func("/blkd/commit/active", test_commit_active);
+    g_test_add_func("/blkd/stream/refuse-cancel", test_stream_refuse_cancel);
+    g_test_add_func("/blkd/stream/short-mid", test_short_mid);
+    return g_test_run();
+}
