@@ -21,10 +21,10 @@
  * but for the data writes of allocating writes: a write made only of
  * new clusters has its data writes in flight while the thread takes the
  * next request, and its L2 entries are set when they complete; a
- * request touching one of its clusters, or any other kind of request,
- * waits for them first (qcow2_async_ok()).  Reads and writes of
- * allocated clusters whose L2 entries are cached take a lock-free fast
- * path in the iothread instead (qcow2_fast()).
+ * request touching one of its clusters, or a request other than a read,
+ * a write or a flush, waits for them first (qcow2_async_ok()).  Reads
+ * and writes of allocated clusters whose L2 entries are cached take a
+ * lock-free fast path in the iothread instead (qcow2_fast()).
  *
  * Metadata is written back, as QEMU's qcow2 does: an allocating write
  * writes its data and changes the L2 entry and the refcounts in the
@@ -42,15 +42,26 @@
  *      (L1 entries are written through: one per L2 table);
  *   3. refcount decrements of clusters no longer referenced are queued
  *      and applied only after a flush made the entries that dropped
- *      them durable.
+ *      them durable (and the fast path let go of them: below).
  * A guest flush (and a clean close): dirty refcount blocks, flush,
  * dirty L2 slices, flush; then the queued decrements go to the cache.
  * A FUA write is a write and such a flush.  A failed write or flush
  * leaves what was dirty dirty, for the next flush to write again.
  *
  * Freed clusters (discard, copy-on-write away from a shared cluster) are
- * not reused before the image is opened again: the allocator only moves
- * forward, so a cluster is never handed out twice in one session.
+ * reused: a single-cluster allocation takes the lowest free cluster
+ * from where the last free happened on.  By rule 3 a cluster's refcount
+ * drops only once no durable entry names it, and by rule 1 its new
+ * refcount is on the file before its new entry: no two durable entries
+ * ever name it.  The fast path may still use an entry it looked up just
+ * before the entry changed, so a freed range also waits for a grace
+ * period of the fast path's requests (reuse_poll()) before its refcount
+ * drops.
+ *
+ * A new cluster handed out for the first time past the file's end at
+ * open is a hole of the grown file, so it reads as zeroes: when the
+ * guest cluster reads as zeroes too, a partial write writes only its
+ * data there, not the rest of the cluster.
  */
 #include "qemu/osdep.h"
 #include "qemu/iov.h"
@@ -124,7 +135,8 @@ typedef struct Qcow2Async {
     struct WritePlan *plan;
     uint64_t n;
     uint64_t first, last;               /* guest clusters */
-    uint8_t *buf;                       /* n clusters */
+    uint8_t *buf;                       /* n clusters (abuf_get()) */
+    size_t buf_cap;
     struct iovec *iov;
     BlockAIOCB *cacb;                   /* the file's requests */
     int pending;
@@ -143,6 +155,18 @@ typedef struct Qcow2Job {
     bool done;
     QSIMPLEQ_ENTRY(Qcow2Job) next;
 } Qcow2Job;
+
+/* Fast path reference counters of one group of threads (see
+ * BDRVQcow2State.fast). */
+#define FAST_SLOTS 8
+
+typedef struct Qcow2FastSlot {
+    uint64_t refs[2];           /* atomic */
+    uint8_t pad[48];
+} Qcow2FastSlot;
+
+static __thread uint32_t qcow2_thread_slot;     /* slot + 1; 0: none yet */
+static uint32_t qcow2_next_slot;                /* atomic */
 
 typedef struct BDRVQcow2State {
     BlockBackend *bs;
@@ -201,6 +225,27 @@ typedef struct BDRVQcow2State {
     /* Host ranges to free once no entry on disk names them: after the
      * next successful metadata flush (Qcow2Free). */
     GArray *pending_frees;
+    /* Freed ranges no entry on disk names any more, waiting for the
+     * fast path to let go of them (see reuse_poll()): @quarantine for
+     * the next grace period, @grace for the one under way, which ends
+     * when every slot's refs[@grace_idx] drains. */
+    GArray *quarantine;
+    GArray *grace;
+    uint32_t grace_idx;
+    /* The file reads as zeroes from here, in clusters the allocator
+     * hands out for the first time (the file's end at open). */
+    uint64_t zero_from;
+
+    /*
+     * Fast path requests in flight (qcow2_fast()), counted by epoch:
+     * each takes a reference in refs[fast_epoch & 1] of its thread's
+     * slot before it looks at an L1 or L2 entry, and drops it when its
+     * I/O is done.  A slot per thread (threads spread over FAST_SLOTS
+     * round-robin, a cache line each) keeps the iothreads from bouncing
+     * one line between them.
+     */
+    Qcow2FastSlot *fast;        /* FAST_SLOTS, cache line aligned */
+    uint32_t fast_epoch;        /* atomic */
 
     Qcow2Decompressor *dec;
     uint8_t *cbuf;
@@ -222,6 +267,14 @@ typedef struct BDRVQcow2State {
     QLIST_HEAD(, Qcow2Async) async;
     QSIMPLEQ_HEAD(, Qcow2Async) async_done;
     uint32_t nr_async;
+    /* Buffers of async writes done, kept for the next ones: fresh
+     * memory for every write costs page faults (abuf_get()). */
+    void *abuf[MAX_ASYNC];
+    size_t abuf_cap[MAX_ASYNC];
+    uint32_t nr_abuf;
+    /* The guest's data of the write being planned (grows, kept). */
+    uint8_t *wbuf;
+    size_t wbuf_cap;
 
     /* Open (metadata thread): the result. */
     GError *open_err;
@@ -806,11 +859,22 @@ static int end_skip_used(BDRVQcow2State *s, uint64_t n)
     return 0;
 }
 
-static int64_t alloc_clusters(BDRVQcow2State *s, uint64_t n)
+static void reuse_poll(BDRVQcow2State *s);
+
+/*
+ * @zero (may be NULL): set when the clusters are handed out for the
+ * first time past the file's end at open, so that they read as zeroes
+ * (holes of the grown file) until written.
+ */
+static int64_t alloc_clusters_z(BDRVQcow2State *s, uint64_t n, bool *zero)
 {
     uint64_t start;
     int ret;
 
+    if (zero) {
+        *zero = false;
+    }
+    reuse_poll(s);
     ret = end_skip_used(s, n);
     if (ret < 0) {
         return ret;
@@ -834,7 +898,14 @@ static int64_t alloc_clusters(BDRVQcow2State *s, uint64_t n)
         }
     }
     s->end += n;
-    s->free_hint = s->end;
+    /* The hint may be lower (clusters freed since: reuse_poll()). */
+    if (s->free_hint >= start) {
+        s->free_hint = s->end;
+    }
+    if (zero) {
+        /* Never handed out before: s->end only moves forward. */
+        *zero = (start << s->cluster_bits) >= s->zero_from;
+    }
 found:
     if (((start + n) << s->cluster_bits) > QCOW2_MAX_HOST_OFFSET) {
         return -ENOSPC;
@@ -848,39 +919,53 @@ found:
     return start << s->cluster_bits;
 }
 
+static int64_t alloc_clusters(BDRVQcow2State *s, uint64_t n)
+{
+    return alloc_clusters_z(s, n, NULL);
+}
+
 /*
  * A cluster for guest data.  Clusters are reserved a batch at a time:
  * their refcounts are set together in the cache (written, and flushed,
  * before the first L2 slice naming one of them is), so a batch dirties
  * its refcount block once; later calls take from it without any
  * refcount work.  A crash leaks what is left of the batch once its
- * refcounts are on the file; a clean close gives it back.
+ * refcounts are on the file; a clean close gives it back.  @zero: the
+ * cluster reads as zeroes (see alloc_clusters_z()), so that a partial
+ * write need not fill the rest of it.
  */
-static int64_t alloc_data_cluster(BDRVQcow2State *s)
+#define RES_ZERO 1      /* in s->reserve[]: offsets are cluster aligned */
+
+static int64_t alloc_data_cluster(BDRVQcow2State *s, bool *zero)
 {
+    int64_t off;
+
     if (s->res_head == s->res_len) {
         s->res_head = s->res_len = 0;
         for (uint32_t i = 0; i < s->res_max; i++) {
-            int64_t off = alloc_clusters(s, 1);
+            bool z;
 
+            off = alloc_clusters_z(s, 1, &z);
             if (off < 0) {
                 if (!s->res_len) {
                     return off;
                 }
                 break;
             }
-            s->reserve[s->res_len++] = off;
+            s->reserve[s->res_len++] = off | (z ? RES_ZERO : 0);
         }
     }
-    return s->reserve[s->res_head++];
+    off = s->reserve[s->res_head++];
+    *zero = off & RES_ZERO;
+    return off & ~(int64_t)RES_ZERO;
 }
 
 /* Give the unused reserved clusters back (before a clean close). */
 static int release_reserve(BDRVQcow2State *s)
 {
     while (s->res_head < s->res_len) {
-        int ret = rc_update(s, s->reserve[s->res_head++] >> s->cluster_bits,
-                            -1);
+        int ret = rc_update(s, (s->reserve[s->res_head++] & ~RES_ZERO) >>
+                               s->cluster_bits, -1);
 
         if (ret < 0) {
             return ret;
@@ -902,10 +987,67 @@ static int free_range(BDRVQcow2State *s, uint64_t off, uint64_t len)
             return ret;
         }
     }
-    /* A lock-free request may still use what it looked up before: a
-     * cluster freed now is not handed out again in this session. */
-    s->free_hint = MAX(s->free_hint, last + 1);
+    /* Free again: the next single-cluster allocation looks here (the
+     * caller made sure no fast path request still uses the range: see
+     * reuse_poll()). */
+    s->free_hint = MIN(s->free_hint, first);
     return 0;
+}
+
+/* Metadata thread: has every fast path request counted in epoch
+ * @idx completed? */
+static bool fast_drained(BDRVQcow2State *s, uint32_t idx)
+{
+    /* Pairs with the fence in qcow2_submit(): either that request is
+     * counted here, or it sees the entries as changed before this. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    for (int i = 0; i < FAST_SLOTS; i++) {
+        if (__atomic_load_n(&s->fast[i].refs[idx], __ATOMIC_SEQ_CST)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/*
+ * A range freed on disk (its entries durable) is quarantined before its
+ * refcount drops: a fast path request may have looked up an entry naming
+ * it before the entry changed, and still be reading or writing it.  A
+ * grace period makes sure none is left: the epoch flips (new requests
+ * count in the other counter, and see the changed entries), and once the
+ * old epoch's counter is back to zero the ranges are freed for reuse.
+ * Called whenever the allocator looks for clusters, and after a flush.
+ */
+static void reuse_poll(BDRVQcow2State *s)
+{
+    for (;;) {
+        if (s->grace->len) {
+            if (!fast_drained(s, s->grace_idx)) {
+                return;
+            }
+            for (guint i = 0; i < s->grace->len; i++) {
+                Qcow2Free *f = &g_array_index(s->grace, Qcow2Free, i);
+
+                /* On an error the rest leaks: applying it twice would
+                 * not be safe, and a leak is. */
+                if (free_range(s, f->off, f->len) < 0) {
+                    break;
+                }
+            }
+            g_array_set_size(s->grace, 0);
+        }
+        if (!s->quarantine->len) {
+            return;
+        }
+        {
+            GArray *t = s->grace;
+
+            s->grace = s->quarantine;
+            s->quarantine = t;
+        }
+        s->grace_idx = s->fast_epoch & 1;
+        __atomic_store_n(&s->fast_epoch, s->fast_epoch + 1, __ATOMIC_SEQ_CST);
+    }
 }
 
 /* ---- L2 cache --------------------------------------------------------- */
@@ -1188,13 +1330,14 @@ static void free_later(BDRVQcow2State *s, uint64_t off, uint64_t len)
  * Make every change so far durable, in the order that keeps the file
  * consistent at each step: dirty refcount blocks, a flush, dirty L2
  * slices (L1 entries and new tables are written when made), a flush.
- * Then the clusters queued by free_later() lose their references (in
- * the cache: written by the next flush, or earlier; a crash before only
- * leaks them).  On failure what is dirty stays dirty for the next try.
+ * Then the clusters queued by free_later() lose their references once
+ * the fast path let go of them (reuse_poll(); in the cache: written by
+ * the next flush, or earlier; a crash before only leaks them), and can
+ * be handed out again.  On failure what is dirty stays dirty for the
+ * next try.
  */
 static int metadata_flush(BDRVQcow2State *s)
 {
-    g_autoptr(GArray) frees = NULL;
     int ret;
 
     ret = rc_write_dirty(s);
@@ -1204,21 +1347,13 @@ static int metadata_flush(BDRVQcow2State *s)
     if (ret == 0) {
         ret = sio_flush(s);
     }
-    if (ret < 0 || !s->pending_frees->len) {
+    if (ret < 0) {
         return ret;
     }
-    frees = g_steal_pointer(&s->pending_frees);
-    s->pending_frees = g_array_new(false, false, sizeof(Qcow2Free));
-    for (guint i = 0; i < frees->len; i++) {
-        Qcow2Free *f = &g_array_index(frees, Qcow2Free, i);
-
-        /* On an error the rest leaks: applying it twice would not be
-         * safe, and a leak is. */
-        ret = free_range(s, f->off, f->len);
-        if (ret < 0) {
-            return ret;
-        }
-    }
+    g_array_append_vals(s->quarantine, s->pending_frees->data,
+                        s->pending_frees->len);
+    g_array_set_size(s->pending_frees, 0);
+    reuse_poll(s);
     return 0;
 }
 
@@ -1311,17 +1446,16 @@ static int l2_prepare(BDRVQcow2State *s, uint64_t vc, Qcow2Loc *loc)
         return ret;
     }
     if (old) {
+        Qcow2Free f = { .off = old, .len = s->cluster_size };
+
         l2_forget(s, old);
         ret = sio_flush(s);
-        if (ret == 0) {
-            ret = free_range(s, old, s->cluster_size);
-        }
-        if (ret == 0) {
-            ret = rc_write_dirty(s);
-        }
         if (ret < 0) {
             return ret;
         }
+        /* The fast path may still read entries of the old table: it
+         * is reused only after a grace period. */
+        g_array_append_val(s->quarantine, f);
     }
     return lookup(s, vc, loc);
 }
@@ -1457,7 +1591,75 @@ typedef struct WritePlan {
     Qcow2Loc loc;
     int64_t new_off;            /* 0: in place */
     bool reuse;                 /* new_off is the zeroed cluster's own */
+    bool zero_rest;             /* new_off reads as zeroes, and so does
+                                 * the guest cluster: only the data (to
+                                 * the file's alignment) is written */
+    uint32_t w_off, w_len;      /* async: what of new_off is written */
 } WritePlan;
+
+/*
+ * Does guest cluster @vc (mapped as @loc) read as zeroes?  Then a new
+ * cluster that reads as zeroes needs nothing copied into it.
+ */
+static bool reads_as_zero(BDRVQcow2State *s, uint64_t vc,
+                          const Qcow2Loc *loc)
+{
+    switch (loc->e.type) {
+    case QCOW2_CLUSTER_ZERO_PLAIN:
+    case QCOW2_CLUSTER_ZERO_ALLOC:
+        return true;
+    case QCOW2_CLUSTER_UNALLOCATED:
+        return !s->backing ||
+               (vc << s->cluster_bits) >= blk_getlength(s->backing);
+    default:
+        return false;
+    }
+}
+
+/*
+ * An aligned buffer of at least @size bytes for an async write (its
+ * capacity in @cap): one kept from an earlier write if one is large
+ * enough.  NULL if out of memory.
+ */
+static uint8_t *abuf_get(BDRVQcow2State *s, size_t size, size_t *cap)
+{
+    uint32_t fa = MAX(s->file->bl.request_alignment, 1);
+    void *p;
+
+    for (uint32_t i = 0; i < s->nr_abuf; i++) {
+        if (s->abuf_cap[i] >= size) {
+            p = s->abuf[i];
+            *cap = s->abuf_cap[i];
+            s->nr_abuf--;
+            s->abuf[i] = s->abuf[s->nr_abuf];
+            s->abuf_cap[i] = s->abuf_cap[s->nr_abuf];
+            return p;
+        }
+    }
+    if (posix_memalign(&p, MAX(fa, 4096), size)) {
+        return NULL;
+    }
+    *cap = size;
+    return p;
+}
+
+/* Largest async write buffer kept: MAX_ASYNC of them at most. */
+#define ABUF_KEEP_MAX (256u * 1024)
+
+/* Keep @p for the next async write (freed if enough are kept, or if it
+ * is large: page faults matter less against a large write). */
+static void abuf_put(BDRVQcow2State *s, uint8_t *p, size_t cap)
+{
+    if (!p) {
+        return;
+    }
+    if (s->nr_abuf < MAX_ASYNC && cap <= ABUF_KEEP_MAX) {
+        s->abuf[s->nr_abuf] = p;
+        s->abuf_cap[s->nr_abuf++] = cap;
+        return;
+    }
+    free(p);
+}
 
 /* Clear the autoclear bits we do not maintain, before the first change:
  * a reader that knows them must not trust what they describe. */
@@ -1521,8 +1723,9 @@ static void async_cb(void *opaque, int ret)
 /*
  * Submit the new clusters of @plan (every one a new allocation, their
  * contents built in @aw->buf) as writes of the file, one per run of
- * contiguous clusters, and return: the thread goes on with the next
- * request meanwhile.
+ * contiguous clusters (of the part of each that is written: w_off,
+ * w_len), and return: the thread goes on with the next request
+ * meanwhile.
  */
 static int submit_async(BDRVQcow2State *s, Qcow2Async *aw)
 {
@@ -1544,14 +1747,20 @@ static int submit_async(BDRVQcow2State *s, Qcow2Async *aw)
     while (i < aw->n) {
         uint64_t j = i + 1;
 
+        const WritePlan *p = &aw->plan[i];
+        uint64_t len = p->w_len;
+
         while (j < aw->n &&
+               aw->plan[j - 1].w_off + aw->plan[j - 1].w_len == cs &&
+               aw->plan[j].w_off == 0 &&
                aw->plan[j].new_off == aw->plan[j - 1].new_off + (int64_t)cs) {
+            len += aw->plan[j].w_len;
             j++;
         }
-        aw->iov[i].iov_base = aw->buf + i * cs;
-        aw->iov[i].iov_len = (j - i) * cs;
+        aw->iov[i].iov_base = aw->buf + i * cs + p->w_off;
+        aw->iov[i].iov_len = len;
         aw->pending++;
-        blk_aio_pwritev(s->file, &aw->cacb[i], aw->plan[i].new_off,
+        blk_aio_pwritev(s->file, &aw->cacb[i], p->new_off + p->w_off,
                         &aw->iov[i], 1, 0, async_cb, aw);
         i = j;
     }
@@ -1608,10 +1817,12 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
             p->reuse = true;
             continue;
         }
-        p->new_off = alloc_data_cluster(s);
+        p->new_off = alloc_data_cluster(s, &p->zero_rest);
         if (p->new_off < 0) {
             return p->new_off;
         }
+        p->zero_rest &= p->len < s->cluster_size &&
+                        reads_as_zero(s, p->vc, &p->loc);
     }
     if (aw) {
         bool all_new = true;
@@ -1621,13 +1832,27 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
         }
         if (all_new) {
             /* Built whole (copy-on-write of partial clusters now), the
-             * writes in flight while the next request is done. */
-            aw->buf = g_malloc(n * s->cluster_size);
+             * writes in flight while the next request is done.  Aligned
+             * for direct I/O, which would bounce it otherwise. */
+            uint32_t fa = MAX(s->file->bl.request_alignment, 1);
+
+            aw->buf = abuf_get(s, n * s->cluster_size, &aw->buf_cap);
+            if (!aw->buf) {
+                return -ENOMEM;
+            }
             for (uint64_t i = 0; i < n; i++) {
                 WritePlan *p = &plan[i];
                 uint8_t *c = aw->buf + i * s->cluster_size;
 
-                if (p->len < s->cluster_size) {
+                p->w_off = 0;
+                p->w_len = s->cluster_size;
+                if (p->zero_rest) {
+                    /* The file has zeroes around the data already. */
+                    p->w_off = QEMU_ALIGN_DOWN(p->in, fa);
+                    p->w_len = MIN(QEMU_ALIGN_UP(p->in + p->len, fa),
+                                   s->cluster_size) - p->w_off;
+                    memset(c + p->w_off, 0, p->w_len);
+                } else if (p->len < s->cluster_size) {
                     ret = read_cluster_part(s, p->vc, &p->loc, 0,
                                             s->cluster_size, c);
                     if (ret < 0) {
@@ -1655,6 +1880,17 @@ static int do_write(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
 
         if (!p->new_off) {
             ret = sio_write(s, p->loc.e.host_offset + p->in, src, p->len);
+            if (ret < 0) {
+                return ret;
+            }
+            continue;
+        }
+        if (p->zero_rest) {
+            /* The rest of the cluster is zeroes on the file already. */
+            ret = sio_write(s, p->new_off + p->in, src, p->len);
+            if (ret == 0) {
+                ret = plan_link(s, p);
+            }
             if (ret < 0) {
                 return ret;
             }
@@ -1820,6 +2056,9 @@ static int write_if_unallocated(BDRVQcow2State *s, uint64_t offset,
     return 0;
 }
 
+/* Largest write whose data buffer is kept (BDRVQcow2State.wbuf). */
+#define WBUF_MAX (1u << 20)
+
 static void complete_bh(void *opaque)
 {
     BlockAIOCB *acb = opaque;
@@ -1839,9 +2078,23 @@ static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
         ret = do_read(s, acb);
         break;
     case BLK_REQ_WRITE: {
-        g_autofree uint8_t *buf = g_malloc(acb->bytes);
+        g_autofree uint8_t *big = NULL;
+        uint8_t *buf;
         bool fua = acb->flags & BDRV_REQ_FUA;
         Qcow2Async *aw = NULL;
+
+        /* The data is copied out of it (into the cluster buffers) or
+         * written before the next request: one buffer is enough. */
+        if (acb->bytes <= WBUF_MAX) {
+            if (acb->bytes > s->wbuf_cap) {
+                g_free(s->wbuf);
+                s->wbuf = g_malloc(acb->bytes);
+                s->wbuf_cap = acb->bytes;
+            }
+            buf = s->wbuf;
+        } else {
+            buf = big = g_malloc(acb->bytes);
+        }
 
         if (acb->flags & BDRV_REQ_IF_UNALLOCATED) {
             iov_to_buf(acb->iov, acb->niov, 0, buf, acb->bytes);
@@ -1861,7 +2114,7 @@ static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
         if (aw) {
             /* Not submitted (or the file could not grow for it). */
             g_free(aw->plan);
-            g_free(aw->buf);
+            abuf_put(s, aw->buf, aw->buf_cap);
             g_free(aw->iov);
             g_free(aw->cacb);
             g_free(aw);
@@ -1960,7 +2213,7 @@ static void qcow2_async_finish(BDRVQcow2State *s, Qcow2Async *aw)
     aw->acb->ret = ret;
     aio_bh_schedule_oneshot(ctx, complete_bh, aw->acb, "qcow2-complete");
     g_free(aw->plan);
-    g_free(aw->buf);
+    abuf_put(s, aw->buf, aw->buf_cap);
     g_free(aw->iov);
     g_free(aw->cacb);
     g_free(aw);
@@ -1989,19 +2242,23 @@ static void qcow2_async_wait(BDRVQcow2State *s, uint32_t max)
 }
 
 /*
- * May @acb start while async writes are in flight?  Only a write (not
- * FUA) none of whose guest clusters is one of theirs: it cannot depend
- * on what they have not linked yet.  Everything else (reads, which may
- * read those clusters, flushes, which must cover what was
- * acknowledged, discards, ...) waits for them all.
+ * May @acb start while async writes are in flight?  A read or a write
+ * (not FUA) none of whose guest clusters is one of theirs: it cannot
+ * depend on what they have not linked yet.  A flush: it must cover what
+ * was acknowledged, and they are not yet (their entries are set, and
+ * the guest told, only when their data is written).  Everything else
+ * (discards, write-zeroes, FUA writes, ...) waits for them all.
  */
 static bool qcow2_async_ok(BDRVQcow2State *s, BlockAIOCB *acb)
 {
     uint64_t first, last;
     Qcow2Async *aw;
 
-    if (acb->type != BLK_REQ_WRITE || (acb->flags & BDRV_REQ_FUA) ||
-        !acb->bytes) {
+    if (acb->type == BLK_REQ_FLUSH) {
+        return true;
+    }
+    if ((acb->type != BLK_REQ_WRITE && acb->type != BLK_REQ_READ) ||
+        (acb->flags & BDRV_REQ_FUA) || !acb->bytes) {
         return false;
     }
     first = acb->offset >> s->cluster_bits;
@@ -2012,6 +2269,24 @@ static bool qcow2_async_ok(BDRVQcow2State *s, BlockAIOCB *acb)
         }
     }
     return true;
+}
+
+/*
+ * Wait until @acb may start: until no async write it depends on is in
+ * flight (only those touching its clusters, for a read or a write; all,
+ * for the kinds that depend on every one), and there is room for one
+ * more.
+ */
+static void qcow2_async_wait_for(BDRVQcow2State *s, BlockAIOCB *acb)
+{
+    for (;;) {
+        qcow2_async_finish_done(s);
+        if (!s->nr_async ||
+            (s->nr_async < MAX_ASYNC && qcow2_async_ok(s, acb))) {
+            return;
+        }
+        aio_poll(s->ctx, true);
+    }
 }
 
 static gpointer qcow2_thread(gpointer opaque)
@@ -2044,7 +2319,7 @@ static gpointer qcow2_thread(gpointer opaque)
         if (acb) {
             QSIMPLEQ_REMOVE_HEAD(&s->reqs, next);
             g_mutex_unlock(&s->lock);
-            qcow2_async_wait(s, qcow2_async_ok(s, acb) ? MAX_ASYNC - 1 : 0);
+            qcow2_async_wait_for(s, acb);
             if (acb->type == BLK_REQ_BLOCK_STATUS) {
                 AioContext *ctx = (AioContext *)(uintptr_t)acb->engine_priv[0];
 
@@ -2170,7 +2445,14 @@ static void iovb_put(AioContext *ctx, Qcow2IovBlock *b)
 
 /* The parent's state in its control block (which no engine uses while
  * the request is ours): [0] the submitting context (slow path),
- * [1] child requests pending, [2] the first error. */
+ * [1] child requests pending, [2] the first error, [3] the counter it
+ * holds a reference in (fast path: see reuse_poll()). */
+static void fast_put(BlockAIOCB *acb)
+{
+    __atomic_fetch_sub((uint64_t *)(uintptr_t)acb->engine_priv[3], 1,
+                       __ATOMIC_RELEASE);
+}
+
 static void fast_cb(void *opaque, int ret)
 {
     BlockChildReq *cr = opaque;
@@ -2185,6 +2467,8 @@ static void fast_cb(void *opaque, int ret)
         parent->engine_priv[2] = (uint64_t)(int64_t)ret;
     }
     if (--parent->engine_priv[1] == 0) {
+        /* The host clusters are no longer used: they may be reused. */
+        fast_put(parent);
         blk_acb_complete(parent, (int)(int64_t)parent->engine_priv[2]);
     }
 }
@@ -2333,6 +2617,7 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
         }
     }
     if (!nio) {
+        fast_put(acb);
         blk_complete_later(ctx, acb, 0);
         return true;
     }
@@ -2378,11 +2663,26 @@ static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
 
     /* A conditional write decides on the L2 entries where allocations
      * are serialised: never on the fast path. */
-    if ((acb->type == BLK_REQ_READ ||
-         (acb->type == BLK_REQ_WRITE &&
-          !(acb->flags & BDRV_REQ_IF_UNALLOCATED))) &&
-        qcow2_fast(s, ctx, acb)) {
-        return;
+    if (acb->type == BLK_REQ_READ ||
+        (acb->type == BLK_REQ_WRITE &&
+         !(acb->flags & BDRV_REQ_IF_UNALLOCATED))) {
+        uint32_t e = __atomic_load_n(&s->fast_epoch, __ATOMIC_ACQUIRE) & 1;
+        uint64_t *refs;
+
+        if (!qcow2_thread_slot) {
+            qcow2_thread_slot = __atomic_fetch_add(&qcow2_next_slot, 1,
+                                                   __ATOMIC_RELAXED) %
+                                FAST_SLOTS + 1;
+        }
+        refs = &s->fast[qcow2_thread_slot - 1].refs[e];
+        /* Counted before any entry is looked at (see reuse_poll()). */
+        acb->engine_priv[3] = (uintptr_t)refs;
+        __atomic_fetch_add(refs, 1, __ATOMIC_SEQ_CST);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (qcow2_fast(s, ctx, acb)) {
+            return;
+        }
+        fast_put(acb);
     }
     acb->engine_priv[0] = (uintptr_t)ctx;
     __atomic_add_fetch(&s->slow_requests, 1, __ATOMIC_RELAXED);
@@ -2546,6 +2846,7 @@ static void open_job(void *opaque)
         s->rt[i] = b;
     }
     s->end = (((fsize) + (s->cluster_size) - 1) / (s->cluster_size));
+    s->zero_from = fsize;
     s->dec = qcow2_decompressor_new(s->info.h.compression_type,
                                     &s->open_err);
     if (!s->dec) {
@@ -2650,6 +2951,17 @@ static void qcow2_close(BlockBackend *bs)
     if (s->pending_frees) {
         g_array_free(s->pending_frees, true);
     }
+    if (s->quarantine) {
+        g_array_free(s->quarantine, true);
+    }
+    for (uint32_t i = 0; i < s->nr_abuf; i++) {
+        free(s->abuf[i]);
+    }
+    g_free(s->wbuf);
+    if (s->grace) {
+        g_array_free(s->grace, true);
+    }
+    free(s->fast);
     qcow2_decompressor_free(s->dec);
     qcow2_info_free(&s->info);
     g_free(s->cbuf);
@@ -2781,6 +3093,16 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
     s->rc_cache = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
                                         rc_block_free);
     s->pending_frees = g_array_new(false, false, sizeof(Qcow2Free));
+    s->quarantine = g_array_new(false, false, sizeof(Qcow2Free));
+    s->grace = g_array_new(false, false, sizeof(Qcow2Free));
+    {
+        void *p;
+
+        if (posix_memalign(&p, 64, FAST_SLOTS * sizeof(Qcow2FastSlot))) {
+            abort();
+        }
+        s->fast = memset(p, 0, FAST_SLOTS * sizeof(Qcow2FastSlot));
+    }
     if (s->writable && opts->file->readonly) {
         g_set_error(errp, VB_ERROR, 0, "Block node is read-only: the file "
                     "node of %s is read-only; add the qcow2 node with "

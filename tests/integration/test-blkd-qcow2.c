@@ -16,6 +16,7 @@
 #include "vb-qmp.h"
 
 #include <pthread.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <linux/virtio_blk.h>
 
@@ -1167,6 +1168,96 @@ static void test_faults(gconstpointer data)
     }
 }
 
+/* ---- reuse of freed clusters ------------------------------------------ */
+
+static uint64_t file_size(const char *path)
+{
+    struct stat st;
+
+    g_assert_cmpint(stat(path, &st), ==, 0);
+    return st.st_size;
+}
+
+/*
+ * Clusters freed by a discard are handed out again in the same session:
+ * a guest that trims and rewrites does not grow the file.  A crash
+ * after the reuse leaves no cluster named twice (qemu-img check finds
+ * no corruption), and what was flushed reads back.
+ */
+static void test_reuse(void)
+{
+    const uint64_t size = 64 * 1024 * 1024, n = 8 * 1024 * 1024;
+    g_autofree uint8_t *expect = g_malloc0(size);
+    g_autofree uint8_t *after = NULL;
+    g_autofree char *out = NULL;
+    uint64_t before;
+    struct iovec iov;
+    int st;
+    Q2 q;
+
+    q2_init(&q, size);
+    vb_sh("qemu-img create -q -f qcow2 '%s' 64M", q.img);
+    q2_start(&q, 1);
+    write_pattern(&q, expect, 0, n, 1);
+    /* Partial clusters into new ones (the rest is left a hole). */
+    for (int i = 0; i < 16; i++) {
+        write_pattern(&q, expect, 16 * 1024 * 1024 + i * 131072 + 4096,
+                      4096, 50 + i);
+    }
+    q2_flush(&q);
+    before = file_size(q.img);
+    zero_req(&q, VIRTIO_BLK_T_DISCARD, 0, n, false);
+    memset(expect, 0, n);
+    /* The flush makes the discard durable: the clusters are free. */
+    q2_flush(&q);
+    write_pattern(&q, expect, 32 * 1024 * 1024, n, 2);
+    /* Partial clusters into reused ones: the rest must not show what
+     * the cluster held before. */
+    for (int i = 0; i < 16; i++) {
+        write_pattern(&q, expect, 48 * 1024 * 1024 + i * 65536 + 8192,
+                      4096, 70 + i);
+    }
+    q2_flush(&q);
+    /* Reused: the file grew by far less than the rewrite's size (by
+     * what was left of the batch of clusters reserved before). */
+    if (file_size(q.img) >= before + n / 2) {
+        g_error("%s grew from %" PRIu64 " to %" PRIu64 " bytes: freed "
+                "clusters were not reused", q.img, before,
+                file_size(q.img));
+    }
+    q2_check_reads(&q, expect);
+
+    /* Free some again, reuse them, and die among unflushed writes. */
+    zero_req(&q, VIRTIO_BLK_T_DISCARD, 32 * 1024 * 1024, 2 * 1024 * 1024,
+             false);
+    memset(expect + 32 * 1024 * 1024, 0, 2 * 1024 * 1024);
+    q2_flush(&q);
+    vb_fill_pattern(q.buf, 64 * 1024, 99);
+    iov.iov_base = q.buf;
+    iov.iov_len = 64 * 1024;
+    for (int i = 0; i < 32; i++) {
+        g_assert_cmpint(vhost_user_frontend_blk_submit(
+                            q.fe, 0, VIRTIO_BLK_T_OUT,
+                            (56 * 1024 * 1024 + (uint64_t)i * 128 * 1024) /
+                            512, &iov, 1, false, NULL), >=, 0);
+        if (i % 8 == 7) {
+            vhost_user_frontend_kick(q.fe, 0);
+        }
+    }
+    vb_daemon_kill(&q.d);
+    wait_unlocked(q.img);
+    vhost_user_frontend_free(q.fe);
+    q.fe = NULL;
+    /* Leaks (exit 3) are allowed, corruption (2) is not. */
+    st = vb_sh_status(&out, "qemu-img check '%s'", q.img);
+    if (st != 0 && st != 3) {
+        g_error("qemu-img check after a crash: exit %d\n%s", st, out);
+    }
+    after = convert_raw(&q, q.img, NULL);
+    g_assert_true(memcmp(after, expect, 56 * 1024 * 1024) == 0);
+    q2_cleanup(&q);
+}
+
 int main(int argc, char **argv)
 {
     g_autofree char *qemu_img = NULL;
@@ -1215,6 +1306,7 @@ int main(int argc, char **argv)
     g_test_add_func("/qcow2/concurrent-alloc", test_concurrent_alloc);
     g_test_add_func("/qcow2/deep-alloc", test_deep_alloc);
     g_test_add_func("/qcow2/crash", test_crash);
+    g_test_add_func("/qcow2/reuse", test_reuse);
     g_test_add_data_func("/qcow2/faults/stop", GINT_TO_POINTER(FAULTS_STOP),
                          test_faults);
     g_test_add_data_func("/qcow2/faults/kill", GINT_TO_POINTER(FAULTS_KILL),
