@@ -650,6 +650,7 @@ static const struct {
     { "tls-creds-psk", vb_nbd_tls_psk_add },
     { "authz-simple", vb_nbd_authz_simple_add },
     { "authz-list", vb_nbd_authz_list_add },
+    { "authz-list-file", vb_nbd_authz_list_file_add },
 };
 
 bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
@@ -673,8 +674,8 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
             vb_set_error(errp, "object type '%s' is not supported: "
                          "vhost-blkd has only iothread, secret, "
                          "throttle-group, tls-creds-x509, "
-                         "tls-creds-psk, authz-simple and authz-list "
-                         "objects",
+                         "tls-creds-psk, authz-simple, authz-list and "
+                         "authz-list-file objects",
                          json_node_get_string(n));
             return false;
         }

@@ -14,7 +14,10 @@ typedef struct NbdAuthzRule {
 struct NbdAuthz {
     char *id;
     bool default_allow;
+    bool deny_all;              /* authz-list-file that failed to load */
     GArray *rules;              /* NbdAuthzRule */
+    void (*refresh)(void *opaque);
+    void *refresh_opaque;
 };
 
 static void nbd_authz_rule_clear(gpointer p)
@@ -56,8 +59,28 @@ void nbd_authz_list_add_rule(NbdAuthz *az, const char *match, bool allow,
     g_array_append_val(az->rules, r);
 }
 
+void nbd_authz_set_rules(NbdAuthz *az, bool default_allow, bool deny_all)
+{
+    g_array_set_size(az->rules, 0);
+    az->default_allow = default_allow;
+    az->deny_all = deny_all;
+}
+
+void nbd_authz_set_refresh(NbdAuthz *az, void (*fn)(void *opaque),
+                           void *opaque)
+{
+    az->refresh = fn;
+    az->refresh_opaque = opaque;
+}
+
 bool nbd_authz_is_allowed(const NbdAuthz *az, const char *identity)
 {
+    if (az->refresh) {
+        az->refresh(az->refresh_opaque);
+    }
+    if (az->deny_all) {
+        return false;
+    }
     for (guint i = 0; i < az->rules->len; i++) {
         const NbdAuthzRule *r = &g_array_index(az->rules, NbdAuthzRule, i);
         bool hit = r->glob ? g_pattern_match_simple(r->match, identity) :

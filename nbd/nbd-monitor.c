@@ -23,6 +23,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 typedef struct VbNbdExport {
@@ -51,9 +52,15 @@ typedef struct VbTlsObj {
 /* authz-simple / authz-list: who may connect (tls-authz=ID). */
 typedef struct VbAuthzObj {
     char *id;
-    const char *type;           /* "authz-simple" or "authz-list" */
+    const char *type;           /* "authz-simple", "authz-list" or
+                                 * "authz-list-file" */
     NbdAuthz *authz;
     unsigned int users;         /* servers using it */
+    /* authz-list-file: the file, and what it was when last read */
+    char *filename;
+    bool refresh;
+    bool missing;               /* the last stat() failed */
+    struct stat st;
 } VbAuthzObj;
 
 /* What a stopped server held until its last connection is gone. */
@@ -155,6 +162,7 @@ void vb_nbd_objects_foreach(VbState *s,
 
 static void vb_authz_obj_free(VbAuthzObj *az)
 {
+    g_free(az->filename);
     nbd_authz_free(az->authz);
     g_free(az->id);
     g_free(az);
@@ -471,26 +479,23 @@ bool vb_nbd_authz_simple_add(VbState *s, QmpArgs *a, GError **errp)
     return true;
 }
 
-/* --object authz-list,id=ID[,policy=deny|allow][,rules.N.match=PATTERN,
- * rules.N.policy=allow|deny[,rules.N.format=exact|glob]]... (QMP: rules
- * is a list of {match, policy, format}). */
-bool vb_nbd_authz_list_add(VbState *s, QmpArgs *a, GError **errp)
+/* policy= and rules= of authz-list (or of an authz-list-file's file)
+ * from @a into @authz; @what names the object in errors. */
+static bool vb_authz_rules_parse(QmpArgs *a, const char *what,
+                                 NbdAuthz *authz, GError **errp)
 {
     static const char *const formats[] = { "exact", "glob", NULL };
-    const char *id = NULL;
-    int policy = 0;
     g_autoptr(GPtrArray) rules = NULL;
-    NbdAuthz *authz;
+    int policy = 0;
 
-    if (!qmp_args_str(a, "id", true, &id, errp) ||
-        !qmp_args_enum(a, "policy", vb_authz_policies, false, &policy,
+    if (!qmp_args_enum(a, "policy", vb_authz_policies, false, &policy,
                        errp) ||
         !qmp_args_list(a, "rules", &rules, errp) ||
-        !qmp_args_check_done(a, errp) ||
-        !vb_authz_id_free(s, id, errp)) {
+        !qmp_args_check_done(a, errp)) {
+        g_prefix_error(errp, "%s: ", what);
         return false;
     }
-    authz = nbd_authz_new_list(id, policy == 1);
+    nbd_authz_set_rules(authz, policy == 1, false);
     for (guint i = 0; rules && i < rules->len; i++) {
         JsonNode *rn = g_ptr_array_index(rules, i);
         g_autofree char *prefix = g_strdup_printf("rules.%u.", i);
@@ -499,9 +504,8 @@ bool vb_nbd_authz_list_add(VbState *s, QmpArgs *a, GError **errp)
         int rpolicy = 0, format = 0;
 
         if (!JSON_NODE_HOLDS_OBJECT(rn)) {
-            vb_set_error(errp, "authz-list '%s': rules.%u: a rule is an "
-                         "object with match, policy and format", id, i);
-            nbd_authz_free(authz);
+            vb_set_error(errp, "%s: rules.%u: a rule is an object with "
+                         "match, policy and format", what, i);
             return false;
         }
         qmp_args_init(&r, json_node_get_object(rn), a->keyval, prefix);
@@ -510,13 +514,147 @@ bool vb_nbd_authz_list_add(VbState *s, QmpArgs *a, GError **errp)
                            errp) ||
             !qmp_args_enum(&r, "format", formats, false, &format, errp) ||
             !qmp_args_check_done(&r, errp)) {
-            g_prefix_error(errp, "authz-list '%s': ", id);
-            nbd_authz_free(authz);
+            g_prefix_error(errp, "%s: ", what);
             return false;
         }
         nbd_authz_list_add_rule(authz, match, rpolicy == 1, format == 1);
     }
+    return true;
+}
+
+/* --object authz-list,id=ID[,policy=deny|allow][,rules.N.match=PATTERN,
+ * rules.N.policy=allow|deny[,rules.N.format=exact|glob]]... (QMP: rules
+ * is a list of {match, policy, format}). */
+bool vb_nbd_authz_list_add(VbState *s, QmpArgs *a, GError **errp)
+{
+    const char *id = NULL;
+    g_autofree char *what = NULL;
+    NbdAuthz *authz;
+
+    if (!qmp_args_str(a, "id", true, &id, errp) ||
+        !vb_authz_id_free(s, id, errp)) {
+        return false;
+    }
+    what = g_strdup_printf("authz-list '%s'", id);
+    authz = nbd_authz_new_list(id, false);
+    if (!vb_authz_rules_parse(a, what, authz, errp)) {
+        nbd_authz_free(authz);
+        return false;
+    }
     vb_authz_obj_add(s, id, "authz-list", authz);
+    return true;
+}
+
+/* The most an authz-list-file may hold. */
+#define VB_AUTHZ_FILE_MAX (1024 * 1024)
+
+/* (Re)load @az's file into its rules; *@st gets what was read. */
+static bool vb_authz_file_load(VbAuthzObj *az, struct stat *st,
+                               GError **errp)
+{
+    g_autofree char *what = g_strdup_printf("authz-list-file '%s': %s",
+                                            az->id, az->filename);
+    g_autofree char *text = NULL;
+    g_autoptr(JsonParser) parser = NULL;
+    g_auto(QmpArgs) a = { 0 };
+    GError *err = NULL;
+    JsonNode *root;
+    gsize len = 0;
+
+    if (stat(az->filename, st) < 0) {
+        vb_set_error(errp, "%s: %s", what, g_strerror(errno));
+        return false;
+    }
+    if (!S_ISREG(st->st_mode) || st->st_size > VB_AUTHZ_FILE_MAX) {
+        vb_set_error(errp, "%s: not a regular file of at most %d KiB",
+                     what, VB_AUTHZ_FILE_MAX / 1024);
+        return false;
+    }
+    if (!g_file_get_contents(az->filename, &text, &len, &err)) {
+        vb_set_error(errp, "%s: %s", what, err->message);
+        g_error_free(err);
+        return false;
+    }
+    parser = json_parser_new_immutable();
+    if (len > VB_AUTHZ_FILE_MAX ||
+        !json_parser_load_from_data(parser, text, len, &err) ||
+        !(root = json_parser_get_root(parser)) ||
+        !JSON_NODE_HOLDS_OBJECT(root)) {
+        vb_set_error(errp, "%s: not a JSON object {\"policy\": ..., "
+                     "\"rules\": [...]}%s%s", what, err ? ": " : "",
+                     err ? err->message : "");
+        g_clear_error(&err);
+        return false;
+    }
+    qmp_args_init(&a, json_node_get_object(root), false, NULL);
+    return vb_authz_rules_parse(&a, what, az->authz, errp);
+}
+
+/* refresh=on: before each check, re-read the file if it is not the one
+ * read last (another inode, size, or modification time).  A file that
+ * fails to load refuses every client until it is fixed, as QEMU's. */
+static void vb_authz_file_refresh(void *opaque)
+{
+    VbAuthzObj *az = opaque;
+    struct stat st = { 0 };
+    GError *err = NULL;
+    int r = stat(az->filename, &st);
+
+    if (r < 0 && az->missing) {
+        return;                 /* still gone: said already */
+    }
+    if (r == 0 && !az->missing && st.st_dev == az->st.st_dev &&
+        st.st_ino == az->st.st_ino && st.st_size == az->st.st_size &&
+        st.st_mtim.tv_sec == az->st.st_mtim.tv_sec &&
+        st.st_mtim.tv_nsec == az->st.st_mtim.tv_nsec &&
+        st.st_ctim.tv_sec == az->st.st_ctim.tv_sec &&
+        st.st_ctim.tv_nsec == az->st.st_ctim.tv_nsec) {
+        return;
+    }
+    az->missing = r < 0;
+    if (!vb_authz_file_load(az, &st, &err)) {
+        /* Said once: tried again when the file changes. */
+        error_report("%s; refusing every NBD client until it loads",
+                     err->message);
+        g_error_free(err);
+        nbd_authz_set_rules(az->authz, false, true);
+    } else {
+        info_report("authz-list-file '%s': %s reloaded", az->id,
+                    az->filename);
+    }
+    az->st = st;
+}
+
+/* --object authz-list-file,id=ID,filename=PATH[,refresh=on|off]: the
+ * policy and rules of authz-list from a JSON file; refresh=on (the
+ * default) re-reads it when it changed. */
+bool vb_nbd_authz_list_file_add(VbState *s, QmpArgs *a, GError **errp)
+{
+    const char *id = NULL, *filename = NULL;
+    bool refresh = true;
+    VbAuthzObj *az;
+
+    if (!qmp_args_str(a, "id", true, &id, errp) ||
+        !qmp_args_str(a, "filename", true, &filename, errp) ||
+        !qmp_args_bool(a, "refresh", &refresh, errp) ||
+        !qmp_args_check_done(a, errp) ||
+        !vb_authz_id_free(s, id, errp)) {
+        return false;
+    }
+    az = g_new0(VbAuthzObj, 1);
+    az->id = g_strdup(id);
+    az->type = "authz-list-file";
+    az->filename = g_strdup(filename);
+    az->refresh = refresh;
+    az->authz = nbd_authz_new_list(id, false);
+    if (!vb_authz_file_load(az, &az->st, errp)) {
+        vb_authz_obj_free(az);
+        return false;
+    }
+    if (refresh) {
+        nbd_authz_set_refresh(az->authz, vb_authz_file_refresh, az);
+    }
+    g_ptr_array_add(vb_nbd_get(s)->authz_objs, az);
     return true;
 }
 

@@ -12,8 +12,12 @@
  * decides with its policy=; if none matches, the list's own policy=
  * (default deny) does.
  *
- * Threads: built and freed in the main thread; once handed to a server
- * an NbdAuthz is never changed, so any connection's thread may read it.
+ * authz-list-file is an authz-list whose policy and rules come from a
+ * JSON file; nbd-monitor.c sets a refresh hook that re-reads it when it
+ * changed, called before each check.
+ *
+ * Threads: main thread only (the NBD handshake, where the check is made,
+ * runs in the main context).
  */
 #ifndef NBD_AUTHZ_H
 #define NBD_AUTHZ_H
@@ -26,6 +30,13 @@ NbdAuthz *nbd_authz_new_simple(const char *id, const char *identity);
 NbdAuthz *nbd_authz_new_list(const char *id, bool default_allow);
 void nbd_authz_list_add_rule(NbdAuthz *az, const char *match, bool allow,
                              bool glob);
+/* Drop every rule and set the default; @deny_all: refuse everyone (a
+ * list file that failed to load) until the next call. */
+void nbd_authz_set_rules(NbdAuthz *az, bool default_allow, bool deny_all);
+/* @fn(@opaque) runs before each nbd_authz_is_allowed() and may change
+ * the rules. */
+void nbd_authz_set_refresh(NbdAuthz *az, void (*fn)(void *opaque),
+                           void *opaque);
 bool nbd_authz_is_allowed(const NbdAuthz *az, const char *identity);
 const char *nbd_authz_id(const NbdAuthz *az);
 void nbd_authz_free(NbdAuthz *az);

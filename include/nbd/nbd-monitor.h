@@ -3,8 +3,8 @@
  * The NBD server in the daemon's QMP model (nbd/nbd-monitor.c, linked
  * into the monitor library): --nbd-server and nbd-server-start/stop,
  * block-export-add type=nbd (and the legacy nbd-server-add/remove), the
- * tls-creds-x509 and tls-creds-psk objects, the authz-simple and
- * authz-list objects of tls-authz.
+ * tls-creds-x509 and tls-creds-psk objects, the authz-simple,
+ * authz-list and authz-list-file objects of tls-authz.
  *
  * Threads: main thread only.
  */
@@ -36,9 +36,10 @@ bool vb_nbd_uses_ctx(VbState *s, AioContext *ctx);
 /* --object tls-creds-x509 / tls-creds-psk */
 bool vb_nbd_tls_x509_add(VbState *s, QmpArgs *a, GError **errp);
 bool vb_nbd_tls_psk_add(VbState *s, QmpArgs *a, GError **errp);
-/* --object authz-simple / authz-list (tls-authz=ID) */
+/* --object authz-simple / authz-list / authz-list-file (tls-authz=ID) */
 bool vb_nbd_authz_simple_add(VbState *s, QmpArgs *a, GError **errp);
 bool vb_nbd_authz_list_add(VbState *s, QmpArgs *a, GError **errp);
+bool vb_nbd_authz_list_file_add(VbState *s, QmpArgs *a, GError **errp);
 bool vb_nbd_object_exists(VbState *s, const char *id);
 /* The qom-type of the TLS or authz object @id, or NULL. */
 const char *vb_nbd_object_type(VbState *s, const char *id);

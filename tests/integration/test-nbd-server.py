@@ -25,6 +25,8 @@ against hostile ones.  TAP.
   another (named in the log with the authz object) while the server
   keeps serving; authz-list with an exact deny rule before a glob allow
   rule and policy=deny; a PSK username allowed and one refused;
+  authz-list-file re-read when it changes, every client refused while
+  it does not parse, bad files refused at object-add;
   object-del of the authz object in use refused; a 3000-character DN
   and a DN with RFC 4514 escapes; tls-authz without tls-creds, with
   verify-peer=off, or naming no object: refused.
@@ -868,6 +870,50 @@ def test_authz(tmp):
                 "PSK username 'bob'")
         ok(d.p.poll() is None, "the daemon survived every refused client",
            d.log()[-2000:])
+
+        # authz-list-file, re-read when it changes (a new inode each time)
+        acl = os.path.join(base, "acl.json")
+
+        def write_acl(text):
+            with open(acl + ".new", "w") as f:
+                f.write(text)
+            os.rename(acl + ".new", acl)
+
+        write_acl(json.dumps({"policy": "deny", "rules": [
+            {"match": "CN=client1", "policy": "allow"}]}))
+        r = qcmd(q, "object-add", {"qom-type": "authz-list-file",
+                                   "id": "az4", "filename": acl})
+        ok(r == {"return": {}}, "object-add authz-list-file", r)
+        r = restart("t0", "az4")
+        ok(r[1:] == ({"return": {}},) * 2, "server with tls-authz=az4", r)
+        p = port()
+        allowed("authz-list-file allowing CN=client1", p, dirs["c1"])
+        rc, out = qemu_io_read(p, dirs["c2"])
+        refused("authz-list-file, CN=client2", rc, out, "az4", "CN=client2")
+        write_acl(json.dumps({"policy": "deny", "rules": [
+            {"match": "CN=client2", "policy": "allow", "format": "exact"}]}))
+        allowed("the file rewritten to allow CN=client2 (refresh)", p,
+                dirs["c2"])
+        rc, out = qemu_io_read(p, dirs["c1"])
+        ok(rc != 0 and "reloaded" in d.log(), "... and CN=client1 is now "
+           "refused", out)
+        write_acl("{\"policy\": ")
+        rc, out = qemu_io_read(p, dirs["c2"])
+        ok(rc != 0 and "refusing every NBD client" in d.log(),
+           "a file that no longer parses: every client refused", out)
+        for text, name in (("[1, 2]", "a JSON array"),
+                           ('{"rules": [{"match": "x", "policy": "maybe"}]}',
+                            "a bad policy"),
+                           (" " * (1024 * 1024 + 1), "over 1 MiB")):
+            write_acl(text)
+            r = qcmd(q, "object-add", {"qom-type": "authz-list-file",
+                                       "id": "az5", "filename": acl})
+            ok("authz-list-file 'az5'" in r.get("error", {}).get("desc", ""),
+               "object-add authz-list-file of %s: error" % name, r)
+        r = qcmd(q, "object-add", {"qom-type": "authz-list-file",
+                                   "id": "az5", "filename": acl + ".none"})
+        ok("No such file" in r.get("error", {}).get("desc", ""),
+           "object-add authz-list-file of a missing file: error", r)
 
         # refused at start
         qcmd(q, "nbd-server-stop")
