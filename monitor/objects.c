@@ -530,7 +530,7 @@ static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
         return false;
     }
     if (vb_secret_find(s, id) || vb_iothread_find(s, id) ||
-        vb_throttle_group_find(s, id)) {
+        vb_throttle_group_find(s, id) || vb_nbd_object_exists(s, id)) {
         vb_set_error(errp, "attempt to add duplicate property '%s' to "
                      "object (type 'container')", id);
         return false;
@@ -592,7 +592,7 @@ static bool vb_iothread_add(VbState *s, QmpArgs *a, GError **errp)
         return false;
     }
     if (vb_iothread_find(s, id) || vb_secret_find(s, id) ||
-        vb_throttle_group_find(s, id)) {
+        vb_throttle_group_find(s, id) || vb_nbd_object_exists(s, id)) {
         vb_set_error(errp, "attempt to add duplicate property '%s' to "
                      "object (type 'container')", id);
         return false;
@@ -628,7 +628,8 @@ static bool vb_tg_object_add(VbState *s, QmpArgs *a, GError **errp)
         G_TYPE_STRING) {
         const char *tid = json_object_get_string_member(args, "id");
 
-        if (vb_iothread_find(s, tid) || vb_secret_find(s, tid)) {
+        if (vb_iothread_find(s, tid) || vb_secret_find(s, tid) ||
+            vb_nbd_object_exists(s, tid)) {
             vb_set_error(errp, "attempt to add duplicate property '%s' "
                          "to object (type 'container')", tid);
             return false;

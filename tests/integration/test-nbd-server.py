@@ -849,6 +849,14 @@ def test_authz(tmp):
                                    "identity": "y"})
         ok("duplicate" in r.get("error", {}).get("desc", ""),
            "object-add of an id in use: error", r)
+        for typ, oid, extra in (
+                ("iothread", "az2", {}),
+                ("throttle-group", "az3", {"limits": {"iops-total": 1}})):
+            args = {"qom-type": typ, "id": oid}
+            args.update(extra)
+            r = qcmd(q, "object-add", args)
+            ok("duplicate" in r.get("error", {}).get("desc", ""),
+               "object-add %s with an authz object's id: error" % typ, r)
         r = restart("t0", "az2")
         ok(r[1:] == ({"return": {}},) * 2, "server with tls-authz=az2", r)
         p = port()
