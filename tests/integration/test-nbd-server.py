@@ -937,6 +937,9 @@ def test_authz(tmp):
             r = qcmd(q, "nbd-server-start", args)
             ok(want in r.get("error", {}).get("desc", ""),
                name + ": refused at start", r)
+        d.stop()
+        ok(d.p.returncode == 0 and "Sanitizer" not in d.log(),
+           "tls-authz daemon: clean exit", d.log()[-3000:])
     finally:
         d.stop()
 
