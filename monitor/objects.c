@@ -20,8 +20,9 @@
  *    one (block/throttle.c) until blockdev-del closes it;
  *  - iothread: an export (also one still draining after
  *    block-export-del) with a queue in its AioContext;
- *  - tls-creds-x509/psk (nbd/nbd-monitor.c): while the NBD server runs
- *    with them (tls-creds=ID), until nbd-server-stop;
+ *  - tls-creds-x509/psk and authz-simple/list (nbd/nbd-monitor.c):
+ *    while the NBD server runs with them (tls-creds=ID, tls-authz=ID),
+ *    until nbd-server-stop;
  *  - secret: never.  A node opens with a copy of the key (librados keeps
  *    its own), so deleting the secret only stops later blockdev-adds from
  *    naming it.  Its bytes are zeroed before they are freed.
@@ -529,7 +530,7 @@ static bool vb_secret_add(VbState *s, QmpArgs *a, GError **errp)
         return false;
     }
     if (vb_secret_find(s, id) || vb_iothread_find(s, id) ||
-        vb_throttle_group_find(s, id)) {
+        vb_throttle_group_find(s, id) || vb_nbd_object_exists(s, id)) {
         vb_set_error(errp, "attempt to add duplicate property '%s' to "
                      "object (type 'container')", id);
         return false;
@@ -591,7 +592,7 @@ static bool vb_iothread_add(VbState *s, QmpArgs *a, GError **errp)
         return false;
     }
     if (vb_iothread_find(s, id) || vb_secret_find(s, id) ||
-        vb_throttle_group_find(s, id)) {
+        vb_throttle_group_find(s, id) || vb_nbd_object_exists(s, id)) {
         vb_set_error(errp, "attempt to add duplicate property '%s' to "
                      "object (type 'container')", id);
         return false;
@@ -627,7 +628,8 @@ static bool vb_tg_object_add(VbState *s, QmpArgs *a, GError **errp)
         G_TYPE_STRING) {
         const char *tid = json_object_get_string_member(args, "id");
 
-        if (vb_iothread_find(s, tid) || vb_secret_find(s, tid)) {
+        if (vb_iothread_find(s, tid) || vb_secret_find(s, tid) ||
+            vb_nbd_object_exists(s, tid)) {
             vb_set_error(errp, "attempt to add duplicate property '%s' "
                          "to object (type 'container')", tid);
             return false;
@@ -647,6 +649,9 @@ static const struct {
     { "throttle-group", vb_tg_object_add },
     { "tls-creds-x509", vb_nbd_tls_x509_add },
     { "tls-creds-psk", vb_nbd_tls_psk_add },
+    { "authz-simple", vb_nbd_authz_simple_add },
+    { "authz-list", vb_nbd_authz_list_add },
+    { "authz-list-file", vb_nbd_authz_list_file_add },
 };
 
 bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
@@ -669,8 +674,9 @@ bool vb_object_add(VbState *s, JsonObject *args, bool keyval, GError **errp)
             json_node_get_value_type(n) == G_TYPE_STRING && !known) {
             vb_set_error(errp, "object type '%s' is not supported: "
                          "vhost-blkd has only iothread, secret, "
-                         "throttle-group, tls-creds-x509 and "
-                         "tls-creds-psk objects",
+                         "throttle-group, tls-creds-x509, "
+                         "tls-creds-psk, authz-simple, authz-list and "
+                         "authz-list-file objects",
                          json_node_get_string(n));
             return false;
         }
@@ -697,6 +703,7 @@ typedef enum VbObjType {
     VB_OBJ_IOTHREAD,
     VB_OBJ_SECRET,
     VB_OBJ_THROTTLE_GROUP,
+    VB_OBJ_NBD,                 /* TLS or authz: vb_nbd_object_type() */
 } VbObjType;
 
 static const char *const vb_obj_type_names[] = {
@@ -777,6 +784,7 @@ static JsonNode *vb_qmp_object_del(void *opaque, JsonObject *args,
     }
     switch (vb_obj_find(s, id, &i)) {
     case VB_OBJ_NONE:
+    case VB_OBJ_NBD:            /* vb_obj_find() does not return it */
         if (vb_nbd_object_exists(s, id)) {
             /* tls-creds-x509/psk live with the NBD server */
             return vb_nbd_object_del(s, id, errp) ? vb_empty() : NULL;
@@ -846,9 +854,10 @@ typedef enum VbPathKind {
     VB_PATH_OBJECT,
 } VbPathKind;
 
-/* What @path names; for an object, its type in *@type. */
+/* What @path names; for an object, its type in *@type and its qom-type
+ * in *@qom_type. */
 static VbPathKind vb_path_resolve(VbState *s, const char *path,
-                                  VbObjType *type)
+                                  VbObjType *type, const char **qom_type)
 {
     const char *id = path;
     guint i;
@@ -869,7 +878,16 @@ static VbPathKind vb_path_resolve(VbState *s, const char *path,
         return VB_PATH_NONE;
     }
     *type = vb_obj_find(s, id, &i);
-    return *type == VB_OBJ_NONE ? VB_PATH_NONE : VB_PATH_OBJECT;
+    if (*type != VB_OBJ_NONE) {
+        *qom_type = vb_obj_type_names[*type];
+        return VB_PATH_OBJECT;
+    }
+    *qom_type = vb_nbd_object_type(s, id);
+    if (*qom_type) {
+        *type = VB_OBJ_NBD;
+        return VB_PATH_OBJECT;
+    }
+    return VB_PATH_NONE;
 }
 
 static void vb_prop_add(JsonArray *arr, const char *name, const char *type)
@@ -888,6 +906,15 @@ static void vb_prop_add_child(JsonArray *arr, const char *name,
                                          vb_obj_type_names[type]);
 
     vb_prop_add(arr, name, t);
+}
+
+/* A TLS or authz object (they live in nbd/nbd-monitor.c). */
+static void vb_nbd_prop_add_child(void *opaque, const char *id,
+                                  const char *type)
+{
+    g_autofree char *t = g_strdup_printf("child<%s>", type);
+
+    vb_prop_add(opaque, id, t);
 }
 
 static void vb_tg_prop_add(void *opaque, const char *key, uint64_t value)
@@ -917,7 +944,7 @@ static JsonNode *vb_qmp_qom_list(void *opaque, JsonObject *args,
         !qmp_args_check_done(&a, errp)) {
         return NULL;
     }
-    switch (vb_path_resolve(s, path, &type)) {
+    switch (vb_path_resolve(s, path, &type, &(const char *){ NULL })) {
     case VB_PATH_NONE:
         g_set_error(errp, QMP_ERROR, QMP_ERROR_DEVICE_NOT_FOUND,
                     "Device '%s' not found", path);
@@ -946,6 +973,7 @@ static JsonNode *vb_qmp_qom_list(void *opaque, JsonObject *args,
             vb_prop_add_child(arr, throttle_group_name(tg),
                               VB_OBJ_THROTTLE_GROUP);
         }
+        vb_nbd_objects_foreach(s, vb_nbd_prop_add_child, arr);
         break;
     case VB_PATH_OBJECT:
     default:
@@ -975,20 +1003,21 @@ static JsonNode *vb_qmp_qom_get_obj(void *opaque, JsonObject *args,
     JsonNode *pn = args ? json_object_get_member(args, "path") : NULL;
     JsonNode *prop = args ? json_object_get_member(args, "property") : NULL;
     VbObjType type = VB_OBJ_NONE;
-    const char *name;
+    const char *name, *qom_type = NULL;
 
     if (pn && prop && json_object_get_size(args) == 2 &&
         JSON_NODE_HOLDS_VALUE(pn) && JSON_NODE_HOLDS_VALUE(prop) &&
         json_node_get_value_type(pn) == G_TYPE_STRING &&
         json_node_get_value_type(prop) == G_TYPE_STRING &&
         !strcmp(json_node_get_string(prop), "type")) {
-        switch (vb_path_resolve(s, json_node_get_string(pn), &type)) {
+        switch (vb_path_resolve(s, json_node_get_string(pn), &type,
+                                &qom_type)) {
         case VB_PATH_ROOT:
         case VB_PATH_OBJECTS:
             name = "container";
             break;
         case VB_PATH_OBJECT:
-            name = vb_obj_type_names[type];
+            name = qom_type;
             break;
         default:
             name = NULL;

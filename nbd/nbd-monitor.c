@@ -15,6 +15,7 @@
 #include "nbd/nbd-monitor.h"
 #include "nbd/server.h"
 #include "nbd/tls.h"
+#include "nbd/authz.h"
 #include "block/nbd.h"
 #include "monitor/monitor-internal.h"
 #include "qemu/error-report.h"
@@ -22,6 +23,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 typedef struct VbNbdExport {
@@ -47,12 +49,34 @@ typedef struct VbTlsObj {
     char *username;
 } VbTlsObj;
 
+/* authz-simple / authz-list: who may connect (tls-authz=ID). */
+typedef struct VbAuthzObj {
+    char *id;
+    const char *type;           /* "authz-simple", "authz-list" or
+                                 * "authz-list-file" */
+    NbdAuthz *authz;
+    unsigned int users;         /* servers using it */
+    /* authz-list-file: the file, and what it was when last read */
+    char *filename;
+    bool refresh;
+    bool missing;               /* the last stat() failed */
+    struct stat st;
+} VbAuthzObj;
+
+/* What a stopped server held until its last connection is gone. */
+typedef struct VbNbdHeld {
+    VbTlsObj *tls;
+    VbAuthzObj *authz;
+} VbNbdHeld;
+
 typedef struct VbNbd {
     VbState *state;
     NbdServer *srv;
     VbTlsObj *tls;              /* the running server's */
+    VbAuthzObj *authz;          /* the running server's tls-authz */
     GPtrArray *exports;         /* VbNbdExport */
     GPtrArray *tls_objs;        /* VbTlsObj */
+    GPtrArray *authz_objs;      /* VbAuthzObj */
     unsigned int closing;       /* stopped servers whose connections
                                  * still have requests in flight */
     /* The running server's address as bound (port=0: the port the
@@ -70,6 +94,7 @@ static VbNbd *vb_nbd_get(VbState *s)
     if (!vb_nbd.exports) {
         vb_nbd.exports = g_ptr_array_new();
         vb_nbd.tls_objs = g_ptr_array_new();
+        vb_nbd.authz_objs = g_ptr_array_new();
     }
     vb_nbd.state = s;
     return &vb_nbd;
@@ -87,16 +112,91 @@ static VbTlsObj *vb_tls_find(VbNbd *n, const char *id)
     return NULL;
 }
 
+static VbAuthzObj *vb_authz_find(VbNbd *n, const char *id)
+{
+    for (guint i = 0; i < n->authz_objs->len; i++) {
+        VbAuthzObj *az = g_ptr_array_index(n->authz_objs, i);
+
+        if (!strcmp(az->id, id)) {
+            return az;
+        }
+    }
+    return NULL;
+}
+
 bool vb_nbd_object_exists(VbState *s, const char *id)
 {
-    return vb_tls_find(vb_nbd_get(s), id) != NULL;
+    return vb_nbd_object_type(s, id) != NULL;
+}
+
+const char *vb_nbd_object_type(VbState *s, const char *id)
+{
+    VbNbd *n = vb_nbd_get(s);
+    VbTlsObj *t = vb_tls_find(n, id);
+    VbAuthzObj *az = vb_authz_find(n, id);
+
+    if (t) {
+        return t->psk ? "tls-creds-psk" : "tls-creds-x509";
+    }
+    return az ? az->type : NULL;
+}
+
+void vb_nbd_objects_foreach(VbState *s,
+                            void (*fn)(void *opaque, const char *id,
+                                       const char *type),
+                            void *opaque)
+{
+    VbNbd *n = vb_nbd_get(s);
+
+    for (guint i = 0; i < n->tls_objs->len; i++) {
+        VbTlsObj *t = g_ptr_array_index(n->tls_objs, i);
+
+        fn(opaque, t->id, t->psk ? "tls-creds-psk" : "tls-creds-x509");
+    }
+    for (guint i = 0; i < n->authz_objs->len; i++) {
+        VbAuthzObj *az = g_ptr_array_index(n->authz_objs, i);
+
+        fn(opaque, az->id, az->type);
+    }
+}
+
+static void vb_authz_obj_free(VbAuthzObj *az)
+{
+    g_free(az->filename);
+    nbd_authz_free(az->authz);
+    g_free(az->id);
+    g_free(az);
+}
+
+static bool vb_authz_del(VbNbd *n, VbAuthzObj *az, GError **errp)
+{
+    if (az->users && n->authz != az) {
+        vb_set_error(errp, "object '%s' is in use, can not be deleted: a "
+                     "stopped NBD server's connections still have requests "
+                     "in flight; try again once their exports' "
+                     "BLOCK_EXPORT_DELETED came", az->id);
+        return false;
+    }
+    if (az->users) {
+        vb_set_error(errp, "object '%s' is in use, can not be deleted: the "
+                     "NBD server uses it (tls-authz=%s); stop it first "
+                     "with nbd-server-stop", az->id, az->id);
+        return false;
+    }
+    g_ptr_array_remove(n->authz_objs, az);
+    vb_authz_obj_free(az);
+    return true;
 }
 
 bool vb_nbd_object_del(VbState *s, const char *id, GError **errp)
 {
     VbNbd *n = vb_nbd_get(s);
     VbTlsObj *t = vb_tls_find(n, id);
+    VbAuthzObj *az = vb_authz_find(n, id);
 
+    if (az) {
+        return vb_authz_del(n, az, errp);
+    }
     if (!t) {
         vb_set_error(errp, "object '%s' not found", id);
         return false;
@@ -136,7 +236,7 @@ static bool vb_tls_common(VbState *s, QmpArgs *a, const char **id,
         return false;
     }
     *client = endpoint == 1;
-    if (vb_tls_find(vb_nbd_get(s), *id) || vb_iothread_find(s, *id) ||
+    if (vb_nbd_object_exists(s, *id) || vb_iothread_find(s, *id) ||
         vb_secret_find(s, *id) || vb_throttle_group_find(s, *id)) {
         vb_set_error(errp, "attempt to add duplicate property '%s' to "
                      "object (type 'container')", *id);
@@ -150,12 +250,15 @@ static bool vb_tls_client_lookup(const char *id, BlockNbdTlsCreds *out,
                                  GError **errp);
 #endif
 
-static bool vb_tls_add(VbState *s, const char *id, NbdTlsCreds *creds)
+static bool vb_tls_add(VbState *s, const char *id, NbdTlsCreds *creds,
+                       bool psk, bool verify_peer)
 {
     VbTlsObj *t = g_new0(VbTlsObj, 1);
 
     t->id = g_strdup(id);
     t->creds = creds;
+    t->psk = psk;
+    t->verify_peer = verify_peer;
     g_ptr_array_add(vb_nbd_get(s)->tls_objs, t);
     return true;
 }
@@ -301,7 +404,7 @@ bool vb_nbd_tls_x509_add(VbState *s, QmpArgs *a, GError **errp)
     }
     g_ptr_array_add(names, NULL);
     nbd_tls_creds_set_allow(creds, (const char *const *)names->pdata);
-    return vb_tls_add(s, id, creds);
+    return vb_tls_add(s, id, creds, false, verify);
 }
 
 /* --object tls-creds-psk,id=ID,dir=DIR,endpoint=server[,username=U]:
@@ -330,7 +433,229 @@ bool vb_nbd_tls_psk_add(VbState *s, QmpArgs *a, GError **errp)
     }
     names[0] = user;
     nbd_tls_creds_set_allow(creds, names);
-    return vb_tls_add(s, id, creds);
+    return vb_tls_add(s, id, creds, true, false);
+}
+
+/* ---- authz objects ------------------------------------------------------ */
+
+static const char *const vb_authz_policies[] = { "deny", "allow", NULL };
+
+/* The id of a new object: not one any object has already. */
+static bool vb_authz_id_free(VbState *s, const char *id, GError **errp)
+{
+    if (vb_nbd_object_exists(s, id) || vb_iothread_find(s, id) ||
+        vb_secret_find(s, id) || vb_throttle_group_find(s, id)) {
+        vb_set_error(errp, "attempt to add duplicate property '%s' to "
+                     "object (type 'container')", id);
+        return false;
+    }
+    return true;
+}
+
+static void vb_authz_obj_add(VbState *s, const char *id, const char *type,
+                             NbdAuthz *authz)
+{
+    VbAuthzObj *az = g_new0(VbAuthzObj, 1);
+
+    az->id = g_strdup(id);
+    az->type = type;
+    az->authz = authz;
+    g_ptr_array_add(vb_nbd_get(s)->authz_objs, az);
+}
+
+/* --object authz-simple,id=ID,identity=NAME: NAME alone may connect. */
+bool vb_nbd_authz_simple_add(VbState *s, QmpArgs *a, GError **errp)
+{
+    const char *id = NULL, *identity = NULL;
+
+    if (!qmp_args_str(a, "id", true, &id, errp) ||
+        !qmp_args_str(a, "identity", true, &identity, errp) ||
+        !qmp_args_check_done(a, errp) ||
+        !vb_authz_id_free(s, id, errp)) {
+        return false;
+    }
+    vb_authz_obj_add(s, id, "authz-simple",
+                     nbd_authz_new_simple(id, identity));
+    return true;
+}
+
+/* policy= and rules= of authz-list (or of an authz-list-file's file)
+ * from @a into @authz; @what names the object in errors. */
+static bool vb_authz_rules_parse(QmpArgs *a, const char *what,
+                                 NbdAuthz *authz, GError **errp)
+{
+    static const char *const formats[] = { "exact", "glob", NULL };
+    g_autoptr(GPtrArray) rules = NULL;
+    int policy = 0;
+
+    if (!qmp_args_enum(a, "policy", vb_authz_policies, false, &policy,
+                       errp) ||
+        !qmp_args_list(a, "rules", &rules, errp) ||
+        !qmp_args_check_done(a, errp)) {
+        g_prefix_error(errp, "%s: ", what);
+        return false;
+    }
+    nbd_authz_set_rules(authz, policy == 1, false);
+    for (guint i = 0; rules && i < rules->len; i++) {
+        JsonNode *rn = g_ptr_array_index(rules, i);
+        g_autofree char *prefix = g_strdup_printf("rules.%u.", i);
+        g_auto(QmpArgs) r = { 0 };
+        const char *match = NULL;
+        int rpolicy = 0, format = 0;
+
+        if (!JSON_NODE_HOLDS_OBJECT(rn)) {
+            vb_set_error(errp, "%s: rules.%u: a rule is an object with "
+                         "match, policy and format", what, i);
+            return false;
+        }
+        qmp_args_init(&r, json_node_get_object(rn), a->keyval, prefix);
+        if (!qmp_args_str(&r, "match", true, &match, errp) ||
+            !qmp_args_enum(&r, "policy", vb_authz_policies, true, &rpolicy,
+                           errp) ||
+            !qmp_args_enum(&r, "format", formats, false, &format, errp) ||
+            !qmp_args_check_done(&r, errp)) {
+            g_prefix_error(errp, "%s: ", what);
+            return false;
+        }
+        nbd_authz_list_add_rule(authz, match, rpolicy == 1, format == 1);
+    }
+    return true;
+}
+
+/* --object authz-list,id=ID[,policy=deny|allow][,rules.N.match=PATTERN,
+ * rules.N.policy=allow|deny[,rules.N.format=exact|glob]]... (QMP: rules
+ * is a list of {match, policy, format}). */
+bool vb_nbd_authz_list_add(VbState *s, QmpArgs *a, GError **errp)
+{
+    const char *id = NULL;
+    g_autofree char *what = NULL;
+    NbdAuthz *authz;
+
+    if (!qmp_args_str(a, "id", true, &id, errp) ||
+        !vb_authz_id_free(s, id, errp)) {
+        return false;
+    }
+    what = g_strdup_printf("authz-list '%s'", id);
+    authz = nbd_authz_new_list(id, false);
+    if (!vb_authz_rules_parse(a, what, authz, errp)) {
+        nbd_authz_free(authz);
+        return false;
+    }
+    vb_authz_obj_add(s, id, "authz-list", authz);
+    return true;
+}
+
+/* The most an authz-list-file may hold. */
+#define VB_AUTHZ_FILE_MAX (1024 * 1024)
+
+/* (Re)load @az's file into its rules; *@st gets what was read. */
+static bool vb_authz_file_load(VbAuthzObj *az, struct stat *st,
+                               GError **errp)
+{
+    g_autofree char *what = g_strdup_printf("authz-list-file '%s': %s",
+                                            az->id, az->filename);
+    g_autofree char *text = NULL;
+    g_autoptr(JsonParser) parser = NULL;
+    g_auto(QmpArgs) a = { 0 };
+    GError *err = NULL;
+    JsonNode *root;
+    gsize len = 0;
+
+    if (stat(az->filename, st) < 0) {
+        vb_set_error(errp, "%s: %s", what, g_strerror(errno));
+        return false;
+    }
+    if (!S_ISREG(st->st_mode) || st->st_size > VB_AUTHZ_FILE_MAX) {
+        vb_set_error(errp, "%s: not a regular file of at most %d KiB",
+                     what, VB_AUTHZ_FILE_MAX / 1024);
+        return false;
+    }
+    if (!g_file_get_contents(az->filename, &text, &len, &err)) {
+        vb_set_error(errp, "%s: %s", what, err->message);
+        g_error_free(err);
+        return false;
+    }
+    parser = json_parser_new_immutable();
+    if (len > VB_AUTHZ_FILE_MAX ||
+        !json_parser_load_from_data(parser, text, len, &err) ||
+        !(root = json_parser_get_root(parser)) ||
+        !JSON_NODE_HOLDS_OBJECT(root)) {
+        vb_set_error(errp, "%s: not a JSON object {\"policy\": ..., "
+                     "\"rules\": [...]}%s%s", what, err ? ": " : "",
+                     err ? err->message : "");
+        g_clear_error(&err);
+        return false;
+    }
+    qmp_args_init(&a, json_node_get_object(root), false, NULL);
+    return vb_authz_rules_parse(&a, what, az->authz, errp);
+}
+
+/* refresh=on: before each check, re-read the file if it is not the one
+ * read last (another inode, size, or modification time).  A file that
+ * fails to load refuses every client until it is fixed, as QEMU's. */
+static void vb_authz_file_refresh(void *opaque)
+{
+    VbAuthzObj *az = opaque;
+    struct stat st = { 0 };
+    GError *err = NULL;
+    int r = stat(az->filename, &st);
+
+    if (r < 0 && az->missing) {
+        return;                 /* still gone: said already */
+    }
+    if (r == 0 && !az->missing && st.st_dev == az->st.st_dev &&
+        st.st_ino == az->st.st_ino && st.st_size == az->st.st_size &&
+        st.st_mtim.tv_sec == az->st.st_mtim.tv_sec &&
+        st.st_mtim.tv_nsec == az->st.st_mtim.tv_nsec &&
+        st.st_ctim.tv_sec == az->st.st_ctim.tv_sec &&
+        st.st_ctim.tv_nsec == az->st.st_ctim.tv_nsec) {
+        return;
+    }
+    az->missing = r < 0;
+    if (!vb_authz_file_load(az, &st, &err)) {
+        /* Said once: tried again when the file changes. */
+        error_report("%s; refusing every NBD client until it loads",
+                     err->message);
+        g_error_free(err);
+        nbd_authz_set_rules(az->authz, false, true);
+    } else {
+        info_report("authz-list-file '%s': %s reloaded", az->id,
+                    az->filename);
+    }
+    az->st = st;
+}
+
+/* --object authz-list-file,id=ID,filename=PATH[,refresh=on|off]: the
+ * policy and rules of authz-list from a JSON file; refresh=on (the
+ * default) re-reads it when it changed. */
+bool vb_nbd_authz_list_file_add(VbState *s, QmpArgs *a, GError **errp)
+{
+    const char *id = NULL, *filename = NULL;
+    bool refresh = true;
+    VbAuthzObj *az;
+
+    if (!qmp_args_str(a, "id", true, &id, errp) ||
+        !qmp_args_str(a, "filename", true, &filename, errp) ||
+        !qmp_args_bool(a, "refresh", &refresh, errp) ||
+        !qmp_args_check_done(a, errp) ||
+        !vb_authz_id_free(s, id, errp)) {
+        return false;
+    }
+    az = g_new0(VbAuthzObj, 1);
+    az->id = g_strdup(id);
+    az->type = "authz-list-file";
+    az->filename = g_strdup(filename);
+    az->refresh = refresh;
+    az->authz = nbd_authz_new_list(id, false);
+    if (!vb_authz_file_load(az, &az->st, errp)) {
+        vb_authz_obj_free(az);
+        return false;
+    }
+    if (refresh) {
+        nbd_authz_set_refresh(az->authz, vb_authz_file_refresh, az);
+    }
+    g_ptr_array_add(vb_nbd_get(s)->authz_objs, az);
+    return true;
 }
 
 /* ---- the server ---------------------------------------------------------- */
@@ -444,6 +769,7 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
     int64_t maxc = 0, hs_max = 10;
     int atype, fd;
     VbTlsObj *tls = NULL;
+    VbAuthzObj *az = NULL;
     NbdServerOptions o = { .main_ctx = s->main_ctx };
 
     qmp_args_init(&a, args, keyval, NULL);
@@ -478,12 +804,6 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
         vb_set_error(errp, "NBD server already running");
         return false;
     }
-    if (authz) {
-        vb_set_error(errp, "tls-authz is not supported: limit the clients "
-                     "with the allow= list of the tls-creds-x509 object "
-                     "(certificate DNs) or tls-creds-psk's username=");
-        return false;
-    }
     if (maxc < 0 || maxc > UINT32_MAX) {
         vb_set_error(errp, "max-connections must be between 0 (no limit) "
                      "and %u", UINT32_MAX);
@@ -504,6 +824,26 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
             vb_set_error(errp, "tls-creds '%s' has endpoint=client: the NBD "
                          "server needs an object with endpoint=server",
                          creds_id);
+            return false;
+        }
+    }
+    if (authz) {
+        az = vb_authz_find(n, authz);
+        if (!tls) {
+            vb_set_error(errp, "tls-authz '%s' needs tls-creds=ID: only a "
+                         "TLS client has an identity to check", authz);
+            return false;
+        }
+        if (!az) {
+            vb_set_error(errp, "No authorization object with id '%s' "
+                         "(create it with --object authz-simple or "
+                         "authz-list)", authz);
+            return false;
+        }
+        if (!tls->psk && !tls->verify_peer) {
+            vb_set_error(errp, "tls-authz '%s' needs client certificates: "
+                         "create tls-creds-x509 '%s' with verify-peer=on",
+                         authz, creds_id);
             return false;
         }
     }
@@ -532,6 +872,7 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
     o.max_connections = maxc;
     o.handshake_max_seconds = hs_max;
     o.tls = tls ? tls->creds : NULL;
+    o.tls_authz = az ? az->authz : NULL;
     n->srv = nbd_server_new(&o, errp);
     if (!n->srv) {
         close(fd);
@@ -543,6 +884,10 @@ bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
     n->tls = tls;
     if (tls) {
         tls->users++;
+    }
+    n->authz = az;
+    if (az) {
+        az->users++;
     }
     return true;
 }
@@ -782,12 +1127,17 @@ void vb_nbd_export_stats(VbState *s, unsigned int i, const char **id,
 /* A stopped server is gone: its connections' requests completed. */
 static void vb_nbd_server_closed(void *opaque)
 {
-    VbTlsObj *tls = opaque;
+    VbNbdHeld *held = opaque;
 
-    /* Its TLS sessions are freed: the credentials may go now. */
-    if (tls) {
-        tls->users--;
+    /* Its TLS sessions are freed: the credentials and the authz object
+     * may go now. */
+    if (held->tls) {
+        held->tls->users--;
     }
+    if (held->authz) {
+        held->authz->users--;
+    }
+    g_free(held);
     vb_nbd.closing--;
 }
 
@@ -801,6 +1151,8 @@ static void vb_nbd_server_closed(void *opaque)
  */
 static void vb_nbd_server_stop(VbNbd *n)
 {
+    VbNbdHeld *held = g_new0(VbNbdHeld, 1);
+
     for (guint i = 0; i < n->exports->len;) {
         VbNbdExport *x = g_ptr_array_index(n->exports, i);
 
@@ -814,10 +1166,13 @@ static void vb_nbd_server_stop(VbNbd *n)
             i++;
         }
     }
+    held->tls = n->tls;
+    held->authz = n->authz;
     n->closing++;
-    nbd_server_close(n->srv, vb_nbd_server_closed, n->tls);
+    nbd_server_close(n->srv, vb_nbd_server_closed, held);
     n->srv = NULL;
     n->tls = NULL;
+    n->authz = NULL;
     g_clear_pointer(&n->bound_host, g_free);
     g_clear_pointer(&n->bound_port, g_free);
     g_clear_pointer(&n->bound_path, g_free);
@@ -847,6 +1202,9 @@ void vb_nbd_cleanup(VbState *s)
         g_free(t);
     }
     g_ptr_array_set_size(n->tls_objs, 0);
+    while (n->authz_objs->len) {
+        vb_authz_obj_free(g_ptr_array_steal_index(n->authz_objs, 0));
+    }
 }
 
 /* ---- QMP ----------------------------------------------------------------- */

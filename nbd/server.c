@@ -71,6 +71,7 @@ struct NbdServer {
     char *unix_path;
     unsigned int max_connections;
     NbdTlsCreds *tls;
+    const NbdAuthz *tls_authz;
     QLIST_HEAD(, NbdExport) exports;
     QLIST_HEAD(, NbdExport) removed;   /* waiting for their clients */
     QEMUBH *reap_bh;            /* frees removed exports with no client;
@@ -825,6 +826,7 @@ static bool nbd_client_flush_handshake(NbdClient *c)
             nbd_client_close(c);
             return false;
         }
+        nbd_tls_set_authz(c->tls, c->srv->tls_authz);
     }
     return true;
 }
@@ -1659,6 +1661,7 @@ NbdServer *nbd_server_new(const NbdServerOptions *o, GError **errp)
     srv->unix_path = g_strdup(o->unix_path);
     srv->max_connections = o->max_connections;
     srv->tls = o->tls;
+    srv->tls_authz = o->tls_authz;
     srv->handshake_max_seconds = o->handshake_max_seconds;
     srv->timer_fd = -1;
     if (srv->handshake_max_seconds && o->listen_fd >= 0) {

@@ -4,6 +4,7 @@
  */
 #include "qemu/osdep.h"
 #include "nbd/tls.h"
+#include "nbd/authz.h"
 #include "qemu/error-report.h"
 
 #include <gnutls/gnutls.h>
@@ -20,6 +21,7 @@ struct NbdTlsCreds {
 
 struct NbdTls {
     NbdTlsCreds *creds;
+    const NbdAuthz *authz;      /* tls-authz=ID, or NULL */
     gnutls_session_t s;
     bool done;
 };
@@ -231,6 +233,11 @@ NbdTls *nbd_tls_new_server(NbdTlsCreds *creds, int fd, GError **errp)
     return t;
 }
 
+void nbd_tls_set_authz(NbdTls *t, const NbdAuthz *authz)
+{
+    t->authz = authz;
+}
+
 void nbd_tls_free(NbdTls *t)
 {
     if (!t) {
@@ -253,25 +260,76 @@ static bool nbd_tls_name_allowed(NbdTls *t, const char *name)
     return false;
 }
 
+/* The longest identity a log line shows: a client chooses it. */
+#define NBD_TLS_ID_LOG_MAX 256
+
+/* @id made safe for one log line: escaped, and cut short if long. */
+static char *nbd_tls_id_for_log(const char *id)
+{
+    g_autofree char *cut = g_strndup(id, NBD_TLS_ID_LOG_MAX);
+    g_autofree char *esc = g_strescape(cut, NULL);
+
+    return g_strdup_printf("%s%s", esc,
+                           strlen(id) > NBD_TLS_ID_LOG_MAX ? "..." : "");
+}
+
+/* tls-authz=ID: is the identity TLS authenticated allowed? */
+static bool nbd_tls_authz_check(NbdTls *t, const char *what,
+                                const char *identity)
+{
+    g_autofree char *shown = NULL;
+
+    if (!t->authz || nbd_authz_is_allowed(t->authz, identity)) {
+        return true;
+    }
+    shown = nbd_tls_id_for_log(identity);
+    warn_report("NBD client refused: %s '%s' is not allowed by "
+                "tls-authz '%s'", what, shown, nbd_authz_id(t->authz));
+    return false;
+}
+
+/* A DN longer than this is refused (a certificate holds at most 64 KiB
+ * in a TLS record anyway). */
+#define NBD_TLS_DN_MAX (64 * 1024)
+
+/* The subject DN of @crt as GnuTLS prints it (as QEMU's authz sees it),
+ * or NULL. */
+static char *nbd_tls_crt_dn(gnutls_x509_crt_t crt)
+{
+    size_t len = 0;
+    char *dn;
+
+    if (gnutls_x509_crt_get_dn(crt, NULL, &len) !=
+        GNUTLS_E_SHORT_MEMORY_BUFFER || !len || len > NBD_TLS_DN_MAX) {
+        return NULL;
+    }
+    dn = g_malloc(len);
+    if (gnutls_x509_crt_get_dn(crt, dn, &len) < 0) {
+        g_free(dn);
+        return NULL;
+    }
+    return dn;
+}
+
 /* After the handshake: is this peer one we let in? */
 static bool nbd_tls_check_peer(NbdTls *t)
 {
     const gnutls_datum_t *certs;
     unsigned int status = 0, n = 0;
     gnutls_x509_crt_t crt;
-    char dn[1024];
-    size_t dnlen = sizeof(dn);
-    bool ok;
+    g_autofree char *dn = NULL;
 
     if (t->creds->psk) {
         const char *user = gnutls_psk_server_get_username(t->s);
 
         if (!user || !nbd_tls_name_allowed(t, user)) {
+            g_autofree char *shown = nbd_tls_id_for_log(user ? user : "");
+
             warn_report("NBD client refused: PSK username '%s' is not "
-                        "allowed", user ? user : "");
+                        "allowed", shown);
             return false;
         }
-        return true;
+        return nbd_tls_authz_check(t, "PSK username", user);
     }
     if (!t->creds->verify_peer) {
         return true;
@@ -287,19 +345,23 @@ static bool nbd_tls_check_peer(NbdTls *t)
         return false;
     }
     gnutls_x509_crt_init(&crt);
-    ok = gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER) >= 0 &&
-         gnutls_x509_crt_get_dn(crt, dn, &dnlen) >= 0;
+    if (gnutls_x509_crt_import(crt, &certs[0], GNUTLS_X509_FMT_DER) >= 0) {
+        dn = nbd_tls_crt_dn(crt);
+    }
     gnutls_x509_crt_deinit(crt);
-    if (!ok) {
-        warn_report("NBD client refused: unreadable client certificate");
+    if (!dn) {
+        warn_report("NBD client refused: unreadable client certificate "
+                    "(or a subject DN over %d KiB)", NBD_TLS_DN_MAX / 1024);
         return false;
     }
     if (!nbd_tls_name_allowed(t, dn)) {
+        g_autofree char *shown = nbd_tls_id_for_log(dn);
+
         warn_report("NBD client refused: certificate '%s' is not on the "
-                    "allow-list", dn);
+                    "allow-list", shown);
         return false;
     }
-    return true;
+    return nbd_tls_authz_check(t, "certificate DN", dn);
 }
 
 int nbd_tls_handshake(NbdTls *t)

@@ -3,7 +3,8 @@
  * The NBD server in the daemon's QMP model (nbd/nbd-monitor.c, linked
  * into the monitor library): --nbd-server and nbd-server-start/stop,
  * block-export-add type=nbd (and the legacy nbd-server-add/remove), the
- * tls-creds-x509 and tls-creds-psk objects.
+ * tls-creds-x509 and tls-creds-psk objects, the authz-simple,
+ * authz-list and authz-list-file objects of tls-authz.
  *
  * Threads: main thread only.
  */
@@ -35,9 +36,20 @@ bool vb_nbd_uses_ctx(VbState *s, AioContext *ctx);
 /* --object tls-creds-x509 / tls-creds-psk */
 bool vb_nbd_tls_x509_add(VbState *s, QmpArgs *a, GError **errp);
 bool vb_nbd_tls_psk_add(VbState *s, QmpArgs *a, GError **errp);
+/* --object authz-simple / authz-list / authz-list-file (tls-authz=ID) */
+bool vb_nbd_authz_simple_add(VbState *s, QmpArgs *a, GError **errp);
+bool vb_nbd_authz_list_add(VbState *s, QmpArgs *a, GError **errp);
+bool vb_nbd_authz_list_file_add(VbState *s, QmpArgs *a, GError **errp);
 bool vb_nbd_object_exists(VbState *s, const char *id);
-/* object-del of a TLS credentials object: refused while the NBD server
- * uses it. */
+/* The qom-type of the TLS or authz object @id, or NULL. */
+const char *vb_nbd_object_type(VbState *s, const char *id);
+/* qom-list /objects: every TLS and authz object. */
+void vb_nbd_objects_foreach(VbState *s,
+                            void (*fn)(void *opaque, const char *id,
+                                       const char *type),
+                            void *opaque);
+/* object-del of a TLS credentials or authz object: refused while the NBD
+ * server uses it. */
 bool vb_nbd_object_del(VbState *s, const char *id, GError **errp);
 /* Daemon shutdown: the server and its exports, waiting for their I/O. */
 void vb_nbd_cleanup(VbState *s);

@@ -27,6 +27,7 @@
 typedef struct NbdServer NbdServer;
 typedef struct NbdExport NbdExport;
 typedef struct NbdTlsCreds NbdTlsCreds;
+typedef struct NbdAuthz NbdAuthz;
 
 /* Requests one connection may have in flight (read but not answered). */
 #define NBD_SERVER_MAX_INFLIGHT 16
@@ -42,7 +43,8 @@ typedef struct NbdServerOptions {
                                          * limit */
     NbdTlsCreds *tls;           /* non-NULL: TLS required (the caller's,
                                  * alive until nbd_server_free) */
-    const char *tls_authz;      /* reserved */
+    const NbdAuthz *tls_authz;  /* with tls: who may connect, or NULL
+                                 * (the caller's, alive as long as tls) */
 } NbdServerOptions;
 
 NbdServer *nbd_server_new(const NbdServerOptions *o, GError **errp);

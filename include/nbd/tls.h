@@ -21,6 +21,7 @@
 
 typedef struct NbdTlsCreds NbdTlsCreds;
 typedef struct NbdTls NbdTls;
+typedef struct NbdAuthz NbdAuthz;
 
 NbdTlsCreds *nbd_tls_creds_new_x509(const char *dir, bool verify_peer,
                                     GError **errp);
@@ -31,6 +32,10 @@ void nbd_tls_creds_set_allow(NbdTlsCreds *creds, const char *const *names);
 void nbd_tls_creds_free(NbdTlsCreds *creds);
 
 NbdTls *nbd_tls_new_server(NbdTlsCreds *creds, int fd, GError **errp);
+/* tls-authz: after the handshake, the peer's identity (certificate DN
+ * with verify-peer=on, PSK username) must be allowed by @authz (the
+ * caller's, alive as long as the session) or the handshake fails. */
+void nbd_tls_set_authz(NbdTls *tls, const NbdAuthz *authz);
 void nbd_tls_free(NbdTls *tls);
 /* Advance the handshake: 1 done, 0 call again when the socket is ready
  * (nbd_tls_wants_write() says for what), -1 failed (logged once). */

@@ -20,7 +20,16 @@ against hostile ones.  TAP.
 - TLS (certtool certificates made here): qemu-img with tls-creds-x509
   connects, a plain client is refused (TLS required), a client whose
   certificate another CA signed is refused, a client not on allow= is
-  refused; tls-creds-psk with keys.psk.
+  refused; tls-creds-psk with keys.psk;
+- tls-authz: authz-simple lets one certificate DN in and refuses
+  another (named in the log with the authz object) while the server
+  keeps serving; authz-list with an exact deny rule before a glob allow
+  rule and policy=deny; a PSK username allowed and one refused;
+  authz-list-file re-read when it changes, every client refused while
+  it does not parse, bad files refused at object-add;
+  object-del of the authz object in use refused; a 3000-character DN
+  and a DN with RFC 4514 escapes; tls-authz without tls-creds, with
+  verify-peer=off, or naming no object: refused.
 Env: VHOST_BLKD.  Needs qemu-img, qemu-io, nbdinfo, nbdcopy, certtool
 (each missing one skips its cases).
 """
@@ -698,6 +707,243 @@ def test_tls(tmp, img):
         d.stop()
 
 
+def qemu_io_read(port, clientdir, psk_user=None):
+    """Read 64 KiB of the 0x42 pattern over TLS; (rc, output)."""
+    if psk_user:
+        obj = "tls-creds-psk,id=tls0,dir=%s,username=%s,endpoint=client" % (
+            clientdir, psk_user)
+    else:
+        obj = "tls-creds-x509,id=tls0,dir=%s,endpoint=client" % clientdir
+    return run("qemu-io", "--object", obj, "--image-opts", "-r", "-c",
+               "read -P 0x42 0 64k",
+               "driver=nbd,server.type=inet,server.host=127.0.0.1,"
+               "server.port=%d,export=disk0,tls-creds=tls0" % port)
+
+
+def test_authz(tmp):
+    if not (have("certtool") and have("qemu-io")):
+        skip("tls-authz", "no certtool (gnutls-bin) or qemu-io")
+        return
+    base = os.path.join(tmp, "authz")
+    dirs = {}
+    for x in ("ca", "srv", "c1", "c2", "long", "odd", "psk"):
+        dirs[x] = os.path.join(base, x)
+        os.makedirs(dirs[x])
+    make_ca(dirs["ca"], "Authz CA")
+    make_cert(dirs["ca"], dirs["srv"], "server", "localhost", True)
+    make_cert(dirs["ca"], dirs["c1"], "client", "client1", False)
+    make_cert(dirs["ca"], dirs["c2"], "client", "client2", False)
+    # Longer than the 1 KiB a DN used to be read into.
+    make_cert(dirs["ca"], dirs["long"], "client", "x" * 3000, False)
+    # Every character RFC 4514 escapes: the DN GnuTLS prints is
+    # CN=a\,b\+c\;d\<e\>f=#gh\  (a trailing escaped space).
+    make_cert(dirs["ca"], dirs["odd"], "client", '"a,b+c;d<e>f=#gh "',
+              False)
+    odd_dn = "CN=a\\,b\\+c\\;d\\<e\\>f=#gh\\ "
+    img = os.path.join(base, "authz.raw")
+    with open(img, "wb") as f:
+        f.write(b"\x42" * 64 * 1024)
+    with open(os.path.join(dirs["psk"], "keys.psk"), "w") as f:
+        f.write("alice:%s\nbob:%s\n" % (os.urandom(32).hex(),
+                                       os.urandom(32).hex()))
+    d = Daemon(tmp, "authz", [
+        "--object", "tls-creds-x509,id=t0,dir=%s,endpoint=server,"
+        "verify-peer=on" % dirs["srv"],
+        "--object", "tls-creds-x509,id=tnv,dir=%s,endpoint=server,"
+        "verify-peer=off" % dirs["srv"],
+        "--object", "tls-creds-psk,id=p0,dir=%s,endpoint=server" %
+        dirs["psk"],
+        "--object", "authz-simple,id=az0,identity=CN=client1",
+        "--object", "authz-list,id=az1,policy=deny,"
+        "rules.0.match=CN=client2,rules.0.policy=deny,"
+        "rules.1.match=CN=client?,rules.1.policy=allow,rules.1.format=glob",
+        "--blockdev", "driver=file,node-name=disk0,read-only=on,filename=" +
+        img,
+        "--nbd-server", "addr.type=inet,addr.host=127.0.0.1,addr.port=0,"
+        "tls-creds=t0,tls-authz=az0",
+        "--export", "type=nbd,id=e0,node-name=disk0"])
+    q = d.monitor()
+
+    def port():
+        r = qcmd(q, "x-query-nbd-server")
+        return int(r["return"]["addr"]["port"])
+
+    def restart(creds, authz):
+        r = qcmd(q, "nbd-server-stop")
+        r2 = qcmd(q, "nbd-server-start", {
+            "addr": {"type": "inet", "host": "127.0.0.1", "port": "0"},
+            "tls-creds": creds, "tls-authz": authz})
+        r3 = qcmd(q, "block-export-add", {"type": "nbd", "id": "e0",
+                                        "node-name": "disk0"})
+        return (r, r2, r3)
+
+    def refused(who, rc, out, authz, ident):
+        log = d.log()
+        ok(rc != 0 and "NBD client refused" in log and
+           ("tls-authz '%s'" % authz) in log and ident in log,
+           "%s: refused, the log names it and tls-authz '%s'" %
+           (who, authz), (out, log[-2000:]))
+
+    def allowed(who, p, clientdir, psk_user=None):
+        rc, out = qemu_io_read(p, clientdir, psk_user)
+        ok(rc == 0 and "read 65536/65536" in out,
+           "%s: connects and reads" % who, out)
+
+    try:
+        # authz-simple, from the command line
+        p = port()
+        allowed("authz-simple, CN=client1", p, dirs["c1"])
+        rc, out = qemu_io_read(p, dirs["c2"])
+        refused("authz-simple, CN=client2", rc, out, "az0", "CN=client2")
+        rc, out = qemu_io_read(p, dirs["long"])
+        ok(rc != 0 and "'CN=" + "x" * 253 + "...' is not allowed by "
+           "tls-authz 'az0'" in d.log(),
+           "a 3000-character DN: refused, shown cut short in the log",
+           (out, d.log()[-600:]))
+        allowed("... CN=client1 again, after the refusals", p, dirs["c1"])
+        r = qcmd(q, "object-del", {"id": "az0"})
+        desc = r.get("error", {}).get("desc", "")
+        ok("in use" in desc and "tls-authz" in desc and
+           "nbd-server-stop" in desc, "object-del of the authz object in "
+           "use: refused", r)
+        r = qcmd(q, "qom-list", {"path": "/objects"})
+        kids = {x["name"]: x["type"] for x in r.get("return", [])}
+        ok(kids.get("az0") == "child<authz-simple>" and
+           kids.get("az1") == "child<authz-list>" and
+           kids.get("t0") == "child<tls-creds-x509>",
+           "qom-list /objects: the authz and TLS objects", r)
+        r = qcmd(q, "qom-get", {"path": "/objects/az1", "property": "type"})
+        ok(r == {"return": "authz-list"}, "qom-get type of authz-list", r)
+
+        # authz-list: exact deny before a glob allow, default deny
+        r = restart("t0", "az1")
+        ok(r == ({"return": {}},) * 3, "server restarted with "
+           "tls-authz=az1 (authz-list) over QMP", r)
+        p = port()
+        allowed("authz-list glob CN=client?, CN=client1", p, dirs["c1"])
+        rc, out = qemu_io_read(p, dirs["c2"])
+        refused("authz-list exact deny rule, CN=client2", rc, out, "az1",
+                "CN=client2")
+        rc, out = qemu_io_read(p, dirs["long"])
+        ok(rc != 0 and "tls-authz 'az1'" in d.log().splitlines()[-1],
+           "authz-list, no rule matches: policy=deny refuses", out)
+        r = qcmd(q, "nbd-server-stop")
+        r2 = qcmd(q, "object-del", {"id": "az0"})
+        ok(r == r2 == {"return": {}}, "object-del of an authz object no "
+           "server uses", (r, r2))
+
+        # QMP object-add, the JSON form; a DN with escapes, exactly
+        r = qcmd(q, "object-add", {"qom-type": "authz-simple", "id": "az2",
+                                   "identity": odd_dn})
+        r2 = qcmd(q, "object-add", {
+            "qom-type": "authz-list", "id": "az3", "policy": "allow",
+            "rules": [{"match": "bob", "policy": "deny",
+                       "format": "exact"}]})
+        ok(r == r2 == {"return": {}}, "object-add authz-simple and "
+           "authz-list (JSON rules)", (r, r2))
+        r = qcmd(q, "object-add", {"qom-type": "authz-list", "id": "bad",
+                                   "rules": [{"match": "x"}]})
+        ok("policy" in r.get("error", {}).get("desc", ""),
+           "object-add authz-list with a rule lacking policy: error", r)
+        r = qcmd(q, "object-add", {"qom-type": "authz-simple", "id": "az2",
+                                   "identity": "y"})
+        ok("duplicate" in r.get("error", {}).get("desc", ""),
+           "object-add of an id in use: error", r)
+        for typ, oid, extra in (
+                ("iothread", "az2", {}),
+                ("throttle-group", "az3", {"limits": {"iops-total": 1}})):
+            args = {"qom-type": typ, "id": oid}
+            args.update(extra)
+            r = qcmd(q, "object-add", args)
+            ok("duplicate" in r.get("error", {}).get("desc", ""),
+               "object-add %s with an authz object's id: error" % typ, r)
+        r = restart("t0", "az2")
+        ok(r[1:] == ({"return": {}},) * 2, "server with tls-authz=az2", r)
+        p = port()
+        allowed("a DN with RFC 4514 escapes, matched exactly", p,
+                dirs["odd"])
+        rc, out = qemu_io_read(p, dirs["c1"])
+        refused("authz-simple of the odd DN, CN=client1", rc, out, "az2",
+                "CN=client1")
+
+        # PSK: the username is the identity
+        r = restart("p0", "az3")
+        ok(r[1:] == ({"return": {}},) * 2, "server with tls-creds-psk and "
+           "tls-authz=az3", r)
+        p = port()
+        allowed("PSK username alice (policy=allow)", p, dirs["psk"],
+                psk_user="alice")
+        rc, out = qemu_io_read(p, dirs["psk"], psk_user="bob")
+        refused("PSK username bob (deny rule)", rc, out, "az3",
+                "PSK username 'bob'")
+        ok(d.p.poll() is None, "the daemon survived every refused client",
+           d.log()[-2000:])
+
+        # authz-list-file, re-read when it changes (a new inode each time)
+        acl = os.path.join(base, "acl.json")
+
+        def write_acl(text):
+            with open(acl + ".new", "w") as f:
+                f.write(text)
+            os.rename(acl + ".new", acl)
+
+        write_acl(json.dumps({"policy": "deny", "rules": [
+            {"match": "CN=client1", "policy": "allow"}]}))
+        r = qcmd(q, "object-add", {"qom-type": "authz-list-file",
+                                   "id": "az4", "filename": acl})
+        ok(r == {"return": {}}, "object-add authz-list-file", r)
+        r = restart("t0", "az4")
+        ok(r[1:] == ({"return": {}},) * 2, "server with tls-authz=az4", r)
+        p = port()
+        allowed("authz-list-file allowing CN=client1", p, dirs["c1"])
+        rc, out = qemu_io_read(p, dirs["c2"])
+        refused("authz-list-file, CN=client2", rc, out, "az4", "CN=client2")
+        write_acl(json.dumps({"policy": "deny", "rules": [
+            {"match": "CN=client2", "policy": "allow", "format": "exact"}]}))
+        allowed("the file rewritten to allow CN=client2 (refresh)", p,
+                dirs["c2"])
+        rc, out = qemu_io_read(p, dirs["c1"])
+        ok(rc != 0 and "reloaded" in d.log(), "... and CN=client1 is now "
+           "refused", out)
+        write_acl("{\"policy\": ")
+        rc, out = qemu_io_read(p, dirs["c2"])
+        ok(rc != 0 and "refusing every NBD client" in d.log(),
+           "a file that no longer parses: every client refused", out)
+        for text, name in (("[1, 2]", "a JSON array"),
+                           ('{"rules": [{"match": "x", "policy": "maybe"}]}',
+                            "a bad policy"),
+                           (" " * (1024 * 1024 + 1), "over 1 MiB")):
+            write_acl(text)
+            r = qcmd(q, "object-add", {"qom-type": "authz-list-file",
+                                       "id": "az5", "filename": acl})
+            ok("authz-list-file 'az5'" in r.get("error", {}).get("desc", ""),
+               "object-add authz-list-file of %s: error" % name, r)
+        r = qcmd(q, "object-add", {"qom-type": "authz-list-file",
+                                   "id": "az5", "filename": acl + ".none"})
+        ok("No such file" in r.get("error", {}).get("desc", ""),
+           "object-add authz-list-file of a missing file: error", r)
+
+        # refused at start
+        qcmd(q, "nbd-server-stop")
+        for args, want, name in (
+                ({"tls-authz": "az3"}, "needs tls-creds",
+                 "tls-authz without tls-creds"),
+                ({"tls-creds": "tnv", "tls-authz": "az3"}, "verify-peer=on",
+                 "tls-authz with verify-peer=off"),
+                ({"tls-creds": "t0", "tls-authz": "nosuch"}, "nosuch",
+                 "tls-authz naming no object")):
+            args["addr"] = {"type": "inet", "host": "127.0.0.1",
+                            "port": "0"}
+            r = qcmd(q, "nbd-server-start", args)
+            ok(want in r.get("error", {}).get("desc", ""),
+               name + ": refused at start", r)
+        d.stop()
+        ok(d.p.returncode == 0 and "Sanitizer" not in d.log(),
+           "tls-authz daemon: clean exit", d.log()[-3000:])
+    finally:
+        d.stop()
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="vb-nbd-", dir="/var/tmp")
     try:
@@ -750,6 +996,7 @@ def main():
         ok(rc != 0 and "allow-insecure=on" in out and "TLS" in out,
            "inet on a non-loopback address without TLS: refused", out)
         test_tls(tmp, img)
+        test_authz(tmp)
     finally:
         for p in procs:
             stop(p)
