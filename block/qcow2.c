@@ -3441,7 +3441,9 @@ static void change_backing_job(void *opaque)
     pos += 8;                   /* the end marker: zeroes */
     qcow2_st_be64(buf + 8, nlen ? pos : 0);
     be32_store(buf + 16, nlen);
-    memcpy(buf + pos, j->name, nlen);
+    if (nlen) {                 /* no backing file: j->name is NULL */
+        memcpy(buf + pos, j->name, nlen);
+    }
     ret = sio_write(s, 0, buf, cs);
     if (ret == 0) {
         ret = sio_flush(s);

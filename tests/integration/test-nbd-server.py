@@ -570,7 +570,14 @@ def test_qmp(tmp, d, sock):
         rc, out = run("nbdinfo", "--size", uri_unix("legacy", sock2))
         ok(rc == 0 and out.strip() == str(64 * MiB),
            "the legacy export serves", out)
-    r = qcmd(q, "nbd-server-remove", {"name": "legacy"})
+    # nbdinfo has exited, but the server may not have read its
+    # disconnect yet (a slow, sanitized build): a safe remove is refused
+    # while a client is connected, so poll until the client is gone.
+    for _ in range(300):
+        r = qcmd(q, "nbd-server-remove", {"name": "legacy"})
+        if "still in use" not in r.get("error", {}).get("desc", ""):
+            break
+        time.sleep(0.1)
     ok(r == {"return": {}}, "nbd-server-remove", r)
     r = qcmd(q, "block-export-add", {"type": "nbd", "id": "x",
                                    "node-name": "nosuch"})
