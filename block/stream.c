@@ -62,6 +62,7 @@ typedef struct StreamJob {
     AioContext *ctx;
     JobErrorAction on_error;
     bool (*finish)(void *opaque, GError **errp);
+    void (*ended)(void *opaque);
     void *opaque;
 
     StreamPhase phase;
@@ -366,6 +367,12 @@ static void stream_clean(Job *job)
             g_error_free(err);
         }
     }
+    if (s->ended) {
+        void (*ended)(void *) = s->ended;
+
+        s->ended = NULL;
+        ended(s->opaque);
+    }
 }
 
 static void stream_free(Job *job)
@@ -429,6 +436,7 @@ Job *stream_start(const StreamOptions *o, GError **errp)
     }
     s->on_error = o->on_error;
     s->finish = o->finish;
+    s->ended = o->ended;
     s->opaque = o->opaque;
     s->ctx = qemu_get_current_aio_context();
     s->timer_fd = -1;

@@ -1226,6 +1226,26 @@ static guint vb_chain_index(VbState *s, GArray *chain, const char *node_name,
  * base, block-job-cancel then leaves the chain as it was (the base's
  * new clusters are hidden by the images above it).
  */
+/* Main thread: the nodes on the images of @base (its format node, the
+ * filters over it, its file node) say what a reopen made of them. */
+static void vb_commit_sync_ro(VbState *s, BlockBackend *base)
+{
+    BlockBackend *fmt = base;
+    BdrvChild *file;
+
+    while (fmt->drv->is_filter && fmt->child) {
+        fmt = fmt->child;
+    }
+    file = bdrv_find_child(fmt, "file");
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if (n->blk == base || n->blk == fmt || (file && n->blk == file->bs)) {
+            n->readonly = blk_is_read_only(n->blk);
+        }
+    }
+}
+
 /*
  * Main thread: an active commit that ended without moving the users to
  * the base (cancelled, failed) puts the base back to read-only, as QEMU
@@ -1245,13 +1265,24 @@ static void vb_commit_active_ended(void *opaque, bool pivoted)
                     err->message);
         g_error_free(err);
     }
+    vb_commit_sync_ro(p->s, p->reopened);
     p->reopened = NULL;
+}
+
+/* Main thread: a commit below the active node ended (block/stream.c
+ * put its base back to read-only). */
+static void vb_commit_ended(void *opaque)
+{
+    VbStreamFinish *f = opaque;
+
+    vb_commit_sync_ro(f->s, f->base);
 }
 
 /* Main thread: @base read-write for a commit, if it is not; *@done says
  * whether it was reopened.  The error names the image. */
-static bool vb_commit_reopen_base(BlockBackend *base, const char *name,
-                                  bool *done, GError **errp)
+static bool vb_commit_reopen_base(VbState *s, BlockBackend *base,
+                                  const char *name, bool *done,
+                                  GError **errp)
 {
     *done = false;
     if (!blk_is_read_only(base)) {
@@ -1263,7 +1294,15 @@ static bool vb_commit_reopen_base(BlockBackend *base, const char *name,
         return false;
     }
     *done = true;
+    vb_commit_sync_ro(s, base);
     return true;
+}
+
+/* Main thread: the other way, after a job that did not start. */
+static void vb_commit_restore_base(VbState *s, BlockBackend *base)
+{
+    blk_reopen(base, false, NULL);
+    vb_commit_sync_ro(s, base);
 }
 
 static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
@@ -1288,7 +1327,8 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
                      "while the commit does", base->name);
         return false;
     }
-    if (!vb_commit_reopen_base(base->blk, base->name, &reopened, errp)) {
+    if (!vb_commit_reopen_base(s, base->blk, base->name, &reopened,
+                               errp)) {
         return false;
     }
     p = g_new0(VbMirrorPivot, 1);
@@ -1316,7 +1356,7 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
     mo.ended = vb_commit_active_ended;
     if (!mirror_start(&mo, errp)) {
         if (reopened) {
-            blk_reopen(base->blk, false, NULL);
+            vb_commit_restore_base(s, base->blk);
         }
         return false;
     }
@@ -1549,7 +1589,7 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
         BlockBackend *base = bl->blk;
         bool reopened;
 
-        if (!vb_commit_reopen_base(base, bl->node ? bl->node->name :
+        if (!vb_commit_reopen_base(s, base, bl->node ? bl->node->name :
                                    bl->path, &reopened, errp)) {
             g_free(f);
             goto fail;
@@ -1562,11 +1602,12 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
         so.speed = speed;
         so.on_error = on_error;
         so.finish = vb_stream_finish;
+        so.ended = vb_commit_ended;
         so.opaque = f;
         vb_chain_free(chain);
         if (!stream_start(&so, errp)) {
             if (reopened) {
-                blk_reopen(base, false, NULL);
+                vb_commit_restore_base(s, base);
             }
             return NULL;
         }

@@ -272,6 +272,9 @@ typedef struct StreamOptions {
      * @base the top's backing node (false with @errp set: the job
      * fails).  @opaque is g_free()d with the job. */
     bool (*finish)(void *opaque, GError **errp);
+    /* Optional: the job ended, whichever way (once, at its clean, after
+     * @base went back to read-only). */
+    void (*ended)(void *opaque);
     void *opaque;
 } StreamOptions;
 
