@@ -1066,6 +1066,88 @@ BdrvChild *bdrv_find_child(BlockBackend *bs, const char *name)
 }
 
 /* Main thread. */
+bool bdrv_child_set_perm(BdrvChild *c, uint64_t perm, uint64_t shared,
+                         GError **errp)
+{
+    BlockBackend *bs = c->bs;
+    uint64_t old_perm = c->perm, old_shared = c->shared;
+    g_autofree char *who = blk_holder_desc(c);
+    bool ok;
+
+    /* Against the other edges: this one's old rights are going. */
+    QLIST_REMOVE(c, next_parent);
+    ok = blk_perm_check(bs, who, perm, shared, errp);
+    QLIST_INSERT_HEAD(&bs->parents, c, next_parent);
+    if (!ok) {
+        return false;
+    }
+    c->perm = perm;
+    c->shared = shared;
+    if (!blk_perm_update(bs, errp)) {
+        c->perm = old_perm;
+        c->shared = old_shared;
+        blk_perm_update(bs, NULL);
+        return false;
+    }
+    return true;
+}
+
+/* Main thread: the filters from the one just above @n up to @top follow
+ * @n's mode (the edge to the node below each takes what it now may). */
+static void blk_reopen_filters(BlockBackend *top, BlockBackend *n)
+{
+    for (BlockBackend *f = n->parent; f; f = f->parent) {
+        BdrvChild *c = bdrv_find_child(f, "file");
+
+        f->readonly = f->child->readonly;
+        if (c) {
+            /* Only a shrink can fail, and a shrink does not: the node
+             * below allowed these rights to the filter when it opened. */
+            bdrv_child_set_perm(c, blk_filter_perm(f->child), c->shared,
+                                NULL);
+        }
+        if (f == top) {
+            break;
+        }
+    }
+}
+
+/* Main thread. */
+bool blk_reopen(BlockBackend *blk, bool writable, GError **errp)
+{
+    BlockBackend *n = blk;
+
+    while (n->drv->is_filter && n->child) {
+        n = n->child;
+    }
+    if (n->readonly != writable) {
+        blk_reopen_filters(blk, n);
+        return true;
+    }
+    if (!n->drv->bdrv_reopen) {
+        g_set_error(errp, VB_ERROR, 0, "'%s' (driver %s) cannot be reopened "
+                    "%s: add it as a node with read-only=%s instead",
+                    blk_node_desc(n), n->drv->format_name,
+                    writable ? "read-write" : "read-only",
+                    writable ? "off" : "on");
+        return false;
+    }
+    if (!writable) {
+        /* The filters first: nobody gets write rights through them. */
+        for (BlockBackend *f = blk; f != n; f = f->child) {
+            f->readonly = true;
+        }
+    }
+    if (!n->drv->bdrv_reopen(n, writable, errp)) {
+        blk_reopen_filters(blk, n);
+        return false;
+    }
+    n->readonly = !writable;
+    blk_reopen_filters(blk, n);
+    return true;
+}
+
+/* Main thread. */
 BdrvChild *blk_attach_user(BlockBackend *blk, const char *user,
                            uint64_t perm, uint64_t shared, GError **errp)
 {

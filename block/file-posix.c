@@ -342,6 +342,87 @@ static bool raw_lock_probe(BlockBackend *blk, GError **errp)
     return true;
 }
 
+/* ---- reopening ------------------------------------------------------ */
+
+/*
+ * Main thread: a new open file of the image, read-write or read-only,
+ * with the old one's other flags, dup2()ed over s->io.fd: the engines
+ * read the fd per request, and a request in flight keeps the old open
+ * file.  Our lock bytes belong to the old open file, where a test from
+ * the new one would see them as another process's: they are dropped
+ * there and taken again on the new one, then tested (someone may have
+ * come in between).  The caller changes the permissions afterwards,
+ * which takes and tests the write bytes (raw_set_perm()).
+ */
+static bool raw_reopen(BlockBackend *blk, bool writable, GError **errp)
+{
+    BDRVRawState *s = raw_state(blk);
+    uint64_t perm = s->locked_perm, unshared = s->locked_unshared;
+    const char *mode = writable ? "read-write" : "read-only";
+    struct stat st, old_st;
+    int fd, old;
+
+    fd = open(blk->filename, O_CLOEXEC | O_NOCTTY |
+              (s->direct ? O_DIRECT : 0) | (writable ? O_RDWR : O_RDONLY));
+    if (fd < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot reopen '%s' %s: %s; check "
+                    "its permissions", blk->filename, mode,
+                    g_strerror(errno));
+        return false;
+    }
+    if (fstat(fd, &st) < 0 || fstat(s->io.fd, &old_st) < 0 ||
+        st.st_dev != old_st.st_dev || st.st_ino != old_st.st_ino) {
+        close(fd);
+        g_set_error(errp, VB_ERROR, 0, "cannot reopen '%s' %s: the name "
+                    "is not the image that was opened any more (renamed "
+                    "or replaced since)", blk->filename, mode);
+        return false;
+    }
+    old = fcntl(s->io.fd, F_DUPFD_CLOEXEC, 0);
+    if (old < 0) {
+        close(fd);
+        g_set_error(errp, VB_ERROR, 0, "cannot reopen '%s' %s: %s",
+                    blk->filename, mode, g_strerror(errno));
+        return false;
+    }
+    if (s->locking != BLOCK_FILE_LOCKING_OFF) {
+        raw_lock_set(s, 0, 0);
+    }
+    if (dup2(fd, s->io.fd) < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot reopen '%s' %s: %s",
+                    blk->filename, mode, g_strerror(errno));
+        goto undo;
+    }
+    if (s->locking != BLOCK_FILE_LOCKING_OFF) {
+        int r = raw_lock_set(s, perm, unshared);
+
+        if (r < 0) {
+            g_set_error(errp, VB_ERROR, 0, "cannot lock '%s': %s; open it "
+                        "with locking=off", blk->filename, g_strerror(-r));
+            goto undo;
+        }
+        if (!raw_lock_check(blk, perm, unshared, errp)) {
+            goto undo;
+        }
+    }
+    close(fd);
+    close(old);
+    return true;
+
+undo:
+    /* The old open file, with its locks, as before. */
+    if (s->locking != BLOCK_FILE_LOCKING_OFF) {
+        raw_lock_set(s, 0, 0);
+    }
+    dup2(old, s->io.fd);
+    if (s->locking != BLOCK_FILE_LOCKING_OFF) {
+        raw_lock_set(s, perm, unshared);
+    }
+    close(fd);
+    close(old);
+    return false;
+}
+
 /* ---- opening -------------------------------------------------------- */
 
 /* Main thread (from blk_open()). */
@@ -1012,5 +1093,6 @@ static const BlockDriver bdrv_file = {
     .bdrv_aio_pdiscard = raw_submit,
     .bdrv_aio_pwrite_zeroes = raw_submit,
     .bdrv_aio_block_status = raw_submit,
+    .bdrv_reopen = raw_reopen,
 };
 BLOCK_DRIVER_REGISTER(bdrv_file)

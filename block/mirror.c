@@ -110,6 +110,8 @@ struct MirrorJob {
     void (*quiesce)(void *opaque, bool on);
     bool (*pivot_check)(void *opaque, GError **errp);
     bool (*pivot)(void *opaque, GError **errp);
+    void (*ended)(void *opaque, bool pivoted);  /* once, at the clean */
+    bool pivoted;
     void *pivot_opaque;
     /* The timer: speed slices and idle polling. */
     int timer_fd;
@@ -455,6 +457,7 @@ static void mirror_do_pivot(MirrorJob *s)
         job_completed(s->job, -EIO, msg);
         return;
     }
+    s->pivoted = true;
     job_completed(s->job, 0, NULL);
 }
 
@@ -682,6 +685,12 @@ static void mirror_clean(Job *job)
     s->src_user = NULL;
     blk_detach_user(s->target_user);
     s->target_user = NULL;
+    if (s->ended) {
+        void (*ended)(void *, bool) = s->ended;
+
+        s->ended = NULL;
+        ended(s->pivot_opaque, s->pivoted);
+    }
 }
 
 static void mirror_free(Job *job)
@@ -779,6 +788,7 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     s->pivot_check = o->pivot_check;
     s->pivot = o->pivot;
     s->pivot_opaque = o->pivot_opaque;
+    s->ended = o->ended;
     s->timer_fd = -1;
     s->src_user = blk_attach_user(o->source, who, BLK_PERM_CONSISTENT_READ,
                                   BLK_PERM_ALL, errp);

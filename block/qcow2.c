@@ -179,6 +179,7 @@ typedef struct BDRVQcow2State {
     char *format_specific;      /* for bdrv_get_info() */
     Qcow2Info info;
     bool writable;
+    bool file_reopened;         /* qcow2_reopen() made the file writable */
     uint32_t cluster_size;
     uint32_t cluster_bits;
     uint32_t align;             /* metadata write granularity */
@@ -3667,6 +3668,96 @@ static void qcow2_node_names(BlockBackend *blk, const BlockOptions *opts,
                              blk ? blk->filename : "qcow2");
 }
 
+/* ---- reopen (block-commit's base) ---------------------------------- */
+
+typedef struct ReopenJob {
+    BDRVQcow2State *s;
+    bool writable;
+    int ret;
+} ReopenJob;
+
+/*
+ * Metadata thread: read-write from the next request on; or, before
+ * read-only, what a close writes (QEMU's reopen does it too): dirty
+ * tables, the unused reserve back, all flushed.  A failure stays
+ * writable: what is dirty is written by the next try, or the close.
+ */
+static void reopen_job(void *opaque)
+{
+    ReopenJob *j = opaque;
+    BDRVQcow2State *s = j->s;
+    int ret;
+
+    if (j->writable) {
+        s->writable = true;
+        return;
+    }
+    ret = metadata_flush(s);
+    if (ret == 0) {
+        ret = release_reserve(s);
+    }
+    if (ret == 0) {
+        ret = rc_write_dirty(s);
+    }
+    if (ret == 0) {
+        ret = sio_flush(s);
+    }
+    if (ret == 0) {
+        s->writable = false;
+    }
+    j->ret = ret;
+}
+
+/* Main thread (bdrv_reopen): the file node first when going read-write,
+ * last when going read-only; the edge to it takes or drops the write
+ * and resize rights, which takes or drops the image's write lock. */
+static bool qcow2_reopen(BlockBackend *bs, bool writable, GError **errp)
+{
+    BDRVQcow2State *s = bs->opaque;
+    BdrvChild *c = bdrv_find_child(bs, "file");
+    uint64_t rw = BLK_PERM_WRITE | BLK_PERM_RESIZE;
+    ReopenJob j = { .s = s, .writable = writable };
+
+    if (!c) {
+        g_set_error(errp, VB_ERROR, 0, "%s has no file node", s->filename);
+        return false;
+    }
+    if (writable) {
+        bool was_ro = blk_is_read_only(s->file);
+
+        if (!blk_reopen(s->file, true, errp)) {
+            return false;
+        }
+        if (!bdrv_child_set_perm(c, c->perm | rw, c->shared, errp)) {
+            if (was_ro) {
+                blk_reopen(s->file, false, NULL);
+            }
+            return false;
+        }
+        s->file_reopened = was_ro;
+        run_job(s, reopen_job, &j);
+        bs->bl.can_discard = true;
+        bs->bl.can_write_zeroes = true;
+        return true;
+    }
+    run_job(s, reopen_job, &j);
+    if (j.ret < 0) {
+        g_set_error(errp, VB_ERROR, 0, "cannot write the metadata of %s "
+                    "before it goes back to read-only: %s; it stays "
+                    "read-write", s->filename, g_strerror(-j.ret));
+        return false;
+    }
+    bs->bl.can_discard = false;
+    bs->bl.can_write_zeroes = false;
+    bdrv_child_set_perm(c, c->perm & ~rw, c->shared, NULL);
+    if (s->file_reopened) {
+        s->file_reopened = false;
+        /* Nothing left to undo: the file stays writable, unused. */
+        return blk_reopen(s->file, false, errp);
+    }
+    return true;
+}
+
 static const BlockDriver bdrv_qcow2 = {
     .format_name = "qcow2",
     .is_format = true,
@@ -3675,6 +3766,7 @@ static const BlockDriver bdrv_qcow2 = {
     .bdrv_open = qcow2_open,
     .bdrv_close = qcow2_close,
     .bdrv_truncate = qcow2_truncate,
+    .bdrv_reopen = qcow2_reopen,
     .bdrv_get_info = qcow2_get_info,
     .bdrv_aio_preadv = qcow2_submit,
     .bdrv_aio_pwritev = qcow2_submit,

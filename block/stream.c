@@ -36,6 +36,7 @@
 #include "qemu/osdep.h"
 #include <sys/timerfd.h>
 #include "qemu/aio.h"
+#include "qemu/error-report.h"
 #include "block/block_int.h"
 #include "block/job.h"
 
@@ -55,11 +56,13 @@ typedef struct StreamJob {
     BlockBackend *base;
     BlockBackend *target;       /* written: the top, or commit's base */
     bool commit;
+    bool base_reopened;         /* the base goes back to read-only */
     BdrvChild *user;
     BdrvChild *target_user;     /* commit */
     AioContext *ctx;
     JobErrorAction on_error;
     bool (*finish)(void *opaque, GError **errp);
+    void (*ended)(void *opaque);
     void *opaque;
 
     StreamPhase phase;
@@ -334,6 +337,14 @@ static int stream_prepare(Job *job, GError **errp)
     s->user = NULL;
     blk_detach_user(s->target_user);
     s->target_user = NULL;
+    /* Read-only before the base joins the top's chain, where nobody
+     * writes it; written and flushed first, so a failure fails the job. */
+    if (s->base_reopened) {
+        if (!blk_reopen(s->base, false, errp)) {
+            return -EIO;
+        }
+        s->base_reopened = false;
+    }
     return s->finish(s->opaque, errp) ? 0 : -EIO;
 }
 
@@ -345,6 +356,23 @@ static void stream_clean(Job *job)
     s->user = NULL;
     blk_detach_user(s->target_user);
     s->target_user = NULL;
+    /* Cancelled or failed: the base goes back as it was. */
+    if (s->base_reopened) {
+        GError *err = NULL;
+
+        s->base_reopened = false;
+        if (!blk_reopen(s->base, false, &err)) {
+            warn_report("block job '%s': the base stays read-write: %s",
+                        s->job->id, err->message);
+            g_error_free(err);
+        }
+    }
+    if (s->ended) {
+        void (*ended)(void *) = s->ended;
+
+        s->ended = NULL;
+        ended(s->opaque);
+    }
 }
 
 static void stream_free(Job *job)
@@ -399,6 +427,7 @@ Job *stream_start(const StreamOptions *o, GError **errp)
     s->base = o->base;
     s->commit = o->commit;
     s->target = o->commit ? o->base : o->top;
+    s->base_reopened = o->commit && o->base_reopened;
     s->size = blk_getlength(o->top);
     if (o->commit) {
         /* Past the top's end its overlay reads zeroes, which the base
@@ -407,6 +436,7 @@ Job *stream_start(const StreamOptions *o, GError **errp)
     }
     s->on_error = o->on_error;
     s->finish = o->finish;
+    s->ended = o->ended;
     s->opaque = o->opaque;
     s->ctx = qemu_get_current_aio_context();
     s->timer_fd = -1;

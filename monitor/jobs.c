@@ -12,6 +12,7 @@
  */
 #include "qemu/osdep.h"
 #include "monitor-internal.h"
+#include "qemu/error-report.h"
 #include "block/block_int.h"
 #include "block/job.h"
 #include "block/dirty-bitmap.h"
@@ -105,6 +106,7 @@ typedef struct VbMirrorPivot {
     VbState *s;
     BlockBackend *src;
     BlockBackend *tgt;
+    BlockBackend *reopened;     /* a commit's base, read-write for it */
 } VbMirrorPivot;
 
 /* The export serving @blk, or NULL; false if there are several. */
@@ -1224,6 +1226,85 @@ static guint vb_chain_index(VbState *s, GArray *chain, const char *node_name,
  * base, block-job-cancel then leaves the chain as it was (the base's
  * new clusters are hidden by the images above it).
  */
+/* Main thread: the nodes on the images of @base (its format node, the
+ * filters over it, its file node) say what a reopen made of them. */
+static void vb_commit_sync_ro(VbState *s, BlockBackend *base)
+{
+    BlockBackend *fmt = base;
+    BdrvChild *file;
+
+    while (fmt->drv->is_filter && fmt->child) {
+        fmt = fmt->child;
+    }
+    file = bdrv_find_child(fmt, "file");
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if (n->blk == base || n->blk == fmt || (file && n->blk == file->bs)) {
+            n->readonly = blk_is_read_only(n->blk);
+        }
+    }
+}
+
+/*
+ * Main thread: an active commit that ended without moving the users to
+ * the base (cancelled, failed) puts the base back to read-only, as QEMU
+ * does; after the move the base is the device's image and stays
+ * read-write.
+ */
+static void vb_commit_active_ended(void *opaque, bool pivoted)
+{
+    VbMirrorPivot *p = opaque;
+    GError *err = NULL;
+
+    if (!p->reopened || pivoted) {
+        return;
+    }
+    if (!blk_reopen(p->reopened, false, &err)) {
+        warn_report("block-commit: the base stays read-write: %s",
+                    err->message);
+        g_error_free(err);
+    }
+    vb_commit_sync_ro(p->s, p->reopened);
+    p->reopened = NULL;
+}
+
+/* Main thread: a commit below the active node ended (block/stream.c
+ * put its base back to read-only). */
+static void vb_commit_ended(void *opaque)
+{
+    VbStreamFinish *f = opaque;
+
+    vb_commit_sync_ro(f->s, f->base);
+}
+
+/* Main thread: @base read-write for a commit, if it is not; *@done says
+ * whether it was reopened.  The error names the image. */
+static bool vb_commit_reopen_base(VbState *s, BlockBackend *base,
+                                  const char *name, bool *done,
+                                  GError **errp)
+{
+    *done = false;
+    if (!blk_is_read_only(base)) {
+        return true;
+    }
+    if (!blk_reopen(base, true, errp)) {
+        g_prefix_error(errp, "The base '%s' cannot be reopened read-write "
+                       "for the commit: ", name);
+        return false;
+    }
+    *done = true;
+    vb_commit_sync_ro(s, base);
+    return true;
+}
+
+/* Main thread: the other way, after a job that did not start. */
+static void vb_commit_restore_base(VbState *s, BlockBackend *base)
+{
+    blk_reopen(base, false, NULL);
+    vb_commit_sync_ro(s, base);
+}
+
 static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
                              const char *job_id, int64_t speed,
                              int on_error, bool auto_finalize,
@@ -1231,6 +1312,7 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
 {
     MirrorOptions mo = { 0 };
     VbMirrorPivot *p;
+    bool reopened;
 
     if (vb_job_uses_node(dev) || dev->snapshotting || dev->resizing ||
         vb_job_uses_node(base) || base->snapshotting || base->resizing) {
@@ -1245,10 +1327,15 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
                      "while the commit does", base->name);
         return false;
     }
+    if (!vb_commit_reopen_base(s, base->blk, base->name, &reopened,
+                               errp)) {
+        return false;
+    }
     p = g_new0(VbMirrorPivot, 1);
     p->s = s;
     p->src = dev->blk;
     p->tgt = base->blk;
+    p->reopened = reopened ? base->blk : NULL;
     mo.job_id = job_id ? job_id : dev->name;
     mo.device = dev->name;
     mo.source = dev->blk;
@@ -1266,7 +1353,14 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
     mo.pivot_check = vb_mirror_pivot_check;
     mo.pivot = vb_mirror_pivot;
     mo.pivot_opaque = p;
-    return mirror_start(&mo, errp) != NULL;
+    mo.ended = vb_commit_active_ended;
+    if (!mirror_start(&mo, errp)) {
+        if (reopened) {
+            vb_commit_restore_base(s, base->blk);
+        }
+        return false;
+    }
+    return true;
 }
 
 /*
@@ -1274,9 +1368,10 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
  * commit): what the top and the images below it above the base hold is
  * copied into the base, then the top's overlay names the base as its
  * backing file and the images from the top down to the base are let go.
- * The base must be a writable node added by name: vhost-blkd does not
- * reopen an image of a chain read-write.  An active commit (top = the
- * device's active node) is vb_commit_active()'s.
+ * A read-only base (opened by the chain, or added with read-only=on) is
+ * reopened read-write for the job and read-only again when it ends, as
+ * QEMU does.  An active commit (top = the device's active node) is
+ * vb_commit_active()'s.
  */
 static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
                                      GError **errp)
@@ -1398,12 +1493,23 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
     }
     tl = &g_array_index(chain, VbChainLink, ti);
     bl = &g_array_index(chain, VbChainLink, bi);
-    if (!bl->node || blk_is_read_only(bl->blk)) {
-        vb_set_error(errp, "The base '%s' is read-only, and vhost-blkd does "
-                     "not reopen an image of a chain read-write: add the "
-                     "chain's images as nodes (backing=NODE), the base "
-                     "without read-only=on", bl->node ? bl->node->name :
-                     bl->path);
+    if (blk_getlength(tl->blk) > blk_getlength(bl->blk)) {
+        /* The copy would write past the base's end. */
+        vb_set_error(errp, "The base '%s' (%" PRIu64 " bytes) is shorter "
+                     "than the top '%s' (%" PRIu64 " bytes), and "
+                     "block-commit does not grow it: grow the base first "
+                     "(block_resize of its node, or 'qemu-img resize' while "
+                     "nothing uses the image)", bl->node ? bl->node->name :
+                     bl->path, blk_getlength(bl->blk),
+                     tl->node ? tl->node->name : tl->path,
+                     blk_getlength(tl->blk));
+        goto fail;
+    }
+    if (ti == 0 && !bl->node) {
+        vb_set_error(errp, "The base '%s' is an image the chain opened "
+                     "itself: an active commit moves the export onto the "
+                     "base, which needs a node: add the chain's images as "
+                     "nodes (backing=NODE)", bl->path);
         goto fail;
     }
     if (ti == 0) {
@@ -1451,7 +1557,7 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
             goto fail;
         }
     }
-    if (bl->node->user || vb_stream_nbd_user(s, bl->node)) {
+    if (bl->node && (bl->node->user || vb_stream_nbd_user(s, bl->node))) {
         vb_set_error(errp, "The base '%s' is exported: nobody may write it "
                      "while the commit does", bl->node->name);
         goto fail;
@@ -1478,19 +1584,35 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
     f->active = dev;
     f->base = bl->blk;
     f->base_node = bl->node;
-    so.job_id = job_id ? job_id : device;
-    so.device = device;
-    so.top = tl->blk;
-    so.base = bl->blk;
-    so.speed = speed;
-    so.on_error = on_error;
-    so.finish = vb_stream_finish;
-    so.opaque = f;
-    vb_chain_free(chain);
-    if (!stream_start(&so, errp)) {
-        return NULL;
+    {
+        /* Last: the other refusals leave the base alone. */
+        BlockBackend *base = bl->blk;
+        bool reopened;
+
+        if (!vb_commit_reopen_base(s, base, bl->node ? bl->node->name :
+                                   bl->path, &reopened, errp)) {
+            g_free(f);
+            goto fail;
+        }
+        so.base_reopened = reopened;
+        so.job_id = job_id ? job_id : device;
+        so.device = device;
+        so.top = tl->blk;
+        so.base = base;
+        so.speed = speed;
+        so.on_error = on_error;
+        so.finish = vb_stream_finish;
+        so.ended = vb_commit_ended;
+        so.opaque = f;
+        vb_chain_free(chain);
+        if (!stream_start(&so, errp)) {
+            if (reopened) {
+                vb_commit_restore_base(s, base);
+            }
+            return NULL;
+        }
+        return vb_empty();
     }
-    return vb_empty();
 
 fail:
     vb_chain_free(chain);

@@ -312,13 +312,16 @@ static void vb_backing_nodes(VbState *s, VbNode *n, JsonArray *arr)
         JsonObject *fo = json_object_new();
         JsonObject *po = json_object_new();
 
-        /* Backing files are opened read-only, through the page cache. */
-        vb_node_common(fo, fmt_name, fmt, fname, true, false);
+        /* Backing files are opened read-only, through the page cache;
+         * block-commit reopens its base read-write while it runs. */
+        vb_node_common(fo, fmt_name, fmt, fname, blk_is_read_only(b),
+                       false);
         vb_format_node_info(s, fo, b, fname, fmt);
         json_object_set_string_member(fo, "x-file-node-name", file_name);
         json_array_add_object_element(arr, fo);
 
-        vb_node_common(po, file_name, proto, fname, true, false);
+        vb_node_common(po, file_name, proto, fname, blk_is_read_only(b),
+                       false);
         vb_file_image(po, fname, proto,
                       strcmp(fmt, "raw") ? vb_file_length(fname) :
                       blk_getlength(b));

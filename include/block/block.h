@@ -366,6 +366,17 @@ uint64_t blk_getlength(BlockBackend *blk);
  */
 bool blk_truncate(BlockBackend *blk, uint64_t size, GError **errp);
 bool blk_is_read_only(BlockBackend *blk);
+/*
+ * Main thread: reopen @blk (through its filters, the format node and the
+ * format's file node) read-write (@writable) or read-only, as QEMU's
+ * reopen does for block-commit's base.  Read-write takes the write lock
+ * bytes of the image, so another process using it makes this fail with
+ * @errp naming the image; read-only writes what the format holds in
+ * memory first and flushes.  No request may write @blk meanwhile (nobody
+ * writes a read-only node; before read-only, the writers are gone).
+ * On failure @blk is as it was.
+ */
+bool blk_reopen(BlockBackend *blk, bool writable, GError **errp);
 bool blk_is_block_device(BlockBackend *blk);
 /* Logical block size of the device (512 for files); O_DIRECT alignment. */
 uint32_t blk_get_logical_block_size(BlockBackend *blk);

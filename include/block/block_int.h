@@ -196,6 +196,13 @@ struct BlockDriver {
      */
     bool (*bdrv_set_perm)(BlockBackend *bs, uint64_t perm, uint64_t shared,
                           GError **errp);
+    /*
+     * Main thread (optional): reopen the node read-write (@writable) or
+     * read-only, its own children too (a format node its file node);
+     * the caller flips bs->readonly after it succeeds.  On failure the
+     * node must be as before.  Without it blk_reopen() refuses.
+     */
+    bool (*bdrv_reopen)(BlockBackend *bs, bool writable, GError **errp);
     /* Any thread (optional): what the node is, for the monitor. */
     void (*bdrv_get_info)(BlockBackend *bs, BlockDriverInfo *bdi);
     /* Owner thread of @ctx (optional): set up what requests from @ctx
@@ -294,6 +301,14 @@ BdrvChild *bdrv_attach_child(BlockBackend *parent, BlockBackend *child,
 void bdrv_detach_child(BdrvChild *c);
 /* The child of @bs named @name, or NULL. */
 BdrvChild *bdrv_find_child(BlockBackend *bs, const char *name);
+/*
+ * Main thread: @c now uses its node with @perm and shares @shared (a
+ * reopen changes what a parent may do).  False with @errp set, and @c
+ * as it was, if that conflicts with another edge of the node or the
+ * node's driver refuses (another process holds the image).
+ */
+bool bdrv_child_set_perm(BdrvChild *c, uint64_t perm, uint64_t shared,
+                         GError **errp);
 
 /*
  * A control block for a request a driver makes of a child on behalf of

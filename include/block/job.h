@@ -228,6 +228,11 @@ typedef struct MirrorOptions {
      * thread.
      */
     void (*quiesce)(void *opaque, bool on);
+    /* Optional, main thread: the job ended (once, at its clean), having
+     * moved the users to the target (@pivoted) or not.  A commit puts
+     * the base back to read-only there when it did not become the
+     * users' node. */
+    void (*ended)(void *opaque, bool pivoted);
     bool (*pivot_check)(void *opaque, GError **errp);
     bool (*pivot)(void *opaque, GError **errp);
     void *pivot_opaque;         /* g_free()d with the job */
@@ -255,6 +260,10 @@ typedef struct StreamOptions {
      * below it above @base hold into @base (writable, written by nobody
      * else), plain writes; job type "commit". */
     bool commit;
+    /* commit: the caller reopened @base read-write for the job
+     * (blk_reopen()); it goes back to read-only when the job ends,
+     * whichever way.  If stream_start() fails, that is the caller's. */
+    bool base_reopened;
     uint64_t speed;             /* bytes per second; 0: unlimited */
     JobErrorAction on_error;
     bool auto_finalize;
@@ -263,6 +272,9 @@ typedef struct StreamOptions {
      * @base the top's backing node (false with @errp set: the job
      * fails).  @opaque is g_free()d with the job. */
     bool (*finish)(void *opaque, GError **errp);
+    /* Optional: the job ended, whichever way (once, at its clean, after
+     * @base went back to read-only). */
+    void (*ended)(void *opaque);
     void *opaque;
 } StreamOptions;
 

@@ -19,6 +19,7 @@
 #include "vb-daemon.h"
 #include "vb-qmp.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <linux/virtio_blk.h>
 
@@ -159,6 +160,97 @@ static void wait_null(Fix *t, const char *id)
     wait_status(t, id, "null");
 }
 
+/* fix_start(): the named base and middle image read-only=on (libvirt's
+ * way); another process holding the base read-only from before the
+ * daemon starts (hold_pid). */
+static bool ro_named;
+static bool hold_base;
+static GPid hold_pid;
+
+/* ---- the base's mode and locks -------------------------------------------- */
+
+/* query-named-block-nodes: whether @node is read-only. */
+static bool node_ro(Fix *t, const char *node)
+{
+    g_autoptr(JsonNode) r = qmp(t, "{\"execute\": "
+                                "\"query-named-block-nodes\"}", NULL);
+    JsonArray *a = json_node_get_array(r);
+
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *o = json_array_get_object_element(a, i);
+
+        if (!strcmp(json_object_get_string_member(o, "node-name"), node)) {
+            return json_object_get_boolean_member(o, "ro");
+        }
+    }
+    g_error("no node '%s' in query-named-block-nodes", node);
+}
+
+/* qemu-img info without -U: refused with QEMU's lock error while we
+ * write @img (@locked), else it works. */
+static void check_locked(const char *img, bool locked)
+{
+    g_autofree char *out = NULL;
+    int st = vb_sh_status(&out, "qemu-img info '%s' 2>&1", img);
+
+    if (!locked) {
+        if (st) {
+            g_error("qemu-img info %s: exit %d\n%s", img, st, out);
+        }
+        return;
+    }
+    g_assert_cmpint(st, !=, 0);
+    if (!strstr(out, "Failed to get shared \"write\" lock")) {
+        g_error("qemu-img info %s: not the lock error:\n%s", img, out);
+    }
+}
+
+/*
+ * Another process (qemu-io) that opens @img read-only and does not share
+ * writing it, as a VM using it as a backing file does.  Ready when
+ * /proc/locks shows its lock on QEMU's "write not shared" byte (201) of
+ * the image: it is started before our daemon, so the lock is its.
+ */
+static void hold_start(const char *img)
+{
+    char *argv[] = {
+        (char *)"qemu-io", (char *)"-r", (char *)"-f", (char *)"qcow2",
+        (char *)"-c", (char *)"sleep 3600000", (char *)img, NULL,
+    };
+    g_autoptr(GError) err = NULL;
+    g_autofree char *want = NULL;
+    struct stat st;
+
+    g_assert_cmpint(stat(img, &st), ==, 0);
+    want = g_strdup_printf(":%" PRIu64 " 201 201", (uint64_t)st.st_ino);
+    g_assert_true(g_spawn_async(NULL, argv, NULL, G_SPAWN_SEARCH_PATH |
+                                G_SPAWN_DO_NOT_REAP_CHILD |
+                                G_SPAWN_STDOUT_TO_DEV_NULL |
+                                G_SPAWN_STDERR_TO_DEV_NULL, NULL, NULL,
+                                &hold_pid, &err));
+    for (;;) {
+        g_autofree char *locks = NULL;
+        int status;
+
+        g_assert_true(g_file_get_contents("/proc/locks", &locks, NULL,
+                                          NULL));
+        if (strstr(locks, want)) {
+            return;
+        }
+        g_assert_cmpint(waitpid(hold_pid, &status, WNOHANG), ==, 0);
+    }
+}
+
+static void hold_stop(void)
+{
+    int status;
+
+    g_assert_cmpint(kill(hold_pid, SIGTERM), ==, 0);
+    g_assert_cmpint(waitpid(hold_pid, &status, 0), ==, hold_pid);
+    g_spawn_close_pid(hold_pid);
+    hold_pid = 0;
+}
+
 /* ---- images -------------------------------------------------------------- */
 
 /*
@@ -253,13 +345,19 @@ static void fix_start(Fix *t, bool raw_base, bool named)
                           "addr.type=unix,addr.path=%s,writable=on,"
                           "num-queues=2", sock);
     make_chain(t, raw_base);
+    if (hold_base) {
+        g_autofree char *base = path_in(t, "base.qcow2");
+
+        hold_start(base);
+    }
     if (named) {
+        const char *ro = ro_named ? ",read-only=on" : "";
         g_autofree char *bdef = g_strdup_printf(
             "driver=qcow2,node-name=b,file.driver=file,"
-            "file.filename=%s/base.qcow2", t->d.dir);
+            "file.filename=%s/base.qcow2%s", t->d.dir, ro);
         g_autofree char *mdef = g_strdup_printf(
             "driver=qcow2,node-name=m,backing=b,file.driver=file,"
-            "file.filename=%s/mid.qcow2", t->d.dir);
+            "file.filename=%s/mid.qcow2%s", t->d.dir, ro);
         const char *args[] = {
             "--blockdev", bdef, "--blockdev", mdef, "--blockdev", fdef,
             "--blockdev", "driver=qcow2,node-name=top,file=f0,backing=m",
@@ -685,13 +783,181 @@ static void test_commit(void)
     fix_cleanup(t);
     g_free(t);
 
-    /* A chain the top opened itself: its base is read-only. */
-    t = g_new0(Fix, 1);
+}
+
+/*
+ * The usual case: a chain the top opened itself, whose base is
+ * read-only.  The commit reopens it read-write (qemu-img is refused it
+ * meanwhile) and read-only again at the end: query-named-block-nodes
+ * says so and qemu-img can read it again while the daemon runs.
+ */
+static void test_commit_chain(void)
+{
+    g_autofree char *top = NULL, *base = NULL;
+    Fix *t = g_new0(Fix, 1);
+    JsonObject *ev;
+
     fix_start(t, false, false);
-    qmp_fails(t, "{\"execute\": \"block-commit\", \"arguments\": "
-              "{\"device\": \"top\", \"top\": \"mid.qcow2\"}}",
-              NULL);
+    top = path_in(t, "top.qcow2");
+    base = path_in(t, "base.qcow2");
+    guest_verify(t);
+    g_assert_true(node_ro(t, "#top-backing2"));
+    check_locked(base, false);
+    /* Pending until job-finalize: the base is ours until then. */
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"c2\", \"device\": \"top\", \"top\": "
+           "\"mid.qcow2\", \"auto-finalize\": false}}");
+    wait_status(t, "c2", "pending");
+    g_assert_false(node_ro(t, "#top-backing2"));
+    check_locked(base, true);
+    guest_write(t, 200 * 1024, 8192, 30);
+    qmp_ok(t, "{\"execute\": \"job-finalize\", \"arguments\": "
+           "{\"id\": \"c2\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "c2");
+    /* top <- base now. */
+    g_assert_true(node_ro(t, "#top-backing1"));
+    check_locked(base, false);
+    guest_verify(t);
     fix_stop(t);
+
+    check_clean(top);
+    check_clean(base);
+    {
+        const char *files[] = { "top.qcow2", "base.qcow2" };
+        const char *fmts[] = { "qcow2", "qcow2" };
+        const char *named[] = { "base.qcow2" };
+
+        check_chain(top, 2, files, fmts, named);
+    }
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
+/*
+ * Another process holds the base (read-only, not sharing writes): the
+ * reopen fails, so block-commit does, naming the image, and no job
+ * starts; the base stays read-only and the disk usable.  Once the
+ * other process is gone the same commit works.
+ */
+static void test_commit_held(void)
+{
+    g_autofree char *top = NULL, *base = NULL, *err = NULL;
+    g_autofree char *want = NULL;
+    Fix *t = g_new0(Fix, 1);
+    JsonObject *ev;
+    const char *cmd = "{\"execute\": \"block-commit\", \"arguments\": "
+                      "{\"job-id\": \"c3\", \"device\": \"top\", "
+                      "\"top\": \"mid.qcow2\"}}";
+
+    hold_base = true;
+    fix_start(t, false, false);
+    hold_base = false;
+    top = path_in(t, "top.qcow2");
+    base = path_in(t, "base.qcow2");
+    guest_verify(t);
+    {
+        g_autoptr(JsonNode) r = qmp(t, cmd, &err);
+    }
+    want = g_strdup_printf("The base '%s' cannot be reopened read-write for "
+                           "the commit: Failed to get \"write\" lock on "
+                           "'%s'", base, base);
+    if (!err || !g_str_has_prefix(err, want)) {
+        hold_stop();            /* not left running for an hour */
+        g_error("block-commit: %s", err ? err : "succeeded");
+    }
+    {
+        g_autoptr(JsonNode) r = qmp(t, "{\"execute\": \"query-jobs\"}",
+                                    NULL);
+
+        g_assert_cmpint(json_array_get_length(json_node_get_array(r)), ==,
+                        0);
+    }
+    g_assert_true(node_ro(t, "#top-backing2"));
+    guest_write(t, 300 * 1024, 8192, 31);
+    guest_verify(t);
+
+    hold_stop();
+    qmp_ok(t, cmd);
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "c3");
+    g_assert_true(node_ro(t, "#top-backing1"));
+    check_locked(base, false);
+    guest_verify(t);
+    fix_stop(t);
+
+    check_clean(top);
+    check_clean(base);
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
+/*
+ * Named nodes with read-only=on (libvirt's and QSD's way): an active
+ * commit reopens the base read-write; cancelled, the base is read-only
+ * again; completed, it is the device's image and stays read-write.
+ */
+static void test_commit_active_ro(void)
+{
+    g_autofree char *base = NULL;
+    Fix *t = g_new0(Fix, 1);
+    JsonObject *ev;
+
+    ro_named = true;
+    fix_start(t, false, true);
+    ro_named = false;
+    base = path_in(t, "base.qcow2");
+    guest_verify(t);
+    g_assert_true(node_ro(t, "b"));
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"a0\", \"device\": \"top\", \"base-node\": "
+           "\"b\"}}");
+    wait_event(t, "BLOCK_JOB_READY");
+    g_assert_false(node_ro(t, "b"));
+    check_locked(base, true);
+    guest_write(t, 256 * 1024, 8192, 40);
+    qmp_ok(t, "{\"execute\": \"block-job-cancel\", \"arguments\": "
+           "{\"device\": \"a0\"}}");
+    wait_event(t, "BLOCK_JOB_COMPLETED");
+    wait_null(t, "a0");
+    g_assert_true(node_ro(t, "b"));
+    check_locked(base, false);
+    check_export_node(t, "top");
+    guest_verify(t);
+
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"a1\", \"device\": \"top\"}}");
+    wait_event(t, "BLOCK_JOB_READY");
+    qmp_ok(t, "{\"execute\": \"job-complete\", \"arguments\": "
+           "{\"id\": \"a1\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "a1");
+    check_export_node(t, "b");
+    g_assert_false(node_ro(t, "b"));
+    guest_write(t, 3 * 1024 * 1024, 64 * 1024, 41);
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"top\"}}");
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"m\"}}");
+    fix_stop(t);
+
+    check_clean(base);
+    check_converted_img(t, "base.qcow2");
     fix_cleanup(t);
     g_free(t);
 }
@@ -966,6 +1232,9 @@ int main(int argc, char **argv)
     g_test_add_func("/blkd/stream/named", test_stream_named);
     g_test_add_func("/blkd/commit/intermediate", test_commit);
     g_test_add_func("/blkd/commit/active", test_commit_active);
+    g_test_add_func("/blkd/commit/chain", test_commit_chain);
+    g_test_add_func("/blkd/commit/held", test_commit_held);
+    g_test_add_func("/blkd/commit/active-ro", test_commit_active_ro);
     g_test_add_func("/blkd/stream/refuse-cancel", test_stream_refuse_cancel);
     g_test_add_func("/blkd/stream/short-mid", test_short_mid);
     return g_test_run();
