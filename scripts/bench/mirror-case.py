@@ -105,6 +105,8 @@ def main():
     ap.add_argument("--tls-dir", help="with tls-server/ and tls-client/")
     ap.add_argument("--copy-mode", default="background")
     ap.add_argument("--rate", type=int, default=5000)
+    ap.add_argument("--granularity", type=int, default=0,
+                    help="blockdev-mirror granularity (0: the daemon's)")
     ap.add_argument("--conv-timeout", type=float, default=60)
     ap.add_argument("--work", required=True, help="scratch file prefix")
     ap.add_argument("--legacy-addr", action="store_true",
@@ -139,9 +141,11 @@ def main():
     src.call("blockdev-add", node)
 
     def mirror_start():
-        src.call("blockdev-mirror", {"job-id": "m", "device": "src",
-                                     "target": "tgt", "sync": "full",
-                                     "copy-mode": a.copy_mode})
+        args = {"job-id": "m", "device": "src", "target": "tgt",
+                "sync": "full", "copy-mode": a.copy_mode}
+        if a.granularity:
+            args["granularity"] = a.granularity
+        src.call("blockdev-mirror", args)
         return time.monotonic()
 
     def until_ready(t0, timeout):
