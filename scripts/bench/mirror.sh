@@ -1,36 +1,54 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
-# The mirror job, vhost-blkd against qemu-storage-daemon, on the same
-# image through the same client (vhost-blk-bench):
-#   time   blockdev-mirror sync=full of a fully written raw image to an
-#          empty raw file, until BLOCK_JOB_READY, the export idle
-#   load   the same while vhost-blk-bench writes 4k at random (depth 8) to
-#          the export: the time to READY and the client's IOPS over that
-#          time (the client starts before the job and is stopped with
-#          SIGTERM at READY, so its figure covers the mirror only)
-#   base   the client alone, as long, for the IOPS the mirror costs
-# Repetitions are interleaved (rep 1 of every daemon, then rep 2, ...);
-# the report gives min / median / max per cell.  On a shared machine the
-# figures are indicative only.
+# The mirror job over NBD, vhost-blkd against qemu-storage-daemon: a
+# source daemon exports a raw image full of data over vhost-user to the
+# client (vhost-blk-bench); a second daemon of the same kind serves an
+# empty raw image over NBD on 127.0.0.1 TCP, without and with TLS (x509,
+# certificates made here with certtool); the source mirrors its node to
+# a driver=nbd node (blockdev-mirror sync=full), the same QMP on both:
+#   copy   the export idle: time to READY, copy rate in MiB/s
+#   base   the client alone: 4k randread, depth 32, a sleeping client
+#          (no --halt-poll-ns), IOPS and p99
+#   load   the same client from before the job until READY
+#   conv   the client writing 4k at random at a fixed --rate IOPS (open
+#          loop) while the mirror runs: READY within --conv-timeout
+#          seconds or not, and how long it took
+#   cmp    after the jobs (block-job-cancel after READY, which leaves a
+#          consistent copy), the target file equals the source: a
+#          difference fails the run
+# Repetitions are interleaved (rep r of every case, then r+1); the
+# report gives min / median / max per cell, every vhost-blkd / QSD ratio
+# per repetition, and the goals checked per repetition.
 #
 # Usage: scripts/bench/mirror.sh [-o OUTDIR] [-r REPS] [-d DIR]
 #            [-m SIZE_MIB] [-b BUILDDIR] [--copy-mode MODE]
+#            [--rate IOPS] [--conv-timeout S] [--tls "off on"]
+#            [--granularity BYTES]
 #   -o  output directory (default /var/tmp/vhost-blk-mirror-bench)
-#   -r  repetitions (default 3)           -d  image directory (/var/tmp)
-#   -m  image size in MiB (default 1024)
-#   --copy-mode  background (default) or write-blocking, for both daemons
-# Outputs OUTDIR/raw.jsonl (every run) and OUTDIR/results.md (printed).
+#   -r  repetitions (default 3)     -d  image directory (default /var/tmp)
+#   -m  image size in MiB (default 4096)
+#   --copy-mode     background (default) or write-blocking, both daemons
+#   --rate          the conv client's IOPS (default 5000)
+#   --conv-timeout  seconds the conv case waits for READY (default 60)
+#   --tls           which TLS settings to run (default "off on")
+#   --granularity   the mirror's dirty-bitmap granularity (default: the
+#                   daemon's own: 64 KiB in both for an NBD target)
+# Outputs OUTDIR/raw.jsonl (every case) and OUTDIR/results.md (printed).
 set -u
 
 srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 out=/var/tmp/vhost-blk-mirror-bench
 reps=3
 dir=/var/tmp
-size_mib=1024
+size_mib=4096
 builddir=$srcdir/build
 copy_mode=background
+rate=5000
+conv_timeout=60
+tls_modes="off on"
+granularity=0
 
-usage() { sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,36p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "mirror.sh: $*" >&2; exit 1; }
 log() { echo "# $*" >&2; }
 
@@ -42,8 +60,12 @@ while [ $# -gt 0 ]; do
     -m) size_mib=$2; shift ;;
     -b) builddir=$2; shift ;;
     --copy-mode) copy_mode=$2; shift ;;
+    --rate) rate=$2; shift ;;
+    --conv-timeout) conv_timeout=$2; shift ;;
+    --tls) tls_modes=$2; shift ;;
+    --granularity) granularity=$2; shift ;;
     -h|--help) usage; exit 0 ;;
-    *) usage >&2; exit 2 ;;
+    *) die "unknown option '$1' (see --help)" ;;
     esac
     shift
 done
@@ -56,6 +78,8 @@ BLKD=$builddir/tools/vhost-blkd
 BENCH=$builddir/tools/vhost-blk-bench
 QSD=$(command -v qemu-storage-daemon) ||
     die "qemu-storage-daemon not found (Debian: apt-get install qemu-system-common)"
+command -v certtool >/dev/null ||
+    die "certtool not found (Debian: apt-get install gnutls-bin)"
 [ -x "$BLKD" ] && [ -x "$BENCH" ] ||
     die "$BLKD or $BENCH missing: build first (ninja -C $builddir)"
 
@@ -74,51 +98,31 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# The QMP client: "mirror SOCK MODE" starts the job and prints the
-# seconds to BLOCK_JOB_READY; the events come on the same connection.
-read -r -d '' QMP_PY <<'EOF'
-import json, socket, sys, time
+# ------------------------------------------------------------ certificates
+cert() { certtool "$@" >/dev/null 2>"$tmp/certtool.err"; }
+mkdir -p "$tmp/ca" "$tmp/tls-server" "$tmp/tls-client"
+printf 'cn = vb-bench-ca\nca\ncert_signing_key\nexpiration_days = 2\n' \
+    > "$tmp/ca/ca.info"
+printf 'cn = localhost\nexpiration_days = 2\nsigning_key\nencryption_key\nip_address = 127.0.0.1\ndns_name = localhost\ntls_www_server\n' \
+    > "$tmp/ca/server.info"
+printf 'cn = mirror-source\nexpiration_days = 2\nsigning_key\nencryption_key\ntls_www_client\n' \
+    > "$tmp/ca/client.info"
+cert --generate-privkey --key-type=ecdsa --outfile "$tmp/ca/ca-key.pem" &&
+cert --generate-self-signed --load-privkey "$tmp/ca/ca-key.pem" \
+    --template "$tmp/ca/ca.info" --outfile "$tmp/ca/ca-cert.pem" ||
+    die "certtool could not make the CA: $(cat "$tmp/certtool.err")"
+for who in server client; do
+    d=$tmp/tls-$who
+    cert --generate-privkey --key-type=ecdsa --outfile "$d/$who-key.pem" &&
+    cert --generate-certificate --load-privkey "$d/$who-key.pem" \
+        --load-ca-certificate "$tmp/ca/ca-cert.pem" \
+        --load-ca-privkey "$tmp/ca/ca-key.pem" \
+        --template "$tmp/ca/$who.info" --outfile "$d/$who-cert.pem" ||
+        die "certtool could not make the $who certificate: $(cat "$tmp/certtool.err")"
+    cp "$tmp/ca/ca-cert.pem" "$d/"
+done
 
-path, mode = sys.argv[1], sys.argv[2]
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-for _ in range(400):
-    try:
-        s.connect(path)
-        break
-    except OSError:
-        time.sleep(0.05)
-else:
-    sys.exit("cannot connect to %s" % path)
-f = s.makefile("rw")
-f.readline()
-
-def call(cmd, args=None):
-    f.write(json.dumps({"execute": cmd, "arguments": args or {}}) + "\n")
-    f.flush()
-    while True:
-        r = json.loads(f.readline())
-        if "return" in r:
-            return r["return"]
-        if "error" in r:
-            sys.exit("%s: %s" % (cmd, r["error"]["desc"]))
-
-call("qmp_capabilities")
-t0 = time.monotonic()
-call("blockdev-mirror", {"job-id": "m", "device": "src", "target": "tgt",
-                         "sync": "full", "copy-mode": mode})
-while True:
-    line = f.readline()
-    if not line:
-        sys.exit("the QMP connection closed before READY")
-    r = json.loads(line)
-    if r.get("event") == "BLOCK_JOB_READY":
-        break
-    if r.get("event") == "BLOCK_JOB_COMPLETED":
-        sys.exit("the job ended before READY: %s" % r["data"].get("error"))
-print("%.3f" % (time.monotonic() - t0))
-call("job-cancel", {"id": "m"})
-EOF
-
+# ------------------------------------------------------------ daemons
 wait_sock() {
     local n=0
     while [ ! -S "$2" ]; do
@@ -129,26 +133,22 @@ wait_sock() {
     done
 }
 
-# start KIND: the daemon (blkd or qsd) exporting $tmp/src.img as node
-# src over vhost-user, with node tgt on a new empty $tmp/tgt.img.
-start() {
-    local kind=$1 exp
-    rm -f "$tmp/tgt.img" "$tmp/vu.sock" "$tmp/qmp.sock"
-    truncate -s "${size_mib}M" "$tmp/tgt.img"
-    exp="type=vhost-user-blk,id=e,node-name=src,addr.type=unix,addr.path=$tmp/vu.sock,writable=on"
-    local common=(--blockdev "driver=file,node-name=src,filename=$tmp/src.img,cache.direct=on,aio=io_uring"
-                  --blockdev "driver=file,node-name=tgt,filename=$tmp/tgt.img,cache.direct=on,aio=io_uring"
-                  --chardev "socket,id=mon,path=$tmp/qmp.sock,server=on,wait=off"
-                  --monitor chardev=mon)
+# daemon NAME KIND ARGS...: vhost-blkd or QSD (KIND blkd or qsd) with a
+# QMP monitor on $tmp/NAME.qmp.
+daemon() {
+    local name=$1 kind=$2
+    shift 2
+    rm -f "$tmp/$name.qmp"
+    local mon=(--chardev "socket,id=mon,path=$tmp/$name.qmp,server=on,wait=off"
+               --monitor chardev=mon)
     if [ "$kind" = qsd ]; then
-        "$QSD" --object iothread,id=iot0 "${common[@]}" \
-            --export "$exp,iothread=iot0" > "$tmp/$kind.log" 2>&1 &
+        "$QSD" --object iothread,id=iot0 "${mon[@]}" "$@" \
+            > "$tmp/$name.log" 2>&1 &
     else
-        "$BLKD" "${common[@]}" --export "$exp" > "$tmp/$kind.log" 2>&1 &
+        "$BLKD" "${mon[@]}" "$@" > "$tmp/$name.log" 2>&1 &
     fi
-    PID[$kind]=$!
-    wait_sock "$kind" "$tmp/vu.sock"
-    wait_sock "$kind" "$tmp/qmp.sock"
+    PID[$name]=$!
+    wait_sock "$name" "$tmp/$name.qmp"
 }
 
 stop() {
@@ -157,21 +157,24 @@ stop() {
     unset "PID[$1]"
 }
 
-# client SECONDS: vhost-blk-bench 4k randwrite depth 8 in the
-# background (its JSON in $tmp/bench.json); BPID is its pid.
-client() {
-    "$BENCH" --socket "$tmp/vu.sock" --rw randwrite --bs 4k --iodepth 8 \
-        --runtime "$1" --json > "$tmp/bench.json" 2> "$tmp/bench.err" &
-    BPID=$!
+file_node() {
+    echo "driver=file,node-name=$1,filename=$2,cache.direct=on,aio=io_uring"
 }
 
-client_iops() {
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["iops"])' \
-        "$tmp/bench.json" 2>/dev/null ||
-        { sed 's/^/    /' "$tmp/bench.err" >&2; die "no client result"; }
+# start KIND: the source (src.img over vhost-user as node src) and the
+# destination (a new empty tgt.img as node tgt; NBD set up over QMP).
+start() {
+    local kind=$1 iot=
+    [ "$kind" = qsd ] && iot=,iothread=iot0
+    rm -f "$tmp/tgt.img" "$tmp/vu.sock"
+    truncate -s "${size_mib}M" "$tmp/tgt.img"
+    daemon src "$kind" --blockdev "$(file_node src "$tmp/src.img")" \
+        --export "type=vhost-user-blk,id=e,node-name=src,addr.type=unix,addr.path=$tmp/vu.sock,writable=on$iot"
+    wait_sock src "$tmp/vu.sock"
+    daemon dst "$kind" --blockdev "$(file_node tgt "$tmp/tgt.img")"
 }
 
-log "source image: $size_mib MiB of data"
+log "source image: $size_mib MiB of data in $tmp"
 python3 - "$tmp/src.img" "$size_mib" <<'EOF' || die "cannot write the image"
 import os, sys
 chunk = os.urandom(1 << 20)
@@ -181,55 +184,32 @@ with open(sys.argv[1], "wb") as f:
 EOF
 
 for r in $(seq 1 "$reps"); do
-    for kind in blkd qsd; do
-        log "rep $r $kind: time"
-        start "$kind"
-        t=$(python3 -c "$QMP_PY" "$tmp/qmp.sock" "$copy_mode") ||
-            die "$kind: the mirror failed (log: $tmp/$kind.log)"
-        stop "$kind"
-        echo "{\"kind\": \"$kind\", \"rep\": $r, \"what\": \"time\", \"seconds\": $t}" >> "$raw"
-
-        log "rep $r $kind: load"
-        start "$kind"
-        client 600
-        sleep 0.5       # the client connected and writing before the job
-        t=$(python3 -c "$QMP_PY" "$tmp/qmp.sock" "$copy_mode") ||
-            die "$kind: the mirror failed (log: $tmp/$kind.log)"
-        kill -TERM "$BPID"; wait "$BPID"
-        iops=$(client_iops)
-        stop "$kind"
-        echo "{\"kind\": \"$kind\", \"rep\": $r, \"what\": \"load\", \"seconds\": $t, \"iops\": $iops}" >> "$raw"
-
-        log "rep $r $kind: base ($t s)"
-        start "$kind"
-        client "$(python3 -c "import math; print(max(1, math.ceil($t)))")"
-        wait "$BPID"
-        iops=$(client_iops)
-        stop "$kind"
-        echo "{\"kind\": \"$kind\", \"rep\": $r, \"what\": \"base\", \"iops\": $iops}" >> "$raw"
+    for tls in $tls_modes; do
+        for kind in blkd qsd; do
+            log "rep $r $kind tls=$tls"
+            start "$kind"
+            targs=()
+            [ "$tls" = on ] && targs=(--tls-dir "$tmp")
+            [ "$kind" = qsd ] && targs+=(--legacy-addr)
+            j=$(python3 "$srcdir/scripts/bench/mirror-case.py" \
+                    --src-qmp "$tmp/src.qmp" --dst-qmp "$tmp/dst.qmp" \
+                    --socket "$tmp/vu.sock" --bench "$BENCH" \
+                    --copy-mode "$copy_mode" --rate "$rate" \
+                    --conv-timeout "$conv_timeout" --work "$tmp/c-" \
+                    --granularity "$granularity" \
+                    "${targs[@]}") ||
+                die "$kind tls=$tls: the case failed (logs: $tmp/src.log, $tmp/dst.log)"
+            stop src; stop dst
+            # The source was written (conv), so the target must have
+            # followed: the whole image compared.
+            if cmp -s "$tmp/src.img" "$tmp/tgt.img"; then same=true; else same=false; fi
+            echo "{\"kind\": \"$kind\", \"tls\": \"$tls\", \"rep\": $r, \"size_mib\": $size_mib, \"rate\": $rate, \"same\": $same, \"r\": $j}" >> "$raw"
+            [ "$same" = true ] ||
+                die "$kind tls=$tls rep $r: the target differs from the source after the mirror"
+        done
     done
 done
 
-python3 - "$raw" "$size_mib" "$copy_mode" > "$out/results.md" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-def cell(kind, what, key):
-    v = sorted(r[key] for r in rows if r["kind"] == kind and r["what"] == what)
-    if not v:
-        return "-"
-    fmt = "%.2f" if key == "seconds" else "%.0f"
-    return " / ".join(fmt % x for x in (v[0], statistics.median(v), v[-1]))
-print("mirror of a %s MiB raw image, copy-mode=%s, %d repetition(s); "
-      "min / median / max" % (sys.argv[2], sys.argv[3],
-                               len([r for r in rows if r["what"] == "time"]) // 2))
-print()
-print("| | vhost-blkd | qemu-storage-daemon |")
-print("|---|---|---|")
-for label, what, key in (("time to READY, idle (s)", "time", "seconds"),
-                         ("time to READY, client writing (s)", "load", "seconds"),
-                         ("client IOPS during the mirror", "load", "iops"),
-                         ("client IOPS without a mirror", "base", "iops")):
-    print("| %s | %s | %s |" % (label, cell("blkd", what, key),
-                                cell("qsd", what, key)))
-EOF
+python3 "$srcdir/scripts/bench/mirror-report.py" "$raw" "$copy_mode" \
+    > "$out/results.md" || die "the report failed"
 cat "$out/results.md"
