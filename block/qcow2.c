@@ -2474,6 +2474,65 @@ static void fast_cb(void *opaque, int ret)
     }
 }
 
+/*
+ * A fast request of one run of the file (qcow2_fast_direct()) is done:
+ * the guest's own control block, passed down to the file node, comes
+ * back here.  Its bounce buffer (if any) is gone already.
+ */
+static void fast_direct_cb(void *opaque, int ret)
+{
+    BlockAIOCB *acb = opaque;
+
+    acb->cb = acb->filter_cb;
+    acb->opaque = acb->filter_opaque;
+    /* The host cluster is no longer used: it may be reused. */
+    __atomic_fetch_sub((uint64_t *)acb->filter_priv, 1, __ATOMIC_RELEASE);
+    /* No flag (so no dirty tracking) and no bounce buffer of ours:
+     * blk_acb_complete() would only call the callback. */
+    acb->cb(acb->opaque, ret);
+}
+
+/*
+ * The whole of @acb is the file's [at, at + acb->bytes): give @acb itself
+ * to the file node's driver, as a filter does, instead of a child
+ * request of its own through the block layer (a second blk_submit(), a
+ * control block from the pool and back, a second completion).  So this
+ * does here what blk_submit() would check for the file node: the range
+ * within the file (a write past its end would grow it) and aligned to
+ * its requests, writes only when it is writable and has no dirty bitmap
+ * to mark.  False (nothing done) when one of them does not hold: the
+ * caller takes the child request then, which reports what is wrong.
+ */
+static bool qcow2_fast_direct(BDRVQcow2State *s, AioContext *ctx,
+                              BlockAIOCB *acb, uint64_t at)
+{
+    BlockBackend *file = s->file;
+    uint64_t flen = blk_getlength(file);
+    bool write = acb->type == BLK_REQ_WRITE;
+
+    if (acb->flags || acb->bytes > flen || at > flen - acb->bytes ||
+        ((at | acb->bytes) & (MAX(file->bl.request_alignment, 1) - 1))) {
+        return false;
+    }
+    if (write && (file->readonly ||
+                  __atomic_load_n(&file->dirty_bitmaps, __ATOMIC_ACQUIRE))) {
+        return false;
+    }
+    acb->filter_cb = acb->cb;
+    acb->filter_opaque = acb->opaque;
+    acb->filter_priv = (void *)(uintptr_t)acb->engine_priv[3];
+    acb->cb = fast_direct_cb;
+    acb->opaque = acb;
+    acb->blk = file;
+    acb->offset = at;
+    if (write) {
+        file->drv->bdrv_aio_pwritev(file, ctx, acb);
+    } else {
+        file->drv->bdrv_aio_preadv(file, ctx, acb);
+    }
+    return true;
+}
+
 #define L1_RESERVED (~(QCOW2_OFFSET_MASK | QCOW2_OFLAG_COPIED))
 #define L2_RESERVED (~(QCOW2_OFFSET_MASK | QCOW2_OFLAG_COPIED | \
                        QCOW2_OFLAG_COMPRESSED | QCOW2_OFLAG_ZERO))
@@ -2620,6 +2679,10 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
     if (!nio) {
         fast_put(acb);
         blk_complete_later(ctx, acb, 0);
+        return true;
+    }
+    if (nruns == 1 && run_kind[0] == RUN_FILE &&
+        qcow2_fast_direct(s, ctx, acb, run_at[0])) {
         return true;
     }
     acb->engine_priv[1] = nio;

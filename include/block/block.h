@@ -308,6 +308,7 @@ typedef struct BlockAIOCB {
     QSIMPLEQ_ENTRY(BlockAIOCB) next;    /* engine queues */
     BlockCompletionFunc *filter_cb;     /* saved by a filter that */
     void *filter_opaque;                /* interposes its callback */
+    void *filter_priv;                  /* and its own state */
     int ret;
     const BlockEngineTarget *target;    /* fd and function, for engines */
     BlockStatus *status;        /* BLK_REQ_BLOCK_STATUS: the answer */
