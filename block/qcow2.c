@@ -1053,16 +1053,22 @@ static void reuse_poll(BDRVQcow2State *s)
 
 /* ---- L2 cache --------------------------------------------------------- */
 
-static uint64_t l2_slice_key(BDRVQcow2State *s, uint64_t l2_off,
-                             uint32_t idx)
+/* Where the slice of entry @idx of the L2 table at @l2_off starts (the
+ * slice's byte offset in the table is @idx rounded down to the slice's
+ * entries, a power of two, times 8). */
+static inline uint64_t l2_slice_key(BDRVQcow2State *s, uint64_t l2_off,
+                                    uint32_t idx)
 {
-    return l2_off + (uint64_t)(idx / s->slice_entries) * s->slice_size;
+    return l2_off + ((uint64_t)(idx & ~(s->slice_entries - 1)) << 3);
 }
 
-static uint32_t l2_set_of(BDRVQcow2State *s, uint64_t key)
+/* The set of slice @key: a hash of it scaled into [0, nb_sets) by a
+ * multiplication (no division on the fast path). */
+static inline uint32_t l2_set_of(BDRVQcow2State *s, uint64_t key)
 {
-    return (uint32_t)(((key >> 9) * 0x9e3779b97f4a7c15ull) >> 32) %
-           s->nb_sets;
+    uint32_t h = ((key >> 9) * 0x9e3779b97f4a7c15ull) >> 32;
+
+    return ((uint64_t)h * s->nb_sets) >> 32;
 }
 
 /* Metadata thread: start and end a change of @slot's key or contents
@@ -1212,8 +1218,8 @@ static void l2_cache_clean(BDRVQcow2State *s)
  * Any thread, no lock: the L2 entry (host byte order) at @idx of the
  * slice @key if it is cached, else false.
  */
-static bool l2_fast_entry(BDRVQcow2State *s, uint64_t key, uint32_t idx,
-                          uint64_t *raw)
+static inline bool l2_fast_entry(BDRVQcow2State *s, uint64_t key,
+                                 uint32_t idx, uint64_t *raw)
 {
     Qcow2L2Slot *set = &s->slots[l2_set_of(s, key) * L2_WAYS];
 
@@ -2503,15 +2509,18 @@ static void fast_direct_cb(void *opaque, int ret)
  * to mark.  False (nothing done) when one of them does not hold: the
  * caller takes the child request then, which reports what is wrong.
  */
-static bool qcow2_fast_direct(BDRVQcow2State *s, AioContext *ctx,
-                              BlockAIOCB *acb, uint64_t at)
+static inline __attribute__((always_inline))
+bool qcow2_fast_direct(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
+                       uint64_t at)
 {
     BlockBackend *file = s->file;
-    uint64_t flen = blk_getlength(file);
+    /* blk_getlength() without the call (blk_truncate() stores it). */
+    uint64_t flen = __atomic_load_n(&file->size, __ATOMIC_RELAXED);
     bool write = acb->type == BLK_REQ_WRITE;
 
+    /* request_alignment is a power of two, at least 1 (blk_submit()). */
     if (acb->flags || acb->bytes > flen || at > flen - acb->bytes ||
-        ((at | acb->bytes) & (MAX(file->bl.request_alignment, 1) - 1))) {
+        ((at | acb->bytes) & (file->bl.request_alignment - 1))) {
         return false;
     }
     if (write && (file->readonly ||
@@ -2577,12 +2586,14 @@ static int iov_slice(const BlockAIOCB *acb, uint64_t pos, uint64_t len,
  * requests of the file or the backing node, and zeroes filled here; no
  * lock, no allocation.  False (nothing submitted) when anything else is
  * needed: the metadata thread does the request then.  Anything unusual
- * in an entry goes there too, which reports it.
+ * in an entry goes there too, which reports it.  qcow2_fast() checked
+ * the request's flags; @l1 is the L1 table it loaded.
  */
-static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
+static bool __attribute__((noinline))
+qcow2_fast_runs(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
+                const Qcow2L1Pub *l1)
 {
     bool write = acb->type == BLK_REQ_WRITE;
-    const Qcow2L1Pub *l1 = __atomic_load_n(&s->l1pub, __ATOMIC_ACQUIRE);
     uint64_t run_at[FAST_RUNS], run_len[FAST_RUNS], run_pos[FAST_RUNS];
     int run_kind[FAST_RUNS];
     uint32_t fa = MAX(s->file->bl.request_alignment, 1);
@@ -2590,15 +2601,6 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
     uint64_t pos = 0;
     int nruns = 0, nio = 0;
 
-    /*
-     * FUA promises the write durable with its mapping, which may still
-     * be a dirty L2 slice: the metadata thread writes it (and flushes).
-     */
-    if (!s->fast_ok ||
-        (write && (acb->flags & BDRV_REQ_FUA)) ||
-        (write && __atomic_load_n(&s->autoclear_pending, __ATOMIC_ACQUIRE))) {
-        return false;
-    }
     while (pos < acb->bytes) {
         uint64_t off = acb->offset + pos;
         uint64_t vc = off >> s->cluster_bits;
@@ -2619,7 +2621,7 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
         }
         if ((l1e & QCOW2_OFFSET_MASK) &&
             !l2_fast_entry(s, l2_slice_key(s, l1e & QCOW2_OFFSET_MASK, idx),
-                           idx % s->slice_entries, &raw)) {
+                           idx & (s->slice_entries - 1), &raw)) {
             return false;
         }
         if (raw & (L2_RESERVED | QCOW2_OFLAG_COMPRESSED)) {
@@ -2662,7 +2664,7 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
         pos += len;
     }
     for (int i = 0; i < nruns; i++) {
-        if (run_kind[i] == RUN_FILE && (run_at[i] | run_len[i]) % fa) {
+        if (run_kind[i] == RUN_FILE && ((run_at[i] | run_len[i]) & (fa - 1))) {
             return false;
         }
         nio += run_kind[i] != RUN_ZERO;
@@ -2718,6 +2720,60 @@ static bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
         }
     }
     return true;
+}
+
+/* Owner thread of @ctx: qcow2_fast_runs(), with a shortcut for the
+ * request within one data cluster. */
+static inline bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx,
+                              BlockAIOCB *acb)
+{
+    bool write = acb->type == BLK_REQ_WRITE;
+    const Qcow2L1Pub *l1 = __atomic_load_n(&s->l1pub, __ATOMIC_ACQUIRE);
+    uint64_t off = acb->offset;
+    uint32_t in = off & (s->cluster_size - 1);
+
+    /*
+     * FUA promises the write durable with its mapping, which may still
+     * be a dirty L2 slice: the metadata thread writes it (and flushes).
+     */
+    if (!s->fast_ok ||
+        (write && (acb->flags & BDRV_REQ_FUA)) ||
+        (write && __atomic_load_n(&s->autoclear_pending, __ATOMIC_ACQUIRE))) {
+        return false;
+    }
+    /*
+     * The common case without the runs: a request within one cluster
+     * mapped to a data cluster of the file (for a write, one of ours
+     * alone), with the checks of qcow2_fast_runs() for that case.
+     * Anything else, or a request qcow2_fast_direct() refuses, goes
+     * there, which looks at the entries again.
+     */
+    if (in + acb->bytes <= s->cluster_size) {
+        uint64_t vc = off >> s->cluster_bits;
+        uint64_t l1i = vc >> s->info.l2_bits;
+        uint32_t idx = vc & (s->info.l2_entries - 1);
+        uint64_t l1e, raw, at;
+
+        if (l1i >= l1->size) {
+            return false;
+        }
+        l1e = __atomic_load_n(&l1->e[l1i], __ATOMIC_ACQUIRE);
+        at = l1e & QCOW2_OFFSET_MASK;
+        if (!(l1e & L1_RESERVED) && at &&
+            (!write || (l1e & QCOW2_OFLAG_COPIED)) &&
+            l2_fast_entry(s, l2_slice_key(s, at, idx),
+                          idx & (s->slice_entries - 1), &raw) &&
+            !(raw & (L2_RESERVED | QCOW2_OFLAG_COMPRESSED |
+                     QCOW2_OFLAG_ZERO)) &&
+            (!write || (raw & QCOW2_OFLAG_COPIED))) {
+            at = raw & QCOW2_OFFSET_MASK;
+            if (at && !(at & (s->cluster_size - 1)) &&
+                qcow2_fast_direct(s, ctx, acb, at + in)) {
+                return true;
+            }
+        }
+    }
+    return qcow2_fast_runs(s, ctx, acb, l1);
 }
 
 /* Owner thread of @ctx: every request type. */
@@ -2926,6 +2982,14 @@ static void open_job(void *opaque)
     }
     s->slice_size = MAX(s->slice_size, s->align);
     s->slice_entries = s->slice_size / 8;
+    /* l2_slice_key() masks: the option, the cluster size and the
+     * file's alignment are powers of two. */
+    if (s->slice_entries & (s->slice_entries - 1)) {
+        open_fail(s, "%s: L2 cache entry size %" PRIu32 " is not a power "
+                  "of two (the file's request alignment is %" PRIu32 "): "
+                  "set l2-cache-entry-size", s->filename, s->slice_size, ra);
+        return;
+    }
     {
         uint64_t size = o && o->l2_cache_size ? o->l2_cache_size :
                         QCOW2_DEFAULT_L2_CACHE_SIZE;

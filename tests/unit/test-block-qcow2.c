@@ -3,7 +3,8 @@
  * The qcow2 driver in-process, over images qemu-img made: once its L2
  * cache is warm, reads of every cluster kind (data, zero, unallocated
  * from the backing node) and overwrites of allocated clusters take the
- * lock-free fast path (the metadata thread sees none of them) and the
+ * lock-free fast path (the metadata thread sees none of them, whether
+ * they span clusters or lie within one) and the
  * per-context pool of child requests stops growing; an allocating write
  * goes to the metadata thread; block status tells the cluster kinds
  * apart; what is read equals qemu-img's view and the image stays clean.
@@ -155,6 +156,23 @@ static void test_fast_path(void)
         memset(expect + 1024 * 1024 + 4096, round, 128 * 1024);
         g_assert_cmpint(do_rw(q, true, 1024 * 1024 + 4096, buf, 128 * 1024),
                         ==, 0);
+        /* Requests within one cluster (the shortcut straight to the
+         * file for data, the runs for the rest): data, an overwrite,
+         * zeroes, the backing node's. */
+        for (int i = 0; i < 4; i++) {
+            static const int offs[4] = {
+                1024 * 1024 + 64 * 1024 + 4096, 1024 * 1024 + 200 * 1024,
+                2 * 1024 * 1024 + 8192, 8192,
+            };
+
+            if (i == 1) {
+                memset(buf, round + 0x40, 8192);
+                memset(expect + offs[i], round + 0x40, 8192);
+                g_assert_cmpint(do_rw(q, true, offs[i], buf, 8192), ==, 0);
+            }
+            g_assert_cmpint(do_rw(q, false, offs[i], buf, 8192), ==, 0);
+            g_assert_true(memcmp(buf, expect + offs[i], 8192) == 0);
+        }
     }
     g_assert_cmpuint(qcow2_slow_requests(q), ==, slow);
     g_assert_cmpuint(blk_child_req_allocated(ctx), ==, pool);
