@@ -95,11 +95,11 @@
  */
 typedef struct Qcow2L2Slot {
     uint32_t seq;
+    bool dirty;                 /* changed since written (metadata thread) */
     uint64_t key;               /* host offset of the slice, 0: empty */
     uint64_t used;              /* LRU stamp (metadata thread) */
-    bool dirty;                 /* changed since written (metadata thread) */
     uint8_t *data;
-} Qcow2L2Slot;
+} Qcow2L2Slot;                  /* 32 bytes: a set is an aligned shift */
 
 #define L2_WAYS 8
 
@@ -165,7 +165,9 @@ typedef struct Qcow2FastSlot {
     uint8_t pad[48];
 } Qcow2FastSlot;
 
-static __thread uint32_t qcow2_thread_slot;     /* slot + 1; 0: none yet */
+/* The thread's slot, as its byte offset in BDRVQcow2State.fast plus 1
+ * (0: none yet). */
+static __thread uint32_t qcow2_thread_slot;
 static uint32_t qcow2_next_slot;                /* atomic */
 
 typedef struct BDRVQcow2State {
@@ -2451,13 +2453,14 @@ static void iovb_put(AioContext *ctx, Qcow2IovBlock *b)
 }
 
 /* The parent's state in its control block (which no engine uses while
- * the request is ours): [0] the submitting context (slow path),
- * [1] child requests pending, [2] the first error, [3] the counter it
- * holds a reference in (fast path: see reuse_poll()). */
+ * the request is ours): engine_priv [0] the submitting context (slow
+ * path), [1] child requests pending, [2] the first error; filter_priv
+ * the counter it holds a reference in (fast path: see reuse_poll()),
+ * where it stays when the control block itself goes down to the file
+ * (qcow2_fast_direct()). */
 static void fast_put(BlockAIOCB *acb)
 {
-    __atomic_fetch_sub((uint64_t *)(uintptr_t)acb->engine_priv[3], 1,
-                       __ATOMIC_RELEASE);
+    __atomic_fetch_sub((uint64_t *)acb->filter_priv, 1, __ATOMIC_RELEASE);
 }
 
 static void fast_cb(void *opaque, int ret)
@@ -2529,7 +2532,6 @@ bool qcow2_fast_direct(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
     }
     acb->filter_cb = acb->cb;
     acb->filter_opaque = acb->opaque;
-    acb->filter_priv = (void *)(uintptr_t)acb->engine_priv[3];
     acb->cb = fast_direct_cb;
     acb->opaque = acb;
     acb->blk = file;
@@ -2792,11 +2794,11 @@ static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
         if (!qcow2_thread_slot) {
             qcow2_thread_slot = __atomic_fetch_add(&qcow2_next_slot, 1,
                                                    __ATOMIC_RELAXED) %
-                                FAST_SLOTS + 1;
+                                FAST_SLOTS * sizeof(Qcow2FastSlot) + 1;
         }
-        refs = &s->fast[qcow2_thread_slot - 1].refs[e];
+        refs = (uint64_t *)((uint8_t *)s->fast + (qcow2_thread_slot - 1)) + e;
         /* Counted before any entry is looked at (see reuse_poll()). */
-        acb->engine_priv[3] = (uintptr_t)refs;
+        acb->filter_priv = refs;
         __atomic_fetch_add(refs, 1, __ATOMIC_SEQ_CST);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         if (qcow2_fast(s, ctx, acb)) {
