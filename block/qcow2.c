@@ -2748,9 +2748,10 @@ static inline bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx,
      * mapped to a data cluster of the file (for a write, one of ours
      * alone), with the checks of qcow2_fast_runs() for that case.
      * Anything else, or a request qcow2_fast_direct() refuses, goes
-     * there, which looks at the entries again.
+     * there, which looks at the entries again (and completes an empty
+     * request itself).
      */
-    if (in + acb->bytes <= s->cluster_size) {
+    if (acb->bytes && in + acb->bytes <= s->cluster_size) {
         uint64_t vc = off >> s->cluster_bits;
         uint64_t l1i = vc >> s->info.l2_bits;
         uint32_t idx = vc & (s->info.l2_entries - 1);
