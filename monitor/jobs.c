@@ -988,6 +988,47 @@ static bool vb_stream_finish(void *opaque, GError **errp)
     return ok;
 }
 
+/*
+ * What block-stream and block-commit check alike, in QEMU's order: base
+ * and base-node exclusive, on-error without enospc, a speed >= 0, then
+ * the device, a qcow2 node (@what: what the job does to it, for the
+ * message).  The node, or NULL with @errp set.
+ */
+static VbNode *vb_job_chain_device(VbState *s, const char *device,
+                                   const char *base, const char *base_node,
+                                   int on_error, int64_t speed,
+                                   const char *what, GError **errp)
+{
+    VbNode *n;
+
+    if (base && base_node) {
+        vb_set_error(errp, "'base' and 'base-node' cannot be specified at "
+                     "the same time");
+        return NULL;
+    }
+    if (on_error == 3) {
+        vb_set_error(errp, "on-error=enospc is not supported: use report, "
+                     "ignore or stop");
+        return NULL;
+    }
+    if (speed < 0) {
+        vb_set_error(errp, "Parameter 'speed' expects a non-negative value");
+        return NULL;
+    }
+    n = vb_node_find(s, device);
+    if (!n) {
+        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
+                     device, device);
+        return NULL;
+    }
+    if (!n->format || strcmp(blk_get_driver_name(n->blk), "qcow2")) {
+        vb_set_error(errp, "Node '%s' is not a qcow2 node: only an image "
+                     "with a backing file can be %s", device, what);
+        return NULL;
+    }
+    return n;
+}
+
 static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
                                      GError **errp)
 {
@@ -1031,29 +1072,9 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
                      "filter-node-name");
         return NULL;
     }
-    if (base && base_node) {
-        vb_set_error(errp, "'base' and 'base-node' cannot be specified at "
-                     "the same time");
-        return NULL;
-    }
-    if (on_error == 3) {
-        vb_set_error(errp, "on-error=enospc is not supported: use report, "
-                     "ignore or stop");
-        return NULL;
-    }
-    if (speed < 0) {
-        vb_set_error(errp, "Parameter 'speed' expects a non-negative value");
-        return NULL;
-    }
-    top = vb_node_find(s, device);
+    top = vb_job_chain_device(s, device, base, base_node, on_error, speed,
+                              "streamed into", errp);
     if (!top) {
-        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
-                     device, device);
-        return NULL;
-    }
-    if (!top->format || strcmp(blk_get_driver_name(top->blk), "qcow2")) {
-        vb_set_error(errp, "Node '%s' is not a qcow2 node: only an image "
-                     "with a backing file can be streamed into", device);
         return NULL;
     }
     if (blk_is_read_only(top->blk)) {
@@ -1425,29 +1446,9 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
                      "same time");
         return NULL;
     }
-    if (base_file && base_node) {
-        vb_set_error(errp, "'base' and 'base-node' cannot be specified at "
-                     "the same time");
-        return NULL;
-    }
-    if (on_error == 3) {
-        vb_set_error(errp, "on-error=enospc is not supported: use report, "
-                     "ignore or stop");
-        return NULL;
-    }
-    if (speed < 0) {
-        vb_set_error(errp, "Parameter 'speed' expects a non-negative value");
-        return NULL;
-    }
-    dev = vb_node_find(s, device);
+    dev = vb_job_chain_device(s, device, base_file, base_node, on_error,
+                              speed, "committed", errp);
     if (!dev) {
-        vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
-                     device, device);
-        return NULL;
-    }
-    if (!dev->format || strcmp(blk_get_driver_name(dev->blk), "qcow2")) {
-        vb_set_error(errp, "Node '%s' is not a qcow2 node: only an image "
-                     "with a backing file can be committed", device);
         return NULL;
     }
     chain = vb_chain_of(s, dev);

@@ -89,9 +89,6 @@ struct AioContext {
     int64_t poll_block_ns;          /* AioPollParams.block_ns */
     AioPollWindow poll_window;      /* see aio_poll_window_next(); its ns
                                      * is mirrored in poll_ns for stats */
-    unsigned poll_reqs;             /* aio_context_note_requests() since
-                                     * the window last adapted */
-    int64_t poll_adapted_ns;        /* when the window last adapted */
     /* drivers that poll (aio_context_driver_polls_add()); read by
      * aio_context_get_stats() from other threads */
     _Atomic unsigned driver_polls;

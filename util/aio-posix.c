@@ -38,26 +38,12 @@
  * The classic rule of spin-then-block follows: spinning longer than B
  * for an event cannot pay, and a window only pays while the events it
  * catches save (B each) at least what it spins in all, misses included
- * (a miss spins the whole window and then pays B anyway).  What a hit
- * saves depends on how busy the queue is: each request it brings in would
- * have waited for our wake-up, and at saturation a batch of requests that
- * polling catches also spares the peer its kick (a vmexit on a real VM)
- * and starts the next batch a wake-up sooner.  Let k be the requests the
- * queues took since the window last adapted (the queue handler tells the
- * context, aio_context_note_requests(): one add per batch; k >= 1).  The
- * queue is busy when k >= AIO_POLL_BUSY_REQS and they came at least
- * AIO_POLL_BUSY_FACTOR times faster than one per B (k x B >= factor x
- * the time since the window last adapted, not just this wait: the batch
- * before it was processed in that time too): a hit on a busy queue saves
- * k x B, any other hit B.  So a queue is busy above 2 / B (200k IOPS at
- * the default B); a rate limiter's bursts (a few requests per 50 us at
- * 100k IOPS) are valued as one saved sleep each, as before; a batch of
- * 32 at saturation pays for a window spun to its end.  The loop keeps
- * an account per context, the credit: each blocking iteration that
- * polled adds what its hit saved minus spent when polling caught its
- * event (a hit) and subtracts spent when it did not, and the credit is
- * kept within +-AIO_POLL_CREDIT_FACTOR x poll-max-ns (so it reacts within
- * a bounded loss however long polling paid before):
+ * (a miss spins the whole window and then pays B anyway).  So the loop
+ * keeps an account per context, the credit: each blocking iteration that
+ * polled adds B - spent when polling caught its event (a hit) and
+ * subtracts spent when it did not, and the credit is kept within
+ * +-AIO_POLL_CREDIT_FACTOR x poll-max-ns (so it reacts within a bounded
+ * loss however long polling paid before):
  *   - the credit reaches -limit: polling spent a full limit more than it
  *     saved.  The window shrinks (/ shrink; to 0 at once if nothing hit
  *     since the account last started, since then no window catches
@@ -71,9 +57,7 @@
  *     above -limit / 2, i.e. while the hits so far pay for the try, and
  *     only below the last window that lost with hits (the ceiling: its
  *     hits cost more than they saved, growing back to it would lose
- *     again), until polling pays (the credit reaches +limit); a busy
- *     wait (below) grows past the ceiling, as the load that lost there
- *     is gone;
+ *     again), until polling pays (the credit reaches +limit);
  *   - back-to-back events (hits within a few us) add nearly B each: the
  *     window stays;
  *   - an event the first look finds (spent 0, the peer answered before
@@ -95,13 +79,8 @@
  * A probe that fails (the window comes back to 0 without hits) costs at
  * most about limit + poll-max-ns, and the next probe waits for twice as
  * many near waits as the last (up to AIO_POLL_PROBE_BACKOFF_MAX); the
- * wait is forgotten once the credit reaches +limit (polling pays).  A busy
- * wait (the queue was busy) does not wait for its probe: requests keep
- * arriving faster than a sleep/wake-up round trip, so a queue that turns
- * from a low rate to saturation polls again within a few batches however
- * long the back-off had grown.  An idle queue stops
- * polling after at most limit of spinning, a queue that falls from
- * saturation to a low rate after at most about 3 x limit.
+ * wait is forgotten once the credit reaches +limit (polling pays).  An
+ * idle queue stops polling after at most limit of spinning.
  * Per iteration the policy costs a few additions on times the loop reads
  * anyway (the clock before and after the window, at the end): no syscall.
  */
@@ -486,30 +465,11 @@ static bool aio_try_poll(AioContext *ctx, bool blocking, int64_t start,
     return progress;
 }
 
-void aio_context_note_requests(AioContext *ctx, unsigned n)
-{
-    ctx->poll_reqs += n;
-}
-
 void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
-                          int64_t spent_ns, int64_t wait_ns, bool hit,
-                          unsigned reqs, int64_t reqs_ns)
+                          int64_t spent_ns, int64_t wait_ns, bool hit)
 {
     const int64_t limit = p->max_ns * AIO_POLL_CREDIT_FACTOR;
     const bool near = wait_ns <= p->max_ns * AIO_POLL_NEAR_FACTOR;
-    const int64_t block = p->block_ns > 0 ? p->block_ns : AIO_POLL_BLOCK_NS;
-    const int64_t k = reqs ? reqs : 1;
-    /* What the requests of this wait would have waited on a wake-up, in
-     * all; anything past 2 x limit fills the account anyway (and this
-     * cannot overflow). */
-    const int64_t all = k > 2 * limit / block ? 2 * limit : k * block;
-    /* A busy queue: they came at least AIO_POLL_BUSY_FACTOR times faster
-     * than one per sleep/wake-up round trip. */
-    const bool busy = k >= AIO_POLL_BUSY_REQS &&
-                      all >= AIO_POLL_BUSY_FACTOR * reqs_ns;
-    /* A hit on a busy queue saves each of its requests a wake-up, any
-     * other one sleep. */
-    const int64_t saved = busy ? all : block;
 
     if (hit && spent_ns <= 0 && w->ns) {
         /* The first look found it: it was there before any spinning, and
@@ -522,11 +482,10 @@ void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
         if (!near || p->max_ns <= 0) {
             return;
         }
-        if (w->probe_wait && !busy) {
+        if (w->probe_wait) {
             w->probe_wait--;
             return;
         }
-        w->probe_wait = 0;
         w->ns = MIN(AIO_POLL_NS_START, p->max_ns);
         w->credit_ns = 0;
         w->hits = 0;
@@ -534,7 +493,7 @@ void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
     }
 
     if (hit) {
-        w->credit_ns += saved - spent_ns;
+        w->credit_ns += p->block_ns - spent_ns;
         w->hits++;
     } else {
         w->credit_ns -= spent_ns;
@@ -562,17 +521,14 @@ void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
         return;
     }
     if (!hit && near && w->ns < p->max_ns && w->credit_ns > -limit / 2 &&
-        (!w->ceiling_ns || busy || w->ns * p->grow < w->ceiling_ns)) {
+        (!w->ceiling_ns || w->ns * p->grow < w->ceiling_ns)) {
         w->ns = MIN(w->ns * p->grow, p->max_ns);
     }
 }
 
 static void aio_adjust_poll_window(AioContext *ctx, int64_t spent_ns,
-                                   int64_t wait_ns, int64_t now, bool hit)
+                                   int64_t wait_ns, bool hit)
 {
-    unsigned reqs = ctx->poll_reqs;
-    int64_t reqs_ns = now - ctx->poll_adapted_ns;
-
     const AioPollParams p = {
         .max_ns = ctx->poll_max_ns,
         .grow = ctx->poll_grow,
@@ -580,8 +536,6 @@ static void aio_adjust_poll_window(AioContext *ctx, int64_t spent_ns,
         .block_ns = ctx->poll_block_ns,
     };
 
-    ctx->poll_reqs = 0;
-    ctx->poll_adapted_ns = now;
     if (atomic_load_explicit(&ctx->driver_polls, memory_order_relaxed)) {
         /*
          * A polling driver never kicks and spins whether we poll or not:
@@ -591,8 +545,7 @@ static void aio_adjust_poll_window(AioContext *ctx, int64_t spent_ns,
          */
         ctx->poll_window = (AioPollWindow) { .ns = p.max_ns };
     } else {
-        aio_poll_window_next(&ctx->poll_window, &p, spent_ns, wait_ns, hit,
-                             reqs, reqs_ns);
+        aio_poll_window_next(&ctx->poll_window, &p, spent_ns, wait_ns, hit);
     }
     aio_set_poll_ns(ctx, ctx->poll_window.ns);
 }
@@ -654,9 +607,6 @@ bool aio_poll(AioContext *ctx, bool blocking)
                                        memory_order_relaxed) != 0;
         aio_stat_inc(poll_on ? &ctx->poll_driver_polls
                              : &ctx->poll_host_busy);
-    }
-    if (!poll_on) {
-        ctx->poll_reqs = 0;     /* no window to weigh them for */
     }
     if (poll_on && ctx->poll_handler_cnt > 1) {
         /* > 1: the notifier alone is not worth polling. */
@@ -735,9 +685,8 @@ bool aio_poll(AioContext *ctx, bool blocking)
          * found by the first look (a bottom half scheduled by the last
          * iteration) says nothing about the peer: not counted. */
         if (polled || !notified || poll_end != start) {
-            int64_t now = aio_clock_ns();
-
-            aio_adjust_poll_window(ctx, poll_end - start, now - start, now,
+            aio_adjust_poll_window(ctx, poll_end - start,
+                                   aio_clock_ns() - start,
                                    polled || notified);
         }
     }

@@ -326,8 +326,6 @@ static void vu_blk_queue_run(VuBlkQueue *q, unsigned int limit)
     if (n) {
         q->c.batches++;
         q->c.requests += n;
-        /* The poll window values a hit by the requests it brought. */
-        aio_context_note_requests(q->ctx, n);
     }
     if (unlikely(!virtqueue_check_memory(q->vq))) {
         vu_blk_report_broken(q);

@@ -95,20 +95,14 @@ void aio_notify(AioContext *ctx);
  * sequences (no clock): see "The poll window" in util/aio-posix.c.  After
  * each blocking iteration that could poll, aio_poll_window_next() is told
  * how long the iteration spent polling (@spent_ns), how long it waited for
- * its event in all (@wait_ns, polling plus any sleep), whether polling
- * caught it (@hit), and how many requests the queues took since the last
- * call (@reqs, aio_context_note_requests(); 0 counts as 1) in how long
- * (@reqs_ns, the time since the last call); it updates @w, whose ns is
- * the next window.
+ * its event in all (@wait_ns, polling plus any sleep) and whether polling
+ * caught it (@hit); it updates @w, whose ns is the next window.
  */
 #define AIO_POLL_NS_START 4000          /* first window of a probe */
 #define AIO_POLL_NEAR_FACTOR 4          /* "near" waits: <= 4 x max_ns */
 #define AIO_POLL_CREDIT_FACTOR 4        /* credit limit: 4 x max_ns */
 #define AIO_POLL_BLOCK_NS 10000         /* default cost of a block+wake-up */
 #define AIO_POLL_PROBE_BACKOFF_MAX 4096 /* near waits between failed probes */
-#define AIO_POLL_BUSY_REQS 4            /* a busy queue: this many requests */
-#define AIO_POLL_BUSY_FACTOR 2          /* or more came this many times
-                                         * faster than one per block_ns */
 
 typedef struct AioPollParams {
     int64_t max_ns;     /* poll-max-ns: the window never exceeds it */
@@ -119,8 +113,7 @@ typedef struct AioPollParams {
 
 typedef struct AioPollWindow {
     int64_t ns;             /* the window of the next blocking iteration */
-    int64_t credit_ns;      /* wake-ups saved by hits (block_ns each, per
-                             * request on a busy queue) minus time spent
+    int64_t credit_ns;      /* block costs saved by hits minus time spent
                              * polling, within +-CREDIT_FACTOR x max_ns */
     unsigned hits;          /* hits since credit_ns last started from 0 */
     int64_t ceiling_ns;     /* a window that lost with hits: grow only
@@ -130,15 +123,7 @@ typedef struct AioPollWindow {
 } AioPollWindow;
 
 void aio_poll_window_next(AioPollWindow *w, const AioPollParams *p,
-                          int64_t spent_ns, int64_t wait_ns, bool hit,
-                          unsigned reqs, int64_t reqs_ns);
-
-/*
- * A queue handler took @n requests in one turn (call it once per batch,
- * not per request: a plain add on the owner's counter).  The poll window
- * weighs a hit by the requests it brought in.  Owner thread.
- */
-void aio_context_note_requests(AioContext *ctx, unsigned n);
+                          int64_t spent_ns, int64_t wait_ns, bool hit);
 
 /* Adaptive polling: 0 disables.  grow/shrink factors: 0 = defaults (2). */
 void aio_context_set_poll_params(AioContext *ctx, int64_t max_ns,

@@ -592,27 +592,20 @@ static const AioPollParams test_pp = {
     .max_ns = 32000, .grow = 2, .shrink = 2, .block_ns = 10000,
 };
 
-/* As feed(), each event bringing @reqs requests (a batch). */
-static int64_t feed_batch(AioPollWindow *w, int n, int64_t gap_ns,
-                          int64_t wake_ns, unsigned reqs)
+static int64_t feed(AioPollWindow *w, int n, int64_t gap_ns, int64_t wake_ns)
 {
     int64_t spent_all = 0;
 
     for (int i = 0; i < n; i++) {
         bool hit = w->ns >= gap_ns;
         int64_t spent = hit ? gap_ns : w->ns;
-        int64_t wait = hit ? gap_ns : gap_ns + wake_ns;
 
         spent_all += spent;
-        /* no processing time: the last batch ended as this wait began */
-        aio_poll_window_next(w, &test_pp, spent, wait, hit, reqs, wait);
+        aio_poll_window_next(w, &test_pp, spent, hit ? gap_ns
+                                                      : gap_ns + wake_ns,
+                             hit);
     }
     return spent_all;
-}
-
-static int64_t feed(AioPollWindow *w, int n, int64_t gap_ns, int64_t wake_ns)
-{
-    return feed_batch(w, n, gap_ns, wake_ns, 1);
 }
 
 /* Requests 50 us apart (20k IOPS, sleeping client): no window up to
@@ -653,15 +646,15 @@ static void test_poll_window_first_look(void)
 
     for (int i = 0; i < 10000; i++) {
         spent += feed(&w, 1, 50000, 20000);
-        aio_poll_window_next(&w, &test_pp, 0, 600, true, 1, 1000000000);
+        aio_poll_window_next(&w, &test_pp, 0, 600, true);
     }
     g_assert_cmpint(spent / 10000, <, 1000);
 
     w = (AioPollWindow) { 0 };
-    aio_poll_window_next(&w, &test_pp, 0, 600, true, 1, 1000000000);
+    aio_poll_window_next(&w, &test_pp, 0, 600, true);
     g_assert_cmpint(w.ns, ==, AIO_POLL_NS_START);
     for (int i = 0; i < 10000; i++) {
-        aio_poll_window_next(&w, &test_pp, 0, 600, true, 1, 1000000000);
+        aio_poll_window_next(&w, &test_pp, 0, 600, true);
         g_assert_cmpint(w.ns, ==, AIO_POLL_NS_START);
     }
     g_assert_cmpint(w.credit_ns, ==, 0);
@@ -740,135 +733,6 @@ static void test_poll_window_hits_must_pay(void)
     g_assert_cmpint(w.ns, >=, AIO_POLL_NS_START);
 }
 
-/*
- * A saturated queue, sleeping client at depth 32: the driver's next batch
- * of 32 comes 25 us after the last was served (its wake-up and reaping),
- * one in four 40 us (past a 32 us window).  Each hit spins 25 us, more
- * than one sleep costs, but saves a wake-up for each of its 32 requests
- * (and the driver's kick): the window stays at poll-max-ns, from the
- * maximum or from a closed window.  Weighing a hit as one request (the
- * rule before this one) lets the window shrink below the 25 us gap and
- * the queue then waits on a wake-up per batch.
- */
-static void feed_saturated(AioPollWindow *w, int n, unsigned reqs,
-                           bool check)
-{
-    for (int i = 0; i < n; i++) {
-        feed_batch(w, 1, i % 4 == 3 ? 40000 : 25000, 20000, reqs);
-        if (check) {
-            g_assert_cmpint(w->ns, ==, test_pp.max_ns);
-        }
-    }
-}
-
-static void test_poll_window_saturated(void)
-{
-    AioPollWindow w = { .ns = test_pp.max_ns };
-    int i;
-
-    feed_saturated(&w, 10000, 32, true);
-
-    /* From a closed window: a probe, then grown within a few batches. */
-    w = (AioPollWindow) { 0 };
-    for (i = 0; i < 10 && w.ns < test_pp.max_ns; i++) {
-        feed_saturated(&w, 1, 32, false);
-    }
-    g_assert_cmpint(w.ns, ==, test_pp.max_ns);
-    feed_saturated(&w, 10000, 32, true);
-
-    /* One request per wake-up at the same gaps: not worth 25 us each. */
-    w = (AioPollWindow) { .ns = test_pp.max_ns };
-    feed_saturated(&w, 10000, 1, false);
-    g_assert_cmpint(w.ns, <, 25000);
-}
-
-/*
- * Fixed low rates, one request per wake-up (a rate-limited sleeping
- * client): 20k IOPS (50 us apart, no window catches one) and 100k IOPS
- * with gaps of 12 us (caught, but each hit spins more than a sleep
- * costs).  Polling must cost under 1 us per request averaged over
- * 100000, even right after the queue was saturated.  A rate limiter
- * that issues in bursts is no busy queue either: 5 requests every 30 us
- * (167k IOPS, 6 us apart: not two per sleep/wake-up round trip), caught
- * after 30 us of spinning, are not worth it; 2 or 4 at once 50 us apart
- * do not make the probes stop backing off.
- */
-static void test_poll_window_low_rate(void)
-{
-    static const int64_t gaps[] = { 50000, 12000 };
-    AioPollWindow w;
-    int64_t spent;
-
-    for (unsigned g = 0; g < ARRAY_SIZE(gaps); g++) {
-        w = (AioPollWindow) { .ns = test_pp.max_ns };
-        feed_saturated(&w, 1000, 32, true);
-        spent = feed(&w, 100000, gaps[g], 20000);
-        g_assert_cmpint(spent / 100000, <, 1000);
-    }
-    w = (AioPollWindow) { .ns = test_pp.max_ns };
-    feed_saturated(&w, 1000, 32, true);
-    spent = feed_batch(&w, 100000 / 5, 30000, 20000, 5);
-    g_assert_cmpint(spent / 100000, <, 1000);
-
-    w = (AioPollWindow) { 0 };
-    spent = 0;
-    for (int i = 0; i < 25000; i++) {
-        spent += feed(&w, 1, 50000, 20000);
-        spent += feed_batch(&w, 1, 50000, 20000, 2);
-        spent += feed(&w, 1, 50000, 20000);
-        spent += feed_batch(&w, 1, 50000, 20000, 4);
-    }
-    g_assert_cmpint(spent / 100000, <, 1000);
-    g_assert_cmpuint(w.probe_backoff, ==, AIO_POLL_PROBE_BACKOFF_MAX);
-
-    /* The rate counts the time since the window last adapted, not only
-     * the last wait: 8 requests found 20 us into a wait but 80 us after
-     * the last batch (100k IOPS) are no busy queue; 8 in 20 us are. */
-    w = (AioPollWindow) { .probe_wait = 100 };
-    aio_poll_window_next(&w, &test_pp, 0, 20000, false, 8, 80000);
-    g_assert_cmpint(w.ns, ==, 0);
-    aio_poll_window_next(&w, &test_pp, 0, 20000, false, 8, 20000);
-    g_assert_cmpint(w.ns, ==, AIO_POLL_NS_START);
-}
-
-/*
- * The switch both ways.  Saturated to 20k IOPS: the window closes within
- * 16 requests, having spun what it had banked plus the account's limit
- * at each of its two sizes (3 x limit).  Then, with the probe back-off
- * at its maximum (4096 waits between probes), saturated again: a wait
- * that brings a busy batch probes at once and the window is back at
- * poll-max-ns within 5 batches.
- */
-static void test_poll_window_switch(void)
-{
-    const int64_t limit = test_pp.max_ns * AIO_POLL_CREDIT_FACTOR;
-    AioPollWindow w = { .ns = test_pp.max_ns };
-    int64_t spent = 0;
-    int i;
-
-    feed_saturated(&w, 10000, 32, true);
-    for (i = 0; i < 16 && w.ns; i++) {
-        spent += feed(&w, 1, 50000, 20000);
-    }
-    g_assert_cmpint(w.ns, ==, 0);
-    g_assert_cmpint(spent, <=, 3 * limit);
-    feed(&w, 100000, 50000, 20000);
-    g_assert_cmpuint(w.probe_backoff, ==, AIO_POLL_PROBE_BACKOFF_MAX);
-
-    for (i = 0; i < 5 && w.ns < test_pp.max_ns; i++) {
-        feed_saturated(&w, 1, 32, false);
-    }
-    g_assert_cmpint(w.ns, ==, test_pp.max_ns);
-    feed_saturated(&w, 10000, 32, true);
-    g_assert_cmpuint(w.probe_backoff, ==, 0);
-
-    /* And down once more. */
-    for (i = 0; i < 16 && w.ns; i++) {
-        feed(&w, 1, 50000, 20000);
-    }
-    g_assert_cmpint(w.ns, ==, 0);
-}
-
 /* A probe that fails waits twice as long as the last before the next;
  * the wait is forgotten once polling pays again. */
 static void test_poll_window_probe_backoff(void)
@@ -900,12 +764,12 @@ static void test_poll_window_limits(void)
     AioPollParams p = test_pp;
 
     p.max_ns = 0;
-    aio_poll_window_next(&w, &p, 0, 0, false, 1, 1000000000);
+    aio_poll_window_next(&w, &p, 0, 0, false);
     g_assert_cmpint(w.ns, ==, 0);
     p.max_ns = 1000;
-    aio_poll_window_next(&w, &p, 0, 500, false, 1, 1000000000);
+    aio_poll_window_next(&w, &p, 0, 500, false);
     g_assert_cmpint(w.ns, ==, 1000);
-    aio_poll_window_next(&w, &p, 1000, 1500, false, 1, 1000000000);
+    aio_poll_window_next(&w, &p, 1000, 1500, false);
     g_assert_cmpint(w.ns, ==, 1000);
 }
 
@@ -1096,9 +960,6 @@ int main(int argc, char **argv)
                     test_poll_window_burst_after_idle);
     g_test_add_func("/aio/poll/window-hits-must-pay",
                     test_poll_window_hits_must_pay);
-    g_test_add_func("/aio/poll/window-saturated", test_poll_window_saturated);
-    g_test_add_func("/aio/poll/window-low-rate", test_poll_window_low_rate);
-    g_test_add_func("/aio/poll/window-switch", test_poll_window_switch);
     g_test_add_func("/aio/poll/window-probe-backoff",
                     test_poll_window_probe_backoff);
     g_test_add_func("/aio/poll/window-limits", test_poll_window_limits);
