@@ -24,7 +24,7 @@
  * request touching one of its clusters, or a request other than a read,
  * a write or a flush, waits for them first (qcow2_async_ok()).  Reads
  * and writes of allocated clusters whose L2 entries are cached take a
- * lock-free fast path in the iothread instead (qcow2_fast()).
+ * lock-free fast path in the iothread instead (qcow2_submit()).
  *
  * Metadata is written back, as QEMU's qcow2 does: an allocating write
  * writes its data and changes the L2 entry and the refcounts in the
@@ -207,6 +207,20 @@ typedef struct BDRVQcow2State {
     Qcow2L1Pub *l1pub;          /* atomic: published to the fast path */
     GPtrArray *retired;         /* old L1 tables, freed at close */
     bool fast_ok;               /* clusters are whole direct I/O blocks */
+    /* The one-cluster shortcut of qcow2_submit(), computed at open so
+     * that a request does not: a guest offset's L1 index is
+     * off >> fast_l1_shift, its entry's byte in the L2 table
+     * (off >> fast_tbl_shift) & fast_tbl_mask, that byte's offset in
+     * its slice & fast_slice_mask; an L2 entry with any fast_l2_bad bit
+     * set (reserved, compressed, zero, or an offset not aligned to the
+     * cluster; every entry without fast_ok) is left to
+     * qcow2_submit_runs(). */
+    uint64_t fast_cmask;        /* cluster_size - 1 */
+    uint32_t fast_l1_shift;
+    uint32_t fast_tbl_shift;
+    uint64_t fast_tbl_mask;
+    uint64_t fast_slice_mask;
+    uint64_t fast_l2_bad;
     uint64_t slow_requests;     /* atomic: qcow2_slow_requests() */
     bool autoclear_pending;     /* atomic: autoclear bits to clear at
                                  * the first write (no fast writes) */
@@ -240,7 +254,7 @@ typedef struct BDRVQcow2State {
     uint64_t zero_from;
 
     /*
-     * Fast path requests in flight (qcow2_fast()), counted by epoch:
+     * Fast path requests in flight (qcow2_submit()), counted by epoch:
      * each takes a reference in refs[fast_epoch & 1] of its thread's
      * slot before it looks at an L1 or L2 entry, and drops it when its
      * I/O is done.  A slot per thread (threads spread over FAST_SLOTS
@@ -1217,11 +1231,12 @@ static void l2_cache_clean(BDRVQcow2State *s)
 }
 
 /*
- * Any thread, no lock: the L2 entry (host byte order) at @idx of the
- * slice @key if it is cached, else false.
+ * Any thread, no lock: the L2 entry (host byte order) at byte @byte (a
+ * multiple of 8 below the slice's size) of the slice @key if it is
+ * cached, else false.
  */
 static inline bool l2_fast_entry(BDRVQcow2State *s, uint64_t key,
-                                 uint32_t idx, uint64_t *raw)
+                                 uint32_t byte, uint64_t *raw)
 {
     Qcow2L2Slot *set = &s->slots[l2_set_of(s, key) * L2_WAYS];
 
@@ -1234,7 +1249,7 @@ static inline bool l2_fast_entry(BDRVQcow2State *s, uint64_t key,
             __atomic_load_n(&slot->key, __ATOMIC_RELAXED) != key) {
             continue;
         }
-        v = __atomic_load_n((uint64_t *)(slot->data + idx * 8),
+        v = __atomic_load_n((uint64_t *)(slot->data + byte),
                             __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&slot->seq, __ATOMIC_RELAXED) != s1) {
@@ -1688,7 +1703,7 @@ static int first_write(BDRVQcow2State *s)
         return ret;
     }
     s->info.h.autoclear_features = 0;
-    /* Until now every write came here (see qcow2_fast()). */
+    /* Until now every write came here (see qcow2_submit()). */
     __atomic_store_n(&s->autoclear_pending, false, __ATOMIC_RELEASE);
     return 0;
 }
@@ -2513,23 +2528,31 @@ static void fast_direct_cb(void *opaque, int ret)
  * caller takes the child request then, which reports what is wrong.
  */
 static inline __attribute__((always_inline))
-bool qcow2_fast_direct(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
-                       uint64_t at)
+bool qcow2_direct_ok(BDRVQcow2State *s, const BlockAIOCB *acb, uint64_t at,
+                     bool write)
 {
     BlockBackend *file = s->file;
     /* blk_getlength() without the call (blk_truncate() stores it). */
     uint64_t flen = __atomic_load_n(&file->size, __ATOMIC_RELAXED);
-    bool write = acb->type == BLK_REQ_WRITE;
 
     /* request_alignment is a power of two, at least 1 (blk_submit()). */
     if (acb->flags || acb->bytes > flen || at > flen - acb->bytes ||
         ((at | acb->bytes) & (file->bl.request_alignment - 1))) {
         return false;
     }
-    if (write && (file->readonly ||
-                  __atomic_load_n(&file->dirty_bitmaps, __ATOMIC_ACQUIRE))) {
-        return false;
-    }
+    return !write ||
+           (!file->readonly &&
+            !__atomic_load_n(&file->dirty_bitmaps, __ATOMIC_ACQUIRE));
+}
+
+/* qcow2_direct_ok() held: submit.  Last in its callers, so that the
+ * driver's submission is a tail call. */
+static inline __attribute__((always_inline))
+void qcow2_direct_go(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
+                     uint64_t at, bool write)
+{
+    BlockBackend *file = s->file;
+
     acb->filter_cb = acb->cb;
     acb->filter_opaque = acb->opaque;
     acb->cb = fast_direct_cb;
@@ -2541,7 +2564,6 @@ bool qcow2_fast_direct(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
     } else {
         file->drv->bdrv_aio_preadv(file, ctx, acb);
     }
-    return true;
 }
 
 #define L1_RESERVED (~(QCOW2_OFFSET_MASK | QCOW2_OFLAG_COPIED))
@@ -2588,7 +2610,7 @@ static int iov_slice(const BlockAIOCB *acb, uint64_t pos, uint64_t len,
  * requests of the file or the backing node, and zeroes filled here; no
  * lock, no allocation.  False (nothing submitted) when anything else is
  * needed: the metadata thread does the request then.  Anything unusual
- * in an entry goes there too, which reports it.  qcow2_fast() checked
+ * in an entry goes there too, which reports it.  qcow2_submit_runs() checked
  * the request's flags; @l1 is the L1 table it loaded.
  */
 static bool __attribute__((noinline))
@@ -2623,7 +2645,7 @@ qcow2_fast_runs(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
         }
         if ((l1e & QCOW2_OFFSET_MASK) &&
             !l2_fast_entry(s, l2_slice_key(s, l1e & QCOW2_OFFSET_MASK, idx),
-                           idx & (s->slice_entries - 1), &raw)) {
+                           (idx & (s->slice_entries - 1)) * 8, &raw)) {
             return false;
         }
         if (raw & (L2_RESERVED | QCOW2_OFLAG_COMPRESSED)) {
@@ -2686,7 +2708,8 @@ qcow2_fast_runs(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
         return true;
     }
     if (nruns == 1 && run_kind[0] == RUN_FILE &&
-        qcow2_fast_direct(s, ctx, acb, run_at[0])) {
+        qcow2_direct_ok(s, acb, run_at[0], write)) {
+        qcow2_direct_go(s, ctx, acb, run_at[0], write);
         return true;
     }
     acb->engine_priv[1] = nio;
@@ -2724,89 +2747,10 @@ qcow2_fast_runs(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
     return true;
 }
 
-/* Owner thread of @ctx: qcow2_fast_runs(), with a shortcut for the
- * request within one data cluster. */
-static inline bool qcow2_fast(BDRVQcow2State *s, AioContext *ctx,
-                              BlockAIOCB *acb)
+/* Any thread: the metadata thread does @acb. */
+static void __attribute__((noinline))
+qcow2_submit_slow(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
 {
-    bool write = acb->type == BLK_REQ_WRITE;
-    const Qcow2L1Pub *l1 = __atomic_load_n(&s->l1pub, __ATOMIC_ACQUIRE);
-    uint64_t off = acb->offset;
-    uint32_t in = off & (s->cluster_size - 1);
-
-    /*
-     * FUA promises the write durable with its mapping, which may still
-     * be a dirty L2 slice: the metadata thread writes it (and flushes).
-     */
-    if (!s->fast_ok ||
-        (write && (acb->flags & BDRV_REQ_FUA)) ||
-        (write && __atomic_load_n(&s->autoclear_pending, __ATOMIC_ACQUIRE))) {
-        return false;
-    }
-    /*
-     * The common case without the runs: a request within one cluster
-     * mapped to a data cluster of the file (for a write, one of ours
-     * alone), with the checks of qcow2_fast_runs() for that case.
-     * Anything else, or a request qcow2_fast_direct() refuses, goes
-     * there, which looks at the entries again (and completes an empty
-     * request itself).
-     */
-    if (acb->bytes && in + acb->bytes <= s->cluster_size) {
-        uint64_t vc = off >> s->cluster_bits;
-        uint64_t l1i = vc >> s->info.l2_bits;
-        uint32_t idx = vc & (s->info.l2_entries - 1);
-        uint64_t l1e, raw, at;
-
-        if (l1i >= l1->size) {
-            return false;
-        }
-        l1e = __atomic_load_n(&l1->e[l1i], __ATOMIC_ACQUIRE);
-        at = l1e & QCOW2_OFFSET_MASK;
-        if (!(l1e & L1_RESERVED) && at &&
-            (!write || (l1e & QCOW2_OFLAG_COPIED)) &&
-            l2_fast_entry(s, l2_slice_key(s, at, idx),
-                          idx & (s->slice_entries - 1), &raw) &&
-            !(raw & (L2_RESERVED | QCOW2_OFLAG_COMPRESSED |
-                     QCOW2_OFLAG_ZERO)) &&
-            (!write || (raw & QCOW2_OFLAG_COPIED))) {
-            at = raw & QCOW2_OFFSET_MASK;
-            if (at && !(at & (s->cluster_size - 1)) &&
-                qcow2_fast_direct(s, ctx, acb, at + in)) {
-                return true;
-            }
-        }
-    }
-    return qcow2_fast_runs(s, ctx, acb, l1);
-}
-
-/* Owner thread of @ctx: every request type. */
-static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
-{
-    BDRVQcow2State *s = bs->opaque;
-
-    /* A conditional write decides on the L2 entries where allocations
-     * are serialised: never on the fast path. */
-    if (acb->type == BLK_REQ_READ ||
-        (acb->type == BLK_REQ_WRITE &&
-         !(acb->flags & BDRV_REQ_IF_UNALLOCATED))) {
-        uint32_t e = __atomic_load_n(&s->fast_epoch, __ATOMIC_ACQUIRE) & 1;
-        uint64_t *refs;
-
-        if (!qcow2_thread_slot) {
-            qcow2_thread_slot = __atomic_fetch_add(&qcow2_next_slot, 1,
-                                                   __ATOMIC_RELAXED) %
-                                FAST_SLOTS * sizeof(Qcow2FastSlot) + 1;
-        }
-        refs = (uint64_t *)((uint8_t *)s->fast + (qcow2_thread_slot - 1)) + e;
-        /* Counted before any entry is looked at (see reuse_poll()). */
-        acb->filter_priv = refs;
-        __atomic_fetch_add(refs, 1, __ATOMIC_SEQ_CST);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        if (qcow2_fast(s, ctx, acb)) {
-            return;
-        }
-        fast_put(acb);
-    }
     acb->engine_priv[0] = (uintptr_t)ctx;
     __atomic_add_fetch(&s->slow_requests, 1, __ATOMIC_RELAXED);
     g_mutex_lock(&s->lock);
@@ -2816,6 +2760,110 @@ static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
         aio_notify(s->ctx);
     }
     g_mutex_unlock(&s->lock);
+}
+
+/* Owner thread of @ctx: a counted fast request the shortcut of
+ * qcow2_submit() did not take: qcow2_fast_runs(), or (not counted any
+ * more) the metadata thread. */
+static void __attribute__((noinline))
+qcow2_submit_runs(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb)
+{
+    /*
+     * FUA promises the write durable with its mapping, which may still
+     * be a dirty L2 slice: the metadata thread writes it (and flushes).
+     */
+    if (s->fast_ok &&
+        !(acb->type == BLK_REQ_WRITE &&
+          ((acb->flags & BDRV_REQ_FUA) ||
+           __atomic_load_n(&s->autoclear_pending, __ATOMIC_ACQUIRE))) &&
+        qcow2_fast_runs(s, ctx, acb,
+                        __atomic_load_n(&s->l1pub, __ATOMIC_ACQUIRE))) {
+        return;
+    }
+    fast_put(acb);
+    qcow2_submit_slow(s, ctx, acb);
+}
+
+/*
+ * Owner thread of @ctx: a read (@write false), or a write that is not
+ * conditional (which decides on the L2 entries where allocations are
+ * serialised): counted (see reuse_poll()), then the common case here, a
+ * request within one cluster mapped to a data cluster of the file (for
+ * a write, one of ours alone), handed to the file node's driver;
+ * anything else goes to qcow2_submit_runs(), which looks at the entries
+ * again.  Inlined once for reads and once for writes (a read has none of
+ * the write's checks), and written to need no frame of its own: the
+ * driver's submission is a tail call.
+ */
+static inline __attribute__((always_inline))
+void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
+                       const bool write)
+{
+    uint32_t e = __atomic_load_n(&s->fast_epoch, __ATOMIC_ACQUIRE) & 1;
+    uint32_t slot = qcow2_thread_slot;
+    uint64_t *refs;
+    const Qcow2L1Pub *l1;
+    uint64_t off, in, l1i, tb, l1e, at, raw;
+
+    if (unlikely(!slot)) {
+        slot = __atomic_fetch_add(&qcow2_next_slot, 1, __ATOMIC_RELAXED) %
+               FAST_SLOTS * sizeof(Qcow2FastSlot) + 1;
+        qcow2_thread_slot = slot;
+    }
+    refs = (uint64_t *)((uint8_t *)s->fast + (slot - 1)) + e;
+    /* Counted before any entry is looked at (see reuse_poll()). */
+    acb->filter_priv = refs;
+    __atomic_fetch_add(refs, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+
+    l1 = __atomic_load_n(&s->l1pub, __ATOMIC_ACQUIRE);
+    off = acb->offset;
+    in = off & s->fast_cmask;
+    l1i = off >> s->fast_l1_shift;
+    /* 1 <= bytes <= cluster_size - in (0 - 1 wraps: no shortcut). */
+    if (acb->bytes - 1 > s->fast_cmask - in ||
+        l1i >= l1->size ||
+        (write && ((acb->flags & BDRV_REQ_FUA) ||
+                   __atomic_load_n(&s->autoclear_pending,
+                                   __ATOMIC_ACQUIRE)))) {
+        goto other;
+    }
+    l1e = __atomic_load_n(&l1->e[l1i], __ATOMIC_ACQUIRE);
+    at = l1e & QCOW2_OFFSET_MASK;
+    if ((l1e & L1_RESERVED) || !at ||
+        (write && !(l1e & QCOW2_OFLAG_COPIED))) {
+        goto other;
+    }
+    tb = (off >> s->fast_tbl_shift) & s->fast_tbl_mask;
+    if (!l2_fast_entry(s, at + (tb & ~s->fast_slice_mask),
+                       tb & s->fast_slice_mask, &raw) ||
+        (raw & s->fast_l2_bad) || (write && !(raw & QCOW2_OFLAG_COPIED))) {
+        goto other;
+    }
+    at = (raw & QCOW2_OFFSET_MASK) + in;
+    if (at == in || !qcow2_direct_ok(s, acb, at, write)) {
+        goto other;
+    }
+    qcow2_direct_go(s, ctx, acb, at, write);
+    return;
+
+other:
+    qcow2_submit_runs(s, ctx, acb);
+}
+
+/* Owner thread of @ctx: every request type. */
+static void qcow2_submit(BlockBackend *bs, AioContext *ctx, BlockAIOCB *acb)
+{
+    BDRVQcow2State *s = bs->opaque;
+
+    if (acb->type == BLK_REQ_READ) {
+        qcow2_submit_fast(s, ctx, acb, false);
+    } else if (acb->type == BLK_REQ_WRITE &&
+               !(acb->flags & BDRV_REQ_IF_UNALLOCATED)) {
+        qcow2_submit_fast(s, ctx, acb, true);
+    } else {
+        qcow2_submit_slow(s, ctx, acb);
+    }
 }
 
 /* ---- open ------------------------------------------------------------- */
@@ -3005,6 +3053,15 @@ static void open_job(void *opaque)
     s->l1pub->size = s->l1_size;
     s->l1pub->e = s->l1;
     s->fast_ok = s->cluster_size >= ra;
+    s->fast_cmask = s->cluster_size - 1;
+    s->fast_l1_shift = s->cluster_bits + s->info.l2_bits;
+    s->fast_tbl_shift = s->cluster_bits - 3;    /* 8-byte entries */
+    s->fast_tbl_mask = (uint64_t)(s->info.l2_entries - 1) << 3;
+    s->fast_slice_mask = (uint64_t)(s->slice_entries - 1) << 3;
+    /* Without fast_ok every entry is: qcow2_submit_runs() checks it. */
+    s->fast_l2_bad = !s->fast_ok ? ~(uint64_t)0 :
+                     L2_RESERVED | QCOW2_OFLAG_COMPRESSED | QCOW2_OFLAG_ZERO |
+                     (s->fast_cmask & QCOW2_OFFSET_MASK);
     /* A batch of data clusters: 4 MiB, 1 to 512 clusters. */
     s->res_max = MIN(MAX((4u << 20) / s->cluster_size, 1u), 512u);
     s->reserve = g_new0(int64_t, s->res_max);
