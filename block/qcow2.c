@@ -3332,15 +3332,24 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
     bs->bl.can_write_zeroes = s->writable;
     bs->bl.opt_io_size = s->cluster_size;
     bs->filename = g_strdup(s->filename);
-    s->format_specific = g_strdup_printf(
-        "{\"type\": \"qcow2\", \"data\": {\"compat\": \"%s\", "
-        "\"lazy-refcounts\": %s, \"refcount-bits\": %u, "
-        "\"corrupt\": false, \"extended-l2\": false, "
-        "\"compression-type\": \"%s\"}}",
-        s->info.h.version >= 3 ? "1.1" : "0.10",
-        s->info.lazy_refcounts ? "true" : "false", s->info.refcount_bits,
-        s->info.h.compression_type == QCOW2_COMPRESSION_ZSTD ? "zstd" :
-                                                               "zlib");
+    /* lazy-refcounts, corrupt and extended-l2 are version 3 header
+     * fields: QEMU gives none of them for a version 2 image (compat
+     * 0.10), nor do we. */
+    if (s->info.h.version >= 3) {
+        s->format_specific = g_strdup_printf(
+            "{\"type\": \"qcow2\", \"data\": {\"compat\": \"1.1\", "
+            "\"lazy-refcounts\": %s, \"refcount-bits\": %u, "
+            "\"corrupt\": false, \"extended-l2\": false, "
+            "\"compression-type\": \"%s\"}}",
+            s->info.lazy_refcounts ? "true" : "false", s->info.refcount_bits,
+            s->info.h.compression_type == QCOW2_COMPRESSION_ZSTD ? "zstd" :
+                                                                   "zlib");
+    } else {
+        s->format_specific = g_strdup_printf(
+            "{\"type\": \"qcow2\", \"data\": {\"compat\": \"0.10\", "
+            "\"refcount-bits\": %u, \"compression-type\": \"zlib\"}}",
+            s->info.refcount_bits);
+    }
     return true;
 }
 

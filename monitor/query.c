@@ -80,28 +80,6 @@ static const char *vb_backing_format(BlockBackend *backing)
 }
 
 /*
- * QEMU's ImageInfoSpecificQCow2 of a version 2 image (compat 0.10) has
- * no lazy-refcounts, corrupt or extended-l2: those are version 3 header
- * fields.  The driver's text gives them for every version; drop them
- * here so that the reply is QEMU's.
- */
-static void vb_format_specific_fixup(JsonNode *fs)
-{
-    JsonObject *o = JSON_NODE_HOLDS_OBJECT(fs) ? json_node_get_object(fs)
-                                               : NULL;
-    JsonNode *dn = o ? json_object_get_member(o, "data") : NULL;
-    JsonObject *d = dn && JSON_NODE_HOLDS_OBJECT(dn) ?
-                    json_node_get_object(dn) : NULL;
-
-    if (d && !g_strcmp0(json_object_get_string_member_with_default(
-                            d, "compat", NULL), "0.10")) {
-        json_object_remove_member(d, "lazy-refcounts");
-        json_object_remove_member(d, "corrupt");
-        json_object_remove_member(d, "extended-l2");
-    }
-}
-
-/*
  * QEMU's ImageInfo of a format node's image into @img: the basic members,
  * what the driver says of its image, and the backing chain nested
  * ("backing-image").  Returns the chain's depth below @blk.
@@ -129,10 +107,8 @@ static unsigned int vb_image_info(BlockBackend *blk, const char *filename,
         g_autoptr(JsonParser) p = json_parser_new();
 
         if (json_parser_load_from_data(p, bdi.format_specific, -1, NULL)) {
-            JsonNode *fs = json_node_copy(json_parser_get_root(p));
-
-            vb_format_specific_fixup(fs);
-            json_object_set_member(img, "format-specific", fs);
+            json_object_set_member(img, "format-specific",
+                                   json_node_copy(json_parser_get_root(p)));
         }
     }
     if (bdi.backing_file) {
