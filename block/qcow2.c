@@ -209,17 +209,20 @@ typedef struct BDRVQcow2State {
     bool fast_ok;               /* clusters are whole direct I/O blocks */
     /* The one-cluster shortcut of qcow2_submit(), computed at open so
      * that a request does not: a guest offset's L1 index is
-     * off >> fast_l1_shift, its entry's byte in the L2 table
-     * (off >> fast_tbl_shift) & fast_tbl_mask, that byte's offset in
-     * its slice & fast_slice_mask; an L2 entry with any fast_l2_bad bit
-     * set (reserved, compressed, zero, or an offset not aligned to the
-     * cluster; every entry without fast_ok) is left to
+     * off >> fast_l1_shift; with b = off >> fast_tbl_shift, its L2
+     * entry's byte in the table is b & fast_tbl_mask, where the slice
+     * of it starts b & fast_key_mask, and the entry's byte in that slice
+     * b & fast_slice_mask (8-byte entries: the masks clear the low 3
+     * bits, the offset's within the cluster); an L2 entry with any
+     * fast_l2_bad bit set (reserved, compressed, zero, or an offset not
+     * aligned to the cluster; every entry without fast_ok) is left to
      * qcow2_submit_runs(). */
     uint64_t fast_cmask;        /* cluster_size - 1 */
     uint32_t fast_l1_shift;
     uint32_t fast_tbl_shift;
     uint64_t fast_tbl_mask;
     uint64_t fast_slice_mask;
+    uint64_t fast_key_mask;     /* fast_tbl_mask & ~fast_slice_mask */
     uint64_t fast_l2_bad;
     uint64_t slow_requests;     /* atomic: qcow2_slow_requests() */
     bool autoclear_pending;     /* atomic: autoclear bits to clear at
@@ -2506,14 +2509,16 @@ static void fast_cb(void *opaque, int ret)
 static void fast_direct_cb(void *opaque, int ret)
 {
     BlockAIOCB *acb = opaque;
+    BlockCompletionFunc *cb = acb->filter_cb;
+    void *cb_opaque = acb->filter_opaque;
 
-    acb->cb = acb->filter_cb;
-    acb->opaque = acb->filter_opaque;
+    acb->cb = cb;
+    acb->opaque = cb_opaque;
     /* The host cluster is no longer used: it may be reused. */
     __atomic_fetch_sub((uint64_t *)acb->filter_priv, 1, __ATOMIC_RELEASE);
     /* No flag (so no dirty tracking) and no bounce buffer of ours:
      * blk_acb_complete() would only call the callback. */
-    acb->cb(acb->opaque, ret);
+    cb(cb_opaque, ret);
 }
 
 /*
@@ -2834,8 +2839,8 @@ void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
         (write && !(l1e & QCOW2_OFLAG_COPIED))) {
         goto other;
     }
-    tb = (off >> s->fast_tbl_shift) & s->fast_tbl_mask;
-    if (!l2_fast_entry(s, at + (tb & ~s->fast_slice_mask),
+    tb = off >> s->fast_tbl_shift;
+    if (!l2_fast_entry(s, at + (tb & s->fast_key_mask),
                        tb & s->fast_slice_mask, &raw) ||
         (raw & s->fast_l2_bad) || (write && !(raw & QCOW2_OFLAG_COPIED))) {
         goto other;
@@ -3058,6 +3063,7 @@ static void open_job(void *opaque)
     s->fast_tbl_shift = s->cluster_bits - 3;    /* 8-byte entries */
     s->fast_tbl_mask = (uint64_t)(s->info.l2_entries - 1) << 3;
     s->fast_slice_mask = (uint64_t)(s->slice_entries - 1) << 3;
+    s->fast_key_mask = s->fast_tbl_mask & ~s->fast_slice_mask;
     /* Without fast_ok every entry is: qcow2_submit_runs() checks it. */
     s->fast_l2_bad = !s->fast_ok ? ~(uint64_t)0 :
                      L2_RESERVED | QCOW2_OFLAG_COMPRESSED | QCOW2_OFLAG_ZERO |
