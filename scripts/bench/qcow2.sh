@@ -293,10 +293,34 @@ sparse() {
 }
 
 # ir: callgrind, (Ir(2N) - Ir(N)) / N so start-up and connection cancel.
+# Counted: every instruction of the daemon's process (all its threads:
+# the iothread, the main thread, qcow2's metadata thread) between the two
+# runs' ends, i.e. the N requests the second run adds, in its steady
+# state: the image fully allocated, every L2 slice it touches cached (the
+# first N requests loaded them; -m 256 is one L2 table, 8 slices), the
+# same random offsets (the bench's seed) for raw and qcow2.  Two more
+# figures, from the same two files, with the same difference: the
+# iothread's event loop iterations per 1000 I/Os (aio_poll() calls from
+# iothread_run(): how the requests happened to batch, which depends on
+# timing, the one thing that varies between repetitions) and the self
+# instructions of block/qcow2*.c per I/O (the format's own cost, which
+# does not).
+cg_loops() {
+    callgrind_annotate --auto=no --threshold=100 --tree=calling "$1" 2>/dev/null |
+        awk '/\*  .*:iothread_run \[/ { t = 1; next } /\*  / { t = 0 }
+             t && /:aio_poll \(/ { c = $0; sub(/^.*aio_poll \(/, "", c)
+                                   sub(/x\).*$/, "", c); gsub(",", "", c)
+                                   s += c } END { print s + 0 }'
+}
+cg_own() {
+    callgrind_annotate --auto=no --threshold=100 "$1" 2>/dev/null |
+        awk '$1 ~ /^[0-9,]+$/ && /\/block\/qcow2[^\/]*\.c:/ {
+             c = $1; gsub(",", "", c); s += c } END { print s + 0 }'
+}
 ir_case() {
     local name=$1 n t
     shift
-    local -a irs=()
+    local -a irs=() loops=() own=()
     for n in "$cg_ios" $((2 * cg_ios)); do
         WRAP=(valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$name.$n")
         WAIT_SECS=120
@@ -309,8 +333,11 @@ ir_case() {
         t=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$tmp/$name.log" | tail -n1)
         [ -n "$t" ] || { echo "qcow2.sh: no callgrind total for $name" >&2; return 1; }
         irs+=("$t")
+        loops+=("$(cg_loops "$tmp/cg.$name.$n")")
+        own+=("$(cg_own "$tmp/cg.$name.$n")")
+        rm -f "$tmp/cg.$name.$n"
     done
-    echo "{\"kind\": \"callgrind\", \"case\": \"$name\", \"ios\": $cg_ios, \"ir_per_io\": $(( (irs[1] - irs[0]) / cg_ios ))}" >> "$raw"
+    echo "{\"kind\": \"callgrind\", \"case\": \"$name\", \"ios\": $cg_ios, \"ir_per_io\": $(( (irs[1] - irs[0]) / cg_ios )), \"loops_per_kio\": $(( (loops[1] - loops[0]) * 1000 / cg_ios )), \"own_ir_per_io\": $(( (own[1] - own[0]) / cg_ios ))}" >> "$raw"
 }
 
 ir() {
