@@ -971,7 +971,7 @@ bool vb_nbd_export_add(VbState *s, QmpArgs *a, bool keyval, GError **errp)
                      "base:allocation is offered");
         return false;
     }
-    if (vb_export_find(s, id) || vb_nbd_find(n, id)) {
+    if (vb_export_id_in_use(s, id)) {
         vb_set_error(errp, "Block export id '%s' is already in use", id);
         return false;
     }
@@ -1090,6 +1090,14 @@ bool vb_nbd_export_del(VbState *s, const char *id, bool hard,
     nbd_export_remove(x->exp, vb_nbd_export_done, x);
     return true;
 }
+
+const VbExportType vb_export_type_nbd = {
+    .name = "nbd",
+    .add = vb_nbd_export_add,
+    .del = vb_nbd_export_del,
+    .query = vb_nbd_query_exports,
+    .has = vb_nbd_has_export,
+};
 
 void vb_nbd_query_exports(VbState *s, JsonArray *arr)
 {

@@ -14,6 +14,10 @@
 #include "monitor/state.h"
 #include "qemu/qmp-args.h"
 #include "nbd/server.h"
+#include "monitor/export.h"
+
+/* block-export-add type=nbd and the rest, for the export registry. */
+extern const VbExportType vb_export_type_nbd;
 
 /* --nbd-server / nbd-server-start */
 bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
