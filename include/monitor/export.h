@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Exports (monitor/export.c): block-export-add / --export
- * type=vhost-user-blk, the legacy --export socket=... syntax, and the
- * listening sockets an export can be given (addr.type=fd).
+ * Exports (monitor/export.c): the registry of export types that
+ * block-export-add / --export type= dispatch through (VbExportType),
+ * type=vhost-user-blk itself, the legacy --export socket=... syntax, and
+ * the listening sockets an export can be given (addr.type=fd).
  *
  * Threads: main thread only.
  */
