@@ -562,7 +562,7 @@ static bool vb_export_alive(VbState *s, VbExport *e)
 
 static void vb_snapshot_undo(VbSnapshot *sn)
 {
-    qcow2_set_backing(sn->ov->blk, NULL, NULL);
+    blk_set_backing(sn->ov->blk, NULL, NULL);
     sn->ov->backing = NULL;
     sn->node->parents--;
     if (sn->drop_overlay) {
@@ -638,7 +638,7 @@ static void vb_snapshot_start(VbState *s, VbNode *node, VbNode *ov,
     } else if (ov->user || ov->nbd_exports || ov->parents || ov->filter ||
                vb_job_uses_node(ov)) {
         vb_set_error(&err, "The overlay is already in use");
-    } else if (!ov->format) {
+    } else if (!ov->format || !blk_can_change_backing(ov->blk)) {
         vb_set_error(&err, "The overlay does not support backing images: "
                      "add it with driver=qcow2");
     } else if (ov->backing || bdrv_find_child(ov->blk, "backing")) {
@@ -677,7 +677,7 @@ static void vb_snapshot_start(VbState *s, VbNode *node, VbNode *ov,
         vu_blk_export_quiesce(e->exp, true);
         vb_export_wait_idle(e);
     }
-    if (!err && !qcow2_set_backing(ov->blk, node->blk, &err) && e) {
+    if (!err && !blk_set_backing(ov->blk, node->blk, &err) && e) {
         vu_blk_export_quiesce(e->exp, false);
     }
     if (err) {
@@ -788,7 +788,7 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
         /* QEMU names the backing file by the node's file name, which
          * is absolute here (as given to blockdev-add, made absolute). */
         g_autofree char *bfile = NULL;
-        const char *bfmt = n->format ? "qcow2" : "raw";
+        const char *bfmt = blk_image_format(n->blk);
 
         if (n->no_storage || (n->file && !n->format && !n->alias)) {
             vb_set_error(&err, "Node '%s' has no image file a new overlay "
@@ -972,7 +972,7 @@ static bool vb_stream_finish(void *opaque, GError **errp)
         vu_blk_export_quiesce(e->exp, true);
         vb_export_wait_idle(e);
     }
-    ok = qcow2_change_backing(f->top->blk, f->base, f->name, f->fmt, errp);
+    ok = blk_change_backing(f->top->blk, f->base, f->name, f->fmt, errp);
     if (ok) {
         if (f->top->backing) {
             f->top->backing->parents--;
@@ -991,8 +991,9 @@ static bool vb_stream_finish(void *opaque, GError **errp)
 /*
  * What block-stream and block-commit check alike, in QEMU's order: base
  * and base-node exclusive, on-error without enospc, a speed >= 0, then
- * the device, a qcow2 node (@what: what the job does to it, for the
- * message).  The node, or NULL with @errp set.
+ * the device, a format node whose driver can change its backing file
+ * (qcow2; @what: what the job does to it, for the message).  The node,
+ * or NULL with @errp set.
  */
 static VbNode *vb_job_chain_device(VbState *s, const char *device,
                                    const char *base, const char *base_node,
@@ -1021,7 +1022,9 @@ static VbNode *vb_job_chain_device(VbState *s, const char *device,
                      device, device);
         return NULL;
     }
-    if (!n->format || strcmp(blk_get_driver_name(n->blk), "qcow2")) {
+    /* What the driver can do, not its name: a format whose images'
+     * backing file can change. */
+    if (!n->format || !blk_can_change_backing(n->blk)) {
         vb_set_error(errp, "Node '%s' is not a qcow2 node: only an image "
                      "with a backing file can be %s", device, what);
         return NULL;
@@ -1156,7 +1159,7 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
     if (bi) {
         VbChainLink *l = &g_array_index(chain, VbChainLink, bi);
 
-        if (qcow2_owns_backing(top->blk) == (l->node != NULL)) {
+        if (blk_owns_backing(top->blk) == (l->node != NULL)) {
             vb_set_error(errp, "The base '%s' was opened by another node of "
                          "the chain, not by '%s': stream into that node, "
                          "or add the chain's images with backing=NODE",
@@ -1170,8 +1173,7 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
         VbChainLink *t = &g_array_index(chain, VbChainLink, 0);
         g_autofree char *pdir = g_path_get_dirname(p->path);
         g_autofree char *tdir = g_path_get_dirname(t->path);
-        const char *fmt = strcmp(blk_get_driver_name(l->blk), "qcow2") ?
-                          "raw" : "qcow2";
+        const char *fmt = blk_image_format(l->blk);
         const char *name;
         char *mem;
 
@@ -1570,8 +1572,7 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
         goto fail;
     }
     {
-        const char *fmt = strcmp(blk_get_driver_name(bl->blk), "qcow2") ?
-                          "raw" : "qcow2";
+        const char *fmt = blk_image_format(bl->blk);
         char *mem;
 
         /* One block: the job g_free()s it. */
