@@ -1328,6 +1328,34 @@ static void vb_commit_restore_base(VbState *s, BlockBackend *base)
     vb_commit_sync_ro(s, base);
 }
 
+/*
+ * Main thread: a base shorter than the top grows to the top's size
+ * before the copy (QEMU does so too): its new end reads zeroes, as the
+ * top reads past the end of a shorter image of its chain.  @base is
+ * read-write already.  A base that cannot grow (a block device smaller
+ * than the top) refuses the commit, saying what to do.
+ */
+static bool vb_commit_grow_base(BlockBackend *base, const char *bname,
+                                BlockBackend *top, const char *tname,
+                                GError **errp)
+{
+    uint64_t blen = blk_getlength(base), tlen = blk_getlength(top);
+
+    if (blen >= tlen) {
+        return true;
+    }
+    if (!blk_truncate(base, tlen, errp)) {
+        g_prefix_error(errp, "The base '%s' (%" PRIu64 " bytes) is shorter "
+                       "than the top '%s' (%" PRIu64 " bytes) and cannot "
+                       "grow to its size, which the commit needs: ", bname,
+                       blen, tname, tlen);
+        return false;
+    }
+    /* The filters above it see the new size too. */
+    blk_size_changed(base, tlen);
+    return true;
+}
+
 static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
                              const char *job_id, int64_t speed,
                              int on_error, bool auto_finalize,
@@ -1352,6 +1380,13 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
     }
     if (!vb_commit_reopen_base(s, base->blk, base->name, &reopened,
                                errp)) {
+        return false;
+    }
+    if (!vb_commit_grow_base(base->blk, base->name, dev->blk, dev->name,
+                             errp)) {
+        if (reopened) {
+            vb_commit_restore_base(s, base->blk);
+        }
         return false;
     }
     p = g_new0(VbMirrorPivot, 1);
@@ -1496,18 +1531,6 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
     }
     tl = &g_array_index(chain, VbChainLink, ti);
     bl = &g_array_index(chain, VbChainLink, bi);
-    if (blk_getlength(tl->blk) > blk_getlength(bl->blk)) {
-        /* The copy would write past the base's end. */
-        vb_set_error(errp, "The base '%s' (%" PRIu64 " bytes) is shorter "
-                     "than the top '%s' (%" PRIu64 " bytes), and "
-                     "block-commit does not grow it: grow the base first "
-                     "(block_resize of its node, or 'qemu-img resize' while "
-                     "nothing uses the image)", bl->node ? bl->node->name :
-                     bl->path, blk_getlength(bl->blk),
-                     tl->node ? tl->node->name : tl->path,
-                     blk_getlength(tl->blk));
-        goto fail;
-    }
     if (ti == 0 && !bl->node) {
         vb_set_error(errp, "The base '%s' is an image the chain opened "
                      "itself: an active commit moves the export onto the "
@@ -1593,6 +1616,15 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
 
         if (!vb_commit_reopen_base(s, base, bl->node ? bl->node->name :
                                    bl->path, &reopened, errp)) {
+            g_free(f);
+            goto fail;
+        }
+        if (!vb_commit_grow_base(base, bl->node ? bl->node->name :
+                                 bl->path, tl->blk, tl->node ?
+                                 tl->node->name : tl->path, errp)) {
+            if (reopened) {
+                vb_commit_restore_base(s, base);
+            }
             g_free(f);
             goto fail;
         }

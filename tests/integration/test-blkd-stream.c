@@ -262,6 +262,10 @@ static void hold_stop(void)
 /* make_chain() makes the middle image 2 MiB, shorter than the top and
  * the base (4 MiB, data everywhere): the chain reads zeroes from 2 MiB. */
 static bool short_mid;
+/* make_chain() makes the base 2 MiB and the middle image 3 MiB, under
+ * the 4 MiB top: a commit grows the base; mid-view.raw is what the
+ * middle image shows (with the base below it) before any job. */
+static bool grow_chain;
 
 static void make_chain(Fix *t, bool raw_base)
 {
@@ -270,6 +274,28 @@ static void make_chain(Fix *t, bool raw_base)
     g_autofree char *data = NULL;
     gsize n;
 
+    if (grow_chain) {
+        vb_sh("cd '%s' && qemu-img create -q -f %s base.%s 2M && "
+              "qemu-img create -q -f qcow2 -b base.%s -F %s mid.qcow2 3M && "
+              "qemu-img create -q -f qcow2 -b mid.qcow2 -F qcow2 "
+              "top.qcow2 4M && "
+              "qemu-io -f %s -c 'write -P 0x11 0 2M' base.%s >/dev/null && "
+              "qemu-io -f qcow2 -c 'write -P 0x22 1M 64k' "
+              "-c 'write -P 0x23 2560k 64k' mid.qcow2 >/dev/null && "
+              "qemu-io -f qcow2 -c 'write -P 0x33 64k 64k' "
+              "-c 'write -P 0x34 3584k 64k' top.qcow2 >/dev/null && "
+              "qemu-img convert -O raw mid.qcow2 mid-view.raw && "
+              "qemu-img convert -O raw top.qcow2 ref.raw", t->d.dir,
+              bfmt, bfmt, bfmt, bfmt, bfmt, bfmt);
+        g_assert_true(g_file_get_contents(ref, &data, &n, NULL));
+        g_assert_cmpuint(n, ==, IMG_SIZE);
+        /* Past the base's end the chain reads zeroes. */
+        g_assert_cmpint(data[2048 * 1024], ==, 0);
+        g_assert_cmpint(data[2560 * 1024], ==, 0x23);
+        memcpy(t->expect, data, IMG_SIZE);
+        unlink(ref);
+        return;
+    }
     if (short_mid) {
         vb_sh("cd '%s' && qemu-img create -q -f qcow2 base.qcow2 4M && "
               "qemu-img create -q -f qcow2 -o cluster_size=4096 "
@@ -1092,6 +1118,96 @@ static void test_short_mid(void)
     short_mid = false;
 }
 
+/* qemu-img info: the virtual size of @img. */
+static int64_t virtual_size(const char *img)
+{
+    g_autofree char *out = NULL;
+    g_autoptr(JsonParser) p = json_parser_new();
+
+    g_assert_cmpint(vb_sh_status(&out, "qemu-img info -U --output=json "
+                                 "'%s'", img), ==, 0);
+    g_assert_true(json_parser_load_from_data(p, out, -1, NULL));
+    return json_object_get_int_member(
+        json_node_get_object(json_parser_get_root(p)), "virtual-size");
+}
+
+/*
+ * A base shorter than the top grows to the top's size first, as in
+ * QEMU: an active commit into a named qcow2 base (2 MiB under a 4 MiB
+ * top) ends with the base 4 MiB and holding the guest's disk, zeroes
+ * past its old end where nothing was written; an intermediate commit of
+ * the 3 MiB middle image into a raw base the chain opened (2 MiB) grows
+ * the file to 3 MiB, holding what the middle image showed.  Both were
+ * refused before ("... and block-commit does not grow it").
+ */
+static void test_commit_grow(void)
+{
+    g_autofree char *base = NULL, *top = NULL;
+    Fix *t = g_new0(Fix, 1);
+    JsonObject *ev;
+    struct stat st;
+
+    grow_chain = true;
+    fix_start(t, false, true);
+    base = path_in(t, "base.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"g1\", \"device\": \"top\", \"base-node\": "
+           "\"b\"}}");
+    wait_event(t, "BLOCK_JOB_READY");
+    guest_write(t, 3 * 1024 * 1024, 8192, 50);
+    qmp_ok(t, "{\"execute\": \"block-job-complete\", \"arguments\": "
+           "{\"device\": \"g1\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "g1");
+    check_export_node(t, "b");
+    guest_verify(t);
+    fix_stop(t);
+    check_clean(base);
+    g_assert_cmpint(virtual_size(base), ==, IMG_SIZE);
+    check_converted_img(t, "base.qcow2");
+    fix_cleanup(t);
+    g_free(t);
+
+    t = g_new0(Fix, 1);
+    fix_start(t, true, false);
+    g_free(base);
+    base = path_in(t, "base.raw");
+    top = path_in(t, "top.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"g2\", \"device\": \"top\", \"top\": "
+           "\"mid.qcow2\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "g2");
+    guest_verify(t);
+    fix_stop(t);
+    grow_chain = false;
+    g_assert_cmpint(stat(base, &st), ==, 0);
+    g_assert_cmpint(st.st_size, ==, 3 * 1024 * 1024);
+    vb_sh("cd '%s' && qemu-img compare -q -s -f raw -F raw base.raw "
+          "mid-view.raw", t->d.dir);
+    check_clean(top);
+    {
+        const char *files[] = { "top.qcow2", "base.raw" };
+        const char *fmts[] = { "qcow2", "raw" };
+        const char *named[] = { "base.raw" };
+
+        check_chain(top, 2, files, fmts, named);
+    }
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
 /* The refusals, then a job cancelled midway (held by its speed limit):
  * the chain stays as it was, and usable. */
 static void test_stream_refuse_cancel(void)
@@ -1237,5 +1353,6 @@ int main(int argc, char **argv)
     g_test_add_func("/blkd/commit/active-ro", test_commit_active_ro);
     g_test_add_func("/blkd/stream/refuse-cancel", test_stream_refuse_cancel);
     g_test_add_func("/blkd/stream/short-mid", test_short_mid);
+    g_test_add_func("/blkd/commit/grow", test_commit_grow);
     return g_test_run();
 }
