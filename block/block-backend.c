@@ -601,7 +601,7 @@ const char *blk_get_driver_name(BlockBackend *blk)
 bool blk_can_change_backing(BlockBackend *bs)
 {
     return bs->drv->bdrv_change_backing && bs->drv->bdrv_set_backing &&
-           bs->drv->bdrv_owns_backing;
+           bs->drv->bdrv_owns_backing && bs->drv->bdrv_release_backing;
 }
 
 static bool blk_backing_refused(BlockBackend *bs, GError **errp)
@@ -632,6 +632,14 @@ bool blk_set_backing(BlockBackend *bs, BlockBackend *backing,
 bool blk_owns_backing(BlockBackend *bs)
 {
     return blk_can_change_backing(bs) && bs->drv->bdrv_owns_backing(bs);
+}
+
+bool blk_release_backing(BlockBackend *bs, BlockBackend *backing,
+                         BlockBackend **file, GError **errp)
+{
+    *file = NULL;
+    return !blk_backing_refused(bs, errp) &&
+           bs->drv->bdrv_release_backing(bs, backing, file, errp);
 }
 
 const char *blk_image_format(BlockBackend *bs)

@@ -107,7 +107,13 @@ typedef struct VbMirrorPivot {
     BlockBackend *src;
     BlockBackend *tgt;
     BlockBackend *reopened;     /* a commit's base, read-write for it */
+    /* An active commit into a base the chain of @dev opened itself: the
+     * pivot makes a node of it first (vb_commit_adopt_base()). */
+    VbNode *dev;
+    bool adopt;
 } VbMirrorPivot;
+
+static bool vb_commit_adopt_base(VbMirrorPivot *p, GError **errp);
 
 /* The export serving @blk, or NULL; false if there are several. */
 static bool vb_export_of_blk(VbState *s, BlockBackend *blk, VbExport **out)
@@ -177,6 +183,9 @@ static bool vb_mirror_pivot(void *opaque, GError **errp)
     }
     if (!e) {
         return true;            /* no user to move */
+    }
+    if (p->adopt && !vb_commit_adopt_base(p, errp)) {
+        return false;
     }
     for (guint i = 0; i < p->s->nodes->len; i++) {
         VbNode *n = g_ptr_array_index(p->s->nodes, i);
@@ -955,6 +964,7 @@ static bool vb_stream_finish(void *opaque, GError **errp)
     BlockBackend *served = f->active->filter ? f->active->filter->blk :
                            f->active->blk;
     VbExport *e = NULL;
+    BlockBackend *old;
     bool ok;
 
     if (vb_stream_nbd_user(f->s, f->active)) {
@@ -972,8 +982,16 @@ static bool vb_stream_finish(void *opaque, GError **errp)
         vu_blk_export_quiesce(e->exp, true);
         vb_export_wait_idle(e);
     }
+    {
+        BlockDriverInfo bdi = { 0 };
+
+        blk_get_info(f->top->blk, &bdi);
+        old = bdi.backing;
+    }
     ok = blk_change_backing(f->top->blk, f->base, f->name, f->fmt, errp);
-    if (ok) {
+    /* Unchanged, the top keeps what it held (e.g. a base below it that
+     * an active commit made a node of). */
+    if (ok && old != f->base) {
         if (f->top->backing) {
             f->top->backing->parents--;
         }
@@ -1356,7 +1374,11 @@ static bool vb_commit_grow_base(BlockBackend *base, const char *bname,
     return true;
 }
 
-static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
+/* @base: the base's image; @base_node its node, or NULL: an image the
+ * chain opened itself (@bname: its file name), which the pivot makes a
+ * node of. */
+static bool vb_commit_active(VbState *s, VbNode *dev, BlockBackend *base,
+                             VbNode *base_node, const char *bname,
                              const char *job_id, int64_t speed,
                              int on_error, bool auto_finalize,
                              bool auto_dismiss, GError **errp)
@@ -1365,39 +1387,44 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
     VbMirrorPivot *p;
     bool reopened;
 
-    if (vb_job_uses_node(dev) || dev->snapshotting || dev->resizing ||
-        vb_job_uses_node(base) || base->snapshotting || base->resizing) {
+    if (vb_job_uses_node(dev) || dev->snapshotting || dev->resizing) {
         vb_set_error(errp, "Node '%s' is busy: it is in use by another "
                      "block job, snapshot or resize; wait for it to end",
-                     vb_job_uses_node(dev) || dev->snapshotting ||
-                     dev->resizing ? dev->name : base->name);
+                     dev->name);
         return false;
     }
-    if (base->user || vb_stream_nbd_user(s, base)) {
+    if (base_node && (vb_job_uses_node(base_node) ||
+                      base_node->snapshotting || base_node->resizing)) {
+        vb_set_error(errp, "Node '%s' is busy: it is in use by another "
+                     "block job, snapshot or resize; wait for it to end",
+                     base_node->name);
+        return false;
+    }
+    if (base_node && (base_node->user || vb_stream_nbd_user(s, base_node))) {
         vb_set_error(errp, "The base '%s' is exported: nobody may write it "
-                     "while the commit does", base->name);
+                     "while the commit does", base_node->name);
         return false;
     }
-    if (!vb_commit_reopen_base(s, base->blk, base->name, &reopened,
-                               errp)) {
+    if (!vb_commit_reopen_base(s, base, bname, &reopened, errp)) {
         return false;
     }
-    if (!vb_commit_grow_base(base->blk, base->name, dev->blk, dev->name,
-                             errp)) {
+    if (!vb_commit_grow_base(base, bname, dev->blk, dev->name, errp)) {
         if (reopened) {
-            vb_commit_restore_base(s, base->blk);
+            vb_commit_restore_base(s, base);
         }
         return false;
     }
     p = g_new0(VbMirrorPivot, 1);
     p->s = s;
     p->src = dev->blk;
-    p->tgt = base->blk;
-    p->reopened = reopened ? base->blk : NULL;
+    p->tgt = base;
+    p->reopened = reopened ? base : NULL;
+    p->dev = dev;
+    p->adopt = !base_node;
     mo.job_id = job_id ? job_id : dev->name;
     mo.device = dev->name;
     mo.source = dev->blk;
-    mo.target = base->blk;
+    mo.target = base;
     mo.sync = MIRROR_SYNC_FULL;
     mo.speed = speed;
     mo.on_source_error = on_error;
@@ -1414,10 +1441,55 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
     mo.ended = vb_commit_active_ended;
     if (!mirror_start(&mo, errp)) {
         if (reopened) {
-            vb_commit_restore_base(s, base->blk);
+            vb_commit_restore_base(s, base);
         }
         return false;
     }
+    return true;
+}
+
+/*
+ * Main thread, at the pivot of an active commit whose base the chain of
+ * p->dev opened itself: the export is to serve the base, so the base
+ * becomes a node of its own ("#blockNNN", as QEMU names implicit nodes,
+ * with its file node).  The image above it goes on reading from it: the
+ * nearest node above it (the device, or a node given by name down its
+ * chain) holds it, so that blockdev-del refuses the base until that one
+ * is deleted, and shutdown closes that one first.
+ */
+static bool vb_commit_adopt_base(VbMirrorPivot *p, GError **errp)
+{
+    GArray *chain = vb_chain_of(p->s, p->dev);
+    VbNode *holder = NULL, *n;
+    BlockBackend *file;
+    VbChainLink *l = NULL;
+    guint bi;
+
+    for (bi = 0; bi < chain->len; bi++) {
+        l = &g_array_index(chain, VbChainLink, bi);
+        if (l->blk == p->tgt) {
+            break;
+        }
+        if (l->node) {
+            holder = l->node;
+        }
+    }
+    if (bi == chain->len || l->node || !holder || holder->backing) {
+        /* The device's chain cannot change while the job runs. */
+        vb_set_error(errp, "the base is not an image that the chain of "
+                     "'%s' opened itself any more", p->dev->name);
+        vb_chain_free(chain);
+        return false;
+    }
+    if (!blk_release_backing(holder->blk, p->tgt, &file, errp)) {
+        vb_chain_free(chain);
+        return false;
+    }
+    n = vb_node_adopt(p->s, p->tgt, file, l->path, p->dev->discard, holder);
+    vb_chain_free(chain);
+    holder->backing = n;
+    n->parents++;
+    p->adopt = false;
     return true;
 }
 
@@ -1531,17 +1603,12 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
     }
     tl = &g_array_index(chain, VbChainLink, ti);
     bl = &g_array_index(chain, VbChainLink, bi);
-    if (ti == 0 && !bl->node) {
-        vb_set_error(errp, "The base '%s' is an image the chain opened "
-                     "itself: an active commit moves the export onto the "
-                     "base, which needs a node: add the chain's images as "
-                     "nodes (backing=NODE)", bl->path);
-        goto fail;
-    }
     if (ti == 0) {
-        bool ok = vb_commit_active(s, dev, bl->node, job_id, speed,
-                                   on_error, so.auto_finalize,
-                                   so.auto_dismiss, errp);
+        bool ok = vb_commit_active(s, dev, bl->blk, bl->node,
+                                   bl->node ? bl->node->name : bl->path,
+                                   job_id, speed, on_error,
+                                   so.auto_finalize, so.auto_dismiss,
+                                   errp);
 
         vb_chain_free(chain);
         return ok ? vb_empty() : NULL;

@@ -208,7 +208,7 @@ struct BlockDriver {
     /*
      * The backing chain, for the jobs that change it (block-stream,
      * block-commit, blockdev-snapshot).  A format whose images can name a
-     * backing file that may change sets all three; their presence is the
+     * backing file that may change sets all four; their presence is the
      * capability the monitor checks (blk_can_change_backing()), never the
      * driver's name.  Main thread.
      *
@@ -219,6 +219,12 @@ struct BlockDriver {
      * @backing without changing its image; qcow2_set_backing()'s.
      * @bdrv_owns_backing: whether @bs opened its backing node itself (the
      * chain its image names) rather than being given one.
+     * @bdrv_release_backing: @backing is a node the chain @bs opened
+     * itself: the image of that chain that opened it keeps reading from
+     * it but no longer closes it; *@file gets the file node under it
+     * (NULL: none, a raw image).  Both are the caller's now, to close
+     * once the images above that read from @backing are closed.  False
+     * with @errp set if @backing is not such a node.
      */
     bool (*bdrv_change_backing)(BlockBackend *bs, BlockBackend *backing,
                                 const char *name, const char *fmt,
@@ -226,6 +232,8 @@ struct BlockDriver {
     bool (*bdrv_set_backing)(BlockBackend *bs, BlockBackend *backing,
                              GError **errp);
     bool (*bdrv_owns_backing)(BlockBackend *bs);
+    bool (*bdrv_release_backing)(BlockBackend *bs, BlockBackend *backing,
+                                 BlockBackend **file, GError **errp);
     /* Owner thread of @ctx (optional): set up what requests from @ctx
      * need, before the first one (a device calls it when its queue
      * starts there), and drop the node's use of it. */
@@ -337,6 +345,8 @@ bool blk_change_backing(BlockBackend *bs, BlockBackend *backing,
 bool blk_set_backing(BlockBackend *bs, BlockBackend *backing,
                      GError **errp);
 bool blk_owns_backing(BlockBackend *bs);
+bool blk_release_backing(BlockBackend *bs, BlockBackend *backing,
+                         BlockBackend **file, GError **errp);
 const char *blk_image_format(BlockBackend *bs);
 /*
  * Main thread: @c now uses its node with @perm and shares @shared (a
