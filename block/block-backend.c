@@ -596,6 +596,60 @@ const char *blk_get_driver_name(BlockBackend *blk)
     return blk_bottom(blk)->drv->format_name;
 }
 
+/* ---- the backing chain, through the driver (block_int.h) ------------- */
+
+bool blk_can_change_backing(BlockBackend *bs)
+{
+    return bs->drv->bdrv_change_backing && bs->drv->bdrv_set_backing &&
+           bs->drv->bdrv_owns_backing && bs->drv->bdrv_release_backing;
+}
+
+static bool blk_backing_refused(BlockBackend *bs, GError **errp)
+{
+    if (blk_can_change_backing(bs)) {
+        return false;
+    }
+    g_set_error(errp, VB_ERROR, 0, "'%s' (driver %s) has no backing file "
+                "that could change: use a format that has them (qcow2)",
+                bs->filename, bs->drv->format_name);
+    return true;
+}
+
+bool blk_change_backing(BlockBackend *bs, BlockBackend *backing,
+                        const char *name, const char *fmt, GError **errp)
+{
+    return !blk_backing_refused(bs, errp) &&
+           bs->drv->bdrv_change_backing(bs, backing, name, fmt, errp);
+}
+
+bool blk_set_backing(BlockBackend *bs, BlockBackend *backing,
+                     GError **errp)
+{
+    return !blk_backing_refused(bs, errp) &&
+           bs->drv->bdrv_set_backing(bs, backing, errp);
+}
+
+bool blk_owns_backing(BlockBackend *bs)
+{
+    return blk_can_change_backing(bs) && bs->drv->bdrv_owns_backing(bs);
+}
+
+bool blk_release_backing(BlockBackend *bs, BlockBackend *backing,
+                         BlockBackend **file, GError **errp)
+{
+    *file = NULL;
+    return !blk_backing_refused(bs, errp) &&
+           bs->drv->bdrv_release_backing(bs, backing, file, errp);
+}
+
+const char *blk_image_format(BlockBackend *bs)
+{
+    /* A filter (error injection) shows its child's image. */
+    const BlockDriver *drv = blk_bottom(bs)->drv;
+
+    return drv->is_format ? drv->format_name : "raw";
+}
+
 uint32_t blk_get_logical_block_size(BlockBackend *blk)
 {
     return blk->bl.logical_block_size;

@@ -3684,6 +3684,31 @@ bool qcow2_owns_backing(BlockBackend *bs)
     return bs->drv == &bdrv_qcow2 && s->own_backing;
 }
 
+bool qcow2_release_backing(BlockBackend *bs, BlockBackend *backing,
+                           BlockBackend **file, GError **errp)
+{
+    /* Down the chain @bs opened, to the image that opened @backing. */
+    for (BlockBackend *b = bs; b && b->drv == &bdrv_qcow2;) {
+        BDRVQcow2State *bst = b->opaque;
+
+        if (!bst->own_backing) {
+            break;
+        }
+        if (bst->backing == backing) {
+            /* It keeps its edge and reads from @backing as before. */
+            *file = bst->backing_file;
+            bst->backing_file = NULL;
+            bst->own_backing = false;
+            return true;
+        }
+        b = bst->backing;
+    }
+    g_set_error(errp, VB_ERROR, 0, "%s is not an image that the backing "
+                "chain of %s opened itself", backing->filename,
+                bs->filename);
+    return false;
+}
+
 /* Back to the old backing edge after a failed change: it was there a
  * moment ago, so the permissions allow it. */
 static void qcow2_reattach(BlockBackend *bs, BlockBackend *old)
@@ -3970,6 +3995,10 @@ static const BlockDriver bdrv_qcow2 = {
     .bdrv_truncate = qcow2_truncate,
     .bdrv_reopen = qcow2_reopen,
     .bdrv_get_info = qcow2_get_info,
+    .bdrv_change_backing = qcow2_change_backing,
+    .bdrv_set_backing = qcow2_set_backing,
+    .bdrv_owns_backing = qcow2_owns_backing,
+    .bdrv_release_backing = qcow2_release_backing,
     .bdrv_aio_preadv = qcow2_submit,
     .bdrv_aio_pwritev = qcow2_submit,
     .bdrv_aio_flush = qcow2_submit,

@@ -227,6 +227,59 @@ VbNode *vb_node_open_format(VbState *s, const char *name, VbNode *file,
     return n;
 }
 
+/* "#blockNNN": the next name of that form no node has. */
+static char *vb_node_auto_name(VbState *s)
+{
+    static unsigned int implicit_count;
+    char *name = NULL;
+
+    do {
+        g_free(name);
+        name = g_strdup_printf("#block%03u", ++implicit_count);
+    } while (vb_node_find(s, name) || vb_pending_find(s, name));
+    return name;
+}
+
+static VbNode *vb_node_adopt_one(VbState *s, BlockBackend *blk,
+                                 const char *filename,
+                                 BlockDiscardMode discard, guint at)
+{
+    VbNode *n = g_new0(VbNode, 1);
+
+    n->name = vb_node_auto_name(s);
+    n->driver = g_strdup(blk_get_driver_name(blk));
+    if (!strcmp(n->driver, "file") && blk_is_block_device(blk)) {
+        g_free(n->driver);
+        n->driver = g_strdup("host_device");
+    }
+    n->filename = g_strdup(filename);
+    n->blk = blk;
+    n->readonly = blk_is_read_only(blk);
+    n->discard = discard;
+    g_ptr_array_insert(s->nodes, at, n);
+    return n;
+}
+
+VbNode *vb_node_adopt(VbState *s, BlockBackend *blk, BlockBackend *file,
+                      const char *filename, BlockDiscardMode discard,
+                      VbNode *before)
+{
+    guint at = 0;
+    VbNode *fn, *n;
+
+    g_ptr_array_find(s->nodes, before, &at);
+    if (!file) {
+        return vb_node_adopt_one(s, blk, filename, discard, at);
+    }
+    fn = vb_node_adopt_one(s, file, filename, discard, at);
+    n = vb_node_adopt_one(s, blk, filename, discard, at + 1);
+    n->format = true;
+    n->file = fn;
+    n->implicit_file = true;
+    fn->parents++;
+    return n;
+}
+
 static void vb_pending_free(VbPendingOpen *po)
 {
     blk_options_parse_cleanup(&po->parse);
@@ -475,7 +528,6 @@ static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
                                 bool ro, const char *discard, bool direct,
                                 bool qmp, bool *implicit, GError **errp)
 {
-    static unsigned int implicit_count;
     JsonNode *ref = json_object_get_member(a->obj, "file");
     g_auto(QmpArgs) sub = { 0 };
     g_autoptr(JsonObject) def = NULL;
@@ -525,11 +577,7 @@ static VbNode *vb_blockdev_file(VbState *s, QmpArgs *a, const char *drv,
         g_list_free(members);
     }
     if (!json_object_has_member(def, "node-name")) {
-        do {
-            g_free(auto_name);
-            auto_name = g_strdup_printf("#block%03u", ++implicit_count);
-        } while (vb_node_find(s, auto_name) ||
-                 vb_pending_find(s, auto_name));
+        auto_name = vb_node_auto_name(s);
         json_object_set_string_member(def, "node-name", auto_name);
     }
     if (ro && !json_object_has_member(def, "read-only")) {

@@ -173,7 +173,7 @@ VbExport *vb_export_create(VbState *s, const VbExportParams *p,
     VbExport *e;
     VuBlkExport *exp;
 
-    if (vb_export_find(s, p->id) || vb_nbd_has_export(s, p->id)) {
+    if (vb_export_id_in_use(s, p->id)) {
         vb_set_error(errp, "Block export id '%s' is already in use", p->id);
         return NULL;
     }
@@ -323,22 +323,20 @@ void vb_export_delete(VbState *s, VbExport *e)
     g_free(e);
 }
 
-VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
-                              GError **errp)
+/* block-export-add type=vhost-user-blk: @a holds the arguments, "type"
+ * read already. */
+static VbExport *vb_vub_export_add(VbState *s, QmpArgs *a, bool keyval,
+                                   GError **errp)
 {
-    static const char *const types[] = {
-        "nbd", "vhost-user-blk", "fuse", "vduse-blk", NULL
-    };
     static const char *const addr_types[] = {
         "inet", "unix", "vsock", "fd", NULL
     };
-    g_auto(QmpArgs) a = { 0 };
     g_auto(QmpArgs) addr = { 0 };
     const char *id = NULL, *node_name = NULL, *iothread = NULL;
     const char *path = NULL, *fdstr = NULL;
     bool writable = false, writethrough = false, fixed = false;
     bool abstract = false, tight = true;
-    int type, atype;
+    int atype;
     uint64_t lbs = 512;
     int64_t nq = 1;
     VbExportParams p = { .pool_index = -1 };
@@ -347,22 +345,13 @@ VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
     int fd = -1;
     g_autofree char *fdname = NULL;
 
-    qmp_args_init(&a, args, keyval, NULL);
-    if (!qmp_args_enum(&a, "type", types, true, &type, errp)) {
-        return NULL;
-    }
-    if (strcmp(types[type], "vhost-user-blk")) {
-        vb_set_error(errp, "export type '%s' is not supported: vhost-blkd "
-                     "exports only vhost-user-blk", types[type]);
-        return NULL;
-    }
-    if (!qmp_args_str(&a, "id", true, &id, errp) ||
-        !qmp_args_str(&a, "node-name", true, &node_name, errp) ||
-        !qmp_args_bool(&a, "writable", &writable, errp) ||
-        !qmp_args_bool(&a, "writethrough", &writethrough, errp) ||
-        !qmp_args_str(&a, "iothread", false, &iothread, errp) ||
-        !qmp_args_bool(&a, "fixed-iothread", &fixed, errp) ||
-        !qmp_args_object(&a, "addr", true, &addr, NULL, errp) ||
+    if (!qmp_args_str(a, "id", true, &id, errp) ||
+        !qmp_args_str(a, "node-name", true, &node_name, errp) ||
+        !qmp_args_bool(a, "writable", &writable, errp) ||
+        !qmp_args_bool(a, "writethrough", &writethrough, errp) ||
+        !qmp_args_str(a, "iothread", false, &iothread, errp) ||
+        !qmp_args_bool(a, "fixed-iothread", &fixed, errp) ||
+        !qmp_args_object(a, "addr", true, &addr, NULL, errp) ||
         !qmp_args_enum(&addr, "type", addr_types, true, &atype, errp)) {
         return NULL;
     }
@@ -382,9 +371,9 @@ VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
         return NULL;
     }
     if (!qmp_args_check_done(&addr, errp) ||
-        !qmp_args_size(&a, "logical-block-size", false, &lbs, NULL, errp) ||
-        !qmp_args_int(&a, "num-queues", false, &nq, NULL, errp) ||
-        !qmp_args_check_done(&a, errp)) {
+        !qmp_args_size(a, "logical-block-size", false, &lbs, NULL, errp) ||
+        !qmp_args_int(a, "num-queues", false, &nq, NULL, errp) ||
+        !qmp_args_check_done(a, errp)) {
         return NULL;
     }
     if (abstract) {
@@ -463,22 +452,120 @@ VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
     return e;
 }
 
+static bool vb_vub_export_add_type(VbState *s, QmpArgs *a, bool keyval,
+                                   GError **errp)
+{
+    return vb_vub_export_add(s, a, keyval, errp) != NULL;
+}
+
+/* block-export-del of a vhost-user-blk export: see the top of this file. */
+static bool vb_vub_export_del(VbState *s, const char *id, bool hard,
+                              GError **errp, bool *found)
+{
+    VbExport *e = vb_export_find(s, id);
+
+    *found = e != NULL;
+    if (!e) {
+        return false;
+    }
+    if (e->deleting) {
+        vb_set_error(errp, "Export '%s' is already shutting down: it is "
+                     "deleted (BLOCK_EXPORT_DELETED) once its requests in "
+                     "flight complete", id);
+        return false;
+    }
+    if (!hard && vu_blk_export_is_connected(e->exp)) {
+        vb_set_error(errp, "export '%s' still in use (use mode='hard' to "
+                     "disconnect the front-end)", id);
+        return false;
+    }
+    vb_export_delete_async(s, e);
+    return true;
+}
+
+static void vb_vub_query_exports(VbState *s, JsonArray *arr)
+{
+    for (guint i = 0; i < s->exports->len; i++) {
+        VbExport *e = g_ptr_array_index(s->exports, i);
+        JsonObject *o = json_object_new();
+
+        json_object_set_string_member(o, "type", "vhost-user-blk");
+        json_object_set_string_member(o, "id", e->id);
+        json_object_set_string_member(o, "node-name", e->node->name);
+        json_object_set_boolean_member(o, "shutting-down", e->deleting);
+        /* Not in QEMU's BlockExportInfo: an export without writable=on
+         * is read-only whatever its node says. */
+        json_object_set_boolean_member(o, "writable", e->writable);
+        json_array_add_object_element(arr, o);
+    }
+}
+
+static bool vb_vub_has_export(VbState *s, const char *id)
+{
+    return vb_export_find(s, id) != NULL;
+}
+
+const VbExportType vb_export_type_vhost_user_blk = {
+    .name = "vhost-user-blk",
+    .add = vb_vub_export_add_type,
+    .del = vb_vub_export_del,
+    .query = vb_vub_query_exports,
+    .has = vb_vub_has_export,
+};
+
+/* qemu-storage-daemon's types vhost-blkd knows by name only, so that
+ * block-export-add says they are not supported rather than unknown. */
+static const VbExportType vb_export_type_fuse = { .name = "fuse" };
+static const VbExportType vb_export_type_vduse_blk = {
+    .name = "vduse-blk",
+};
+
+/*
+ * The export types, by the name block-export-add's and --export's type=
+ * gives.  Their order is the order of query-block-exports and the order
+ * in which block-export-del looks an id up.
+ */
+static const VbExportType *const vb_export_types[] = {
+    &vb_export_type_vhost_user_blk,
+    &vb_export_type_nbd,
+    &vb_export_type_fuse,
+    &vb_export_type_vduse_blk,
+};
+
+bool vb_export_id_in_use(VbState *s, const char *id)
+{
+    for (size_t i = 0; i < G_N_ELEMENTS(vb_export_types); i++) {
+        const VbExportType *t = vb_export_types[i];
+
+        if (t->has && t->has(s, id)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 bool vb_block_export_add_any(VbState *s, JsonObject *args, bool keyval,
                              GError **errp)
 {
-    JsonNode *t = json_object_get_member(args, "type");
-    const char *type = t ? qmp_node_str(t) : NULL;
+    const char *names[G_N_ELEMENTS(vb_export_types) + 1] = { NULL };
+    g_auto(QmpArgs) a = { 0 };
+    const VbExportType *t;
+    int type;
 
-    if (type && !strcmp(type, "nbd")) {
-        g_auto(QmpArgs) a = { 0 };
-        int i;
-        static const char *const nbd[] = { "nbd", NULL };
-
-        qmp_args_init(&a, args, keyval, NULL);
-        return qmp_args_enum(&a, "type", nbd, true, &i, errp) &&
-               vb_nbd_export_add(s, &a, keyval, errp);
+    for (size_t i = 0; i < G_N_ELEMENTS(vb_export_types); i++) {
+        names[i] = vb_export_types[i]->name;
     }
-    return vb_block_export_add(s, args, keyval, errp) != NULL;
+    qmp_args_init(&a, args, keyval, NULL);
+    if (!qmp_args_enum(&a, "type", names, true, &type, errp)) {
+        return false;
+    }
+    t = vb_export_types[type];
+    if (!t->add) {
+        vb_set_error(errp, "export type '%s' is not supported: vhost-blkd "
+                     "exports only vhost-user-blk", t->name);
+        return false;
+    }
+    return t->add(s, &a, keyval, errp);
 }
 
 static JsonNode *vb_qmp_block_export_add(void *opaque, JsonObject *args,
@@ -497,7 +584,6 @@ static JsonNode *vb_qmp_block_export_del(void *opaque, JsonObject *args,
     const char *id = NULL;
     int mode = -1;
     bool hard;
-    VbExport *e;
 
     qmp_args_init(&a, args, false, NULL);
     if (!qmp_args_str(&a, "id", true, &id, errp) ||
@@ -505,35 +591,24 @@ static JsonNode *vb_qmp_block_export_del(void *opaque, JsonObject *args,
         !qmp_args_check_done(&a, errp)) {
         return NULL;
     }
-    e = vb_export_find(s, id);
-    if (!e) {
-        bool found;
-        bool hard_nbd = mode >= 0 && !strcmp(modes[mode], "hard");
+    /* Without mode=, safe. */
+    hard = mode >= 0 && !strcmp(modes[mode], "hard");
+    for (size_t i = 0; i < G_N_ELEMENTS(vb_export_types); i++) {
+        const VbExportType *t = vb_export_types[i];
+        bool found = false;
 
-        if (vb_nbd_export_del(s, id, hard_nbd, errp, &found)) {
+        if (!t->del) {
+            continue;
+        }
+        if (t->del(s, id, hard, errp, &found)) {
             return vb_empty();
         }
         if (found) {
             return NULL;
         }
-        vb_set_error(errp, "Export '%s' is not found", id);
-        return NULL;
     }
-    if (e->deleting) {
-        vb_set_error(errp, "Export '%s' is already shutting down: it is "
-                     "deleted (BLOCK_EXPORT_DELETED) once its requests in "
-                     "flight complete", id);
-        return NULL;
-    }
-    /* Without mode=, safe. */
-    hard = mode >= 0 && !strcmp(modes[mode], "hard");
-    if (!hard && vu_blk_export_is_connected(e->exp)) {
-        vb_set_error(errp, "export '%s' still in use (use mode='hard' to "
-                     "disconnect the front-end)", id);
-        return NULL;
-    }
-    vb_export_delete_async(s, e);
-    return vb_empty();
+    vb_set_error(errp, "Export '%s' is not found", id);
+    return NULL;
 }
 
 static JsonNode *vb_qmp_query_block_exports(void *opaque, JsonObject *args,
@@ -548,23 +623,13 @@ static JsonNode *vb_qmp_query_block_exports(void *opaque, JsonObject *args,
         return NULL;
     }
     arr = json_array_new();
-    for (guint i = 0; i < s->exports->len; i++) {
-        VbExport *e = g_ptr_array_index(s->exports, i);
-        JsonObject *o = json_object_new();
-
-        json_object_set_string_member(o, "type", "vhost-user-blk");
-        json_object_set_string_member(o, "id", e->id);
-        json_object_set_string_member(o, "node-name", e->node->name);
-        json_object_set_boolean_member(o, "shutting-down", e->deleting);
-        /* Not in QEMU's BlockExportInfo: an export without writable=on
-         * is read-only whatever its node says. */
-        json_object_set_boolean_member(o, "writable", e->writable);
-        json_array_add_object_element(arr, o);
+    for (size_t i = 0; i < G_N_ELEMENTS(vb_export_types); i++) {
+        if (vb_export_types[i]->query) {
+            vb_export_types[i]->query(s, arr);
+        }
     }
-    vb_nbd_query_exports(s, arr);
     return vb_node_take_array(arr);
 }
-
 
 static const QmpCommand vb_export_commands[] = {
     { "block-export-add", vb_qmp_block_export_add },

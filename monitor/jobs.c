@@ -107,7 +107,13 @@ typedef struct VbMirrorPivot {
     BlockBackend *src;
     BlockBackend *tgt;
     BlockBackend *reopened;     /* a commit's base, read-write for it */
+    /* An active commit into a base the chain of @dev opened itself: the
+     * pivot makes a node of it first (vb_commit_adopt_base()). */
+    VbNode *dev;
+    bool adopt;
 } VbMirrorPivot;
+
+static bool vb_commit_adopt_base(VbMirrorPivot *p, GError **errp);
 
 /* The export serving @blk, or NULL; false if there are several. */
 static bool vb_export_of_blk(VbState *s, BlockBackend *blk, VbExport **out)
@@ -177,6 +183,9 @@ static bool vb_mirror_pivot(void *opaque, GError **errp)
     }
     if (!e) {
         return true;            /* no user to move */
+    }
+    if (p->adopt && !vb_commit_adopt_base(p, errp)) {
+        return false;
     }
     for (guint i = 0; i < p->s->nodes->len; i++) {
         VbNode *n = g_ptr_array_index(p->s->nodes, i);
@@ -562,7 +571,7 @@ static bool vb_export_alive(VbState *s, VbExport *e)
 
 static void vb_snapshot_undo(VbSnapshot *sn)
 {
-    qcow2_set_backing(sn->ov->blk, NULL, NULL);
+    blk_set_backing(sn->ov->blk, NULL, NULL);
     sn->ov->backing = NULL;
     sn->node->parents--;
     if (sn->drop_overlay) {
@@ -638,7 +647,7 @@ static void vb_snapshot_start(VbState *s, VbNode *node, VbNode *ov,
     } else if (ov->user || ov->nbd_exports || ov->parents || ov->filter ||
                vb_job_uses_node(ov)) {
         vb_set_error(&err, "The overlay is already in use");
-    } else if (!ov->format) {
+    } else if (!ov->format || !blk_can_change_backing(ov->blk)) {
         vb_set_error(&err, "The overlay does not support backing images: "
                      "add it with driver=qcow2");
     } else if (ov->backing || bdrv_find_child(ov->blk, "backing")) {
@@ -677,7 +686,7 @@ static void vb_snapshot_start(VbState *s, VbNode *node, VbNode *ov,
         vu_blk_export_quiesce(e->exp, true);
         vb_export_wait_idle(e);
     }
-    if (!err && !qcow2_set_backing(ov->blk, node->blk, &err) && e) {
+    if (!err && !blk_set_backing(ov->blk, node->blk, &err) && e) {
         vu_blk_export_quiesce(e->exp, false);
     }
     if (err) {
@@ -788,7 +797,7 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
         /* QEMU names the backing file by the node's file name, which
          * is absolute here (as given to blockdev-add, made absolute). */
         g_autofree char *bfile = NULL;
-        const char *bfmt = n->format ? "qcow2" : "raw";
+        const char *bfmt = blk_image_format(n->blk);
 
         if (n->no_storage || (n->file && !n->format && !n->alias)) {
             vb_set_error(&err, "Node '%s' has no image file a new overlay "
@@ -955,6 +964,7 @@ static bool vb_stream_finish(void *opaque, GError **errp)
     BlockBackend *served = f->active->filter ? f->active->filter->blk :
                            f->active->blk;
     VbExport *e = NULL;
+    BlockBackend *old;
     bool ok;
 
     if (vb_stream_nbd_user(f->s, f->active)) {
@@ -972,8 +982,16 @@ static bool vb_stream_finish(void *opaque, GError **errp)
         vu_blk_export_quiesce(e->exp, true);
         vb_export_wait_idle(e);
     }
-    ok = qcow2_change_backing(f->top->blk, f->base, f->name, f->fmt, errp);
-    if (ok) {
+    {
+        BlockDriverInfo bdi = { 0 };
+
+        blk_get_info(f->top->blk, &bdi);
+        old = bdi.backing;
+    }
+    ok = blk_change_backing(f->top->blk, f->base, f->name, f->fmt, errp);
+    /* Unchanged, the top keeps what it held (e.g. a base below it that
+     * an active commit made a node of). */
+    if (ok && old != f->base) {
         if (f->top->backing) {
             f->top->backing->parents--;
         }
@@ -991,8 +1009,9 @@ static bool vb_stream_finish(void *opaque, GError **errp)
 /*
  * What block-stream and block-commit check alike, in QEMU's order: base
  * and base-node exclusive, on-error without enospc, a speed >= 0, then
- * the device, a qcow2 node (@what: what the job does to it, for the
- * message).  The node, or NULL with @errp set.
+ * the device, a format node whose driver can change its backing file
+ * (qcow2; @what: what the job does to it, for the message).  The node,
+ * or NULL with @errp set.
  */
 static VbNode *vb_job_chain_device(VbState *s, const char *device,
                                    const char *base, const char *base_node,
@@ -1021,7 +1040,9 @@ static VbNode *vb_job_chain_device(VbState *s, const char *device,
                      device, device);
         return NULL;
     }
-    if (!n->format || strcmp(blk_get_driver_name(n->blk), "qcow2")) {
+    /* What the driver can do, not its name: a format whose images'
+     * backing file can change. */
+    if (!n->format || !blk_can_change_backing(n->blk)) {
         vb_set_error(errp, "Node '%s' is not a qcow2 node: only an image "
                      "with a backing file can be %s", device, what);
         return NULL;
@@ -1156,7 +1177,7 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
     if (bi) {
         VbChainLink *l = &g_array_index(chain, VbChainLink, bi);
 
-        if (qcow2_owns_backing(top->blk) == (l->node != NULL)) {
+        if (blk_owns_backing(top->blk) == (l->node != NULL)) {
             vb_set_error(errp, "The base '%s' was opened by another node of "
                          "the chain, not by '%s': stream into that node, "
                          "or add the chain's images with backing=NODE",
@@ -1170,8 +1191,7 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
         VbChainLink *t = &g_array_index(chain, VbChainLink, 0);
         g_autofree char *pdir = g_path_get_dirname(p->path);
         g_autofree char *tdir = g_path_get_dirname(t->path);
-        const char *fmt = strcmp(blk_get_driver_name(l->blk), "qcow2") ?
-                          "raw" : "qcow2";
+        const char *fmt = blk_image_format(l->blk);
         const char *name;
         char *mem;
 
@@ -1326,7 +1346,39 @@ static void vb_commit_restore_base(VbState *s, BlockBackend *base)
     vb_commit_sync_ro(s, base);
 }
 
-static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
+/*
+ * Main thread: a base shorter than the top grows to the top's size
+ * before the copy (QEMU does so too): its new end reads zeroes, as the
+ * top reads past the end of a shorter image of its chain.  @base is
+ * read-write already.  A base that cannot grow (a block device smaller
+ * than the top) refuses the commit, saying what to do.
+ */
+static bool vb_commit_grow_base(BlockBackend *base, const char *bname,
+                                BlockBackend *top, const char *tname,
+                                GError **errp)
+{
+    uint64_t blen = blk_getlength(base), tlen = blk_getlength(top);
+
+    if (blen >= tlen) {
+        return true;
+    }
+    if (!blk_truncate(base, tlen, errp)) {
+        g_prefix_error(errp, "The base '%s' (%" PRIu64 " bytes) is shorter "
+                       "than the top '%s' (%" PRIu64 " bytes) and cannot "
+                       "grow to its size, which the commit needs: ", bname,
+                       blen, tname, tlen);
+        return false;
+    }
+    /* The filters above it see the new size too. */
+    blk_size_changed(base, tlen);
+    return true;
+}
+
+/* @base: the base's image; @base_node its node, or NULL: an image the
+ * chain opened itself (@bname: its file name), which the pivot makes a
+ * node of. */
+static bool vb_commit_active(VbState *s, VbNode *dev, BlockBackend *base,
+                             VbNode *base_node, const char *bname,
                              const char *job_id, int64_t speed,
                              int on_error, bool auto_finalize,
                              bool auto_dismiss, GError **errp)
@@ -1335,32 +1387,44 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
     VbMirrorPivot *p;
     bool reopened;
 
-    if (vb_job_uses_node(dev) || dev->snapshotting || dev->resizing ||
-        vb_job_uses_node(base) || base->snapshotting || base->resizing) {
+    if (vb_job_uses_node(dev) || dev->snapshotting || dev->resizing) {
         vb_set_error(errp, "Node '%s' is busy: it is in use by another "
                      "block job, snapshot or resize; wait for it to end",
-                     vb_job_uses_node(dev) || dev->snapshotting ||
-                     dev->resizing ? dev->name : base->name);
+                     dev->name);
         return false;
     }
-    if (base->user || vb_stream_nbd_user(s, base)) {
+    if (base_node && (vb_job_uses_node(base_node) ||
+                      base_node->snapshotting || base_node->resizing)) {
+        vb_set_error(errp, "Node '%s' is busy: it is in use by another "
+                     "block job, snapshot or resize; wait for it to end",
+                     base_node->name);
+        return false;
+    }
+    if (base_node && (base_node->user || vb_stream_nbd_user(s, base_node))) {
         vb_set_error(errp, "The base '%s' is exported: nobody may write it "
-                     "while the commit does", base->name);
+                     "while the commit does", base_node->name);
         return false;
     }
-    if (!vb_commit_reopen_base(s, base->blk, base->name, &reopened,
-                               errp)) {
+    if (!vb_commit_reopen_base(s, base, bname, &reopened, errp)) {
+        return false;
+    }
+    if (!vb_commit_grow_base(base, bname, dev->blk, dev->name, errp)) {
+        if (reopened) {
+            vb_commit_restore_base(s, base);
+        }
         return false;
     }
     p = g_new0(VbMirrorPivot, 1);
     p->s = s;
     p->src = dev->blk;
-    p->tgt = base->blk;
-    p->reopened = reopened ? base->blk : NULL;
+    p->tgt = base;
+    p->reopened = reopened ? base : NULL;
+    p->dev = dev;
+    p->adopt = !base_node;
     mo.job_id = job_id ? job_id : dev->name;
     mo.device = dev->name;
     mo.source = dev->blk;
-    mo.target = base->blk;
+    mo.target = base;
     mo.sync = MIRROR_SYNC_FULL;
     mo.speed = speed;
     mo.on_source_error = on_error;
@@ -1377,10 +1441,55 @@ static bool vb_commit_active(VbState *s, VbNode *dev, VbNode *base,
     mo.ended = vb_commit_active_ended;
     if (!mirror_start(&mo, errp)) {
         if (reopened) {
-            vb_commit_restore_base(s, base->blk);
+            vb_commit_restore_base(s, base);
         }
         return false;
     }
+    return true;
+}
+
+/*
+ * Main thread, at the pivot of an active commit whose base the chain of
+ * p->dev opened itself: the export is to serve the base, so the base
+ * becomes a node of its own ("#blockNNN", as QEMU names implicit nodes,
+ * with its file node).  The image above it goes on reading from it: the
+ * nearest node above it (the device, or a node given by name down its
+ * chain) holds it, so that blockdev-del refuses the base until that one
+ * is deleted, and shutdown closes that one first.
+ */
+static bool vb_commit_adopt_base(VbMirrorPivot *p, GError **errp)
+{
+    GArray *chain = vb_chain_of(p->s, p->dev);
+    VbNode *holder = NULL, *n;
+    BlockBackend *file;
+    VbChainLink *l = NULL;
+    guint bi;
+
+    for (bi = 0; bi < chain->len; bi++) {
+        l = &g_array_index(chain, VbChainLink, bi);
+        if (l->blk == p->tgt) {
+            break;
+        }
+        if (l->node) {
+            holder = l->node;
+        }
+    }
+    if (bi == chain->len || l->node || !holder || holder->backing) {
+        /* The device's chain cannot change while the job runs. */
+        vb_set_error(errp, "the base is not an image that the chain of "
+                     "'%s' opened itself any more", p->dev->name);
+        vb_chain_free(chain);
+        return false;
+    }
+    if (!blk_release_backing(holder->blk, p->tgt, &file, errp)) {
+        vb_chain_free(chain);
+        return false;
+    }
+    n = vb_node_adopt(p->s, p->tgt, file, l->path, p->dev->discard, holder);
+    vb_chain_free(chain);
+    holder->backing = n;
+    n->parents++;
+    p->adopt = false;
     return true;
 }
 
@@ -1494,29 +1603,12 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
     }
     tl = &g_array_index(chain, VbChainLink, ti);
     bl = &g_array_index(chain, VbChainLink, bi);
-    if (blk_getlength(tl->blk) > blk_getlength(bl->blk)) {
-        /* The copy would write past the base's end. */
-        vb_set_error(errp, "The base '%s' (%" PRIu64 " bytes) is shorter "
-                     "than the top '%s' (%" PRIu64 " bytes), and "
-                     "block-commit does not grow it: grow the base first "
-                     "(block_resize of its node, or 'qemu-img resize' while "
-                     "nothing uses the image)", bl->node ? bl->node->name :
-                     bl->path, blk_getlength(bl->blk),
-                     tl->node ? tl->node->name : tl->path,
-                     blk_getlength(tl->blk));
-        goto fail;
-    }
-    if (ti == 0 && !bl->node) {
-        vb_set_error(errp, "The base '%s' is an image the chain opened "
-                     "itself: an active commit moves the export onto the "
-                     "base, which needs a node: add the chain's images as "
-                     "nodes (backing=NODE)", bl->path);
-        goto fail;
-    }
     if (ti == 0) {
-        bool ok = vb_commit_active(s, dev, bl->node, job_id, speed,
-                                   on_error, so.auto_finalize,
-                                   so.auto_dismiss, errp);
+        bool ok = vb_commit_active(s, dev, bl->blk, bl->node,
+                                   bl->node ? bl->node->name : bl->path,
+                                   job_id, speed, on_error,
+                                   so.auto_finalize, so.auto_dismiss,
+                                   errp);
 
         vb_chain_free(chain);
         return ok ? vb_empty() : NULL;
@@ -1570,8 +1662,7 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
         goto fail;
     }
     {
-        const char *fmt = strcmp(blk_get_driver_name(bl->blk), "qcow2") ?
-                          "raw" : "qcow2";
+        const char *fmt = blk_image_format(bl->blk);
         char *mem;
 
         /* One block: the job g_free()s it. */
@@ -1592,6 +1683,15 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
 
         if (!vb_commit_reopen_base(s, base, bl->node ? bl->node->name :
                                    bl->path, &reopened, errp)) {
+            g_free(f);
+            goto fail;
+        }
+        if (!vb_commit_grow_base(base, bl->node ? bl->node->name :
+                                 bl->path, tl->blk, tl->node ?
+                                 tl->node->name : tl->path, errp)) {
+            if (reopened) {
+                vb_commit_restore_base(s, base);
+            }
             g_free(f);
             goto fail;
         }

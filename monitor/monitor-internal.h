@@ -89,6 +89,18 @@ VbNode *vb_node_find(VbState *s, const char *name);
 /* Main thread: blockdev-del of @n, which nothing uses (with its inline
  * file child), e.g. the overlay of a blockdev-snapshot-sync that failed. */
 void vb_node_delete(VbState *s, VbNode *n);
+/*
+ * Main thread: register @blk, an image a backing chain opened itself and
+ * gave up (blk_release_backing()), as a node of its own named
+ * "#blockNNN" (QEMU's implicit nodes), with @file (NULL: none, @blk is
+ * the file) as its implicit file node, the discard mode @discard, and
+ * @filename as the image's name.  The nodes go before @before in the
+ * list, which shutdown closes from the end: @before's chain reads from
+ * @blk.  The new format (or file) node.
+ */
+VbNode *vb_node_adopt(VbState *s, BlockBackend *blk, BlockBackend *file,
+                      const char *filename, BlockDiscardMode discard,
+                      VbNode *before);
 
 /* The exports (monitor/export.c).  The bottom half of VbState.reap_bh. */
 void vb_export_reap_bh(void *opaque);

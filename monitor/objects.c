@@ -31,6 +31,9 @@
  * and qom-get of "limits" and of the x-* properties have QEMU's
  * semantics: a qom-set of limits changes the members it gives, keeps the
  * others, and takes effect at once in every iothread that uses the group.
+ * The authz objects' properties (identity, policy, rules, filename,
+ * refresh) are nbd/nbd-monitor.c's: qom-list, qom-get and qom-set hand
+ * a path naming one of them over to it.
  *
  * Threads: main thread only.
  */
@@ -890,6 +893,21 @@ static VbPathKind vb_path_resolve(VbState *s, const char *path,
     return VB_PATH_NONE;
 }
 
+/* The authz object (nbd/nbd-monitor.c) @path names, or NULL. */
+static const char *vb_path_authz(VbState *s, const char *path)
+{
+    VbObjType type = VB_OBJ_NONE;
+    const char *qom_type = NULL;
+    const char *id = g_str_has_prefix(path, "/objects/") ?
+                     path + strlen("/objects/") : path;
+
+    if (vb_path_resolve(s, path, &type, &qom_type) != VB_PATH_OBJECT ||
+        type != VB_OBJ_NBD || !vb_nbd_is_authz(s, id)) {
+        return NULL;
+    }
+    return id;
+}
+
 static void vb_prop_add(JsonArray *arr, const char *name, const char *type)
 {
     JsonObject *o = json_object_new();
@@ -917,6 +935,12 @@ static void vb_nbd_prop_add_child(void *opaque, const char *id,
     vb_prop_add(opaque, id, t);
 }
 
+static void vb_authz_prop_add(void *opaque, const char *name,
+                              const char *type)
+{
+    vb_prop_add(opaque, name, type);
+}
+
 static void vb_tg_prop_add(void *opaque, const char *key, uint64_t value)
 {
     g_autofree char *name = g_strdup_printf("x-%s", key);
@@ -929,6 +953,7 @@ static void vb_tg_prop_add(void *opaque, const char *key, uint64_t value)
  * ObjectPropertyInfo shape.  QEMU 7.2 lists more for a secret (loaded,
  * format, data, file, keyid, iv) and an iothread (poll-*, aio-max-batch);
  * vhost-blkd reads none of those back, so it lists only "type" for them.
+ * An authz object has QEMU's (nbd/nbd-monitor.c).
  */
 static JsonNode *vb_qmp_qom_list(void *opaque, JsonObject *args,
                                  GError **errp)
@@ -985,6 +1010,10 @@ static JsonNode *vb_qmp_qom_list(void *opaque, JsonObject *args,
             vb_prop_add(arr, "limits", "ThrottleLimits");
             /* Every x-* key, as vb_throttle_limits_parse() reads them. */
             throttle_limits_foreach(&t, vb_tg_prop_add, arr);
+        } else if (type == VB_OBJ_NBD) {
+            /* Nothing for a TLS object: not an authz one. */
+            vb_nbd_authz_props_foreach(s, vb_path_authz(s, path),
+                                       vb_authz_prop_add, arr);
         }
         break;
     }
@@ -1030,7 +1059,46 @@ static JsonNode *vb_qmp_qom_get_obj(void *opaque, JsonObject *args,
             return v;
         }
     }
+    if (pn && JSON_NODE_HOLDS_VALUE(pn) &&
+        json_node_get_value_type(pn) == G_TYPE_STRING &&
+        vb_path_authz(s, json_node_get_string(pn))) {
+        g_auto(QmpArgs) a = { 0 };
+        const char *path = NULL, *property = NULL;
+
+        qmp_args_init(&a, args, false, NULL);
+        if (!qmp_args_str(&a, "path", true, &path, errp) ||
+            !qmp_args_str(&a, "property", true, &property, errp) ||
+            !qmp_args_check_done(&a, errp)) {
+            return NULL;
+        }
+        return vb_nbd_authz_get(s, vb_path_authz(s, path), property, errp);
+    }
     return vb_qmp_qom_get(opaque, args, errp);
+}
+
+/* qom-set: an authz object's properties here, a throttle group's in
+ * vb_qmp_qom_set(). */
+static JsonNode *vb_qmp_qom_set_obj(void *opaque, JsonObject *args,
+                                    GError **errp)
+{
+    VbState *s = opaque;
+    JsonNode *pn = args ? json_object_get_member(args, "path") : NULL;
+
+    if (pn && JSON_NODE_HOLDS_VALUE(pn) &&
+        json_node_get_value_type(pn) == G_TYPE_STRING &&
+        vb_path_authz(s, json_node_get_string(pn))) {
+        g_auto(QmpArgs) a = { 0 };
+        const char *path = NULL, *property = NULL;
+
+        qmp_args_init(&a, args, false, NULL);
+        if (!qmp_args_str(&a, "path", true, &path, errp) ||
+            !qmp_args_str(&a, "property", true, &property, errp)) {
+            return NULL;
+        }
+        return vb_nbd_authz_set(s, vb_path_authz(s, path), property, &a,
+                                errp) ? vb_empty() : NULL;
+    }
+    return vb_qmp_qom_set(opaque, args, errp);
 }
 
 static const QmpCommand vb_objects_commands[] = {
@@ -1038,7 +1106,7 @@ static const QmpCommand vb_objects_commands[] = {
     { "object-del", vb_qmp_object_del },
     { "qom-get", vb_qmp_qom_get_obj },
     { "qom-list", vb_qmp_qom_list },
-    { "qom-set", vb_qmp_qom_set },
+    { "qom-set", vb_qmp_qom_set_obj },
 };
 
 void vb_objects_register(GArray *table)

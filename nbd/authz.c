@@ -93,6 +93,43 @@ bool nbd_authz_is_allowed(const NbdAuthz *az, const char *identity)
     return az->default_allow;
 }
 
+bool nbd_authz_get_default_allow(const NbdAuthz *az)
+{
+    return az->default_allow;
+}
+
+void nbd_authz_set_default_allow(NbdAuthz *az, bool allow)
+{
+    az->default_allow = allow;
+}
+
+unsigned int nbd_authz_num_rules(const NbdAuthz *az)
+{
+    return az->rules->len;
+}
+
+const char *nbd_authz_get_rule(const NbdAuthz *az, unsigned int i,
+                               bool *allow, bool *glob)
+{
+    const NbdAuthzRule *r;
+
+    g_assert(i < az->rules->len);
+    r = &g_array_index(az->rules, NbdAuthzRule, i);
+    *allow = r->allow;
+    *glob = r->glob;
+    return r->match;
+}
+
+void nbd_authz_take_rules(NbdAuthz *az, NbdAuthz *from)
+{
+    GArray *old = az->rules;
+
+    az->rules = from->rules;
+    az->default_allow = from->default_allow;
+    az->deny_all = from->deny_all;
+    from->rules = old;
+}
+
 const char *nbd_authz_id(const NbdAuthz *az)
 {
     return az->id;

@@ -440,6 +440,27 @@ bool vb_nbd_tls_psk_add(VbState *s, QmpArgs *a, GError **errp)
 
 static const char *const vb_authz_policies[] = { "deny", "allow", NULL };
 
+/*
+ * The longest identity or match= an authz object takes: the longest
+ * subject DN the NBD server reads from a client certificate (nbd/tls.c),
+ * so a longer one could never match anything.
+ */
+#define VB_AUTHZ_MATCH_MAX (64 * 1024)
+
+static bool vb_authz_match_check(const char *what, const char *name,
+                                 const char *match, GError **errp)
+{
+    size_t len = strlen(match);
+
+    if (len > VB_AUTHZ_MATCH_MAX) {
+        vb_set_error(errp, "%s: %s of %zu bytes is too long: at most %d "
+                     "(the longest subject DN a client certificate may "
+                     "have)", what, name, len, VB_AUTHZ_MATCH_MAX);
+        return false;
+    }
+    return true;
+}
+
 /* The id of a new object: not one any object has already. */
 static bool vb_authz_id_free(VbState *s, const char *id, GError **errp)
 {
@@ -467,11 +488,16 @@ static void vb_authz_obj_add(VbState *s, const char *id, const char *type,
 bool vb_nbd_authz_simple_add(VbState *s, QmpArgs *a, GError **errp)
 {
     const char *id = NULL, *identity = NULL;
+    g_autofree char *what = NULL;
 
     if (!qmp_args_str(a, "id", true, &id, errp) ||
         !qmp_args_str(a, "identity", true, &identity, errp) ||
         !qmp_args_check_done(a, errp) ||
         !vb_authz_id_free(s, id, errp)) {
+        return false;
+    }
+    what = g_strdup_printf("authz-simple '%s'", id);
+    if (!vb_authz_match_check(what, "identity", identity, errp)) {
         return false;
     }
     vb_authz_obj_add(s, id, "authz-simple",
@@ -516,6 +542,11 @@ static bool vb_authz_rules_parse(QmpArgs *a, const char *what,
             !qmp_args_check_done(&r, errp)) {
             g_prefix_error(errp, "%s: ", what);
             return false;
+        }
+        if (strlen(match) > VB_AUTHZ_MATCH_MAX) {
+            g_autofree char *name = g_strdup_printf("%smatch", prefix);
+
+            return vb_authz_match_check(what, name, match, errp);
         }
         nbd_authz_list_add_rule(authz, match, rpolicy == 1, format == 1);
     }
@@ -655,6 +686,210 @@ bool vb_nbd_authz_list_file_add(VbState *s, QmpArgs *a, GError **errp)
         nbd_authz_set_refresh(az->authz, vb_authz_file_refresh, az);
     }
     g_ptr_array_add(vb_nbd_get(s)->authz_objs, az);
+    return true;
+}
+
+/* ---- authz objects: qom-list, qom-get, qom-set ------------------------- */
+
+/*
+ * QEMU 7.2's properties: authz-simple identity (read-write), authz-list
+ * policy and rules (read-write), authz-list-file filename and refresh
+ * (read here: changing them would not re-read the file).  The NBD server
+ * holds the NbdAuthz itself and checks each new connection against it,
+ * so a qom-set applies from the next connection on.
+ */
+static const struct {
+    const char *type;
+    const char *name;
+    const char *qom_type;       /* as QEMU's qom-list says it */
+    bool settable;
+} vb_authz_props[] = {
+    { "authz-simple", "identity", "string", true },
+    { "authz-list", "policy", "QAuthZListPolicy", true },
+    { "authz-list", "rules", "QAuthZListRule", true },
+    { "authz-list-file", "filename", "string", false },
+    { "authz-list-file", "refresh", "bool", false },
+};
+
+/* A qom-get reply must fit the monitor's output queue (QMP_MAX_OUTPUT);
+ * a bound on the rules' JSON, escapes included. */
+#define VB_AUTHZ_REPLY_MAX (512 * 1024)
+
+static VbAuthzObj *vb_authz_lookup(VbState *s, const char *id,
+                                   const char *prop, bool set,
+                                   GError **errp)
+{
+    VbAuthzObj *az = vb_authz_find(vb_nbd_get(s), id);
+    g_autoptr(GString) names = g_string_new("");
+
+    g_assert(az);
+    if (set && !strcmp(prop, "type")) {
+        vb_set_error(errp, "Property '%s.type' is read-only", az->type);
+        return NULL;
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(vb_authz_props); i++) {
+        if (strcmp(vb_authz_props[i].type, az->type)) {
+            continue;
+        }
+        if (!strcmp(vb_authz_props[i].name, prop)) {
+            if (set && !vb_authz_props[i].settable) {
+                vb_set_error(errp, "Property '%s.%s' cannot be changed: "
+                             "object-del '%s' and object-add it again with "
+                             "the new value", az->type, prop, id);
+                return NULL;
+            }
+            return az;
+        }
+        g_string_append_printf(names, "%s%s", names->len ? ", " : "",
+                               vb_authz_props[i].name);
+    }
+    vb_set_error(errp, "Property '%s.%s' not found (it has %s%s)", az->type,
+                 prop, set ? "" : "type, ", names->str);
+    return NULL;
+}
+
+void vb_nbd_authz_props_foreach(VbState *s, const char *id,
+                                void (*fn)(void *opaque, const char *name,
+                                           const char *type),
+                                void *opaque)
+{
+    VbAuthzObj *az = id ? vb_authz_find(vb_nbd_get(s), id) : NULL;
+
+    for (size_t i = 0; az && i < G_N_ELEMENTS(vb_authz_props); i++) {
+        if (!strcmp(vb_authz_props[i].type, az->type)) {
+            fn(opaque, vb_authz_props[i].name, vb_authz_props[i].qom_type);
+        }
+    }
+}
+
+bool vb_nbd_is_authz(VbState *s, const char *id)
+{
+    return vb_authz_find(vb_nbd_get(s), id) != NULL;
+}
+
+static JsonNode *vb_authz_rules_get(VbAuthzObj *az, GError **errp)
+{
+    unsigned int n = nbd_authz_num_rules(az->authz);
+    size_t size = 2;
+    JsonArray *arr;
+
+    for (unsigned int i = 0; i < n; i++) {
+        bool allow, glob;
+        const char *m = nbd_authz_get_rule(az->authz, i, &allow, &glob);
+
+        /* Each byte at worst a \uXXXX escape, and the keys around. */
+        size += strlen(m) * 6 + 64;
+    }
+    if (size > VB_AUTHZ_REPLY_MAX) {
+        vb_set_error(errp, "%s '%s': its %u rules are too large to send in "
+                     "one reply; keep them in a file (authz-list-file)",
+                     az->type, az->id, n);
+        return NULL;
+    }
+    arr = json_array_new();
+    for (unsigned int i = 0; i < n; i++) {
+        JsonObject *o = json_object_new();
+        bool allow, glob;
+        const char *m = nbd_authz_get_rule(az->authz, i, &allow, &glob);
+
+        json_object_set_string_member(o, "match", m);
+        json_object_set_string_member(o, "policy",
+                                      vb_authz_policies[allow]);
+        json_object_set_string_member(o, "format", glob ? "glob" : "exact");
+        json_array_add_object_element(arr, o);
+    }
+    return vb_node_take_array(arr);
+}
+
+JsonNode *vb_nbd_authz_get(VbState *s, const char *id, const char *prop,
+                           GError **errp)
+{
+    VbAuthzObj *az = vb_authz_lookup(s, id, prop, false, errp);
+    JsonNode *v;
+
+    if (!az) {
+        return NULL;
+    }
+    if (!strcmp(prop, "rules")) {
+        return vb_authz_rules_get(az, errp);
+    }
+    v = json_node_alloc();
+    if (!strcmp(prop, "identity")) {
+        bool allow, glob;
+
+        /* An authz-simple is its one rule (nbd_authz_new_simple()). */
+        json_node_init_string(v, nbd_authz_get_rule(az->authz, 0, &allow,
+                                                    &glob));
+    } else if (!strcmp(prop, "policy")) {
+        json_node_init_string(v, vb_authz_policies[
+                              nbd_authz_get_default_allow(az->authz)]);
+    } else if (!strcmp(prop, "filename")) {
+        json_node_init_string(v, az->filename);
+    } else {
+        json_node_init_boolean(v, az->refresh);
+    }
+    return v;
+}
+
+bool vb_nbd_authz_set(VbState *s, const char *id, const char *prop,
+                      QmpArgs *a, GError **errp)
+{
+    VbAuthzObj *az = vb_authz_lookup(s, id, prop, true, errp);
+    g_autofree char *what = NULL;
+
+    if (!az) {
+        return false;
+    }
+    what = g_strdup_printf("%s '%s'", az->type, id);
+    if (!strcmp(prop, "identity")) {
+        const char *identity = NULL;
+
+        if (!qmp_args_str(a, "value", true, &identity, errp) ||
+            !qmp_args_check_done(a, errp) ||
+            !vb_authz_match_check(what, "identity", identity, errp)) {
+            return false;
+        }
+        nbd_authz_set_rules(az->authz, false, false);
+        nbd_authz_list_add_rule(az->authz, identity, true, false);
+    } else if (!strcmp(prop, "policy")) {
+        int policy = 0;
+
+        if (!qmp_args_enum(a, "value", vb_authz_policies, true, &policy,
+                           errp) ||
+            !qmp_args_check_done(a, errp)) {
+            return false;
+        }
+        nbd_authz_set_default_allow(az->authz, policy == 1);
+    } else {
+        /* Parsed aside, so that a bad rule leaves the old ones. */
+        g_autoptr(JsonObject) wrap = json_object_new();
+        g_autoptr(GPtrArray) list = NULL;
+        g_auto(QmpArgs) w = { 0 };
+        NbdAuthz *tmp;
+
+        if (!qmp_args_has(a, "value")) {
+            vb_set_error(errp, "Parameter 'value' is missing");
+            return false;
+        }
+        json_object_set_member(wrap, "rules", json_node_copy(
+                               json_object_get_member(a->obj, "value")));
+        if (!qmp_args_list(a, "value", &list, errp) ||
+            !qmp_args_check_done(a, errp)) {
+            return false;
+        }
+        qmp_args_init(&w, wrap, false, NULL);
+        tmp = nbd_authz_new_list(id, false);
+        if (!vb_authz_rules_parse(&w, what, tmp, errp)) {
+            nbd_authz_free(tmp);
+            return false;
+        }
+        nbd_authz_set_default_allow(tmp,
+                                    nbd_authz_get_default_allow(az->authz));
+        nbd_authz_take_rules(az->authz, tmp);
+        nbd_authz_free(tmp);
+    }
+    info_report("%s: %s changed by qom-set; the NBD server checks its next "
+                "connections against it", what, prop);
     return true;
 }
 
@@ -971,7 +1206,7 @@ bool vb_nbd_export_add(VbState *s, QmpArgs *a, bool keyval, GError **errp)
                      "base:allocation is offered");
         return false;
     }
-    if (vb_export_find(s, id) || vb_nbd_find(n, id)) {
+    if (vb_export_id_in_use(s, id)) {
         vb_set_error(errp, "Block export id '%s' is already in use", id);
         return false;
     }
@@ -1090,6 +1325,14 @@ bool vb_nbd_export_del(VbState *s, const char *id, bool hard,
     nbd_export_remove(x->exp, vb_nbd_export_done, x);
     return true;
 }
+
+const VbExportType vb_export_type_nbd = {
+    .name = "nbd",
+    .add = vb_nbd_export_add,
+    .del = vb_nbd_export_del,
+    .query = vb_nbd_query_exports,
+    .has = vb_nbd_has_export,
+};
 
 void vb_nbd_query_exports(VbState *s, JsonArray *arr)
 {

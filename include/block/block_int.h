@@ -205,6 +205,35 @@ struct BlockDriver {
     bool (*bdrv_reopen)(BlockBackend *bs, bool writable, GError **errp);
     /* Any thread (optional): what the node is, for the monitor. */
     void (*bdrv_get_info)(BlockBackend *bs, BlockDriverInfo *bdi);
+    /*
+     * The backing chain, for the jobs that change it (block-stream,
+     * block-commit, blockdev-snapshot).  A format whose images can name a
+     * backing file that may change sets all four; their presence is the
+     * capability the monitor checks (blk_can_change_backing()), never the
+     * driver's name.  Main thread.
+     *
+     * @bdrv_change_backing: make @backing (NULL: none) the backing node
+     * of @bs and name @name, of format @fmt, in its image; the contract
+     * of qcow2_change_backing() (include/block/qcow2-options.h).
+     * @bdrv_set_backing: give @bs, opened without one, the backing node
+     * @backing without changing its image; qcow2_set_backing()'s.
+     * @bdrv_owns_backing: whether @bs opened its backing node itself (the
+     * chain its image names) rather than being given one.
+     * @bdrv_release_backing: @backing is a node the chain @bs opened
+     * itself: the image of that chain that opened it keeps reading from
+     * it but no longer closes it; *@file gets the file node under it
+     * (NULL: none, a raw image).  Both are the caller's now, to close
+     * once the images above that read from @backing are closed.  False
+     * with @errp set if @backing is not such a node.
+     */
+    bool (*bdrv_change_backing)(BlockBackend *bs, BlockBackend *backing,
+                                const char *name, const char *fmt,
+                                GError **errp);
+    bool (*bdrv_set_backing)(BlockBackend *bs, BlockBackend *backing,
+                             GError **errp);
+    bool (*bdrv_owns_backing)(BlockBackend *bs);
+    bool (*bdrv_release_backing)(BlockBackend *bs, BlockBackend *backing,
+                                 BlockBackend **file, GError **errp);
     /* Owner thread of @ctx (optional): set up what requests from @ctx
      * need, before the first one (a device calls it when its queue
      * starts there), and drop the node's use of it. */
@@ -301,6 +330,24 @@ BdrvChild *bdrv_attach_child(BlockBackend *parent, BlockBackend *child,
 void bdrv_detach_child(BdrvChild *c);
 /* The child of @bs named @name, or NULL. */
 BdrvChild *bdrv_find_child(BlockBackend *bs, const char *name);
+
+/*
+ * Main thread: the backing chain through the driver's hooks (see
+ * BlockDriver.bdrv_change_backing).  blk_can_change_backing(): whether
+ * @bs's driver has them.  The others fail with @errp set (or say false)
+ * for a node whose driver has not.  blk_image_format(): the format name
+ * an overlay's header records for @bs as its backing file: its driver's
+ * for a format node, "raw" for a protocol node (a file, a device).
+ */
+bool blk_can_change_backing(BlockBackend *bs);
+bool blk_change_backing(BlockBackend *bs, BlockBackend *backing,
+                        const char *name, const char *fmt, GError **errp);
+bool blk_set_backing(BlockBackend *bs, BlockBackend *backing,
+                     GError **errp);
+bool blk_owns_backing(BlockBackend *bs);
+bool blk_release_backing(BlockBackend *bs, BlockBackend *backing,
+                         BlockBackend **file, GError **errp);
+const char *blk_image_format(BlockBackend *bs);
 /*
  * Main thread: @c now uses its node with @perm and shares @shared (a
  * reopen changes what a parent may do).  False with @errp set, and @c

@@ -65,6 +65,17 @@ bool qcow2_change_backing(BlockBackend *bs, BlockBackend *backing,
 bool qcow2_owns_backing(BlockBackend *bs);
 
 /*
+ * Main thread: @backing is an image of the chain @bs (a qcow2 node)
+ * opened itself; the image of that chain that opened it keeps reading
+ * from it (its backing edge stays) but no longer closes it: @backing,
+ * and *@file (its file node, NULL for a raw image) are the caller's now,
+ * to be closed after the chain (block-commit's pivot onto such a base).
+ * False with @errp set, nothing changed, if @backing is not one.
+ */
+bool qcow2_release_backing(BlockBackend *bs, BlockBackend *backing,
+                           BlockBackend **file, GError **errp);
+
+/*
  * Main thread: create @path (which must not exist) as an empty qcow2
  * image of @size bytes, as qemu-img create -f qcow2 with its defaults,
  * naming @backing (NULL: none) of format @backing_fmt (NULL: unsaid) as

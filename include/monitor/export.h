@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Exports (monitor/export.c): block-export-add / --export
- * type=vhost-user-blk, the legacy --export socket=... syntax, and the
- * listening sockets an export can be given (addr.type=fd).
+ * Exports (monitor/export.c): the registry of export types that
+ * block-export-add / --export type= dispatch through (VbExportType),
+ * type=vhost-user-blk itself, the legacy --export socket=... syntax, and
+ * the listening sockets an export can be given (addr.type=fd).
  *
  * Threads: main thread only.
  */
@@ -10,7 +11,31 @@
 #define MONITOR_EXPORT_H
 
 #include "monitor/state.h"
+#include "qemu/qmp-args.h"
 #include "hw/block/vhost-user-blk-export.h"
+
+/*
+ * One type of export, as block-export-add's and --export's type= names
+ * it.  monitor/export.c keeps the registry: it looks the type up by name
+ * and dispatches to these.  A qemu-storage-daemon type vhost-blkd does
+ * not serve (fuse, vduse-blk) has a name only, and is refused by name.
+ */
+typedef struct VbExportType {
+    const char *name;
+    /* block-export-add: parse and check @a (its arguments, "type" read
+     * already), then create the export. */
+    bool (*add)(VbState *s, QmpArgs *a, bool keyval, GError **errp);
+    /* block-export-del: *@found = whether @id is an export of this type;
+     * true once it is deleted or deleting in the background. */
+    bool (*del)(VbState *s, const char *id, bool hard, GError **errp,
+                bool *found);
+    /* query-block-exports: this type's exports appended to @arr. */
+    void (*query)(VbState *s, JsonArray *arr);
+    /* Is @id an export of this type? */
+    bool (*has)(VbState *s, const char *id);
+} VbExportType;
+
+extern const VbExportType vb_export_type_vhost_user_blk;
 
 /* How to create one export; filled by block-export-add or by the
  * legacy --export socket=...,file=... syntax. */
@@ -30,13 +55,11 @@ typedef struct VbExportParams {
                                  * queue q in q mod n_pool */
 } VbExportParams;
 
-/* block-export-add / --export type=vhost-user-blk,... */
-VbExport *vb_block_export_add(VbState *s, JsonObject *args, bool keyval,
-                              GError **errp);
-/* The same for any type (type=nbd too): what --export type= and QMP
- * use. */
+/* block-export-add / --export type=...: any type of the registry. */
 bool vb_block_export_add_any(VbState *s, JsonObject *args, bool keyval,
                              GError **errp);
+/* Is @id the id of an export of any type? */
+bool vb_export_id_in_use(VbState *s, const char *id);
 VbExport *vb_export_create(VbState *s, const VbExportParams *p,
                            GError **errp);
 VbExport *vb_export_find(VbState *s, const char *id);

@@ -38,6 +38,17 @@ void nbd_authz_set_rules(NbdAuthz *az, bool default_allow, bool deny_all);
 void nbd_authz_set_refresh(NbdAuthz *az, void (*fn)(void *opaque),
                            void *opaque);
 bool nbd_authz_is_allowed(const NbdAuthz *az, const char *identity);
+/* What qom-get reads and qom-set changes.  A change applies from the next
+ * check on: the NBD server checks each new connection. */
+bool nbd_authz_get_default_allow(const NbdAuthz *az);
+void nbd_authz_set_default_allow(NbdAuthz *az, bool allow);
+unsigned int nbd_authz_num_rules(const NbdAuthz *az);
+/* Rule @i (< nbd_authz_num_rules()): its match, policy and format. */
+const char *nbd_authz_get_rule(const NbdAuthz *az, unsigned int i,
+                               bool *allow, bool *glob);
+/* @az gets @from's rules and policies, @from @az's old rules (to be
+ * freed with it): a list parsed aside replaces the rules in one step. */
+void nbd_authz_take_rules(NbdAuthz *az, NbdAuthz *from);
 const char *nbd_authz_id(const NbdAuthz *az);
 void nbd_authz_free(NbdAuthz *az);
 

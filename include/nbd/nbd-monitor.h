@@ -14,6 +14,10 @@
 #include "monitor/state.h"
 #include "qemu/qmp-args.h"
 #include "nbd/server.h"
+#include "monitor/export.h"
+
+/* block-export-add type=nbd and the rest, for the export registry. */
+extern const VbExportType vb_export_type_nbd;
 
 /* --nbd-server / nbd-server-start */
 bool vb_nbd_server_start(VbState *s, JsonObject *args, bool keyval,
@@ -48,6 +52,22 @@ void vb_nbd_objects_foreach(VbState *s,
                             void (*fn)(void *opaque, const char *id,
                                        const char *type),
                             void *opaque);
+/* Is @id an authz-simple, authz-list or authz-list-file object? */
+bool vb_nbd_is_authz(VbState *s, const char *id);
+/* qom-list of the authz object @id (none for NULL or another object):
+ * its properties after "type". */
+void vb_nbd_authz_props_foreach(VbState *s, const char *id,
+                                void (*fn)(void *opaque, const char *name,
+                                           const char *type),
+                                void *opaque);
+/* qom-get / qom-set of property @prop of the authz object @id (QEMU
+ * 7.2's; see nbd-monitor.c).  @a of qom-set: its arguments, path and
+ * property read already ("value" is left).  A qom-set applies from the
+ * NBD server's next connection on. */
+JsonNode *vb_nbd_authz_get(VbState *s, const char *id, const char *prop,
+                           GError **errp);
+bool vb_nbd_authz_set(VbState *s, const char *id, const char *prop,
+                      QmpArgs *a, GError **errp);
 /* object-del of a TLS credentials or authz object: refused while the NBD
  * server uses it. */
 bool vb_nbd_object_del(VbState *s, const char *id, GError **errp);

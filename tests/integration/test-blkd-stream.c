@@ -262,6 +262,10 @@ static void hold_stop(void)
 /* make_chain() makes the middle image 2 MiB, shorter than the top and
  * the base (4 MiB, data everywhere): the chain reads zeroes from 2 MiB. */
 static bool short_mid;
+/* make_chain() makes the base 2 MiB and the middle image 3 MiB, under
+ * the 4 MiB top: a commit grows the base; mid-view.raw is what the
+ * middle image shows (with the base below it) before any job. */
+static bool grow_chain;
 
 static void make_chain(Fix *t, bool raw_base)
 {
@@ -270,6 +274,28 @@ static void make_chain(Fix *t, bool raw_base)
     g_autofree char *data = NULL;
     gsize n;
 
+    if (grow_chain) {
+        vb_sh("cd '%s' && qemu-img create -q -f %s base.%s 2M && "
+              "qemu-img create -q -f qcow2 -b base.%s -F %s mid.qcow2 3M && "
+              "qemu-img create -q -f qcow2 -b mid.qcow2 -F qcow2 "
+              "top.qcow2 4M && "
+              "qemu-io -f %s -c 'write -P 0x11 0 2M' base.%s >/dev/null && "
+              "qemu-io -f qcow2 -c 'write -P 0x22 1M 64k' "
+              "-c 'write -P 0x23 2560k 64k' mid.qcow2 >/dev/null && "
+              "qemu-io -f qcow2 -c 'write -P 0x33 64k 64k' "
+              "-c 'write -P 0x34 3584k 64k' top.qcow2 >/dev/null && "
+              "qemu-img convert -O raw mid.qcow2 mid-view.raw && "
+              "qemu-img convert -O raw top.qcow2 ref.raw", t->d.dir,
+              bfmt, bfmt, bfmt, bfmt, bfmt, bfmt);
+        g_assert_true(g_file_get_contents(ref, &data, &n, NULL));
+        g_assert_cmpuint(n, ==, IMG_SIZE);
+        /* Past the base's end the chain reads zeroes. */
+        g_assert_cmpint(data[2048 * 1024], ==, 0);
+        g_assert_cmpint(data[2560 * 1024], ==, 0x23);
+        memcpy(t->expect, data, IMG_SIZE);
+        unlink(ref);
+        return;
+    }
     if (short_mid) {
         vb_sh("cd '%s' && qemu-img create -q -f qcow2 base.qcow2 4M && "
               "qemu-img create -q -f qcow2 -o cluster_size=4096 "
@@ -1092,6 +1118,334 @@ static void test_short_mid(void)
     short_mid = false;
 }
 
+/* query-block-exports: the node export e1 serves (g_free it). */
+static char *export_node(Fix *t)
+{
+    g_autoptr(JsonNode) r = qmp(t, "{\"execute\": \"query-block-exports\"}",
+                                NULL);
+    JsonArray *a = json_node_get_array(r);
+
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *o = json_array_get_object_element(a, i);
+
+        if (!strcmp(json_object_get_string_member(o, "id"), "e1")) {
+            return g_strdup(json_object_get_string_member(o, "node-name"));
+        }
+    }
+    g_error("no export e1");
+}
+
+/* query-named-block-nodes: the entry of @node, or NULL (unref @r). */
+static JsonObject *find_node(Fix *t, const char *node, JsonNode **r)
+{
+    JsonArray *a;
+
+    *r = qmp(t, "{\"execute\": \"query-named-block-nodes\"}", NULL);
+    a = json_node_get_array(*r);
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *o = json_array_get_object_element(a, i);
+
+        if (!strcmp(json_object_get_string_member(o, "node-name"), node)) {
+            return o;
+        }
+    }
+    return NULL;
+}
+
+/*
+ * An active commit into a base the top's chain opened itself (no node
+ * of its own), as QEMU does it: cancelled after ready, the base is
+ * read-only again (its lock too) and the export stays; completed, the
+ * base becomes a node of its own ("#blockNNN"), the export serves it
+ * read-write, the top's chain is listed down to it, and once the old top
+ * is deleted nothing holds the images above any more.  Then an
+ * intermediate commit with the top and the base given as file names;
+ * then, for a qcow2 and a raw base, a completed commit followed by a
+ * shutdown with the old top still open (it closes before the base).
+ * The active commits were refused before ("... which needs a node").
+ */
+static void test_commit_active_chain(void)
+{
+    g_autofree char *top = NULL, *base = NULL, *cmd = NULL;
+    g_autofree char *node = NULL;
+    Fix *t = g_new0(Fix, 1);
+    Racer r = { 0 };
+    JsonObject *ev, *o;
+    GThread *th;
+
+    fix_start(t, false, false);
+    top = path_in(t, "top.qcow2");
+    base = path_in(t, "base.qcow2");
+    guest_verify(t);
+    g_assert_true(node_ro(t, "#top-backing2"));
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"a0\", \"device\": \"top\", \"base\": "
+           "\"base.qcow2\"}}");
+    wait_event(t, "BLOCK_JOB_READY");
+    g_assert_false(node_ro(t, "#top-backing2"));
+    check_locked(base, true);
+    guest_write(t, 256 * 1024, 8192, 60);
+    qmp_ok(t, "{\"execute\": \"block-job-cancel\", \"arguments\": "
+           "{\"device\": \"a0\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    g_assert_false(json_object_has_member(ev, "error"));
+    wait_null(t, "a0");
+    g_assert_true(node_ro(t, "#top-backing2"));
+    check_locked(base, false);
+    check_export_node(t, "top");
+    guest_verify(t);
+
+    /* Completed this time (the base by default), the guest writing. */
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"a1\", \"device\": \"top\"}}");
+    r.t = t;
+    th = g_thread_new("racer", racer, &r);
+    wait_event(t, "BLOCK_JOB_READY");
+    qmp_ok(t, "{\"execute\": \"block-job-complete\", \"arguments\": "
+           "{\"device\": \"a1\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    __atomic_store_n(&r.stop, true, __ATOMIC_RELEASE);
+    g_thread_join(th);
+    race_expect(t, &r);
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "a1");
+    node = export_node(t);
+    g_assert_true(g_str_has_prefix(node, "#block"));
+    {
+        g_autoptr(JsonNode) q = NULL;
+        g_autofree char *fname = NULL;
+
+        o = find_node(t, node, &q);
+        g_assert_nonnull(o);
+        fname = g_path_get_basename(json_object_get_string_member(o,
+                                                                  "file"));
+        g_assert_cmpstr(fname, ==, "base.qcow2");
+        g_assert_cmpstr(json_object_get_string_member(o, "drv"), ==,
+                        "qcow2");
+        g_assert_false(json_object_get_boolean_member(o, "ro"));
+    }
+    {
+        /* top <- mid (the top's) <- the base, listed for itself. */
+        g_autoptr(JsonNode) q = NULL;
+
+        g_assert_nonnull(find_node(t, "#top-backing1", &q));
+    }
+    {
+        g_autoptr(JsonNode) q = NULL;
+
+        g_assert_null(find_node(t, "#top-backing2", &q));
+    }
+    check_locked(base, true);
+    guest_write(t, 3 * 1024 * 1024, 64 * 1024, 61);
+    guest_verify(t);
+    /* The base is exported (and read by the old top): it stays. */
+    cmd = g_strdup_printf("{\"execute\": \"blockdev-del\", \"arguments\": "
+                          "{\"node-name\": \"%s\"}}", node);
+    qmp_fails(t, cmd, NULL);
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"top\"}}");
+    qmp_ok(t, "{\"execute\": \"blockdev-del\", \"arguments\": "
+           "{\"node-name\": \"f0\"}}");
+    check_locked(top, false);
+    guest_verify(t);
+    fix_stop(t);
+
+    check_clean(base);
+    {
+        const char *files[] = { "base.qcow2" };
+        const char *fmts[] = { "qcow2" };
+
+        check_chain(base, 1, files, fmts, NULL);
+    }
+    check_converted_img(t, "base.qcow2");
+    fix_cleanup(t);
+    g_free(t);
+
+    /* Intermediate, the base by its resolved name, the top as named. */
+    t = g_new0(Fix, 1);
+    fix_start(t, false, false);
+    g_free(top);
+    g_free(base);
+    g_free(cmd);
+    top = path_in(t, "top.qcow2");
+    base = path_in(t, "base.qcow2");
+    cmd = g_strdup_printf("{\"execute\": \"block-commit\", \"arguments\": "
+                          "{\"job-id\": \"c4\", \"device\": \"top\", "
+                          "\"top\": \"mid.qcow2\", \"base\": \"%s\"}}",
+                          base);
+    qmp_ok(t, cmd);
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "c4");
+    check_export_node(t, "top");
+    g_assert_true(node_ro(t, "#top-backing1"));
+    check_locked(base, false);
+    guest_verify(t);
+    fix_stop(t);
+    check_clean(top);
+    check_clean(base);
+    {
+        const char *files[] = { "top.qcow2", "base.qcow2" };
+        const char *fmts[] = { "qcow2", "qcow2" };
+        const char *named[] = { "base.qcow2" };
+
+        check_chain(top, 2, files, fmts, named);
+    }
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+
+    /*
+     * Completed, then the daemon shuts down with the old top still open
+     * over the base, which it must close first: a qcow2 base becomes a
+     * qcow2 node over a file node, a raw one (3 MiB, so it grows to the
+     * top's 4 MiB first) a file node.
+     */
+    for (int raw = 0; raw < 2; raw++) {
+        t = g_new0(Fix, 1);
+        fix_start(t, raw, false);
+        g_free(base);
+        base = path_in(t, raw ? "base.raw" : "base.qcow2");
+        qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+               "{\"job-id\": \"a2\", \"device\": \"top\"}}");
+        wait_event(t, "BLOCK_JOB_READY");
+        qmp_ok(t, "{\"execute\": \"job-complete\", \"arguments\": "
+               "{\"id\": \"a2\"}}");
+        ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+        if (json_object_has_member(ev, "error")) {
+            g_error("the job failed: %s",
+                    json_object_get_string_member(ev, "error"));
+        }
+        wait_null(t, "a2");
+        g_free(node);
+        node = export_node(t);
+        {
+            g_autoptr(JsonNode) q = NULL;
+
+            o = find_node(t, node, &q);
+            g_assert_nonnull(o);
+            g_assert_cmpstr(json_object_get_string_member(o, "drv"), ==,
+                            raw ? "file" : "qcow2");
+        }
+        guest_write(t, 3584 * 1024, 64 * 1024, 62);
+        guest_verify(t);
+        fix_stop(t);
+        if (raw) {
+            g_autofree char *want = path_in(t, "want.raw");
+            struct stat st;
+
+            g_assert_cmpint(stat(base, &st), ==, 0);
+            g_assert_cmpint(st.st_size, ==, IMG_SIZE);
+            g_assert_true(g_file_set_contents(want,
+                                              (const char *)t->expect,
+                                              IMG_SIZE, NULL));
+            vb_sh("cd '%s' && qemu-img compare -q -s -f raw -F raw "
+                  "base.raw want.raw", t->d.dir);
+        } else {
+            check_clean(base);
+            check_converted_img(t, "base.qcow2");
+        }
+        fix_cleanup(t);
+        g_free(t);
+    }
+}
+
+/* qemu-img info: the virtual size of @img. */
+static int64_t virtual_size(const char *img)
+{
+    g_autofree char *out = NULL;
+    g_autoptr(JsonParser) p = json_parser_new();
+
+    g_assert_cmpint(vb_sh_status(&out, "qemu-img info -U --output=json "
+                                 "'%s'", img), ==, 0);
+    g_assert_true(json_parser_load_from_data(p, out, -1, NULL));
+    return json_object_get_int_member(
+        json_node_get_object(json_parser_get_root(p)), "virtual-size");
+}
+
+/*
+ * A base shorter than the top grows to the top's size first, as in
+ * QEMU: an active commit into a named qcow2 base (2 MiB under a 4 MiB
+ * top) ends with the base 4 MiB and holding the guest's disk, zeroes
+ * past its old end where nothing was written; an intermediate commit of
+ * the 3 MiB middle image into a raw base the chain opened (2 MiB) grows
+ * the file to 3 MiB, holding what the middle image showed.  Both were
+ * refused before ("... and block-commit does not grow it").
+ */
+static void test_commit_grow(void)
+{
+    g_autofree char *base = NULL, *top = NULL;
+    Fix *t = g_new0(Fix, 1);
+    JsonObject *ev;
+    struct stat st;
+
+    grow_chain = true;
+    fix_start(t, false, true);
+    base = path_in(t, "base.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"g1\", \"device\": \"top\", \"base-node\": "
+           "\"b\"}}");
+    wait_event(t, "BLOCK_JOB_READY");
+    guest_write(t, 3 * 1024 * 1024, 8192, 50);
+    qmp_ok(t, "{\"execute\": \"block-job-complete\", \"arguments\": "
+           "{\"device\": \"g1\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "g1");
+    check_export_node(t, "b");
+    guest_verify(t);
+    fix_stop(t);
+    check_clean(base);
+    g_assert_cmpint(virtual_size(base), ==, IMG_SIZE);
+    check_converted_img(t, "base.qcow2");
+    fix_cleanup(t);
+    g_free(t);
+
+    t = g_new0(Fix, 1);
+    fix_start(t, true, false);
+    g_free(base);
+    base = path_in(t, "base.raw");
+    top = path_in(t, "top.qcow2");
+    guest_verify(t);
+    qmp_ok(t, "{\"execute\": \"block-commit\", \"arguments\": "
+           "{\"job-id\": \"g2\", \"device\": \"top\", \"top\": "
+           "\"mid.qcow2\"}}");
+    ev = wait_event(t, "BLOCK_JOB_COMPLETED");
+    if (json_object_has_member(ev, "error")) {
+        g_error("the job failed: %s",
+                json_object_get_string_member(ev, "error"));
+    }
+    wait_null(t, "g2");
+    guest_verify(t);
+    fix_stop(t);
+    grow_chain = false;
+    g_assert_cmpint(stat(base, &st), ==, 0);
+    g_assert_cmpint(st.st_size, ==, 3 * 1024 * 1024);
+    vb_sh("cd '%s' && qemu-img compare -q -s -f raw -F raw base.raw "
+          "mid-view.raw", t->d.dir);
+    check_clean(top);
+    {
+        const char *files[] = { "top.qcow2", "base.raw" };
+        const char *fmts[] = { "qcow2", "raw" };
+        const char *named[] = { "base.raw" };
+
+        check_chain(top, 2, files, fmts, named);
+    }
+    check_converted(t);
+    fix_cleanup(t);
+    g_free(t);
+}
+
 /* The refusals, then a job cancelled midway (held by its speed limit):
  * the chain stays as it was, and usable. */
 static void test_stream_refuse_cancel(void)
@@ -1237,5 +1591,7 @@ int main(int argc, char **argv)
     g_test_add_func("/blkd/commit/active-ro", test_commit_active_ro);
     g_test_add_func("/blkd/stream/refuse-cancel", test_stream_refuse_cancel);
     g_test_add_func("/blkd/stream/short-mid", test_short_mid);
+    g_test_add_func("/blkd/commit/grow", test_commit_grow);
+    g_test_add_func("/blkd/commit/active-chain", test_commit_active_chain);
     return g_test_run();
 }

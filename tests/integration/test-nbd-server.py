@@ -27,7 +27,11 @@ against hostile ones.  TAP.
   rule and policy=deny; a PSK username allowed and one refused;
   authz-list-file re-read when it changes, every client refused while
   it does not parse, bad files refused at object-add;
-  object-del of the authz object in use refused; a 3000-character DN
+  object-del of the authz object in use refused; qom-list/qom-get of
+  each authz type's properties, qom-set of authz-simple identity on the
+  running server (the old identity refused, the new one let in), of
+  authz-list rules and policy, and bad values refused with nothing
+  changed; a 3000-character DN
   and a DN with RFC 4514 escapes; tls-authz without tls-creds, with
   verify-peer=off, or naming no object: refused.
 Env: VHOST_BLKD.  Needs qemu-img, qemu-io, nbdinfo, nbdcopy, certtool
@@ -822,6 +826,98 @@ def test_authz(tmp):
         r = qcmd(q, "qom-get", {"path": "/objects/az1", "property": "type"})
         ok(r == {"return": "authz-list"}, "qom-get type of authz-list", r)
 
+        # qom-list/qom-get/qom-set of the authz objects' own properties
+        def props(path):
+            r = qcmd(q, "qom-list", {"path": path})
+            return {x["name"]: x["type"] for x in r.get("return", [])}
+
+        def get(path, prop):
+            return qcmd(q, "qom-get", {"path": path, "property": prop})
+
+        def qset(path, prop, value):
+            return qcmd(q, "qom-set", {"path": path, "property": prop,
+                                       "value": value})
+
+        def err(r):
+            return r.get("error", {}).get("desc", "")
+
+        ok(props("/objects/az0") == {"type": "string",
+                                     "identity": "string"} and
+           props("az1") == {"type": "string", "policy": "QAuthZListPolicy",
+                            "rules": "QAuthZListRule"},
+           "qom-list of authz-simple and authz-list: QEMU's properties",
+           (props("/objects/az0"), props("az1")))
+        ok(props("/objects/t0") == {"type": "string"},
+           "qom-list of a TLS object: type only", props("t0"))
+        rules1 = [{"match": "CN=client2", "policy": "deny",
+                   "format": "exact"},
+                  {"match": "CN=client?", "policy": "allow",
+                   "format": "glob"}]
+        ok(get("/objects/az0", "identity") == {"return": "CN=client1"} and
+           get("az1", "policy") == {"return": "deny"} and
+           get("az1", "rules") == {"return": rules1},
+           "qom-get identity, policy, rules: the values given",
+           (get("az0", "identity"), get("az1", "rules")))
+        # The running server (tls-authz=az0) checks its next connection
+        # against the new identity.
+        r = qset("/objects/az0", "identity", "CN=client2")
+        ok(r == {"return": {}} and
+           get("az0", "identity") == {"return": "CN=client2"},
+           "qom-set authz-simple identity CN=client2", r)
+        rc, out = qemu_io_read(p, dirs["c1"])
+        refused("after qom-set, the old identity CN=client1", rc, out,
+                "az0", "CN=client1")
+        allowed("after qom-set, the new identity CN=client2", p,
+                dirs["c2"])
+        for path, prop, value, want, name in (
+                ("az0", "identity", 5, "expected: string",
+                 "identity not a string"),
+                ("az0", "identity", "CN=" + "x" * 70000, "too long",
+                 "identity over 64 KiB"),
+                ("az0", "nosuch", "x", "'authz-simple.nosuch' not found",
+                 "an unknown property"),
+                ("az0", "type", "authz-list", "read-only", "type"),
+                ("az1", "policy", "maybe", "does not accept value 'maybe'",
+                 "policy not allow or deny"),
+                ("az1", "policy", None, "expected: string", "policy null"),
+                ("az1", "rules", {"match": "x"}, "expected: array",
+                 "rules not a list"),
+                ("az1", "rules", [{"match": "x", "policy": "allow"}, 7],
+                 "rules.1", "a rule not an object"),
+                ("az1", "rules", [{"match": "x", "policy": "perhaps"}],
+                 "does not accept value 'perhaps'", "a rule's bad policy"),
+                ("az1", "rules", [{"match": "x", "policy": "allow",
+                                   "format": "regex"}],
+                 "does not accept value 'regex'", "a rule's bad format"),
+                ("az1", "rules", [{"match": "x" * 70000,
+                                   "policy": "allow"}],
+                 "too long", "a match over 64 KiB")):
+            r = qset(path, prop, value)
+            ok(want in err(r), "qom-set %s.%s, %s: error" %
+               (path, prop, name), r)
+        ok(get("az0", "identity") == {"return": "CN=client2"} and
+           get("az1", "policy") == {"return": "deny"} and
+           get("az1", "rules") == {"return": rules1},
+           "... the refused qom-sets changed nothing",
+           (get("az0", "identity"), get("az1", "rules")))
+        r = get("az1", "nosuch")
+        ok("'authz-list.nosuch' not found" in err(r) and
+           "policy, rules" in err(r), "qom-get of an unknown property: "
+           "error naming the properties", r)
+        r = qset("az1", "rules", [{"match": "CN=*", "policy": "allow",
+                                   "format": "glob"}])
+        r2 = qset("az1", "policy", "allow")
+        ok(r == r2 == {"return": {}} and
+           get("az1", "rules") == {"return": [
+               {"match": "CN=*", "policy": "allow", "format": "glob"}]} and
+           get("az1", "policy") == {"return": "allow"},
+           "qom-set authz-list rules and policy", (r, r2))
+        r = qset("az1", "rules", rules1)
+        r2 = qset("az1", "policy", "deny")
+        ok(r == r2 == {"return": {}} and
+           get("az1", "rules") == {"return": rules1},
+           "qom-set back to the rules given at start", (r, r2))
+
         # authz-list: exact deny before a glob allow, default deny
         r = restart("t0", "az1")
         ok(r == ({"return": {}},) * 3, "server restarted with "
@@ -899,6 +995,19 @@ def test_authz(tmp):
         r = qcmd(q, "object-add", {"qom-type": "authz-list-file",
                                    "id": "az4", "filename": acl})
         ok(r == {"return": {}}, "object-add authz-list-file", r)
+        r = qcmd(q, "qom-list", {"path": "/objects/az4"})
+        ok({x["name"]: x["type"] for x in r.get("return", [])} ==
+           {"type": "string", "filename": "string", "refresh": "bool"},
+           "qom-list of authz-list-file: filename and refresh", r)
+        r = qcmd(q, "qom-get", {"path": "az4", "property": "filename"})
+        r2 = qcmd(q, "qom-get", {"path": "az4", "property": "refresh"})
+        ok(r == {"return": acl} and r2 == {"return": True},
+           "qom-get authz-list-file filename and refresh", (r, r2))
+        r = qcmd(q, "qom-set", {"path": "az4", "property": "filename",
+                                "value": acl + ".other"})
+        ok("cannot be changed" in r.get("error", {}).get("desc", "") and
+           "object-del" in r.get("error", {}).get("desc", ""),
+           "qom-set authz-list-file filename: refused, says what to do", r)
         r = restart("t0", "az4")
         ok(r[1:] == ({"return": {}},) * 2, "server with tls-authz=az4", r)
         p = port()

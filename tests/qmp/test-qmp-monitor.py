@@ -258,6 +258,37 @@ def test_runtime(tmp):
     ok(busy.returncode == 0, "the other export's verified run went on "
        "undisturbed", out)
 
+    # The export types by name (the registry in monitor/export.c): the
+    # QSD types vhost-blkd does not serve are refused as such, an unknown
+    # one as an unknown enum value, and nothing is created.
+    addr = {"type": "unix", "path": sock2}
+    for typ, want in (
+            ("fuse", "export type 'fuse' is not supported: vhost-blkd "
+             "exports only vhost-user-blk"),
+            ("vduse-blk", "export type 'vduse-blk' is not supported: "
+             "vhost-blkd exports only vhost-user-blk"),
+            ("nosuch", "Parameter 'type' does not accept value 'nosuch'"),
+            (5, "Invalid parameter type for 'type', expected: string"),
+            (None, "Parameter 'type' is missing")):
+        args = {"id": "t", "node-name": "f", "addr": addr}
+        if typ is not None:
+            args["type"] = typ
+        r = q.cmd("block-export-add", **args)
+        ok(r.get("error", {}).get("desc") == want,
+           "block-export-add type=%r: %s" % (typ, want), r)
+    r = q.cmd("block-export-add", type="nbd", id="t",
+              **{"node-name": "f"})
+    r2 = q.cmd("block-export-add", type="vhost-user-blk", id="e",
+               addr=addr, **{"node-name": "f"})
+    r3 = q.cmd("query-block-exports")
+    ok(r.get("error", {}).get("desc") == "NBD server not running" and
+       r2.get("error", {}).get("desc") ==
+       "Block export id 'e' is already in use" and
+       [x["id"] for x in r3.get("return", [])] == ["e"] and
+       not os.path.exists(sock2),
+       "type=nbd reaches the NBD type; a used id is refused; only e "
+       "exported", [r, r2, r3])
+
     # statistics: exactly what a fresh session does
     base = q.cmd("query-blockstats")["return"][0]["stats"]
     rc, out = vbio(sock, "write:0:4096:1", "write:8:8192:2", "read:0:4096:1",
