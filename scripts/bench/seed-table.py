@@ -24,6 +24,10 @@ time over the I/Os fio did.  For bare metal it is fio's own CPU time.
 Repetitions are interleaved: repetition r of every setup runs before
 repetition r + 1 of any.
 
+With --cloud-image the guest is instead a cloud image the user names,
+booted under snapshot=on (the file is only read) with a NoCloud seed whose
+user-data runs the same job and prints the same markers (CLOUD_JOB).
+
 KVM is used when a guest actually runs on it (a boot sector is started with
 -accel kvm and must reach its exit port); otherwise TCG, with small
 defaults, and every output says the figures are the emulator's.
@@ -66,8 +70,6 @@ CLK = os.sysconf("SC_CLK_TCK")
 # one: it always answers GET_ID with QEMU's fixed string.
 SERIAL = "vbseed"
 SERIAL_QSD = "vhost_user_blk"
-# The cloud-init stage that runs the job (cloud-config's bootcmd or runcmd).
-CLOUD_STAGE = "runcmd"
 
 
 def log(msg):
@@ -460,8 +462,11 @@ def make_cloud_seed(a, direct, serial, instance, tmp):
         # even if the image was booted before.
         f.write(f"instance-id: vb-seed-{instance}-{os.getpid()}\n"
                 f"local-hostname: vbseed\n")
-    # JSON is valid YAML; the job goes into the stage chosen by CLOUD_STAGE.
-    cfg = {CLOUD_STAGE: [["sh", "-c", job]]}
+    # JSON is valid YAML.  bootcmd runs in cloud-init's init stage, runcmd
+    # after its config and final stages have started (about 45 s later
+    # under TCG): the job powers the guest off, so the later stages never
+    # run after bootcmd.
+    cfg = {a.cloud_stage: [["sh", "-c", job]]}
     with open(os.path.join(d, "user-data"), "w") as f:
         f.write("#cloud-config\n" + json.dumps(cfg, indent=1) + "\n")
     iso = os.path.join(tmp, f"cidata-{instance}.iso")
@@ -1168,6 +1173,9 @@ def main():
     ap.add_argument("--cloud-initrd", metavar="FILE", help="initrd for --cloud-kernel")
     ap.add_argument("--cloud-append", metavar="ARGS", help="kernel command line for "
                     "--cloud-kernel (default 'console=ttyS0 root=/dev/vda1 rw')")
+    ap.add_argument("--cloud-stage", choices=["bootcmd", "runcmd"], default="bootcmd",
+                    help="the cloud-config key that runs the job: bootcmd (cloud-init's "
+                         "init stage, the sooner; default) or runcmd (its final stage)")
     ap.add_argument("--destroy-data", action="store_true",
                     help="allow a writing --rw on --device")
     ap.add_argument("-o", "--out", default="/var/tmp/vhost-blk-seed",
@@ -1283,7 +1291,7 @@ def run(a, b):
                       "kernel": a.cloud_kernel and os.path.abspath(a.cloud_kernel),
                       "initrd": a.cloud_initrd and os.path.abspath(a.cloud_initrd),
                       "append": a.cloud_append,
-                      "seed": f"NoCloud (cidata iso9660), the job in {CLOUD_STAGE}",
+                      "seed": f"NoCloud (cidata iso9660), the job in {a.cloud_stage}",
                       "overlay": "snapshot=on (the image is only read)"}
         log(f"guest: the cloud image {b.cloud_path} ({b.cloud_format}, "
             f"{b.guest_os['boot']} boot), the job from a NoCloud seed")
