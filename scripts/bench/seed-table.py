@@ -463,8 +463,8 @@ def make_cloud_seed(a, direct, serial, instance, tmp):
         f.write(f"instance-id: vb-seed-{instance}-{os.getpid()}\n"
                 f"local-hostname: vbseed\n")
     # JSON is valid YAML.  bootcmd runs in cloud-init's init stage, runcmd
-    # after its config and final stages have started (about 45 s later
-    # under TCG): the job powers the guest off, so the later stages never
+    # after its config and final stages have started (70 s later under
+    # TCG here): the job powers the guest off, so the later stages never
     # run after bootcmd.
     cfg = {a.cloud_stage: [["sh", "-c", job]]}
     with open(os.path.join(d, "user-data"), "w") as f:
