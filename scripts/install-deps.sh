@@ -36,6 +36,7 @@ PKGS=(
     debootstrap
     # benchmarks
     valgrind gnuplot-nox procps
+    genisoimage  # seed-table.sh --cloud-image: the NoCloud "cidata" seed
     # Ceph RBD: librbd for block/rbd.c, a single-node test cluster
     # (scripts/ceph-cluster.sh: ceph-mon, ceph-osd, the ceph/rbd/rados CLIs),
     # QEMU's rbd block driver for the qemu-storage-daemon comparisons and

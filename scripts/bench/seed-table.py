@@ -24,6 +24,10 @@ time over the I/Os fio did.  For bare metal it is fio's own CPU time.
 Repetitions are interleaved: repetition r of every setup runs before
 repetition r + 1 of any.
 
+With --cloud-image the guest is instead a cloud image the user names,
+booted under snapshot=on (the file is only read) with a NoCloud seed whose
+user-data runs the same job and prints the same markers (CLOUD_JOB).
+
 KVM is used when a guest actually runs on it (a boot sector is started with
 -accel kvm and must reach its exit port); otherwise TCG, with small
 defaults, and every output says the figures are the emulator's.
@@ -61,6 +65,11 @@ SEED = {
     "iops": {"virtio-blk": 101000, "vhost_blk": 1202000, "bare": 1480000},
 }
 CLK = os.sysconf("SC_CLK_TCK")
+# The serial of the measured disk in every setup: the cloud guest finds the
+# disk by it.  qemu-storage-daemon's vhost-user-blk export cannot be given
+# one: it always answers GET_ID with QEMU's fixed string.
+SERIAL = "vbseed"
+SERIAL_QSD = "vhost_user_blk"
 
 
 def log(msg):
@@ -171,6 +180,18 @@ def qemu_has(qemu, device, prop):
     except (OSError, subprocess.TimeoutExpired):
         return False
     return p.returncode == 0 and (prop is None or prop in p.stdout.decode(errors="replace"))
+
+
+def qemu_has_user_net(qemu):
+    """True if QEMU has the user-mode network (libslirp): the patched QEMU
+    that scripts/build-qemu.sh builds has not."""
+    try:
+        p = subprocess.run([qemu, "-netdev", "help"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    # "Available netdev backend types:" and one name per line or a list;
+    # "vhost-user" is not "user".
+    return "user" in p.stdout.decode(errors="replace").split()
 
 
 def qemu_version(qemu):
@@ -350,6 +371,114 @@ def make_initramfs(assets, tmp):
     return out
 
 
+
+# The same job for a cloud image, run by cloud-init from the NoCloud seed's
+# user-data.  The host fills in the @NAME@ fields (each one checked to be a
+# number or a single fio word before it gets here).  The disk is found by
+# its serial: its name (vdb, vdc, ...) depends on the image's other disks.
+# It installs fio itself, and only when it is missing: cloud-init's
+# "packages:" would run the package manager's update on every boot, and the
+# project's own test image has no network.
+CLOUD_JOB = r"""#!/bin/sh
+# seed-table.sh (vhost-blk): fio at each numjobs on the disk whose serial
+# is @SERIAL@; results on the serial console, then power off.
+con=/dev/ttyS0
+[ -w "$con" ] || con=/dev/console
+say() { echo "$*" > "$con"; }
+finish() {
+    say "VBTEST-RESULT: $*"
+    sync
+    systemctl poweroff --no-block 2>/dev/null || poweroff
+    exit 0
+}
+say "SEED-CLOUD: the user-data runs ($(uname -r))"
+dev=
+i=0
+while [ -z "$dev" ] && [ $i -lt 30 ]; do
+    for b in /sys/block/*; do
+        if [ "$(cat "$b/serial" 2>/dev/null)" = "@SERIAL@" ]; then
+            dev=/dev/${b##*/}
+        fi
+    done
+    [ -n "$dev" ] || { sleep 1; i=$((i + 1)); }
+done
+[ -n "$dev" ] || finish "FAIL no disk with serial @SERIAL@ in the guest" \
+    "(disks: $(ls /sys/block | tr '\n' ' '))"
+if ! command -v fio > /dev/null 2>&1; then
+    say "VBTEST-LOG: fio: not in the image: installing it"
+    export DEBIAN_FRONTEND=noninteractive
+    if command -v apt-get > /dev/null; then
+        err=$( (apt-get -q update && apt-get -qy install fio) 2>&1)
+    elif command -v dnf > /dev/null; then
+        err=$(dnf -qy install fio 2>&1)
+    elif command -v zypper > /dev/null; then
+        err=$(zypper -nq install fio 2>&1)
+    elif command -v apk > /dev/null; then
+        err=$(apk add fio 2>&1)
+    else
+        err="no apt-get, dnf, zypper or apk in the image"
+    fi
+    command -v fio > /dev/null 2>&1 ||
+        finish "FAIL the cloud image has no fio and could not install it:" \
+            "$(echo "$err" | grep -v '^ *$' | tail -n 3 | tr '\n' ' ' | cut -c1-400)"
+fi
+for n in @JOBS@; do
+    say "SEED-BEGIN $n"
+    line=$(fio --minimal --name=seed --filename="$dev" --rw=@RW@ --bs=@BS@ \
+        --iodepth=@DEPTH@ --ioengine=@ENGINE@ --direct=@DIRECT@ --numjobs=$n \
+        --time_based --runtime=@RUNTIME@ --group_reporting 2>/tmp/fio.err)
+    st=$?
+    # terse v3: 8 read IOPS, 9 read ms, 49 write IOPS, 50 write ms
+    set -- $(echo "$line" | awk -F';' '{ print $8, $9, $49, $50 }')
+    say "SEED-END $n $st ${1:-0} ${2:-0} ${3:-0} ${4:-0}"
+    [ "$st" -eq 0 ] ||
+        say "VBTEST-LOG: fio: $(head -c 400 /tmp/fio.err | tr '\n' ' ')"
+done
+finish PASS
+"""
+
+
+def image_format(path):
+    """'qcow2' or 'raw', from the file's first bytes."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    return "qcow2" if magic == b"QFI\xfb" else "raw"
+
+
+def make_cloud_seed(a, direct, serial, instance, tmp):
+    """A NoCloud seed: an iso9660 volume labelled cidata with meta-data and
+    user-data, made without mounting anything."""
+    d = os.path.join(tmp, f"cidata-{instance}")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    fields = {"SERIAL": serial, "JOBS": " ".join(map(str, a.jobs)), "RW": a.rw,
+              "BS": a.bs, "DEPTH": str(a.iodepth), "ENGINE": a.engine,
+              "DIRECT": "1" if direct else "0", "RUNTIME": str(a.runtime)}
+    job = CLOUD_JOB
+    for k, v in fields.items():
+        job = job.replace(f"@{k}@", v)
+    with open(os.path.join(d, "meta-data"), "w") as f:
+        # A new instance id per boot: cloud-init runs the user-data again
+        # even if the image was booted before.
+        f.write(f"instance-id: vb-seed-{instance}-{os.getpid()}\n"
+                f"local-hostname: vbseed\n")
+    # JSON is valid YAML.  bootcmd runs in cloud-init's init stage, runcmd
+    # after its config and final stages have started (70 s later under
+    # TCG here): the job powers the guest off, so the later stages never
+    # run after bootcmd.
+    cfg = {a.cloud_stage: [["sh", "-c", job]]}
+    with open(os.path.join(d, "user-data"), "w") as f:
+        f.write("#cloud-config\n" + json.dumps(cfg, indent=1) + "\n")
+    iso = os.path.join(tmp, f"cidata-{instance}.iso")
+    p = subprocess.run(["genisoimage", "-quiet", "-output", iso, "-volid", "cidata",
+                        "-rock", os.path.join(d, "user-data"),
+                        os.path.join(d, "meta-data")], capture_output=True)
+    if p.returncode != 0:
+        die(f"genisoimage failed making the NoCloud seed: "
+            f"{p.stderr.decode(errors='replace').strip()}")
+    return iso
+
+
 # ------------------------------------------------------------ the run
 
 class Bench:
@@ -363,6 +492,8 @@ class Bench:
         self.config = {}
         self.pin_note = None
         self.kvm_why = None
+        self.boot_seconds = {}
+        self.guest_os = None
 
     # -- target --------------------------------------------------------
     def prepare_target(self):
@@ -550,12 +681,14 @@ class Bench:
                 for i in range(q):
                     iots += ["-object", f"iothread,id=iot{i}"]
                 dev = {"driver": "virtio-blk-pci", "drive": "d0", "num-queues": q,
+                       "serial": SERIAL,
                        "iothread-vq-mapping": [{"iothread": f"iot{i}"} for i in range(q)]}
                 return (iots + drive + ["-device", json.dumps(dev)], None,
                         f"virtio-blk-pci, {q} queues, iothread-vq-mapping over {q} iothreads, "
                         f"{cache}")
             return (["-object", "iothread,id=iot0"] + drive +
-                    ["-device", f"virtio-blk-pci,drive=d0,iothread=iot0,num-queues={q}"], None,
+                    ["-device", f"virtio-blk-pci,drive=d0,iothread=iot0,num-queues={q},"
+                     f"serial={SERIAL}"], None,
                     f"virtio-blk-pci, {q} queues, 1 iothread (this QEMU has no "
                     f"iothread-vq-mapping), {cache}")
         user = ["-chardev", f"socket,id=c0,path={sock}",
@@ -574,12 +707,13 @@ class Bench:
             cache = "none" if self.direct else "writeback"
             cmd = [a.vhost_blkd, "--iothreads", str(q),
                    "--export", f"socket={sock},file={t},cache={cache},num-queues={q},"
-                               f"readonly={ro}"]
+                               f"readonly={ro},serial={SERIAL}"]
             return user, cmd, f"{q} queues, {q} iothreads (one per queue), aio=io_uring, cache={cache}"
         if s == "vhost_blk":
             cache = "none" if self.direct else "writeback"
             return (["-drive", f"file={t},if=none,id=d0,format=raw,cache={cache},readonly={ro}",
-                     "-device", f"vhost-pci-blk-pci,drive=d0,num-queues={q}"], None,
+                     "-device", f"vhost-pci-blk-pci,drive=d0,num-queues={q},"
+                                f"serial={SERIAL}"], None,
                     f"vhost-pci-blk-pci,drive= (patched QEMU), {q} queues, cache={cache}")
         raise ValueError(s)
 
@@ -610,22 +744,39 @@ class Bench:
                     return
                 time.sleep(0.05)
         per_run = a.runtime + (60 if self.accel == "tcg" else 30)
-        limit = (240 if self.accel == "tcg" else 90) + per_run * len(a.jobs)
-        params = ["console=ttyS0", "quiet", "panic=-1", "cryptomgr.notests",
-                  "no_timer_check", "vbjob=seed", f"vbtimeout={limit}",
-                  "vbseedjobs=" + "+".join(map(str, a.jobs)), f"vbseedrw={a.rw}",
-                  f"vbseedbs={a.bs}", f"vbseeddepth={a.iodepth}", f"vbseedtime={a.runtime}",
-                  f"vbseedengine={a.engine}", f"vbseeddirect={1 if self.direct else 0}"]
+        if a.cloud_image:
+            # A distribution's boot, cloud-init and maybe a package install.
+            limit = (900 if self.accel == "tcg" else 300) + per_run * len(a.jobs)
+        else:
+            limit = (240 if self.accel == "tcg" else 90) + per_run * len(a.jobs)
         qemu = a.patched_qemu if s == "vhost_blk" else a.qemu
         args = [qemu, "-machine", f"q35,accel={self.accel},memory-backend=mem",
                 "-object", f"memory-backend-memfd,id=mem,size={a.mem},share=on",
                 "-cpu", "host" if self.accel == "kvm" else "max",
-                "-smp", str(a.vcpus), "-m", a.mem,
-                "-kernel", self.vmlinux, "-initrd", self.initrd,
-                "-append", " ".join(params), "-display", "none",
+                "-smp", str(a.vcpus), "-m", a.mem, "-display", "none",
                 "-serial", f"file:{console}", "-monitor", "none", "-no-reboot",
-                "-nic", "none", "-qmp", f"unix:{qmp},server=on,wait=off"]
+                "-qmp", f"unix:{qmp},server=on,wait=off"]
+        if a.cloud_image:
+            args += self.cloud_args(s, rep)
+        else:
+            params = ["console=ttyS0", "quiet", "panic=-1", "cryptomgr.notests",
+                      "no_timer_check", "vbjob=seed", f"vbtimeout={limit}",
+                      "vbseedjobs=" + "+".join(map(str, a.jobs)), f"vbseedrw={a.rw}",
+                      f"vbseedbs={a.bs}", f"vbseeddepth={a.iodepth}",
+                      f"vbseedtime={a.runtime}", f"vbseedengine={a.engine}",
+                      f"vbseeddirect={1 if self.direct else 0}"]
+            args += ["-kernel", self.vmlinux, "-initrd", self.initrd,
+                     "-append", " ".join(params), "-nic", "none"]
         args += firmware_args() + disk
+        if a.cloud_image:
+            # A network to install fio if the image lacks it; after the
+            # disks, so that it cannot shift the boot disk's place.
+            if qemu_has_user_net(qemu):
+                args += ["-nic", "user,model=virtio-net-pci"]
+            else:
+                args += ["-nic", "none"]
+                log(f"{NAME[s]}: {qemu} has no user-mode network: the guest has no NIC "
+                    "(fio must be in the image)")
         with open(errlog, "w") as ef:
             qp = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=ef,
                                   start_new_session=True)
@@ -633,7 +784,7 @@ class Bench:
         start = time.time()
         if a.pin:
             self.pin(qmp, start + 30)
-        pos, buf, begin, result = 0, "", {}, None
+        pos, buf, begin, result, boot_s = 0, "", {}, None, None
         while True:
             done = qp.poll() is not None
             try:
@@ -672,6 +823,10 @@ class Bench:
                     result = m.group(1).strip()
                 elif "VBTEST-LOG: fio:" in line:
                     log(f"{NAME[s]}: {line.strip()}")
+                elif "SEED-CLOUD:" in line and boot_s is None:
+                    boot_s = time.time() - start
+                    log(f"{NAME[s]}: cloud-init ran the job {boot_s:.0f} s after "
+                        "QEMU started")
             if done:
                 break
             if backend and backend.poll() is not None:
@@ -679,19 +834,55 @@ class Bench:
                           "run: " + self.tail(blog))
                 break
             if time.time() - start > limit + 30:
-                self.fail(s, f"the guest was still running after {limit + 30} s (console: "
-                          f"{console})")
+                if a.cloud_image and boot_s is None:
+                    self.fail(s, f"the seed's user-data did not run within {limit + 30} s: "
+                              "does the image run cloud-init with the NoCloud datasource "
+                              f"and have a console on ttyS0? (console: {console})")
+                else:
+                    self.fail(s, f"the guest was still running after {limit + 30} s "
+                              f"(console: {console})")
                 break
             time.sleep(0.05)
         self.stop(qp)
         self.stop(backend)
         if s in self.failed:
             return
+        if boot_s is not None:
+            self.boot_seconds.setdefault(s, []).append(round(boot_s, 1))
         if qp.returncode not in (0, None) or result is None:
             why = self.tail(errlog) or "no VBTEST-RESULT on the console"
+            if a.cloud_image and boot_s is None and qp.returncode in (0, None):
+                why += (" (the seed's user-data never ran: does the image run cloud-init "
+                        "with the NoCloud datasource and have a console on ttyS0?)")
             self.fail(s, f"QEMU exited with status {qp.returncode}: {why} (console: {console})")
         elif result != "PASS":
             self.fail(s, f"guest: {result} (console: {console})")
+            if "has no fio" in result:
+                # Every other boot of the same image would fail the same way.
+                for o in a.setups:
+                    if o not in ("bare", s) and o not in self.skipped:
+                        self.fail(o, f"not run: the cloud image has no fio ({NAME[s]})")
+
+    def cloud_args(self, s, rep):
+        """QEMU options of the cloud image's boot: the image as the boot disk
+        under a throw-away overlay (snapshot=on: the guest's writes go to a
+        temporary file, the user's image is only read), its NoCloud seed, and
+        a direct kernel boot if asked."""
+        a = self.a
+        serial = SERIAL_QSD if s == "qsd" else SERIAL
+        iso = make_cloud_seed(a, self.direct, serial, f"{s}-r{rep}", self.tmp)
+        # -kernel takes boot index 0 for itself (QEMU's linuxboot ROM).
+        boot = "" if a.cloud_kernel else ",bootindex=0"
+        args = ["-drive", f"file={self.cloud_path},if=none,id=boot,"
+                          f"format={self.cloud_format},snapshot=on",
+                "-device", f"virtio-blk-pci,drive=boot{boot}",
+                "-drive", f"file={iso},if=none,id=cidata,format=raw,readonly=on",
+                "-device", "virtio-blk-pci,drive=cidata"]
+        if a.cloud_kernel:
+            args += ["-kernel", a.cloud_kernel, "-append", a.cloud_append]
+            if a.cloud_initrd:
+                args += ["-initrd", a.cloud_initrd]
+        return args
 
     def pin(self, qmp, deadline):
         try:
@@ -786,7 +977,8 @@ def report(b, out, started, finished):
     head = (f"fio {a.rw} {a.bs}, iodepth {a.iodepth} per job, {a.engine}, "
             f"{'O_DIRECT' if b.direct else 'buffered'}, {a.runtime} s per run, "
             f"{a.repeat} interleaved repetition{'s' if a.repeat > 1 else ''} (median); "
-            f"target {b.target} ({b.kind}, {b.size >> 20} MiB); guest {a.vcpus} "
+            f"target {b.target} ({b.kind}, {b.size >> 20} MiB); guest "
+            f"{guest_label(b)}, {a.vcpus} "
             f"vCPUs, {a.queues} queues, {a.mem} RAM, {b.accel.upper()}"
             f"{' (' + b.pin_note + ')' if b.pin_note else ''}; host {os.cpu_count()} CPUs, "
             f"{os.uname().release}; {started} to {finished}.")
@@ -863,7 +1055,8 @@ def report(b, out, started, finished):
                    "o_direct": b.direct},
         "fio": {"rw": a.rw, "bs": a.bs, "iodepth": a.iodepth, "ioengine": a.engine,
                 "runtime_s": a.runtime, "jobs": a.jobs},
-        "guest": {"vcpus": a.vcpus, "queues": a.queues, "mem": a.mem, "pinning": b.pin_note},
+        "guest": {"vcpus": a.vcpus, "queues": a.queues, "mem": a.mem, "pinning": b.pin_note,
+                  "os": b.guest_os, "boot_to_job_s": b.boot_seconds or None},
         "repeat": a.repeat,
         "setups": [{"id": s, "name": NAME[s],
                     "status": ("skipped" if s in b.skipped else
@@ -879,6 +1072,14 @@ def report(b, out, started, finished):
         f.write("\n")
     plot(b, out, table, measured, emu)
     return md
+
+
+def guest_label(b):
+    g = b.guest_os or {}
+    if g.get("kind") == "cloud-image":
+        return (f"the cloud image {g['image']} ({g['format']}, {g['boot']} boot, "
+                "cloud-init NoCloud)")
+    return "the test kernel and initramfs"
 
 
 def plot(b, out, table, measured, emu):
@@ -963,6 +1164,18 @@ def main():
     ap.add_argument("--assets", default=os.environ.get("VHOST_BLK_GUEST_ASSETS"),
                     help="guest kernel + initramfs directory (default: "
                          "scripts/guest/build-assets.sh's)")
+    ap.add_argument("--cloud-image", metavar="PATH",
+                    help="boot this cloud image (qcow2 or raw, with cloud-init) instead "
+                         "of the test kernel and initramfs; it is only read: each boot "
+                         "writes to a temporary overlay")
+    ap.add_argument("--cloud-kernel", metavar="FILE", help="boot --cloud-image with this "
+                    "kernel (direct kernel boot, for an image without a boot loader)")
+    ap.add_argument("--cloud-initrd", metavar="FILE", help="initrd for --cloud-kernel")
+    ap.add_argument("--cloud-append", metavar="ARGS", help="kernel command line for "
+                    "--cloud-kernel (default 'console=ttyS0 root=/dev/vda1 rw')")
+    ap.add_argument("--cloud-stage", choices=["bootcmd", "runcmd"], default="bootcmd",
+                    help="the cloud-config key that runs the job: bootcmd (cloud-init's "
+                         "init stage, the sooner; default) or runcmd (its final stage)")
     ap.add_argument("--destroy-data", action="store_true",
                     help="allow a writing --rw on --device")
     ap.add_argument("-o", "--out", default="/var/tmp/vhost-blk-seed",
@@ -989,6 +1202,7 @@ def main():
         die("fio is not installed (scripts/install-deps.sh)")
     if not shutil.which(a.qemu):
         die(f"no QEMU binary '{a.qemu}' (--qemu)")
+    check_cloud_args(ap, a)
 
     b = Bench(a)
     os.makedirs(a.out, exist_ok=True)
@@ -1007,6 +1221,35 @@ def main():
                                                                        "payload", "kmod"))
             log(f"logs of the failed run: {keep}")
         shutil.rmtree(b.tmp, ignore_errors=True)
+
+
+def check_cloud_args(ap, a):
+    if not a.cloud_image:
+        for o in ("cloud_kernel", "cloud_initrd", "cloud_append"):
+            if getattr(a, o):
+                ap.error(f"--{o.replace('_', '-')} goes with --cloud-image")
+        return
+    if (a.cloud_initrd or a.cloud_append) and not a.cloud_kernel:
+        ap.error("--cloud-initrd and --cloud-append go with --cloud-kernel")
+    for o in ("cloud_image", "cloud_kernel", "cloud_initrd"):
+        f = getattr(a, o)
+        if f is None:
+            continue
+        opt = "--" + o.replace("_", "-")
+        if not os.path.isfile(f):
+            die(f"{opt} {f}: no such file")
+        if not os.access(f, os.R_OK):
+            die(f"{opt} {f} is not readable by this user")
+    if a.cloud_kernel and a.cloud_append is None:
+        a.cloud_append = "console=ttyS0 root=/dev/vda1 rw"
+    if a.cloud_append is not None and "\n" in a.cloud_append:
+        ap.error("--cloud-append is one line")
+    if "," in a.cloud_image:
+        # QEMU's -drive would read the rest as options.
+        die(f"--cloud-image {a.cloud_image}: the path has a comma; link it elsewhere")
+    if not shutil.which("genisoimage"):
+        die("genisoimage is not installed: --cloud-image needs it for the NoCloud seed "
+            "(scripts/install-deps.sh)")
 
 
 def run(a, b):
@@ -1039,7 +1282,20 @@ def run(a, b):
     b.check_setups()
 
     guests = [s for s in a.setups if s != "bare" and s not in b.skipped]
-    if guests:
+    if a.cloud_image:
+        b.cloud_path = os.path.abspath(a.cloud_image)
+        b.cloud_format = image_format(b.cloud_path)
+        b.guest_os = {"kind": "cloud-image", "image": b.cloud_path,
+                      "format": b.cloud_format,
+                      "boot": "direct kernel" if a.cloud_kernel else "firmware",
+                      "kernel": a.cloud_kernel and os.path.abspath(a.cloud_kernel),
+                      "initrd": a.cloud_initrd and os.path.abspath(a.cloud_initrd),
+                      "append": a.cloud_append,
+                      "seed": f"NoCloud (cidata iso9660), the job in {a.cloud_stage}",
+                      "overlay": "snapshot=on (the image is only read)"}
+        log(f"guest: the cloud image {b.cloud_path} ({b.cloud_format}, "
+            f"{b.guest_os['boot']} boot), the job from a NoCloud seed")
+    elif guests:
         assets = a.assets
         if not assets:
             p = subprocess.run([os.path.join(SRC, "scripts", "guest", "build-assets.sh")],
@@ -1052,6 +1308,7 @@ def run(a, b):
             if not os.path.isfile(f):
                 die(f"no {f}: give --assets DIR holding vmlinux and initramfs.img")
         b.initrd = make_initramfs(assets, b.tmp)
+        b.guest_os = {"kind": "test-initramfs", "assets": os.path.abspath(assets)}
 
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     log(f"{len(a.setups)} setups x {len(a.jobs)} numjobs x {a.repeat} repetitions, "

@@ -51,10 +51,16 @@ PACKAGES=(systemd systemd-sysv udev dbus
           zlib1g libzstd1   # qcow2 compressed clusters (block/qcow2-format.c)
           libnbd0           # the NBD client driver (block/nbd.c)
           libgnutls30       # the NBD server's TLS (nbd/tls.c)
-          procps util-linux e2fsprogs)
+          procps util-linux e2fsprogs
+          # scripts/bench/seed-table.sh --cloud-image boots this image as
+          # a cloud image: cloud-init (NoCloud) runs fio from its user-data;
+          # debootstrap does not resolve virtual packages, so the provider of
+          # python3-cryptography's python3-cffi-backend-api-* is named
+          cloud-init python3-cffi-backend fio)
 # Modules the initramfs loads (with their dependencies, in order).
 WANT_MODULES=(virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev
-              virtio_pci virtio_blk crc32c_generic crc16 mbcache jbd2 ext4)
+              virtio_pci virtio_blk crc32c_generic crc16 mbcache jbd2 ext4
+              isofs)   # cloud-init's NoCloud seed (an iso9660 "cidata")
 
 log() { echo "build-systemd-image: $*" >&2; }
 die() { echo "build-systemd-image: error: $*" >&2; exit 1; }

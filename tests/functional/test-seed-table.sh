@@ -37,6 +37,9 @@ say(True, "seed-table.json parses")
 say(d.get("accel") in ("kvm", "tcg"), f"the accelerator is stated ({d.get('accel')})")
 say(d.get("accel") == "kvm" or (d.get("emulator_bound") is True and d.get("kvm_unavailable")),
     "under TCG the JSON says the figures are emulator-bound and why KVM was not used")
+g = d.get("guest", {}).get("os") or {}
+say(g.get("kind") == "test-initramfs",
+    f"the guest is recorded: the test kernel and initramfs ({g.get('kind')})")
 want = ["bare", "virtio-blk", "qsd", "vhost-blkd", "vhost_blk"]
 got = [s.get("id") for s in d.get("setups", [])]
 say(got == want, f"every setup is a column, in order ({got})")
