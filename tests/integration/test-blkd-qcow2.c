@@ -7,7 +7,10 @@
  * check' finds clean and that converts to what was written; backing
  * files stay unchanged; refused images say why; two queues allocating
  * the same clusters at once do not allocate them twice; a daemon killed
- * mid-write leaves no corruption and keeps what a flush acknowledged.
+ * mid-write leaves no corruption and keeps what a flush acknowledged;
+ * and so does a file failing from any of its writes and flushes on, in
+ * a sequence that reuses freed clusters, which never show through a
+ * stale entry.
  *
  * Needs qemu-img and qemu-io (scripts/install-deps.sh: qemu-utils).
  */
@@ -1258,6 +1261,322 @@ static void test_reuse(void)
     q2_cleanup(&q);
 }
 
+/*
+ * ---- crash points in a reuse sequence ----------------------------------
+ *
+ * A sequence whose later allocations reuse clusters an earlier discard
+ * freed, run with the file failing its writes and flushes (after the
+ * K-th, for every K the sequence has; FAULTS_* as in test_faults()):
+ * stage 1 writes 4 MiB (64 clusters: the whole batch of data clusters
+ * reserved at once, see alloc_data_cluster() in block/qcow2.c), flush;
+ * stage 2 discards its second MiB (16 clusters), flush; stage 3
+ * discards its first 512 KiB (8 clusters, lower on the file) without a
+ * flush, then writes 12 whole clusters and 2 partial ones elsewhere: a
+ * new batch, whose first 14 clusters must be stage 2's; flush.  Were a
+ * cluster handed out while an entry on the file still named it (stage
+ * 3's discard not yet durable), a crash would leave the discarded range
+ * reading another range's data; were a reused cluster taken for a
+ * hole, a partial write would leave the rest showing stage 1's data.
+ * Without faults the file must not grow from stage 1's flush to stage
+ * 3's: the freed clusters were reused.  Checked against the code broken
+ * both ways: free_later() queueing for reuse without waiting for the
+ * flush fails at inject-after=13 (cut), every data cluster taken for a
+ * hole at inject-after=18.
+ */
+#define FR_SIZE (8u << 20)
+#define FR_CLUSTER 65536u
+#define FR_NCL (FR_SIZE / FR_CLUSTER)
+#define FR_STAGES 4             /* 0: the image as created, 1..3 */
+
+typedef struct FrRun {
+    /* What each stage means the disk to read: 0 all of it, the others
+     * only in the clusters they touched (see fr_img()). */
+    uint8_t *img[FR_STAGES];
+    bool touched[FR_STAGES][FR_NCL];
+    bool acked[FR_STAGES][FR_NCL];
+    bool flushed[FR_STAGES];    /* the flush after stage s completed */
+    bool failed;                /* some request or flush try failed */
+    uint64_t size_before, size_after;   /* after the flushes of 1 and 3 */
+} FrRun;
+
+/*
+ * Disk-sized buffers kept from run to run: fresh ones cost each run
+ * more in page faults than the rest of its checks.
+ */
+static uint8_t *fr_buf(int i)
+{
+    /* stages 1.., what was read, stage 0 without and with backing */
+    static uint8_t *bufs[FR_STAGES + 3];
+
+    if (!bufs[i]) {
+        bufs[i] = g_malloc0(FR_SIZE);
+    }
+    return bufs[i];
+}
+
+/* Cluster @c as stage @st meant it: as the last stage up to it that
+ * touched it left it. */
+static const uint8_t *fr_img(const FrRun *r, int st, uint64_t c)
+{
+    while (st > 0 && !r->touched[st][c]) {
+        st--;
+    }
+    return r->img[st] + c * FR_CLUSTER;
+}
+
+/* One guest request of stage @st over [off, off + len). */
+static void fr_req(Q2 *q, FrRun *r, int st, uint32_t type, uint64_t off,
+                   uint32_t len, uint32_t seed)
+{
+    uint64_t first = off / FR_CLUSTER, last = (off + len - 1) / FR_CLUSTER;
+    bool ok;
+
+    /* The rest of a partly written cluster: as it was. */
+    for (uint64_t c = first; c <= last; c++) {
+        if (!r->touched[st][c]) {
+            memcpy(r->img[st] + c * FR_CLUSTER, fr_img(r, st - 1, c),
+                   FR_CLUSTER);
+        }
+    }
+    if (type == VIRTIO_BLK_T_OUT) {
+        vb_fill_pattern(r->img[st] + off, len, seed);
+        memcpy(q->buf, r->img[st] + off, len);
+        ok = vb_req(q->fe, 0, type, off / 512, q->buf, len, false,
+                    NULL) == VIRTIO_BLK_S_OK;
+    } else {
+        struct virtio_blk_discard_write_zeroes *seg = (void *)q->buf;
+
+        /* A discard reads as zeroes, backing file or not (zero flag). */
+        memset(r->img[st] + off, 0, len);
+        seg->sector = off / 512;
+        seg->num_sectors = len / 512;
+        seg->flags = 0;
+        ok = vb_req(q->fe, 0, type, 0, seg, sizeof(*seg), false,
+                    NULL) == VIRTIO_BLK_S_OK;
+    }
+    for (uint64_t c = first; c <= last; c++) {
+        r->touched[st][c] = true;
+        r->acked[st][c] = ok;
+    }
+    r->failed |= !ok;
+}
+
+/* The guest flush closing stage @st, tried up to three times. */
+static void fr_flush(Q2 *q, FrRun *r, int st)
+{
+    for (int i = 0; i < 3 && !r->flushed[st]; i++) {
+        r->flushed[st] = vb_req(q->fe, 0, VIRTIO_BLK_T_FLUSH, 0, NULL, 0,
+                                false, NULL) == VIRTIO_BLK_S_OK;
+        r->failed |= !r->flushed[st];
+    }
+}
+
+/*
+ * The image (and its backing file) in @q's directory: made by qemu-img
+ * once, copied for the other runs (a process less per run).
+ */
+static void fr_images(Q2 *q, bool backing)
+{
+    static struct {
+        char *img, *base;
+        size_t img_len, base_len;
+    } made[2];
+    g_autofree char *base = q2_path(q, "base.qcow2");
+
+    if (!made[backing].img) {
+        if (backing) {
+            vb_sh("qemu-img create -q -f qcow2 '%s' 8M", base);
+            vb_sh("qemu-io -f qcow2 -c 'write -P 0x61 0 8M' '%s' >/dev/null",
+                  base);
+            vb_sh("cd '%s' && qemu-img create -q -f qcow2 -b base.qcow2 "
+                  "-F qcow2 '%s' 8M", q->d.dir, q->img);
+            made[1].base = (char *)read_whole(base, &made[1].base_len);
+        } else {
+            vb_sh("qemu-img create -q -f qcow2 '%s' 8M", q->img);
+        }
+        made[backing].img = (char *)read_whole(q->img,
+                                               &made[backing].img_len);
+        return;
+    }
+    if (backing) {
+        g_assert_true(g_file_set_contents(base, made[1].base,
+                                          made[1].base_len, NULL));
+    }
+    g_assert_true(g_file_set_contents(q->img, made[backing].img,
+                                      made[backing].img_len, NULL));
+}
+
+/*
+ * Run the sequence, the file failing writes and flushes after its @k-th
+ * (@mode: FAULTS_*, see test_faults()), and check the image.  Returns
+ * whether the guest saw any failure.
+ */
+static bool fr_run(bool backing, int mode, int k)
+{
+    g_autofree char *extra = g_strdup_printf(
+        "format=qcow2,inject-error=write+flush,inject-after=%d%s", k,
+        mode == FAULTS_CUT ? "" : ",inject-count=2");
+    g_autofree char *out = NULL;
+    g_autofree char *raw = NULL;
+    FrRun *r = g_new0(FrRun, 1);
+    uint8_t *after = fr_buf(FR_STAGES);
+    bool failed;
+    int st, fd;
+    Q2 q;
+
+    q2_init(&q, FR_SIZE);
+    q.d.spec[0].extra = extra;
+    fr_images(&q, backing);
+    for (int s = 1; s < FR_STAGES; s++) {
+        r->img[s] = fr_buf(s);
+    }
+    r->img[0] = fr_buf(FR_STAGES + 1 + backing);
+    if (backing && r->img[0][0] != 0x61) {
+        memset(r->img[0], 0x61, FR_SIZE);
+    }
+    q2_start(&q, 1);
+
+    /* Stage 1: 64 new clusters, the first batch used up. */
+    fr_req(&q, r, 1, VIRTIO_BLK_T_OUT, 0, 4 * 1024 * 1024, 600);
+    fr_flush(&q, r, 1);
+    r->size_before = file_size(q.img);
+
+    /* Stage 2: 16 of them dropped, for good. */
+    fr_req(&q, r, 2, VIRTIO_BLK_T_DISCARD, 1024 * 1024, 1024 * 1024, 0);
+    fr_flush(&q, r, 2);
+
+    /*
+     * Stage 3: 8 more dropped, lower on the file, and no flush: their
+     * entries still name them on the file, so they must not be handed
+     * out yet.  Then 14 clusters written, 12 whole and 2 partial: on the
+     * 16 freed in stage 2.
+     */
+    fr_req(&q, r, 3, VIRTIO_BLK_T_DISCARD, 0, 512 * 1024, 0);
+    fr_req(&q, r, 3, VIRTIO_BLK_T_OUT, 5 * 1024 * 1024, 3 * CHUNK, 700);
+    fr_req(&q, r, 3, VIRTIO_BLK_T_OUT, 6 * 1024 * 1024 + 8192, 4096, 710);
+    fr_req(&q, r, 3, VIRTIO_BLK_T_OUT, 6 * 1024 * 1024 + FR_CLUSTER + 512,
+           1024, 711);
+    fr_flush(&q, r, 3);
+    r->size_after = file_size(q.img);
+
+    if (mode == FAULTS_STOP) {
+        /* A clean close makes every acknowledged write durable. */
+        q2_stop(&q);
+        for (int s = 1; s < FR_STAGES; s++) {
+            r->flushed[s] = true;
+        }
+    } else {
+        vb_daemon_kill(&q.d);
+        wait_unlocked(q.img);
+        vhost_user_frontend_free(q.fe);
+        q.fe = NULL;
+    }
+    st = vb_sh_status(&out, "qemu-img check '%s'", q.img);
+    if (st != 0 && st != 3) {
+        g_error("qemu-img check after faults (inject-after=%d, mode %d%s): "
+                "exit %d\n%s", k, mode, backing ? ", backing file" : "", st,
+                out);
+    }
+    raw = q2_path(&q, "conv.raw");
+    vb_sh("qemu-img convert -O raw '%s' '%s'", q.img, raw);
+    fd = open(raw, O_RDONLY | O_CLOEXEC);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(file_size(raw), ==, FR_SIZE);
+    for (size_t done = 0; done < FR_SIZE;) {
+        ssize_t n = read(fd, after + done, FR_SIZE - done);
+
+        g_assert_cmpint(n, >, 0);
+        done += n;
+    }
+    close(fd);
+
+    /*
+     * Cluster by cluster: what the last stage that touched it, was
+     * acknowledged and was followed by a completed flush wrote, or what
+     * a later stage meant it to read (that stage's writes may or may not
+     * have reached the file).  Nothing else: not an older stage's data,
+     * and never data the guest wrote elsewhere.
+     */
+    for (uint64_t c = 0; c < FR_NCL; c++) {
+        uint64_t off = c * FR_CLUSTER;
+        int from = 0;
+        bool match = false;
+
+        for (int s = 1; s < FR_STAGES; s++) {
+            bool durable = false;
+
+            for (int f = s; f < FR_STAGES; f++) {
+                durable |= r->flushed[f];
+            }
+            if (r->touched[s][c] && r->acked[s][c] && durable) {
+                from = s;
+            }
+        }
+        for (int s = from; s < FR_STAGES && !match; s++) {
+            match = !memcmp(after + off, fr_img(r, s, c), FR_CLUSTER);
+        }
+        if (!match) {
+            g_error("inject-after=%d, mode %d%s: guest cluster %" PRIu64
+                    " reads as no stage from %d on left it (%s)", k, mode,
+                    backing ? ", backing file" : "", c, from,
+                    r->failed ? "after failures" : "no failure");
+        }
+    }
+    failed = r->failed;
+    if (!failed) {
+        /* Stage 3 took the freed clusters: the file did not grow. */
+        for (uint64_t c = 0; c < FR_NCL; c++) {
+            g_assert_true(memcmp(after + c * FR_CLUSTER,
+                                 fr_img(r, FR_STAGES - 1, c),
+                                 FR_CLUSTER) == 0);
+        }
+        if (r->size_after != r->size_before) {
+            g_error("%s grew from %" PRIu64 " to %" PRIu64 " bytes: the "
+                    "discarded clusters were not reused", q.img,
+                    r->size_before, r->size_after);
+        }
+    }
+    g_free(r);
+    q2_cleanup(&q);
+    return failed;
+}
+
+typedef struct FrCase {
+    int mode;
+    bool backing;
+} FrCase;
+
+static void test_faults_reuse(gconstpointer data)
+{
+    /* The sequence's count of file writes and flushes, once known. */
+    static int count[2];
+    const FrCase *c = data;
+    int k = 0;
+
+    /*
+     * K from 0 on, until a run in which no fault was injected: the
+     * first K at or past the count of the file's writes and flushes up
+     * to the completion of the last guest flush.  With FAULTS_CUT that
+     * run is exactly K = count: below it, the file's K+1-th request
+     * fails and every later one, the flush that ends the last guest
+     * flush among them (and its retries), so the guest sees a failure.
+     * The other modes fail two requests only: they must end at the same
+     * K (else a failure went unreported), checked when the cut run came
+     * first, as it does in a whole run of this program.
+     */
+    while (fr_run(c->backing, c->mode, k)) {
+        k++;
+        g_assert_cmpint(k, <, 1000);
+    }
+    g_test_message("reuse sequence%s: %d file writes and flushes",
+                   c->backing ? " over a backing file" : "", k);
+    if (c->mode == FAULTS_CUT) {
+        count[c->backing] = k;
+    } else if (count[c->backing]) {
+        g_assert_cmpint(k, ==, count[c->backing]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     g_autofree char *qemu_img = NULL;
@@ -1267,6 +1586,11 @@ int main(int argc, char **argv)
         { 4096, "0.10" }, { 4096, "1.1" },
         { 65536, "0.10" }, { 65536, "1.1" },
         { 2 * 1024 * 1024, "0.10" }, { 2 * 1024 * 1024, "1.1" },
+    };
+    /* Cut first: the others check their end against its count. */
+    static const FrCase fr_cases[] = {
+        { FAULTS_CUT, false }, { FAULTS_KILL, false }, { FAULTS_STOP, false },
+        { FAULTS_CUT, true },
     };
 
     g_test_init(&argc, &argv, NULL);
@@ -1313,5 +1637,13 @@ int main(int argc, char **argv)
                          test_faults);
     g_test_add_data_func("/qcow2/faults/cut", GINT_TO_POINTER(FAULTS_CUT),
                          test_faults);
+    for (size_t i = 0; i < G_N_ELEMENTS(fr_cases); i++) {
+        g_autofree char *name = g_strdup_printf(
+            "/qcow2/faults-reuse/%s%s", fr_cases[i].mode == FAULTS_STOP ?
+            "stop" : fr_cases[i].mode == FAULTS_KILL ? "kill" : "cut",
+            fr_cases[i].backing ? "-backing" : "");
+
+        g_test_add_data_func(name, &fr_cases[i], test_faults_reuse);
+    }
     return g_test_run();
 }
