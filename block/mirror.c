@@ -566,7 +566,9 @@ static void mirror_iterate(MirrorJob *s)
     }
     job_progress_set_remaining(job, bdrv_dirty_bitmap_dirty_bytes(s->bm) +
                                     s->bytes_in_flight);
-    while (s->free_ops && s->read_bytes < s->max_read_bytes &&
+    /* An operation reads up to op_max bytes: start one only if even
+     * that stays within max_read_bytes (never less than op_max). */
+    while (s->free_ops && s->read_bytes + s->op_max <= s->max_read_bytes &&
            !mirror_throttled(s)) {
         int64_t bit = bdrv_dirty_bitmap_next(s->bm, s->cursor);
 
