@@ -86,7 +86,7 @@ esac
 BLKD=$builddir/tools/vhost-blkd
 BENCH=$builddir/tools/vhost-blk-bench
 if [ -n "$ab" ]; then
-    # The other column: a second vhost-blkd, run as kind "blkd".
+    # The other column (kind "qsd" in raw.jsonl): a second vhost-blkd.
     QSD=$ab/tools/vhost-blkd
     [ -x "$QSD" ] || die "--ab: $QSD missing: build $ab first"
 else
