@@ -48,7 +48,8 @@
  * driver keeps per-context state, so this runs beside the exports'
  * iothreads) with control blocks and buffers allocated when the job
  * starts: at most buf-size bytes in flight, in operations of at most
- * MIRROR_MAX_OP bytes.  The speed limit counts bytes per 100 ms slice;
+ * MIRROR_MAX_OP bytes, of which at most MIRROR_MAX_READ_BYTES are being
+ * read from the source (its users' requests queue beside them).  The speed limit counts bytes per 100 ms slice;
  * over it, the next operation waits for the slice's end on a timerfd,
  * the same one that wakes the idle polling.
  *
@@ -67,6 +68,15 @@
 #define MIRROR_MAX_OP               (1u << 20)
 #define MIRROR_SLICE_NS             100000000ull     /* speed accounting */
 #define MIRROR_IDLE_NS              10000000ull      /* ready: bitmap poll */
+/*
+ * Bytes of the source the copy reads at a time.  The source's users
+ * share its device queue with these reads: a guest's 4 KiB write queued
+ * behind 16 MiB of them (the default buf-size, and a scheduler such as
+ * mq-deadline serves reads first) waited tens of ms each and hundreds
+ * once its queue filled.  The writes to the target (the slow side over
+ * a network) still fill buf-size; only the source's side is bounded.
+ */
+#define MIRROR_MAX_READ_BYTES       (2u << 20)
 
 typedef struct MirrorJob MirrorJob;
 
@@ -95,6 +105,8 @@ struct MirrorJob {
     MirrorOp *free_ops;
     unsigned int in_flight;
     uint64_t bytes_in_flight;
+    uint64_t read_bytes;        /* of them, reading the source */
+    uint64_t max_read_bytes;
     uint64_t cursor;            /* next bit to look at */
     bool bulk;                  /* first pass: skip what reads as zeroes */
     bool unmap;                 /* zeroes may be holes on the target */
@@ -284,6 +296,7 @@ static void mirror_read_cb(void *opaque, int ret)
     MirrorOp *op = opaque;
     MirrorJob *s = op->s;
 
+    s->read_bytes -= op->bytes;
     if (ret < 0) {
         mirror_op_error(s, op, true, ret);
         mirror_op_done(s, op);
@@ -293,6 +306,8 @@ static void mirror_read_cb(void *opaque, int ret)
     op->iov.iov_len = op->bytes;
     blk_aio_pwritev(s->target, &op->acb, op->offset, &op->iov, 1, 0,
                     mirror_write_cb, op);
+    /* Room to read the next range while this one goes to the target. */
+    mirror_iterate(s);
 }
 
 /* Read the source's range of @op, then write it to the target. */
@@ -325,6 +340,7 @@ static void mirror_status_cb(void *opaque, int ret)
         mirror_op_read(s, op);
         return;
     }
+    s->read_bytes -= op->bytes;
     n = op->status.pnum >= op->bytes ? op->bytes :
         op->status.pnum / gran * gran;
     if (n < op->bytes) {
@@ -338,13 +354,15 @@ static void mirror_status_cb(void *opaque, int ret)
         blk_aio_pwrite_zeroes(s->target, &op->acb, op->offset, op->bytes,
                               s->unmap ? BDRV_REQ_MAY_UNMAP : 0,
                               mirror_write_cb, op);
-        return;
+    } else {
+        memset(op->buf, 0, op->bytes);
+        op->iov.iov_base = op->buf;
+        op->iov.iov_len = op->bytes;
+        blk_aio_pwritev(s->target, &op->acb, op->offset, &op->iov, 1, 0,
+                        mirror_write_cb, op);
     }
-    memset(op->buf, 0, op->bytes);
-    op->iov.iov_base = op->buf;
-    op->iov.iov_len = op->bytes;
-    blk_aio_pwritev(s->target, &op->acb, op->offset, &op->iov, 1, 0,
-                    mirror_write_cb, op);
+    /* Nothing read: the next range may start. */
+    mirror_iterate(s);
 }
 
 /*
@@ -386,6 +404,7 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     }
     s->in_flight++;
     s->bytes_in_flight += op->bytes;
+    s->read_bytes += op->bytes;
     s->slice_bytes += op->bytes;
     if (s->bulk) {
         blk_aio_block_status(s->src, &op->acb, op->offset, op->bytes,
@@ -547,7 +566,10 @@ static void mirror_iterate(MirrorJob *s)
     }
     job_progress_set_remaining(job, bdrv_dirty_bitmap_dirty_bytes(s->bm) +
                                     s->bytes_in_flight);
-    while (s->free_ops && !mirror_throttled(s)) {
+    /* An operation reads up to op_max bytes: start one only if even
+     * that stays within max_read_bytes (never less than op_max). */
+    while (s->free_ops && s->read_bytes + s->op_max <= s->max_read_bytes &&
+           !mirror_throttled(s)) {
         int64_t bit = bdrv_dirty_bitmap_next(s->bm, s->cursor);
 
         if (bit < 0) {
@@ -815,6 +837,7 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     s->unmap = o->unmap;
     s->op_max = MAX(gran, MIN(MIRROR_MAX_OP, buf_size) / gran * gran);
     s->n_ops = MAX(buf_size / s->op_max, 1);
+    s->max_read_bytes = MAX(s->op_max, MIN(buf_size, MIRROR_MAX_READ_BYTES));
     s->ops = g_new0(MirrorOp, s->n_ops);
     if (o->write_blocking) {
         s->am = g_new0(BdrvActiveMirror, 1);

@@ -46,7 +46,8 @@ bool nbd_tls_wants_write(NbdTls *tls);
  * -EAGAIN, or -EIO. */
 ssize_t nbd_tls_recv(NbdTls *tls, void *buf, size_t len);
 ssize_t nbd_tls_sendv(NbdTls *tls, const struct iovec *iov, int n);
-/* Decrypted bytes are waiting (the socket may not become readable). */
+/* Bytes are waiting, decrypted or read ahead from the socket (which
+ * may not become readable again). */
 bool nbd_tls_pending(NbdTls *tls);
 
 #endif

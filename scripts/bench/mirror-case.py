@@ -107,6 +107,8 @@ def main():
     ap.add_argument("--rate", type=int, default=5000)
     ap.add_argument("--granularity", type=int, default=0,
                     help="blockdev-mirror granularity (0: the daemon's)")
+    ap.add_argument("--buf-size", type=int, default=0,
+                    help="blockdev-mirror buf-size (0: the daemon's)")
     ap.add_argument("--conv-timeout", type=float, default=60)
     ap.add_argument("--work", required=True, help="scratch file prefix")
     ap.add_argument("--legacy-addr", action="store_true",
@@ -145,6 +147,8 @@ def main():
                 "sync": "full", "copy-mode": a.copy_mode}
         if a.granularity:
             args["granularity"] = a.granularity
+        if a.buf_size:
+            args["buf-size"] = a.buf_size
         src.call("blockdev-mirror", args)
         return time.monotonic()
 

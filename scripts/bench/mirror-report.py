@@ -7,7 +7,10 @@ taken per repetition (rep r of vhost-blkd against rep r of QSD, same
 TLS setting) and listed in repetition order; a goal holds only when it
 holds in every repetition.
 
-    mirror-report.py RAW.jsonl COPY_MODE
+    mirror-report.py RAW.jsonl COPY_MODE [AB_BUILDDIR]
+
+With AB_BUILDDIR (mirror.sh --ab), the second column is the vhost-blkd
+of that build, not qemu-storage-daemon, and there are no goals.
 """
 import json
 import statistics
@@ -26,6 +29,9 @@ def mmm(vals, fmt="{:.0f}"):
 def main():
     rows = [json.loads(line) for line in open(sys.argv[1])]
     copy_mode = sys.argv[2] if len(sys.argv) > 2 else "background"
+    ab = sys.argv[3] if len(sys.argv) > 3 else None
+    other, short = (("vhost-blkd of %s" % ab, "B") if ab else
+                    ("qemu-storage-daemon", "QSD"))
     # (tls, kind) -> rep -> row
     cell = defaultdict(dict)
     for o in rows:
@@ -53,11 +59,11 @@ def main():
 
     print("Mirror of a %d MiB raw image over NBD on 127.0.0.1, "
           "copy-mode=%s, %d repetition(s); cells min / median / max, "
-          "ratios vhost-blkd / QSD per repetition." % (size, copy_mode,
-                                                       len(reps)))
+          "ratios vhost-blkd / %s per repetition." % (size, copy_mode,
+                                                      len(reps), short))
     print()
-    print("| row | TLS | vhost-blkd | qemu-storage-daemon | "
-          "blkd / QSD per rep |")
+    print("| row | TLS | vhost-blkd | %s | blkd / %s per rep |"
+          % (other, short))
     print("|---|---|---|---|---|")
     goals = []
     metrics = (
@@ -92,7 +98,7 @@ def main():
                 goals.append("%s, TLS %s: blkd/QSD %s every repetition: %s"
                              % (label, tls, goal,
                                 "holds" if ok else "MISSED"))
-        for kind, name in (("blkd", "vhost-blkd"), ("qsd", "QSD")):
+        for kind, name in (("blkd", "vhost-blkd"), ("qsd", short)):
             conv = [cell[(tls, kind)][rep]["r"]["conv"]["converged"]
                     if rep in cell[(tls, kind)] else False for rep in reps]
             print("| (c) converged (READY) per rep, %s | %s | %s | | |"
@@ -112,6 +118,8 @@ def main():
           "job until READY.  (c) client: 4k randwrite at a fixed %d IOPS "
           "(open loop, depth up to 32)." % rate)
     print()
+    if ab:
+        return
     print("Goals (per repetition):")
     print()
     for g in goals:

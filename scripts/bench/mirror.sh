@@ -23,7 +23,7 @@
 # Usage: scripts/bench/mirror.sh [-o OUTDIR] [-r REPS] [-d DIR]
 #            [-m SIZE_MIB] [-b BUILDDIR] [--copy-mode MODE]
 #            [--rate IOPS] [--conv-timeout S] [--tls "off on"]
-#            [--granularity BYTES]
+#            [--granularity BYTES] [--buf-size BYTES] [--ab BUILDDIR]
 #   -o  output directory (default /var/tmp/vhost-blk-mirror-bench)
 #   -r  repetitions (default 3)     -d  image directory (default /var/tmp)
 #   -m  image size in MiB (default 4096)
@@ -33,6 +33,11 @@
 #   --tls           which TLS settings to run (default "off on")
 #   --granularity   the mirror's dirty-bitmap granularity (default: the
 #                   daemon's own: 64 KiB in both for an NBD target)
+#   --buf-size      the mirror's buf-size (default: the daemon's own,
+#                   16 MiB in both)
+#   --ab BUILDDIR   an A/B run of two vhost-blkd builds instead: the
+#                   column of qemu-storage-daemon is the vhost-blkd of
+#                   BUILDDIR (e.g. a build of main), same client
 # Outputs OUTDIR/raw.jsonl (every case) and OUTDIR/results.md (printed).
 set -u
 
@@ -47,8 +52,10 @@ rate=5000
 conv_timeout=60
 tls_modes="off on"
 granularity=0
+buf_size=0
+ab=
 
-usage() { sed -n '3,36p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,41p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "mirror.sh: $*" >&2; exit 1; }
 log() { echo "# $*" >&2; }
 
@@ -64,6 +71,8 @@ while [ $# -gt 0 ]; do
     --conv-timeout) conv_timeout=$2; shift ;;
     --tls) tls_modes=$2; shift ;;
     --granularity) granularity=$2; shift ;;
+    --buf-size) buf_size=$2; shift ;;
+    --ab) ab=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
     esac
@@ -76,8 +85,14 @@ esac
 
 BLKD=$builddir/tools/vhost-blkd
 BENCH=$builddir/tools/vhost-blk-bench
-QSD=$(command -v qemu-storage-daemon) ||
-    die "qemu-storage-daemon not found (Debian: apt-get install qemu-system-common)"
+if [ -n "$ab" ]; then
+    # The other column (kind "qsd" in raw.jsonl): a second vhost-blkd.
+    QSD=$ab/tools/vhost-blkd
+    [ -x "$QSD" ] || die "--ab: $QSD missing: build $ab first"
+else
+    QSD=$(command -v qemu-storage-daemon) ||
+        die "qemu-storage-daemon not found (Debian: apt-get install qemu-system-common)"
+fi
 command -v certtool >/dev/null ||
     die "certtool not found (Debian: apt-get install gnutls-bin)"
 [ -x "$BLKD" ] && [ -x "$BENCH" ] ||
@@ -141,7 +156,9 @@ daemon() {
     rm -f "$tmp/$name.qmp"
     local mon=(--chardev "socket,id=mon,path=$tmp/$name.qmp,server=on,wait=off"
                --monitor chardev=mon)
-    if [ "$kind" = qsd ]; then
+    if [ "$kind" = qsd ] && [ -n "$ab" ]; then
+        "$QSD" "${mon[@]}" "$@" > "$tmp/$name.log" 2>&1 &
+    elif [ "$kind" = qsd ]; then
         "$QSD" --object iothread,id=iot0 "${mon[@]}" "$@" \
             > "$tmp/$name.log" 2>&1 &
     else
@@ -165,7 +182,7 @@ file_node() {
 # destination (a new empty tgt.img as node tgt; NBD set up over QMP).
 start() {
     local kind=$1 iot=
-    [ "$kind" = qsd ] && iot=,iothread=iot0
+    [ "$kind" = qsd ] && [ -z "$ab" ] && iot=,iothread=iot0
     rm -f "$tmp/tgt.img" "$tmp/vu.sock"
     truncate -s "${size_mib}M" "$tmp/tgt.img"
     daemon src "$kind" --blockdev "$(file_node src "$tmp/src.img")" \
@@ -190,13 +207,13 @@ for r in $(seq 1 "$reps"); do
             start "$kind"
             targs=()
             [ "$tls" = on ] && targs=(--tls-dir "$tmp")
-            [ "$kind" = qsd ] && targs+=(--legacy-addr)
+            [ "$kind" = qsd ] && [ -z "$ab" ] && targs+=(--legacy-addr)
             j=$(python3 "$srcdir/scripts/bench/mirror-case.py" \
                     --src-qmp "$tmp/src.qmp" --dst-qmp "$tmp/dst.qmp" \
                     --socket "$tmp/vu.sock" --bench "$BENCH" \
                     --copy-mode "$copy_mode" --rate "$rate" \
                     --conv-timeout "$conv_timeout" --work "$tmp/c-" \
-                    --granularity "$granularity" \
+                    --granularity "$granularity" --buf-size "$buf_size" \
                     "${targs[@]}") ||
                 die "$kind tls=$tls: the case failed (logs: $tmp/src.log, $tmp/dst.log)"
             stop src; stop dst
@@ -211,5 +228,6 @@ for r in $(seq 1 "$reps"); do
 done
 
 python3 "$srcdir/scripts/bench/mirror-report.py" "$raw" "$copy_mode" \
+    ${ab:+"$ab"} \
     > "$out/results.md" || die "the report failed"
 cat "$out/results.md"

@@ -582,6 +582,37 @@ static void test_mirror_ready_under_load(Fixture *f, gconstpointer data)
 }
 
 /*
+ * Background mode: a guest's write to a range whose copy is in flight
+ * does not wait for that copy (QEMU's rule: it only marks the range
+ * dirty again).  The copy's first request, of [0, 1 MiB), is held 10 s
+ * (the export's inject-delay on its first 4 KiB); the guest writes 4 KiB
+ * at 4 KiB, in the same 64 KiB granule but outside the held sectors,
+ * and that write must complete while the job cannot have got ready yet.
+ * The job then copies the range again: the target ends equal to the
+ * source, the guest's write included.
+ */
+static void test_mirror_write_beside_copy(Fixture *f, gconstpointer data)
+{
+    /* blockdev-mirror returns once the job has issued its first
+     * requests (job_start() runs the first pass). */
+    qmp_ok(f, "{\"execute\":\"blockdev-mirror\",\"arguments\":{"
+              "\"job-id\":\"mh\",\"device\":\"src\",\"target\":\"tgt\","
+              "\"sync\":\"full\",\"granularity\":65536}}");
+    guest_write(f, 4096, 4096, 4242);
+    /* A reply brings the events before it: no READY yet, so the held
+     * copy was still out when the guest's write completed. */
+    json_node_unref(qmp(f, "{\"execute\":\"query-jobs\"}", NULL));
+    g_assert_false(event_seen(f, "BLOCK_JOB_READY"));
+    wait_event(f, "BLOCK_JOB_READY");
+    qmp_ok(f, "{\"execute\":\"block-job-cancel\","
+              "\"arguments\":{\"device\":\"mh\"}}");
+    g_assert_false(json_object_has_member(
+        wait_event(f, "BLOCK_JOB_COMPLETED"), "error"));
+    assert_target_equals_source(f);
+    g_assert_true(file_has_pattern(f->target, 4096, 4096, 4242));
+}
+
+/*
  * copy-mode=write-blocking: the guest writes 64 KiB blocks all over the
  * disk, one after the other, far faster than the job's speed limit
  * (4 MiB/s).  In background mode every write dirties a block again
@@ -1097,6 +1128,10 @@ int main(int argc, char **argv)
          * get ready well before, even under TSan on a loaded machine. */
         ",inject-delay=20000,inject-sector=30720-32767,inject-count=1",
     };
+    static const MirrorCase held_copy = {
+        /* The first request of the first 4 KiB (the copy's) waits 10 s. */
+        ",inject-delay=10000,inject-sector=0-7,inject-count=1",
+    };
     static const MirrorCase killed_report = { .on_error = "report" };
     static const MirrorCase write_blocking = {
         .copy_mode = "write-blocking",
@@ -1120,6 +1155,7 @@ int main(int argc, char **argv)
     ADD("complete", &plain, test_mirror_complete);
     ADD("complete-busy", &plain, test_mirror_complete_busy);
     ADD("ready-under-load", &held_write, test_mirror_ready_under_load);
+    ADD("write-beside-copy", &held_copy, test_mirror_write_beside_copy);
     ADD("write-blocking", &plain, test_mirror_write_blocking);
     ADD("sparse", &sparse, test_mirror_sparse);
     ADD("target-killed-report", &killed_report, test_mirror_target_killed);

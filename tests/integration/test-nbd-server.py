@@ -683,6 +683,27 @@ def test_tls(tmp, img):
             ok(rc == 0 and "read 1048576/1048576" in out,
                "qemu-io over TLS, --seccomp on: 1 MiB written and read "
                "back", out)
+        if have("nbdcopy"):
+            # 64 requests in flight against the server's 16 slots: whole
+            # requests wait, read ahead from the socket (nbd/tls.c reads
+            # 256 KiB at a time), while the slots are busy.
+            src = os.path.join(tmp, "tls-src")
+            back = os.path.join(tmp, "tls-back")
+            data = os.urandom(8 << 20)
+            with open(src, "wb") as f:
+                f.write(data)
+            uri = ("nbds://127.0.0.1:%d/disk0?tls-certificates=%s"
+                   % (port, cli))
+            rc, out = run("nbdcopy", "--requests=64",
+                          "--request-size=65536", src, uri)
+            rc2, out2 = run("nbdcopy", uri, back)
+            got = b""
+            if rc2 == 0:
+                with open(back, "rb") as f:
+                    got = f.read(8 << 20)
+            ok(rc == 0 and rc2 == 0 and got == data, "nbdcopy over TLS, "
+               "64 requests of 64 KiB in flight: 8 MiB written and read "
+               "back", out + out2)
         if have("nbdinfo"):
             rc, out = run("nbdinfo", "nbd://127.0.0.1:%d/disk0" % port)
             ok(rc != 0 and "TLS" in out, "plain nbdinfo: refused, TLS "

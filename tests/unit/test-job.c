@@ -10,6 +10,7 @@
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
 #include "block/block.h"
+#include "block/block_int.h"
 #include "block/dirty-bitmap.h"
 #include "block/null.h"
 #include "block/file.h"
@@ -488,6 +489,72 @@ static void test_mirror_inflight_order(void)
     free(buf);
 }
 
+/*
+ * The copy reads at most 2 MiB of the source at a time, whatever
+ * buf-size allows in flight (16 MiB by default): the source's users
+ * queue beside its reads.  Every request to the source is held back
+ * 500 ms; once ready, 8 MiB of the source are marked dirty and the job's
+ * next pass issues what it may at once, every one of them counted
+ * (held) as it is submitted: two 1 MiB reads, where there were eight.
+ */
+static void test_mirror_read_bound(void)
+{
+    enum { SIZE = 8 << 20 };
+    g_autofree char *dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
+    g_autofree char *spath = g_strdup_printf("%s/src", dir);
+    g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
+    g_autoptr(GError) err = NULL;
+    BlockBackend *src, *tgt;
+    BlockOptions o;
+    BlockFileOptions fo;
+    MirrorOptions mo = {
+        .job_id = "mr", .sync = MIRROR_SYNC_NONE, .granularity = 65536,
+        .auto_finalize = true, .auto_dismiss = false,
+    };
+    Job *job;
+
+    g_assert_nonnull(dir);
+    src = file_node(spath, 0);
+    tgt = file_node(tpath, 0);
+    g_assert_cmpint(truncate(spath, SIZE), ==, 0);
+    g_assert_cmpint(truncate(tpath, SIZE), ==, 0);
+    blk_close(src);
+    blk_close(tgt);
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, spath);
+    o.cache_direct = false;
+    o.inject.delay_ms = 500;
+    src = blk_open(&o, &err);
+    g_assert_no_error(err);
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, tpath);
+    o.cache_direct = false;
+    tgt = blk_open(&o, &err);
+    g_assert_no_error(err);
+    mo.source = src;
+    mo.target = tgt;
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    run_until(job, JOB_STATUS_READY);
+    g_assert_cmpuint(blk_inject_get_hits(src), ==, 0);
+    /* What a guest's writes all over the disk would leave; the job
+     * looks at its bitmap every 10 ms once ready. */
+    bdrv_dirty_bitmap_set(src->dirty_bitmaps, 0, SIZE);
+    while (blk_inject_get_hits(src) == 0) {
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpuint(blk_inject_get_hits(src), ==, 2);
+    g_assert_true(job_user_cancel(job, true, NULL));
+    run_until(job, JOB_STATUS_CONCLUDED);
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+    blk_close(src);
+    blk_close(tgt);
+    unlink(spath);
+    unlink(tpath);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     g_autoptr(GError) err = NULL;
@@ -507,6 +574,7 @@ int main(int argc, char **argv)
     g_test_add_func("/dirty-bitmap/marks", test_dirty_bitmap);
     g_test_add_func("/mirror/target-error", test_mirror_target_error);
     g_test_add_func("/mirror/inflight-order", test_mirror_inflight_order);
+    g_test_add_func("/mirror/read-bound", test_mirror_read_bound);
     ret = g_test_run();
     g_string_free(events, true);
     aio_context_free(ctx);
