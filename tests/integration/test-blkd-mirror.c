@@ -670,12 +670,6 @@ static void test_mirror_target_killed(Fixture *f, gconstpointer data)
         g_test_skip("qemu-nbd (qemu-utils) is not installed");
         return;
     }
-    if (vb_seccomp_env()) {
-        /* docs/user-guide.md: libnbd's socket calls are outside the
-         * iothreads' allowlist. */
-        g_test_skip("an nbd node does not work under --seccomp on yet");
-        return;
-    }
     fd = open(img, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     g_assert_cmpint(fd, >=, 0);
     g_assert_cmpint(ftruncate(fd, IMG_SIZE), ==, 0);
@@ -866,12 +860,6 @@ static void test_mirror_nbd_target(Fixture *f, gconstpointer data)
     g_autofree char *err = NULL;
     JsonNode *r;
 
-    if (vb_seccomp_env()) {
-        /* docs/user-guide.md: libnbd's socket calls are outside the
-         * iothreads' allowlist, so the pivoted export's requests fail. */
-        g_test_skip("an nbd node does not work under --seccomp on yet");
-        return;
-    }
     cmd = g_strdup_printf("{\"execute\":\"nbd-server-start\",\"arguments\":{"
                           "\"addr\":{\"type\":\"unix\",\"path\":"
                           "\"%s/nbd.sock\"}}}", f->d.dir);
