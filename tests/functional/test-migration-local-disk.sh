@@ -15,7 +15,8 @@
 # by it must have reached B.  Then the destination runs, the host writes
 # the stop block into B's raw image, and the guest's last fio pass,
 # running on B's qcow2 image, verifies.  After the guest ends:
-# qemu-img check of B's qcow2 image is clean.
+# qemu-img check of B's qcow2 image is clean.  A runs with --seccomp on
+# (when the build has libseccomp) and must not have been refused a call.
 #
 # Nothing depends on timing: the guest job runs until the host stops it,
 # and every wait polls a state with a generous timeout.
@@ -74,9 +75,17 @@ qemu-io -f raw -c 'write -P 0x3c 4M 1M' "$src_ctl" >/dev/null ||
     vb_bail "cannot make the source images"
 
 mon() { echo "--chardev socket,id=mon0,path=$1,server=on,wait=off --monitor chardev=mon0"; }
+# The source hardened as docs/user-guide.md advises, when the build has
+# the sandbox: its iothreads are confined while they write to the NBD
+# targets (write-blocking) and the nbd nodes connect through their
+# dialer threads.
+a_sandbox=()
+if grep -q '^#define CONFIG_SECCOMP 1' "$VHOST_BLK_BUILD/config-host.h" 2>/dev/null; then
+    a_sandbox=(--seccomp on)
+fi
 # shellcheck disable=SC2046
 vb_daemon_start blkd-a "$VB_TMP/a-qmp.sock" "$BLKD" --log-level info \
-    $(mon "$VB_TMP/a-qmp.sock") \
+    "${a_sandbox[@]}" $(mon "$VB_TMP/a-qmp.sock") \
     --export "socket=$VB_TMP/a-data.sock,file=$src_data,format=qcow2,node-name=data" \
     --export "socket=$VB_TMP/a-ctl.sock,file=$src_ctl,node-name=ctl" ||
     vb_bail "vhost-blkd A did not start"
@@ -239,6 +248,11 @@ vb_check "no NBD export is left on the destination" \
 # qcow2 metadata), and both sides hold the same data while B's VM waits.
 qmp 0 quit >/dev/null
 wait "${QPIDS[0]}" 2>/dev/null
+if [ ${#a_sandbox[@]} -gt 0 ]; then
+    vb_check "vhost-blkd A ran the mirrors with --seccomp on, no call refused" \
+        bash -c "kill -0 $BLKD_A && grep -q 'iothread(s) confined' '$VB_TMP/blkd-a.log' &&
+                 ! grep -q 'seccomp: .* made system call' '$VB_TMP/blkd-a.log'"
+fi
 vb_stop "$BLKD_A"
 vb_check "qcow2: the destination image has the source's data (qemu-img compare)" \
     quiet qemu-img compare -U -f qcow2 -F qcow2 "$src_data" "$dst_data"

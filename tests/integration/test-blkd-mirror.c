@@ -41,6 +41,7 @@ typedef struct MirrorCase {
                                  * a target full of another pattern */
     const char *on_error;       /* on-target-error of the killed target */
     const char *copy_mode;      /* of the nbd-target case (background) */
+    bool tls;                   /* nbd-target over TCP with x509 TLS */
 } MirrorCase;
 
 #define HOLE_AT (8u << 20)
@@ -701,12 +702,6 @@ static void test_mirror_target_killed(Fixture *f, gconstpointer data)
         g_test_skip("qemu-nbd (qemu-utils) is not installed");
         return;
     }
-    if (vb_seccomp_env()) {
-        /* docs/user-guide.md: libnbd's socket calls are outside the
-         * iothreads' allowlist. */
-        g_test_skip("an nbd node does not work under --seccomp on yet");
-        return;
-    }
     fd = open(img, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     g_assert_cmpint(fd, >=, 0);
     g_assert_cmpint(ftruncate(fd, IMG_SIZE), ==, 0);
@@ -884,41 +879,171 @@ static void test_mirror_nbd_source(Fixture *f, gconstpointer data)
     unlink(tgt);
 }
 
+/* In @dir: a CA, a server certificate for 127.0.0.1 and a client
+ * certificate, both signed by it, named as tls-creds-x509 objects read
+ * them.  EC keys: quicker to make than RSA ones on a loaded machine.
+ * False when openssl is missing. */
+static bool make_pki(const char *dir)
+{
+    g_autofree char *ossl = g_find_program_in_path("openssl");
+    g_autofree char *script = g_strdup_printf(
+        "set -e; mkdir -p '%s'; cd '%s'; "
+        "k='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
+        "openssl req -x509 $k -keyout ca-key.pem -out ca-cert.pem "
+        "  -days 2 -subj '/CN=vb mirror test CA'; "
+        "openssl req $k -keyout server-key.pem -out server.csr "
+        "  -subj '/CN=localhost'; "
+        "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage="
+        "serverAuth\\n' > srv.ext; "
+        "openssl x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem "
+        "  -CAcreateserial -out server-cert.pem -days 2 -extfile srv.ext; "
+        "openssl req $k -keyout client-key.pem -out client.csr "
+        "  -subj '/CN=client'; "
+        "printf 'extendedKeyUsage=clientAuth\\n' > cli.ext; "
+        "openssl x509 -req -in client.csr -CA ca-cert.pem -CAkey ca-key.pem "
+        "  -CAcreateserial -out client-cert.pem -days 2 -extfile cli.ext; "
+        "chmod 600 *-key.pem", dir, dir);
+    const char *argv[] = { "sh", "-c", script, NULL };
+    g_autofree char *err_out = NULL;
+    int status;
+
+    if (!ossl) {
+        return false;
+    }
+    g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL,
+                               G_SPAWN_SEARCH_PATH |
+                               G_SPAWN_STDOUT_TO_DEV_NULL, NULL, NULL, NULL,
+                               &err_out, &status, NULL));
+    if (!g_spawn_check_wait_status(status, NULL)) {
+        g_error("making certificates: %s", err_out);
+    }
+    return true;
+}
+
+static void rm_rf(const char *dir)
+{
+    g_autofree char *cmd = g_strdup_printf("rm -rf '%s'", dir);
+
+    g_assert_cmpint(system(cmd), ==, 0);
+}
+
+/*
+ * For the nbd-target case with TLS: qemu-nbd serves the target's file
+ * (its node deleted first: one writer) on a unix socket with x509 TLS,
+ * client certificates checked, and a client object is made over QMP.
+ * The "server" member of the nbd node's blockdev-add and its tls-creds
+ * member; NULL if qemu-nbd is missing.
+ */
+static char *start_tls_qemu_nbd(Fixture *f, const char *pki)
+{
+    g_autofree char *qemu_nbd = g_find_program_in_path("qemu-nbd");
+    g_autofree char *sock = g_strdup_printf("%s/tls-nbd.sock", f->d.dir);
+    g_autofree char *pidfile = g_strdup_printf("%s/qemu-nbd.pid", f->d.dir);
+    g_autofree char *pidstr = NULL, *cmd = NULL;
+    g_autoptr(GError) gerr = NULL;
+    const char *argv[] = {
+        qemu_nbd, "-f", "raw", "-x", "tgt", "--fork", "--persistent",
+        "--shared=8", "--tls-creds=t", NULL, NULL, NULL, NULL, NULL, NULL,
+    };
+    int status;
+
+    if (!qemu_nbd) {
+        return NULL;
+    }
+    qmp_ok(f, "{\"execute\":\"blockdev-del\",\"arguments\":"
+              "{\"node-name\":\"tgt\"}}");
+    argv[9] = "--object";
+    argv[10] = g_strdup_printf("tls-creds-x509,id=t,endpoint=server,dir=%s,"
+                               "verify-peer=on", pki);
+    argv[11] = g_strdup_printf("--pid-file=%s", pidfile);
+    argv[12] = g_strdup_printf("--socket=%s", sock);
+    argv[13] = f->target;
+    signal(SIGABRT, kill_nbd_server);
+    /* --fork: qemu-nbd returns once it listens. */
+    g_assert_true(g_spawn_sync(NULL, (char **)argv, NULL, G_SPAWN_DEFAULT,
+                               NULL, NULL, NULL, NULL, &status, &gerr));
+    for (int i = 10; i <= 12; i++) {
+        g_free((char *)argv[i]);
+    }
+    g_assert_no_error(gerr);
+    g_assert_true(g_spawn_check_wait_status(status, NULL));
+    g_assert_true(g_file_get_contents(pidfile, &pidstr, NULL, NULL));
+    nbd_server_pid = atoi(pidstr);
+    g_assert_cmpint(nbd_server_pid, >, 0);
+    unlink(pidfile);
+    cmd = g_strdup_printf("{\"execute\":\"object-add\",\"arguments\":{"
+                          "\"qom-type\":\"tls-creds-x509\",\"id\":\"c0\","
+                          "\"dir\":\"%s\",\"endpoint\":\"client\"}}", pki);
+    qmp_ok(f, cmd);
+    return g_strdup_printf("{\"type\":\"unix\",\"path\":\"%s\"},"
+                           "\"tls-creds\":\"c0\"", sock);
+}
+
+/* The end of the TLS case: qemu-nbd goes. */
+static void stop_tls_qemu_nbd(Fixture *f)
+{
+    g_autofree char *sock = g_strdup_printf("%s/tls-nbd.sock", f->d.dir);
+
+    kill(nbd_server_pid, SIGTERM);
+    nbd_server_pid = 0;
+    signal(SIGABRT, SIG_DFL);
+    unlink(sock);
+}
+
 /*
  * The target an NBD client node (this daemon's own NBD export of a file
- * node, over a unix socket): what live migration with local disks does.
- * The guest writes while the job runs, job-complete moves the export to
- * the NBD node, and the guest's next write reaches the file behind it.
+ * node over a unix socket, or qemu-nbd's with TLS): what live migration
+ * with local disks does.  The guest writes while the job runs,
+ * job-complete moves the export to the NBD node, and the guest's next
+ * write reaches the file behind it.  Under --seccomp on the export's
+ * confined iothread is served by the node after the pivot (and writes
+ * to it during the copy with copy-mode=write-blocking): the node's
+ * dialer connects for it.
  */
 static void test_mirror_nbd_target(Fixture *f, gconstpointer data)
 {
     const MirrorCase *c = data;
     g_autofree char *cmd = NULL;
     g_autofree char *err = NULL;
+    g_autofree char *pki = NULL;
+    g_autofree char *server = NULL;
     JsonNode *r;
 
-    if (vb_seccomp_env()) {
-        /* docs/user-guide.md: libnbd's socket calls are outside the
-         * iothreads' allowlist, so the pivoted export's requests fail. */
-        g_test_skip("an nbd node does not work under --seccomp on yet");
-        return;
+    if (c && c->tls) {
+        pki = g_strdup_printf("%s/pki", f->d.dir);
+        if (!make_pki(pki)) {
+            g_test_skip("openssl is not installed");
+            return;
+        }
+        server = start_tls_qemu_nbd(f, pki);
+        if (!server) {
+            rm_rf(pki);
+            g_test_skip("qemu-nbd (qemu-utils) is not installed");
+            return;
+        }
+    } else {
+        cmd = g_strdup_printf("{\"execute\":\"nbd-server-start\","
+                              "\"arguments\":{\"addr\":{\"type\":\"unix\","
+                              "\"path\":\"%s/nbd.sock\"}}}", f->d.dir);
+        qmp_ok(f, cmd);
+        g_free(cmd);
+        server = g_strdup_printf("{\"type\":\"unix\",\"path\":"
+                                 "\"%s/nbd.sock\"}", f->d.dir);
+        qmp_ok(f, "{\"execute\":\"block-export-add\",\"arguments\":{"
+                  "\"type\":\"nbd\",\"id\":\"x0\","
+                  "\"node-name\":\"tgt\",\"writable\":true}}");
     }
-    cmd = g_strdup_printf("{\"execute\":\"nbd-server-start\",\"arguments\":{"
-                          "\"addr\":{\"type\":\"unix\",\"path\":"
-                          "\"%s/nbd.sock\"}}}", f->d.dir);
-    qmp_ok(f, cmd);
-    g_free(cmd);
-    qmp_ok(f, "{\"execute\":\"block-export-add\",\"arguments\":{"
-              "\"type\":\"nbd\",\"id\":\"x0\",\"node-name\":\"tgt\","
-              "\"writable\":true}}");
     cmd = g_strdup_printf("{\"execute\":\"blockdev-add\",\"arguments\":{"
                           "\"driver\":\"nbd\",\"node-name\":\"nc\","
-                          "\"server\":{\"type\":\"unix\",\"path\":"
-                          "\"%s/nbd.sock\"},\"export\":\"tgt\"}}", f->d.dir);
+                          "\"server\":%s,\"export\":\"tgt\"}}", server);
     r = qmp(f, cmd, &err);
     if (!r) {
         /* A build without libnbd has no nbd driver. */
         g_test_skip(err);
+        if (pki) {
+            stop_tls_qemu_nbd(f);
+            rm_rf(pki);
+        }
         return;
     }
     json_node_unref(r);
@@ -943,6 +1068,10 @@ static void test_mirror_nbd_target(Fixture *f, gconstpointer data)
     guest_write(f, 5u << 20, 65536, 803);
     g_assert_true(file_has_pattern(f->target, 5u << 20, 65536, 803));
     g_assert_false(file_has_pattern(f->d.image[0], 5u << 20, 65536, 803));
+    if (pki) {
+        stop_tls_qemu_nbd(f);
+        rm_rf(pki);
+    }
 }
 
 /* The verbs a state refuses, with QEMU's messages; pause and resume;
@@ -1136,6 +1265,10 @@ int main(int argc, char **argv)
     static const MirrorCase write_blocking = {
         .copy_mode = "write-blocking",
     };
+    /* What migration with local disks runs: TCP, TLS, write-blocking. */
+    static const MirrorCase tls_write_blocking = {
+        .copy_mode = "write-blocking", .tls = true,
+    };
     static const MirrorCase killed_stop = { .on_error = "stop" };
     static const MirrorCase killed_ignore = { .on_error = "ignore" };
     static const MirrorCase failing = {
@@ -1166,6 +1299,7 @@ int main(int argc, char **argv)
     /* The guest's writes go to the nbd node from the export's iothread. */
     ADD("nbd-target-write-blocking", &write_blocking,
         test_mirror_nbd_target);
+    ADD("nbd-target-tls", &tls_write_blocking, test_mirror_nbd_target);
     ADD("verbs", &plain, test_verbs);
     ADD("manual-finalize", &plain, test_manual_finalize);
     ADD("source-error-report", &failing, test_source_error_report);
