@@ -483,20 +483,29 @@ static bool vb_vub_export_del(VbState *s, const char *id, bool hard,
     return true;
 }
 
+void vb_export_info_add(JsonArray *arr, const char *type, const char *id,
+                        const char *node_name, bool shutting_down,
+                        bool writable)
+{
+    JsonObject *o = json_object_new();
+
+    json_object_set_string_member(o, "type", type);
+    json_object_set_string_member(o, "id", id);
+    json_object_set_string_member(o, "node-name", node_name);
+    json_object_set_boolean_member(o, "shutting-down", shutting_down);
+    /* Not in QEMU's BlockExportInfo: an export without writable=on is
+     * read-only whatever its node says. */
+    json_object_set_boolean_member(o, "writable", writable);
+    json_array_add_object_element(arr, o);
+}
+
 static void vb_vub_query_exports(VbState *s, JsonArray *arr)
 {
     for (guint i = 0; i < s->exports->len; i++) {
         VbExport *e = g_ptr_array_index(s->exports, i);
-        JsonObject *o = json_object_new();
 
-        json_object_set_string_member(o, "type", "vhost-user-blk");
-        json_object_set_string_member(o, "id", e->id);
-        json_object_set_string_member(o, "node-name", e->node->name);
-        json_object_set_boolean_member(o, "shutting-down", e->deleting);
-        /* Not in QEMU's BlockExportInfo: an export without writable=on
-         * is read-only whatever its node says. */
-        json_object_set_boolean_member(o, "writable", e->writable);
-        json_array_add_object_element(arr, o);
+        vb_export_info_add(arr, "vhost-user-blk", e->id, e->node->name,
+                           e->deleting, e->writable);
     }
 }
 

@@ -1020,6 +1020,31 @@ static JsonNode *vb_qmp_qom_list(void *opaque, JsonObject *args,
     return vb_node_take_array(arr);
 }
 
+/* The authz object a qom-get/qom-set's "path" names, or NULL. */
+static const char *vb_args_authz(VbState *s, JsonObject *args)
+{
+    JsonNode *pn = args ? json_object_get_member(args, "path") : NULL;
+
+    if (!pn || !JSON_NODE_HOLDS_VALUE(pn) ||
+        json_node_get_value_type(pn) != G_TYPE_STRING) {
+        return NULL;
+    }
+    return vb_path_authz(s, json_node_get_string(pn));
+}
+
+/* Read "path" and "property" of a qom-get/qom-set on an authz object;
+ * @a keeps the rest ("value") for the caller. */
+static bool vb_authz_args(QmpArgs *a, JsonObject *args,
+                          const char **property, GError **errp)
+{
+    const char *path = NULL;
+
+    *property = NULL;
+    qmp_args_init(a, args, false, NULL);
+    return qmp_args_str(a, "path", true, &path, errp) &&
+           qmp_args_str(a, "property", true, property, errp);
+}
+
 /*
  * qom-get: "type" of "/", "/objects" and every object here; the rest
  * (a throttle group's limits) in vb_qmp_qom_get().
@@ -1059,19 +1084,15 @@ static JsonNode *vb_qmp_qom_get_obj(void *opaque, JsonObject *args,
             return v;
         }
     }
-    if (pn && JSON_NODE_HOLDS_VALUE(pn) &&
-        json_node_get_value_type(pn) == G_TYPE_STRING &&
-        vb_path_authz(s, json_node_get_string(pn))) {
+    if (vb_args_authz(s, args)) {
         g_auto(QmpArgs) a = { 0 };
-        const char *path = NULL, *property = NULL;
+        const char *property;
 
-        qmp_args_init(&a, args, false, NULL);
-        if (!qmp_args_str(&a, "path", true, &path, errp) ||
-            !qmp_args_str(&a, "property", true, &property, errp) ||
+        if (!vb_authz_args(&a, args, &property, errp) ||
             !qmp_args_check_done(&a, errp)) {
             return NULL;
         }
-        return vb_nbd_authz_get(s, vb_path_authz(s, path), property, errp);
+        return vb_nbd_authz_get(s, vb_args_authz(s, args), property, errp);
     }
     return vb_qmp_qom_get(opaque, args, errp);
 }
@@ -1082,20 +1103,15 @@ static JsonNode *vb_qmp_qom_set_obj(void *opaque, JsonObject *args,
                                     GError **errp)
 {
     VbState *s = opaque;
-    JsonNode *pn = args ? json_object_get_member(args, "path") : NULL;
 
-    if (pn && JSON_NODE_HOLDS_VALUE(pn) &&
-        json_node_get_value_type(pn) == G_TYPE_STRING &&
-        vb_path_authz(s, json_node_get_string(pn))) {
+    if (vb_args_authz(s, args)) {
         g_auto(QmpArgs) a = { 0 };
-        const char *path = NULL, *property = NULL;
+        const char *property;
 
-        qmp_args_init(&a, args, false, NULL);
-        if (!qmp_args_str(&a, "path", true, &path, errp) ||
-            !qmp_args_str(&a, "property", true, &property, errp)) {
+        if (!vb_authz_args(&a, args, &property, errp)) {
             return NULL;
         }
-        return vb_nbd_authz_set(s, vb_path_authz(s, path), property, &a,
+        return vb_nbd_authz_set(s, vb_args_authz(s, args), property, &a,
                                 errp) ? vb_empty() : NULL;
     }
     return vb_qmp_qom_set(opaque, args, errp);

@@ -1340,14 +1340,9 @@ void vb_nbd_query_exports(VbState *s, JsonArray *arr)
 
     for (guint i = 0; i < n->exports->len; i++) {
         VbNbdExport *x = g_ptr_array_index(n->exports, i);
-        JsonObject *o = json_object_new();
 
-        json_object_set_string_member(o, "type", "nbd");
-        json_object_set_string_member(o, "id", x->id);
-        json_object_set_string_member(o, "node-name", x->node->name);
-        json_object_set_boolean_member(o, "shutting-down", x->deleting);
-        json_object_set_boolean_member(o, "writable", x->writable);
-        json_array_add_object_element(arr, o);
+        vb_export_info_add(arr, "nbd", x->id, x->node->name, x->deleting,
+                           x->writable);
     }
 }
 

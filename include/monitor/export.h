@@ -60,6 +60,11 @@ bool vb_block_export_add_any(VbState *s, JsonObject *args, bool keyval,
                              GError **errp);
 /* Is @id the id of an export of any type? */
 bool vb_export_id_in_use(VbState *s, const char *id);
+/* One query-block-exports entry (QEMU's BlockExportInfo, plus
+ * "writable"), appended to @arr: what every type's query gives. */
+void vb_export_info_add(JsonArray *arr, const char *type, const char *id,
+                        const char *node_name, bool shutting_down,
+                        bool writable);
 VbExport *vb_export_create(VbState *s, const VbExportParams *p,
                            GError **errp);
 VbExport *vb_export_find(VbState *s, const char *id);
