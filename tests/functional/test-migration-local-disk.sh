@@ -273,9 +273,14 @@ vb_ok "the guest runs on the destination (vhost-blkd B)"
 { printf VBSTOP; head -c 4090 /dev/zero; } > "$VB_TMP/stop.blk"
 dd if="$VB_TMP/stop.blk" of="$dst_ctl" bs=4096 seek=256 conv=notrunc \
     oflag=direct status=none || vb_bail "cannot write the stop block"
+# A guest that crashed never prints its result nor powers off: stop
+# waiting at its oops, and kill its QEMU rather than wait on it.
 if ! wait_for 600 "the guest on the destination to finish" \
-        grep -q "VBTEST-RESULT" "$VB_TMP/serial-1.log"; then
+        grep -q -e "VBTEST-RESULT" -e "Oops:" -e "Kernel panic" \
+        "$VB_TMP/serial-1.log" ||
+        ! grep -q "VBTEST-RESULT" "$VB_TMP/serial-1.log"; then
     show_logs
+    kill -KILL "${QPIDS[1]}" 2>/dev/null
 fi
 wait "${QPIDS[1]}" 2>/dev/null
 result=$(tr -d '\r' < "$VB_TMP/serial-1.log" | grep -a '^VBTEST-RESULT: ' | tail -n1)

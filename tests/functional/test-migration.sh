@@ -252,9 +252,14 @@ QWATCH=
 { printf VBSTOP; head -c 4090 /dev/zero; } > "$VB_TMP/stop.blk"
 dd if="$VB_TMP/stop.blk" of="$img" bs=4096 seek=$((60 * 256)) conv=notrunc \
     oflag=direct status=none || vb_bail "cannot write the stop marker"
+# A guest that crashed never prints its result nor powers off: stop
+# waiting at its oops, and kill its QEMU rather than wait on it.
 if ! wait_for 600 "the guest on QEMU $cur to finish" \
-        grep -q "VBTEST-RESULT" "$VB_TMP/serial-$cur.log"; then
+        grep -q -e "VBTEST-RESULT" -e "Oops:" -e "Kernel panic" \
+        "$VB_TMP/serial-$cur.log" ||
+        ! grep -q "VBTEST-RESULT" "$VB_TMP/serial-$cur.log"; then
     show_logs
+    kill -KILL "${QPIDS[$cur]}" 2>/dev/null
 fi
 wait "${QPIDS[$cur]}" 2>/dev/null
 result=$(tr -d '\r' < "$VB_TMP/serial-$cur.log" | grep -a '^VBTEST-RESULT: ' | tail -n1)

@@ -511,7 +511,12 @@ if [ $mig_ok = 1 ]; then
             "${owners[2]:-none}" "${owners[0]:-?}"
     if [ $mig_ok = 1 ]; then
         stop_marker "$ctl"
-        poll 600 "$cur" grep -q "VBTEST-RESULT" "$VB_TMP/serial-$cur.log"
+        # A guest that crashed never prints its result nor powers off:
+        # stop waiting at its oops, and kill its QEMU rather than wait on it.
+        poll 600 "$cur" grep -q -e "VBTEST-RESULT" -e "Oops:" -e "Kernel panic" \
+            "$VB_TMP/serial-$cur.log"
+        grep -q "VBTEST-RESULT" "$VB_TMP/serial-$cur.log" ||
+            kill -KILL "${QPIDS[$cur]}" 2>/dev/null
         wait "${QPIDS[$cur]}" 2>/dev/null
         result=$(tr -d '\r' < "$VB_TMP/serial-$cur.log" | grep -a '^VBTEST-RESULT: ' | tail -n1)
         passes=$(tr -d '\r' < "$VB_TMP/serial-$cur.log" | sed -n 's/^VBTEST-INFO: passes=//p')
