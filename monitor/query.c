@@ -13,6 +13,7 @@
 #include "qemu/osdep.h"
 #include "monitor-internal.h"
 #include "block/engine.h"
+#include "block/block_int.h"
 
 #include <sys/stat.h>
 
@@ -68,18 +69,6 @@ static uint64_t vb_file_length(const char *filename)
 }
 
 /*
- * The format a node below a format node has, as QEMU names it: vhost-blkd
- * serves a raw backing file with its file node alone, where QEMU puts a
- * raw format node over it.
- */
-static const char *vb_backing_format(BlockBackend *backing)
-{
-    const char *drv = blk_get_driver_name(backing);
-
-    return strcmp(drv, "qcow2") ? "raw" : drv;
-}
-
-/*
  * QEMU's ImageInfo of a format node's image into @img: the basic members,
  * what the driver says of its image, and the backing chain nested
  * ("backing-image").  Returns the chain's depth below @blk.
@@ -129,7 +118,7 @@ static unsigned int vb_image_info(BlockBackend *blk, const char *filename,
                             bdi.backing_file ? bdi.backing_file : "";
 
         depth = 1 + vb_image_info(bdi.backing, bname,
-                                  vb_backing_format(bdi.backing), b,
+                                  blk_image_format(bdi.backing), b,
                                   level + 1);
         json_object_set_object_member(img, "backing-image", b);
     }
@@ -279,7 +268,7 @@ static void vb_backing_nodes(VbState *s, VbNode *n, JsonArray *arr)
         BlockBackend *b = bdi.backing;
         const char *fname = bdi.full_backing_file ? bdi.full_backing_file :
                             bdi.backing_file ? bdi.backing_file : "";
-        const char *fmt = vb_backing_format(b);
+        const char *fmt = blk_image_format(b);
         const char *proto = blk_is_block_device(b) ? "host_device" : "file";
         g_autofree char *fmt_name = g_strdup_printf("#%s-backing%u",
                                                     n->name, level);
