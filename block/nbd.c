@@ -74,6 +74,17 @@
  * is safe; only one thread uses it at a time anyway.  A connection
  * that goes while its attempt is with the dialer abandons it: the
  * dialer then closes the handle itself.
+ *
+ * TLS.  Every connection with TLS is dialled the same way, confined or
+ * not: libnbd (1.14, Debian 12) runs the TLS handshake by calling
+ * gnutls_handshake() again as long as it asks for more data, without
+ * going back to the caller, so one nbd_aio_notify_read() spins on
+ * recvfrom() (EAGAIN) until the server answers.  In an event loop
+ * thread that holds every other handler of the loop for the server's
+ * round trips, and forever when the server is this daemon's own NBD
+ * server, whose handshake needs the main loop the spin holds (a mirror
+ * to a TLS export of the same daemon hung its monitor).  The dialer's
+ * spin holds nobody.
  */
 #include "qemu/osdep.h"
 #include <sys/eventfd.h>
@@ -540,7 +551,7 @@ static struct nbd_handle *nbd_handle_new(BDRVNBDState *s, GError **errp)
     return h;
 }
 
-/* Owner thread, confined: the attempt goes to the dialer; the
+/* Owner thread, confined or with TLS: the attempt goes to the dialer; the
  * connection is CONNECTING without a handle until nbd_conn_dial_cb(). */
 static void nbd_conn_dial(NbdConn *c)
 {
@@ -608,7 +619,7 @@ static void nbd_conn_connect(NbdConn *c)
     g_autoptr(GError) err = NULL;
     int r;
 
-    if (sandbox_thread_confined()) {
+    if (sandbox_thread_confined() || s->tls_dir || s->tls_psk_file) {
         nbd_conn_dial(c);
         return;
     }
