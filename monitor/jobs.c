@@ -16,7 +16,6 @@
 #include "block/block_int.h"
 #include "block/job.h"
 #include "block/dirty-bitmap.h"
-#include "block/qcow2-options.h"
 
 static const char *const on_error_names[] = {
     [JOB_ERROR_REPORT] = "report",
@@ -36,6 +35,9 @@ static void vb_job_event(void *opaque, Job *job, JobEvent ev,
 
     if (!s->qmp) {
         return;
+    }
+    if (ev != JOB_EVENT_STATUS_CHANGE && vb_job_is_create(job)) {
+        return;                 /* QEMU's: no block job, no BLOCK_JOB_* */
     }
     o = json_object_new();
     switch (ev) {
@@ -388,8 +390,8 @@ static JsonNode *vb_qmp_query_block_jobs(void *opaque, JsonObject *args,
     for (Job *job = job_next(NULL); job; job = job_next(job)) {
         JsonObject *o;
 
-        if (job->status == JOB_STATUS_NULL) {
-            continue;           /* dismissed, freed at the next turn */
+        if (job->status == JOB_STATUS_NULL || vb_job_is_create(job)) {
+            continue;           /* dismissed, or no block job */
         }
         o = json_object_new();
 
@@ -765,6 +767,7 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
     int mode = 1;
     GError *err = NULL;
     JsonObject *def, *fdef;
+    const BlockDriver *drv;
     VbNode *n, *ov;
 
     qmp_args_init(&a, args, false, NULL);
@@ -783,9 +786,27 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
                      device ? device : "", node_name ? node_name : "");
         goto fail;
     }
-    if (format && strcmp(format, "qcow2")) {
-        vb_set_error(&err, "format=%s: only qcow2 overlays are supported",
-                     format);
+    /* The overlay's driver, by name from the registry (QEMU's default
+     * format is qcow2), which must be a format that creates images. */
+    if (!format) {
+        format = "qcow2";
+    }
+    drv = bdrv_find_driver(format, format, NULL);
+    if (!drv) {
+        /* Not in the registry (driver=raw is the monitor's own node over
+         * a file node): nothing that could make the overlay. */
+        vb_set_error(&err, "format=%s: driver %s cannot create images",
+                     format, format);
+        goto fail;
+    }
+    if (!drv->is_format) {
+        vb_set_error(&err, "format=%s: driver %s is no image format: use "
+                     "format=qcow2", drv->format_name, drv->format_name);
+        goto fail;
+    }
+    if (mode == 1 && !drv->bdrv_create) {
+        vb_set_error(&err, "format=%s: driver %s cannot create images",
+                     drv->format_name, drv->format_name);
         goto fail;
     }
     if (!snap_name) {
@@ -806,8 +827,8 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
             goto fail;
         }
         bfile = g_canonicalize_filename(n->blk->filename, NULL);
-        if (!qcow2_create_file(file, blk_getlength(n->blk), bfile, bfmt,
-                               &err)) {
+        if (!vb_create_overlay(drv, file, blk_getlength(n->blk), bfile,
+                               bfmt, &err)) {
             goto fail;
         }
         created = file;
@@ -816,7 +837,7 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
     fdef = json_object_new();
     json_object_set_string_member(fdef, "driver", "file");
     json_object_set_string_member(fdef, "filename", file);
-    json_object_set_string_member(def, "driver", "qcow2");
+    json_object_set_string_member(def, "driver", drv->format_name);
     json_object_set_string_member(def, "node-name", snap_name);
     json_object_set_object_member(def, "file", fdef);
     json_object_set_null_member(def, "backing");
@@ -1747,4 +1768,5 @@ void vb_jobs_register(GArray *table)
 {
     g_array_append_vals(table, vb_jobs_commands,
                         G_N_ELEMENTS(vb_jobs_commands));
+    vb_create_register(table);
 }
