@@ -915,6 +915,63 @@ static GArray *vb_chain_of(VbState *s, VbNode *top)
 }
 
 /*
+ * The image of the node called @name: a node of ours, or one of the
+ * implicit nodes query-named-block-nodes lists for the chain a format
+ * node opened from its images' headers (monitor/query.c):
+ * "#NODE-backingK" is the image K levels below NODE, "#NODE-backingK-file"
+ * its file node.  NULL: no such node.
+ */
+static BlockBackend *vb_named_image(VbState *s, const char *name)
+{
+    VbNode *n = vb_node_find(s, name);
+    g_autofree char *owner = NULL;
+    const char *tag, *num;
+    char *end;
+    BlockBackend *blk;
+    guint64 level;
+    bool file;
+
+    if (n) {
+        return n->blk;
+    }
+    if (name[0] != '#' || !(tag = g_strrstr(name, "-backing"))) {
+        return NULL;
+    }
+    num = tag + strlen("-backing");
+    if (!g_ascii_isdigit(*num)) {
+        return NULL;
+    }
+    level = g_ascii_strtoull(num, &end, 10);
+    file = !strcmp(end, "-file");
+    if (!level || (*end && !file)) {
+        return NULL;
+    }
+    owner = g_strndup(name + 1, tag - name - 1);
+    n = vb_node_find(s, owner);
+    if (!n || !n->format) {
+        return NULL;
+    }
+    /* As the query walks: it ends at a backing node given by name (which
+     * goes by that name) and at the chain's end (a huge level too). */
+    blk = n->blk;
+    for (guint64 i = 0; i < level; i++) {
+        BlockDriverInfo bdi = { 0 };
+
+        blk_get_info(blk, &bdi);
+        if (!bdi.backing || vb_node_of_blk(s, bdi.backing)) {
+            return NULL;
+        }
+        blk = bdi.backing;
+    }
+    if (file) {
+        BdrvChild *c = bdrv_find_child(blk, "file");
+
+        return c ? c->bs : NULL;
+    }
+    return blk;
+}
+
+/*
  * The holder ("block job 'ID'") of a block job whose nodes include @blk:
  * a node the job is attached to, or an image of such a node's backing
  * chain (a stream reads them, a commit drops them or writes the base).
@@ -1143,7 +1200,7 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
         goto fail;
     }
     if (base_node) {
-        VbNode *b = vb_node_find(s, base_node);
+        BlockBackend *b = vb_named_image(s, base_node);
 
         if (!b) {
             vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
@@ -1151,7 +1208,7 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
             goto fail;
         }
         for (bi = 1; bi < chain->len; bi++) {
-            if (g_array_index(chain, VbChainLink, bi).blk == b->blk) {
+            if (g_array_index(chain, VbChainLink, bi).blk == b) {
                 break;
             }
         }
@@ -1267,12 +1324,12 @@ static guint vb_chain_index(VbState *s, GArray *chain, const char *node_name,
 {
     g_autofree char *want = file ? g_canonicalize_filename(file, NULL) :
                             NULL;
-    VbNode *n = node_name ? vb_node_find(s, node_name) : NULL;
+    BlockBackend *nb = node_name ? vb_named_image(s, node_name) : NULL;
 
     for (guint i = 0; i < chain->len; i++) {
         VbChainLink *l = &g_array_index(chain, VbChainLink, i);
 
-        if ((n && l->blk == n->blk) ||
+        if ((nb && l->blk == nb) ||
             (want && (!strcmp(l->path, want) ||
                       (l->named && !strcmp(l->named, file))))) {
             return i;
@@ -1587,12 +1644,12 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
                      "nothing to commit", device);
         goto fail;
     }
-    if (top_node && !vb_node_find(s, top_node)) {
+    if (top_node && !vb_named_image(s, top_node)) {
         vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
                      top_node, top_node);
         goto fail;
     }
-    if (base_node && !vb_node_find(s, base_node)) {
+    if (base_node && !vb_named_image(s, base_node)) {
         vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
                      base_node, base_node);
         goto fail;

@@ -647,6 +647,108 @@ static void test_refused(void)
     g_free(f);
 }
 
+/* ---- block-commit naming implicit nodes ---------------------------------- */
+
+/* The byte of @path at @off. */
+static uint8_t byte_at(const char *path, uint64_t off)
+{
+    g_autoptr(GError) err = NULL;
+    g_autofree char *data = NULL;
+    gsize n;
+
+    if (!g_file_get_contents(path, &data, &n, &err)) {
+        g_error("%s", err->message);
+    }
+    g_assert_cmpuint(off, <, n);
+    return data[off];
+}
+
+/*
+ * A chain opened from the images' headers (top -> mid -> base.raw): the
+ * images below the node have no node-name of their own, and
+ * query-named-block-nodes lists them under names of the form
+ * "#NODE-backingK" (QEMU's implicit nodes).  block-commit takes those
+ * names for top-node and base-node, as QEMU takes its implicit nodes'.
+ */
+static void test_commit_implicit(void)
+{
+    Fixture *f = g_new0(Fixture, 1);
+    g_autofree char *base = NULL, *mid = NULL, *top = NULL, *fdef = NULL;
+    g_autoptr(JsonNode) nodes = NULL;
+    g_autoptr(JsonObject) info = NULL;
+    g_autofree char *names = NULL;
+    GString *ns = g_string_new(NULL);
+    JsonArray *arr;
+
+    fixture_init(f);
+    base = path_in(f, "base.raw");
+    mid = path_in(f, "mid.qcow2");
+    top = path_in(f, "top.qcow2");
+    vb_sh("truncate -s %u '%s' && cd '%s' && "
+          "qemu-img create -q -f qcow2 -b base.raw -F raw mid.qcow2 %u && "
+          "qemu-io -c 'write -P 0x11 0 64k' mid.qcow2 >/dev/null && "
+          "qemu-img create -q -f qcow2 -b mid.qcow2 -F qcow2 top.qcow2 %u",
+          IMG_SIZE, base, f->d.dir, IMG_SIZE, IMG_SIZE);
+    fdef = g_strdup_printf("driver=file,node-name=tf,filename=%s", top);
+    {
+        const char *bd[] = { fdef, "driver=qcow2,node-name=top,file=tf",
+                             NULL };
+
+        start(f, bd, "top");
+    }
+    /* The names the implicit nodes go by. */
+    nodes = qmp(f, "{\"execute\": \"query-named-block-nodes\"}", NULL);
+    arr = json_node_get_array(nodes);
+    for (guint i = 0; i < json_array_get_length(arr); i++) {
+        g_string_append_printf(ns, "%s ", json_object_get_string_member(
+            json_array_get_object_element(arr, i), "node-name"));
+    }
+    names = g_string_free(ns, false);
+    g_assert_nonnull(strstr(names, "#top-backing1 "));
+    g_assert_nonnull(strstr(names, "#top-backing2 "));
+
+    /* A file node is no image of the chain; a level that does not
+     * exist is no node. */
+    qmp_fails(f, "Can't find '#top-backing1-file' in the backing chain of "
+              "'top'",
+              "{\"execute\": \"block-commit\", \"arguments\": {\"device\": "
+              "\"top\", \"job-id\": \"c\", \"top-node\": \"#top-backing1\", "
+              "\"base-node\": \"#top-backing1-file\"}}");
+    qmp_fails(f, "Cannot find device='#top-backing3' nor "
+              "node-name='#top-backing3'",
+              "{\"execute\": \"block-commit\", \"arguments\": {\"device\": "
+              "\"top\", \"job-id\": \"c\", \"top-node\": \"#top-backing1\", "
+              "\"base-node\": \"#top-backing3\"}}");
+    /* mid into base.raw: the chain becomes top -> base.raw. */
+    f->mark = f->events->len;
+    qmp_ok(f, "{\"execute\": \"block-commit\", \"arguments\": {\"device\": "
+           "\"top\", \"job-id\": \"c\", \"top-node\": \"#top-backing1\", "
+           "\"base-node\": \"#top-backing2\"}}");
+    wait_status(f, "c", "null");
+    {
+        g_autofree char *st = statuses(f, "c");
+
+        g_assert_cmpstr(st, ==, "created running waiting pending concluded "
+                        "null");
+    }
+    g_assert_cmpint(byte_at(base, 0), ==, 0x11);
+    g_assert_cmpint(byte_at(base, 65535), ==, 0x11);
+    g_assert_cmpint(byte_at(base, 65536), ==, 0);
+    info = img_info(top);
+    g_assert_cmpstr(json_object_get_string_member(info, "backing-filename"),
+                    ==, "base.raw");
+    /* The guest reads what mid held, now from base.raw. */
+    memset(f->buf, 0, 4096);
+    guest_rw(f, false, 0, 4096);
+    for (int i = 0; i < 4096; i++) {
+        g_assert_cmpint(f->buf[i], ==, 0x11);
+    }
+    fixture_stop(f);
+    check_clean(top);
+    fixture_cleanup(f);
+    g_free(f);
+}
+
 int main(int argc, char **argv)
 {
     g_autofree char *qemu_img = NULL;
@@ -661,5 +763,6 @@ int main(int argc, char **argv)
     g_test_add_data_func("/create/libvirt/qcow2", "qcow2", test_libvirt);
     g_test_add_func("/create/options", test_options);
     g_test_add_func("/create/refused", test_refused);
+    g_test_add_func("/create/commit-implicit-nodes", test_commit_implicit);
     return g_test_run();
 }
