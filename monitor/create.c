@@ -180,11 +180,10 @@ static JsonNode *vb_qmp_blockdev_create(void *opaque, JsonObject *args,
         !blk_driver_check_name(driver, errp)) {
         return NULL;
     }
-    drv = bdrv_find_driver(driver, driver, errp);
-    if (!drv) {
-        return NULL;
-    }
-    if (!drv->bdrv_create) {
+    /* By its own name: an alias (host_device, null-co) creates nothing
+     * here. */
+    drv = bdrv_find_driver(driver, driver, NULL);
+    if (!drv || !drv->bdrv_create) {
         vb_set_error(errp, "Driver does not support blockdev-create: "
                      "vhost-blkd creates images with driver=file and "
                      "driver=qcow2 only ('%s' given)", driver);
