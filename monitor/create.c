@@ -79,36 +79,47 @@ static const JobDriver vb_create_job_driver = {
     .free = vb_create_free,
 };
 
-/* Why @n cannot be written by a create now, or NULL. */
-static const char *vb_create_node_busy(VbState *s, VbNode *n)
+/* Why @m, a node of the image a create would write, keeps it from
+ * that now, or NULL.  @own: parents of @m that are the create's node
+ * itself (a driver=raw node over @m). */
+static const char *vb_create_user(VbNode *m, unsigned int own)
 {
-    if (n->user) {
+    if (m->user) {
         return "an export";
     }
-    if (n->nbd_exports) {
+    if (m->nbd_exports) {
         return "an NBD export";
     }
-    if (n->parents || n->filter) {
+    if (m->parents > own || m->filter) {
         return "another node (a format or filter over it)";
     }
-    if (vb_job_uses_node(n)) {
+    if (vb_job_uses_node(m)) {
         return "a job";
     }
-    if (n->snapshotting) {
+    if (m->snapshotting) {
         return "a blockdev-snapshot";
     }
-    if (n->resizing) {
+    if (m->resizing) {
         return "a block_resize";
     }
-    for (guint i = 0; i < s->nodes->len; i++) {
+    return NULL;
+}
+
+/* Why @n cannot be written by a create now, or NULL: a user of it, or
+ * of another node on the same image (driver=raw shares its file's). */
+static const char *vb_create_node_busy(VbState *s, VbNode *n)
+{
+    const char *why = vb_create_user(n, 0);
+
+    for (guint i = 0; !why && i < s->nodes->len; i++) {
         VbNode *m = g_ptr_array_index(s->nodes, i);
 
-        /* Another node over the same image (driver=raw shares it). */
-        if (m != n && m->blk == n->blk && (m->user || m->nbd_exports)) {
-            return "an export of a node sharing its image";
+        if (m != n && m->blk == n->blk &&
+            vb_create_user(m, n->alias && n->file == m ? 1 : 0)) {
+            why = "a user of a node sharing its image";
         }
     }
-    return NULL;
+    return why;
 }
 
 /* The node @name for a format's "file", held for writing as @holder. */

@@ -642,6 +642,23 @@ static void test_refused(void)
     g_assert_nonnull(err);
     g_assert_nonnull(strstr(err, "Image size must be a non-zero multiple "
                             "of 512 bytes (1000 given)"));
+
+    /* A driver=raw node over n: n is its file, so no create onto n; onto
+     * the raw node (the same image) it goes. */
+    qmp_ok(f, "{\"execute\": \"blockdev-add\", \"arguments\": "
+           "{\"driver\": \"raw\", \"node-name\": \"r\", \"file\": "
+           "\"n\"}}");
+    qmp_fails(f, "Node 'n' is in use by another node (a format or filter "
+              "over it): creating an image on it would overwrite what its "
+              "users read; remove that user first, or create on a new node",
+              CREATE_QCOW2("n", ""));
+    create_ok(f, "j", "{\"driver\": \"qcow2\", \"file\": \"r\", "
+              "\"size\": 1048576}");
+    g_clear_pointer(&err, g_free);
+    {
+        g_autoptr(JsonObject) spec = check_qcow2(img, 1048576, 65536, NULL,
+                                                 NULL, true);
+    }
     fixture_stop(f);
     fixture_cleanup(f);
     g_free(f);
