@@ -1260,6 +1260,9 @@ fail:
     g_set_error(errp, VB_ERROR, 0, "Could not %s '%s': %s", what,
                 o->filename, g_strerror(-r));
     close(fd);
+    if (o->exclusive) {
+        unlink(o->filename);    /* ours: O_EXCL made it */
+    }
     return false;
 }
 
