@@ -15,6 +15,7 @@
  * Threads: main thread only (the hook's worker is block/driver.c's).
  */
 #include "qemu/osdep.h"
+#include <sys/stat.h>
 #include "monitor-internal.h"
 #include "block/block_int.h"
 #include "block/file.h"
@@ -160,6 +161,29 @@ static VbNode *vb_create_file_node(VbState *s, const char *name,
     return *edge ? n : NULL;
 }
 
+/*
+ * A protocol driver's create truncates its file: not one a node of ours
+ * has open (with locking=auto a raw node served to a guest holds no lock
+ * a create would find).  The node, or NULL.
+ */
+static VbNode *vb_create_file_open(VbState *s, const char *filename)
+{
+    struct stat want, st;
+
+    if (stat(filename, &want) < 0) {
+        return NULL;            /* a new file: nobody has it open */
+    }
+    for (guint i = 0; i < s->nodes->len; i++) {
+        VbNode *n = g_ptr_array_index(s->nodes, i);
+
+        if (!n->no_storage && n->filename && stat(n->filename, &st) == 0 &&
+            st.st_dev == want.st_dev && st.st_ino == want.st_ino) {
+            return n;
+        }
+    }
+    return NULL;
+}
+
 static char *vb_create_keep(BlockCreateOptions *o, const char *str)
 {
     char *copy = g_strdup(str);
@@ -237,6 +261,17 @@ static JsonNode *vb_qmp_blockdev_create(void *opaque, JsonObject *args,
     }
     if (!qmp_args_check_done(&oa, errp)) {
         goto fail;
+    }
+    if (cj->o.filename) {
+        VbNode *user = vb_create_file_open(s, cj->o.filename);
+
+        if (user) {
+            vb_set_error(errp, "'%s' is the image of node '%s': creating it "
+                         "would truncate it under its users; blockdev-del "
+                         "the node first, or create another file",
+                         cj->o.filename, user->name);
+            goto fail;
+        }
     }
     if (file) {
         holder = g_strdup_printf("block job '%s'", job_id);

@@ -634,6 +634,14 @@ static void test_refused(void)
               "{\"job-id\": \"j\", \"options\": {\"driver\": \"file\", "
               "\"filename\": \"%s\", \"size\": 0, \"preallocation\": "
               "\"metadata\"}}}", img);
+    g_free(opts);
+    opts = g_strdup_printf("'%s' is the image of node 'used': creating it "
+                           "would truncate it under its users; blockdev-del "
+                           "the node first, or create another file", used);
+    qmp_fails(f, opts,
+              "{\"execute\": \"blockdev-create\", \"arguments\": "
+              "{\"job-id\": \"j\", \"options\": {\"driver\": \"file\", "
+              "\"filename\": \"%s\", \"size\": 0}}}", used);
     g_assert_null(query_job(f, "j"));
 
     /* As QEMU's: accepted, and the job fails. */
