@@ -47,8 +47,9 @@ static void st_be32(uint8_t *p, uint32_t v)
 
 /*
  * The whole metadata of the new image, from its first byte: *@len bytes
- * at *@out (4096-aligned for direct I/O: free() it), padded with zeroes to a multiple of @align.  @what names the image in
- * messages.  False with @errp set if the parameters make no image.
+ * at *@out (4096-aligned for direct I/O: free() it), padded with zeroes
+ * to a multiple of @align.  @what names the image in messages.  False
+ * with @errp set if the parameters make no image.
  */
 static bool qcow2_create_layout(const Qcow2CreateParams *p, const char *what,
                                 uint32_t align, uint8_t **out, size_t *len,

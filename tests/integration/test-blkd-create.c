@@ -482,7 +482,7 @@ static void test_libvirt(gconstpointer data)
     g_free(f);
 }
 
-/* ---- the options ---------------------------------------------------------- */
+/* ---- the options ------------------------------------------------------- */
 
 typedef struct OptCase {
     const char *extra;          /* more qcow2 options, JSON members */
