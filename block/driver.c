@@ -363,3 +363,128 @@ void blk_node_names_free(BlockNodeNames *n)
     g_clear_pointer(&n->driver, g_free);
     g_clear_pointer(&n->filename, g_free);
 }
+
+/* ---- creating images -------------------------------------------------- */
+
+void blk_create_options_clear(BlockCreateOptions *o)
+{
+    g_clear_pointer(&o->driver_opts, g_free);
+    g_clear_pointer(&o->strings, g_ptr_array_unref);
+}
+
+/* One create in a worker (see bdrv_create_run()). */
+typedef struct BdrvCreateWork {
+    BlockCreateOptions *o;
+    AioContext *main_ctx;
+    AioContext *ctx;            /* the worker's own */
+    GError *err;
+    BlockCreateCompleteFunc *cb;
+    void *opaque;
+} BdrvCreateWork;
+
+/* Main thread: the worker is over. */
+static void bdrv_create_bh(void *opaque)
+{
+    BdrvCreateWork *w = opaque;
+
+    w->cb(w->opaque, w->err);
+    g_free(w);
+}
+
+static void bdrv_create_work(BdrvCreateWork *w)
+{
+    aio_context_acquire_thread(w->ctx);
+    w->o->drv->bdrv_create(w->o, &w->err);
+    /* Nothing is in flight any more: let the engines the file node made
+     * for this context go with it. */
+    while (aio_poll(w->ctx, false)) {
+    }
+    aio_context_free(w->ctx);
+}
+
+static gpointer bdrv_create_thread(gpointer opaque)
+{
+    BdrvCreateWork *w = opaque;
+
+    bdrv_create_work(w);
+    aio_bh_schedule_oneshot(w->main_ctx, bdrv_create_bh, w, "blk-create");
+    return NULL;
+}
+
+static gpointer bdrv_create_sync_thread(gpointer opaque)
+{
+    bdrv_create_work(opaque);
+    return NULL;
+}
+
+static BdrvCreateWork *bdrv_create_work_new(BlockCreateOptions *o,
+                                            GError **errp)
+{
+    BdrvCreateWork *w;
+    AioContext *ctx;
+
+    if (!o->drv->bdrv_create) {
+        g_set_error(errp, VB_ERROR, 0, "Driver '%s' does not support "
+                    "image creation", o->drv->format_name);
+        return NULL;
+    }
+    ctx = aio_context_new(errp);
+    if (!ctx) {
+        return NULL;
+    }
+    w = g_new0(BdrvCreateWork, 1);
+    w->o = o;
+    w->ctx = ctx;
+    w->main_ctx = qemu_get_current_aio_context();
+    return w;
+}
+
+void bdrv_create_run(BlockCreateOptions *o, BlockCreateCompleteFunc *cb,
+                     void *opaque)
+{
+    GError *err = NULL;
+    BdrvCreateWork *w = bdrv_create_work_new(o, &err);
+    GThread *thread;
+
+    if (!w) {
+        cb(opaque, err);
+        return;
+    }
+    w->cb = cb;
+    w->opaque = opaque;
+    thread = g_thread_try_new("blk-create", bdrv_create_thread, w, &err);
+    if (!thread) {
+        g_prefix_error(&err, "cannot start a thread to create the image: ");
+        aio_context_free(w->ctx);
+        g_free(w);
+        cb(opaque, err);
+        return;
+    }
+    g_thread_unref(thread);
+}
+
+bool bdrv_create_sync(BlockCreateOptions *o, GError **errp)
+{
+    BdrvCreateWork *w = bdrv_create_work_new(o, errp);
+    GThread *thread;
+    bool ok;
+
+    if (!w) {
+        return false;
+    }
+    thread = g_thread_try_new("blk-create", bdrv_create_sync_thread, w,
+                              errp);
+    if (!thread) {
+        g_prefix_error(errp, "cannot start a thread to create the image: ");
+        aio_context_free(w->ctx);
+        g_free(w);
+        return false;
+    }
+    g_thread_join(thread);
+    ok = !w->err;
+    if (w->err) {
+        g_propagate_error(errp, w->err);
+    }
+    g_free(w);
+    return ok;
+}

@@ -1072,6 +1072,200 @@ static bool raw_check_options(const BlockOptions *opts, BlockOptsParse *p,
     return true;
 }
 
+/* ---- blockdev-create ------------------------------------------------ */
+
+/* QEMU's PreallocMode, of which the file driver makes all but metadata. */
+typedef enum RawPrealloc {
+    RAW_PREALLOC_OFF, RAW_PREALLOC_METADATA, RAW_PREALLOC_FALLOC,
+    RAW_PREALLOC_FULL,
+} RawPrealloc;
+
+typedef struct RawCreateOptions {
+    RawPrealloc prealloc;
+    bool nocow;
+} RawCreateOptions;
+
+/* Main thread: QEMU's BlockdevCreateOptionsFile (size is the caller's). */
+static bool raw_create_parse(BlockCreateOptions *o, QmpArgs *a,
+                             GError **errp)
+{
+    static const char *const prealloc_names[] = {
+        "off", "metadata", "falloc", "full", NULL,
+    };
+    RawCreateOptions *ro = g_new0(RawCreateOptions, 1);
+    const char *filename = NULL;
+    uint64_t hint = 0;
+    int prealloc = RAW_PREALLOC_OFF;
+
+    o->driver_opts = ro;
+    if (!qmp_args_str(a, "filename", true, &filename, errp) ||
+        !qmp_args_enum(a, "preallocation", prealloc_names, false, &prealloc,
+                       errp) ||
+        !qmp_args_bool(a, "nocow", &ro->nocow, errp) ||
+        /* A hint for XFS's allocator, which QEMU ignores when it cannot
+         * be set: this driver leaves it to the file system. */
+        !qmp_args_size(a, "extent-size-hint", false, &hint, NULL, errp)) {
+        return false;
+    }
+    if (!*filename) {
+        g_set_error(errp, VB_ERROR, 0, "Parameter 'filename' must name the "
+                    "file to create");
+        return false;
+    }
+    if (prealloc == RAW_PREALLOC_METADATA) {
+        g_set_error(errp, VB_ERROR, 0, "Unsupported preallocation mode: "
+                    "metadata (a raw file has none: use off, falloc or "
+                    "full)");
+        return false;
+    }
+    ro->prealloc = prealloc;
+    if (!o->strings) {
+        o->strings = g_ptr_array_new_with_free_func(g_free);
+    }
+    o->filename = g_strdup(filename);
+    g_ptr_array_add(o->strings, (char *)o->filename);
+    return true;
+}
+
+/* Worker thread: fill [0, @size) of the empty file @fd with zeroes. */
+static int raw_create_fill(int fd, uint64_t size)
+{
+    const void *zero = raw_get_zero_buf();
+    uint64_t done = 0;
+
+    if (!zero) {
+        return -ENOMEM;
+    }
+    while (done < size) {
+        ssize_t n = pwrite(fd, zero, MIN(size - done, RAW_ZERO_BUF_SIZE),
+                           done);
+
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            return n < 0 ? -errno : -ENOSPC;
+        }
+        done += n;
+    }
+    return 0;
+}
+
+/*
+ * Worker thread: create or truncate the file, as QEMU's: first its lock
+ * bytes for write and resize (and resize unshared), tested against other
+ * processes' (QEMU, qemu-img, another vhost-blkd using it refuse the
+ * create), then empty it and give it @size bytes as asked.  The locks go
+ * with the file descriptor.
+ */
+static bool raw_create(const BlockCreateOptions *o, GError **errp)
+{
+    const RawCreateOptions *ro = o->driver_opts;
+    static const off_t take[] = {
+        RAW_LOCK_PERM_BASE + 1, RAW_LOCK_PERM_BASE + 3,
+        RAW_LOCK_SHARED_BASE + 3,
+    };
+    static const off_t test[] = {
+        RAW_LOCK_SHARED_BASE + 1, RAW_LOCK_SHARED_BASE + 3,
+        RAW_LOCK_PERM_BASE + 3,
+    };
+    struct stat st;
+    int fd, r = 0;
+    const char *what = "create";
+
+    fd = open(o->filename, O_RDWR | O_CREAT | O_CLOEXEC |
+              (o->exclusive ? O_EXCL : 0), 0644);
+    if (fd < 0) {
+        int e = errno;
+
+        g_set_error(errp, VB_ERROR, 0, "Could not create '%s': %s%s",
+                    o->filename, g_strerror(e),
+                    e == EEXIST ? " (to use an existing image, give "
+                    "mode=existing)" : "");
+        return false;
+    }
+    if (fstat(fd, &st) < 0) {
+        r = -errno;
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        g_set_error(errp, VB_ERROR, 0, "Could not create '%s': it is not a "
+                    "regular file (driver=file creates image files only)",
+                    o->filename);
+        close(fd);
+        return false;
+    }
+    if (ro && ro->nocow) {
+        int flags;
+
+        /* As QEMU: a hint, ignored where the file system has no such
+         * flag (btrfs has). */
+        if (ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0) {
+            flags |= FS_NOCOW_FL;
+            ioctl(fd, FS_IOC_SETFLAGS, &flags);
+        }
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(take); i++) {
+        r = raw_lock_byte(fd, take[i], true);
+        if (r == -EINVAL || r == -ENOLCK || r == -EOPNOTSUPP) {
+            r = 0;              /* no OFD locks here: nothing to test */
+            goto unlocked;
+        }
+        if (r < 0) {
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < G_N_ELEMENTS(test); i++) {
+        r = raw_lock_held(fd, test[i]);
+        if (r < 0) {
+            goto fail;
+        }
+        if (r) {
+            g_set_error(errp, VB_ERROR, 0, "Failed to get \"%s\" lock on "
+                        "'%s': is another process (QEMU, qemu-img, "
+                        "qemu-storage-daemon, another vhost-blkd) using the "
+                        "image?  Stop it or create another file",
+                        raw_lock_names[test[i] % 100], o->filename);
+            close(fd);
+            return false;
+        }
+    }
+unlocked:
+    what = "resize";
+    if (ftruncate(fd, 0) < 0) {
+        r = -errno;
+        goto fail;
+    }
+    switch (ro ? ro->prealloc : RAW_PREALLOC_OFF) {
+    case RAW_PREALLOC_FALLOC:
+        r = -posix_fallocate(fd, 0, o->size);
+        break;
+    case RAW_PREALLOC_FULL:
+        r = raw_create_fill(fd, o->size);
+        break;
+    default:
+        r = ftruncate(fd, o->size) < 0 ? -errno : 0;
+        break;
+    }
+    if (r == 0 && fsync(fd) < 0) {
+        r = -errno;
+    }
+    if (r < 0) {
+        goto fail;
+    }
+    close(fd);
+    return true;
+
+fail:
+    g_set_error(errp, VB_ERROR, 0, "Could not %s '%s': %s", what,
+                o->filename, g_strerror(-r));
+    close(fd);
+    if (o->exclusive) {
+        unlink(o->filename);    /* ours: O_EXCL made it */
+    }
+    return false;
+}
+
 static const char *const raw_aliases[] = { "host_device", NULL };
 
 static const BlockDriver bdrv_file = {
@@ -1094,5 +1288,7 @@ static const BlockDriver bdrv_file = {
     .bdrv_aio_pwrite_zeroes = raw_submit,
     .bdrv_aio_block_status = raw_submit,
     .bdrv_reopen = raw_reopen,
+    .bdrv_create_parse = raw_create_parse,
+    .bdrv_create = raw_create,
 };
 BLOCK_DRIVER_REGISTER(bdrv_file)

@@ -16,7 +16,6 @@
 #include "block/block_int.h"
 #include "block/job.h"
 #include "block/dirty-bitmap.h"
-#include "block/qcow2-options.h"
 
 static const char *const on_error_names[] = {
     [JOB_ERROR_REPORT] = "report",
@@ -36,6 +35,9 @@ static void vb_job_event(void *opaque, Job *job, JobEvent ev,
 
     if (!s->qmp) {
         return;
+    }
+    if (ev != JOB_EVENT_STATUS_CHANGE && vb_job_is_create(job)) {
+        return;                 /* QEMU's: no block job, no BLOCK_JOB_* */
     }
     o = json_object_new();
     switch (ev) {
@@ -388,8 +390,8 @@ static JsonNode *vb_qmp_query_block_jobs(void *opaque, JsonObject *args,
     for (Job *job = job_next(NULL); job; job = job_next(job)) {
         JsonObject *o;
 
-        if (job->status == JOB_STATUS_NULL) {
-            continue;           /* dismissed, freed at the next turn */
+        if (job->status == JOB_STATUS_NULL || vb_job_is_create(job)) {
+            continue;           /* dismissed, or no block job */
         }
         o = json_object_new();
 
@@ -765,6 +767,7 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
     int mode = 1;
     GError *err = NULL;
     JsonObject *def, *fdef;
+    const BlockDriver *drv;
     VbNode *n, *ov;
 
     qmp_args_init(&a, args, false, NULL);
@@ -783,9 +786,27 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
                      device ? device : "", node_name ? node_name : "");
         goto fail;
     }
-    if (format && strcmp(format, "qcow2")) {
-        vb_set_error(&err, "format=%s: only qcow2 overlays are supported",
-                     format);
+    /* The overlay's driver, by name from the registry (QEMU's default
+     * format is qcow2), which must be a format that creates images. */
+    if (!format) {
+        format = "qcow2";
+    }
+    drv = bdrv_find_driver(format, format, NULL);
+    if (!drv) {
+        /* Not in the registry (driver=raw is the monitor's own node over
+         * a file node): nothing that could make the overlay. */
+        vb_set_error(&err, "format=%s: driver %s cannot create images",
+                     format, format);
+        goto fail;
+    }
+    if (!drv->is_format) {
+        vb_set_error(&err, "format=%s: driver %s is no image format: use "
+                     "format=qcow2", drv->format_name, drv->format_name);
+        goto fail;
+    }
+    if (mode == 1 && !drv->bdrv_create) {
+        vb_set_error(&err, "format=%s: driver %s cannot create images",
+                     drv->format_name, drv->format_name);
         goto fail;
     }
     if (!snap_name) {
@@ -806,8 +827,8 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
             goto fail;
         }
         bfile = g_canonicalize_filename(n->blk->filename, NULL);
-        if (!qcow2_create_file(file, blk_getlength(n->blk), bfile, bfmt,
-                               &err)) {
+        if (!vb_create_overlay(drv, file, blk_getlength(n->blk), bfile,
+                               bfmt, &err)) {
             goto fail;
         }
         created = file;
@@ -816,7 +837,7 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
     fdef = json_object_new();
     json_object_set_string_member(fdef, "driver", "file");
     json_object_set_string_member(fdef, "filename", file);
-    json_object_set_string_member(def, "driver", "qcow2");
+    json_object_set_string_member(def, "driver", drv->format_name);
     json_object_set_string_member(def, "node-name", snap_name);
     json_object_set_object_member(def, "file", fdef);
     json_object_set_null_member(def, "backing");
@@ -891,6 +912,63 @@ static GArray *vb_chain_of(VbState *s, VbNode *top)
         g_array_append_val(chain, l);
     }
     return chain;
+}
+
+/*
+ * The image of the node called @name: a node of ours, or one of the
+ * implicit nodes query-named-block-nodes lists for the chain a format
+ * node opened from its images' headers (monitor/query.c):
+ * "#NODE-backingK" is the image K levels below NODE, "#NODE-backingK-file"
+ * its file node.  NULL: no such node.
+ */
+static BlockBackend *vb_named_image(VbState *s, const char *name)
+{
+    VbNode *n = vb_node_find(s, name);
+    g_autofree char *owner = NULL;
+    const char *tag, *num;
+    char *end;
+    BlockBackend *blk;
+    guint64 level;
+    bool file;
+
+    if (n) {
+        return n->blk;
+    }
+    if (name[0] != '#' || !(tag = g_strrstr(name, "-backing"))) {
+        return NULL;
+    }
+    num = tag + strlen("-backing");
+    if (!g_ascii_isdigit(*num)) {
+        return NULL;
+    }
+    level = g_ascii_strtoull(num, &end, 10);
+    file = !strcmp(end, "-file");
+    if (!level || (*end && !file)) {
+        return NULL;
+    }
+    owner = g_strndup(name + 1, tag - name - 1);
+    n = vb_node_find(s, owner);
+    if (!n || !n->format) {
+        return NULL;
+    }
+    /* As the query walks: it ends at a backing node given by name (which
+     * goes by that name) and at the chain's end (a huge level too). */
+    blk = n->blk;
+    for (guint64 i = 0; i < level; i++) {
+        BlockDriverInfo bdi = { 0 };
+
+        blk_get_info(blk, &bdi);
+        if (!bdi.backing || vb_node_of_blk(s, bdi.backing)) {
+            return NULL;
+        }
+        blk = bdi.backing;
+    }
+    if (file) {
+        BdrvChild *c = bdrv_find_child(blk, "file");
+
+        return c ? c->bs : NULL;
+    }
+    return blk;
 }
 
 /*
@@ -1122,7 +1200,7 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
         goto fail;
     }
     if (base_node) {
-        VbNode *b = vb_node_find(s, base_node);
+        BlockBackend *b = vb_named_image(s, base_node);
 
         if (!b) {
             vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
@@ -1130,7 +1208,7 @@ static JsonNode *vb_qmp_block_stream(void *opaque, JsonObject *args,
             goto fail;
         }
         for (bi = 1; bi < chain->len; bi++) {
-            if (g_array_index(chain, VbChainLink, bi).blk == b->blk) {
+            if (g_array_index(chain, VbChainLink, bi).blk == b) {
                 break;
             }
         }
@@ -1246,12 +1324,12 @@ static guint vb_chain_index(VbState *s, GArray *chain, const char *node_name,
 {
     g_autofree char *want = file ? g_canonicalize_filename(file, NULL) :
                             NULL;
-    VbNode *n = node_name ? vb_node_find(s, node_name) : NULL;
+    BlockBackend *nb = node_name ? vb_named_image(s, node_name) : NULL;
 
     for (guint i = 0; i < chain->len; i++) {
         VbChainLink *l = &g_array_index(chain, VbChainLink, i);
 
-        if ((n && l->blk == n->blk) ||
+        if ((nb && l->blk == nb) ||
             (want && (!strcmp(l->path, want) ||
                       (l->named && !strcmp(l->named, file))))) {
             return i;
@@ -1566,12 +1644,12 @@ static JsonNode *vb_qmp_block_commit(void *opaque, JsonObject *args,
                      "nothing to commit", device);
         goto fail;
     }
-    if (top_node && !vb_node_find(s, top_node)) {
+    if (top_node && !vb_named_image(s, top_node)) {
         vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
                      top_node, top_node);
         goto fail;
     }
-    if (base_node && !vb_node_find(s, base_node)) {
+    if (base_node && !vb_named_image(s, base_node)) {
         vb_set_error(errp, "Cannot find device='%s' nor node-name='%s'",
                      base_node, base_node);
         goto fail;
@@ -1747,4 +1825,5 @@ void vb_jobs_register(GArray *table)
 {
     g_array_append_vals(table, vb_jobs_commands,
                         G_N_ELEMENTS(vb_jobs_commands));
+    vb_create_register(table);
 }

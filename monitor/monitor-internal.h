@@ -138,4 +138,21 @@ void vb_jobs_cleanup(VbState *s);
 bool vb_job_uses_node(VbNode *n);
 const char *vb_job_using_image(VbState *s, BlockBackend *blk);
 
+/*
+ * blockdev-create (monitor/create.c): its command, registered by
+ * vb_jobs_register(); whether @job is one of its jobs (no block job: no
+ * BLOCK_JOB_* events, not in query-block-jobs); and the overlay of
+ * blockdev-snapshot-sync: a new file @path (which must not exist) made
+ * into an image of @drv of @size bytes naming @backing (of @backing_fmt),
+ * with the same hooks, waiting for them.  False with @errp set and no
+ * file left.
+ */
+void vb_create_register(GArray *table);
+typedef struct Job Job;
+bool vb_job_is_create(Job *job);
+typedef struct BlockDriver BlockDriver;
+bool vb_create_overlay(const BlockDriver *drv, const char *path,
+                       uint64_t size, const char *backing,
+                       const char *backing_fmt, GError **errp);
+
 #endif

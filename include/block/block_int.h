@@ -103,6 +103,7 @@ typedef enum BlockReqType {
  */
 typedef struct BlockDriver BlockDriver;
 typedef struct BdrvChild BdrvChild;
+typedef struct BlockCreateOptions BlockCreateOptions;
 
 /* Limits and capabilities of a node, filled by bdrv_open(). */
 typedef struct BlockLimits {
@@ -137,6 +138,34 @@ typedef bool BlockDriverCheckFunc(const BlockOptions *opts,
 /* Fill @out (blk_node_names(), include/block/block.h). */
 typedef void BlockDriverNamesFunc(BlockBackend *blk, const BlockOptions *opts,
                                   const char *given, BlockNodeNames *out);
+
+/*
+ * What blockdev-create (QEMU's BlockdevCreateOptions) and the overlay of
+ * blockdev-snapshot-sync ask a driver to make.  The caller fills @size and
+ * the common keys; the driver's @bdrv_create_parse reads the rest of its
+ * keys (QEMU's BlockdevCreateOptionsFILE / ...QCOW2) into @driver_opts.
+ */
+struct BlockCreateOptions {
+    const BlockDriver *drv;
+    uint64_t size;              /* the new image's (virtual) size */
+    /* A protocol driver's: the image to create (file: its path). */
+    const char *filename;
+    /* file: only a new file (C callers: blockdev-snapshot-sync must not
+     * overwrite somebody's disk); QEMU's blockdev-create truncates. */
+    bool exclusive;
+    /* A format's: the node the image is written onto, through its
+     * requests only (the node holds the image's lock); the caller holds
+     * it with write permission while the create runs. */
+    BlockBackend *file;
+    /* A format's: the backing file the header names (NULL: none). */
+    const char *backing_file;
+    const char *backing_fmt;
+    void *driver_opts;          /* the driver's own, g_free()d */
+    GPtrArray *strings;         /* copies the parser made, g_free()d */
+};
+
+/* Main thread: what blk_create_options_clear() frees is @o's. */
+void blk_create_options_clear(BlockCreateOptions *o);
 
 struct BlockDriver {
     const char *format_name;
@@ -203,6 +232,21 @@ struct BlockDriver {
      * node must be as before.  Without it blk_reopen() refuses.
      */
     bool (*bdrv_reopen)(BlockBackend *bs, bool writable, GError **errp);
+    /*
+     * Creating images (optional; a driver without @bdrv_create cannot).
+     * @bdrv_create_parse, main thread: read the driver's keys of
+     * blockdev-create's options from @a (everything but "driver", "size"
+     * and, for a format, "file", which the caller read into @o), refusing
+     * with QEMU's kind of message what the driver cannot make.  Without
+     * it the driver takes no other key.  No system access.
+     * @bdrv_create runs in a worker thread that owns an AioContext of its
+     * own (bdrv_create_run()): it makes the image, waiting for its I/O
+     * there; a format writes through @o->file only.  False with @errp
+     * set; a format leaves the file node's contents undefined then.
+     */
+    bool (*bdrv_create_parse)(BlockCreateOptions *o, QmpArgs *a,
+                              GError **errp);
+    bool (*bdrv_create)(const BlockCreateOptions *o, GError **errp);
     /* Any thread (optional): what the node is, for the monitor. */
     void (*bdrv_get_info)(BlockBackend *bs, BlockDriverInfo *bdi);
     /*
@@ -395,6 +439,19 @@ void bdrv_register(const BlockDriver *drv);
     { \
         bdrv_register(&drv); \
     }
+/*
+ * Main thread: run @o->drv's bdrv_create in a worker thread of its own
+ * (with a fresh AioContext it owns), so that the main loop goes on while
+ * it writes; @cb runs in the main thread afterwards with NULL or the
+ * error (the callback's).  @o must stay valid until then.
+ * bdrv_create_sync(): the same, with the calling thread waiting for the
+ * worker (blockdev-snapshot-sync, whose reply waits anyway); it must not
+ * be the owner of a context @o->file's requests complete in.
+ */
+typedef void BlockCreateCompleteFunc(void *opaque, GError *err);
+void bdrv_create_run(BlockCreateOptions *o, BlockCreateCompleteFunc *cb,
+                     void *opaque);
+bool bdrv_create_sync(BlockCreateOptions *o, GError **errp);
 /* The names of every driver the registry knows, joined with ", " and
  * " or " for messages. */
 char *bdrv_driver_names(void);

@@ -86,4 +86,11 @@ bool qcow2_release_backing(BlockBackend *bs, BlockBackend *backing,
 bool qcow2_create_file(const char *path, uint64_t size, const char *backing,
                        const char *backing_fmt, GError **errp);
 
+/* The driver's create hooks (BlockDriver.bdrv_create_parse and
+ * .bdrv_create, include/block/block_int.h): blockdev-create's qcow2
+ * image, written through a file node (block/qcow2-create.c). */
+typedef struct BlockCreateOptions BlockCreateOptions;
+bool qcow2_create_parse(BlockCreateOptions *o, QmpArgs *a, GError **errp);
+bool qcow2_create(const BlockCreateOptions *o, GError **errp);
+
 #endif

@@ -455,7 +455,7 @@ static void test_snapshot_sync(void)
                           "\"existing\", \"snapshot-node-name\": \"ov\", "
                           "\"format\": \"raw\"}}", ov);
     vb_qmp_fails(&t->m, cmd,
-                 "format=raw: only qcow2 overlays are supported");
+                 "format=raw: driver raw cannot create images");
     g_free(cmd);
     cmd = g_strdup_printf("{\"execute\": \"blockdev-snapshot-sync\", "
                           "\"arguments\": {\"node-name\": \"f0\", "
