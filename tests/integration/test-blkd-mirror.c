@@ -166,6 +166,22 @@ static char *job_status(Fixture *f, const char *id)
     return NULL;
 }
 
+/* query-jobs: the current-progress of @id (which must be listed). */
+static int64_t job_progress(Fixture *f, const char *id)
+{
+    g_autoptr(JsonNode) r = qmp(f, "{\"execute\":\"query-jobs\"}", NULL);
+    JsonArray *a = json_node_get_array(r);
+
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *o = json_array_get_object_element(a, i);
+
+        if (!strcmp(json_object_get_string_member(o, "id"), id)) {
+            return json_object_get_int_member(o, "current-progress");
+        }
+    }
+    g_error("job '%s' is not in query-jobs", id);
+}
+
 static void assert_status(Fixture *f, const char *id, const char *want)
 {
     g_autofree char *st = job_status(f, id);
@@ -744,6 +760,16 @@ static void test_mirror_target_killed(Fixture *f, gconstpointer data)
                           "\"speed\":1,\"on-target-error\":\"%s\"}}",
                           c->on_error);
     qmp_ok(f, cmd);
+    /*
+     * Mid-mirror: the first 64 KiB have reached the target (through the
+     * connection of the context the job writes from), the rest waits for
+     * the speed limit.  Killed before that write, the target would never
+     * have answered that context, whose first connection then waits out
+     * a whole connection attempt (10 s) before it fails the job's write.
+     */
+    while (job_progress(f, "mk") < 65536) {
+        g_usleep(1000);     /* polling query-jobs for the first copy */
+    }
     guest_write(f, 1u << 20, 65536, 1100);
     /* The destination dies. */
     g_assert_cmpint(kill(pid, SIGKILL), ==, 0);
