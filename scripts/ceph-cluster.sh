@@ -198,10 +198,11 @@ bluestore block size = $(numfmt --from=iec "$OSD_SIZE")
 bluestore fsck on mount = false
 osd memory target = 1073741824
 osd crush update on start = true
-# A killed client's watch expires after this; the takeover tests wait
-# for it.  Half of Ceph's 30 s default, still three times the interval
-# at which a live client pings its watches (5 s), so a live client under
-# load keeps its watch.
+# A killed client's watch expires after this (tests/functional/test-rbd.sh
+# waits for it; test-blkd-rbd blocklists its killed daemons instead, as
+# an operator would).  Half of Ceph's 30 s default, still three times
+# the interval at which a live client pings its watches (5 s), so a live
+# client under load keeps its watch.
 osd client watch timeout = 15
 EOF
 }

@@ -166,6 +166,22 @@ static char *job_status(Fixture *f, const char *id)
     return NULL;
 }
 
+/* query-jobs: the current-progress of @id (which must be listed). */
+static int64_t job_progress(Fixture *f, const char *id)
+{
+    g_autoptr(JsonNode) r = qmp(f, "{\"execute\":\"query-jobs\"}", NULL);
+    JsonArray *a = json_node_get_array(r);
+
+    for (guint i = 0; i < json_array_get_length(a); i++) {
+        JsonObject *o = json_array_get_object_element(a, i);
+
+        if (!strcmp(json_object_get_string_member(o, "id"), id)) {
+            return json_object_get_int_member(o, "current-progress");
+        }
+    }
+    g_error("job '%s' is not in query-jobs", id);
+}
+
 static void assert_status(Fixture *f, const char *id, const char *want)
 {
     g_autofree char *st = job_status(f, id);
@@ -513,7 +529,7 @@ static void test_mirror_complete_busy(Fixture *f, gconstpointer data)
 
 /*
  * READY under load (QEMU's rule): a guest write stays in flight (the
- * source holds the first request to its last MiB back 20 s) and the guest
+ * source holds the first request to its last MiB back 8 s) and the guest
  * keeps writing elsewhere, one write after the other; the job still gets
  * ready while that write is in flight (it used to wait for a moment with
  * no guest write in flight), keeps copying, and job-complete pivots with
@@ -528,6 +544,7 @@ static void test_mirror_ready_under_load(Fixture *f, gconstpointer data)
     VhostUserFrontendCompletion c;
     bool held_done = false;
     unsigned int i, writes_before_ready;
+    gint64 t_held;
     int held;
 
     /* The bulk copy stops after its first 64 KiB (speed 1): it has not
@@ -538,6 +555,7 @@ static void test_mirror_ready_under_load(Fixture *f, gconstpointer data)
                                           held_at / 512, &iov, 1, false,
                                           NULL);
     g_assert_cmpint(held, >=, 0);
+    t_held = g_get_monotonic_time();
     g_assert_cmpint(vhost_user_frontend_kick(f->fe, 0), >=, 0);
     while (export_in_flight(f) == 0) {
         /* The export has not popped it yet. */
@@ -556,7 +574,9 @@ static void test_mirror_ready_under_load(Fixture *f, gconstpointer data)
     }
     g_assert_false(held_done);
     writes_before_ready = i;
-    g_test_message("ready after %u guest writes", writes_before_ready);
+    g_test_message("ready after %u guest writes, %.2f s after the held "
+                   "write (held 8 s)", writes_before_ready,
+                   (g_get_monotonic_time() - t_held) / 1e6);
     /* Ready, the guest goes on writing and the job copying. */
     for (i = 0; i < 32; i++) {
         guest_write_beside(f, f->buf, (uint64_t)(i % 14 + 1) << 20, 4096,
@@ -566,7 +586,7 @@ static void test_mirror_ready_under_load(Fixture *f, gconstpointer data)
     if (!held_done) {
         int got = 0;
 
-        /* The held write completes when its 20 s are over: up to three
+        /* The held write completes when its 8 s are over: up to three
          * waits of VB_IO_TIMEOUT_MS. */
         for (int t = 0; t < 3 && !got; t++) {
             got = vb_reap_n(f->fe, 0, &c, 1);
@@ -585,7 +605,7 @@ static void test_mirror_ready_under_load(Fixture *f, gconstpointer data)
 /*
  * Background mode: a guest's write to a range whose copy is in flight
  * does not wait for that copy (QEMU's rule: it only marks the range
- * dirty again).  The copy's first request, of [0, 1 MiB), is held 10 s
+ * dirty again).  The copy's first request, of [0, 1 MiB), is held 3 s
  * (the export's inject-delay on its first 4 KiB); the guest writes 4 KiB
  * at 4 KiB, in the same 64 KiB granule but outside the held sectors,
  * and that write must complete while the job cannot have got ready yet.
@@ -744,6 +764,16 @@ static void test_mirror_target_killed(Fixture *f, gconstpointer data)
                           "\"speed\":1,\"on-target-error\":\"%s\"}}",
                           c->on_error);
     qmp_ok(f, cmd);
+    /*
+     * Mid-mirror: the first 64 KiB have reached the target (through the
+     * connection of the context the job writes from), the rest waits for
+     * the speed limit.  Killed before that write, the target would never
+     * have answered that context, whose first connection then waits out
+     * a whole connection attempt (10 s) before it fails the job's write.
+     */
+    while (job_progress(f, "mk") < 65536) {
+        g_usleep(1000);     /* polling query-jobs for the first copy */
+    }
     guest_write(f, 1u << 20, 65536, 1100);
     /* The destination dies. */
     g_assert_cmpint(kill(pid, SIGKILL), ==, 0);
@@ -1253,13 +1283,18 @@ int main(int argc, char **argv)
     static const MirrorCase plain = { NULL };
     static const MirrorCase sparse = { NULL, true };
     static const MirrorCase held_write = {
-        /* The first request to the last MiB waits 20 s: the job must
-         * get ready well before, even under TSan on a loaded machine. */
-        ",inject-delay=20000,inject-sector=30720-32767,inject-count=1",
+        /* The first request to the last MiB waits 8 s (the daemon has
+         * no way to release a held request on demand, and the case waits
+         * the hold out): the job must get ready before that.  It does
+         * within about 1 s of the job's start, also under TSan with the
+         * machine's load average at 12; the case logs the time. */
+        ",inject-delay=8000,inject-sector=30720-32767,inject-count=1",
     };
     static const MirrorCase held_copy = {
-        /* The first request of the first 4 KiB (the copy's) waits 10 s. */
-        ",inject-delay=10000,inject-sector=0-7,inject-count=1",
+        /* The first request of the first 4 KiB (the copy's) waits 3 s,
+         * waited out by the case: room for one 4 KiB guest write and
+         * one QMP round trip, each a few ms even under TSan. */
+        ",inject-delay=3000,inject-sector=0-7,inject-count=1",
     };
     static const MirrorCase killed_report = { .on_error = "report" };
     static const MirrorCase write_blocking = {

@@ -20,8 +20,10 @@
  *              process breaks the dead one's exclusive lock (it knows from
  *              the inflight region the front-end hands back that it was
  *              restarted, and from this host's runtime directory who the
- *              earlier process was) once that client's watch has expired,
- *              and every resubmitted write completes and is in the image
+ *              earlier process was) once that client's watch is gone
+ *              (the test blocklists the dead client once the daemon waits
+ *              for that, as an operator would), and every resubmitted
+ *              write completes and is in the image
  *   takeover-foreign: the same restart while another, live client holds
  *              the lock: it is not broken (nor that client blocklisted),
  *              and the daemon's writes get the lock from it as librbd
@@ -44,6 +46,7 @@
 #include "vb-daemon.h"
 #include "vb-qmp.h"
 #include <poll.h>
+#include <sys/wait.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 
@@ -111,6 +114,40 @@ static void rbd_start(Fixture *f, const char *spec)
     g_assert_no_error(err);
 }
 
+/*
+ * Stop the daemon the way its service manager does (SIGTERM) and check
+ * that it exits cleanly.  It closes the image: its lock and its watch go
+ * at once.  A daemon killed with SIGKILL would leave its watch to the
+ * OSD for osd_client_watch_timeout, and rbd_remove() waits that out.
+ */
+static void rbd_daemon_stop(Fixture *f)
+{
+    gint64 deadline = g_get_monotonic_time() + 60 * G_USEC_PER_SEC;
+    int status = 0;
+    pid_t r;
+
+    if (!f->d.pid) {
+        return;
+    }
+    g_assert_cmpint(kill(f->d.pid, SIGTERM), ==, 0);
+    while ((r = waitpid(f->d.pid, &status, WNOHANG)) == 0) {
+        if (g_get_monotonic_time() >= deadline) {
+            g_error("vhost-blkd (pid %d) did not exit within 60 s of "
+                    "SIGTERM", (int)f->d.pid);
+        }
+        g_usleep(10 * 1000);    /* polling for the child's exit */
+    }
+    g_assert_cmpint(r, ==, f->d.pid);
+    f->d.pid = 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+        g_autofree char *log = NULL;
+
+        g_file_get_contents(f->d.log_path, &log, NULL, NULL);
+        g_error("vhost-blkd did not exit cleanly on SIGTERM (wait status "
+                "0x%x); its log:\n%s", status, log ? log : "");
+    }
+}
+
 static void rbd_teardown(Fixture *f)
 {
     if (f->skip) {
@@ -118,6 +155,7 @@ static void rbd_teardown(Fixture *f)
     }
     if (f->fe) {
         vhost_user_frontend_free(f->fe);
+        rbd_daemon_stop(f);
         vb_daemon_cleanup(&f->d);
     }
     rbd_remove(f->io, f->image);
@@ -246,6 +284,7 @@ static void test_snapshot(void)
 
     vhost_user_frontend_free(f.fe);
     f.fe = NULL;
+    rbd_daemon_stop(&f);
     vb_daemon_cleanup(&f.d);
     g_assert_cmpint(rbd_open(f.io, f.image, &img, NULL), ==, 0);
     g_assert_cmpint(rbd_snap_remove(img, "s1"), ==, 0);
@@ -271,6 +310,25 @@ static char *wait_log(Fixture *f, const char *a, const char *b)
     }
 }
 
+/* The client that holds the image's exclusive lock (there must be one),
+ * as `rbd lock ls` shows it. */
+static char *lock_owner(Fixture *f)
+{
+    char *owners[4];
+    size_t n = G_N_ELEMENTS(owners);
+    rbd_lock_mode_t mode;
+    rbd_image_t img;
+    char *owner;
+
+    g_assert_cmpint(rbd_open(f->io, f->image, &img, NULL), ==, 0);
+    g_assert_cmpint(rbd_lock_get_owners(img, &mode, owners, &n), ==, 0);
+    rbd_close(img);
+    g_assert_cmpuint(n, ==, 1);
+    owner = g_strdup(owners[0]);
+    rbd_lock_get_owners_cleanup(owners, n);
+    return owner;
+}
+
 static void test_takeover(void)
 {
     Fixture f;
@@ -278,6 +336,7 @@ static void test_takeover(void)
     VhostUserFrontendCompletion c[NREQ];
     g_autofree char *log = NULL;
     g_autofree uint8_t *direct = g_malloc(REQ_BYTES);
+    g_autofree char *dead = NULL;
     bool seen[NREQ] = { false };
     uint64_t size;
     int64_t t0;
@@ -304,14 +363,28 @@ static void test_takeover(void)
     }
     g_assert_cmpint(vhost_user_frontend_kick(f.fe, 0), >=, 0);
     vb_daemon_kill(&f.d);       /* kill -9: the lock stays with it */
+    dead = lock_owner(&f);
 
     t0 = g_get_monotonic_time();
     vb_daemon_start(&f.d);
     vhost_user_frontend_reconnect(f.fe, 10000, &err);
     g_assert_no_error(err);
-    /* The lock is broken once the dead client's watch has expired
-     * (osd_client_watch_timeout: 30 s by default, 15 s in the test
-     * cluster of scripts/ceph-cluster.sh): wait past that. */
+    /*
+     * The lock is broken once the dead client's watch is gone.  Left
+     * alone, the OSD drops it osd_client_watch_timeout after the kill
+     * (30 s by default, 15 s in the cluster of scripts/ceph-cluster.sh).
+     * Once the daemon says it waits for that, do what an operator who
+     * knows the client is dead does: blocklist it (ceph osd blocklist
+     * add), and the OSD drops its watch at once.  (On a machine slow
+     * enough for the watch to be gone before the daemon looked, it says
+     * it took the lock over straight away.)
+     */
+    log = wait_log(&f, "breaking it once its watch", "had expired");
+    if (!strstr(log, "had expired")) {
+        g_assert_nonnull(strstr(log, dead));
+        g_assert_cmpint(rados_blocklist_add(f.cluster, dead, 0), ==, 0);
+    }
+    g_clear_pointer(&log, g_free);
     n = 0;
     while (n < NREQ &&
            g_get_monotonic_time() - t0 < 180 * G_USEC_PER_SEC) {
@@ -354,6 +427,7 @@ static void test_takeover_foreign(void)
     g_autoptr(GError) err = NULL;
     g_autofree char *log = NULL;
     g_autofree uint8_t *data = g_malloc(4096);
+    g_autofree char *dead = NULL;
     rbd_image_t img;
     uint64_t size;
     int owner = 0;
@@ -366,6 +440,7 @@ static void test_takeover_foreign(void)
     vb_fill_pattern(f.buf, 4096, 7);
     g_assert_cmpint(vb_req(f.fe, 0, VIRTIO_BLK_T_OUT, 0, f.buf, 4096, false,
                            NULL), ==, VIRTIO_BLK_S_OK);
+    dead = lock_owner(&f);      /* this daemon's client */
 
     /* another client asks for the lock and gets it (automatic policy) */
     g_assert_cmpint(rbd_open(f.io, f.image, &img, NULL), ==, 0);
@@ -375,6 +450,14 @@ static void test_takeover_foreign(void)
     g_assert_cmpint(owner, ==, 1);
 
     vb_daemon_kill(&f.d);
+    /*
+     * The killed process is fenced as an operator would (ceph osd
+     * blocklist add): else its watch stays osd_client_watch_timeout,
+     * and every notify to the image's watchers (the new process asking
+     * the owner for the lock) waits for it.  The live owner is not
+     * touched; what it holds is what this case checks.
+     */
+    g_assert_cmpint(rados_blocklist_add(f.cluster, dead, 0), ==, 0);
     vb_daemon_start(&f.d);
     vhost_user_frontend_reconnect(f.fe, 10000, &err);
     g_assert_no_error(err);
@@ -564,6 +647,7 @@ static void test_control(void)
     g_assert_null(strstr(log, "does not allow"));
     g_assert_true(vb_daemon_alive(&f.d));
     vb_qmp_close(&q);
+    rbd_daemon_stop(&f);
     vb_daemon_cleanup(&f.d);
     rbd_teardown(&f);
 }
