@@ -166,8 +166,12 @@ typedef struct Qcow2FastSlot {
 } Qcow2FastSlot;
 
 /* The thread's slot, as its byte offset in BDRVQcow2State.fast plus 1
- * (0: none yet). */
-static __thread uint32_t qcow2_thread_slot;
+ * (0: none yet).  initial-exec: this file is built -fPIC, and the default
+ * model for that is a call to __tls_get_addr, which the linker rewrites
+ * into a plain load but too late: the fast path's registers were already
+ * allocated around a call, and it paid a stack frame for it. */
+static __thread uint32_t qcow2_thread_slot
+    __attribute__((tls_model("initial-exec")));
 static uint32_t qcow2_next_slot;                /* atomic */
 
 typedef struct BDRVQcow2State {
@@ -1243,6 +1247,9 @@ static inline bool l2_fast_entry(BDRVQcow2State *s, uint64_t key,
 {
     Qcow2L2Slot *set = &s->slots[l2_set_of(s, key) * L2_WAYS];
 
+    /* Unrolled: no loop counter or end pointer held in a register (the
+     * fast path has none to spare without a stack frame). */
+#pragma GCC unroll 8
     for (int w = 0; w < L2_WAYS; w++) {
         Qcow2L2Slot *slot = &set[w];
         uint32_t s1 = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
