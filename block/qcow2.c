@@ -1247,9 +1247,6 @@ static inline bool l2_fast_entry(BDRVQcow2State *s, uint64_t key,
 {
     Qcow2L2Slot *set = &s->slots[l2_set_of(s, key) * L2_WAYS];
 
-    /* Unrolled: no loop counter or end pointer held in a register (the
-     * fast path has none to spare without a stack frame). */
-#pragma GCC unroll 8
     for (int w = 0; w < L2_WAYS; w++) {
         Qcow2L2Slot *slot = &set[w];
         uint32_t s1 = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
@@ -2569,6 +2566,9 @@ void qcow2_direct_go(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
     acb->filter_opaque = acb->opaque;
     acb->cb = fast_direct_cb;
     acb->opaque = acb;
+    /* Two plain stores: without this, GCC packs this one and the one
+     * before into an SSE register first (four instructions for two). */
+    __asm__ volatile("" ::: "memory");
     acb->blk = file;
     acb->offset = at;
     if (write) {
@@ -2852,8 +2852,14 @@ void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
         (raw & s->fast_l2_bad) || (write && !(raw & QCOW2_OFLAG_COPIED))) {
         goto other;
     }
-    at = (raw & QCOW2_OFFSET_MASK) + in;
-    if (at == in || !qcow2_direct_ok(s, acb, at, write)) {
+    at = raw & QCOW2_OFFSET_MASK;
+    if (!at) {
+        goto other;
+    }
+    /* The offset in the cluster again, not kept from above: one register
+     * fewer over the L2 probe, which then needs no stack frame. */
+    at += acb->offset & s->fast_cmask;
+    if (!qcow2_direct_ok(s, acb, at, write)) {
         goto other;
     }
     qcow2_direct_go(s, ctx, acb, at, write);
