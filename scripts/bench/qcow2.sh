@@ -315,9 +315,9 @@ sparse() {
 # The daemon runs with --poll-max-ns 0, raw and qcow2 alike: busy
 # polling's instructions are waiting, not work (their number grows with
 # the time a request takes, slowed 50x by callgrind), and the host load
-# monitor switches polling off and on with what else runs on the host,
-# which made the totals of one build move by up to 5% between
-# repetitions.  Two more figures, from the same two files, with the same
+# monitor switches polling off and on with what else runs on the host:
+# instructions that depend on timing and load, not on the work.  Two
+# more figures, from the same two files, with the same
 # difference: the iothread's event loop iterations per 1000 I/Os
 # (aio_poll() calls from iothread_run(): how the requests happened to
 # batch, which still depends on timing) and the self instructions of
