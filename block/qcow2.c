@@ -166,8 +166,12 @@ typedef struct Qcow2FastSlot {
 } Qcow2FastSlot;
 
 /* The thread's slot, as its byte offset in BDRVQcow2State.fast plus 1
- * (0: none yet). */
-static __thread uint32_t qcow2_thread_slot;
+ * (0: none yet).  initial-exec: this file is built -fPIC, and the default
+ * model for that is a call to __tls_get_addr, which the linker rewrites
+ * into a plain load but too late: the fast path's registers were already
+ * allocated around a call, and it paid a stack frame for it. */
+static __thread uint32_t qcow2_thread_slot
+    __attribute__((tls_model("initial-exec")));
 static uint32_t qcow2_next_slot;                /* atomic */
 
 typedef struct BDRVQcow2State {
@@ -1140,7 +1144,8 @@ static int l2_slot_writeback(BDRVQcow2State *s, Qcow2L2Slot *slot)
 static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
                                  int *ret)
 {
-    Qcow2L2Slot *set = &s->slots[l2_set_of(s, key) * L2_WAYS];
+    /* (64-bit: the set's byte offset is then one shift) */
+    Qcow2L2Slot *set = &s->slots[(uint64_t)l2_set_of(s, key) * L2_WAYS];
     Qcow2L2Slot *slot = &set[0];
 
     *ret = 0;
@@ -1241,7 +1246,8 @@ static void l2_cache_clean(BDRVQcow2State *s)
 static inline bool l2_fast_entry(BDRVQcow2State *s, uint64_t key,
                                  uint32_t byte, uint64_t *raw)
 {
-    Qcow2L2Slot *set = &s->slots[l2_set_of(s, key) * L2_WAYS];
+    /* (64-bit: the set's byte offset is then one shift) */
+    Qcow2L2Slot *set = &s->slots[(uint64_t)l2_set_of(s, key) * L2_WAYS];
 
     for (int w = 0; w < L2_WAYS; w++) {
         Qcow2L2Slot *slot = &set[w];
@@ -2531,18 +2537,29 @@ static void fast_direct_cb(void *opaque, int ret)
  * its requests, writes only when it is writable and has no dirty bitmap
  * to mark.  False (nothing done) when one of them does not hold: the
  * caller takes the child request then, which reports what is wrong.
+ * Two of them the request has passed already, and are not made again:
+ * a read has no flag (blk_submit() gives reads none), and with @aligned
+ * the caller knows @at aligned: the guest offset and length are
+ * multiples of this node's request alignment (blk_submit() checked
+ * them; the filters that pass requests on unchecked, throttle and
+ * blkdebug, have their child's), which qcow2_open() made a multiple of
+ * the file's, and @at is a data cluster's offset (aligned to the
+ * cluster, fast_l2_bad) plus the guest offset's within its cluster,
+ * with a cluster a multiple of the file's alignment (fast_ok).
  */
 static inline __attribute__((always_inline))
 bool qcow2_direct_ok(BDRVQcow2State *s, const BlockAIOCB *acb, uint64_t at,
-                     bool write)
+                     bool write, bool aligned)
 {
     BlockBackend *file = s->file;
     /* blk_getlength() without the call (blk_truncate() stores it). */
     uint64_t flen = __atomic_load_n(&file->size, __ATOMIC_RELAXED);
 
     /* request_alignment is a power of two, at least 1 (blk_submit()). */
-    if (acb->flags || acb->bytes > flen || at > flen - acb->bytes ||
-        ((at | acb->bytes) & (file->bl.request_alignment - 1))) {
+    if ((write && acb->flags) ||
+        acb->bytes > flen || at > flen - acb->bytes ||
+        (!aligned &&
+         ((at | acb->bytes) & (file->bl.request_alignment - 1)))) {
         return false;
     }
     return !write ||
@@ -2562,6 +2579,9 @@ void qcow2_direct_go(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
     acb->filter_opaque = acb->opaque;
     acb->cb = fast_direct_cb;
     acb->opaque = acb;
+    /* Two plain stores: without this, GCC packs this one and the one
+     * before into an SSE register first (four instructions for two). */
+    __asm__ volatile("" ::: "memory");
     acb->blk = file;
     acb->offset = at;
     if (write) {
@@ -2713,7 +2733,7 @@ qcow2_fast_runs(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
         return true;
     }
     if (nruns == 1 && run_kind[0] == RUN_FILE &&
-        qcow2_direct_ok(s, acb, run_at[0], write)) {
+        qcow2_direct_ok(s, acb, run_at[0], write, false)) {
         qcow2_direct_go(s, ctx, acb, run_at[0], write);
         return true;
     }
@@ -2815,7 +2835,8 @@ void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
                FAST_SLOTS * sizeof(Qcow2FastSlot) + 1;
         qcow2_thread_slot = slot;
     }
-    refs = (uint64_t *)((uint8_t *)s->fast + (slot - 1)) + e;
+    /* (64-bit: the - 1 folds into the address computation) */
+    refs = (uint64_t *)((uint8_t *)s->fast + ((uintptr_t)slot - 1)) + e;
     /* Counted before any entry is looked at (see reuse_poll()). */
     acb->filter_priv = refs;
     __atomic_fetch_add(refs, 1, __ATOMIC_SEQ_CST);
@@ -2845,8 +2866,14 @@ void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
         (raw & s->fast_l2_bad) || (write && !(raw & QCOW2_OFLAG_COPIED))) {
         goto other;
     }
-    at = (raw & QCOW2_OFFSET_MASK) + in;
-    if (at == in || !qcow2_direct_ok(s, acb, at, write)) {
+    at = raw & QCOW2_OFFSET_MASK;
+    if (!at) {
+        goto other;
+    }
+    /* The offset in the cluster again, not kept from above: one register
+     * fewer over the L2 probe, which then needs no stack frame. */
+    at += acb->offset & s->fast_cmask;
+    if (!qcow2_direct_ok(s, acb, at, write, true)) {
         goto other;
     }
     qcow2_direct_go(s, ctx, acb, at, write);

@@ -13,8 +13,9 @@
 #           check` after each run
 #   sparse  4k random reads over a 1 TiB image with an L2 table every
 #           512 MiB (L2 misses), both with l2-cache-size=8M; RSS after
-#   ir      instructions per I/O (callgrind, 4k randread depth 32):
-#           vhost-blkd qcow2 against vhost-blkd raw
+#   ir      instructions per I/O (callgrind, 4k randread, depth 1 and
+#           32): vhost-blkd qcow2 against vhost-blkd raw (and with -B,
+#           the same of another build, interleaved with this one's)
 # Repetitions are interleaved (rep 1 of every case, then rep 2, ...); the
 # report gives min / median / max per cell and every ratio per repetition
 # (rep r against rep r); a goal holds only when every repetition holds.
@@ -22,7 +23,7 @@
 # Usage: scripts/bench/qcow2.sh [-o OUTDIR] [-t SECONDS] [-r REPS]
 #            [-d DIR] [-m SIZE_MIB] [-n CALLGRIND_IOS] [-b BUILDDIR]
 #            [--modes "halt irq"] [--only "steady alloc sparse ir"]
-#            [--no-shm] [--quick]
+#            [--ir-depths "1 32"] [-B OTHER_BUILDDIR] [--no-shm] [--quick]
 #   -o  output directory (default /var/tmp/vhost-blk-qcow2-bench)
 #   -t  seconds per run (default 2)       -r  repetitions (default 3)
 #   -d  directory of the O_DIRECT images (default /var/tmp)
@@ -30,6 +31,9 @@
 #   --modes  client models: halt = a halt-polling vCPU (--halt-poll-ns
 #            200000, KVM's default), irq = a client that sleeps on its
 #            interrupt whenever nothing completed (default: halt irq)
+#   --ir-depths  the ir section's depths (default "1 32": a row each)
+#   -B  ir: also measure this build (labelled "base"), each of its cases
+#       right before the same case of -b's (an A/B in one run)
 #   --quick  1 rep of 1 s, 64 MiB images, depth 32 only (a smoke test)
 # Outputs OUTDIR/raw.jsonl (every run) and OUTDIR/results.md (printed).
 set -u
@@ -45,6 +49,8 @@ builddir=$srcdir/build
 modes="halt irq"
 only="steady alloc sparse ir"
 depths="1 32"
+ir_depths="1 32"
+base_build=
 use_shm=1
 halt_ns=200000
 
@@ -61,10 +67,13 @@ while [ $# -gt 0 ]; do
     -m) size_mib=$2; shift ;;
     -n) cg_ios=$2; shift ;;
     -b) builddir=$2; shift ;;
+    -B) base_build=$2; shift ;;
+    --ir-depths) ir_depths=$2; shift ;;
     --modes) modes=$2; shift ;;
     --only) only=$2; shift ;;
     --no-shm) use_shm=0 ;;
-    --quick) reps=1; runtime=1; size_mib=64; depths=32; cg_ios=2000 ;;
+    --quick) reps=1; runtime=1; size_mib=64; depths=32; ir_depths=32
+             cg_ios=2000 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
     esac
@@ -112,6 +121,7 @@ wait_sock() {
 # node is exported (node-name=top) with 2 queues.  WRAP prefixes the
 # command (valgrind).
 WRAP=()
+BLKD_ARGS=()
 start() {
     local name=$1 kind=$2 b args=()
     shift 2
@@ -122,7 +132,8 @@ start() {
         "${WRAP[@]}" "$QSD" --object iothread,id=iot0 "${args[@]}" \
             --export "$exp,iothread=iot0" > "$tmp/$name.log" 2>&1 &
     else
-        "${WRAP[@]}" "$BLKD" "${args[@]}" --export "$exp" \
+        "${WRAP[@]}" "${BLKD_BIN:-$BLKD}" "${BLKD_ARGS[@]}" "${args[@]}" \
+            --export "$exp" \
             > "$tmp/$name.log" 2>&1 &
     fi
     PID[$name]=$!
@@ -298,13 +309,19 @@ sparse() {
 # runs' ends, i.e. the N requests the second run adds, in its steady
 # state: the image fully allocated, every L2 slice it touches cached (the
 # first N requests loaded them; -m 256 is one L2 table, 8 slices), the
-# same random offsets (the bench's seed) for raw and qcow2.  Two more
-# figures, from the same two files, with the same difference: the
-# iothread's event loop iterations per 1000 I/Os (aio_poll() calls from
-# iothread_run(): how the requests happened to batch, which depends on
-# timing, the one thing that varies between repetitions) and the self
-# instructions of block/qcow2*.c per I/O (the format's own cost, which
-# does not).
+# same random offsets (the bench's seed) for raw and qcow2, at depth 1
+# and at depth 32 (a row each), the cases of a repetition one after the
+# other (raw, qcow2; with -B base raw, raw, base qcow2, qcow2).
+# The daemon runs with --poll-max-ns 0, raw and qcow2 alike: busy
+# polling's instructions are waiting, not work (their number grows with
+# the time a request takes, slowed 50x by callgrind), and the host load
+# monitor switches polling off and on with what else runs on the host:
+# instructions that depend on timing and load, not on the work.  Two
+# more figures, from the same two files, with the same
+# difference: the iothread's event loop iterations per 1000 I/Os
+# (aio_poll() calls from iothread_run(): how the requests happened to
+# batch, which still depends on timing) and the self instructions of
+# block/qcow2*.c per I/O (the format's own cost, which does not).
 cg_loops() {
     callgrind_annotate --auto=no --threshold=100 --tree=calling "$1" 2>/dev/null |
         awk '/\*  .*:iothread_run \[/ { t = 1; next } /\*  / { t = 0 }
@@ -317,17 +334,20 @@ cg_own() {
         awk '$1 ~ /^[0-9,]+$/ && /\/block\/qcow2[^\/]*\.c:/ {
              c = $1; gsub(",", "", c); s += c } END { print s + 0 }'
 }
+# ir_case NAME DEPTH BUILD LABEL BLOCKDEV...: one callgrind figure.
 ir_case() {
-    local name=$1 n t
-    shift
+    local name=$1 d=$2 bdir=$3 label=$4 n t
+    shift 4
     local -a irs=() loops=() own=()
     for n in "$cg_ios" $((2 * cg_ios)); do
         WRAP=(valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$name.$n")
+        BLKD_BIN=$bdir/tools/vhost-blkd BLKD_ARGS=(--poll-max-ns 0)
         WAIT_SECS=120
-        start "$name" blkd "$@" || { WRAP=(); return 1; }
-        WRAP=()
+        start "$name" blkd "$@" ||
+            { WRAP=() BLKD_ARGS=() BLKD_BIN=; return 1; }
+        WRAP=() BLKD_ARGS=() BLKD_BIN=
         "$BENCH" --socket "${SOCK[$name]}" --rw randread --bs 4k \
-            --iodepth 32 --queue-size $QSIZE --ios "$n" --json \
+            --iodepth "$d" --queue-size $QSIZE --ios "$n" --json \
             > /dev/null || { stop "$name"; return 1; }
         stop "$name"
         t=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$tmp/$name.log" | tail -n1)
@@ -337,17 +357,35 @@ ir_case() {
         own+=("$(cg_own "$tmp/cg.$name.$n")")
         rm -f "$tmp/cg.$name.$n"
     done
-    echo "{\"kind\": \"callgrind\", \"case\": \"$name\", \"ios\": $cg_ios, \"ir_per_io\": $(( (irs[1] - irs[0]) / cg_ios )), \"loops_per_kio\": $(( (loops[1] - loops[0]) * 1000 / cg_ios )), \"own_ir_per_io\": $(( (own[1] - own[0]) / cg_ios ))}" >> "$raw"
+    echo "{\"kind\": \"callgrind\", \"case\": \"$name\", \"build\": \"$label\", \"depth\": $d, \"ios\": $cg_ios, \"ir_per_io\": $(( (irs[1] - irs[0]) / cg_ios )), \"loops_per_kio\": $(( (loops[1] - loops[0]) * 1000 / cg_ios )), \"own_ir_per_io\": $(( (own[1] - own[0]) / cg_ios ))}" >> "$raw"
 }
 
 ir() {
-    local r
+    local r d c b builds=("$builddir this")
     make_images "$dir"
     command -v valgrind >/dev/null || { log "no valgrind: ir skipped"; return 0; }
+    if [ -n "$base_build" ]; then
+        [ -x "$base_build/tools/vhost-blkd" ] ||
+            die "$base_build/tools/vhost-blkd missing (-B: a build directory)"
+        builds=("$base_build base" "$builddir this")
+    fi
     for r in $(seq 1 "$reps"); do
-        ir_case blkd-raw "$(file_bdev "$dir/vb-qcow2b.raw" on top)"
-        ir_case blkd-qcow2 "$(file_bdev "$dir/vb-qcow2b.qcow2" on)" \
-            "driver=qcow2,node-name=top,file=f0"
+        for d in $ir_depths; do
+            for c in raw qcow2; do
+                for b in "${builds[@]}"; do
+                    set -- $b
+                    if [ "$c" = raw ]; then
+                        ir_case blkd-raw "$d" "$1" "$2" \
+                            "$(file_bdev "$dir/vb-qcow2b.raw" on top)"
+                    else
+                        ir_case blkd-qcow2 "$d" "$1" "$2" \
+                            "$(file_bdev "$dir/vb-qcow2b.qcow2" on)" \
+                            "driver=qcow2,node-name=top,file=f0"
+                    fi
+                done
+            done
+        done
+        log "ir: repetition $r of $reps done"
     done
 }
 
