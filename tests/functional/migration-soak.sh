@@ -15,6 +15,15 @@
 #   --arm virtio  the control: QEMU's own virtio-blk-pci on the same image
 #                 file (locking=off, O_DIRECT), no vhost-user, no vhost-blkd
 #   --cpu MODEL   the guest CPU model on both QEMUs (default max)
+#   --compare-ram  start each destination with -S and, once the migration
+#                 completed, compare the stopped source's guest RAM with
+#                 the destination's, page by page, before it runs: with
+#                 the source stopped, the back-end stopped and the
+#                 destination not yet running, nothing writes either, so
+#                 any page that differs was lost by the migration (counted
+#                 as ram_diffs, the pages listed in ram-diff-K.txt)
+#   --size SIZE   bytes each fio pass writes and verifies (default 16M;
+#                 smaller passes mean more migrations per hour)
 #
 # After each migration the script waits until the guest starts a new fio
 # pass on the destination (it ran on there), or its console shows a crash,
@@ -33,6 +42,8 @@ set -u
 arm=vhost
 cpu=max
 migrations=15
+size=16M
+compare_ram=0
 pass_timeout=300
 qemu=${VHOST_BLK_QEMU:-qemu-system-x86_64}
 while [ $# -gt 0 ]; do
@@ -40,6 +51,8 @@ while [ $# -gt 0 ]; do
     --arm) arm=$2; shift 2 ;;
     --cpu) cpu=$2; shift 2 ;;
     --migrations) migrations=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --compare-ram) compare_ram=1; shift ;;
     --pass-timeout) pass_timeout=$2; shift 2 ;;
     --qemu) qemu=$2; shift 2 ;;
     *) echo "migration-soak.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -48,6 +61,11 @@ done
 case $arm in
 vhost|virtio) ;;
 *) echo "migration-soak.sh: --arm must be vhost or virtio, not '$arm'" >&2
+   exit 2 ;;
+esac
+case $size in
+[1-9]*M|[1-9]*k) ;;
+*) echo "migration-soak.sh: --size wants e.g. 4M or 512k, not '$size'" >&2
    exit 2 ;;
 esac
 case $migrations in
@@ -73,7 +91,7 @@ if [ "$arm" = vhost ]; then
 fi
 
 cmdline="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off no_timer_check"
-cmdline+=" vbjob=fio-until-stop vbtimeout=3600 vbsize=16M vbstopoff=60M"
+cmdline+=" vbjob=fio-until-stop vbtimeout=3600 vbsize=$size vbstopoff=60M"
 cmdline+=" vbmaxpasses=100000"
 common=(-accel tcg -machine q35,memory-backend=vbmem
         -object memory-backend-memfd,id=vbmem,size=256M,share=on
@@ -158,6 +176,38 @@ cleanup_qemu() {
 }
 trap 'cleanup_qemu; vb_cleanup' EXIT
 
+# compare_ram_of SRC DST M: guest RAM of the stopped source SRC and the
+# not yet started destination DST must be equal, page by page (outside
+# the legacy VGA/BIOS hole 0xa0000-0xfffff, which is not RAM).
+ram_diffs=0
+compare_ram_of() {
+    local src=$1 dst=$2 m=$3 d
+    qmp "$src" pmemsave "{\"val\": 0, \"size\": 268435456, \"filename\": \"$VB_TMP/ram-src.bin\"}" >/dev/null &&
+    qmp "$dst" pmemsave "{\"val\": 0, \"size\": 268435456, \"filename\": \"$VB_TMP/ram-dst.bin\"}" >/dev/null ||
+        vb_bail "QMP pmemsave failed"
+    d=$(python3 - "$VB_TMP/ram-src.bin" "$VB_TMP/ram-dst.bin" \
+            "$VB_TMP/ram-diff-$dst.txt" <<'PY'
+import sys
+a = open(sys.argv[1], "rb").read()
+b = open(sys.argv[2], "rb").read()
+out = []
+for off in range(0, min(len(a), len(b)), 4096):
+    if 0xa0000 <= off < 0x100000:
+        continue
+    if a[off:off + 4096] != b[off:off + 4096]:
+        n = sum(1 for i in range(4096) if a[off + i] != b[off + i])
+        out.append("gpa 0x%x: %d bytes differ" % (off, n))
+open(sys.argv[3], "w").write("\n".join(out) + "\n")
+print(len(out))
+PY
+    ) || vb_bail "comparing the RAM dumps failed"
+    rm -f "$VB_TMP/ram-src.bin" "$VB_TMP/ram-dst.bin"
+    if [ "$d" != 0 ]; then
+        ram_diffs=$((ram_diffs + 1))
+        echo "# migration $m (QEMU $src -> $dst): $d guest pages differ: $(head -n3 "$VB_TMP/ram-diff-$dst.txt" | tr '\n' ' ')"
+    fi
+}
+
 n=0         # QEMUs started so far
 cur=        # the QEMU running the guest
 side=0
@@ -183,7 +233,9 @@ for m in $(seq 1 "$migrations"); do
     dst=$n
     n=$((n + 1))
     side=$((1 - side))
-    qemu_start "$dst" "$side" -incoming "unix:$VB_TMP/mig-$dst.sock"
+    dst_args=(-incoming "unix:$VB_TMP/mig-$dst.sock")
+    [ $compare_ram = 1 ] && dst_args+=(-S)
+    qemu_start "$dst" "$side" "${dst_args[@]}"
     QWATCH=$dst
     wait_for 120 status_is "$dst" inmigrate ||
         vb_bail "destination QEMU $dst did not start"
@@ -194,14 +246,20 @@ for m in $(seq 1 "$migrations"); do
         qmp "$cur" migrate "{\"uri\": \"unix:$VB_TMP/mig-$dst.sock\"}" \
         >/dev/null || vb_bail "QMP migrate on QEMU $cur failed"
     QWATCH=$dst
+    dst_state=running
+    [ $compare_ram = 1 ] && dst_state=paused
     if ! wait_for 600 migration_done "$cur" || [ $MIG_FAILED = 1 ] ||
-       ! wait_for 120 status_is "$dst" running; then
+       ! wait_for 120 status_is "$dst" "$dst_state"; then
         failed=$((failed + 1))
         echo "# migration $m (QEMU $cur -> $dst): FAILED"
         kill_qemu "$cur"
         kill_qemu "$dst"
         boot
         continue
+    fi
+    if [ $compare_ram = 1 ]; then
+        compare_ram_of "$cur" "$dst" "$m"
+        qmp "$dst" cont >/dev/null || vb_bail "QMP cont on QEMU $dst failed"
     fi
     qmp "$cur" quit >/dev/null
     wait "${QPIDS[$cur]}" 2>/dev/null
@@ -249,5 +307,7 @@ vb_check_eq "no guest hung after a migration" "$hangs" 0
 vb_check_eq "no guest reset itself silently after a migration" "$resets" 0
 vb_check_eq "every migration completed" "$failed" 0
 vb_check_eq "the final fio pass verifies" "$verify" PASS
-echo "SOAK: arm=$arm cpu=$cpu migrations=$migrations crashes=$crashes hangs=$hangs resets=$resets failed=$failed boots=$boots verify=$verify"
+[ $compare_ram = 1 ] &&
+    vb_check_eq "every destination had the source's guest RAM" "$ram_diffs" 0
+echo "SOAK: arm=$arm cpu=$cpu size=$size migrations=$migrations crashes=$crashes hangs=$hangs resets=$resets ram_diffs=$([ $compare_ram = 1 ] && echo $ram_diffs || echo -) failed=$failed boots=$boots verify=$verify"
 vb_done
