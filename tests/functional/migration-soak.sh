@@ -195,8 +195,11 @@ for off in range(0, min(len(a), len(b)), 4096):
     if 0xa0000 <= off < 0x100000:
         continue
     if a[off:off + 4096] != b[off:off + 4096]:
-        n = sum(1 for i in range(4096) if a[off + i] != b[off + i])
-        out.append("gpa 0x%x: %d bytes differ" % (off, n))
+        d = [i for i in range(4096) if a[off + i] != b[off + i]]
+        out.append("gpa 0x%x: %d bytes differ, first at +0x%x: "
+                   "src %s dst %s" % (off, len(d), d[0],
+                   a[off + d[0]:off + d[0] + 8].hex(),
+                   b[off + d[0]:off + d[0] + 8].hex()))
 open(sys.argv[3], "w").write("\n".join(out) + "\n")
 print(len(out))
 PY
