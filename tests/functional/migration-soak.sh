@@ -22,6 +22,7 @@
 #                 destination not yet running, nothing writes either, so
 #                 any page that differs was lost by the migration (counted
 #                 as ram_diffs, the pages listed in ram-diff-K.txt)
+#   --mem SIZE    guest RAM (default 256M; QEMU's -m syntax, e.g. 262140K)
 #   --size SIZE   bytes each fio pass writes and verifies (default 16M;
 #                 smaller passes mean more migrations per hour)
 #
@@ -44,6 +45,7 @@ cpu=max
 migrations=15
 size=16M
 compare_ram=0
+mem=256M
 pass_timeout=300
 qemu=${VHOST_BLK_QEMU:-qemu-system-x86_64}
 while [ $# -gt 0 ]; do
@@ -53,6 +55,7 @@ while [ $# -gt 0 ]; do
     --migrations) migrations=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
     --compare-ram) compare_ram=1; shift ;;
+    --mem) mem=$2; shift 2 ;;
     --pass-timeout) pass_timeout=$2; shift 2 ;;
     --qemu) qemu=$2; shift 2 ;;
     *) echo "migration-soak.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -71,6 +74,12 @@ esac
 case $migrations in
 ''|*[!0-9]*) echo "migration-soak.sh: --migrations wants a number" >&2
              exit 2 ;;
+esac
+case $mem in
+[1-9]*M) mem_bytes=$(( ${mem%M} * 1048576 )) ;;
+[1-9]*K) mem_bytes=$(( ${mem%K} * 1024 )) ;;
+*) echo "migration-soak.sh: --mem wants e.g. 256M or 262140K, not '$mem'" >&2
+   exit 2 ;;
 esac
 QMP=$VB_FUNC/qmp.py
 CRASH_RE='Oops|BUG:|Kernel panic|general protection'
@@ -94,8 +103,8 @@ cmdline="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off no_timer
 cmdline+=" vbjob=fio-until-stop vbtimeout=3600 vbsize=$size vbstopoff=60M"
 cmdline+=" vbmaxpasses=100000"
 common=(-accel tcg -machine q35,memory-backend=vbmem
-        -object memory-backend-memfd,id=vbmem,size=256M,share=on
-        -cpu "$cpu" -smp 1 -m 256M
+        -object memory-backend-memfd,id=vbmem,size=$mem,share=on
+        -cpu "$cpu" -smp 1 -m "$mem"
         -kernel "$VHOST_BLK_GUEST_ASSETS/vmlinux"
         -initrd "$VHOST_BLK_GUEST_ASSETS/initramfs.img"
         -append "$cmdline" -display none -monitor none -no-reboot -nic none)
@@ -182,8 +191,8 @@ trap 'cleanup_qemu; vb_cleanup' EXIT
 ram_diffs=0
 compare_ram_of() {
     local src=$1 dst=$2 m=$3 d
-    qmp "$src" pmemsave "{\"val\": 0, \"size\": 268435456, \"filename\": \"$VB_TMP/ram-src.bin\"}" >/dev/null &&
-    qmp "$dst" pmemsave "{\"val\": 0, \"size\": 268435456, \"filename\": \"$VB_TMP/ram-dst.bin\"}" >/dev/null ||
+    qmp "$src" pmemsave "{\"val\": 0, \"size\": $mem_bytes, \"filename\": \"$VB_TMP/ram-src.bin\"}" >/dev/null &&
+    qmp "$dst" pmemsave "{\"val\": 0, \"size\": $mem_bytes, \"filename\": \"$VB_TMP/ram-dst.bin\"}" >/dev/null ||
         vb_bail "QMP pmemsave failed"
     d=$(python3 - "$VB_TMP/ram-src.bin" "$VB_TMP/ram-dst.bin" \
             "$VB_TMP/ram-diff-$dst.txt" <<'PY'
@@ -230,7 +239,7 @@ boot() {
         vb_bail "the guest did not boot to fio on QEMU $cur"
 }
 
-echo "# arm $arm, cpu $cpu, $migrations migrations, QEMU $qemu"
+echo "# arm $arm, cpu $cpu, mem $mem, $migrations migrations, QEMU $qemu"
 boot
 for m in $(seq 1 "$migrations"); do
     dst=$n
@@ -312,5 +321,5 @@ vb_check_eq "every migration completed" "$failed" 0
 vb_check_eq "the final fio pass verifies" "$verify" PASS
 [ $compare_ram = 1 ] &&
     vb_check_eq "every destination had the source's guest RAM" "$ram_diffs" 0
-echo "SOAK: arm=$arm cpu=$cpu size=$size migrations=$migrations crashes=$crashes hangs=$hangs resets=$resets ram_diffs=$([ $compare_ram = 1 ] && echo $ram_diffs || echo -) failed=$failed boots=$boots verify=$verify"
+echo "SOAK: arm=$arm cpu=$cpu mem=$mem size=$size migrations=$migrations crashes=$crashes hangs=$hangs resets=$resets ram_diffs=$([ $compare_ram = 1 ] && echo $ram_diffs || echo -) failed=$failed boots=$boots verify=$verify"
 vb_done
