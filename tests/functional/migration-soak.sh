@@ -103,7 +103,7 @@ cmdline="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off no_timer
 cmdline+=" vbjob=fio-until-stop vbtimeout=3600 vbsize=$size vbstopoff=60M"
 cmdline+=" vbmaxpasses=100000"
 common=(-accel tcg -machine q35,memory-backend=vbmem
-        -object memory-backend-memfd,id=vbmem,size=$mem,share=on
+        -object "memory-backend-memfd,id=vbmem,size=$mem,share=on"
         -cpu "$cpu" -smp 1 -m "$mem"
         -kernel "$VHOST_BLK_GUEST_ASSETS/vmlinux"
         -initrd "$VHOST_BLK_GUEST_ASSETS/initramfs.img"
