@@ -29,11 +29,12 @@ export VHOST_BLK_BUILD
 # that clears the bits but does not re-arm TCG's write tracking
 # (TLB_NOTDIRTY): a guest store through a TLB entry that was already
 # writable is then never logged, and the destination resumes with a stale
-# page (a lost spinlock release: hang; a corrupt list or stack: oops; about
-# one migration in ten, with or without vhost-blkd).  Any other size takes
-# the per-page path, which re-arms the tracking.  Fixed in QEMU 9.0
-# ("physmem: Fix migration dirty bitmap coherency with TCG memory access",
-# N. Piggin, 2024; the fast path came with aa8dc044772).  Measured with
+# page (a lost spinlock release: hang; a corrupt list or stack: oops; a
+# few migrations in a hundred, with or without vhost-blkd).  Any other
+# size takes the per-page path, which re-arms the tracking.  Fixed in
+# QEMU 9.0 ("physmem: Fix migration dirty bitmap coherency with TCG
+# memory access", N. Piggin, 2024; the fast path came with aa8dc044772).
+# Measured with
 # tests/functional/migration-soak.sh --compare-ram (docs/architecture.md,
 # "Dirty logging (live migration)").
 VB_MIG_MEM=262136K
