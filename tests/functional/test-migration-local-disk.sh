@@ -145,8 +145,8 @@ cmdline="console=ttyS0 quiet panic=-1 cryptomgr.notests mitigations=off no_timer
 cmdline+=" vbjob=fio-until-stop vbtimeout=900 vbsize=16M"
 cmdline+=" vbstopdev=vdb vbstopoff=1M"
 common=(-accel tcg -machine q35,memory-backend=vbmem
-        -object memory-backend-memfd,id=vbmem,size=256M,share=on
-        -cpu max -smp 1 -m 256M
+        -object "memory-backend-memfd,id=vbmem,size=$VB_MIG_MEM,share=on"
+        -cpu max -smp 1 -m "$VB_MIG_MEM"
         -kernel "$VHOST_BLK_GUEST_ASSETS/vmlinux"
         -initrd "$VHOST_BLK_GUEST_ASSETS/initramfs.img"
         -append "$cmdline" -display none -monitor none -no-reboot -nic none)
