@@ -338,14 +338,30 @@ uint64_t blk_inject_get_hits(BlockBackend *blk)
     return atomic_load_explicit(&s->hits, memory_order_relaxed);
 }
 
+/*
+ * A delayed request's own callback, kept here rather than in the control
+ * block's filter_cb/filter_opaque: a driver above may have put its own
+ * there (qcow2 gives a guest's control block straight to its file node,
+ * which may be this filter), and a second save would lose the first.
+ * Testing only (inject-delay), so the allocation per delayed request does
+ * not matter.
+ */
+typedef struct BlkDebugDelay {
+    BlockAIOCB *acb;
+    BlockCompletionFunc *cb;
+    void *opaque;
+} BlkDebugDelay;
+
 /* Owner thread: a delayed request is back from its worker. */
 static void blkdebug_delay_done(void *opaque, int ret)
 {
-    BlockAIOCB *acb = opaque;
+    BlkDebugDelay *d = opaque;
+    BlockAIOCB *acb = d->acb;
     BlockBackend *bs = acb->blk;
 
-    acb->cb = acb->filter_cb;
-    acb->opaque = acb->filter_opaque;
+    acb->cb = d->cb;
+    acb->opaque = d->opaque;
+    g_free(d);
     if (ret < 0) {
         acb->cb(acb->opaque, ret);
         return;
@@ -359,6 +375,7 @@ static void blkdebug_submit(BlockBackend *bs, AioContext *ctx,
                             BlockAIOCB *acb)
 {
     BlockEngine *e;
+    BlkDebugDelay *d;
     int ret = 0;
 
     switch (blkdebug_check(bs->opaque, acb, &ret)) {
@@ -374,10 +391,12 @@ static void blkdebug_submit(BlockBackend *bs, AioContext *ctx,
             ret = -EIO;
             break;
         }
-        acb->filter_cb = acb->cb;
-        acb->filter_opaque = acb->opaque;
+        d = g_new(BlkDebugDelay, 1);
+        d->acb = acb;
+        d->cb = acb->cb;
+        d->opaque = acb->opaque;
         acb->cb = blkdebug_delay_done;
-        acb->opaque = acb;
+        acb->opaque = d;
         acb->target = &blkdebug_delay_target;
         e->stats.requests++;
         e->ops->submit(e, acb);

@@ -331,6 +331,47 @@ static void test_scattered(void)
     q2_cleanup(&q);
 }
 
+/*
+ * The file node under the format delayed (inject-delay wraps it in the
+ * blkdebug filter): reads and overwrites of allocated clusters, which
+ * qcow2 hands to its file node's driver with the guest's own control
+ * block, must come back through the filter's delay.  They hung when the
+ * filter saved its callback where qcow2 had saved the guest's.
+ */
+static void test_delayed_file(void)
+{
+    uint64_t size = 4 * 1024 * 1024;
+    g_autofree uint8_t *data = g_malloc(4096);
+    Q2 q;
+
+    q2_init(&q, size);
+    q.d.spec[0].extra = "format=qcow2,inject-delay=2";
+    vb_sh("qemu-img create -q -f qcow2 '%s' 4M", q.img);
+    vb_sh("qemu-io -f qcow2 -c 'write -P 0x5a 0 1M' '%s' >/dev/null", q.img);
+    q2_start(&q, 1);
+    for (int i = 0; i < 16; i++) {
+        uint64_t off = (uint64_t)i * 65536 + 8192;
+
+        g_assert_cmpint(vb_req(q.fe, 0, VIRTIO_BLK_T_IN, off / 512, q.buf,
+                               4096, true, NULL), ==, VIRTIO_BLK_S_OK);
+        for (int j = 0; j < 4096; j++) {
+            g_assert_cmpint(((uint8_t *)q.buf)[j], ==, 0x5a);
+        }
+    }
+    vb_fill_pattern(data, 4096, 77);
+    memcpy(q.buf, data, 4096);
+    g_assert_cmpint(vb_req(q.fe, 0, VIRTIO_BLK_T_OUT, 131072 / 512, q.buf,
+                           4096, false, NULL), ==, VIRTIO_BLK_S_OK);
+    memset(q.buf, 0, 4096);
+    g_assert_cmpint(vb_req(q.fe, 0, VIRTIO_BLK_T_IN, 131072 / 512, q.buf,
+                           4096, true, NULL), ==, VIRTIO_BLK_S_OK);
+    g_assert_true(memcmp(q.buf, data, 4096) == 0);
+    q2_flush(&q);
+    q2_stop(&q);
+    check_clean(q.img);
+    q2_cleanup(&q);
+}
+
 /* ---- compressed clusters ---------------------------------------------- */
 
 static void test_compressed(gconstpointer data)
@@ -1615,6 +1656,7 @@ int main(int argc, char **argv)
     g_test_add_data_func("/qcow2/refcount-growth/64", "64",
                          test_refcount_growth);
     g_test_add_func("/qcow2/scattered", test_scattered);
+    g_test_add_func("/qcow2/delayed-file", test_delayed_file);
     g_test_add_data_func("/qcow2/compressed/zlib", "zlib", test_compressed);
     g_test_add_data_func("/qcow2/compressed/zstd", "zstd", test_compressed);
     g_test_add_func("/qcow2/chain", test_chain);
