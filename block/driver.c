@@ -108,6 +108,18 @@ char *bdrv_driver_names(void)
     return g_string_free(s, false);
 }
 
+const BlockDriver *bdrv_default_overlay_driver(void)
+{
+    for (guint i = 0; block_drivers && i < block_drivers->len; i++) {
+        const BlockDriver *drv = g_ptr_array_index(block_drivers, i);
+
+        if (drv->default_overlay) {
+            return drv;
+        }
+    }
+    return NULL;
+}
+
 const BlockDriver *bdrv_find_driver(const char *name, const char *what,
                                     GError **errp)
 {

@@ -4028,6 +4028,7 @@ static const BlockDriver bdrv_qcow2 = {
     .bdrv_release_backing = qcow2_release_backing,
     .bdrv_create_parse = qcow2_create_parse,
     .bdrv_create = qcow2_create,
+    .default_overlay = true,
     .bdrv_aio_preadv = qcow2_submit,
     .bdrv_aio_pwritev = qcow2_submit,
     .bdrv_aio_flush = qcow2_submit,

@@ -786,12 +786,14 @@ static void vb_qmp_blockdev_snapshot_sync(void *opaque, JsonObject *args,
                      device ? device : "", node_name ? node_name : "");
         goto fail;
     }
-    /* The overlay's driver, by name from the registry (QEMU's default
-     * format is qcow2), which must be a format that creates images. */
+    /* The overlay's driver, by name from the registry (without one, the
+     * registry's default overlay format, as QEMU's), which must be a
+     * format that creates images. */
+    drv = format ? bdrv_find_driver(format, format, NULL)
+                 : bdrv_default_overlay_driver();
     if (!format) {
-        format = "qcow2";
+        format = drv ? drv->format_name : "(none)";
     }
-    drv = bdrv_find_driver(format, format, NULL);
     if (!drv) {
         /* Not in the registry (driver=raw is the monitor's own node over
          * a file node): nothing that could make the overlay. */

@@ -479,16 +479,19 @@ static JsonObject *ctl_image_node(JsonArray *na, JsonObject *bn)
     return bn;
 }
 
-/* An image's format as a user names it: a protocol node (file,
- * host_device, rbd, ...) serves its bytes as they are, raw. */
-static const char *ctl_image_format(JsonObject *img)
+/* An image's format as a user names it.  A format node's image lists
+ * the file below it (children), and a backing chain's images name their
+ * format already ("raw" for a protocol node); a protocol node's own
+ * image names its driver (file, host_device, rbd, ...), which serves
+ * the bytes as they are: raw.  @backing: @img is a backing image. */
+static const char *ctl_image_format(JsonObject *img, bool backing)
 {
     const char *f = ctl_str(img, "format");
 
     if (!f) {
         return "?";
     }
-    return strcmp(f, "qcow2") ? "raw" : f;
+    return backing || json_object_has_member(img, "children") ? f : "raw";
 }
 
 static int ctl_cmd_exports(Ctl *c)
@@ -549,7 +552,7 @@ static int ctl_cmd_exports(Ctl *c)
                node ?: "?", size, ro,
                shutting ? "deleting" : "active",
                fmt ? ctl_image_format(ctl_obj(json_object_get_member(
-                         fmt, "image"))) : "-",
+                         fmt, "image")), false) : "-",
                depth,
                bn && ctl_str(bn, "file") ? ctl_str(bn, "file") : "-");
     }
@@ -614,7 +617,8 @@ static int ctl_cmd_nodes(Ctl *c)
                                           ctl_str(bn, "node-name") ?: "-");
             json_object_set_int_member(o, "depth", depth);
             json_object_set_string_member(o, "format",
-                                          ctl_image_format(img));
+                                          ctl_image_format(img,
+                                                           depth > 0));
             json_object_set_int_member(o, "virtual-size",
                                        ctl_int(img, "virtual-size"));
             json_object_set_string_member(o, "filename",

@@ -190,6 +190,10 @@ struct BlockDriver {
      * monitor and the --export syntax (format=NAME) open any such driver
      * the same way. */
     bool is_format;
+    /* The format a new overlay gets when the user names none
+     * (blockdev-snapshot-sync without format=; QEMU's default).  One
+     * format driver sets it. */
+    bool default_overlay;
     /* bdrv_open() (and bdrv_close() after it failed) may run in a worker
      * thread: see the contract above. */
     bool bdrv_open_any_thread;
@@ -425,6 +429,8 @@ unsigned int blk_child_req_allocated(AioContext *ctx);
  * loaded on first use, include/block/module.h).  @what names the node in
  * the error message.  Main thread.
  */
+/* The driver that sets default_overlay, or NULL. */
+const BlockDriver *bdrv_default_overlay_driver(void);
 const BlockDriver *bdrv_find_driver(const char *name, const char *what,
                                     GError **errp);
 /* The driver @opts->driver names (file if none), the same way. */
