@@ -378,6 +378,17 @@ void blk_node_names_free(BlockNodeNames *n)
 
 /* ---- creating images -------------------------------------------------- */
 
+char *blk_create_options_keep(BlockCreateOptions *o, const char *str)
+{
+    char *copy = g_strdup(str);
+
+    if (!o->strings) {
+        o->strings = g_ptr_array_new_with_free_func(g_free);
+    }
+    g_ptr_array_add(o->strings, copy);
+    return copy;
+}
+
 void blk_create_options_clear(BlockCreateOptions *o)
 {
     g_clear_pointer(&o->driver_opts, g_free);

@@ -1119,11 +1119,7 @@ static bool raw_create_parse(BlockCreateOptions *o, QmpArgs *a,
         return false;
     }
     ro->prealloc = prealloc;
-    if (!o->strings) {
-        o->strings = g_ptr_array_new_with_free_func(g_free);
-    }
-    o->filename = g_strdup(filename);
-    g_ptr_array_add(o->strings, (char *)o->filename);
+    o->filename = blk_create_options_keep(o, filename);
     return true;
 }
 

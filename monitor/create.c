@@ -184,17 +184,6 @@ static VbNode *vb_create_file_open(VbState *s, const char *filename)
     return NULL;
 }
 
-static char *vb_create_keep(BlockCreateOptions *o, const char *str)
-{
-    char *copy = g_strdup(str);
-
-    if (!o->strings) {
-        o->strings = g_ptr_array_new_with_free_func(g_free);
-    }
-    g_ptr_array_add(o->strings, copy);
-    return copy;
-}
-
 static JsonNode *vb_qmp_blockdev_create(void *opaque, JsonObject *args,
                                         GError **errp)
 {
@@ -249,10 +238,10 @@ static JsonNode *vb_qmp_blockdev_create(void *opaque, JsonObject *args,
             goto fail;
         }
         if (backing) {
-            cj->o.backing_file = vb_create_keep(&cj->o, backing);
+            cj->o.backing_file = blk_create_options_keep(&cj->o, backing);
         }
         if (backing_fmt) {
-            cj->o.backing_fmt = vb_create_keep(&cj->o, backing_fmt);
+            cj->o.backing_fmt = blk_create_options_keep(&cj->o, backing_fmt);
         }
     }
     if (drv->bdrv_create_parse && !drv->bdrv_create_parse(&cj->o, &oa,

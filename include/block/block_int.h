@@ -164,7 +164,9 @@ struct BlockCreateOptions {
     GPtrArray *strings;         /* copies the parser made, g_free()d */
 };
 
-/* Main thread: what blk_create_options_clear() frees is @o's. */
+/* Main thread: what blk_create_options_clear() frees is @o's;
+ * blk_create_options_keep() makes a copy of @str that lives as long. */
+char *blk_create_options_keep(BlockCreateOptions *o, const char *str);
 void blk_create_options_clear(BlockCreateOptions *o);
 
 struct BlockDriver {
