@@ -145,6 +145,17 @@ typedef struct Qcow2Async {
     QSIMPLEQ_ENTRY(Qcow2Async) done;
 } Qcow2Async;
 
+/* L2 slices loaded at once for the queued requests (l2_prefetch()). */
+#define L2_PREFETCH_MAX 32
+
+typedef struct Qcow2Prefetch {
+    BlockAIOCB acb;
+    struct iovec iov;
+    Qcow2L2Slot *slot;
+    int ret;
+    bool done;
+} Qcow2Prefetch;
+
 /* Data writes in flight at most (each holds its clusters' buffer). */
 #define MAX_ASYNC 32
 
@@ -208,6 +219,8 @@ typedef struct BDRVQcow2State {
     uint32_t nb_sets;           /* slots are L2_WAYS-way sets */
     Qcow2L2Slot *slots;
     uint64_t clock;
+    /* l2_prefetch(): the slices being loaded together (metadata thread) */
+    Qcow2Prefetch pf[L2_PREFETCH_MAX];
     Qcow2L1Pub *l1pub;          /* atomic: published to the fast path */
     GPtrArray *retired;         /* old L1 tables, freed at close */
     bool fast_ok;               /* clusters are whole direct I/O blocks */
@@ -229,6 +242,7 @@ typedef struct BDRVQcow2State {
     uint64_t fast_key_mask;     /* fast_tbl_mask & ~fast_slice_mask */
     uint64_t fast_l2_bad;
     uint64_t slow_requests;     /* atomic: qcow2_slow_requests() */
+    uint64_t l2_prefetched;     /* atomic: qcow2_l2_prefetched() */
     bool autoclear_pending;     /* atomic: autoclear bits to clear at
                                  * the first write (no fast writes) */
 
@@ -1183,6 +1197,120 @@ static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
     slot_end(slot);
     slot->used = ++s->clock;
     return slot;
+}
+
+/* The slice of guest cluster @vc (0: it has no L2 table, or its L1
+ * entry is not valid: the request's own lookup will say so). */
+static uint64_t l2_key_of(BDRVQcow2State *s, uint64_t vc)
+{
+    uint64_t l1_index = vc >> s->info.l2_bits;
+    const char *why;
+    Qcow2L1Entry l1e;
+
+    if (l1_index >= s->l1_size ||
+        qcow2_l1_decode(&s->info, s->l1[l1_index], &l1e, &why) < 0 ||
+        !l1e.l2_offset) {
+        return 0;
+    }
+    return l2_slice_key(s, l1e.l2_offset, vc & (s->info.l2_entries - 1));
+}
+
+/* Is slice @key cached (or loading)?  Then it counts as just used: a
+ * prefetch does not evict what an earlier request of its batch needs. */
+static bool l2_cached(BDRVQcow2State *s, uint64_t key)
+{
+    Qcow2L2Slot *set = &s->slots[(uint64_t)l2_set_of(s, key) * L2_WAYS];
+
+    for (int w = 0; w < L2_WAYS; w++) {
+        if (set[w].key == key) {
+            set[w].used = ++s->clock;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void prefetch_cb(void *opaque, int ret)
+{
+    Qcow2Prefetch *pf = opaque;
+
+    pf->ret = ret;
+    pf->done = true;
+}
+
+/*
+ * Load the uncached slices of @keys (@n of them, 0 and duplicates
+ * skipped) into the cache together, all reads in flight at once, and
+ * return once they are all done.  A request whose lookup misses waits
+ * for one slice read; the requests queued behind it would each wait for
+ * theirs in turn, so a sparse image read at random at depth 32 went at
+ * one slice read at a time.  This only fills the cache with what the
+ * file holds for slices the cache does not have (for those the file is
+ * the truth: a slice changed in the cache stays there until written),
+ * the way l2_slice_get() does, so it changes no request's result.  A
+ * slice is skipped rather than loaded where loading it would need a
+ * write first (its set's victim is dirty), a bounce buffer (a child
+ * with a coarser alignment than the slice), or a slot another slice of
+ * this batch is using; its request loads it on its own as before.  A
+ * failed read leaves its slot empty: the request's own load reports it.
+ */
+static void l2_prefetch(BDRVQcow2State *s, const uint64_t *keys, uint32_t n)
+{
+    uint32_t m = 0;
+
+    for (uint32_t i = 0; i < n && m < L2_PREFETCH_MAX; i++) {
+        uint64_t key = keys[i], a, e;
+        Qcow2L2Slot *set, *victim = NULL;
+
+        if (!key || l2_cached(s, key) ||
+            sio_widen(s->file, key, s->slice_size, &a, &e)) {
+            continue;
+        }
+        set = &s->slots[(uint64_t)l2_set_of(s, key) * L2_WAYS];
+        for (int w = 0; w < L2_WAYS; w++) {
+            Qcow2L2Slot *c = &set[w];
+
+            if (c->seq & 1) {
+                continue;       /* loading for this batch */
+            }
+            if (!c->key) {
+                victim = c;
+                break;
+            }
+            if (!victim || c->used < victim->used) {
+                victim = c;
+            }
+        }
+        if (!victim || victim->dirty) {
+            continue;
+        }
+        /* Odd until loaded: the fast path does not use it meanwhile,
+         * and this loop does not pick it again. */
+        slot_begin(victim);
+        __atomic_store_n(&victim->key, key, __ATOMIC_RELAXED);
+        s->pf[m].slot = victim;
+        s->pf[m].done = false;
+        s->pf[m].iov = (struct iovec){ victim->data, s->slice_size };
+        m++;
+    }
+    for (uint32_t i = 0; i < m; i++) {
+        blk_aio_preadv(s->file, &s->pf[i].acb, s->pf[i].slot->key,
+                       &s->pf[i].iov, 1, prefetch_cb, &s->pf[i]);
+    }
+    for (uint32_t i = 0; i < m; i++) {
+        Qcow2Prefetch *pf = &s->pf[i];
+
+        while (!pf->done) {
+            aio_poll(s->ctx, true);
+        }
+        if (pf->ret < 0) {
+            __atomic_store_n(&pf->slot->key, 0, __ATOMIC_RELAXED);
+        } else {
+            __atomic_add_fetch(&s->l2_prefetched, 1, __ATOMIC_RELAXED);
+        }
+        pf->slot->used = ++s->clock;
+        slot_end(pf->slot);
+    }
 }
 
 static void slot_drop(Qcow2L2Slot *slot)
@@ -2350,8 +2478,37 @@ static gpointer qcow2_thread(gpointer opaque)
             continue;
         }
         if (acb) {
+            uint64_t keys[L2_PREFETCH_MAX * 2];
+            uint32_t nk = 0;
+
+            uint64_t key0 = acb->bytes ?
+                l2_key_of(s, acb->offset >> s->cluster_bits) : 0;
+
             QSIMPLEQ_REMOVE_HEAD(&s->reqs, next);
+            if (key0 && !l2_cached(s, key0)) {
+                /* A miss: load the slices of the queued requests with
+                 * it (the queue is only appended to meanwhile). */
+                BlockAIOCB *q = acb;
+
+                while (q && nk + 2 <= ARRAY_SIZE(keys)) {
+                    if (q->bytes) {
+                        uint64_t first = q->offset >> s->cluster_bits;
+                        uint64_t last = (q->offset + q->bytes - 1) >>
+                                        s->cluster_bits;
+
+                        keys[nk++] = l2_key_of(s, first);
+                        if (last != first) {
+                            keys[nk++] = l2_key_of(s, last);
+                        }
+                    }
+                    q = q == acb ? QSIMPLEQ_FIRST(&s->reqs)
+                                 : QSIMPLEQ_NEXT(q, next);
+                }
+            }
             g_mutex_unlock(&s->lock);
+            if (nk) {
+                l2_prefetch(s, keys, nk);
+            }
             qcow2_async_wait_for(s, acb);
             if (acb->type == BLK_REQ_BLOCK_STATUS) {
                 AioContext *ctx = (AioContext *)(uintptr_t)acb->engine_priv[0];
@@ -3841,6 +3998,13 @@ uint64_t qcow2_slow_requests(BlockBackend *blk)
     BDRVQcow2State *s = blk->opaque;
 
     return __atomic_load_n(&s->slow_requests, __ATOMIC_RELAXED);
+}
+
+uint64_t qcow2_l2_prefetched(BlockBackend *blk)
+{
+    BDRVQcow2State *s = blk->opaque;
+
+    return __atomic_load_n(&s->l2_prefetched, __ATOMIC_RELAXED);
 }
 
 static void qcow2_get_info(BlockBackend *bs, BlockDriverInfo *bdi)
