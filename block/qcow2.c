@@ -72,6 +72,8 @@
 #include "block/qcow2-options.h"
 #include "block/file.h"
 
+#include <sys/mman.h>
+
 #define QCOW2_OFLAG_COPIED      (1ull << 63)
 #define QCOW2_OFLAG_COMPRESSED  (1ull << 62)
 #define QCOW2_OFLAG_ZERO        1ull
@@ -218,6 +220,8 @@ typedef struct BDRVQcow2State {
     uint32_t nb_slots;
     uint32_t nb_sets;           /* slots are L2_WAYS-way sets */
     Qcow2L2Slot *slots;
+    uint8_t *slot_mem;          /* the slots' data, one mapping */
+    size_t slot_mem_len;
     uint64_t clock;
     /* l2_prefetch(): the slices being loaded together (metadata thread) */
     Qcow2Prefetch pf[L2_PREFETCH_MAX];
@@ -1358,9 +1362,26 @@ static gboolean rc_block_clean(gpointer k, gpointer v, gpointer opaque)
  * tables wait for the next flush). */
 static void l2_cache_clean(BDRVQcow2State *s)
 {
+    /* Slots per page (or one slot of a page or more). */
+    size_t unit = MAX((size_t)s->slice_size, (size_t)sysconf(_SC_PAGESIZE));
+    uint32_t per = unit / s->slice_size;
+
     for (uint32_t i = 0; i < s->nb_slots; i++) {
         if (s->slots[i].key && !s->slots[i].dirty) {
             slot_drop(&s->slots[i]);
+        }
+    }
+    /* The memory of the empty ones back to the system: a lock-free
+     * reader still reading one sees zeroes, and its sequence check
+     * (the slot changed) discards what it read. */
+    for (uint32_t i = 0; i + per <= s->nb_slots; i += per) {
+        bool empty = true;
+
+        for (uint32_t j = i; j < i + per; j++) {
+            empty &= !s->slots[j].key;
+        }
+        if (empty) {
+            madvise(s->slots[i].data, unit, MADV_DONTNEED);
         }
     }
     g_hash_table_foreach_remove(s->rc_cache, rc_block_clean, NULL);
@@ -3257,9 +3278,23 @@ static void open_job(void *opaque)
     s->reserve = g_new0(int64_t, s->res_max);
     /* Version 2 has no autoclear field (the parser leaves it 0). */
     s->autoclear_pending = s->info.h.autoclear_features != 0;
+    /* One mapping for every slot's data: each slice aligned to its size
+     * (so a direct-I/O load needs no bounce buffer), and the pages of
+     * emptied slots can be given back (l2_cache_clean()).  Untouched
+     * pages cost no memory. */
+    s->slot_mem_len = (size_t)s->nb_slots * s->slice_size;
+    s->slot_mem = mmap(NULL, s->slot_mem_len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (s->slot_mem == MAP_FAILED) {
+        s->slot_mem = NULL;
+        open_fail(s, "%s: cannot allocate the L2 cache (%zu bytes): %s; "
+                  "set a smaller l2-cache-size", s->filename,
+                  s->slot_mem_len, strerror(errno));
+        return;
+    }
     s->slots = g_new0(Qcow2L2Slot, s->nb_slots);
     for (uint32_t i = 0; i < s->nb_slots; i++) {
-        s->slots[i].data = g_malloc(s->slice_size);
+        s->slots[i].data = s->slot_mem + (size_t)i * s->slice_size;
     }
     {
         uint64_t size = o && o->refcount_cache_size ?
@@ -3319,8 +3354,8 @@ static void qcow2_close(BlockBackend *bs)
         g_ptr_array_free(s->retired, true);
     }
     g_free(s->l1pub);
-    for (uint32_t i = 0; s->slots && i < s->nb_slots; i++) {
-        g_free(s->slots[i].data);
+    if (s->slot_mem) {
+        munmap(s->slot_mem, s->slot_mem_len);
     }
     g_free(s->slots);
     if (s->rc_cache) {
