@@ -17,9 +17,10 @@
  * Untrusted input: every length and offset a client sends is checked
  * against what the option or the image allows before anything is read
  * into a buffer or submitted.  An option or request we can answer gets an
- * error reply; one after which we cannot find the next message again (a
- * bad magic, a WRITE longer than NBD_MAX_BUFFER_SIZE, an oversized option)
- * closes the connection.  Either way only that client is affected.
+ * error reply (a WRITE we refuse, even one longer than
+ * NBD_MAX_BUFFER_SIZE, has its payload read and dropped); one after which
+ * we cannot find the next message again (a bad magic, an oversized
+ * option) closes the connection.  Either way only that client is affected.
  *
  * Lifetime: a connection holds a reference on itself until it has
  * finished (closed and nothing in flight in the block layer); bottom
@@ -1285,19 +1286,17 @@ static void nbd_client_parse_request(NbdClient *c)
     r->offset = nbd_ld64(c->hdr + 16);
     r->len = nbd_ld32(c->hdr + 24);
     if (r->type == NBD_CMD_WRITE) {
-        /* Its payload follows whatever we think of it; one longer than
-         * any we accept is not worth reading past: a client sending it
-         * does not follow the protocol. */
-        if (r->len > NBD_MAX_BUFFER_SIZE) {
-            nbd_req_release(c, r);
-            nbd_client_close(c);
-            return;
-        }
         nbd_req_started(c, r);
         c->cur = r;
         c->payload_got = 0;
-        /* One we will refuse is dropped as it comes, never buffered. */
+        /* One we will refuse is dropped as it comes, never buffered;
+         * so is one longer than the maximum payload we advertise: the
+         * specification asks a server not to disconnect for that, and
+         * dropping it costs a read per 4 KiB, no memory. */
         r->err = nbd_req_check(c, r);
+        if (!r->err && r->len > NBD_MAX_BUFFER_SIZE) {
+            r->err = NBD_EINVAL;
+        }
         if (r->err) {
             c->phase = NBD_PHASE_REQ_SKIP;
         } else if (!nbd_req_reserve(r, r->len)) {

@@ -462,9 +462,22 @@ def test_hostile(sock, img):
            for i in range(n_ext)]
     ok(r[0] == 0 and sum(e[0] for e in ext) <= 64 * MiB and n_ext >= 1,
        "BLOCK_STATUS answered with extents", ext)
-    c.req(CMD_WRITE, 0, 33 * MiB, cookie=201)
-    ok(c.closed(), "WRITE over 32 MiB: closed (its payload can't be "
-       "skipped)")
+    try:
+        c.req(CMD_WRITE, 0, 33 * MiB, b"\xdd" * 33 * MiB, cookie=201)
+        r = c.answer()
+    except (OSError, EOFError) as e:
+        r = (str(e), None)
+    ok(r[:2] == (EINVAL, 201), "WRITE over the 32 MiB maximum payload: "
+       "its payload dropped, EINVAL", r)
+    try:
+        c.req(CMD_READ, 0, 4096, cookie=202)
+        r = c.answer()
+    except (OSError, EOFError) as e:
+        r = (str(e), None, b"")
+    with open(img, "rb") as f:
+        first = f.read(4096)
+    ok(r[:2] == (0, 202) and r[2][8:] == first and first != b"\xdd" * 4096,
+       "... the connection goes on, nothing of it written", r[:2])
     c = Raw(path=sock)
     c.greet()
     c.go("disk0")
