@@ -516,7 +516,7 @@ static NbdExport *nbd_export_lookup(NbdServer *srv, const uint8_t *name,
 static uint16_t nbd_export_tflags(NbdClient *c, NbdExport *e)
 {
     uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH |
-                 NBD_FLAG_SEND_FUA;
+                 NBD_FLAG_SEND_FUA | NBD_FLAG_SEND_CACHE;
 
     if (!e->writable) {
         f |= NBD_FLAG_READ_ONLY;
@@ -658,6 +658,11 @@ static void nbd_opt_meta(NbdClient *c)
     bool base = false;
     NbdExport *e;
 
+    if (set) {
+        /* It replaces what an earlier one chose, failing or not */
+        c->meta_exp = NULL;
+        c->meta_base = false;
+    }
     if (!c->structured) {
         nbd_opt_error(c, NBD_REP_ERR_INVALID, "negotiate "
                       "NBD_OPT_STRUCTURED_REPLY before metadata contexts");
@@ -1024,7 +1029,8 @@ static void nbd_req_complete(NbdReq *r)
         return;
     }
     if (!structured) {
-        nbd_req_simple_reply(r, r->type == NBD_CMD_READ && !r->err);
+        nbd_req_simple_reply(r, r->type == NBD_CMD_READ && !r->err &&
+                             r->len);
     } else if (r->err) {
         /* error u32, message length u16 (no message) */
         nbd_req_chunk(r, NBD_REPLY_TYPE_ERROR, 6);
@@ -1032,6 +1038,12 @@ static void nbd_req_complete(NbdReq *r)
         nbd_st16(r->hdr + 24, 0);
         r->out[0].iov_base = r->hdr;
         r->out[0].iov_len = 26;
+        r->n_out = 1;
+    } else if (r->type == NBD_CMD_READ && !r->len) {
+        /* An OFFSET_DATA chunk may not be empty */
+        nbd_req_chunk(r, NBD_REPLY_TYPE_NONE, 0);
+        r->out[0].iov_base = r->hdr;
+        r->out[0].iov_len = 20;
         r->n_out = 1;
     } else if (r->type == NBD_CMD_READ) {
         nbd_req_chunk(r, NBD_REPLY_TYPE_OFFSET_DATA, 8 + r->len);
@@ -1154,13 +1166,27 @@ static bool nbd_req_in_range(NbdClient *c, NbdReq *r)
  * NBD_SUCCESS or the error to answer. */
 static int nbd_req_check(NbdClient *c, NbdReq *r)
 {
-    const uint16_t known = NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE |
-                           NBD_CMD_FLAG_DF | NBD_CMD_FLAG_REQ_ONE |
-                           NBD_CMD_FLAG_FAST_ZERO;
     bool writes = r->type == NBD_CMD_WRITE || r->type == NBD_CMD_TRIM ||
                   r->type == NBD_CMD_WRITE_ZEROES;
+    /* FUA goes with every command; the others only with the command
+     * the specification documents them for (DF: once negotiated), and
+     * the specification asks for EINVAL on any other. */
+    uint16_t valid = NBD_CMD_FLAG_FUA;
 
-    if (r->flags & ~known) {
+    switch (r->type) {
+    case NBD_CMD_READ:
+        if (c->tflags & NBD_FLAG_SEND_DF) {
+            valid |= NBD_CMD_FLAG_DF;
+        }
+        break;
+    case NBD_CMD_WRITE_ZEROES:
+        valid |= NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO;
+        break;
+    case NBD_CMD_BLOCK_STATUS:
+        valid |= NBD_CMD_FLAG_REQ_ONE;
+        break;
+    }
+    if (r->flags & ~valid) {
         return NBD_EINVAL;
     }
     if (writes && !c->exp->writable) {
@@ -1189,7 +1215,11 @@ static void nbd_req_submit(NbdClient *c, NbdReq *r)
     }
     switch (r->type) {
     case NBD_CMD_READ:
-        if (!r->len || r->len > NBD_MAX_BUFFER_SIZE) {
+        if (!r->len) {
+            /* Unspecified; answered as an empty success, as QEMU does */
+            break;
+        }
+        if (r->len > NBD_MAX_BUFFER_SIZE) {
             r->err = NBD_EINVAL;
         } else if (!nbd_req_reserve(r, r->len)) {
             r->err = NBD_ENOMEM;
@@ -1245,6 +1275,11 @@ static void nbd_req_submit(NbdClient *c, NbdReq *r)
         blk_aio_pwrite_zeroes(blk, &r->acb, r->offset, r->len, flags,
                               nbd_req_done, r);
         return;
+    case NBD_CMD_CACHE:
+        /* Advisory: there is no cache of ours to fill (the node is read
+         * through the host's page cache, or with O_DIRECT), so the
+         * range check above is all there is to it. */
+        break;
     case NBD_CMD_BLOCK_STATUS:
         if (!c->structured || !c->meta_base || !r->len) {
             r->err = NBD_EINVAL;

@@ -10,9 +10,14 @@ against hostile ones.  TAP.
 - writable=off: writes, trims and write-zeroes get EPERM;
 - a raw client (below) sending bad handshakes, oversized options and
   lengths, out-of-range and overflowing offsets, unknown commands, a
-  WRITE cut off mid-payload, 64 pipelined requests: each gets its error
+  WRITE cut off mid-payload, a WRITE over the maximum payload (dropped,
+  EINVAL), 64 pipelined requests: each gets its error
   or a closed connection, the image is not written outside its bounds,
   and the server keeps serving the others;
+- the specification's finer points: command flags only where they
+  apply (EINVAL elsewhere), zero-length READ, NBD_CMD_CACHE, DISC with
+  requests in flight, a failing SET_META_CONTEXT clearing the contexts,
+  meta context wildcards, export name lengths, INFO then GO;
 - QMP: nbd-server-start/stop, block-export-add type=nbd, query-block-
   exports, block-export-del (safe refused while connected, hard), the
   node in use, BLOCK_EXPORT_DELETED;
@@ -69,7 +74,9 @@ OPT_INFO, OPT_GO, OPT_STRUCTURED, OPT_SET_META = 6, 7, 8, 10
 REP_ACK, REP_INFO, REP_META = 1, 3, 4
 ERR = 1 << 31
 CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH = 0, 1, 2, 3
-CMD_TRIM, CMD_ZEROES, CMD_BLOCK_STATUS = 4, 6, 7
+CMD_TRIM, CMD_CACHE, CMD_ZEROES, CMD_BLOCK_STATUS = 4, 5, 6, 7
+FLAG_FUA, FLAG_NO_HOLE, FLAG_DF, FLAG_REQ_ONE, FLAG_FAST_ZERO = 1, 2, 4, 8, 16
+TF_SEND_DF, TF_SEND_CACHE = 1 << 7, 1 << 10
 EPERM, EINVAL, ENOSPC = 1, 22, 28
 
 
@@ -523,6 +530,139 @@ def test_hostile(sock, img):
     ok(c.closed(), "NBD_CMD_DISC: closed")
     ok(os.path.getsize(img) == size_before,
        "the image file did not grow (no write past its end)")
+
+
+def meta_opt(c, opt, name, queries):
+    n = name.encode()
+    data = struct.pack(">I", len(n)) + n + struct.pack(">I", len(queries))
+    for q in queries:
+        data += struct.pack(">I", len(q)) + q.encode()
+    c.opt(opt, data)
+    return c.replies()
+
+
+def test_spec(sock, img):
+    """What the NBD specification asks and a client written from it
+    checks, where a server may get it wrong without any client we have
+    noticing."""
+    c = Raw(path=sock)
+    c.greet()
+    size, tflags = c.go("disk0", meta=True)
+    ok(tflags & TF_SEND_CACHE, "NBD_FLAG_SEND_CACHE advertised", tflags)
+    res = []
+    # FUA is valid on every command; the others only where documented
+    for cmd, flags in ((CMD_READ, FLAG_NO_HOLE), (CMD_READ, FLAG_REQ_ONE),
+                       (CMD_READ, FLAG_FAST_ZERO), (CMD_WRITE, FLAG_DF),
+                       (CMD_WRITE, FLAG_NO_HOLE), (CMD_FLUSH, FLAG_REQ_ONE),
+                       (CMD_TRIM, FLAG_FAST_ZERO),
+                       (CMD_ZEROES, FLAG_DF), (CMD_BLOCK_STATUS, FLAG_DF),
+                       (CMD_CACHE, FLAG_NO_HOLE)):
+        data = b"\xee" * 4096 if cmd == CMD_WRITE else b""
+        c.req(cmd, 0, 4096, data, flags=flags, cookie=len(res))
+        res.append(c.answer()[:2])
+    ok(res == [(EINVAL, i) for i in range(len(res))],
+       "a flag on a command it does not apply to: EINVAL", res)
+    with open(img, "rb") as f:
+        ok(f.read(4096) != b"\xee" * 4096, "... and nothing written")
+    c.req(CMD_READ, 0, 4096, flags=FLAG_FUA | FLAG_DF, cookie=20)
+    r = c.answer()
+    ok(r[:2] == (0, 20) and len(r[2]) == 8 + 4096,
+       "READ with FUA and DF (structured): accepted", r[:2])
+    c.req(CMD_READ, 4096, 0, cookie=21)
+    r = c.answer()
+    ok(r == (0, 21, b""), "zero-length READ (structured): success, an "
+       "empty NBD_REPLY_TYPE_NONE chunk", r)
+    c.req(CMD_CACHE, 0, size, cookie=22)
+    r1 = c.answer()
+    c.req(CMD_CACHE, size - 512, 4096, cookie=23)
+    r2 = c.answer()
+    ok(r1[:2] == (0, 22) and r2[:2] == (EINVAL, 23),
+       "NBD_CMD_CACHE: success, EINVAL past the end", (r1, r2))
+    c.req(CMD_READ, 0, 512, cookie=24)
+    ok(c.answer()[:2] == (0, 24), "... the connection goes on")
+    # NBD_CMD_DISC with requests in flight: they are answered first
+    for i in range(8):
+        c.req(CMD_READ, i * MiB, MiB, cookie=100 + i)
+    c.req(CMD_DISC, 0, 0)
+    got = []
+    try:
+        for i in range(8):
+            got.append(c.answer()[:2])
+    except (EOFError, OSError) as e:
+        got.append(str(e))
+    ok(got == [(0, 100 + i) for i in range(8)] and c.closed(),
+       "NBD_CMD_DISC after 8 reads: all 8 answered, then closed", got)
+
+    c = Raw(path=sock)
+    c.greet()
+    c.go("disk0", structured=False)
+    c.req(CMD_READ, 0, 512, flags=FLAG_DF, cookie=1)
+    r1 = c.answer(512)
+    c.req(CMD_READ, 0, 0, cookie=2)
+    r2 = c.answer(0)
+    c.req(CMD_READ, 0, 512, cookie=3)
+    r3 = c.answer(512)
+    with open(img, "rb") as f:
+        first = f.read(512)
+    ok(r1[:2] == (EINVAL, 1) and r2 == (0, 2, b"") and
+       r3 == (0, 3, first), "simple replies: DF (not negotiated) EINVAL, "
+       "a zero-length READ a bare success, then a read", (r1, r2, r3[:2]))
+    c.close()
+
+    # A failing NBD_OPT_SET_META_CONTEXT still replaces the contexts an
+    # earlier one selected: BLOCK_STATUS is refused after it.
+    c = Raw(path=sock)
+    c.greet()
+    c.opt(OPT_STRUCTURED)
+    c.reply()
+    r1 = meta_opt(c, OPT_SET_META, "disk0", ["base:allocation"])
+    r2 = meta_opt(c, OPT_SET_META, "nope", ["base:allocation"])
+    ok(r1[0][1] == REP_META and r1[-1][1] == REP_ACK and
+       r2[-1][1] == ERR | 6, "SET_META_CONTEXT: base:allocation, then "
+       "one on an unknown export: ERR_UNKNOWN", (r1, r2))
+    c.go("disk0", structured=False)
+    c.req(CMD_BLOCK_STATUS, 0, 4096, cookie=3)
+    r = c.answer()
+    ok(r[:2] == (EINVAL, 3), "... BLOCK_STATUS after it: EINVAL", r)
+    c.close()
+    # Wildcards: "base:" lists base:allocation, selects nothing; an
+    # unknown namespace is ignored
+    c = Raw(path=sock)
+    c.greet()
+    c.opt(OPT_STRUCTURED)
+    c.reply()
+    r1 = meta_opt(c, 9, "disk0", ["base:"])
+    r2 = meta_opt(c, 9, "disk0", ["qemu:allocation-depth"])
+    r3 = meta_opt(c, OPT_SET_META, "disk0",
+                  ["qemu:allocation-depth", "base:allocation"])
+    ok([x[1] for x in r1] == [REP_META, REP_ACK] and
+       r1[0][2][4:] == b"base:allocation" and
+       [x[1] for x in r2] == [REP_ACK] and
+       [x[1] for x in r3] == [REP_META, REP_ACK] and
+       r3[0][2][4:] == b"base:allocation",
+       "LIST_META_CONTEXT base: and an unknown context; SET with both",
+       (r1, r2, r3))
+    c.opt(OPT_STRUCTURED)
+    r = c.reply()
+    ok(r[1] == ERR | 3, "NBD_OPT_STRUCTURED_REPLY twice: ERR_INVALID", r)
+    # Export names: the empty (default) one is unknown here; a 4096-byte
+    # one is a valid name that is not there; 4097 bytes is too long
+    for nm, want in (("", ERR | 6), ("a" * 4096, ERR | 6),
+                     ("a" * 4097, ERR | 3)):
+        n = nm.encode()
+        c.opt(OPT_INFO, struct.pack(">I", len(n)) + n + struct.pack(">H", 0))
+        r = c.replies()
+        ok(len(r) == 1 and r[0][1] == want, "NBD_OPT_INFO, a %d-byte "
+           "export name: error %d" % (len(nm), want & 0xff), r)
+    # INFO then GO on the same connection
+    c.opt(OPT_INFO, struct.pack(">I", 5) + b"disk0" + struct.pack(">H", 0))
+    r1 = c.replies()
+    size, _ = c.go("disk0", structured=False)
+    c.req(CMD_READ, 0, 512, cookie=5)
+    r = c.answer(512)
+    ok(r1[-1][1] == REP_ACK and size == 64 * MiB and r[:2] == (0, 5),
+       "NBD_OPT_INFO then NBD_OPT_GO", (r1, r[:2]))
+    c.close()
 
 
 def test_qmp(tmp, d, sock):
@@ -1207,6 +1347,7 @@ def main():
         d2.stop()
         test_readonly(sock, ro_img)
         test_hostile(sock, img)
+        test_spec(sock, img)
         test_qmp(tmp, d, sock)
         ok(d.p.poll() is None, "the daemon survived every client", d.log())
         d.stop()
