@@ -660,6 +660,11 @@ uint32_t blk_get_physical_block_size(BlockBackend *blk)
     return blk->bl.physical_block_size;
 }
 
+uint32_t blk_get_request_alignment(BlockBackend *blk)
+{
+    return MAX(blk->bl.request_alignment, 1u);
+}
+
 uint32_t blk_get_optimal_io_size(BlockBackend *blk)
 {
     return blk->bl.opt_io_size;

@@ -630,13 +630,18 @@ static void nbd_opt_info_go(NbdClient *c)
     if (want_desc && e->description) {
         nbd_opt_info_string(c, NBD_INFO_DESCRIPTION, e->description);
     }
-    /* The block layer handles any alignment for us (bounce buffers,
-     * read-modify-write); preferred: the device's own block. */
-    min_block = 1;
+    /* The block layer does no read-modify-write: a read or write not
+     * aligned to the node's request alignment (its logical block under
+     * O_DIRECT) fails with EINVAL, so that is the minimum we announce;
+     * a client that did not ask still gets EINVAL, cleanly, as the
+     * specification allows.  It is a power of two; the protocol's
+     * limit is 64 KiB.  Preferred: the device's own block. */
+    min_block = MIN(blk_get_request_alignment(e->blk), 65536u);
     nbd_opt_reply(c, NBD_REP_INFO, 14);
     nbd_out_u16(c, NBD_INFO_BLOCK_SIZE);
     nbd_out_u32(c, min_block);
-    nbd_out_u32(c, MAX(blk_get_physical_block_size(e->blk), 4096u));
+    nbd_out_u32(c, MAX(MAX(blk_get_physical_block_size(e->blk), 4096u),
+                       min_block));
     nbd_out_u32(c, NBD_MAX_BUFFER_SIZE);
     nbd_opt_reply(c, NBD_REP_INFO, 12);
     nbd_out_u16(c, NBD_INFO_EXPORT);

@@ -382,6 +382,9 @@ bool blk_is_block_device(BlockBackend *blk);
 /* Logical block size of the device (512 for files); O_DIRECT alignment. */
 uint32_t blk_get_logical_block_size(BlockBackend *blk);
 uint32_t blk_get_physical_block_size(BlockBackend *blk);
+/* What offsets and lengths of reads and writes must be multiples of
+ * (1: anything goes); others fail with -EINVAL. */
+uint32_t blk_get_request_alignment(BlockBackend *blk);
 /* Optimal I/O size in bytes (e.g. an RBD image's object size), 0 if
  * the driver does not know one. */
 uint32_t blk_get_optimal_io_size(BlockBackend *blk);

@@ -18,6 +18,9 @@ against hostile ones.  TAP.
   apply (EINVAL elsewhere), zero-length READ, NBD_CMD_CACHE, DISC with
   requests in flight, a failing SET_META_CONTEXT clearing the contexts,
   meta context wildcards, export name lengths, INFO then GO;
+- a cache.direct=on node: the minimum block size announced is its
+  O_DIRECT alignment, an unaligned READ gets EINVAL, qemu-io's
+  unaligned write and read work (its client aligns);
 - QMP: nbd-server-start/stop, block-export-add type=nbd, query-block-
   exports, block-export-del (safe refused while connected, hard), the
   node in use, BLOCK_EXPORT_DELETED;
@@ -663,6 +666,59 @@ def test_spec(sock, img):
     ok(r1[-1][1] == REP_ACK and size == 64 * MiB and r[:2] == (0, 5),
        "NBD_OPT_INFO then NBD_OPT_GO", (r1, r[:2]))
     c.close()
+
+
+def test_block_size(tmp):
+    """A node under O_DIRECT takes only aligned reads and writes (the
+    block layer does no read-modify-write): the export must announce
+    that alignment as its minimum block size, which clients then
+    honour."""
+    img = os.path.join(tmp, "dio.raw")
+    with open(img, "wb") as f:
+        f.write(b"\x33" * MiB)
+        f.truncate(4 * MiB)
+    sock = os.path.join(tmp, "dio.sock")
+    d = Daemon(tmp, "dio", [
+        "--blockdev", "driver=file,node-name=dio0,cache.direct=on,"
+        "filename=" + img,
+        "--nbd-server", "addr.type=unix,addr.path=" + sock,
+        "--export", "type=nbd,id=e0,node-name=dio0,writable=on"])
+    try:
+        d.monitor()
+    except OSError:
+        d.stop()
+        skip("minimum block size under O_DIRECT", "no O_DIRECT here: " +
+             d.log()[-200:])
+        return
+    c = Raw(path=sock)
+    c.greet()
+    c.opt(OPT_INFO, struct.pack(">I", 4) + b"dio0" + struct.pack(">HH", 1, 3))
+    sizes = None
+    for _, typ, data in c.replies():
+        if typ == REP_INFO and struct.unpack(">H", data[:2])[0] == 3:
+            sizes = struct.unpack(">III", data[2:14])
+    ok(sizes and sizes[0] >= 512 and sizes[0] & (sizes[0] - 1) == 0 and
+       sizes[1] >= sizes[0] and sizes[2] % sizes[0] == 0,
+       "cache.direct=on: NBD_INFO_BLOCK_SIZE minimum is the O_DIRECT "
+       "alignment (512 or more)", sizes)
+    c.go("dio0", structured=False)
+    c.req(CMD_READ, 1, 100, cookie=1)
+    r1 = c.answer(100)
+    c.req(CMD_READ, 0, 4096, cookie=2)
+    r2 = c.answer(4096)
+    ok(r1[:2] == (EINVAL, 1) and r2 == (0, 2, b"\x33" * 4096),
+       "... an unaligned READ: EINVAL, the connection goes on", (r1, r2[:2]))
+    c.close()
+    if have("qemu-io"):
+        rc, out = run("qemu-io", "-f", "raw", "-c", "write -P 0xcc 1000 100",
+                      "-c", "read -P 0xcc 1000 100", "-c",
+                      "read -P 0x33 1100 1000", uri_unix("dio0", sock))
+        ok(rc == 0 and out.count("read ") == 2 and
+           "fail" not in out.lower(), "... qemu-io writes and reads 100 "
+           "bytes at 1000 (QEMU's client aligns to the minimum)", out)
+    else:
+        skip("qemu-io on the O_DIRECT export", "no qemu-io")
+    d.stop()
 
 
 def test_qmp(tmp, d, sock):
@@ -1348,6 +1404,7 @@ def main():
         test_readonly(sock, ro_img)
         test_hostile(sock, img)
         test_spec(sock, img)
+        test_block_size(tmp)
         test_qmp(tmp, d, sock)
         ok(d.p.poll() is None, "the daemon survived every client", d.log())
         d.stop()
