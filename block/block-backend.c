@@ -880,7 +880,8 @@ void blk_aio_pwrite_zeroes(BlockBackend *blk, BlockAIOCB *acb,
                            BlockCompletionFunc *cb, void *opaque)
 {
     blk_submit(blk, acb, BLK_REQ_WRITE_ZEROES,
-               blk->drv->bdrv_aio_pwrite_zeroes, flags & BDRV_REQ_MAY_UNMAP,
+               blk->drv->bdrv_aio_pwrite_zeroes,
+               flags & (BDRV_REQ_MAY_UNMAP | BDRV_REQ_NO_FALLBACK),
                offset, bytes, NULL, 0, cb, opaque);
 }
 

@@ -1275,6 +1275,12 @@ static void nbd_req_submit(NbdClient *c, NbdReq *r)
         if (!(r->flags & NBD_CMD_FLAG_NO_HOLE)) {
             flags |= BDRV_REQ_MAY_UNMAP;
         }
+        if (r->flags & NBD_CMD_FLAG_FAST_ZERO) {
+            /* Not by writing buffers of zeroes (a file system without
+             * FALLOC_FL_ZERO_RANGE, a device without BLKZEROOUT):
+             * ENOTSUP then, at once, as the specification asks */
+            flags |= BDRV_REQ_NO_FALLBACK;
+        }
         r->flush_after = r->flags & NBD_CMD_FLAG_FUA;
         c->in_block++;
         blk_aio_pwrite_zeroes(blk, &r->acb, r->offset, r->len, flags,

@@ -284,6 +284,10 @@ typedef struct BlockDriverInfo {
 /* write (qcow2 only): write only the clusters still unallocated in the
  * node, checked where its allocations are serialised (block-stream). */
 #define BDRV_REQ_IF_UNALLOCATED 0x4
+/* write-zeroes: fail with -ENOTSUP rather than write buffers of zeroes
+ * (NBD's FAST_ZERO: the client would rather write them itself).
+ * Drivers that cannot tell ignore it. */
+#define BDRV_REQ_NO_FALLBACK 0x8
 
 /*
  * Per-request control block, owned by the caller.  The fields are private

@@ -21,6 +21,8 @@ against hostile ones.  TAP.
 - a cache.direct=on node: the minimum block size announced is its
   O_DIRECT alignment, an unaligned READ gets EINVAL, qemu-io's
   unaligned write and read work (its client aligns);
+- FAST_ZERO with NO_HOLE on tmpfs (no FALLOC_FL_ZERO_RANGE: the zeroes
+  would be written): ENOTSUP, nothing written;
 - QMP: nbd-server-start/stop, block-export-add type=nbd, query-block-
   exports, block-export-del (safe refused while connected, hard), the
   node in use, BLOCK_EXPORT_DELETED;
@@ -80,7 +82,7 @@ CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH = 0, 1, 2, 3
 CMD_TRIM, CMD_CACHE, CMD_ZEROES, CMD_BLOCK_STATUS = 4, 5, 6, 7
 FLAG_FUA, FLAG_NO_HOLE, FLAG_DF, FLAG_REQ_ONE, FLAG_FAST_ZERO = 1, 2, 4, 8, 16
 TF_SEND_DF, TF_SEND_CACHE = 1 << 7, 1 << 10
-EPERM, EINVAL, ENOSPC = 1, 22, 28
+EPERM, EINVAL, ENOSPC, ENOTSUP = 1, 22, 28, 95
 
 
 def ok(cond, name, detail=""):
@@ -719,6 +721,68 @@ def test_block_size(tmp):
     else:
         skip("qemu-io on the O_DIRECT export", "no qemu-io")
     d.stop()
+
+
+def zero_range_works(path):
+    """Does @path's file system take FALLOC_FL_ZERO_RANGE?"""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long,
+                               ctypes.c_long]
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return libc.fallocate(fd, 0x10 | 0x01, 0, 4096) == 0
+    finally:
+        os.close(fd)
+
+
+def test_fast_zero(tmp):
+    """FAST_ZERO where the zeroes would be written as buffers (tmpfs has
+    no FALLOC_FL_ZERO_RANGE, so NO_HOLE zeroes are written): ENOTSUP at
+    once, as the specification asks; where a hole will do, success."""
+    name = "FAST_ZERO with NO_HOLE on tmpfs: ENOTSUP"
+    if not os.path.isdir("/dev/shm"):
+        skip(name, "no /dev/shm")
+        return
+    shm = tempfile.mkdtemp(prefix="vb-nbd-", dir="/dev/shm")
+    try:
+        img = os.path.join(shm, "z.raw")
+        with open(img, "wb") as f:
+            f.write(b"\x44" * MiB)
+            f.truncate(4 * MiB)
+        if zero_range_works(img):
+            skip(name, "this tmpfs has FALLOC_FL_ZERO_RANGE")
+            return
+        sock = os.path.join(tmp, "shm.sock")
+        d = Daemon(tmp, "shm", [
+            "--blockdev", "driver=file,node-name=z0,filename=" + img,
+            "--nbd-server", "addr.type=unix,addr.path=" + sock,
+            "--export", "type=nbd,id=e0,node-name=z0,writable=on"])
+        d.monitor()
+        c = Raw(path=sock)
+        c.greet()
+        c.go("z0", structured=False)
+        c.req(CMD_ZEROES, 0, 64 * 1024, flags=FLAG_FAST_ZERO | FLAG_NO_HOLE,
+              cookie=1)
+        r1 = c.answer()
+        c.req(CMD_READ, 0, 4096, cookie=2)
+        r2 = c.answer(4096)
+        ok(r1[:2] == (ENOTSUP, 1) and r2 == (0, 2, b"\x44" * 4096), name +
+           ", nothing written", (r1, r2[:2]))
+        c.req(CMD_ZEROES, 0, 64 * 1024, flags=FLAG_FAST_ZERO, cookie=3)
+        r3 = c.answer()
+        c.req(CMD_ZEROES, 64 * 1024, 64 * 1024, flags=FLAG_NO_HOLE,
+              cookie=4)
+        r4 = c.answer()
+        c.req(CMD_READ, 0, 128 * 1024, cookie=5)
+        r5 = c.answer(128 * 1024)
+        ok(r3[:2] == (0, 3) and r4[:2] == (0, 4) and
+           r5 == (0, 5, bytes(128 * 1024)), "... FAST_ZERO that may punch "
+           "a hole, and NO_HOLE without FAST_ZERO: zeroes", (r3, r4, r5[:2]))
+        c.close()
+        d.stop()
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
 
 
 def test_qmp(tmp, d, sock):
@@ -1405,6 +1469,7 @@ def main():
         test_hostile(sock, img)
         test_spec(sock, img)
         test_block_size(tmp)
+        test_fast_zero(tmp)
         test_qmp(tmp, d, sock)
         ok(d.p.poll() is None, "the daemon survived every client", d.log())
         d.stop()
