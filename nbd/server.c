@@ -521,7 +521,13 @@ static uint16_t nbd_export_tflags(NbdClient *c, NbdExport *e)
     if (!e->writable) {
         f |= NBD_FLAG_READ_ONLY;
     } else {
-        f |= NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
+        /* Not for a node that cannot (an NBD node whose server has no
+         * write-zeroes): the client then writes zeroes as data, where
+         * we could only answer ENOTSUP, which the specification keeps
+         * for FAST_ZERO. */
+        if (blk_can_write_zeroes(e->blk)) {
+            f |= NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
+        }
         if (e->discard != BLOCK_DISCARD_OFF) {
             f |= NBD_FLAG_SEND_TRIM;
         }
@@ -1196,6 +1202,10 @@ static int nbd_req_check(NbdClient *c, NbdReq *r)
     }
     if (writes && !c->exp->writable) {
         return NBD_EPERM;
+    }
+    if (r->type == NBD_CMD_WRITE_ZEROES &&
+        !(c->tflags & NBD_FLAG_SEND_WRITE_ZEROES)) {
+        return NBD_EINVAL;      /* not offered */
     }
     if (r->type != NBD_CMD_FLUSH && !nbd_req_in_range(c, r)) {
         /* Past the end: a write gets ENOSPC, as the specification asks */

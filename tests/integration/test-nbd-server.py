@@ -23,6 +23,8 @@ against hostile ones.  TAP.
   unaligned write and read work (its client aligns);
 - FAST_ZERO with NO_HOLE on tmpfs (no FALLOC_FL_ZERO_RANGE: the zeroes
   would be written): ENOTSUP, nothing written;
+- a driver=nbd node on nbdkit's nozero filter: the export does not
+  offer WRITE_ZEROES or FAST_ZERO, and refuses one with EINVAL;
 - QMP: nbd-server-start/stop, block-export-add type=nbd, query-block-
   exports, block-export-del (safe refused while connected, hard), the
   node in use, BLOCK_EXPORT_DELETED;
@@ -44,8 +46,8 @@ against hostile ones.  TAP.
   changed; a 3000-character DN
   and a DN with RFC 4514 escapes; tls-authz without tls-creds, with
   verify-peer=off, or naming no object: refused.
-Env: VHOST_BLKD.  Needs qemu-img, qemu-io, nbdinfo, nbdcopy, certtool
-(each missing one skips its cases).
+Env: VHOST_BLKD.  Needs qemu-img, qemu-io, nbdinfo, nbdcopy, certtool,
+nbdkit (each missing one skips its cases).
 """
 import json
 import os
@@ -785,6 +787,58 @@ def test_fast_zero(tmp):
         shutil.rmtree(shm, ignore_errors=True)
 
 
+def test_no_zeroes(tmp):
+    """A driver=nbd node whose server has no WRITE_ZEROES (nbdkit's
+    nozero filter): our export of it must not offer WRITE_ZEROES (nor
+    FAST_ZERO), and refuses one with EINVAL, not ENOTSUP."""
+    name = "export of a node without write-zeroes: not offered"
+    if not have("nbdkit"):
+        skip(name, "no nbdkit")
+        return
+    kit_sock = os.path.join(tmp, "kit.sock")
+    kit_pid = os.path.join(tmp, "kit.pid")
+    # Without -f, nbdkit returns once it listens (no waiting on our side)
+    rc, out = run("nbdkit", "-U", kit_sock, "-P", kit_pid,
+                  "--filter=nozero", "memory", "1M")
+    if rc != 0:
+        skip(name, "nbdkit did not start: " + out)
+        return
+
+    def stop_kit():
+        try:
+            os.kill(int(open(kit_pid).read()), 15)
+        except (OSError, ValueError):
+            pass
+    try:
+        sock = os.path.join(tmp, "nz.sock")
+        d = Daemon(tmp, "nz", [
+            "--blockdev", "driver=nbd,node-name=nz0,server.type=unix,"
+            "server.path=" + kit_sock,
+            "--nbd-server", "addr.type=unix,addr.path=" + sock,
+            "--export", "type=nbd,id=e0,node-name=nz0,writable=on"])
+        try:
+            d.monitor()
+        except OSError:
+            d.stop()
+            skip(name, "no driver=nbd: " + d.log()[-200:])
+            return
+        c = Raw(path=sock)
+        c.greet()
+        size, tflags = c.go("nz0", structured=False)
+        ok(size == MiB and not tflags & (1 << 6) and not tflags & (1 << 11),
+           name + " (nor FAST_ZERO)", (size, hex(tflags or 0)))
+        c.req(CMD_ZEROES, 0, 4096, cookie=1)
+        r1 = c.answer()
+        c.req(CMD_WRITE, 0, 4096, b"\x12" * 4096, cookie=2)
+        r2 = c.answer()
+        ok(r1[:2] == (EINVAL, 1) and r2[:2] == (0, 2),
+           "... WRITE_ZEROES sent anyway: EINVAL; WRITE works", (r1, r2))
+        c.close()
+        d.stop()
+    finally:
+        stop_kit()
+
+
 def test_qmp(tmp, d, sock):
     q = d.monitor()
     r = qcmd(q, "query-block-exports")
@@ -1470,6 +1524,7 @@ def main():
         test_spec(sock, img)
         test_block_size(tmp)
         test_fast_zero(tmp)
+        test_no_zeroes(tmp)
         test_qmp(tmp, d, sock)
         ok(d.p.poll() is None, "the daemon survived every client", d.log())
         d.stop()
