@@ -1042,6 +1042,21 @@ def test_tls(tmp, img):
         c.opt(OPT_EXPORT_NAME, b"disk0")
         ok(r[1] == ERR | 5 and c.closed(), "raw client: NBD_REP_ERR_TLS_REQD"
            ", EXPORT_NAME without TLS closes", r)
+        c = Raw(port=port)
+        c.greet()
+        nm = struct.pack(">I", 5) + b"disk0"
+        got = []
+        for opt, data in ((OPT_INFO, nm + b"\0\0"), (OPT_GO, nm + b"\0\0"),
+                          (OPT_STRUCTURED, b""), (9, nm + b"\0" * 4),
+                          (OPT_SET_META, nm + b"\0" * 4), (99, b"x")):
+            c.opt(opt, data)
+            got.append(c.reply()[1])
+        c.opt(OPT_ABORT)
+        r = c.reply()
+        ok(got == [ERR | 5] * 6 and r[1] == REP_ACK and c.closed(),
+           "raw client: INFO, GO, STRUCTURED_REPLY, LIST/SET_META_CONTEXT "
+           "and an unknown option before STARTTLS: ERR_TLS_REQD each; "
+           "ABORT acknowledged", (got, r))
         rc, out = qemu_img_tls(port, bad)
         ok(rc != 0, "a client certificate another CA signed: refused", out)
         rc, out = qemu_img_tls(port, other)
