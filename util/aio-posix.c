@@ -121,7 +121,13 @@ void aio_context_driver_polls_add(AioContext *ctx, int delta)
 /* The context whose aio_poll() this thread is in (see aio_in_own_poll()). */
 static __thread AioContext *aio_polling_ctx;
 
-/* Any thread. */
+/*
+ * Any thread.  True means the caller runs the loop and will look at
+ * bh_pending before it sleeps again.  A signal handler that interrupts
+ * this thread's epoll_wait() sees true too, and that is still right:
+ * epoll_wait() then returns EINTR, never restarts, and the iteration
+ * runs the bottom halves before the next sleep.
+ */
 bool aio_in_own_poll(AioContext *ctx)
 {
     return aio_polling_ctx == ctx;
