@@ -123,10 +123,12 @@ static __thread AioContext *aio_polling_ctx;
 
 /*
  * Any thread.  True means the caller runs the loop and will look at
- * bh_pending before it sleeps again.  A signal handler that interrupts
- * this thread's epoll_wait() sees true too, and that is still right:
- * epoll_wait() then returns EINTR, never restarts, and the iteration
- * runs the bottom halves before the next sleep.
+ * bh_pending before it sleeps again.  Not so for a signal handler that
+ * runs on this thread between that look and epoll_wait(): a bottom half
+ * it scheduled without a notification would wait for the next event.
+ * No handler here schedules one (the daemon takes its signals through a
+ * signalfd; the SIGBUS and SIGSYS handlers touch no context); one that
+ * must, calls aio_notify() itself.
  */
 bool aio_in_own_poll(AioContext *ctx)
 {
