@@ -108,6 +108,7 @@ struct MirrorJob {
     uint64_t read_bytes;        /* of them, reading the source */
     uint64_t max_read_bytes;
     uint64_t cursor;            /* next bit to look at */
+    uint64_t progress_ns;       /* when the bitmap was last counted */
     bool bulk;                  /* first pass: skip what reads as zeroes */
     bool unmap;                 /* zeroes may be holes on the target */
     JobErrorAction on_source_error;
@@ -376,18 +377,12 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     uint64_t size = blk_getlength(s->src);
     uint64_t max_bits = s->op_max / gran;
     MirrorOp *op = s->free_ops;
-    uint64_t n = 0;
+    uint64_t n;
 
     /* Busy first, then clean: an active write of the users (another
-     * thread) takes the busy bits the same way. */
-    while (n < max_bits && bit + n < s->bm->nbits &&
-           bdrv_dirty_bitmap_take_busy(s->bm, bit + n, 1) == 1) {
-        if (!bdrv_dirty_bitmap_test_and_clear(s->bm, bit + n)) {
-            bdrv_dirty_bitmap_release_busy(s->bm, (bit + n) * gran, gran);
-            break;
-        }
-        n++;
-    }
+     * thread) takes the busy bits the same way.  A word at a time: at
+     * 4 KiB granules a 1 MiB run is 256 bits. */
+    n = bdrv_dirty_bitmap_take_run(s->bm, bit, max_bits);
     if (!n) {
         return false;
     }
@@ -531,6 +526,30 @@ static bool mirror_converged(MirrorJob *s, bool ending)
            bdrv_dirty_bitmap_next(s->bm, 0) < 0;
 }
 
+/*
+ * What is left, for query-jobs: a count of the whole bitmap, so at most
+ * once per MIRROR_SLICE_NS (at 4 KiB granules a 256 GiB disk has 1 Mi
+ * words, and this runs at every completion), or sooner when what was
+ * copied has gone past the last count.  @converged: nothing is left.
+ */
+static void mirror_progress(MirrorJob *s, bool converged)
+{
+    uint64_t now;
+
+    if (converged) {
+        job_progress_set_remaining(s->job, 0);
+        return;
+    }
+    now = mirror_now();
+    if (now - s->progress_ns < MIRROR_SLICE_NS &&
+        s->job->progress_current <= s->job->progress_total) {
+        return;
+    }
+    s->progress_ns = now;
+    job_progress_set_remaining(s->job, bdrv_dirty_bitmap_dirty_bytes(s->bm) +
+                                       s->bytes_in_flight);
+}
+
 static void mirror_iterate(MirrorJob *s)
 {
     Job *job = s->job;
@@ -564,8 +583,7 @@ static void mirror_iterate(MirrorJob *s)
     if (job->pause_count) {
         return;
     }
-    job_progress_set_remaining(job, bdrv_dirty_bitmap_dirty_bytes(s->bm) +
-                                    s->bytes_in_flight);
+    mirror_progress(s, false);
     /* An operation reads up to op_max bytes: start one only if even
      * that stays within max_read_bytes (never less than op_max). */
     while (s->free_ops && s->read_bytes + s->op_max <= s->max_read_bytes &&
@@ -599,6 +617,7 @@ static void mirror_iterate(MirrorJob *s)
         mirror_active_stop(s);
     }
     if (mirror_converged(s, ending)) {
+        mirror_progress(s, true);
         if (ending || !job->ready_seen) {
             /* Make what we wrote durable before saying ready, and before
              * ending (a soft cancel, or a completion whose users are

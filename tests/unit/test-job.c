@@ -310,6 +310,59 @@ static void test_dirty_bitmap(void)
     blk_close(blk);
 }
 
+/*
+ * The copy's taking of a dirty run (bdrv_dirty_bitmap_take_run(), a
+ * word at a time): it crosses words, stops at @max, at a clean bit and
+ * at a busy one, and leaves everything past its end as it was.
+ */
+static void test_dirty_bitmap_take_run(void)
+{
+    BlockOptions o;
+    BlockNullOptions no;
+    g_autoptr(GError) err = NULL;
+    BlockBackend *blk;
+    BdrvDirtyBitmap *bm;
+
+    blk_options_init(&o);
+    blk_null_options(&o, &no, 1 << 20, false);      /* 256 bits */
+    blk = blk_open(&o, &err);
+    g_assert_no_error(err);
+    bm = bdrv_dirty_bitmap_create(blk, 4096, &err);
+    g_assert_no_error(err);
+
+    /* Bits 10..199 dirty: three words. */
+    bdrv_dirty_bitmap_set(bm, 10 * 4096, 190 * 4096);
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 9, 1000), ==, 0);
+    /* @max ends the run inside a word. */
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 10, 100), ==, 100);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 0), ==, 110);
+    /* Taken bits are busy: a second copy of them cannot start. */
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_busy(bm, 50, 1), ==, 0);
+    /* A busy bit (an active write's copy) ends the next run. */
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_busy(bm, 150, 1), ==, 1);
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 110, 1000), ==, 40);
+    g_assert_cmpuint(bdrv_dirty_bitmap_count(bm), ==, 50);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 0), ==, 150);
+    /* Nothing past the busy bit was marked busy by the run. */
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_busy(bm, 151, 49), ==, 49);
+    bdrv_dirty_bitmap_release_busy(bm, 151 * 4096, 49 * 4096);
+    bdrv_dirty_bitmap_release_busy(bm, 150 * 4096, 4096);
+    /* To the first clean bit, across a word boundary; the end of the
+     * bitmap ends it too. */
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 150, 1000), ==, 50);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 0), ==, -1);
+    bdrv_dirty_bitmap_set(bm, 250 * 4096, 1 << 20);
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 250, 1000), ==, 6);
+    bdrv_dirty_bitmap_release_busy(bm, 0, 1 << 20);
+    /* Whole words. */
+    bdrv_dirty_bitmap_set(bm, 0, 1 << 20);
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 0, 1000), ==, 256);
+    g_assert_cmpuint(bdrv_dirty_bitmap_count(bm), ==, 0);
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_busy(bm, 0, 256), ==, 0);
+    bdrv_dirty_bitmap_release(blk, bm);
+    blk_close(blk);
+}
+
 /* A null node of 1 MiB; with @fail_writes every write fails (EIO). */
 static BlockBackend *null_node(bool fail_writes)
 {
@@ -575,6 +628,7 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror/target-error", test_mirror_target_error);
     g_test_add_func("/mirror/inflight-order", test_mirror_inflight_order);
     g_test_add_func("/mirror/read-bound", test_mirror_read_bound);
+    g_test_add_func("/dirty-bitmap/take-run", test_dirty_bitmap_take_run);
     ret = g_test_run();
     g_string_free(events, true);
     aio_context_free(ctx);
