@@ -96,6 +96,19 @@
  * a network) still fill buf-size; only the source's side is bounded.
  */
 #define MIRROR_MAX_READ_BYTES       (2u << 20)
+/*
+ * Small operations, for granules below MIRROR_SMALL_OP_BYTES: once the
+ * bulk copy is done, a guest writing 4 KiB at random leaves single
+ * dirty granules, each one operation (a read of the source, a write
+ * to the target: two round trips).  With only buf-size / 1 MiB = 16
+ * operations out, the copy caught up with at most 16 / (round trip)
+ * writes per second, fewer than 5000 once the source's device queue
+ * or an NBD+TLS link took a few ms.  So buf-size is split: up to
+ * MIRROR_SMALL_OPS operations of MIRROR_SMALL_OP_BYTES (4 MiB of the
+ * default 16 MiB), taken by runs that fit, and 1 MiB ones for the rest.
+ */
+#define MIRROR_SMALL_OP_BYTES       (64u << 10)
+#define MIRROR_SMALL_OPS            64u
 
 typedef struct MirrorJob MirrorJob;
 
@@ -107,6 +120,7 @@ typedef struct MirrorOp {
     uint64_t bytes;
     void *buf;
     BlockStatus status;         /* the bulk pass asks what it copies */
+    bool small;                 /* a MIRROR_SMALL_OP_BYTES buffer */
     struct MirrorOp *next_free;
 } MirrorOp;
 
@@ -119,9 +133,12 @@ struct MirrorJob {
     BdrvDirtyBitmap *bm;
     AioContext *ctx;
     uint64_t op_max;            /* bytes of one operation */
+    uint64_t small_max;         /* bytes of a small one; 0: none */
     unsigned int n_ops;
+    unsigned int n_small;       /* the first n_small of @ops */
     MirrorOp *ops;
     MirrorOp *free_ops;
+    MirrorOp *free_small;
     unsigned int in_flight;
     uint64_t bytes_in_flight;
     uint64_t read_bytes;        /* of them, reading the source */
@@ -160,6 +177,14 @@ struct MirrorJob {
 #define MIRROR_ACTIVE_SLOTS 128     /* users' writes copied at a time */
 
 static void mirror_iterate(MirrorJob *s);
+
+static void mirror_put_op(MirrorJob *s, MirrorOp *op)
+{
+    MirrorOp **list = op->small ? &s->free_small : &s->free_ops;
+
+    op->next_free = *list;
+    *list = op;
+}
 static void mirror_do_pivot(MirrorJob *s);
 static void mirror_read_cb(void *opaque, int ret);
 
@@ -293,8 +318,7 @@ static void mirror_op_done(MirrorJob *s, MirrorOp *op)
     s->in_flight--;
     s->bytes_in_flight -= op->bytes;
     bdrv_dirty_bitmap_release_busy(s->bm, op->offset, op->bytes);
-    op->next_free = s->free_ops;
-    s->free_ops = op;
+    mirror_put_op(s, op);
     mirror_iterate(s);
 }
 
@@ -395,25 +419,49 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     uint64_t gran = bdrv_dirty_bitmap_granularity(s->bm);
     uint64_t size = blk_getlength(s->src);
     uint64_t max_bits = s->op_max / gran;
-    MirrorOp *op = s->free_ops;
+    uint64_t small_bits = s->small_max / gran;
+    /* A large one only while the read bound allows a whole one. */
+    bool large = s->free_ops &&
+                 s->read_bytes + s->op_max <= s->max_read_bytes;
+    MirrorOp *op;
     uint64_t n;
 
     /* Busy first, then clean: an active write of the users (another
      * thread) takes the busy bits the same way.  A word at a time: at
-     * 4 KiB granules a 1 MiB run is 256 bits. */
-    n = bdrv_dirty_bitmap_take_run(s->bm, bit, max_bits);
+     * 4 KiB granules a 1 MiB run is 256 bits.  A run that fits goes to
+     * a small operation; one that does not is taken on into a large
+     * one if there is one (it continues where the first take ended). */
+    if (s->free_small) {
+        n = bdrv_dirty_bitmap_take_run(s->bm, bit, small_bits);
+        if (n == small_bits && large) {
+            n += bdrv_dirty_bitmap_take_run(s->bm, bit + n, max_bits - n);
+        }
+    } else if (large) {
+        n = bdrv_dirty_bitmap_take_run(s->bm, bit, max_bits);
+    } else {
+        return false;
+    }
     if (!n) {
         return false;
     }
-    s->free_ops = op->next_free;
+    if (n > small_bits) {
+        op = s->free_ops;
+        s->free_ops = op->next_free;
+    } else {
+        op = s->free_small ? s->free_small : s->free_ops;
+        if (op == s->free_small) {
+            s->free_small = op->next_free;
+        } else {
+            s->free_ops = op->next_free;
+        }
+    }
     op->offset = (uint64_t)bit * gran;
     op->bytes = MIN(n * gran, size - MIN(size, op->offset));
     if (!op->bytes) {
         /* The bitmap outlives a shrink that cannot happen (shrinking is
          * refused); nothing to copy there. */
         bdrv_dirty_bitmap_release_busy(s->bm, op->offset, n * gran);
-        op->next_free = s->free_ops;
-        s->free_ops = op;
+        mirror_put_op(s, op);
         return true;
     }
     s->in_flight++;
@@ -603,9 +651,13 @@ static void mirror_iterate(MirrorJob *s)
         return;
     }
     mirror_progress(s, false);
-    /* An operation reads up to op_max bytes: start one only if even
-     * that stays within max_read_bytes (never less than op_max). */
-    while (s->free_ops && s->read_bytes + s->op_max <= s->max_read_bytes &&
+    /* An operation reads up to op_max bytes (a small one small_max):
+     * start one only if even that stays within max_read_bytes (never
+     * less than op_max); mirror_start_op() picks which. */
+    while (((s->free_ops &&
+             s->read_bytes + s->op_max <= s->max_read_bytes) ||
+            (s->free_small &&
+             s->read_bytes + s->small_max <= s->max_read_bytes)) &&
            !mirror_throttled(s)) {
         int64_t bit = bdrv_dirty_bitmap_next(s->bm, s->cursor);
 
@@ -894,6 +946,15 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
     s->unmap = o->unmap;
     s->op_max = MAX(gran, MIN(MIRROR_MAX_OP, buf_size) / gran * gran);
     s->n_ops = MAX(buf_size / s->op_max, 1);
+    /* Small operations out of a buf-size that leaves at least half of
+     * it to large ones. */
+    if (gran < MIRROR_SMALL_OP_BYTES && s->op_max > MIRROR_SMALL_OP_BYTES &&
+        buf_size >= 2ull * MIRROR_SMALL_OPS * MIRROR_SMALL_OP_BYTES) {
+        s->small_max = MIRROR_SMALL_OP_BYTES;
+        s->n_small = MIRROR_SMALL_OPS;
+        s->n_ops = MAX((buf_size - (uint64_t)MIRROR_SMALL_OPS *
+                        MIRROR_SMALL_OP_BYTES) / s->op_max, 1) + s->n_small;
+    }
     s->max_read_bytes = MAX(s->op_max, MIN(buf_size, MIRROR_MAX_READ_BYTES));
     s->ops = g_new0(MirrorOp, s->n_ops);
     if (o->write_blocking) {
@@ -906,16 +967,17 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
                                   (sizeof(unsigned long) * 8));
     }
     for (unsigned int i = 0; i < s->n_ops; i++) {
+        s->ops[i].small = i < s->n_small;
         /* 4 KiB alignment: what O_DIRECT asks of any device. */
-        if (posix_memalign(&s->ops[i].buf, 4096, s->op_max)) {
+        if (posix_memalign(&s->ops[i].buf, 4096,
+                           s->ops[i].small ? s->small_max : s->op_max)) {
             g_set_error(errp, VB_ERROR, 0, "cannot allocate the mirror's "
                         "%" PRIu64 "-byte buffers: lower buf-size",
                         buf_size);
             goto fail;
         }
         s->ops[i].s = s;
-        s->ops[i].next_free = s->free_ops;
-        s->free_ops = &s->ops[i];
+        mirror_put_op(s, &s->ops[i]);
     }
     s->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (s->timer_fd < 0) {

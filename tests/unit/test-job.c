@@ -746,6 +746,75 @@ static void test_mirror_coalesce(void)
     rmdir(dir);
 }
 
+/*
+ * Single dirty granules (a guest writing 4 KiB at random, once the bulk
+ * copy is done) are each one operation, so how many go out at once
+ * bounds how fast the copy catches up: the default 16 MiB of buf-size
+ * gives 64 small operations and 12 of 1 MiB, 76, where it gave 16.
+ * Every request to the source is held back 500 ms, and 100 granules
+ * apart from each other are marked dirty once ready: the next pass
+ * reads 76 of them at once (counted, held, as they are submitted).
+ */
+static void test_mirror_small_ops(void)
+{
+    enum { SIZE = 8 << 20 };
+    g_autofree char *dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
+    g_autofree char *spath = g_strdup_printf("%s/src", dir);
+    g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
+    g_autoptr(GError) err = NULL;
+    BlockBackend *src, *tgt;
+    BlockOptions o;
+    BlockFileOptions fo;
+    MirrorOptions mo = {
+        .job_id = "mm", .sync = MIRROR_SYNC_NONE,
+        .auto_finalize = true, .auto_dismiss = false,
+    };
+    Job *job;
+
+    g_assert_nonnull(dir);
+    src = file_node(spath, 0);
+    tgt = file_node(tpath, 0);
+    g_assert_cmpint(truncate(spath, SIZE), ==, 0);
+    g_assert_cmpint(truncate(tpath, SIZE), ==, 0);
+    blk_close(src);
+    blk_close(tgt);
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, spath);
+    o.cache_direct = false;
+    o.inject.delay_ms = 500;
+    src = blk_open(&o, &err);
+    g_assert_no_error(err);
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, tpath);
+    o.cache_direct = false;
+    tgt = blk_open(&o, &err);
+    g_assert_no_error(err);
+    mo.source = src;
+    mo.target = tgt;
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    g_assert_cmpuint(bdrv_dirty_bitmap_granularity(src->dirty_bitmaps), ==,
+                     4096);
+    run_until(job, JOB_STATUS_READY);
+    g_assert_cmpuint(blk_inject_get_hits(src), ==, 0);
+    for (unsigned int i = 0; i < 100; i++) {
+        bdrv_dirty_bitmap_set(src->dirty_bitmaps, i * 3 * 4096, 4096);
+    }
+    while (blk_inject_get_hits(src) == 0) {
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpuint(blk_inject_get_hits(src), ==, 64 + 12);
+    g_assert_true(job_user_cancel(job, true, NULL));
+    run_until(job, JOB_STATUS_CONCLUDED);
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+    blk_close(src);
+    blk_close(tgt);
+    unlink(spath);
+    unlink(tpath);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     g_autoptr(GError) err = NULL;
@@ -770,6 +839,7 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror/default-granularity",
                     test_mirror_default_granularity);
     g_test_add_func("/mirror/coalesce", test_mirror_coalesce);
+    g_test_add_func("/mirror/small-ops", test_mirror_small_ops);
     ret = g_test_run();
     g_string_free(events, true);
     aio_context_free(ctx);
