@@ -178,6 +178,17 @@ struct MirrorJob {
 
 static void mirror_iterate(MirrorJob *s);
 
+/*
+ * A small operation to take?  Not in the bulk pass: everything is dirty
+ * there, and small ones would cut its 1 MiB runs into 64 KiB pieces
+ * whenever the large ones are all out (an A/B with them in the bulk
+ * pass measured its idle copy at 0.54x and 0.58x of the old code's).
+ */
+static bool mirror_small_free(MirrorJob *s)
+{
+    return s->free_small && !s->bulk;
+}
+
 static void mirror_put_op(MirrorJob *s, MirrorOp *op)
 {
     MirrorOp **list = op->small ? &s->free_small : &s->free_ops;
@@ -423,6 +434,7 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     /* A large one only while the read bound allows a whole one. */
     bool large = s->free_ops &&
                  s->read_bytes + s->op_max <= s->max_read_bytes;
+    bool small = mirror_small_free(s);
     MirrorOp *op;
     uint64_t n;
 
@@ -431,7 +443,7 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
      * 4 KiB granules a 1 MiB run is 256 bits.  A run that fits goes to
      * a small operation; one that does not is taken on into a large
      * one if there is one (it continues where the first take ended). */
-    if (s->free_small) {
+    if (small) {
         n = bdrv_dirty_bitmap_take_run(s->bm, bit, small_bits);
         if (n == small_bits && large) {
             n += bdrv_dirty_bitmap_take_run(s->bm, bit + n, max_bits - n);
@@ -448,8 +460,8 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
         op = s->free_ops;
         s->free_ops = op->next_free;
     } else {
-        op = s->free_small ? s->free_small : s->free_ops;
-        if (op == s->free_small) {
+        op = small ? s->free_small : s->free_ops;
+        if (small) {
             s->free_small = op->next_free;
         } else {
             s->free_ops = op->next_free;
@@ -656,7 +668,7 @@ static void mirror_iterate(MirrorJob *s)
      * less than op_max); mirror_start_op() picks which. */
     while (((s->free_ops &&
              s->read_bytes + s->op_max <= s->max_read_bytes) ||
-            (s->free_small &&
+            (mirror_small_free(s) &&
              s->read_bytes + s->small_max <= s->max_read_bytes)) &&
            !mirror_throttled(s)) {
         int64_t bit = bdrv_dirty_bitmap_next(s->bm, s->cursor);
