@@ -14,6 +14,21 @@
 
 #define BITS_PER_WORD (sizeof(unsigned long) * 8)
 
+/* Bits @lo to @lo + @n - 1 of a word (@n >= 1, @lo + @n <= the word). */
+static inline unsigned long bdrv_dirty_word_mask(unsigned int lo,
+                                                 unsigned int n)
+{
+    return (n == BITS_PER_WORD ? ~0ul : ((1ul << n) - 1)) << lo;
+}
+
+/* The bits of @mask below its lowest bit that is set in @stop. */
+static inline unsigned long bdrv_dirty_mask_below(unsigned long mask,
+                                                  unsigned long stop)
+{
+    stop &= mask;
+    return stop ? mask & ((1ul << __builtin_ctzl(stop)) - 1) : mask;
+}
+
 BdrvDirtyBitmap *bdrv_dirty_bitmap_create(BlockBackend *bs,
                                           uint32_t granularity,
                                           GError **errp)
@@ -105,8 +120,7 @@ void bdrv_dirty_bitmap_set(BdrvDirtyBitmap *bm, uint64_t offset,
         uint64_t w = first / BITS_PER_WORD;
         unsigned int lo = first % BITS_PER_WORD;
         unsigned int n = MIN(BITS_PER_WORD - lo, last - first + 1);
-        unsigned long mask = (n == BITS_PER_WORD ? ~0ul :
-                              ((1ul << n) - 1)) << lo;
+        unsigned long mask = bdrv_dirty_word_mask(lo, n);
 
         /* Skip the atomic read-modify-write (and the cache line bouncing
          * between iothreads) when the bits are set already. */
@@ -166,30 +180,113 @@ uint64_t bdrv_dirty_bitmap_dirty_bytes(BdrvDirtyBitmap *bm)
     return MIN(n, bm->size);
 }
 
+/*
+ * Mark busy the bits of @mask in word @w, up to the first that is busy
+ * already; the ones marked.  One atomic OR (and one AND when another
+ * copy holds a bit of the range, to give back those past it).
+ */
+static unsigned long bdrv_dirty_take_busy_word(BdrvDirtyBitmap *bm,
+                                               uint64_t w,
+                                               unsigned long mask)
+{
+    unsigned long old = __atomic_fetch_or(&bm->busy[w], mask,
+                                          __ATOMIC_ACQ_REL);
+    unsigned long got = bdrv_dirty_mask_below(mask, old);
+    /* Ours past the first busy one: give them back. */
+    unsigned long extra = mask & ~old & ~got;
+
+    if (extra) {
+        __atomic_fetch_and(&bm->busy[w], ~extra, __ATOMIC_RELEASE);
+    }
+    return got;
+}
+
 uint64_t bdrv_dirty_bitmap_take_busy(BdrvDirtyBitmap *bm, uint64_t bit,
                                      uint64_t n)
 {
-    uint64_t i;
+    uint64_t end = MIN(bit + n, bm->nbits);
+    uint64_t taken = 0;
 
-    for (i = 0; i < n && bit + i < bm->nbits; i++) {
-        uint64_t b = bit + i;
-        unsigned long mask = 1ul << (b % BITS_PER_WORD);
+    while (bit < end) {
+        unsigned int lo = bit % BITS_PER_WORD;
+        unsigned int k = MIN(BITS_PER_WORD - lo, end - bit);
+        unsigned long mask = bdrv_dirty_word_mask(lo, k);
+        unsigned long got = bdrv_dirty_take_busy_word(bm, bit / BITS_PER_WORD,
+                                                      mask);
 
-        if (__atomic_fetch_or(&bm->busy[b / BITS_PER_WORD], mask,
-                              __ATOMIC_ACQ_REL) & mask) {
-            break;          /* an active write has it */
+        taken += __builtin_popcountl(got);
+        if (got != mask) {
+            break;          /* a copy of the range is in flight */
         }
+        bit += k;
     }
-    return i;
+    return taken;
 }
 
-/* Clear the busy bits from @first to @last. */
+/*
+ * The run of dirty bits that are not busy from @bit, at most @max of
+ * them, word by word: a few atomics per 64 bits, not two per bit, so a
+ * small granularity costs the copy nothing.  A bit that an active write
+ * cleaned between our load and our busy mark ends the run (its dirty
+ * bits past it are given back as they were).
+ */
+uint64_t bdrv_dirty_bitmap_take_run(BdrvDirtyBitmap *bm, uint64_t bit,
+                                    uint64_t max)
+{
+    uint64_t end = bit + MIN(max, bm->nbits - MIN(bit, bm->nbits));
+    uint64_t taken = 0;
+
+    while (bit < end) {
+        uint64_t w = bit / BITS_PER_WORD;
+        unsigned int lo = bit % BITS_PER_WORD;
+        unsigned int k = MIN(BITS_PER_WORD - lo, end - bit);
+        unsigned long mask = bdrv_dirty_word_mask(lo, k);
+        unsigned long d = __atomic_load_n(&bm->bits[w], __ATOMIC_RELAXED);
+        unsigned long run = bdrv_dirty_mask_below(mask, ~d);
+        unsigned long got, old, back;
+
+        if (!run) {
+            break;
+        }
+        got = bdrv_dirty_take_busy_word(bm, w, run);
+        if (!got) {
+            break;
+        }
+        /* Acquire: our reads of the range must not start before a
+         * writer that sets a bit again can see it clear. */
+        old = __atomic_fetch_and(&bm->bits[w], ~got, __ATOMIC_ACQ_REL);
+        back = got & ~bdrv_dirty_mask_below(got, ~old);
+        if (back) {
+            /* Cleaned meanwhile (an active write came and went): the
+             * run stops there; what we cleared past it is dirty again,
+             * and not ours. */
+            __atomic_fetch_or(&bm->bits[w], old & back, __ATOMIC_RELEASE);
+            __atomic_fetch_and(&bm->busy[w], ~back, __ATOMIC_RELEASE);
+            got &= ~back;
+        }
+        taken += __builtin_popcountl(got);
+        if (got != mask) {
+            break;
+        }
+        bit += k;
+    }
+    return taken;
+}
+
+/* Clear the busy bits from @first to @last, a word at a time. */
 static void bdrv_dirty_busy_range(BdrvDirtyBitmap *bm, uint64_t first,
                                   uint64_t last)
 {
-    for (uint64_t b = first; b <= last && b < bm->nbits; b++) {
-        __atomic_fetch_and(&bm->busy[b / BITS_PER_WORD],
-                           ~(1ul << (b % BITS_PER_WORD)), __ATOMIC_RELEASE);
+    if (last >= bm->nbits) {
+        last = bm->nbits - 1;
+    }
+    while (first <= last) {
+        unsigned int lo = first % BITS_PER_WORD;
+        unsigned int k = MIN(BITS_PER_WORD - lo, last - first + 1);
+
+        __atomic_fetch_and(&bm->busy[first / BITS_PER_WORD],
+                           ~bdrv_dirty_word_mask(lo, k), __ATOMIC_RELEASE);
+        first += k;
     }
 }
 
@@ -274,9 +371,13 @@ static bool bdrv_dirty_active_start(BdrvDirtyBitmap *bm, BdrvActiveMirror *am,
     }
     /* The partial granules at both ends stay for the job to copy. */
     bdrv_dirty_bitmap_set(bm, acb->offset, acb->bytes);
-    for (uint64_t b = full_first; b < full_end; b++) {
-        __atomic_fetch_and(&bm->bits[b / BITS_PER_WORD],
-                           ~(1ul << (b % BITS_PER_WORD)), __ATOMIC_RELEASE);
+    while (full_first < full_end) {
+        unsigned int lo = full_first % BITS_PER_WORD;
+        unsigned int k = MIN(BITS_PER_WORD - lo, full_end - full_first);
+
+        __atomic_fetch_and(&bm->bits[full_first / BITS_PER_WORD],
+                           ~bdrv_dirty_word_mask(lo, k), __ATOMIC_RELEASE);
+        full_first += k;
     }
     __atomic_fetch_add(&am->in_flight, 1, __ATOMIC_RELAXED);
     w->guest = acb;

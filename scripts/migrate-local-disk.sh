@@ -72,9 +72,10 @@
 #                         tcp:HOST:4444 or unix:PATH)
 #   --job-id ID           the mirror job's id (default mirror-NODE)
 #   --granularity BYTES   the mirror's dirty-bitmap granularity (default
-#                         vhost-blkd's, 64 KiB or the cluster size): a
-#                         guest writing small blocks all over makes the
-#                         mirror copy less with a smaller one (4096)
+#                         the daemon's: 4 KiB in vhost-blkd, or the
+#                         cluster size; 64 KiB in QSD): a guest writing
+#                         small blocks all over makes the mirror copy
+#                         less with a small one (4096)
 #   --copy-mode MODE      mirror: background (default) or write-blocking
 #                         (guest writes complete once on the destination
 #                         too: the mirror gets ready whatever the guest's

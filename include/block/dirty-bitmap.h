@@ -115,6 +115,13 @@ bool bdrv_dirty_bitmap_test_and_clear(BdrvDirtyBitmap *bm, uint64_t bit);
  */
 uint64_t bdrv_dirty_bitmap_take_busy(BdrvDirtyBitmap *bm, uint64_t bit,
                                      uint64_t n);
+/*
+ * Main thread: from @bit, the run of at most @max bits that are dirty
+ * and not busy: marked busy and clean (its copy goes out), a word at a
+ * time; its length, 0 if @bit itself is clean or busy.
+ */
+uint64_t bdrv_dirty_bitmap_take_run(BdrvDirtyBitmap *bm, uint64_t bit,
+                                    uint64_t max);
 /* Any thread: the bits of [@offset, @offset + @bytes) are not busy. */
 void bdrv_dirty_bitmap_release_busy(BdrvDirtyBitmap *bm, uint64_t offset,
                                     uint64_t bytes);

@@ -202,8 +202,7 @@ typedef struct MirrorOptions {
     BlockBackend *source;       /* written by its users meanwhile */
     BlockBackend *target;       /* the same size; nobody else writes it */
     MirrorSyncMode sync;
-    uint32_t granularity;       /* 0: the default (64 KiB, or the target's
-                                 * cluster size if larger) */
+    uint32_t granularity;       /* 0: mirror_default_granularity() */
     uint64_t buf_size;          /* bytes copied at a time; 0: default */
     uint64_t speed;             /* bytes per second; 0: unlimited */
     JobErrorAction on_source_error;
@@ -237,6 +236,14 @@ typedef struct MirrorOptions {
     bool (*pivot)(void *opaque, GError **errp);
     void *pivot_opaque;         /* g_free()d with the job */
 } MirrorOptions;
+
+/*
+ * The dirty granularity of a mirror of @size bytes onto a target whose
+ * cluster size is @cluster_size (0: none) when the user gives none: the
+ * cluster size, else 4 KiB, doubled while the bitmap would exceed 8 MiB
+ * (64 Mi granules) but not past 64 KiB (or the cluster size).
+ */
+uint32_t mirror_default_granularity(uint64_t size, uint32_t cluster_size);
 
 /*
  * Start copying @o->source to @o->target.  The job becomes ready (the

@@ -32,12 +32,16 @@
 #   --conv-timeout  seconds the conv case waits for READY (default 60)
 #   --tls           which TLS settings to run (default "off on")
 #   --granularity   the mirror's dirty-bitmap granularity (default: the
-#                   daemon's own: 64 KiB in both for an NBD target)
+#                   daemon's own for an NBD target: 4 KiB in vhost-blkd
+#                   up to 256 GiB, 64 KiB in QSD and in a vhost-blkd
+#                   build older than the 4 KiB default)
 #   --buf-size      the mirror's buf-size (default: the daemon's own,
 #                   16 MiB in both)
 #   --ab BUILDDIR   an A/B run of two vhost-blkd builds instead: the
 #                   column of qemu-storage-daemon is the vhost-blkd of
 #                   BUILDDIR (e.g. a build of main), same client
+# The defaults are the goal table of issue 32 (4 GiB, 3 repetitions,
+# TLS off and on) in one command; how long it may take is printed first.
 # Outputs OUTDIR/raw.jsonl (every case) and OUTDIR/results.md (printed).
 set -u
 
@@ -55,7 +59,7 @@ granularity=0
 buf_size=0
 ab=
 
-usage() { sed -n '3,41p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,45p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "mirror.sh: $*" >&2; exit 1; }
 log() { echo "# $*" >&2; }
 
@@ -97,6 +101,23 @@ command -v certtool >/dev/null ||
     die "certtool not found (Debian: apt-get install gnutls-bin)"
 [ -x "$BLKD" ] && [ -x "$BENCH" ] ||
     die "$BLKD or $BENCH missing: build first (ninja -C $builddir)"
+
+case "$size_mib$reps$conv_timeout" in
+*[!0-9]*) die "-m, -r and --conv-timeout take whole numbers" ;;
+esac
+# How long, at most about: per case the idle copy, the client alone as
+# long, the copy under the client and the catch-up of a conv case that
+# timed out (each SIZE at 150 MiB/s, the slowest copy seen here, with
+# TLS), the conv case's --conv-timeout, the compare (the image read
+# twice at ~500 MiB/s) and ~5 s of daemons and certificates; plus the
+# writing of the source image once.
+ntls=$(echo $tls_modes | wc -w)
+ncases=$((reps * ntls * 2))
+per_case=$((4 * size_mib / 150 + conv_timeout + 2 * size_mib / 500 + 5))
+total_s=$((ncases * per_case + size_mib / 200))
+log "$ncases cases ($reps repetition(s) x TLS '$tls_modes' x 2 daemons," \
+    "$size_mib MiB): at most about $(((total_s + 59) / 60)) min;" \
+    "a case that converges takes less than its --conv-timeout ($conv_timeout s)"
 
 mkdir -p "$out" || die "cannot create $out"
 tmp=$(mktemp -d "$dir/vb-mirrorb.XXXXXX") || die "mktemp in $dir failed"

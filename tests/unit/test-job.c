@@ -5,7 +5,8 @@
  * its verb errors, pause/resume around ready, soft and forced cancel,
  * manual finalize and dismiss.  Also the dirty bitmap's marks and scan,
  * and a mirror onto a failing target (null nodes, error injection); a
- * mirror whose first copy lands late (file nodes, a delay injected).
+ * mirror whose first copy lands late (file nodes, a delay injected);
+ * the mirror's default granularity and its coalescing of dirty runs.
  */
 #include "qemu/osdep.h"
 #include "qemu/aio.h"
@@ -310,6 +311,59 @@ static void test_dirty_bitmap(void)
     blk_close(blk);
 }
 
+/*
+ * The copy's taking of a dirty run (bdrv_dirty_bitmap_take_run(), a
+ * word at a time): it crosses words, stops at @max, at a clean bit and
+ * at a busy one, and leaves everything past its end as it was.
+ */
+static void test_dirty_bitmap_take_run(void)
+{
+    BlockOptions o;
+    BlockNullOptions no;
+    g_autoptr(GError) err = NULL;
+    BlockBackend *blk;
+    BdrvDirtyBitmap *bm;
+
+    blk_options_init(&o);
+    blk_null_options(&o, &no, 1 << 20, false);      /* 256 bits */
+    blk = blk_open(&o, &err);
+    g_assert_no_error(err);
+    bm = bdrv_dirty_bitmap_create(blk, 4096, &err);
+    g_assert_no_error(err);
+
+    /* Bits 10..199 dirty: three words. */
+    bdrv_dirty_bitmap_set(bm, 10 * 4096, 190 * 4096);
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 9, 1000), ==, 0);
+    /* @max ends the run inside a word. */
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 10, 100), ==, 100);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 0), ==, 110);
+    /* Taken bits are busy: a second copy of them cannot start. */
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_busy(bm, 50, 1), ==, 0);
+    /* A busy bit (an active write's copy) ends the next run. */
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_busy(bm, 150, 1), ==, 1);
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 110, 1000), ==, 40);
+    g_assert_cmpuint(bdrv_dirty_bitmap_count(bm), ==, 50);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 0), ==, 150);
+    /* Nothing past the busy bit was marked busy by the run. */
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_busy(bm, 151, 49), ==, 49);
+    bdrv_dirty_bitmap_release_busy(bm, 151 * 4096, 49 * 4096);
+    bdrv_dirty_bitmap_release_busy(bm, 150 * 4096, 4096);
+    /* To the first clean bit, across a word boundary; the end of the
+     * bitmap ends it too. */
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 150, 1000), ==, 50);
+    g_assert_cmpint(bdrv_dirty_bitmap_next(bm, 0), ==, -1);
+    bdrv_dirty_bitmap_set(bm, 250 * 4096, 1 << 20);
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 250, 1000), ==, 6);
+    bdrv_dirty_bitmap_release_busy(bm, 0, 1 << 20);
+    /* Whole words. */
+    bdrv_dirty_bitmap_set(bm, 0, 1 << 20);
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_run(bm, 0, 1000), ==, 256);
+    g_assert_cmpuint(bdrv_dirty_bitmap_count(bm), ==, 0);
+    g_assert_cmpuint(bdrv_dirty_bitmap_take_busy(bm, 0, 256), ==, 0);
+    bdrv_dirty_bitmap_release(blk, bm);
+    blk_close(blk);
+}
+
 /* A null node of 1 MiB; with @fail_writes every write fails (EIO). */
 static BlockBackend *null_node(bool fail_writes)
 {
@@ -555,6 +609,212 @@ static void test_mirror_read_bound(void)
     rmdir(dir);
 }
 
+/*
+ * The granularity a mirror takes when the user gives none: 4 KiB, the
+ * target's cluster size if it has one, larger only to keep the bitmap
+ * at 8 MiB (64 Mi granules) at most, and 64 KiB at most unless the
+ * cluster is larger.
+ */
+static void test_mirror_default_granularity(void)
+{
+    const uint64_t gib = 1ull << 30;
+    BlockOptions o;
+    BlockNullOptions no;
+    g_autoptr(GError) err = NULL;
+    BlockBackend *src, *tgt;
+    MirrorOptions mo = {
+        .job_id = "mg", .sync = MIRROR_SYNC_NONE,
+        .auto_finalize = true, .auto_dismiss = false,
+    };
+    Job *job;
+
+    g_assert_cmpuint(mirror_default_granularity(4 * gib, 0), ==, 4096);
+    g_assert_cmpuint(mirror_default_granularity(1 << 20, 0), ==, 4096);
+    g_assert_cmpuint(mirror_default_granularity(4 * gib, 65536), ==, 65536);
+    g_assert_cmpuint(mirror_default_granularity(4 * gib, 2 << 20), ==,
+                     2 << 20);
+    g_assert_cmpuint(mirror_default_granularity(4 * gib, 512), ==, 512);
+    /* Not a power of two, or out of range: no cluster size. */
+    g_assert_cmpuint(mirror_default_granularity(4 * gib, 65535), ==, 4096);
+    g_assert_cmpuint(mirror_default_granularity(4 * gib, 1u << 31), ==,
+                     4096);
+    /* 4 KiB up to 256 GiB; then as large as the 8 MiB bound needs. */
+    g_assert_cmpuint(mirror_default_granularity(256 * gib, 0), ==, 4096);
+    g_assert_cmpuint(mirror_default_granularity(256 * gib + 1, 0), ==, 8192);
+    g_assert_cmpuint(mirror_default_granularity(1024 * gib, 0), ==, 16384);
+    g_assert_cmpuint(mirror_default_granularity(4096 * gib, 0), ==, 65536);
+    /* Never past 64 KiB without a larger cluster: the bitmap grows. */
+    g_assert_cmpuint(mirror_default_granularity(16384 * gib, 0), ==, 65536);
+    g_assert_cmpuint(mirror_default_granularity(16384 * gib, 1 << 20), ==,
+                     1 << 20);
+    g_assert_cmpuint(mirror_default_granularity(UINT64_MAX, 0), ==, 65536);
+
+    /* A job without a granularity takes it: a null target (no cluster
+     * size) of 1 TiB, whose bitmap stays within 8 MiB. */
+    blk_options_init(&o);
+    blk_null_options(&o, &no, 1024 * gib, true);
+    src = blk_open(&o, &err);
+    g_assert_no_error(err);
+    blk_options_init(&o);
+    blk_null_options(&o, &no, 1024 * gib, true);
+    tgt = blk_open(&o, &err);
+    g_assert_no_error(err);
+    mo.source = src;
+    mo.target = tgt;
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    g_assert_cmpuint(bdrv_dirty_bitmap_granularity(src->dirty_bitmaps), ==,
+                     16384);
+    g_assert_cmpuint((src->dirty_bitmaps->nbits + 7) / 8, <=, 8 << 20);
+    run_until(job, JOB_STATUS_READY);
+    g_assert_true(job_user_cancel(job, true, NULL));
+    run_until(job, JOB_STATUS_CONCLUDED);
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+    blk_close(src);
+    blk_close(tgt);
+}
+
+/*
+ * At the default 4 KiB granules, a dirty run goes to the target in
+ * operations of MIRROR_MAX_OP (1 MiB), not one per granule: 1 MiB +
+ * 64 KiB dirty, and 8 KiB further on, are three writes of the target
+ * (counted there: a 1 ms delay injected into every request it gets,
+ * the flushes at ready and at the end among them), and only the dirty
+ * bytes are copied (with 64 KiB granules the 8 KiB would have been
+ * 64 KiB).
+ */
+static void test_mirror_coalesce(void)
+{
+    enum { SIZE = 8 << 20 };
+    g_autofree char *dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
+    g_autofree char *spath = g_strdup_printf("%s/src", dir);
+    g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
+    g_autoptr(GError) err = NULL;
+    BlockBackend *src, *tgt;
+    BlockOptions o;
+    BlockFileOptions fo;
+    MirrorOptions mo = {
+        .job_id = "mc", .sync = MIRROR_SYNC_NONE,
+        .auto_finalize = true, .auto_dismiss = false,
+    };
+    BdrvDirtyBitmap *bm;
+    Job *job;
+
+    g_assert_nonnull(dir);
+    src = file_node(spath, 0);
+    tgt = file_node(tpath, 0);
+    g_assert_cmpint(truncate(spath, SIZE), ==, 0);
+    g_assert_cmpint(truncate(tpath, SIZE), ==, 0);
+    blk_close(src);
+    blk_close(tgt);
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, spath);
+    o.cache_direct = false;
+    src = blk_open(&o, &err);
+    g_assert_no_error(err);
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, tpath);
+    o.cache_direct = false;
+    o.inject.delay_ms = 1;
+    tgt = blk_open(&o, &err);
+    g_assert_no_error(err);
+    mo.source = src;
+    mo.target = tgt;
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    bm = src->dirty_bitmaps;
+    g_assert_cmpuint(bdrv_dirty_bitmap_granularity(bm), ==, 4096);
+    run_until(job, JOB_STATUS_READY);
+    g_assert_cmpuint(blk_inject_get_hits(tgt), ==, 1);      /* the flush */
+    /* What a guest's writes would leave; a soft cancel copies it all
+     * and ends. */
+    bdrv_dirty_bitmap_set(bm, 0, (1 << 20) + (64 << 10));
+    bdrv_dirty_bitmap_set(bm, (3 << 20) + 4096, 8192);
+    g_assert_true(job_user_cancel(job, false, NULL));
+    run_until(job, JOB_STATUS_CONCLUDED);
+    g_assert_null(job->err);
+    g_assert_cmpuint(blk_inject_get_hits(tgt), ==, 1 + 3 + 1);
+    g_assert_cmpuint(job->progress_current, ==,
+                     (1 << 20) + (64 << 10) + 8192);
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+    blk_close(src);
+    blk_close(tgt);
+    unlink(spath);
+    unlink(tpath);
+    rmdir(dir);
+}
+
+/*
+ * Single dirty granules (a guest writing 4 KiB at random, once the bulk
+ * copy is done) are each one operation, so how many go out at once
+ * bounds how fast the copy catches up: the default 16 MiB of buf-size
+ * gives 64 small operations and 12 of 1 MiB, 76, where it gave 16.
+ * Every request to the source is held back 500 ms, and 100 granules
+ * apart from each other are marked dirty once ready: the next pass
+ * reads 76 of them at once (counted, held, as they are submitted).
+ */
+static void test_mirror_small_ops(void)
+{
+    enum { SIZE = 8 << 20 };
+    g_autofree char *dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
+    g_autofree char *spath = g_strdup_printf("%s/src", dir);
+    g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
+    g_autoptr(GError) err = NULL;
+    BlockBackend *src, *tgt;
+    BlockOptions o;
+    BlockFileOptions fo;
+    MirrorOptions mo = {
+        .job_id = "mm", .sync = MIRROR_SYNC_NONE,
+        .auto_finalize = true, .auto_dismiss = false,
+    };
+    Job *job;
+
+    g_assert_nonnull(dir);
+    src = file_node(spath, 0);
+    tgt = file_node(tpath, 0);
+    g_assert_cmpint(truncate(spath, SIZE), ==, 0);
+    g_assert_cmpint(truncate(tpath, SIZE), ==, 0);
+    blk_close(src);
+    blk_close(tgt);
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, spath);
+    o.cache_direct = false;
+    o.inject.delay_ms = 500;
+    src = blk_open(&o, &err);
+    g_assert_no_error(err);
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, tpath);
+    o.cache_direct = false;
+    tgt = blk_open(&o, &err);
+    g_assert_no_error(err);
+    mo.source = src;
+    mo.target = tgt;
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    g_assert_cmpuint(bdrv_dirty_bitmap_granularity(src->dirty_bitmaps), ==,
+                     4096);
+    run_until(job, JOB_STATUS_READY);
+    g_assert_cmpuint(blk_inject_get_hits(src), ==, 0);
+    for (unsigned int i = 0; i < 100; i++) {
+        bdrv_dirty_bitmap_set(src->dirty_bitmaps, i * 3 * 4096, 4096);
+    }
+    while (blk_inject_get_hits(src) == 0) {
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpuint(blk_inject_get_hits(src), ==, 64 + 12);
+    g_assert_true(job_user_cancel(job, true, NULL));
+    run_until(job, JOB_STATUS_CONCLUDED);
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+    blk_close(src);
+    blk_close(tgt);
+    unlink(spath);
+    unlink(tpath);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     g_autoptr(GError) err = NULL;
@@ -575,6 +835,11 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror/target-error", test_mirror_target_error);
     g_test_add_func("/mirror/inflight-order", test_mirror_inflight_order);
     g_test_add_func("/mirror/read-bound", test_mirror_read_bound);
+    g_test_add_func("/dirty-bitmap/take-run", test_dirty_bitmap_take_run);
+    g_test_add_func("/mirror/default-granularity",
+                    test_mirror_default_granularity);
+    g_test_add_func("/mirror/coalesce", test_mirror_coalesce);
+    g_test_add_func("/mirror/small-ops", test_mirror_small_ops);
     ret = g_test_run();
     g_string_free(events, true);
     aio_context_free(ctx);
