@@ -99,7 +99,7 @@ typedef struct Qcow2L2Slot {
     uint64_t key;               /* host offset of the slice, 0: empty */
     uint64_t used;              /* LRU stamp (metadata thread) */
     uint8_t *data;
-} Qcow2L2Slot;                  /* 32 bytes: a set is an aligned shift */
+} Qcow2L2Slot;                  /* 32 bytes: L2_SET_BYTES */
 
 #define L2_WAYS 8
 
@@ -206,6 +206,7 @@ typedef struct BDRVQcow2State {
     uint32_t slice_entries;
     uint32_t nb_slots;
     uint32_t nb_sets;           /* slots are L2_WAYS-way sets */
+    uint64_t set_scale;         /* nb_sets * L2_SET_BYTES: l2_set_off() */
     Qcow2L2Slot *slots;
     uint64_t clock;
     Qcow2L1Pub *l1pub;          /* atomic: published to the fast path */
@@ -262,14 +263,16 @@ typedef struct BDRVQcow2State {
 
     /*
      * Fast path requests in flight (qcow2_submit()), counted by epoch:
-     * each takes a reference in refs[fast_epoch & 1] of its thread's
+     * each takes a reference in refs[fast_eoff / 8] of its thread's
      * slot before it looks at an L1 or L2 entry, and drops it when its
      * I/O is done.  A slot per thread (threads spread over FAST_SLOTS
      * round-robin, a cache line each) keeps the iothreads from bouncing
      * one line between them.
      */
     Qcow2FastSlot *fast;        /* FAST_SLOTS, cache line aligned */
-    uint32_t fast_epoch;        /* atomic */
+    /* The epoch, as the byte offset of its counter in a slot's refs
+     * (0 or 8: the fast path adds it as it is). */
+    uint32_t fast_eoff;         /* atomic */
 
     Qcow2Decompressor *dec;
     uint8_t *cbuf;
@@ -1018,6 +1021,23 @@ static int free_range(BDRVQcow2State *s, uint64_t off, uint64_t len)
     return 0;
 }
 
+/*
+ * The fast path: order its count (a seq_cst read-modify-write) before
+ * its loads of the entries, against fast_drained()'s fence.  On x86 a
+ * locked instruction is a full barrier already: the fence would only be
+ * a second one (a locked "or" to the stack).  The thread sanitizer
+ * models fences, not that, so it keeps the fence.
+ */
+static inline void fast_fence_after_rmw(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && \
+    !defined(__SANITIZE_THREAD__)
+    __asm__ volatile("" ::: "memory");
+#else
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
 /* Metadata thread: has every fast path request counted in epoch
  * @idx completed? */
 static bool fast_drained(BDRVQcow2State *s, uint32_t idx)
@@ -1069,8 +1089,9 @@ static void reuse_poll(BDRVQcow2State *s)
             s->grace = s->quarantine;
             s->quarantine = t;
         }
-        s->grace_idx = s->fast_epoch & 1;
-        __atomic_store_n(&s->fast_epoch, s->fast_epoch + 1, __ATOMIC_SEQ_CST);
+        s->grace_idx = s->fast_eoff / sizeof(uint64_t);
+        __atomic_store_n(&s->fast_eoff, s->fast_eoff ^ sizeof(uint64_t),
+                         __ATOMIC_SEQ_CST);
     }
 }
 
@@ -1085,13 +1106,31 @@ static inline uint64_t l2_slice_key(BDRVQcow2State *s, uint64_t l2_off,
     return l2_off + ((uint64_t)(idx & ~(s->slice_entries - 1)) << 3);
 }
 
-/* The set of slice @key: a hash of it scaled into [0, nb_sets) by a
- * multiplication (no division on the fast path). */
-static inline uint32_t l2_set_of(BDRVQcow2State *s, uint64_t key)
-{
-    uint32_t h = ((key >> 9) * 0x9e3779b97f4a7c15ull) >> 32;
+/* Bytes of one set of the L2 cache (Qcow2L2Slot is 32 bytes). */
+#define L2_SET_BYTES (L2_WAYS * 32)
+G_STATIC_ASSERT(sizeof(Qcow2L2Slot) * L2_WAYS == L2_SET_BYTES);
 
-    return ((uint64_t)h * s->nb_sets) >> 32;
+/*
+ * The set of slice @key: a Fibonacci hash of it scaled into [0, nb_sets)
+ * by a multiplication (no division on the fast path), as the byte offset
+ * of the set in @slots.  The key is a multiple of 512, so the low 9 bits
+ * of the product are zero and bits 32..63 still mix every bit of the
+ * key below 2^55 (host offsets are below 2^56): no shift before the
+ * multiplication.  set_scale is nb_sets * L2_SET_BYTES, so the second
+ * product is the set number times L2_SET_BYTES plus a fraction of a set
+ * (floor(256 x) = 256 floor(x) + something below 256), which the mask
+ * drops: the set is (h * nb_sets) >> 32, without a shift to scale it.
+ */
+static inline uint64_t l2_set_off(BDRVQcow2State *s, uint64_t key)
+{
+    uint64_t h = (key * 0x9e3779b97f4a7c15ull) >> 32;
+
+    return ((h * s->set_scale) >> 32) & ~(uint64_t)(L2_SET_BYTES - 1);
+}
+
+static inline Qcow2L2Slot *l2_set_of(BDRVQcow2State *s, uint64_t key)
+{
+    return (Qcow2L2Slot *)((uint8_t *)s->slots + l2_set_off(s, key));
 }
 
 /* Metadata thread: start and end a change of @slot's key or contents
@@ -1144,8 +1183,7 @@ static int l2_slot_writeback(BDRVQcow2State *s, Qcow2L2Slot *slot)
 static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
                                  int *ret)
 {
-    /* (64-bit: the set's byte offset is then one shift) */
-    Qcow2L2Slot *set = &s->slots[(uint64_t)l2_set_of(s, key) * L2_WAYS];
+    Qcow2L2Slot *set = l2_set_of(s, key);
     Qcow2L2Slot *slot = &set[0];
 
     *ret = 0;
@@ -1246,8 +1284,7 @@ static void l2_cache_clean(BDRVQcow2State *s)
 static inline bool l2_fast_entry(BDRVQcow2State *s, uint64_t key,
                                  uint32_t byte, uint64_t *raw)
 {
-    /* (64-bit: the set's byte offset is then one shift) */
-    Qcow2L2Slot *set = &s->slots[(uint64_t)l2_set_of(s, key) * L2_WAYS];
+    Qcow2L2Slot *set = l2_set_of(s, key);
 
     for (int w = 0; w < L2_WAYS; w++) {
         Qcow2L2Slot *slot = &set[w];
@@ -2515,16 +2552,15 @@ static void fast_cb(void *opaque, int ret)
 static void fast_direct_cb(void *opaque, int ret)
 {
     BlockAIOCB *acb = opaque;
-    BlockCompletionFunc *cb = acb->filter_cb;
-    void *cb_opaque = acb->filter_opaque;
 
-    acb->cb = cb;
-    acb->opaque = cb_opaque;
     /* The host cluster is no longer used: it may be reused. */
     __atomic_fetch_sub((uint64_t *)acb->filter_priv, 1, __ATOMIC_RELEASE);
     /* No flag (so no dirty tracking) and no bounce buffer of ours:
-     * blk_acb_complete() would only call the callback. */
-    cb(cb_opaque, ret);
+     * blk_acb_complete() would only call the callback.  acb->cb and
+     * acb->opaque are not put back: the control block is the caller's
+     * again once its callback runs, and every submission sets them
+     * (blk_submit()), as it sets the node and the offset we changed. */
+    acb->filter_cb(acb->filter_opaque, ret);
 }
 
 /*
@@ -2555,9 +2591,12 @@ bool qcow2_direct_ok(BDRVQcow2State *s, const BlockAIOCB *acb, uint64_t at,
     /* blk_getlength() without the call (blk_truncate() stores it). */
     uint64_t flen = __atomic_load_n(&file->size, __ATOMIC_RELAXED);
 
-    /* request_alignment is a power of two, at least 1 (blk_submit()). */
+    /* request_alignment is a power of two, at least 1 (blk_submit()).
+     * @at is below 2^57 (a cluster under QCOW2_OFFSET_MASK plus less
+     * than a cluster) and acb->bytes below 2^63
+     * (the virtual size's limit): the sum does not wrap. */
     if ((write && acb->flags) ||
-        acb->bytes > flen || at > flen - acb->bytes ||
+        at + acb->bytes > flen ||
         (!aligned &&
          ((at | acb->bytes) & (file->bl.request_alignment - 1)))) {
         return false;
@@ -2824,7 +2863,7 @@ static inline __attribute__((always_inline))
 void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
                        const bool write)
 {
-    uint32_t e = __atomic_load_n(&s->fast_epoch, __ATOMIC_ACQUIRE) & 1;
+    uint32_t e = __atomic_load_n(&s->fast_eoff, __ATOMIC_ACQUIRE);
     uint32_t slot = qcow2_thread_slot;
     uint64_t *refs;
     const Qcow2L1Pub *l1;
@@ -2836,11 +2875,11 @@ void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
         qcow2_thread_slot = slot;
     }
     /* (64-bit: the - 1 folds into the address computation) */
-    refs = (uint64_t *)((uint8_t *)s->fast + ((uintptr_t)slot - 1)) + e;
+    refs = (uint64_t *)((uint8_t *)s->fast + ((uintptr_t)slot - 1 + e));
     /* Counted before any entry is looked at (see reuse_poll()). */
     acb->filter_priv = refs;
     __atomic_fetch_add(refs, 1, __ATOMIC_SEQ_CST);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    fast_fence_after_rmw();
 
     l1 = __atomic_load_n(&s->l1pub, __ATOMIC_ACQUIRE);
     off = acb->offset;
@@ -3080,6 +3119,7 @@ static void open_job(void *opaque)
         s->nb_sets = MAX(size / s->slice_size / L2_WAYS, 1);
         s->nb_sets = MIN(s->nb_sets, (1u << 20) / L2_WAYS);
         s->nb_slots = s->nb_sets * L2_WAYS;
+        s->set_scale = (uint64_t)s->nb_sets * L2_SET_BYTES;
     }
     s->l1pub = g_new0(Qcow2L1Pub, 1);
     s->l1pub->size = s->l1_size;
