@@ -104,7 +104,14 @@ typedef struct Qcow2L2Slot {
 #define L2_WAYS 8
 
 /* The active L1 table as the fast path sees it: replaced (not changed
- * in size) when it grows, the old one kept until close. */
+ * in size) when it grows, the old one kept until close.  A copy of the
+ * metadata thread's, checked: an entry is the table's own when
+ * qcow2_l1_decode() takes it (no reserved bit, the L2 table aligned
+ * and inside the file: l1_fast_entry()), L1_FAST_BAD when it does not:
+ * no offset (the shortcut of qcow2_submit() needs only the offset's
+ * test for zero) and a reserved bit (which qcow2_fast_runs() checks:
+ * not "no L2 table"), so that the slow path reports the entry.  Every
+ * entry is checked when it is stored. */
 typedef struct Qcow2L1Pub {
     uint32_t size;
     uint64_t *e;                /* host byte order, atomic per entry */
@@ -1438,6 +1445,21 @@ static void pending_frees_bound(BDRVQcow2State *s)
     }
 }
 
+#define L1_FAST_BAD 1ull
+
+/* Metadata thread: L1 entry @entry (host byte order) as the fast path's
+ * table has it (Qcow2L1Pub): itself if valid, else L1_FAST_BAD. */
+static uint64_t l1_fast_entry(BDRVQcow2State *s, uint64_t entry)
+{
+    const char *why;
+    Qcow2L1Entry e;
+
+    if (qcow2_l1_decode(&s->info, entry, &e, &why) < 0) {
+        return L1_FAST_BAD;
+    }
+    return qcow2_l1_encode(e.l2_offset, e.copied);
+}
+
 /*
  * Set L1 entry @idx to @entry: on the file first, then in memory, so
  * that a failed write leaves memory as the file is (tables written after
@@ -1457,7 +1479,9 @@ static int l1_set(BDRVQcow2State *s, uint64_t idx, uint64_t entry)
     }
     ret = sio_write(s, s->l1_offset + start, buf, len);
     if (ret == 0) {
-        __atomic_store_n(&s->l1[idx], entry, __ATOMIC_RELEASE);
+        s->l1[idx] = entry;
+        __atomic_store_n(&s->l1pub->e[idx], l1_fast_entry(s, entry),
+                         __ATOMIC_RELEASE);
     }
     return ret;
 }
@@ -2703,6 +2727,7 @@ qcow2_fast_runs(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
             return false;
         }
         l1e = __atomic_load_n(&l1->e[l1i], __ATOMIC_ACQUIRE);
+        /* (L1_FAST_BAD is a reserved bit) */
         if ((l1e & L1_RESERVED) ||
             (write && !(l1e & QCOW2_OFLAG_COPIED))) {
             return false;
@@ -2893,10 +2918,10 @@ void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
                                    __ATOMIC_ACQUIRE)))) {
         goto other;
     }
+    /* (A checked entry: Qcow2L1Pub) */
     l1e = __atomic_load_n(&l1->e[l1i], __ATOMIC_ACQUIRE);
     at = l1e & QCOW2_OFFSET_MASK;
-    if ((l1e & L1_RESERVED) || !at ||
-        (write && !(l1e & QCOW2_OFLAG_COPIED))) {
+    if (!at || (write && !(l1e & QCOW2_OFLAG_COPIED))) {
         goto other;
     }
     tb = off >> s->fast_tbl_shift;
@@ -3123,7 +3148,10 @@ static void open_job(void *opaque)
     }
     s->l1pub = g_new0(Qcow2L1Pub, 1);
     s->l1pub->size = s->l1_size;
-    s->l1pub->e = s->l1;
+    s->l1pub->e = g_new0(uint64_t, MAX(s->l1_size, 1));
+    for (uint32_t i = 0; i < s->l1_size; i++) {
+        s->l1pub->e[i] = l1_fast_entry(s, s->l1[i]);
+    }
     s->fast_ok = s->cluster_size >= ra;
     s->fast_cmask = s->cluster_size - 1;
     s->fast_l1_shift = s->cluster_bits + s->info.l2_bits;
@@ -3200,6 +3228,9 @@ static void qcow2_close(BlockBackend *bs)
     }
     if (s->retired) {
         g_ptr_array_free(s->retired, true);
+    }
+    if (s->l1pub) {
+        g_free(s->l1pub->e);
     }
     g_free(s->l1pub);
     for (uint32_t i = 0; s->slots && i < s->nb_slots; i++) {
@@ -3494,17 +3525,19 @@ static void truncate_job(void *opaque)
         l1 = g_new0(uint64_t, entries);
         memcpy(l1, s->l1, (uint64_t)s->l1_size * 8);
         /* Lock-free readers may still hold the old table. */
-        g_ptr_array_add(s->retired, s->l1);
+        g_free(s->l1);
+        g_ptr_array_add(s->retired, s->l1pub->e);
         g_ptr_array_add(s->retired, s->l1pub);
-        s->l1 = l1;
-        s->l1_size = entries;
         {
             Qcow2L1Pub *pub = g_new0(Qcow2L1Pub, 1);
 
             pub->size = entries;
-            pub->e = l1;
+            pub->e = g_new0(uint64_t, entries);
+            memcpy(pub->e, s->l1pub->e, (uint64_t)s->l1_size * 8);
             __atomic_store_n(&s->l1pub, pub, __ATOMIC_RELEASE);
         }
+        s->l1 = l1;
+        s->l1_size = entries;
         s->l1_offset = off;
         s->info.h.l1_size = entries;
         s->info.h.l1_table_offset = off;
