@@ -56,7 +56,13 @@
  * ever name it.  The fast path may still use an entry it looked up just
  * before the entry changed, so a freed range also waits for a grace
  * period of the fast path's requests (reuse_poll()) before its refcount
- * drops.
+ * drops.  Every fast request is counted, also while nothing waits to be
+ * freed: a request that skipped the count while none was pending could
+ * have looked up an entry just before a discard changed it, and its I/O
+ * may last any time; nothing but a count dropped at its completion
+ * tells when it is over (the block layer keeps no in-flight count and
+ * has no drain to wait on), so the free would have no grace period to
+ * wait for.
  *
  * A new cluster handed out for the first time past the file's end at
  * open is a hole of the grown file, so it reads as zeroes: when the
@@ -184,6 +190,11 @@ static uint32_t qcow2_next_slot;                /* atomic */
 typedef struct BDRVQcow2State {
     BlockBackend *bs;
     BlockBackend *file;
+    /* The file node's driver's functions (its driver is set when it is
+     * made, like @file at open): qcow2_direct_go() calls them with no
+     * load of the driver. */
+    BlockDriverSubmitFunc *file_preadv;
+    BlockDriverSubmitFunc *file_pwritev;
     BlockBackend *backing;      /* NULL: none */
     BlockBackend *backing_file; /* the file node of a backing we opened */
     bool own_backing;
@@ -270,16 +281,18 @@ typedef struct BDRVQcow2State {
 
     /*
      * Fast path requests in flight (qcow2_submit()), counted by epoch:
-     * each takes a reference in refs[fast_eoff / 8] of its thread's
+     * each takes a reference in refs[0] or refs[1] (the epoch's:
+     * @fast_cur) of its thread's
      * slot before it looks at an L1 or L2 entry, and drops it when its
      * I/O is done.  A slot per thread (threads spread over FAST_SLOTS
      * round-robin, a cache line each) keeps the iothreads from bouncing
      * one line between them.
      */
     Qcow2FastSlot *fast;        /* FAST_SLOTS, cache line aligned */
-    /* The epoch, as the byte offset of its counter in a slot's refs
-     * (0 or 8: the fast path adds it as it is). */
-    uint32_t fast_eoff;         /* atomic */
+    /* The epoch, as the address of its counter in the first slot
+     * (&fast[0].refs[0] or [1]): the fast path adds its slot's offset
+     * to it, and nothing else. */
+    uint64_t *fast_cur;         /* atomic */
 
     Qcow2Decompressor *dec;
     uint8_t *cbuf;
@@ -1096,8 +1109,8 @@ static void reuse_poll(BDRVQcow2State *s)
             s->grace = s->quarantine;
             s->quarantine = t;
         }
-        s->grace_idx = s->fast_eoff / sizeof(uint64_t);
-        __atomic_store_n(&s->fast_eoff, s->fast_eoff ^ sizeof(uint64_t),
+        s->grace_idx = s->fast_cur - s->fast[0].refs;
+        __atomic_store_n(&s->fast_cur, &s->fast[0].refs[!s->grace_idx],
                          __ATOMIC_SEQ_CST);
     }
 }
@@ -1289,7 +1302,7 @@ static void l2_cache_clean(BDRVQcow2State *s)
  * cached, else false.
  */
 static inline bool l2_fast_entry(BDRVQcow2State *s, uint64_t key,
-                                 uint32_t byte, uint64_t *raw)
+                                 uint64_t byte, uint64_t *raw)
 {
     Qcow2L2Slot *set = l2_set_of(s, key);
 
@@ -2576,6 +2589,7 @@ static void fast_cb(void *opaque, int ret)
 static void fast_direct_cb(void *opaque, int ret)
 {
     BlockAIOCB *acb = opaque;
+    BlockCompletionFunc *cb = acb->filter_cb;
 
     /* The host cluster is no longer used: it may be reused. */
     __atomic_fetch_sub((uint64_t *)acb->filter_priv, 1, __ATOMIC_RELEASE);
@@ -2584,7 +2598,7 @@ static void fast_direct_cb(void *opaque, int ret)
      * acb->opaque are not put back: the control block is the caller's
      * again once its callback runs, and every submission sets them
      * (blk_submit()), as it sets the node and the offset we changed. */
-    acb->filter_cb(acb->filter_opaque, ret);
+    cb(acb->filter_opaque, ret);
 }
 
 /*
@@ -2630,6 +2644,11 @@ bool qcow2_direct_ok(BDRVQcow2State *s, const BlockAIOCB *acb, uint64_t at,
             !__atomic_load_n(&file->dirty_bitmaps, __ATOMIC_ACQUIRE));
 }
 
+G_STATIC_ASSERT(offsetof(BlockAIOCB, opaque) ==
+                offsetof(BlockAIOCB, cb) + sizeof(void *));
+G_STATIC_ASSERT(offsetof(BlockAIOCB, filter_opaque) ==
+                offsetof(BlockAIOCB, filter_cb) + sizeof(void *));
+
 /* qcow2_direct_ok() held: submit.  Last in its callers, so that the
  * driver's submission is a tail call. */
 static inline __attribute__((always_inline))
@@ -2638,8 +2657,10 @@ void qcow2_direct_go(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
 {
     BlockBackend *file = s->file;
 
-    acb->filter_cb = acb->cb;
-    acb->filter_opaque = acb->opaque;
+    /* The callback and its opaque saved as one 16-byte copy: a load and
+     * a store, not two of each (the pairs are adjacent: the assertions
+     * above). */
+    memcpy(&acb->filter_cb, &acb->cb, 2 * sizeof(void *));
     acb->cb = fast_direct_cb;
     acb->opaque = acb;
     /* Two plain stores: without this, GCC packs this one and the one
@@ -2648,9 +2669,9 @@ void qcow2_direct_go(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
     acb->blk = file;
     acb->offset = at;
     if (write) {
-        file->drv->bdrv_aio_pwritev(file, ctx, acb);
+        s->file_pwritev(file, ctx, acb);
     } else {
-        file->drv->bdrv_aio_preadv(file, ctx, acb);
+        s->file_preadv(file, ctx, acb);
     }
 }
 
@@ -2888,11 +2909,11 @@ static inline __attribute__((always_inline))
 void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
                        const bool write)
 {
-    uint32_t e = __atomic_load_n(&s->fast_eoff, __ATOMIC_ACQUIRE);
+    uint64_t *cur = __atomic_load_n(&s->fast_cur, __ATOMIC_ACQUIRE);
     uint32_t slot = qcow2_thread_slot;
     uint64_t *refs;
     const Qcow2L1Pub *l1;
-    uint64_t off, in, l1i, tb, l1e, at, raw;
+    uint64_t off, in, l1i, tb, l1e, at, raw, byte;
 
     if (unlikely(!slot)) {
         slot = __atomic_fetch_add(&qcow2_next_slot, 1, __ATOMIC_RELAXED) %
@@ -2900,7 +2921,7 @@ void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
         qcow2_thread_slot = slot;
     }
     /* (64-bit: the - 1 folds into the address computation) */
-    refs = (uint64_t *)((uint8_t *)s->fast + ((uintptr_t)slot - 1 + e));
+    refs = (uint64_t *)((uint8_t *)cur + ((uintptr_t)slot - 1));
     /* Counted before any entry is looked at (see reuse_poll()). */
     acb->filter_priv = refs;
     __atomic_fetch_add(refs, 1, __ATOMIC_SEQ_CST);
@@ -2925,8 +2946,11 @@ void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
         goto other;
     }
     tb = off >> s->fast_tbl_shift;
-    if (!l2_fast_entry(s, at + (tb & s->fast_key_mask),
-                       tb & s->fast_slice_mask, &raw) ||
+    byte = tb & s->fast_slice_mask;
+    /* The entry's byte in its slice now: then tb and the mask are not
+     * both live over the set's search, which needs no stack frame. */
+    __asm__("" : "+r"(byte));
+    if (!l2_fast_entry(s, at + (tb & s->fast_key_mask), byte, &raw) ||
         (raw & s->fast_l2_bad) || (write && !(raw & QCOW2_OFLAG_COPIED))) {
         goto other;
     }
@@ -3372,6 +3396,8 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
     bs->opaque = s;
     s->bs = bs;
     s->file = opts->file;
+    s->file_preadv = s->file->drv->bdrv_aio_preadv;
+    s->file_pwritev = s->file->drv->bdrv_aio_pwritev;
     s->writable = !opts->readonly;
     s->filename = g_strdup(opts->file->filename);
     s->cache_clean_interval = o ? o->cache_clean_interval : 0;
@@ -3394,6 +3420,7 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
             abort();
         }
         s->fast = memset(p, 0, FAST_SLOTS * sizeof(Qcow2FastSlot));
+        s->fast_cur = s->fast[0].refs;
     }
     if (s->writable && opts->file->readonly) {
         g_set_error(errp, VB_ERROR, 0, "Block node is read-only: the file "
