@@ -660,6 +660,11 @@ uint32_t blk_get_physical_block_size(BlockBackend *blk)
     return blk->bl.physical_block_size;
 }
 
+uint32_t blk_get_request_alignment(BlockBackend *blk)
+{
+    return MAX(blk->bl.request_alignment, 1u);
+}
+
 uint32_t blk_get_optimal_io_size(BlockBackend *blk)
 {
     return blk->bl.opt_io_size;
@@ -875,7 +880,8 @@ void blk_aio_pwrite_zeroes(BlockBackend *blk, BlockAIOCB *acb,
                            BlockCompletionFunc *cb, void *opaque)
 {
     blk_submit(blk, acb, BLK_REQ_WRITE_ZEROES,
-               blk->drv->bdrv_aio_pwrite_zeroes, flags & BDRV_REQ_MAY_UNMAP,
+               blk->drv->bdrv_aio_pwrite_zeroes,
+               flags & (BDRV_REQ_MAY_UNMAP | BDRV_REQ_NO_FALLBACK),
                offset, bytes, NULL, 0, cb, opaque);
 }
 

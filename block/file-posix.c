@@ -753,6 +753,9 @@ static int raw_do_write_zeroes(BlockBackend *blk, uint64_t offset,
         if (!raw_unsupported(errno)) {
             return -errno;
         }
+        if (flags & BDRV_REQ_NO_FALLBACK) {
+            return -ENOTSUP;
+        }
         return raw_write_zero_buffer(blk, offset, bytes);
     }
     if (flags & BDRV_REQ_MAY_UNMAP) {
@@ -770,6 +773,9 @@ static int raw_do_write_zeroes(BlockBackend *blk, uint64_t offset,
     }
     if (!raw_unsupported(errno)) {
         return -errno;
+    }
+    if (flags & BDRV_REQ_NO_FALLBACK) {
+        return -ENOTSUP;
     }
     return raw_write_zero_buffer(blk, offset, bytes);
 }

@@ -185,6 +185,7 @@ struct BDRVNBDState {
     /* What the server said at open. */
     uint64_t size;
     bool server_ro, can_flush, can_fua, can_trim, can_zero, base_alloc;
+    bool can_fast_zero;
     uint32_t min_block;         /* 1 when the server says nothing */
     uint32_t max_payload;
     GMutex lock;                /* the slots of @conns */
@@ -392,6 +393,7 @@ static void nbd_conn_ready(NbdConn *c)
                (s->can_fua && nbd_can_fua(c->h) <= 0) ||
                (s->can_trim && nbd_can_trim(c->h) <= 0) ||
                (s->can_zero && nbd_can_zero(c->h) <= 0) ||
+               (s->can_fast_zero && nbd_can_fast_zero(c->h) <= 0) ||
                (s->base_alloc &&
                 nbd_can_meta_context(c->h, NBD_META_BASE_ALLOCATION) <= 0)) {
         changed = "a command it took at open";
@@ -950,6 +952,14 @@ static void nbd_conn_issue(NbdConn *c, BlockAIOCB *acb)
             }
             break;
         }
+        if (!trim && (acb->flags & BDRV_REQ_NO_FALLBACK)) {
+            /* The server says whether its zeroes are fast, if it can */
+            if (!s->can_fast_zero) {
+                acb->engine_priv[PRIV_ERR] = ENOTSUP;
+                break;
+            }
+            fl |= LIBNBD_CMD_FLAG_FAST_ZERO;
+        }
         while (left) {
             uint64_t n = MIN(left, NBD_MAX_EFFECT_LEN);
 
@@ -1330,6 +1340,7 @@ static bool nbd_drv_open(BlockBackend *bs, const BlockOptions *opts,
     s->can_fua = nbd_can_fua(h) > 0;
     s->can_trim = nbd_can_trim(h) > 0;
     s->can_zero = nbd_can_zero(h) > 0;
+    s->can_fast_zero = nbd_can_fast_zero(h) > 0;
     s->base_alloc = nbd_can_meta_context(h, NBD_META_BASE_ALLOCATION) > 0;
     minb = nbd_get_block_size(h, LIBNBD_SIZE_MINIMUM);
     prefb = nbd_get_block_size(h, LIBNBD_SIZE_PREFERRED);

@@ -78,6 +78,8 @@
 #include "block/qcow2-options.h"
 #include "block/file.h"
 
+#include <sys/mman.h>
+
 #define QCOW2_OFLAG_COPIED      (1ull << 63)
 #define QCOW2_OFLAG_COMPRESSED  (1ull << 62)
 #define QCOW2_OFLAG_ZERO        1ull
@@ -158,6 +160,17 @@ typedef struct Qcow2Async {
     QSIMPLEQ_ENTRY(Qcow2Async) done;
 } Qcow2Async;
 
+/* L2 slices loaded at once for the queued requests (l2_prefetch()). */
+#define L2_PREFETCH_MAX 32
+
+typedef struct Qcow2Prefetch {
+    BlockAIOCB acb;
+    struct iovec iov;
+    Qcow2L2Slot *slot;
+    int ret;
+    bool done;
+} Qcow2Prefetch;
+
 /* Data writes in flight at most (each holds its clusters' buffer). */
 #define MAX_ASYNC 32
 
@@ -226,7 +239,11 @@ typedef struct BDRVQcow2State {
     uint32_t nb_sets;           /* slots are L2_WAYS-way sets */
     uint64_t set_scale;         /* nb_sets * L2_SET_BYTES: l2_set_off() */
     Qcow2L2Slot *slots;
+    uint8_t *slot_mem;          /* the slots' data, one mapping */
+    size_t slot_mem_len;
     uint64_t clock;
+    /* l2_prefetch(): the slices being loaded together (metadata thread) */
+    Qcow2Prefetch pf[L2_PREFETCH_MAX];
     Qcow2L1Pub *l1pub;          /* atomic: published to the fast path */
     GPtrArray *retired;         /* old L1 tables, freed at close */
     bool fast_ok;               /* clusters are whole direct I/O blocks */
@@ -248,6 +265,7 @@ typedef struct BDRVQcow2State {
     uint64_t fast_key_mask;     /* fast_tbl_mask & ~fast_slice_mask */
     uint64_t fast_l2_bad;
     uint64_t slow_requests;     /* atomic: qcow2_slow_requests() */
+    uint64_t l2_prefetched;     /* atomic: qcow2_l2_prefetched() */
     bool autoclear_pending;     /* atomic: autoclear bits to clear at
                                  * the first write (no fast writes) */
 
@@ -1243,6 +1261,120 @@ static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
     return slot;
 }
 
+/* The slice of guest cluster @vc (0: it has no L2 table, or its L1
+ * entry is not valid: the request's own lookup will say so). */
+static uint64_t l2_key_of(BDRVQcow2State *s, uint64_t vc)
+{
+    uint64_t l1_index = vc >> s->info.l2_bits;
+    const char *why;
+    Qcow2L1Entry l1e;
+
+    if (l1_index >= s->l1_size ||
+        qcow2_l1_decode(&s->info, s->l1[l1_index], &l1e, &why) < 0 ||
+        !l1e.l2_offset) {
+        return 0;
+    }
+    return l2_slice_key(s, l1e.l2_offset, vc & (s->info.l2_entries - 1));
+}
+
+/* Is slice @key cached (or loading)?  Then it counts as just used: a
+ * prefetch does not evict what an earlier request of its batch needs. */
+static bool l2_cached(BDRVQcow2State *s, uint64_t key)
+{
+    Qcow2L2Slot *set = l2_set_of(s, key);
+
+    for (int w = 0; w < L2_WAYS; w++) {
+        if (set[w].key == key) {
+            set[w].used = ++s->clock;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void prefetch_cb(void *opaque, int ret)
+{
+    Qcow2Prefetch *pf = opaque;
+
+    pf->ret = ret;
+    pf->done = true;
+}
+
+/*
+ * Load the uncached slices of @keys (@n of them, 0 and duplicates
+ * skipped) into the cache together, all reads in flight at once, and
+ * return once they are all done.  A request whose lookup misses waits
+ * for one slice read; the requests queued behind it would each wait for
+ * theirs in turn, so a sparse image read at random at depth 32 went at
+ * one slice read at a time.  This only fills the cache with what the
+ * file holds for slices the cache does not have (for those the file is
+ * the truth: a slice changed in the cache stays there until written),
+ * the way l2_slice_get() does, so it changes no request's result.  A
+ * slice is skipped rather than loaded where loading it would need a
+ * write first (its set's victim is dirty), a bounce buffer (a child
+ * with a coarser alignment than the slice), or a slot another slice of
+ * this batch is using; its request loads it on its own as before.  A
+ * failed read leaves its slot empty: the request's own load reports it.
+ */
+static void l2_prefetch(BDRVQcow2State *s, const uint64_t *keys, uint32_t n)
+{
+    uint32_t m = 0;
+
+    for (uint32_t i = 0; i < n && m < L2_PREFETCH_MAX; i++) {
+        uint64_t key = keys[i], a, e;
+        Qcow2L2Slot *set, *victim = NULL;
+
+        if (!key || l2_cached(s, key) ||
+            sio_widen(s->file, key, s->slice_size, &a, &e)) {
+            continue;
+        }
+        set = l2_set_of(s, key);
+        for (int w = 0; w < L2_WAYS; w++) {
+            Qcow2L2Slot *c = &set[w];
+
+            if (c->seq & 1) {
+                continue;       /* loading for this batch */
+            }
+            if (!c->key) {
+                victim = c;
+                break;
+            }
+            if (!victim || c->used < victim->used) {
+                victim = c;
+            }
+        }
+        if (!victim || victim->dirty) {
+            continue;
+        }
+        /* Odd until loaded: the fast path does not use it meanwhile,
+         * and this loop does not pick it again. */
+        slot_begin(victim);
+        __atomic_store_n(&victim->key, key, __ATOMIC_RELAXED);
+        s->pf[m].slot = victim;
+        s->pf[m].done = false;
+        s->pf[m].iov = (struct iovec){ victim->data, s->slice_size };
+        m++;
+    }
+    for (uint32_t i = 0; i < m; i++) {
+        blk_aio_preadv(s->file, &s->pf[i].acb, s->pf[i].slot->key,
+                       &s->pf[i].iov, 1, prefetch_cb, &s->pf[i]);
+    }
+    for (uint32_t i = 0; i < m; i++) {
+        Qcow2Prefetch *pf = &s->pf[i];
+
+        while (!pf->done) {
+            aio_poll(s->ctx, true);
+        }
+        if (pf->ret < 0) {
+            __atomic_store_n(&pf->slot->key, 0, __ATOMIC_RELAXED);
+        } else {
+            __atomic_add_fetch(&s->l2_prefetched, 1, __ATOMIC_RELAXED);
+        }
+        pf->slot->used = ++s->clock;
+        slot_end(pf->slot);
+    }
+}
+
 static void slot_drop(Qcow2L2Slot *slot)
 {
     slot_begin(slot);
@@ -1288,9 +1420,26 @@ static gboolean rc_block_clean(gpointer k, gpointer v, gpointer opaque)
  * tables wait for the next flush). */
 static void l2_cache_clean(BDRVQcow2State *s)
 {
+    /* Slots per page (or one slot of a page or more). */
+    size_t unit = MAX((size_t)s->slice_size, (size_t)sysconf(_SC_PAGESIZE));
+    uint32_t per = unit / s->slice_size;
+
     for (uint32_t i = 0; i < s->nb_slots; i++) {
         if (s->slots[i].key && !s->slots[i].dirty) {
             slot_drop(&s->slots[i]);
+        }
+    }
+    /* The memory of the empty ones back to the system: a lock-free
+     * reader still reading one sees zeroes, and its sequence check
+     * (the slot changed) discards what it read. */
+    for (uint32_t i = 0; i + per <= s->nb_slots; i += per) {
+        bool empty = true;
+
+        for (uint32_t j = i; j < i + per; j++) {
+            empty &= !s->slots[j].key;
+        }
+        if (empty) {
+            madvise(s->slots[i].data, unit, MADV_DONTNEED);
         }
     }
     g_hash_table_foreach_remove(s->rc_cache, rc_block_clean, NULL);
@@ -2424,8 +2573,37 @@ static gpointer qcow2_thread(gpointer opaque)
             continue;
         }
         if (acb) {
+            uint64_t keys[L2_PREFETCH_MAX * 2];
+            uint32_t nk = 0;
+
+            uint64_t key0 = acb->bytes ?
+                l2_key_of(s, acb->offset >> s->cluster_bits) : 0;
+
             QSIMPLEQ_REMOVE_HEAD(&s->reqs, next);
+            if (key0 && !l2_cached(s, key0)) {
+                /* A miss: load the slices of the queued requests with
+                 * it (the queue is only appended to meanwhile). */
+                BlockAIOCB *q = acb;
+
+                while (q && nk + 2 <= ARRAY_SIZE(keys)) {
+                    if (q->bytes) {
+                        uint64_t first = q->offset >> s->cluster_bits;
+                        uint64_t last = (q->offset + q->bytes - 1) >>
+                                        s->cluster_bits;
+
+                        keys[nk++] = l2_key_of(s, first);
+                        if (last != first) {
+                            keys[nk++] = l2_key_of(s, last);
+                        }
+                    }
+                    q = q == acb ? QSIMPLEQ_FIRST(&s->reqs)
+                                 : QSIMPLEQ_NEXT(q, next);
+                }
+            }
             g_mutex_unlock(&s->lock);
+            if (nk) {
+                l2_prefetch(s, keys, nk);
+            }
             qcow2_async_wait_for(s, acb);
             if (acb->type == BLK_REQ_BLOCK_STATUS) {
                 AioContext *ctx = (AioContext *)(uintptr_t)acb->engine_priv[0];
@@ -3192,9 +3370,23 @@ static void open_job(void *opaque)
     s->reserve = g_new0(int64_t, s->res_max);
     /* Version 2 has no autoclear field (the parser leaves it 0). */
     s->autoclear_pending = s->info.h.autoclear_features != 0;
+    /* One mapping for every slot's data: each slice aligned to its size
+     * (so a direct-I/O load needs no bounce buffer), and the pages of
+     * emptied slots can be given back (l2_cache_clean()).  Untouched
+     * pages cost no memory. */
+    s->slot_mem_len = (size_t)s->nb_slots * s->slice_size;
+    s->slot_mem = mmap(NULL, s->slot_mem_len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (s->slot_mem == MAP_FAILED) {
+        s->slot_mem = NULL;
+        open_fail(s, "%s: cannot allocate the L2 cache (%zu bytes): %s; "
+                  "set a smaller l2-cache-size", s->filename,
+                  s->slot_mem_len, strerror(errno));
+        return;
+    }
     s->slots = g_new0(Qcow2L2Slot, s->nb_slots);
     for (uint32_t i = 0; i < s->nb_slots; i++) {
-        s->slots[i].data = g_malloc(s->slice_size);
+        s->slots[i].data = s->slot_mem + (size_t)i * s->slice_size;
     }
     {
         uint64_t size = o && o->refcount_cache_size ?
@@ -3257,8 +3449,8 @@ static void qcow2_close(BlockBackend *bs)
         g_free(s->l1pub->e);
     }
     g_free(s->l1pub);
-    for (uint32_t i = 0; s->slots && i < s->nb_slots; i++) {
-        g_free(s->slots[i].data);
+    if (s->slot_mem) {
+        munmap(s->slot_mem, s->slot_mem_len);
     }
     g_free(s->slots);
     if (s->rc_cache) {
@@ -3941,6 +4133,13 @@ uint64_t qcow2_slow_requests(BlockBackend *blk)
     BDRVQcow2State *s = blk->opaque;
 
     return __atomic_load_n(&s->slow_requests, __ATOMIC_RELAXED);
+}
+
+uint64_t qcow2_l2_prefetched(BlockBackend *blk)
+{
+    BDRVQcow2State *s = blk->opaque;
+
+    return __atomic_load_n(&s->l2_prefetched, __ATOMIC_RELAXED);
 }
 
 static void qcow2_get_info(BlockBackend *bs, BlockDriverInfo *bdi)

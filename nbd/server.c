@@ -17,9 +17,10 @@
  * Untrusted input: every length and offset a client sends is checked
  * against what the option or the image allows before anything is read
  * into a buffer or submitted.  An option or request we can answer gets an
- * error reply; one after which we cannot find the next message again (a
- * bad magic, a WRITE longer than NBD_MAX_BUFFER_SIZE, an oversized option)
- * closes the connection.  Either way only that client is affected.
+ * error reply (a WRITE we refuse, even one longer than
+ * NBD_MAX_BUFFER_SIZE, has its payload read and dropped); one after which
+ * we cannot find the next message again (a bad magic, an oversized
+ * option) closes the connection.  Either way only that client is affected.
  *
  * Lifetime: a connection holds a reference on itself until it has
  * finished (closed and nothing in flight in the block layer); bottom
@@ -515,12 +516,18 @@ static NbdExport *nbd_export_lookup(NbdServer *srv, const uint8_t *name,
 static uint16_t nbd_export_tflags(NbdClient *c, NbdExport *e)
 {
     uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH |
-                 NBD_FLAG_SEND_FUA;
+                 NBD_FLAG_SEND_FUA | NBD_FLAG_SEND_CACHE;
 
     if (!e->writable) {
         f |= NBD_FLAG_READ_ONLY;
     } else {
-        f |= NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
+        /* Not for a node that cannot (an NBD node whose server has no
+         * write-zeroes): the client then writes zeroes as data, where
+         * we could only answer ENOTSUP, which the specification keeps
+         * for FAST_ZERO. */
+        if (blk_can_write_zeroes(e->blk)) {
+            f |= NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
+        }
         if (e->discard != BLOCK_DISCARD_OFF) {
             f |= NBD_FLAG_SEND_TRIM;
         }
@@ -629,13 +636,18 @@ static void nbd_opt_info_go(NbdClient *c)
     if (want_desc && e->description) {
         nbd_opt_info_string(c, NBD_INFO_DESCRIPTION, e->description);
     }
-    /* The block layer handles any alignment for us (bounce buffers,
-     * read-modify-write); preferred: the device's own block. */
-    min_block = 1;
+    /* The block layer does no read-modify-write: a read or write not
+     * aligned to the node's request alignment (its logical block under
+     * O_DIRECT) fails with EINVAL, so that is the minimum we announce;
+     * a client that did not ask still gets EINVAL, cleanly, as the
+     * specification allows.  It is a power of two; the protocol's
+     * limit is 64 KiB.  Preferred: the device's own block. */
+    min_block = MIN(blk_get_request_alignment(e->blk), 65536u);
     nbd_opt_reply(c, NBD_REP_INFO, 14);
     nbd_out_u16(c, NBD_INFO_BLOCK_SIZE);
     nbd_out_u32(c, min_block);
-    nbd_out_u32(c, MAX(blk_get_physical_block_size(e->blk), 4096u));
+    nbd_out_u32(c, MAX(MAX(blk_get_physical_block_size(e->blk), 4096u),
+                       min_block));
     nbd_out_u32(c, NBD_MAX_BUFFER_SIZE);
     nbd_opt_reply(c, NBD_REP_INFO, 12);
     nbd_out_u16(c, NBD_INFO_EXPORT);
@@ -657,6 +669,11 @@ static void nbd_opt_meta(NbdClient *c)
     bool base = false;
     NbdExport *e;
 
+    if (set) {
+        /* It replaces what an earlier one chose, failing or not */
+        c->meta_exp = NULL;
+        c->meta_base = false;
+    }
     if (!c->structured) {
         nbd_opt_error(c, NBD_REP_ERR_INVALID, "negotiate "
                       "NBD_OPT_STRUCTURED_REPLY before metadata contexts");
@@ -1023,7 +1040,8 @@ static void nbd_req_complete(NbdReq *r)
         return;
     }
     if (!structured) {
-        nbd_req_simple_reply(r, r->type == NBD_CMD_READ && !r->err);
+        nbd_req_simple_reply(r, r->type == NBD_CMD_READ && !r->err &&
+                             r->len);
     } else if (r->err) {
         /* error u32, message length u16 (no message) */
         nbd_req_chunk(r, NBD_REPLY_TYPE_ERROR, 6);
@@ -1031,6 +1049,12 @@ static void nbd_req_complete(NbdReq *r)
         nbd_st16(r->hdr + 24, 0);
         r->out[0].iov_base = r->hdr;
         r->out[0].iov_len = 26;
+        r->n_out = 1;
+    } else if (r->type == NBD_CMD_READ && !r->len) {
+        /* An OFFSET_DATA chunk may not be empty */
+        nbd_req_chunk(r, NBD_REPLY_TYPE_NONE, 0);
+        r->out[0].iov_base = r->hdr;
+        r->out[0].iov_len = 20;
         r->n_out = 1;
     } else if (r->type == NBD_CMD_READ) {
         nbd_req_chunk(r, NBD_REPLY_TYPE_OFFSET_DATA, 8 + r->len);
@@ -1153,17 +1177,35 @@ static bool nbd_req_in_range(NbdClient *c, NbdReq *r)
  * NBD_SUCCESS or the error to answer. */
 static int nbd_req_check(NbdClient *c, NbdReq *r)
 {
-    const uint16_t known = NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE |
-                           NBD_CMD_FLAG_DF | NBD_CMD_FLAG_REQ_ONE |
-                           NBD_CMD_FLAG_FAST_ZERO;
     bool writes = r->type == NBD_CMD_WRITE || r->type == NBD_CMD_TRIM ||
                   r->type == NBD_CMD_WRITE_ZEROES;
+    /* FUA goes with every command; the others only with the command
+     * the specification documents them for (DF: once negotiated), and
+     * the specification asks for EINVAL on any other. */
+    uint16_t valid = NBD_CMD_FLAG_FUA;
 
-    if (r->flags & ~known) {
+    switch (r->type) {
+    case NBD_CMD_READ:
+        if (c->tflags & NBD_FLAG_SEND_DF) {
+            valid |= NBD_CMD_FLAG_DF;
+        }
+        break;
+    case NBD_CMD_WRITE_ZEROES:
+        valid |= NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO;
+        break;
+    case NBD_CMD_BLOCK_STATUS:
+        valid |= NBD_CMD_FLAG_REQ_ONE;
+        break;
+    }
+    if (r->flags & ~valid) {
         return NBD_EINVAL;
     }
     if (writes && !c->exp->writable) {
         return NBD_EPERM;
+    }
+    if (r->type == NBD_CMD_WRITE_ZEROES &&
+        !(c->tflags & NBD_FLAG_SEND_WRITE_ZEROES)) {
+        return NBD_EINVAL;      /* not offered */
     }
     if (r->type != NBD_CMD_FLUSH && !nbd_req_in_range(c, r)) {
         /* Past the end: a write gets ENOSPC, as the specification asks */
@@ -1188,7 +1230,11 @@ static void nbd_req_submit(NbdClient *c, NbdReq *r)
     }
     switch (r->type) {
     case NBD_CMD_READ:
-        if (!r->len || r->len > NBD_MAX_BUFFER_SIZE) {
+        if (!r->len) {
+            /* Unspecified; answered as an empty success, as QEMU does */
+            break;
+        }
+        if (r->len > NBD_MAX_BUFFER_SIZE) {
             r->err = NBD_EINVAL;
         } else if (!nbd_req_reserve(r, r->len)) {
             r->err = NBD_ENOMEM;
@@ -1239,11 +1285,22 @@ static void nbd_req_submit(NbdClient *c, NbdReq *r)
         if (!(r->flags & NBD_CMD_FLAG_NO_HOLE)) {
             flags |= BDRV_REQ_MAY_UNMAP;
         }
+        if (r->flags & NBD_CMD_FLAG_FAST_ZERO) {
+            /* Not by writing buffers of zeroes (a file system without
+             * FALLOC_FL_ZERO_RANGE, a device without BLKZEROOUT):
+             * ENOTSUP then, at once, as the specification asks */
+            flags |= BDRV_REQ_NO_FALLBACK;
+        }
         r->flush_after = r->flags & NBD_CMD_FLAG_FUA;
         c->in_block++;
         blk_aio_pwrite_zeroes(blk, &r->acb, r->offset, r->len, flags,
                               nbd_req_done, r);
         return;
+    case NBD_CMD_CACHE:
+        /* Advisory: there is no cache of ours to fill (the node is read
+         * through the host's page cache, or with O_DIRECT), so the
+         * range check above is all there is to it. */
+        break;
     case NBD_CMD_BLOCK_STATUS:
         if (!c->structured || !c->meta_base || !r->len) {
             r->err = NBD_EINVAL;
@@ -1285,19 +1342,17 @@ static void nbd_client_parse_request(NbdClient *c)
     r->offset = nbd_ld64(c->hdr + 16);
     r->len = nbd_ld32(c->hdr + 24);
     if (r->type == NBD_CMD_WRITE) {
-        /* Its payload follows whatever we think of it; one longer than
-         * any we accept is not worth reading past: a client sending it
-         * does not follow the protocol. */
-        if (r->len > NBD_MAX_BUFFER_SIZE) {
-            nbd_req_release(c, r);
-            nbd_client_close(c);
-            return;
-        }
         nbd_req_started(c, r);
         c->cur = r;
         c->payload_got = 0;
-        /* One we will refuse is dropped as it comes, never buffered. */
+        /* One we will refuse is dropped as it comes, never buffered;
+         * so is one longer than the maximum payload we advertise: the
+         * specification asks a server not to disconnect for that, and
+         * dropping it costs a read per 4 KiB, no memory. */
         r->err = nbd_req_check(c, r);
+        if (!r->err && r->len > NBD_MAX_BUFFER_SIZE) {
+            r->err = NBD_EINVAL;
+        }
         if (r->err) {
             c->phase = NBD_PHASE_REQ_SKIP;
         } else if (!nbd_req_reserve(r, r->len)) {

@@ -17,8 +17,10 @@ PKGS=(
     cpio zstd xz-utils kmod dpkg-dev util-linux e2fsprogs strace
     python3     # QMP client of tests/functional/test-migration.sh
     # NBD clients we did not write, and certificates for the TLS cases
-    # (tests/integration/test-nbd-server.py)
-    libnbd-bin gnutls-bin
+    # (tests/integration/test-nbd-server.py); an NBD server we did not
+    # write either, with filters that take commands away (its nozero
+    # case)
+    libnbd-bin gnutls-bin nbdkit
     # promtool and a Prometheus server for tests/functional/test-metrics.sh;
     # the tests run their own instance (own config, data dir and port) and
     # neither use nor disturb a system prometheus service

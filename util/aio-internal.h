@@ -137,6 +137,11 @@ bool aio_context_setup(AioContext *ctx, GError **errp);
 void aio_context_teardown(AioContext *ctx);
 /* util/async.c */
 void aio_context_set_current(AioContext *ctx);
+/*
+ * util/aio-posix.c: true if the calling thread is inside aio_poll() of
+ * @ctx (it is the owner and is running, not sleeping).  Any thread.
+ */
+bool aio_in_own_poll(AioContext *ctx);
 /* util/async.c: run and clear the engine slots' cleanups (owner thread,
  * loop not running); aio_context_free() does it too. */
 void aio_context_cleanup_local(AioContext *ctx);

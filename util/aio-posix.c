@@ -64,13 +64,14 @@
  *     we came back to look) was there before any spinning and
  *     epoll_wait() would not have slept for it: it neither costs nor
  *     saves, but counts as a hit for the shrink (the window serves such
- *     a peer: while it is open the peer need not kick).  Our own
- *     notification found that way (a bottom half the last iteration
- *     scheduled, e.g. the null engine's completions) says nothing about
- *     the peer and is not fed to the policy at all; counting it as a
- *     saved sleep kept the window open under a steady request rate where
- *     spinning caught nothing (docs/benchmarks.md, "Polling must pay for
- *     itself").
+ *     a peer: while it is open the peer need not kick).  A
+ *     notification found that way that is not the peer's (a bottom half
+ *     scheduled from outside the loop) says nothing about the peer and
+ *     is not fed to the policy at all; counting it as a saved sleep kept
+ *     the window open under a steady request rate where spinning caught
+ *     nothing (docs/benchmarks.md, "Polling must pay for itself").  The
+ *     loop's own bottom halves (e.g. the null engine's completions)
+ *     notify nothing: see aio_in_own_poll().
  * A window of 0 spends and saves nothing, so the account cannot move;
  * what restarts polling is a probe: after a near wait (or a first-look
  * hit: a peer that answers that fast need not kick while we poll), the
@@ -115,6 +116,23 @@ void aio_context_driver_polls_add(AioContext *ctx, int delta)
     assert(delta > 0 || n > 0);
     atomic_store_explicit(&ctx->driver_polls, n + delta,
                           memory_order_relaxed);
+}
+
+/* The context whose aio_poll() this thread is in (see aio_in_own_poll()). */
+static __thread AioContext *aio_polling_ctx;
+
+/*
+ * Any thread.  True means the caller runs the loop and will look at
+ * bh_pending before it sleeps again.  Not so for a signal handler that
+ * runs on this thread between that look and epoll_wait(): a bottom half
+ * it scheduled without a notification would wait for the next event.
+ * No handler here schedules one (the daemon takes its signals through a
+ * signalfd; the SIGBUS and SIGSYS handlers touch no context); one that
+ * must, calls aio_notify() itself.
+ */
+bool aio_in_own_poll(AioContext *ctx)
+{
+    return aio_polling_ctx == ctx;
 }
 
 static int64_t aio_clock_ns(void)
@@ -590,10 +608,12 @@ bool aio_poll(AioContext *ctx, bool blocking)
     bool may_sleep = false;
     bool poll_on;
     int timeout, n;
+    AioContext *outer = aio_polling_ctx;
 
     /* Nested event loops are forbidden (see aio.h). */
     assert(!ctx->in_poll);
     ctx->in_poll = true;
+    aio_polling_ctx = ctx;
     aio_context_set_current(ctx);
     aio_stat_inc(&ctx->iterations);
 
@@ -691,6 +711,7 @@ bool aio_poll(AioContext *ctx, bool blocking)
         }
     }
 
+    aio_polling_ctx = outer;
     ctx->in_poll = false;
     return progress;
 }

@@ -167,8 +167,18 @@ static void aio_bh_enqueue(QEMUBH *bh, unsigned new_flags)
         do {
             bh->pending_next = head;
         } while (!atomic_compare_exchange_weak(&ctx->bh_pending, &head, bh));
-        /* @bh may be freed by the loop from here on; use only @ctx. */
-        aio_notify(ctx);
+        /*
+         * @bh may be freed by the loop from here on; use only @ctx.
+         * The owner scheduling from inside its own aio_poll() (a handler,
+         * a BH, e.g. the null engine's completions) needs no notification:
+         * it runs the BHs before returning or looks at bh_pending before
+         * it sleeps.  Setting ctx->notified would only make its next
+         * iteration an epoll_wait(0) that finds nothing: one syscall and
+         * one iteration per request at a fixed request rate.
+         */
+        if (!aio_in_own_poll(ctx)) {
+            aio_notify(ctx);
+        }
     }
 }
 

@@ -284,6 +284,10 @@ typedef struct BlockDriverInfo {
 /* write (qcow2 only): write only the clusters still unallocated in the
  * node, checked where its allocations are serialised (block-stream). */
 #define BDRV_REQ_IF_UNALLOCATED 0x4
+/* write-zeroes: fail with -ENOTSUP rather than write buffers of zeroes
+ * (NBD's FAST_ZERO: the client would rather write them itself).
+ * Drivers that cannot tell ignore it. */
+#define BDRV_REQ_NO_FALLBACK 0x8
 
 /*
  * Per-request control block, owned by the caller.  The fields are private
@@ -382,6 +386,9 @@ bool blk_is_block_device(BlockBackend *blk);
 /* Logical block size of the device (512 for files); O_DIRECT alignment. */
 uint32_t blk_get_logical_block_size(BlockBackend *blk);
 uint32_t blk_get_physical_block_size(BlockBackend *blk);
+/* What offsets and lengths of reads and writes must be multiples of
+ * (1: anything goes); others fail with -EINVAL. */
+uint32_t blk_get_request_alignment(BlockBackend *blk);
 /* Optimal I/O size in bytes (e.g. an RBD image's object size), 0 if
  * the driver does not know one. */
 uint32_t blk_get_optimal_io_size(BlockBackend *blk);

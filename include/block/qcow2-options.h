@@ -28,6 +28,10 @@ typedef struct BlockQcow2Options {
  * did not take the lock-free fast path (tests).  Any thread. */
 uint64_t qcow2_slow_requests(BlockBackend *blk);
 
+/* L2 slices loaded ahead for the requests queued behind a cache miss
+ * (tests, benchmarks).  Any thread. */
+uint64_t qcow2_l2_prefetched(BlockBackend *blk);
+
 /*
  * Main thread: make @backing the backing node of @bs, a writable qcow2
  * node opened without one (backing=null) that nobody uses yet: its

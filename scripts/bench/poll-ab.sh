@@ -21,10 +21,15 @@
 # >= 2.5 x QSD and >= 0.95 x old (and pre-rule); rate20k / rate100k CPU
 # per I/O <= 1.1 x old and <= 0.5 x QSD; halt and poll IOPS no lower than
 # old (>= 0.95 x, for the noise).
+# With -s, perf stat also counts each daemon's syscalls during each run
+# (raw_syscalls:sys_enter, and epoll_wait() calls with a timeout of 0, which
+# find work without sleeping): per I/O, these counts do not depend on the
+# machine's load the way CPU time does (they need perf and tracepoint
+# access: root, or kernel.perf_event_paranoid <= -1).
 #
 # Usage: scripts/bench/poll-ab.sh -a OLD_BUILDDIR [-b NEW_BUILDDIR]
 #            [-c PRERULE_BUILDDIR] [-r REPS] [-t SECONDS] [-f FILE]
-#            [-o OUTDIR] [-D DAEMON_OPTS] [--cells "..."]
+#            [-o OUTDIR] [-D DAEMON_OPTS] [-s] [--cells "..."]
 #   -a  the current policy's build (e.g. a build of main)
 #   -b  the build under test (default: build)
 #   -c  optional third build: the policy before the cost account (e7847c2)
@@ -33,6 +38,7 @@
 #       compare.sh does, 1 GiB of random data, if missing)
 #   -o  output directory (default /var/tmp/vhost-blk-poll-ab)
 #   -D  options for both vhost-blkd builds (default --poll-host-check off)
+#   -s  count the daemons' syscalls with perf stat (see above)
 #   --cells  a subset of: {sat,rate20k,rate100k,halt,poll}-{null,file}
 #            (default: all ten)
 set -u
@@ -40,11 +46,12 @@ srcdir=$(cd "$(dirname "$0")/../.." && pwd)
 old=; new=$srcdir/build; pre=; reps=3; runtime=2
 file=/var/tmp/vhost-blk-compare.img; out=/var/tmp/vhost-blk-poll-ab
 dopts="--poll-host-check off"
+sys=
 cells=
 for e in null file; do
     for k in sat rate20k rate100k halt poll; do cells="$cells $k-$e"; done
 done
-usage() { sed -n '3,37p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,43p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
     case $1 in
     -a) old=$2; shift ;;
@@ -55,6 +62,7 @@ while [ $# -gt 0 ]; do
     -f) file=$2; shift ;;
     -o) out=$2; shift ;;
     -D) dopts=$2; shift ;;
+    -s) sys=1 ;;
     --cells) cells=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "poll-ab.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -73,6 +81,10 @@ for b in "${builds[@]}"; do
 done
 BENCH=$new/tools/vhost-blk-bench
 [ -x "$BENCH" ] || die "$BENCH not found (build $new first)"
+if [ -n "$sys" ]; then
+    perf stat -x, -o /dev/null -e raw_syscalls:sys_enter true 2> /dev/null ||
+        die "-s: perf stat cannot count raw_syscalls:sys_enter (install linux-perf, run as root or lower kernel.perf_event_paranoid)"
+fi
 QSD=${QEMU_STORAGE_DAEMON:-qemu-storage-daemon}
 command -v "$QSD" > /dev/null ||
     die "qemu-storage-daemon not installed (apt-get install qemu-system-common)"
@@ -166,13 +178,28 @@ for r in $(seq "$reps"); do
                 echo "poll-ab.sh: $n ($be) exited:" >&2
                 cat "$tmp/$n-$be.log" >&2; exit 1; }
             l=$(cut -d' ' -f1 /proc/loadavg); t0=$(ticks "$p"); v0=$(vcsw "$p")
+            sc=
+            if [ -n "$sys" ]; then
+                perf stat -x, -o "$tmp/perf.txt" -e raw_syscalls:sys_enter \
+                    -e syscalls:sys_enter_epoll_wait --filter 'timeout == 0' \
+                    -p "$p" 2> /dev/null &
+                perfpid=$!
+                # perf needs a moment to attach; an idle daemon sleeps in
+                # one epoll_wait(), so the margin counts next to nothing.
+                sleep 0.3
+            fi
             j=$("$BENCH" --socket "$tmp/$n-$be.sock" --iodepth "$d" \
                 --queues 1 --queue-size 512 --runtime "$runtime" --json \
                 "${x[@]}" 2> "$tmp/bench.err") || {
                 echo "poll-ab.sh: bench against $n ($c) failed:" >&2
                 cat "$tmp/bench.err" >&2; exit 1; }
             t1=$(ticks "$p"); v1=$(vcsw "$p")
-            echo "{\"cell\": \"$c\", \"case\": \"$n\", \"rep\": $r, \"load1\": $l, \"daemon_cpu_s\": $((t1 - t0)).0e-2, \"daemon_vcsw\": $((v1 - v0)), \"r\": $j}" >> "$raw"
+            if [ -n "$sys" ]; then
+                kill -INT "$perfpid"; wait "$perfpid"
+                sc=$(awk -F, '$1 ~ /^[0-9]+$/ { n[++k] = $1 }
+                    END { if (k == 2) printf ", \"daemon_syscalls\": %d, \"daemon_epoll_wait0\": %d", n[1], n[2] }' "$tmp/perf.txt")
+            fi
+            echo "{\"cell\": \"$c\", \"case\": \"$n\", \"rep\": $r, \"load1\": $l, \"daemon_cpu_s\": $((t1 - t0)).0e-2, \"daemon_vcsw\": $((v1 - v0))$sc, \"r\": $j}" >> "$raw"
         done
     done
 done
@@ -197,6 +224,9 @@ def val(r, metric):
         return r["r"]["kicks_per_io"]
     if metric == "wakeups":
         return r["daemon_vcsw"] / ios
+    if metric in ("syscalls", "epoll_wait0"):
+        n = r.get("daemon_" + metric)
+        return None if n is None else n / ios
     return r["daemon_cpu_s"] * 1e6 / ios
 
 def get(cell, case, rep, metric):
@@ -221,10 +251,14 @@ KINDS = {
     "poll": [("iops", "{:.0f}k", [("old", ">=", 0.95)])],
 }
 NAMES = {"iops": "IOPS", "p50": "p50 latency", "cpu": "daemon CPU per I/O",
-         "kicks": "client kicks per I/O", "wakeups": "daemon wake-ups per I/O"}
+         "kicks": "client kicks per I/O", "wakeups": "daemon wake-ups per I/O",
+         "syscalls": "daemon syscalls per I/O",
+         "epoll_wait0": "daemon epoll_wait(0) per I/O"}
 # Less sensitive to a loaded machine than IOPS and CPU time (the tick is
 # 10 ms): whether the daemon polled instead of sleeping.
 EXTRA = [("kicks", "{:.3f}"), ("wakeups", "{:.3f}")]
+if any("daemon_syscalls" in r for r in rows):
+    EXTRA += [("syscalls", "{:.3f}"), ("epoll_wait0", "{:.3f}")]
 
 print(f"Measured from {sys.argv[2]}, load average {sys.argv[3]} at the start "
       f"and {sys.argv[4]} at the end; 1-minute load "
@@ -239,6 +273,7 @@ for c in cells:
         cols = []
         for n in cases:
             v = [val(r, metric) for r in rows if r["cell"] == c and r["case"] == n]
+            v = [x for x in v if x is not None]
             if metric == "iops":
                 v = [x / 1e3 for x in v]
             cols.append(mmm(v, fmt) if v else "-")

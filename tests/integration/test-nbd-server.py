@@ -10,9 +10,21 @@ against hostile ones.  TAP.
 - writable=off: writes, trims and write-zeroes get EPERM;
 - a raw client (below) sending bad handshakes, oversized options and
   lengths, out-of-range and overflowing offsets, unknown commands, a
-  WRITE cut off mid-payload, 64 pipelined requests: each gets its error
+  WRITE cut off mid-payload, a WRITE over the maximum payload (dropped,
+  EINVAL), 64 pipelined requests: each gets its error
   or a closed connection, the image is not written outside its bounds,
   and the server keeps serving the others;
+- the specification's finer points: command flags only where they
+  apply (EINVAL elsewhere), zero-length READ, NBD_CMD_CACHE, DISC with
+  requests in flight, a failing SET_META_CONTEXT clearing the contexts,
+  meta context wildcards, export name lengths, INFO then GO;
+- a cache.direct=on node: the minimum block size announced is its
+  O_DIRECT alignment, an unaligned READ gets EINVAL, qemu-io's
+  unaligned write and read work (its client aligns);
+- FAST_ZERO with NO_HOLE on tmpfs (no FALLOC_FL_ZERO_RANGE: the zeroes
+  would be written): ENOTSUP, nothing written;
+- a driver=nbd node on nbdkit's nozero filter: the export does not
+  offer WRITE_ZEROES or FAST_ZERO, and refuses one with EINVAL;
 - QMP: nbd-server-start/stop, block-export-add type=nbd, query-block-
   exports, block-export-del (safe refused while connected, hard), the
   node in use, BLOCK_EXPORT_DELETED;
@@ -34,8 +46,8 @@ against hostile ones.  TAP.
   changed; a 3000-character DN
   and a DN with RFC 4514 escapes; tls-authz without tls-creds, with
   verify-peer=off, or naming no object: refused.
-Env: VHOST_BLKD.  Needs qemu-img, qemu-io, nbdinfo, nbdcopy, certtool
-(each missing one skips its cases).
+Env: VHOST_BLKD.  Needs qemu-img, qemu-io, nbdinfo, nbdcopy, certtool,
+nbdkit (each missing one skips its cases).
 """
 import json
 import os
@@ -69,8 +81,10 @@ OPT_INFO, OPT_GO, OPT_STRUCTURED, OPT_SET_META = 6, 7, 8, 10
 REP_ACK, REP_INFO, REP_META = 1, 3, 4
 ERR = 1 << 31
 CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH = 0, 1, 2, 3
-CMD_TRIM, CMD_ZEROES, CMD_BLOCK_STATUS = 4, 6, 7
-EPERM, EINVAL, ENOSPC = 1, 22, 28
+CMD_TRIM, CMD_CACHE, CMD_ZEROES, CMD_BLOCK_STATUS = 4, 5, 6, 7
+FLAG_FUA, FLAG_NO_HOLE, FLAG_DF, FLAG_REQ_ONE, FLAG_FAST_ZERO = 1, 2, 4, 8, 16
+TF_SEND_DF, TF_SEND_CACHE = 1 << 7, 1 << 10
+EPERM, EINVAL, ENOSPC, ENOTSUP = 1, 22, 28, 95
 
 
 def ok(cond, name, detail=""):
@@ -462,9 +476,22 @@ def test_hostile(sock, img):
            for i in range(n_ext)]
     ok(r[0] == 0 and sum(e[0] for e in ext) <= 64 * MiB and n_ext >= 1,
        "BLOCK_STATUS answered with extents", ext)
-    c.req(CMD_WRITE, 0, 33 * MiB, cookie=201)
-    ok(c.closed(), "WRITE over 32 MiB: closed (its payload can't be "
-       "skipped)")
+    try:
+        c.req(CMD_WRITE, 0, 33 * MiB, b"\xdd" * 33 * MiB, cookie=201)
+        r = c.answer()
+    except (OSError, EOFError) as e:
+        r = (str(e), None)
+    ok(r[:2] == (EINVAL, 201), "WRITE over the 32 MiB maximum payload: "
+       "its payload dropped, EINVAL", r)
+    try:
+        c.req(CMD_READ, 0, 4096, cookie=202)
+        r = c.answer()
+    except (OSError, EOFError) as e:
+        r = (str(e), None, b"")
+    with open(img, "rb") as f:
+        first = f.read(4096)
+    ok(r[:2] == (0, 202) and r[2][8:] == first and first != b"\xdd" * 4096,
+       "... the connection goes on, nothing of it written", r[:2])
     c = Raw(path=sock)
     c.greet()
     c.go("disk0")
@@ -510,6 +537,306 @@ def test_hostile(sock, img):
     ok(c.closed(), "NBD_CMD_DISC: closed")
     ok(os.path.getsize(img) == size_before,
        "the image file did not grow (no write past its end)")
+
+
+def meta_opt(c, opt, name, queries):
+    n = name.encode()
+    data = struct.pack(">I", len(n)) + n + struct.pack(">I", len(queries))
+    for q in queries:
+        data += struct.pack(">I", len(q)) + q.encode()
+    c.opt(opt, data)
+    return c.replies()
+
+
+def test_spec(sock, img):
+    """What the NBD specification asks and a client written from it
+    checks, where a server may get it wrong without any client we have
+    noticing."""
+    c = Raw(path=sock)
+    c.greet()
+    size, tflags = c.go("disk0", meta=True)
+    ok(tflags & TF_SEND_CACHE, "NBD_FLAG_SEND_CACHE advertised", tflags)
+    res = []
+    # FUA is valid on every command; the others only where documented
+    for cmd, flags in ((CMD_READ, FLAG_NO_HOLE), (CMD_READ, FLAG_REQ_ONE),
+                       (CMD_READ, FLAG_FAST_ZERO), (CMD_WRITE, FLAG_DF),
+                       (CMD_WRITE, FLAG_NO_HOLE), (CMD_FLUSH, FLAG_REQ_ONE),
+                       (CMD_TRIM, FLAG_FAST_ZERO),
+                       (CMD_ZEROES, FLAG_DF), (CMD_BLOCK_STATUS, FLAG_DF),
+                       (CMD_CACHE, FLAG_NO_HOLE)):
+        data = b"\xee" * 4096 if cmd == CMD_WRITE else b""
+        c.req(cmd, 0, 4096, data, flags=flags, cookie=len(res))
+        res.append(c.answer()[:2])
+    ok(res == [(EINVAL, i) for i in range(len(res))],
+       "a flag on a command it does not apply to: EINVAL", res)
+    with open(img, "rb") as f:
+        ok(f.read(4096) != b"\xee" * 4096, "... and nothing written")
+    c.req(CMD_READ, 0, 4096, flags=FLAG_FUA | FLAG_DF, cookie=20)
+    r = c.answer()
+    ok(r[:2] == (0, 20) and len(r[2]) == 8 + 4096,
+       "READ with FUA and DF (structured): accepted", r[:2])
+    c.req(CMD_READ, 4096, 0, cookie=21)
+    r = c.answer()
+    ok(r == (0, 21, b""), "zero-length READ (structured): success, an "
+       "empty NBD_REPLY_TYPE_NONE chunk", r)
+    c.req(CMD_CACHE, 0, size, cookie=22)
+    r1 = c.answer()
+    c.req(CMD_CACHE, size - 512, 4096, cookie=23)
+    r2 = c.answer()
+    ok(r1[:2] == (0, 22) and r2[:2] == (EINVAL, 23),
+       "NBD_CMD_CACHE: success, EINVAL past the end", (r1, r2))
+    c.req(CMD_READ, 0, 512, cookie=24)
+    ok(c.answer()[:2] == (0, 24), "... the connection goes on")
+    # NBD_CMD_DISC with requests in flight: they are answered first
+    for i in range(8):
+        c.req(CMD_READ, i * MiB, MiB, cookie=100 + i)
+    c.req(CMD_DISC, 0, 0)
+    got = []
+    try:
+        for i in range(8):
+            got.append(c.answer()[:2])
+    except (EOFError, OSError) as e:
+        got.append(str(e))
+    ok(got == [(0, 100 + i) for i in range(8)] and c.closed(),
+       "NBD_CMD_DISC after 8 reads: all 8 answered, then closed", got)
+
+    c = Raw(path=sock)
+    c.greet()
+    c.go("disk0", structured=False)
+    c.req(CMD_READ, 0, 512, flags=FLAG_DF, cookie=1)
+    r1 = c.answer(512)
+    c.req(CMD_READ, 0, 0, cookie=2)
+    r2 = c.answer(0)
+    c.req(CMD_READ, 0, 512, cookie=3)
+    r3 = c.answer(512)
+    with open(img, "rb") as f:
+        first = f.read(512)
+    ok(r1[:2] == (EINVAL, 1) and r2 == (0, 2, b"") and
+       r3 == (0, 3, first), "simple replies: DF (not negotiated) EINVAL, "
+       "a zero-length READ a bare success, then a read", (r1, r2, r3[:2]))
+    c.close()
+
+    # A failing NBD_OPT_SET_META_CONTEXT still replaces the contexts an
+    # earlier one selected: BLOCK_STATUS is refused after it.
+    c = Raw(path=sock)
+    c.greet()
+    c.opt(OPT_STRUCTURED)
+    c.reply()
+    r1 = meta_opt(c, OPT_SET_META, "disk0", ["base:allocation"])
+    r2 = meta_opt(c, OPT_SET_META, "nope", ["base:allocation"])
+    ok(r1[0][1] == REP_META and r1[-1][1] == REP_ACK and
+       r2[-1][1] == ERR | 6, "SET_META_CONTEXT: base:allocation, then "
+       "one on an unknown export: ERR_UNKNOWN", (r1, r2))
+    c.go("disk0", structured=False)
+    c.req(CMD_BLOCK_STATUS, 0, 4096, cookie=3)
+    r = c.answer()
+    ok(r[:2] == (EINVAL, 3), "... BLOCK_STATUS after it: EINVAL", r)
+    c.close()
+    # Wildcards: "base:" lists base:allocation, selects nothing; an
+    # unknown namespace is ignored
+    c = Raw(path=sock)
+    c.greet()
+    c.opt(OPT_STRUCTURED)
+    c.reply()
+    r1 = meta_opt(c, 9, "disk0", ["base:"])
+    r2 = meta_opt(c, 9, "disk0", ["qemu:allocation-depth"])
+    r3 = meta_opt(c, OPT_SET_META, "disk0",
+                  ["qemu:allocation-depth", "base:allocation"])
+    ok([x[1] for x in r1] == [REP_META, REP_ACK] and
+       r1[0][2][4:] == b"base:allocation" and
+       [x[1] for x in r2] == [REP_ACK] and
+       [x[1] for x in r3] == [REP_META, REP_ACK] and
+       r3[0][2][4:] == b"base:allocation",
+       "LIST_META_CONTEXT base: and an unknown context; SET with both",
+       (r1, r2, r3))
+    c.opt(OPT_STRUCTURED)
+    r = c.reply()
+    ok(r[1] == ERR | 3, "NBD_OPT_STRUCTURED_REPLY twice: ERR_INVALID", r)
+    # Export names: the empty (default) one is unknown here; a 4096-byte
+    # one is a valid name that is not there; 4097 bytes is too long
+    for nm, want in (("", ERR | 6), ("a" * 4096, ERR | 6),
+                     ("a" * 4097, ERR | 3)):
+        n = nm.encode()
+        c.opt(OPT_INFO, struct.pack(">I", len(n)) + n + struct.pack(">H", 0))
+        r = c.replies()
+        ok(len(r) == 1 and r[0][1] == want, "NBD_OPT_INFO, a %d-byte "
+           "export name: error %d" % (len(nm), want & 0xff), r)
+    # INFO then GO on the same connection
+    c.opt(OPT_INFO, struct.pack(">I", 5) + b"disk0" + struct.pack(">H", 0))
+    r1 = c.replies()
+    size, _ = c.go("disk0", structured=False)
+    c.req(CMD_READ, 0, 512, cookie=5)
+    r = c.answer(512)
+    ok(r1[-1][1] == REP_ACK and size == 64 * MiB and r[:2] == (0, 5),
+       "NBD_OPT_INFO then NBD_OPT_GO", (r1, r[:2]))
+    c.close()
+
+
+def test_block_size(tmp):
+    """A node under O_DIRECT takes only aligned reads and writes (the
+    block layer does no read-modify-write): the export must announce
+    that alignment as its minimum block size, which clients then
+    honour."""
+    img = os.path.join(tmp, "dio.raw")
+    with open(img, "wb") as f:
+        f.write(b"\x33" * MiB)
+        f.truncate(4 * MiB)
+    sock = os.path.join(tmp, "dio.sock")
+    d = Daemon(tmp, "dio", [
+        "--blockdev", "driver=file,node-name=dio0,cache.direct=on,"
+        "filename=" + img,
+        "--nbd-server", "addr.type=unix,addr.path=" + sock,
+        "--export", "type=nbd,id=e0,node-name=dio0,writable=on"])
+    try:
+        d.monitor()
+    except OSError:
+        d.stop()
+        skip("minimum block size under O_DIRECT", "no O_DIRECT here: " +
+             d.log()[-200:])
+        return
+    c = Raw(path=sock)
+    c.greet()
+    c.opt(OPT_INFO, struct.pack(">I", 4) + b"dio0" + struct.pack(">HH", 1, 3))
+    sizes = None
+    for _, typ, data in c.replies():
+        if typ == REP_INFO and struct.unpack(">H", data[:2])[0] == 3:
+            sizes = struct.unpack(">III", data[2:14])
+    ok(sizes and sizes[0] >= 512 and sizes[0] & (sizes[0] - 1) == 0 and
+       sizes[1] >= sizes[0] and sizes[2] % sizes[0] == 0,
+       "cache.direct=on: NBD_INFO_BLOCK_SIZE minimum is the O_DIRECT "
+       "alignment (512 or more)", sizes)
+    c.go("dio0", structured=False)
+    c.req(CMD_READ, 1, 100, cookie=1)
+    r1 = c.answer(100)
+    c.req(CMD_READ, 0, 4096, cookie=2)
+    r2 = c.answer(4096)
+    ok(r1[:2] == (EINVAL, 1) and r2 == (0, 2, b"\x33" * 4096),
+       "... an unaligned READ: EINVAL, the connection goes on", (r1, r2[:2]))
+    c.close()
+    if have("qemu-io"):
+        rc, out = run("qemu-io", "-f", "raw", "-c", "write -P 0xcc 1000 100",
+                      "-c", "read -P 0xcc 1000 100", "-c",
+                      "read -P 0x33 1100 1000", uri_unix("dio0", sock))
+        ok(rc == 0 and out.count("read ") == 2 and
+           "fail" not in out.lower(), "... qemu-io writes and reads 100 "
+           "bytes at 1000 (QEMU's client aligns to the minimum)", out)
+    else:
+        skip("qemu-io on the O_DIRECT export", "no qemu-io")
+    d.stop()
+
+
+def zero_range_works(path):
+    """Does @path's file system take FALLOC_FL_ZERO_RANGE?"""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long,
+                               ctypes.c_long]
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return libc.fallocate(fd, 0x10 | 0x01, 0, 4096) == 0
+    finally:
+        os.close(fd)
+
+
+def test_fast_zero(tmp):
+    """FAST_ZERO where the zeroes would be written as buffers (tmpfs has
+    no FALLOC_FL_ZERO_RANGE, so NO_HOLE zeroes are written): ENOTSUP at
+    once, as the specification asks; where a hole will do, success."""
+    name = "FAST_ZERO with NO_HOLE on tmpfs: ENOTSUP"
+    if not os.path.isdir("/dev/shm"):
+        skip(name, "no /dev/shm")
+        return
+    shm = tempfile.mkdtemp(prefix="vb-nbd-", dir="/dev/shm")
+    try:
+        img = os.path.join(shm, "z.raw")
+        with open(img, "wb") as f:
+            f.write(b"\x44" * MiB)
+            f.truncate(4 * MiB)
+        if zero_range_works(img):
+            skip(name, "this tmpfs has FALLOC_FL_ZERO_RANGE")
+            return
+        sock = os.path.join(tmp, "shm.sock")
+        d = Daemon(tmp, "shm", [
+            "--blockdev", "driver=file,node-name=z0,filename=" + img,
+            "--nbd-server", "addr.type=unix,addr.path=" + sock,
+            "--export", "type=nbd,id=e0,node-name=z0,writable=on"])
+        d.monitor()
+        c = Raw(path=sock)
+        c.greet()
+        c.go("z0", structured=False)
+        c.req(CMD_ZEROES, 0, 64 * 1024, flags=FLAG_FAST_ZERO | FLAG_NO_HOLE,
+              cookie=1)
+        r1 = c.answer()
+        c.req(CMD_READ, 0, 4096, cookie=2)
+        r2 = c.answer(4096)
+        ok(r1[:2] == (ENOTSUP, 1) and r2 == (0, 2, b"\x44" * 4096), name +
+           ", nothing written", (r1, r2[:2]))
+        c.req(CMD_ZEROES, 0, 64 * 1024, flags=FLAG_FAST_ZERO, cookie=3)
+        r3 = c.answer()
+        c.req(CMD_ZEROES, 64 * 1024, 64 * 1024, flags=FLAG_NO_HOLE,
+              cookie=4)
+        r4 = c.answer()
+        c.req(CMD_READ, 0, 128 * 1024, cookie=5)
+        r5 = c.answer(128 * 1024)
+        ok(r3[:2] == (0, 3) and r4[:2] == (0, 4) and
+           r5 == (0, 5, bytes(128 * 1024)), "... FAST_ZERO that may punch "
+           "a hole, and NO_HOLE without FAST_ZERO: zeroes", (r3, r4, r5[:2]))
+        c.close()
+        d.stop()
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+
+
+def test_no_zeroes(tmp):
+    """A driver=nbd node whose server has no WRITE_ZEROES (nbdkit's
+    nozero filter): our export of it must not offer WRITE_ZEROES (nor
+    FAST_ZERO), and refuses one with EINVAL, not ENOTSUP."""
+    name = "export of a node without write-zeroes: not offered"
+    if not have("nbdkit"):
+        skip(name, "no nbdkit")
+        return
+    kit_sock = os.path.join(tmp, "kit.sock")
+    kit_pid = os.path.join(tmp, "kit.pid")
+    # Without -f, nbdkit returns once it listens (no waiting on our side)
+    rc, out = run("nbdkit", "-U", kit_sock, "-P", kit_pid,
+                  "--filter=nozero", "memory", "1M")
+    if rc != 0:
+        skip(name, "nbdkit did not start: " + out)
+        return
+
+    def stop_kit():
+        try:
+            os.kill(int(open(kit_pid).read()), 15)
+        except (OSError, ValueError):
+            pass
+    try:
+        sock = os.path.join(tmp, "nz.sock")
+        d = Daemon(tmp, "nz", [
+            "--blockdev", "driver=nbd,node-name=nz0,server.type=unix,"
+            "server.path=" + kit_sock,
+            "--nbd-server", "addr.type=unix,addr.path=" + sock,
+            "--export", "type=nbd,id=e0,node-name=nz0,writable=on"])
+        try:
+            d.monitor()
+        except OSError:
+            d.stop()
+            skip(name, "no driver=nbd: " + d.log()[-200:])
+            return
+        c = Raw(path=sock)
+        c.greet()
+        size, tflags = c.go("nz0", structured=False)
+        ok(size == MiB and not tflags & (1 << 6) and not tflags & (1 << 11),
+           name + " (nor FAST_ZERO)", (size, hex(tflags or 0)))
+        c.req(CMD_ZEROES, 0, 4096, cookie=1)
+        r1 = c.answer()
+        c.req(CMD_WRITE, 0, 4096, b"\x12" * 4096, cookie=2)
+        r2 = c.answer()
+        ok(r1[:2] == (EINVAL, 1) and r2[:2] == (0, 2),
+           "... WRITE_ZEROES sent anyway: EINVAL; WRITE works", (r1, r2))
+        c.close()
+        d.stop()
+    finally:
+        stop_kit()
 
 
 def test_qmp(tmp, d, sock):
@@ -715,6 +1042,21 @@ def test_tls(tmp, img):
         c.opt(OPT_EXPORT_NAME, b"disk0")
         ok(r[1] == ERR | 5 and c.closed(), "raw client: NBD_REP_ERR_TLS_REQD"
            ", EXPORT_NAME without TLS closes", r)
+        c = Raw(port=port)
+        c.greet()
+        nm = struct.pack(">I", 5) + b"disk0"
+        got = []
+        for opt, data in ((OPT_INFO, nm + b"\0\0"), (OPT_GO, nm + b"\0\0"),
+                          (OPT_STRUCTURED, b""), (9, nm + b"\0" * 4),
+                          (OPT_SET_META, nm + b"\0" * 4), (99, b"x")):
+            c.opt(opt, data)
+            got.append(c.reply()[1])
+        c.opt(OPT_ABORT)
+        r = c.reply()
+        ok(got == [ERR | 5] * 6 and r[1] == REP_ACK and c.closed(),
+           "raw client: INFO, GO, STRUCTURED_REPLY, LIST/SET_META_CONTEXT "
+           "and an unknown option before STARTTLS: ERR_TLS_REQD each; "
+           "ABORT acknowledged", (got, r))
         rc, out = qemu_img_tls(port, bad)
         ok(rc != 0, "a client certificate another CA signed: refused", out)
         rc, out = qemu_img_tls(port, other)
@@ -1194,6 +1536,10 @@ def main():
         d2.stop()
         test_readonly(sock, ro_img)
         test_hostile(sock, img)
+        test_spec(sock, img)
+        test_block_size(tmp)
+        test_fast_zero(tmp)
+        test_no_zeroes(tmp)
         test_qmp(tmp, d, sock)
         ok(d.p.poll() is None, "the daemon survived every client", d.log())
         d.stop()

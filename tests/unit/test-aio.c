@@ -4,6 +4,7 @@
 #include "qemu/aio.h"
 #include "qemu/event_notifier.h"
 #include "qemu/error-report.h"
+#include "../../util/aio-internal.h"
 
 static AioContext *ctx;
 
@@ -317,6 +318,95 @@ static void test_fd_read(void)
     g_assert_false(aio_poll(ctx, false));
     g_assert_cmpint(d.reads, ==, 2);
 
+    event_notifier_cleanup(&d.e);
+    ctx_teardown();
+}
+
+/* ---- the owner scheduling from inside its own loop ---- */
+
+typedef struct SelfData {
+    EventNotifier e;
+    QEMUBH *bh;
+    int reads;
+    int bh_runs;
+    int chain;          /* times the BH schedules itself again */
+    bool in_own_poll;   /* aio_in_own_poll() as the handler saw it */
+} SelfData;
+
+static void self_bh_cb(void *opaque)
+{
+    SelfData *d = opaque;
+
+    d->bh_runs++;
+    if (d->chain > 0) {
+        d->chain--;
+        qemu_bh_schedule(d->bh);
+    }
+}
+
+static void self_read_cb(void *opaque)
+{
+    SelfData *d = opaque;
+
+    d->reads++;
+    d->in_own_poll = aio_in_own_poll(ctx);
+    event_notifier_test_and_clear(&d->e);
+    qemu_bh_schedule(d->bh);
+}
+
+/*
+ * A request's completion BH scheduled by the loop's own handler used to
+ * leave ctx->notified set, so the next blocking iteration did an
+ * epoll_wait(0) for nothing before it slept: one syscall and one
+ * iteration per request at a fixed rate.  The BH must still run, and a
+ * BH that a BH schedules must keep the next poll from sleeping.
+ */
+static void test_bh_from_own_loop(void)
+{
+    SelfData d = { 0 };
+    int fd;
+
+    ctx_setup();
+    g_assert_cmpint(event_notifier_init(&d.e, false), ==, 0);
+    fd = event_notifier_get_fd(&d.e);
+    d.bh = aio_bh_new(ctx, self_bh_cb, &d, "test-self");
+    aio_set_fd_handler(ctx, fd, self_read_cb, NULL, NULL, NULL, &d);
+    g_assert_false(aio_in_own_poll(ctx));
+
+    event_notifier_set(&d.e);
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(d.reads, ==, 1);
+    g_assert_true(d.in_own_poll);
+    g_assert_cmpint(d.bh_runs, ==, 1);      /* in the same iteration */
+    g_assert_false(aio_in_own_poll(ctx));
+    /* Nothing left that the next iteration must look at. */
+    g_assert_false(atomic_load(&ctx->notified));
+    g_assert_false(aio_bh_pending(ctx));
+    g_assert_cmpuint(get_stats().notify_writes, ==, 0);
+
+    /* A BH that schedules itself: the next blocking poll runs it at once
+     * (it would hang if the schedule were lost). */
+    d.chain = 2;
+    event_notifier_set(&d.e);
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(d.bh_runs, ==, 2);
+    g_assert_true(aio_bh_pending(ctx));
+    /* Runs it at the start, and once more at the end (it scheduled
+     * itself again in between). */
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(d.bh_runs, ==, 4);
+    g_assert_false(aio_bh_pending(ctx));
+    g_assert_false(atomic_load(&ctx->notified));
+
+    /* Outside aio_poll() the owner still notifies: the next poll must not
+     * sleep on it. */
+    qemu_bh_schedule(d.bh);
+    g_assert_true(atomic_load(&ctx->notified));
+    g_assert_true(aio_poll(ctx, true));
+    g_assert_cmpint(d.bh_runs, ==, 5);
+
+    aio_set_fd_handler(ctx, fd, NULL, NULL, NULL, NULL, NULL);
+    qemu_bh_delete(d.bh);
     event_notifier_cleanup(&d.e);
     ctx_teardown();
 }
@@ -944,6 +1034,7 @@ int main(int argc, char **argv)
     g_test_add_func("/aio/bh/leak-reported", test_bh_leak_reported);
     g_test_add_func("/aio/fd/read", test_fd_read);
     g_test_add_func("/aio/fd/write", test_fd_write);
+    g_test_add_func("/aio/bh/from-own-loop", test_bh_from_own_loop);
     g_test_add_func("/aio/fd/remove-in-handler", test_fd_remove_in_handler);
     g_test_add_func("/aio/poll/handler-called-without-epoll",
                     test_poll_without_epoll);

@@ -293,6 +293,137 @@ static void test_l1_reserved(void)
     sh(cmd);
 }
 
+/*
+ * Slices loaded ahead of the requests queued behind a cache miss
+ * (l2_prefetch()): 32 requests in flight at once over a sparse image of
+ * 64 L2 tables, with an 8-slot cache (one set: every batch evicts, and
+ * some of its slices find no free slot), reads mixed with allocating
+ * writes (new clusters in existing tables, and new tables) and
+ * discards, round after round.  Every read returns what a model of the
+ * image says, the image is clean after, and it converts to the model.
+ */
+#define PF_TABLES 64
+#define PF_TABLE_SPAN (2 * 1024 * 1024)     /* 4 KiB clusters: 512 each */
+#define PF_SIZE ((uint64_t)PF_TABLES * PF_TABLE_SPAN)
+
+static void test_prefetch(void)
+{
+    g_autoptr(GError) err = NULL;
+    g_autofree char *dir = g_dir_make_tmp("vb-qcow2pf-XXXXXX", &err);
+    g_autofree char *img = g_build_filename(dir, "sparse.qcow2", NULL);
+    g_autofree char *model_path = g_build_filename(dir, "model.raw", NULL);
+    g_autofree uint8_t *model = g_malloc0(PF_SIZE);
+    g_autoptr(GString) cmd = g_string_new(NULL);
+    BlockQcow2Options qo = { 0 };
+    BlockBackend *file, *q;
+    BlockOptions o;
+    Req r[32];
+    uint8_t *buf[32];
+    uint32_t seed = 1;
+
+    g_assert_no_error(err);
+    /* Tables 0..47 exist (a cluster written in each); 48..63 do not. */
+    g_string_printf(cmd, "sh -c \"cd %s && qemu-img create -q -f qcow2 "
+                    "-o cluster_size=4096 sparse.qcow2 %" PRIu64 " && "
+                    "qemu-io -f qcow2", dir, PF_SIZE);
+    for (int t = 0; t < 48; t++) {
+        uint64_t off = (uint64_t)t * PF_TABLE_SPAN + (t % 7) * 8192;
+
+        g_string_append_printf(cmd, " -c 'write -P %d %" PRIu64 " 4k'",
+                               t + 1, off);
+        memset(model + off, t + 1, 4096);
+    }
+    g_string_append(cmd, " sparse.qcow2 >/dev/null\"");
+    sh(cmd->str);
+
+    file = open_file(img, false);
+    blk_options_init(&o);
+    o.driver = "qcow2";
+    o.file = file;
+    qo.l2_cache_entry_size = 4096;
+    qo.l2_cache_size = 8 * 4096;
+    o.driver_opts = &qo;
+    q = blk_open(&o, &err);
+    g_assert_no_error(err);
+
+    for (int i = 0; i < 32; i++) {
+        buf[i] = g_malloc(8192);
+    }
+    for (int round = 0; round < 40; round++) {
+        struct iovec iov[32];
+        int64_t off[32];
+        int kind[32];
+
+        for (int i = 0; i < 32; i++) {
+            uint64_t t, c;
+
+            seed = seed * 1103515245 + 12345;
+            t = (seed >> 8) % PF_TABLES;
+            c = (seed >> 20) % 511;
+            off[i] = t * PF_TABLE_SPAN + c * 4096;
+            /* The requests of one round touch distinct clusters: the
+             * model's order is then the requests' own. */
+            for (int j = 0; j < i; j++) {
+                if (off[j] / 4096 <= off[i] / 4096 + 1 &&
+                    off[i] / 4096 <= off[j] / 4096 + 1) {
+                    off[i] = -1;
+                }
+            }
+            kind[i] = off[i] < 0 ? -1 : (int)((seed >> 4) % 8);
+            memset(&r[i], 0, sizeof(r[i]));
+            iov[i] = (struct iovec){ buf[i], 8192 };
+            if (kind[i] < 0) {
+                r[i].done = true;
+            } else if (kind[i] == 0) {
+                memset(buf[i], 0x80 + round, 8192);
+                blk_aio_pwritev(q, &r[i].acb, off[i], &iov[i], 1, 0,
+                                req_cb, &r[i]);
+            } else if (kind[i] == 1) {
+                blk_aio_pdiscard(q, &r[i].acb, off[i], 4096, req_cb, &r[i]);
+            } else {
+                blk_aio_preadv(q, &r[i].acb, off[i], &iov[i], 1,
+                               req_cb, &r[i]);
+            }
+        }
+        for (int i = 0; i < 32; i++) {
+            while (!r[i].done) {
+                aio_poll(ctx, true);
+            }
+            if (kind[i] < 0) {
+                continue;
+            }
+            g_assert_cmpint(r[i].ret, ==, 0);
+            if (kind[i] == 0) {
+                memcpy(model + off[i], buf[i], 8192);
+            } else if (kind[i] == 1) {
+                memset(model + off[i], 0, 4096);
+            } else {
+                g_assert_true(memcmp(buf[i], model + off[i], 8192) == 0);
+            }
+        }
+    }
+    g_test_message("%" PRIu64 " slices prefetched, %" PRIu64
+                   " requests on the metadata thread",
+                   qcow2_l2_prefetched(q), qcow2_slow_requests(q));
+    for (int i = 0; i < 32; i++) {
+        g_free(buf[i]);
+    }
+    while (aio_poll(ctx, false)) {
+    }
+    blk_close(q);
+    blk_close(file);
+
+    g_assert_true(g_file_set_contents(model_path, (char *)model, PF_SIZE,
+                                      NULL));
+    g_string_printf(cmd, "qemu-img check -q %s", img);
+    sh(cmd->str);
+    g_string_printf(cmd, "qemu-img compare -q -f qcow2 -F raw %s %s",
+                    img, model_path);
+    sh(cmd->str);
+    g_string_printf(cmd, "rm -rf %s", dir);
+    sh(cmd->str);
+}
+
 int main(int argc, char **argv)
 {
     g_autofree char *qemu_img = NULL;
@@ -311,5 +442,6 @@ int main(int argc, char **argv)
     }
     g_test_add_func("/block/qcow2/fast-path", test_fast_path);
     g_test_add_func("/block/qcow2/l1-reserved", test_l1_reserved);
+    g_test_add_func("/block/qcow2/prefetch", test_prefetch);
     return g_test_run();
 }
