@@ -56,7 +56,13 @@
  * ever name it.  The fast path may still use an entry it looked up just
  * before the entry changed, so a freed range also waits for a grace
  * period of the fast path's requests (reuse_poll()) before its refcount
- * drops.
+ * drops.  Every fast request is counted, also while nothing waits to be
+ * freed: a request that skipped the count while none was pending could
+ * have looked up an entry just before a discard changed it, and its I/O
+ * may last any time; nothing but a count dropped at its completion
+ * tells when it is over (the block layer keeps no in-flight count and
+ * has no drain to wait on), so the free would have no grace period to
+ * wait for.
  *
  * A new cluster handed out for the first time past the file's end at
  * open is a hole of the grown file, so it reads as zeroes: when the
@@ -101,12 +107,19 @@ typedef struct Qcow2L2Slot {
     uint64_t key;               /* host offset of the slice, 0: empty */
     uint64_t used;              /* LRU stamp (metadata thread) */
     uint8_t *data;
-} Qcow2L2Slot;                  /* 32 bytes: a set is an aligned shift */
+} Qcow2L2Slot;                  /* 32 bytes: L2_SET_BYTES */
 
 #define L2_WAYS 8
 
 /* The active L1 table as the fast path sees it: replaced (not changed
- * in size) when it grows, the old one kept until close. */
+ * in size) when it grows, the old one kept until close.  A copy of the
+ * metadata thread's, checked: an entry is the table's own when
+ * qcow2_l1_decode() takes it (no reserved bit, the L2 table aligned
+ * and inside the file: l1_fast_entry()), L1_FAST_BAD when it does not:
+ * no offset (the shortcut of qcow2_submit() needs only the offset's
+ * test for zero) and a reserved bit (which qcow2_fast_runs() checks:
+ * not "no L2 table"), so that the slow path reports the entry.  Every
+ * entry is checked when it is stored. */
 typedef struct Qcow2L1Pub {
     uint32_t size;
     uint64_t *e;                /* host byte order, atomic per entry */
@@ -190,6 +203,11 @@ static uint32_t qcow2_next_slot;                /* atomic */
 typedef struct BDRVQcow2State {
     BlockBackend *bs;
     BlockBackend *file;
+    /* The file node's driver's functions (its driver is set when it is
+     * made, like @file at open): qcow2_direct_go() calls them with no
+     * load of the driver. */
+    BlockDriverSubmitFunc *file_preadv;
+    BlockDriverSubmitFunc *file_pwritev;
     BlockBackend *backing;      /* NULL: none */
     BlockBackend *backing_file; /* the file node of a backing we opened */
     bool own_backing;
@@ -219,6 +237,7 @@ typedef struct BDRVQcow2State {
     uint32_t slice_entries;
     uint32_t nb_slots;
     uint32_t nb_sets;           /* slots are L2_WAYS-way sets */
+    uint64_t set_scale;         /* nb_sets * L2_SET_BYTES: l2_set_off() */
     Qcow2L2Slot *slots;
     uint8_t *slot_mem;          /* the slots' data, one mapping */
     size_t slot_mem_len;
@@ -280,14 +299,18 @@ typedef struct BDRVQcow2State {
 
     /*
      * Fast path requests in flight (qcow2_submit()), counted by epoch:
-     * each takes a reference in refs[fast_epoch & 1] of its thread's
+     * each takes a reference in refs[0] or refs[1] (the epoch's:
+     * @fast_cur) of its thread's
      * slot before it looks at an L1 or L2 entry, and drops it when its
      * I/O is done.  A slot per thread (threads spread over FAST_SLOTS
      * round-robin, a cache line each) keeps the iothreads from bouncing
      * one line between them.
      */
     Qcow2FastSlot *fast;        /* FAST_SLOTS, cache line aligned */
-    uint32_t fast_epoch;        /* atomic */
+    /* The epoch, as the address of its counter in the first slot
+     * (&fast[0].refs[0] or [1]): the fast path adds its slot's offset
+     * to it, and nothing else. */
+    uint64_t *fast_cur;         /* atomic */
 
     Qcow2Decompressor *dec;
     uint8_t *cbuf;
@@ -1036,6 +1059,23 @@ static int free_range(BDRVQcow2State *s, uint64_t off, uint64_t len)
     return 0;
 }
 
+/*
+ * The fast path: order its count (a seq_cst read-modify-write) before
+ * its loads of the entries, against fast_drained()'s fence.  On x86 a
+ * locked instruction is a full barrier already: the fence would only be
+ * a second one (a locked "or" to the stack).  The thread sanitizer
+ * models fences, not that, so it keeps the fence.
+ */
+static inline void fast_fence_after_rmw(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && \
+    !defined(__SANITIZE_THREAD__)
+    __asm__ volatile("" ::: "memory");
+#else
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
 /* Metadata thread: has every fast path request counted in epoch
  * @idx completed? */
 static bool fast_drained(BDRVQcow2State *s, uint32_t idx)
@@ -1087,8 +1127,9 @@ static void reuse_poll(BDRVQcow2State *s)
             s->grace = s->quarantine;
             s->quarantine = t;
         }
-        s->grace_idx = s->fast_epoch & 1;
-        __atomic_store_n(&s->fast_epoch, s->fast_epoch + 1, __ATOMIC_SEQ_CST);
+        s->grace_idx = s->fast_cur - s->fast[0].refs;
+        __atomic_store_n(&s->fast_cur, &s->fast[0].refs[!s->grace_idx],
+                         __ATOMIC_SEQ_CST);
     }
 }
 
@@ -1103,13 +1144,31 @@ static inline uint64_t l2_slice_key(BDRVQcow2State *s, uint64_t l2_off,
     return l2_off + ((uint64_t)(idx & ~(s->slice_entries - 1)) << 3);
 }
 
-/* The set of slice @key: a hash of it scaled into [0, nb_sets) by a
- * multiplication (no division on the fast path). */
-static inline uint32_t l2_set_of(BDRVQcow2State *s, uint64_t key)
-{
-    uint32_t h = ((key >> 9) * 0x9e3779b97f4a7c15ull) >> 32;
+/* Bytes of one set of the L2 cache (Qcow2L2Slot is 32 bytes). */
+#define L2_SET_BYTES (L2_WAYS * 32)
+G_STATIC_ASSERT(sizeof(Qcow2L2Slot) * L2_WAYS == L2_SET_BYTES);
 
-    return ((uint64_t)h * s->nb_sets) >> 32;
+/*
+ * The set of slice @key: a Fibonacci hash of it scaled into [0, nb_sets)
+ * by a multiplication (no division on the fast path), as the byte offset
+ * of the set in @slots.  The key is a multiple of 512, so the low 9 bits
+ * of the product are zero and bits 32..63 still mix every bit of the
+ * key below 2^55 (host offsets are below 2^56): no shift before the
+ * multiplication.  set_scale is nb_sets * L2_SET_BYTES, so the second
+ * product is the set number times L2_SET_BYTES plus a fraction of a set
+ * (floor(256 x) = 256 floor(x) + something below 256), which the mask
+ * drops: the set is (h * nb_sets) >> 32, without a shift to scale it.
+ */
+static inline uint64_t l2_set_off(BDRVQcow2State *s, uint64_t key)
+{
+    uint64_t h = (key * 0x9e3779b97f4a7c15ull) >> 32;
+
+    return ((h * s->set_scale) >> 32) & ~(uint64_t)(L2_SET_BYTES - 1);
+}
+
+static inline Qcow2L2Slot *l2_set_of(BDRVQcow2State *s, uint64_t key)
+{
+    return (Qcow2L2Slot *)((uint8_t *)s->slots + l2_set_off(s, key));
 }
 
 /* Metadata thread: start and end a change of @slot's key or contents
@@ -1162,8 +1221,7 @@ static int l2_slot_writeback(BDRVQcow2State *s, Qcow2L2Slot *slot)
 static Qcow2L2Slot *l2_slice_get(BDRVQcow2State *s, uint64_t key, bool fresh,
                                  int *ret)
 {
-    /* (64-bit: the set's byte offset is then one shift) */
-    Qcow2L2Slot *set = &s->slots[(uint64_t)l2_set_of(s, key) * L2_WAYS];
+    Qcow2L2Slot *set = l2_set_of(s, key);
     Qcow2L2Slot *slot = &set[0];
 
     *ret = 0;
@@ -1223,7 +1281,7 @@ static uint64_t l2_key_of(BDRVQcow2State *s, uint64_t vc)
  * prefetch does not evict what an earlier request of its batch needs. */
 static bool l2_cached(BDRVQcow2State *s, uint64_t key)
 {
-    Qcow2L2Slot *set = &s->slots[(uint64_t)l2_set_of(s, key) * L2_WAYS];
+    Qcow2L2Slot *set = l2_set_of(s, key);
 
     for (int w = 0; w < L2_WAYS; w++) {
         if (set[w].key == key) {
@@ -1270,7 +1328,7 @@ static void l2_prefetch(BDRVQcow2State *s, const uint64_t *keys, uint32_t n)
             sio_widen(s->file, key, s->slice_size, &a, &e)) {
             continue;
         }
-        set = &s->slots[(uint64_t)l2_set_of(s, key) * L2_WAYS];
+        set = l2_set_of(s, key);
         for (int w = 0; w < L2_WAYS; w++) {
             Qcow2L2Slot *c = &set[w];
 
@@ -1393,10 +1451,9 @@ static void l2_cache_clean(BDRVQcow2State *s)
  * cached, else false.
  */
 static inline bool l2_fast_entry(BDRVQcow2State *s, uint64_t key,
-                                 uint32_t byte, uint64_t *raw)
+                                 uint64_t byte, uint64_t *raw)
 {
-    /* (64-bit: the set's byte offset is then one shift) */
-    Qcow2L2Slot *set = &s->slots[(uint64_t)l2_set_of(s, key) * L2_WAYS];
+    Qcow2L2Slot *set = l2_set_of(s, key);
 
     for (int w = 0; w < L2_WAYS; w++) {
         Qcow2L2Slot *slot = &set[w];
@@ -1550,6 +1607,21 @@ static void pending_frees_bound(BDRVQcow2State *s)
     }
 }
 
+#define L1_FAST_BAD 1ull
+
+/* Metadata thread: L1 entry @entry (host byte order) as the fast path's
+ * table has it (Qcow2L1Pub): itself if valid, else L1_FAST_BAD. */
+static uint64_t l1_fast_entry(BDRVQcow2State *s, uint64_t entry)
+{
+    const char *why;
+    Qcow2L1Entry e;
+
+    if (qcow2_l1_decode(&s->info, entry, &e, &why) < 0) {
+        return L1_FAST_BAD;
+    }
+    return qcow2_l1_encode(e.l2_offset, e.copied);
+}
+
 /*
  * Set L1 entry @idx to @entry: on the file first, then in memory, so
  * that a failed write leaves memory as the file is (tables written after
@@ -1569,7 +1641,9 @@ static int l1_set(BDRVQcow2State *s, uint64_t idx, uint64_t entry)
     }
     ret = sio_write(s, s->l1_offset + start, buf, len);
     if (ret == 0) {
-        __atomic_store_n(&s->l1[idx], entry, __ATOMIC_RELEASE);
+        s->l1[idx] = entry;
+        __atomic_store_n(&s->l1pub->e[idx], l1_fast_entry(s, entry),
+                         __ATOMIC_RELEASE);
     }
     return ret;
 }
@@ -2694,15 +2768,15 @@ static void fast_direct_cb(void *opaque, int ret)
 {
     BlockAIOCB *acb = opaque;
     BlockCompletionFunc *cb = acb->filter_cb;
-    void *cb_opaque = acb->filter_opaque;
 
-    acb->cb = cb;
-    acb->opaque = cb_opaque;
     /* The host cluster is no longer used: it may be reused. */
     __atomic_fetch_sub((uint64_t *)acb->filter_priv, 1, __ATOMIC_RELEASE);
     /* No flag (so no dirty tracking) and no bounce buffer of ours:
-     * blk_acb_complete() would only call the callback. */
-    cb(cb_opaque, ret);
+     * blk_acb_complete() would only call the callback.  acb->cb and
+     * acb->opaque are not put back: the control block is the caller's
+     * again once its callback runs, and every submission sets them
+     * (blk_submit()), as it sets the node and the offset we changed. */
+    cb(acb->filter_opaque, ret);
 }
 
 /*
@@ -2733,9 +2807,12 @@ bool qcow2_direct_ok(BDRVQcow2State *s, const BlockAIOCB *acb, uint64_t at,
     /* blk_getlength() without the call (blk_truncate() stores it). */
     uint64_t flen = __atomic_load_n(&file->size, __ATOMIC_RELAXED);
 
-    /* request_alignment is a power of two, at least 1 (blk_submit()). */
+    /* request_alignment is a power of two, at least 1 (blk_submit()).
+     * @at is below 2^57 (a cluster under QCOW2_OFFSET_MASK plus less
+     * than a cluster) and acb->bytes below 2^63
+     * (the virtual size's limit): the sum does not wrap. */
     if ((write && acb->flags) ||
-        acb->bytes > flen || at > flen - acb->bytes ||
+        at + acb->bytes > flen ||
         (!aligned &&
          ((at | acb->bytes) & (file->bl.request_alignment - 1)))) {
         return false;
@@ -2745,6 +2822,11 @@ bool qcow2_direct_ok(BDRVQcow2State *s, const BlockAIOCB *acb, uint64_t at,
             !__atomic_load_n(&file->dirty_bitmaps, __ATOMIC_ACQUIRE));
 }
 
+G_STATIC_ASSERT(offsetof(BlockAIOCB, opaque) ==
+                offsetof(BlockAIOCB, cb) + sizeof(void *));
+G_STATIC_ASSERT(offsetof(BlockAIOCB, filter_opaque) ==
+                offsetof(BlockAIOCB, filter_cb) + sizeof(void *));
+
 /* qcow2_direct_ok() held: submit.  Last in its callers, so that the
  * driver's submission is a tail call. */
 static inline __attribute__((always_inline))
@@ -2753,8 +2835,10 @@ void qcow2_direct_go(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
 {
     BlockBackend *file = s->file;
 
-    acb->filter_cb = acb->cb;
-    acb->filter_opaque = acb->opaque;
+    /* The callback and its opaque saved as one 16-byte copy: a load and
+     * a store, not two of each (the pairs are adjacent: the assertions
+     * above). */
+    memcpy(&acb->filter_cb, &acb->cb, 2 * sizeof(void *));
     acb->cb = fast_direct_cb;
     acb->opaque = acb;
     /* Two plain stores: without this, GCC packs this one and the one
@@ -2763,9 +2847,9 @@ void qcow2_direct_go(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
     acb->blk = file;
     acb->offset = at;
     if (write) {
-        file->drv->bdrv_aio_pwritev(file, ctx, acb);
+        s->file_pwritev(file, ctx, acb);
     } else {
-        file->drv->bdrv_aio_preadv(file, ctx, acb);
+        s->file_preadv(file, ctx, acb);
     }
 }
 
@@ -2842,6 +2926,7 @@ qcow2_fast_runs(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
             return false;
         }
         l1e = __atomic_load_n(&l1->e[l1i], __ATOMIC_ACQUIRE);
+        /* (L1_FAST_BAD is a reserved bit) */
         if ((l1e & L1_RESERVED) ||
             (write && !(l1e & QCOW2_OFLAG_COPIED))) {
             return false;
@@ -3002,11 +3087,11 @@ static inline __attribute__((always_inline))
 void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
                        const bool write)
 {
-    uint32_t e = __atomic_load_n(&s->fast_epoch, __ATOMIC_ACQUIRE) & 1;
+    uint64_t *cur = __atomic_load_n(&s->fast_cur, __ATOMIC_ACQUIRE);
     uint32_t slot = qcow2_thread_slot;
     uint64_t *refs;
     const Qcow2L1Pub *l1;
-    uint64_t off, in, l1i, tb, l1e, at, raw;
+    uint64_t off, in, l1i, tb, l1e, at, raw, byte;
 
     if (unlikely(!slot)) {
         slot = __atomic_fetch_add(&qcow2_next_slot, 1, __ATOMIC_RELAXED) %
@@ -3014,11 +3099,11 @@ void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
         qcow2_thread_slot = slot;
     }
     /* (64-bit: the - 1 folds into the address computation) */
-    refs = (uint64_t *)((uint8_t *)s->fast + ((uintptr_t)slot - 1)) + e;
+    refs = (uint64_t *)((uint8_t *)cur + ((uintptr_t)slot - 1));
     /* Counted before any entry is looked at (see reuse_poll()). */
     acb->filter_priv = refs;
     __atomic_fetch_add(refs, 1, __ATOMIC_SEQ_CST);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    fast_fence_after_rmw();
 
     l1 = __atomic_load_n(&s->l1pub, __ATOMIC_ACQUIRE);
     off = acb->offset;
@@ -3032,15 +3117,18 @@ void qcow2_submit_fast(BDRVQcow2State *s, AioContext *ctx, BlockAIOCB *acb,
                                    __ATOMIC_ACQUIRE)))) {
         goto other;
     }
+    /* (A checked entry: Qcow2L1Pub) */
     l1e = __atomic_load_n(&l1->e[l1i], __ATOMIC_ACQUIRE);
     at = l1e & QCOW2_OFFSET_MASK;
-    if ((l1e & L1_RESERVED) || !at ||
-        (write && !(l1e & QCOW2_OFLAG_COPIED))) {
+    if (!at || (write && !(l1e & QCOW2_OFLAG_COPIED))) {
         goto other;
     }
     tb = off >> s->fast_tbl_shift;
-    if (!l2_fast_entry(s, at + (tb & s->fast_key_mask),
-                       tb & s->fast_slice_mask, &raw) ||
+    byte = tb & s->fast_slice_mask;
+    /* The entry's byte in its slice now: then tb and the mask are not
+     * both live over the set's search, which needs no stack frame. */
+    __asm__("" : "+r"(byte));
+    if (!l2_fast_entry(s, at + (tb & s->fast_key_mask), byte, &raw) ||
         (raw & s->fast_l2_bad) || (write && !(raw & QCOW2_OFLAG_COPIED))) {
         goto other;
     }
@@ -3258,10 +3346,14 @@ static void open_job(void *opaque)
         s->nb_sets = MAX(size / s->slice_size / L2_WAYS, 1);
         s->nb_sets = MIN(s->nb_sets, (1u << 20) / L2_WAYS);
         s->nb_slots = s->nb_sets * L2_WAYS;
+        s->set_scale = (uint64_t)s->nb_sets * L2_SET_BYTES;
     }
     s->l1pub = g_new0(Qcow2L1Pub, 1);
     s->l1pub->size = s->l1_size;
-    s->l1pub->e = s->l1;
+    s->l1pub->e = g_new0(uint64_t, MAX(s->l1_size, 1));
+    for (uint32_t i = 0; i < s->l1_size; i++) {
+        s->l1pub->e[i] = l1_fast_entry(s, s->l1[i]);
+    }
     s->fast_ok = s->cluster_size >= ra;
     s->fast_cmask = s->cluster_size - 1;
     s->fast_l1_shift = s->cluster_bits + s->info.l2_bits;
@@ -3352,6 +3444,9 @@ static void qcow2_close(BlockBackend *bs)
     }
     if (s->retired) {
         g_ptr_array_free(s->retired, true);
+    }
+    if (s->l1pub) {
+        g_free(s->l1pub->e);
     }
     g_free(s->l1pub);
     if (s->slot_mem) {
@@ -3493,6 +3588,8 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
     bs->opaque = s;
     s->bs = bs;
     s->file = opts->file;
+    s->file_preadv = s->file->drv->bdrv_aio_preadv;
+    s->file_pwritev = s->file->drv->bdrv_aio_pwritev;
     s->writable = !opts->readonly;
     s->filename = g_strdup(opts->file->filename);
     s->cache_clean_interval = o ? o->cache_clean_interval : 0;
@@ -3515,6 +3612,7 @@ static bool qcow2_open(BlockBackend *bs, const BlockOptions *opts,
             abort();
         }
         s->fast = memset(p, 0, FAST_SLOTS * sizeof(Qcow2FastSlot));
+        s->fast_cur = s->fast[0].refs;
     }
     if (s->writable && opts->file->readonly) {
         g_set_error(errp, VB_ERROR, 0, "Block node is read-only: the file "
@@ -3646,17 +3744,19 @@ static void truncate_job(void *opaque)
         l1 = g_new0(uint64_t, entries);
         memcpy(l1, s->l1, (uint64_t)s->l1_size * 8);
         /* Lock-free readers may still hold the old table. */
-        g_ptr_array_add(s->retired, s->l1);
+        g_free(s->l1);
+        g_ptr_array_add(s->retired, s->l1pub->e);
         g_ptr_array_add(s->retired, s->l1pub);
-        s->l1 = l1;
-        s->l1_size = entries;
         {
             Qcow2L1Pub *pub = g_new0(Qcow2L1Pub, 1);
 
             pub->size = entries;
-            pub->e = l1;
+            pub->e = g_new0(uint64_t, entries);
+            memcpy(pub->e, s->l1pub->e, (uint64_t)s->l1_size * 8);
             __atomic_store_n(&s->l1pub, pub, __ATOMIC_RELEASE);
         }
+        s->l1 = l1;
+        s->l1_size = entries;
         s->l1_offset = off;
         s->info.h.l1_size = entries;
         s->info.h.l1_table_offset = off;

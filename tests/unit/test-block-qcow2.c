@@ -218,6 +218,82 @@ static void test_fast_path(void)
 }
 
 /*
+ * An L1 entry with a reserved bit set is corrupt: a read under it fails
+ * (the metadata thread reports the entry), also when its offset, the
+ * reserved bit masked off, is that of an L2 table whose slices are
+ * cached: neither the shortcut of the fast path (a read within one
+ * cluster) nor its runs (a read across two) may take the entry for that
+ * table's.
+ */
+static void test_l1_reserved(void)
+{
+    g_autoptr(GError) err = NULL;
+    g_autofree char *dir = g_dir_make_tmp("vb-qcow2-XXXXXX", &err);
+    g_autofree char *img = g_build_filename(dir, "l1.qcow2", NULL);
+    g_autofree char *cmd = NULL;
+    g_autofree uint8_t *buf = g_malloc(8192);
+    uint8_t be[8];
+    uint64_t l1_off, e0;
+    int fd;
+
+    g_assert_no_error(err);
+    /* 16 KiB clusters: an L2 table maps 32 MiB, so 64 MiB has two. */
+    cmd = g_strdup_printf("sh -c \"cd %s && "
+                          "qemu-img create -q -f qcow2 -o cluster_size=16k "
+                          "l1.qcow2 64M && "
+                          "qemu-io -f qcow2 -c 'write -P 0x31 0 64k' "
+                          "-c 'write -P 0x32 32M 64k' l1.qcow2\"", dir);
+    sh(cmd);
+    /* L1[1] = L1[0] with bit 1 (reserved) set. */
+    fd = open(img, O_RDWR);
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(pread(fd, be, 8, 40), ==, 8);
+    memcpy(&l1_off, be, 8);
+    l1_off = GUINT64_FROM_BE(l1_off);
+    g_assert_cmpint(pread(fd, be, 8, l1_off), ==, 8);
+    memcpy(&e0, be, 8);
+    e0 = GUINT64_FROM_BE(e0);
+    g_assert_cmpuint(e0 & 0x00fffffffffffe00ull, !=, 0);
+    e0 = GUINT64_TO_BE(e0 | 2);
+    g_assert_cmpint(pwrite(fd, &e0, 8, l1_off + 8), ==, 8);
+    close(fd);
+
+    /* 0: within a cluster; 12 KiB on: across two (a node each: once it
+     * found the entry corrupt, a node refuses every request). */
+    for (int in = 0; in <= 12 * 1024; in += 12 * 1024) {
+        BlockQcow2Options qo = { 0 };
+        BlockBackend *file, *q;
+        BlockOptions o;
+
+        file = open_file(img, true);
+        blk_options_init(&o);
+        o.driver = "qcow2";
+        o.file = file;
+        o.readonly = true;
+        qo.l2_cache_entry_size = 4096;
+        o.driver_opts = &qo;
+        q = blk_open(&o, &err);
+        g_assert_no_error(err);
+        /* L1[0]'s first slice: loaded, then cached. */
+        for (int i = 0; i < 2; i++) {
+            g_assert_cmpint(do_rw(q, false, in, buf, 8192), ==, 0);
+            g_assert_cmpuint(buf[0], ==, 0x31);
+            g_assert_cmpuint(buf[8191], ==, 0x31);
+        }
+        /* The same slice key through the corrupt L1[1]. */
+        g_assert_cmpint(do_rw(q, false, 32 * 1024 * 1024 + in, buf, 8192),
+                        <, 0);
+        while (aio_poll(ctx, false)) {
+        }
+        blk_close(q);
+        blk_close(file);
+    }
+    g_free(cmd);
+    cmd = g_strdup_printf("rm -rf %s", dir);
+    sh(cmd);
+}
+
+/*
  * Slices loaded ahead of the requests queued behind a cache miss
  * (l2_prefetch()): 32 requests in flight at once over a sparse image of
  * 64 L2 tables, with an 8-slot cache (one set: every batch evicts, and
@@ -365,6 +441,7 @@ int main(int argc, char **argv)
         return g_test_run();
     }
     g_test_add_func("/block/qcow2/fast-path", test_fast_path);
+    g_test_add_func("/block/qcow2/l1-reserved", test_l1_reserved);
     g_test_add_func("/block/qcow2/prefetch", test_prefetch);
     return g_test_run();
 }
