@@ -465,6 +465,29 @@ static BlockBackend *file_node(const char *path, uint32_t delay_ms)
     return blk;
 }
 
+/* A file node over a new file of @size bytes at @path, every request
+ * to it held back @delay_ms (0: none). */
+static BlockBackend *file_node_sized(const char *path, uint64_t size,
+                                     uint32_t delay_ms)
+{
+    g_autoptr(GError) err = NULL;
+    BlockOptions o;
+    BlockFileOptions fo;
+    BlockBackend *blk;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+    g_assert_cmpint(fd, >=, 0);
+    g_assert_cmpint(ftruncate(fd, size), ==, 0);
+    close(fd);
+    blk_options_init(&o);
+    blk_file_options(&o, &fo, path);
+    o.cache_direct = false;     /* tmpfs has no O_DIRECT */
+    o.inject.delay_ms = delay_ms;
+    blk = blk_open(&o, &err);
+    g_assert_no_error(err);
+    return blk;
+}
+
 static void write_done(void *opaque, int ret)
 {
     g_assert_cmpint(ret, ==, 0);
@@ -559,8 +582,6 @@ static void test_mirror_read_bound(void)
     g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
     g_autoptr(GError) err = NULL;
     BlockBackend *src, *tgt;
-    BlockOptions o;
-    BlockFileOptions fo;
     MirrorOptions mo = {
         .job_id = "mr", .sync = MIRROR_SYNC_NONE, .granularity = 65536,
         .auto_finalize = true, .auto_dismiss = false,
@@ -568,23 +589,8 @@ static void test_mirror_read_bound(void)
     Job *job;
 
     g_assert_nonnull(dir);
-    src = file_node(spath, 0);
-    tgt = file_node(tpath, 0);
-    g_assert_cmpint(truncate(spath, SIZE), ==, 0);
-    g_assert_cmpint(truncate(tpath, SIZE), ==, 0);
-    blk_close(src);
-    blk_close(tgt);
-    blk_options_init(&o);
-    blk_file_options(&o, &fo, spath);
-    o.cache_direct = false;
-    o.inject.delay_ms = 500;
-    src = blk_open(&o, &err);
-    g_assert_no_error(err);
-    blk_options_init(&o);
-    blk_file_options(&o, &fo, tpath);
-    o.cache_direct = false;
-    tgt = blk_open(&o, &err);
-    g_assert_no_error(err);
+    src = file_node_sized(spath, SIZE, 500);
+    tgt = file_node_sized(tpath, SIZE, 0);
     mo.source = src;
     mo.target = tgt;
     job = mirror_start(&mo, &err);
@@ -692,8 +698,6 @@ static void test_mirror_coalesce(void)
     g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
     g_autoptr(GError) err = NULL;
     BlockBackend *src, *tgt;
-    BlockOptions o;
-    BlockFileOptions fo;
     MirrorOptions mo = {
         .job_id = "mc", .sync = MIRROR_SYNC_NONE,
         .auto_finalize = true, .auto_dismiss = false,
@@ -702,23 +706,8 @@ static void test_mirror_coalesce(void)
     Job *job;
 
     g_assert_nonnull(dir);
-    src = file_node(spath, 0);
-    tgt = file_node(tpath, 0);
-    g_assert_cmpint(truncate(spath, SIZE), ==, 0);
-    g_assert_cmpint(truncate(tpath, SIZE), ==, 0);
-    blk_close(src);
-    blk_close(tgt);
-    blk_options_init(&o);
-    blk_file_options(&o, &fo, spath);
-    o.cache_direct = false;
-    src = blk_open(&o, &err);
-    g_assert_no_error(err);
-    blk_options_init(&o);
-    blk_file_options(&o, &fo, tpath);
-    o.cache_direct = false;
-    o.inject.delay_ms = 1;
-    tgt = blk_open(&o, &err);
-    g_assert_no_error(err);
+    src = file_node_sized(spath, SIZE, 0);
+    tgt = file_node_sized(tpath, SIZE, 1);
     mo.source = src;
     mo.target = tgt;
     job = mirror_start(&mo, &err);
