@@ -752,8 +752,6 @@ static void test_mirror_small_ops(void)
     g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
     g_autoptr(GError) err = NULL;
     BlockBackend *src, *tgt;
-    BlockOptions o;
-    BlockFileOptions fo;
     MirrorOptions mo = {
         .job_id = "mm", .sync = MIRROR_SYNC_NONE,
         .auto_finalize = true, .auto_dismiss = false,
@@ -761,23 +759,8 @@ static void test_mirror_small_ops(void)
     Job *job;
 
     g_assert_nonnull(dir);
-    src = file_node(spath, 0);
-    tgt = file_node(tpath, 0);
-    g_assert_cmpint(truncate(spath, SIZE), ==, 0);
-    g_assert_cmpint(truncate(tpath, SIZE), ==, 0);
-    blk_close(src);
-    blk_close(tgt);
-    blk_options_init(&o);
-    blk_file_options(&o, &fo, spath);
-    o.cache_direct = false;
-    o.inject.delay_ms = 500;
-    src = blk_open(&o, &err);
-    g_assert_no_error(err);
-    blk_options_init(&o);
-    blk_file_options(&o, &fo, tpath);
-    o.cache_direct = false;
-    tgt = blk_open(&o, &err);
-    g_assert_no_error(err);
+    src = file_node_sized(spath, SIZE, 500);
+    tgt = file_node_sized(tpath, SIZE, 0);
     mo.source = src;
     mo.target = tgt;
     job = mirror_start(&mo, &err);
