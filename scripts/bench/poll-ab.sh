@@ -26,6 +26,14 @@
 # find work without sleeping): per I/O, these counts do not depend on the
 # machine's load the way CPU time does (they need perf and tracepoint
 # access: root, or kernel.perf_event_paranoid <= -1).
+# In the rate cells one more "daemon" runs in the same interleave: the
+# floor (scripts/bench/wake-floor.c, compiled here), two processes and two
+# eventfds that do only what a back-end serving a sleeping client must do
+# per kick: sleep in epoll_wait(), wake, write the call eventfd that wakes
+# the client, 20k times a second.  Its CPU per wake-up times the new
+# build's wake-ups per I/O is the least any back-end that sleeps between
+# kicks spends per I/O in that cell; the summary prints it against QSD's,
+# repetition by repetition, and what the new build spends above it.
 #
 # Usage: scripts/bench/poll-ab.sh -a OLD_BUILDDIR [-b NEW_BUILDDIR]
 #            [-c PRERULE_BUILDDIR] [-r REPS] [-t SECONDS] [-f FILE]
@@ -112,7 +120,12 @@ esac
 mkdir -p "$out" || exit 1
 tmp=$(mktemp -d /var/tmp/vb-poll-ab.XXXXXX) || exit 1
 raw=$out/raw.jsonl
-: > "$raw"
+floor=$out/floor.jsonl
+: > "$raw"; : > "$floor"
+case $cells in *rate*)
+    ${CC:-cc} -O2 -Wall -o "$tmp/wake-floor" "$srcdir/scripts/bench/wake-floor.c" \
+        -lpthread || die "cannot compile scripts/bench/wake-floor.c (install gcc)" ;;
+esac
 pids=()
 cleanup() {
     local p
@@ -201,13 +214,20 @@ for r in $(seq "$reps"); do
             fi
             echo "{\"cell\": \"$c\", \"case\": \"$n\", \"rep\": $r, \"load1\": $l, \"daemon_cpu_s\": $((t1 - t0)).0e-2, \"daemon_vcsw\": $((v1 - v0))$sc, \"r\": $j}" >> "$raw"
         done
+        case $c in rate*)
+            # 20k wake-ups/s, about what the new build has in either cell.
+            j=$("$tmp/wake-floor" 20000 "$runtime") ||
+                die "wake-floor failed"
+            echo "{\"cell\": \"$c\", \"rep\": $r, \"r\": $j}" >> "$floor" ;;
+        esac
     done
 done
 
 python3 - "$raw" "$started" "$load_start" "$(cut -d' ' -f1-3 /proc/loadavg)" \
-    "$runtime" "$reps" "$dopts" > "$out/summary.md" <<'EOF'
+    "$runtime" "$reps" "$dopts" "$floor" > "$out/summary.md" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+floors = [json.loads(l) for l in open(sys.argv[8]) if l.strip()]
 cells = list(dict.fromkeys(r["cell"] for r in rows))
 cases = list(dict.fromkeys(r["case"] for r in rows))
 med = statistics.median
@@ -307,6 +327,33 @@ for c in cells:
             print(f"| {c} | {NAMES[metric]} | new / {den} | "
                   + " ".join(f"{x:.2f}" for x in rs)
                   + f" | {mmm(rs, '{:.2f}')} | {goal} |")
+
+# The floor: what a back-end that sleeps between kicks cannot avoid.
+fcells = list(dict.fromkeys(f["cell"] for f in floors))
+if fcells:
+    print("\nThe floor (scripts/bench/wake-floor.c, 20k wake-ups/s, in the "
+          "same interleave): its daemon's CPU per wake-up; bound = "
+          "floor x the new build's wake-ups per I/O in the same repetition, "
+          "the least a sleeping back-end spends per I/O there; above = the "
+          "new build's CPU per I/O minus the bound:\n")
+    print("| cell | floor per wake-up | bound / qsd, each repetition | "
+          "new above the bound, each repetition |")
+    print("|---|---:|---|---|")
+    for c in fcells:
+        per = {f["rep"]: f["r"]["daemon_us_per_trip"] for f in floors
+               if f["cell"] == c and f["r"]["round_trips"]}
+        b_q, above = [], []
+        for rep in sorted(per):
+            w = get(c, "new", rep, "wakeups")
+            q = get(c, "qsd", rep, "cpu")
+            n = get(c, "new", rep, "cpu")
+            if w is None or not q or n is None:
+                continue
+            bound = per[rep] * min(w, 1.0)
+            b_q.append(f"{bound / q:.2f}")
+            above.append(f"{n - bound:.2f} us")
+        print(f"| {c} | {mmm(list(per.values()), '{:.2f} us')} | "
+              f"{' '.join(b_q)} | {' '.join(above)} |")
 print(f"\n{failed} goal(s) not met in every repetition.")
 EOF
 cat "$out/summary.md"
