@@ -2196,9 +2196,13 @@ static void drop_entry_ref(BDRVQcow2State *s, const Qcow2L2Entry *e)
  * entries change (unallocated, or the zero flag) in the cache, and the
  * clusters they referenced are dropped after the next flush.  Parts of
  * clusters: write-zeroes writes zeroes, discard leaves them.
+ * @no_fallback (BDRV_REQ_NO_FALLBACK, NBD's FAST_ZERO): only the entries
+ * may change; where zeroes would be written as data (part of a cluster,
+ * or version 2 over a backing file) fail with -ENOTSUP before anything
+ * changes, so that the caller writes its zeroes its own way.
  */
 static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
-                   bool zeroes, bool unmap)
+                   bool zeroes, bool unmap, bool no_fallback)
 {
     uint64_t cs = s->cluster_size;
     uint64_t a = QEMU_ALIGN_UP(offset, cs);
@@ -2206,6 +2210,10 @@ static int do_zero(BDRVQcow2State *s, uint64_t offset, uint64_t bytes,
     bool v3 = s->info.h.version >= 3;
     int ret;
 
+    if (zeroes && no_fallback &&
+        ((!v3 && s->backing) || offset < a || a >= b || offset + bytes > b)) {
+        return -ENOTSUP;
+    }
     if (zeroes && !v3 && s->backing) {
         /* No zero flag in version 2: only data hides the backing file. */
         return do_write(s, offset, bytes, NULL, false, NULL);
@@ -2381,11 +2389,12 @@ static void process_req(BDRVQcow2State *s, BlockAIOCB *acb)
         ret = metadata_flush(s);
         break;
     case BLK_REQ_DISCARD:
-        ret = do_zero(s, acb->offset, acb->bytes, false, true);
+        ret = do_zero(s, acb->offset, acb->bytes, false, true, false);
         break;
     case BLK_REQ_WRITE_ZEROES:
         ret = do_zero(s, acb->offset, acb->bytes, true,
-                      acb->flags & BDRV_REQ_MAY_UNMAP);
+                      acb->flags & BDRV_REQ_MAY_UNMAP,
+                      acb->flags & BDRV_REQ_NO_FALLBACK);
         break;
     default:
         ret = -ENOTSUP;

@@ -787,6 +787,56 @@ def test_fast_zero(tmp):
         shutil.rmtree(shm, ignore_errors=True)
 
 
+def test_fast_zero_qcow2(tmp):
+    """FAST_ZERO on a qcow2 node: whole clusters take the zero flag (fast),
+    part of a cluster would be written as data: ENOTSUP, nothing changed;
+    qemu-img check clean after."""
+    name = "FAST_ZERO on qcow2"
+    if not have("qemu-img"):
+        skip(name, "no qemu-img")
+        return
+    img = os.path.join(tmp, "fz.qcow2")
+    rc, out = run("qemu-img", "create", "-q", "-f", "qcow2", "-o",
+                  "cluster_size=65536", img, "4M")
+    ok(rc == 0, name + ": qemu-img create", out)
+    sock = os.path.join(tmp, "fz.sock")
+    d = Daemon(tmp, "fz", [
+        "--blockdev", "driver=file,node-name=f0,filename=" + img,
+        "--blockdev", "driver=qcow2,node-name=q0,file=f0",
+        "--nbd-server", "addr.type=unix,addr.path=" + sock,
+        "--export", "type=nbd,id=e0,node-name=q0,writable=on"])
+    d.monitor()
+    c = Raw(path=sock)
+    c.greet()
+    c.go("q0", structured=False)
+    c.req(CMD_WRITE, 0, 128 * 1024, data=b"\x44" * (128 * 1024), cookie=1)
+    r1 = c.answer()
+    c.req(CMD_ZEROES, 4096, 4096, flags=FLAG_FAST_ZERO, cookie=2)
+    r2 = c.answer()
+    c.req(CMD_ZEROES, 60 * 1024, 64 * 1024, flags=FLAG_FAST_ZERO, cookie=3)
+    r3 = c.answer()
+    c.req(CMD_READ, 0, 128 * 1024, cookie=4)
+    r4 = c.answer(128 * 1024)
+    ok(r1[:2] == (0, 1) and r2[:2] == (ENOTSUP, 2) and
+       r3[:2] == (ENOTSUP, 3) and r4 == (0, 4, b"\x44" * (128 * 1024)),
+       name + ": part of a cluster: ENOTSUP, the data unchanged",
+       (r1[:2], r2[:2], r3[:2], r4[:2]))
+    c.req(CMD_ZEROES, 64 * 1024, 64 * 1024, flags=FLAG_FAST_ZERO, cookie=5)
+    r5 = c.answer()
+    c.req(CMD_ZEROES, 0, 4096, cookie=6)
+    r6 = c.answer()
+    c.req(CMD_READ, 0, 128 * 1024, cookie=7)
+    r7 = c.answer(128 * 1024)
+    want = bytes(4096) + b"\x44" * (60 * 1024) + bytes(64 * 1024)
+    ok(r5[:2] == (0, 5) and r6[:2] == (0, 6) and r7 == (0, 7, want),
+       name + ": a whole cluster: zeroes; part of one without FAST_ZERO: "
+       "zeroes", (r5[:2], r6[:2], r7[:2]))
+    c.close()
+    d.stop()
+    rc, out = run("qemu-img", "check", img)
+    ok(rc == 0 and "No errors" in out, name + ": qemu-img check clean", out)
+
+
 def test_no_zeroes(tmp):
     """A driver=nbd node whose server has no WRITE_ZEROES (nbdkit's
     nozero filter): our export of it must not offer WRITE_ZEROES (nor
@@ -1539,6 +1589,7 @@ def main():
         test_spec(sock, img)
         test_block_size(tmp)
         test_fast_zero(tmp)
+        test_fast_zero_qcow2(tmp)
         test_no_zeroes(tmp)
         test_qmp(tmp, d, sock)
         ok(d.p.poll() is None, "the daemon survived every client", d.log())
