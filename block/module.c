@@ -292,10 +292,10 @@ const BlockDriver *block_module_load_driver(const char *name,
                 "which is not installed: tried %s; install it into %s "
                 "(what the vhost-blk package or 'ninja -C build install' "
                 "does), build with -D%s=enabled "
-                "(./configure's default, with librbd-dev) and run the "
+                "(with lib%s-dev installed) and run the "
                 "program from the build tree, or point VHOST_BLK_MODULE_DIR "
                 "at the directory holding it", what, name, file, tried->str,
-                CONFIG_MODULE_DIR, name);
+                CONFIG_MODULE_DIR, name, name);
 out:
     pthread_mutex_unlock(&block_module_lock);
     return drv;

@@ -40,7 +40,7 @@ triplet=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 moddir=usr/lib/$triplet/vhost-blk
 missing=
 for f in usr/sbin/vhost-blkd usr/bin/vhost-blk-ctl usr/bin/vhost-blk-bench \
-         $moddir/block-rbd.so \
+         $moddir/block-rbd.so $moddir/block-nbd.so \
          lib/systemd/system/vhost-blkd@.service \
          lib/systemd/system/vhost-blkd@.socket \
          usr/share/man/man8/vhost-blkd.8.gz usr/share/man/man8/vhost-blk-ctl.8.gz \
@@ -49,11 +49,11 @@ for f in usr/sbin/vhost-blkd usr/bin/vhost-blk-ctl usr/bin/vhost-blk-bench \
          usr/share/doc/vhost-blk/copyright etc/vhost-blk; do
     [ -e "$root/$f" ] || missing="$missing $f"
 done
-vb_check_eq "the package holds the tools, rbd module, units, man pages and example" \
+vb_check_eq "the package holds the tools, rbd and nbd modules, units, man pages and example" \
     "${missing:-none}" none
 unresolved=$(ldd "$root/usr/sbin/vhost-blkd" "$root/usr/bin/vhost-blk-ctl" \
              "$root/usr/bin/vhost-blk-bench" "$root/$moddir/block-rbd.so" \
-             2>&1 | grep "not found")
+             "$root/$moddir/block-nbd.so" 2>&1 | grep "not found")
 vb_check_eq "its programs' and module's libraries are all found" \
     "${unresolved:-none}" none
 # Ceph comes with the module only, and the package still pulls it in.
@@ -61,6 +61,11 @@ vb_check_eq "vhost-blkd itself does not link librbd" \
     "$(readelf -d "$root/usr/sbin/vhost-blkd" | grep -c 'librbd\|librados')" 0
 vb_check "the package Depends on librbd1 (RBD works out of the box)" \
     sh -c "dpkg-deb -f \"$deb\" Depends | grep -q librbd1"
+# libnbd (and the GnuTLS, libxml2 and ICU it brings) likewise.
+vb_check_eq "vhost-blkd itself does not link libnbd" \
+    "$(readelf -d "$root/usr/sbin/vhost-blkd" | grep -c 'libnbd')" 0
+vb_check "the package Depends on libnbd0 (driver=nbd works out of the box)" \
+    sh -c "dpkg-deb -f \"$deb\" Depends | grep -q libnbd0"
 # The packaged daemon loads the packaged module: with the module found,
 # the error is librados's (no such ceph.conf), not a loader's.
 rbd_start() {
@@ -78,6 +83,14 @@ rbd_start
 vb_check "the packaged vhost-blkd looks for the module in /$moddir" \
     grep -q "/$moddir/block-rbd.so\|cannot read the Ceph configuration" \
     "$VB_TMP/rbd.out"
+# The same for block-nbd.so: with the module found, the error is the
+# driver's (no server on that socket), not a loader's.
+VHOST_BLK_MODULE_DIR=$root/$moddir "$root/usr/sbin/vhost-blkd" \
+    --blockdev "driver=nbd,node-name=n0,server.type=unix,server.path=$VB_TMP/no-nbd.sock" \
+    > "$VB_TMP/nbd.out" 2>&1
+sed 's/^/#   /' "$VB_TMP/nbd.out"
+vb_check "the packaged vhost-blkd loads the packaged block-nbd.so" \
+    grep -q "no-nbd.sock: cannot connect" "$VB_TMP/nbd.out"
 installed_version() {
     "$root/usr/sbin/vhost-blkd" --version | sed 's/^/# /'
     return "${PIPESTATUS[0]}"
