@@ -220,7 +220,7 @@ else
     not_ok "the block device disk ($BDEV) is there"
 fi
 
-# --- the rbd driver's module under the hardened unit ----------------------
+# --- the rbd and nbd drivers' modules under the hardened unit -------------
 # The package installs block-rbd.so where the daemon looks for it; a file
 # export maps none of Ceph, and a blockdev-add driver=rbd dlopen()s the
 # module under SystemCallFilter=, ProtectSystem=strict,
@@ -241,6 +241,21 @@ detail "$T/rbd"
 check "blockdev-add driver=rbd loads the module (librados reads the conf)" \
     grep -q "cannot read the Ceph configuration" "$T/rbd"
 check "block-rbd.so and librbd are mapped now" test "$(ceph_maps)" -gt 0
+check_eq "... and the daemon is still active" "$(prop ActiveState $SVC)" active
+# The nbd driver's module the same way: libnbd (and the GnuTLS, libxml2
+# and ICU it brings) is mapped only once a node names driver=nbd; with no
+# server on the socket the error is the driver's, not the loader's.
+check "the package installed /usr/lib/<triplet>/vhost-blk/block-nbd.so" \
+    test -f "$(dirname "$MODULE")/block-nbd.so"
+nbd_maps() { grep -c 'libnbd\.so\|block-nbd\.so' "/proc/$pid/maps"; }
+check_eq "before a driver=nbd node, no libnbd is mapped" "$(nbd_maps)" 0
+vhost-blk-ctl -s "$QMP" qmp blockdev-add \
+    '{"driver":"nbd","node-name":"n0","server":{"type":"unix","path":"/nonexistent/nbd.sock"}}' \
+    > "$T/nbd" 2>&1
+detail "$T/nbd"
+check "blockdev-add driver=nbd loads the module (the connect fails)" \
+    grep -q "nbd.sock: cannot connect" "$T/nbd"
+check "block-nbd.so and libnbd are mapped now" test "$(nbd_maps)" -gt 0
 check_eq "... and the daemon is still active" "$(prop ActiveState $SVC)" active
 systemctl stop "$SVC"
 

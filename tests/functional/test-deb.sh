@@ -87,6 +87,7 @@ vb_check "the packaged vhost-blkd looks for the module in /$moddir" \
 # driver's (no server on that socket), not a loader's.
 VHOST_BLK_MODULE_DIR=$root/$moddir "$root/usr/sbin/vhost-blkd" \
     --blockdev "driver=nbd,node-name=n0,server.type=unix,server.path=$VB_TMP/no-nbd.sock" \
+    --export "type=vhost-user-blk,id=e,node-name=n0,addr.type=unix,addr.path=$VB_TMP/nbd.sock" \
     > "$VB_TMP/nbd.out" 2>&1
 sed 's/^/#   /' "$VB_TMP/nbd.out"
 vb_check "the packaged vhost-blkd loads the packaged block-nbd.so" \
