@@ -11,7 +11,9 @@
  *    submitted while it is away completes once it is back;
  *  - away past reconnect-delay, and with none: an I/O error, the daemon
  *    keeps running, and the disk works again after the restart;
- *  - blockdev-add driver=nbd over QMP, named like QEMU names it;
+ *  - blockdev-add driver=nbd over QMP, named like QEMU names it; the
+ *    driver is a module (block-nbd.so): libnbd is not mapped before the
+ *    first nbd node, a bad option is refused before the module loads;
  *  - tls-creds=ID (x509 and PSK objects, endpoint=client) against
  *    qemu-nbd with TLS, and against vhost-blkd's own NBD server with
  *    TLS; an unknown id, a server object and a CA the server's
@@ -483,6 +485,25 @@ static void test_server_gone(gconstpointer data)
 
 /* blockdev-add driver=nbd, QEMU's name for it, an export of it, and a
  * blockdev-add that cannot connect. */
+/* The lines of the daemon's /proc/PID/maps naming libnbd or the nbd
+ * driver's module. */
+static unsigned int nbd_mappings(Fixture *f)
+{
+    g_autofree char *path = g_strdup_printf("/proc/%d/maps", (int)f->d.pid);
+    g_autofree char *maps = NULL;
+    g_auto(GStrv) lines = NULL;
+    unsigned int n = 0;
+
+    g_assert_true(g_file_get_contents(path, &maps, NULL, NULL));
+    lines = g_strsplit(maps, "\n", -1);
+    for (char **l = lines; *l; l++) {
+        if (strstr(*l, "/libnbd.so") || strstr(*l, "/block-nbd.so")) {
+            n++;
+        }
+    }
+    return n;
+}
+
 static void test_qmp(void)
 {
     g_autofree char *add = NULL, *exp = NULL, *err = NULL, *bad = NULL;
@@ -494,12 +515,27 @@ static void test_qmp(void)
         return;
     }
     setup(&f, false, false, 0, true, 1);
+    /* A daemon without nbd nodes carries none of libnbd; an option the
+     * driver refuses is refused before its module is loaded. */
+    g_assert_cmpuint(nbd_mappings(&f), ==, 0);
+    bad = g_strdup_printf("{\"execute\":\"blockdev-add\",\"arguments\":{"
+                          "\"driver\":\"nbd\",\"node-name\":\"q0\","
+                          "\"server\":{\"type\":\"unix\",\"path\":\"%s\"},"
+                          "\"reconnect-delay\":-1}}", f.nbd_sock);
+    err = vb_qmp_error(&f.q, bad);
+    g_test_message("%s", err);
+    g_assert_nonnull(err);
+    g_assert_nonnull(strstr(err, "reconnect-delay: -1 is out of range"));
+    g_assert_cmpuint(nbd_mappings(&f), ==, 0);
+    g_clear_pointer(&bad, g_free);
+    g_clear_pointer(&err, g_free);
     add = g_strdup_printf("{\"execute\":\"blockdev-add\",\"arguments\":{"
                           "\"driver\":\"nbd\",\"node-name\":\"q0\","
                           "\"server\":{\"type\":\"unix\",\"path\":\"%s\"},"
                           "\"export\":\"exp\",\"reconnect-delay\":5}}",
                           f.nbd_sock);
     vb_qmp_ok(&f.q, add);
+    g_assert_cmpuint(nbd_mappings(&f), >, 0);
     ret = vb_qmp(&f.q, "{\"execute\":\"query-named-block-nodes\"}", NULL);
     names = json_to_string(ret, false);
     json_node_unref(ret);
