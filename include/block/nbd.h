@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * driver=nbd: a block node whose image is an export of an NBD server
- * (qemu-nbd, nbdkit, another vhost-blkd), through libnbd (block/nbd.c).
- * Its options, read by its parser into BlockOptions.driver_opts; C
- * callers (tests) may fill one themselves.  The NBD *server* lives
+ * (qemu-nbd, nbdkit, another vhost-blkd), through libnbd: the module
+ * block-nbd.so (block/nbd.c), loaded on first use.  Its options, read by
+ * its parser (block/nbd-options.c, built into the program) into
+ * BlockOptions.driver_opts; C callers (tests) may fill one themselves.  The NBD *server* lives
  * elsewhere (nbd/); this header is the client's alone.
  */
 #ifndef BLOCK_NBD_H
