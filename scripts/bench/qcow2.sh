@@ -196,6 +196,16 @@ stop() {
     rm -f "${SOCK[$name]}"
 }
 
+# psi_some: microseconds some task has waited for a CPU since boot
+# (/proc/pressure/cpu; 0 without PSI).  Over a run, against its length,
+# it says how much the run shared its CPUs, the other engineers' and
+# jobs' load included (raw.jsonl's cpu_wait).
+psi_some() {
+    local t
+    t=$(sed -n 's/^some .*total=\([0-9]*\).*/\1/p' /proc/pressure/cpu 2>/dev/null)
+    echo "${t:-0}"
+}
+
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/${PID[$1]}/status" 2>/dev/null || echo 0; }
 
 # place CASE QUEUES: with cell_pin set (steady), a 1-queue cell puts
@@ -235,6 +245,8 @@ run() {
         sed 's/^/    /' "$tmp/bench.err" >&2
         return 1
     fi
+    local w0 w1 t0 t1
+    w0=$(psi_some); t0=$(date +%s%N)
     if ! j=$("${bench_pin[@]}" "$BENCH" --socket "${SOCK[$c]}" --rw "$rw" --bs "$bs" \
             --iodepth "$d" --queues "$q" --queue-size $QSIZE \
             --backend-pid "${PID[$c]}" --runtime "$runtime" --json \
@@ -243,7 +255,8 @@ run() {
         sed 's/^/    /' "$tmp/bench.err" >&2
         return 1
     fi
-    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"rw\": \"$rw\", \"bs\": \"$bs\", \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\", \"daemon_cpus\": \"$placed\", \"rss_kb\": $(rss_kb "$c"), \"r\": $j}" >> "$raw"
+    w1=$(psi_some); t1=$(date +%s%N)
+    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"rw\": \"$rw\", \"bs\": \"$bs\", \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\", \"daemon_cpus\": \"$placed\", \"cpu_wait\": $(awk -v w=$((w1 - w0)) -v t=$(((t1 - t0) / 1000)) 'BEGIN { printf "%.3f", (t > 0 ? w / t : 0) }'), \"rss_kb\": $(rss_kb "$c"), \"r\": $j}" >> "$raw"
 }
 
 # file_bdev PATH DIRECT [NODE]: the file node of a case (f0, or NODE).
