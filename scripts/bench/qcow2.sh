@@ -11,10 +11,10 @@
 #           is what the machine's noise alone does to a ratio); on DIR
 #           with O_DIRECT, and on /dev/shm without (where the format's
 #           own CPU shows).  All five daemons run at once, one client
-#           at a time; in each cell every daemon gets an unmeasured
-#           warm-up run (--warmup) right before its measured run; the
-#           order of the five alternates per repetition (raw, qcow2,
-#           QSD io_uring, QSD native, raw2, then the reverse), so no
+#           at a time (with --warmup, each measured run follows an
+#           unmeasured one of the same daemon and cell); the order of
+#           the five alternates per repetition (raw, qcow2, QSD
+#           io_uring, QSD native, raw2, then the reverse), so no
 #           daemon always runs first or last.  1-queue cells pin the
 #           daemon (all its threads) to CPU 1 and the client to CPU 0,
 #           every daemon alike (with 2 CPUs the scheduler otherwise now
@@ -60,7 +60,7 @@
 #   --depths, --queues, --rws, --groups  steady: only these cells
 #            (default: all; a quick check of a few cells)
 #   --warmup  steady: seconds of the unmeasured run before each measured
-#            one (default 0.5; 0 = none)
+#            one (default 0: none)
 #   --no-pin, --fixed-order  steady: no CPU pinning / the same order in
 #            every repetition (the method before; to measure what the
 #            pinning and the order do to the A/A spread)
@@ -86,7 +86,7 @@ halt_ns=200000
 queues_l="1 2"
 rws="randread randwrite"
 groups="direct shm"
-warmup=0.5
+warmup=0
 pin=1
 alt_order=1
 
