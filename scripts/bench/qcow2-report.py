@@ -158,6 +158,18 @@ def main():
                       "%.2f to %.2f" % (min(aa_cpu_all), max(aa_cpu_all))
                       if aa_cpu_all else "-"))
             print()
+        waits = sorted(o["cpu_wait"] for o in runs
+                       if o["group"] not in ("alloc", "sparse")
+                       and "cpu_wait" in o)
+        if waits:
+            # PSI: the share of each run during which some task waited
+            # for a CPU; the run's own threads add to it where they
+            # outnumber their CPUs (2-queue cells), the host's load always
+            print("CPU pressure during the runs (cpu_wait, the share of a "
+                  "run some task waited for a CPU; the other processes' "
+                  "load shows here): median %.2f, max %.2f." % (
+                      statistics.median(waits), waits[-1]))
+            print()
 
     alloc = [k for k in cells if k[0] == "alloc"]
     if alloc:
