@@ -202,7 +202,8 @@ stop() {
 # jobs' load included (raw.jsonl's cpu_wait).
 psi_some() {
     local t
-    t=$(sed -n 's/^some .*total=\([0-9]*\).*/\1/p' /proc/pressure/cpu 2>/dev/null)
+    t=$(sed -n 's/^some .*total=\([0-9]*\).*/\1/p' \
+        /proc/pressure/cpu 2>/dev/null)
     echo "${t:-0}"
 }
 
@@ -241,13 +242,15 @@ run() {
             --bs "$bs" --iodepth "$d" --queues "$q" --queue-size $QSIZE \
             --runtime "$cell_warm" "${p[@]}" "$@" \
             > /dev/null 2> "$tmp/bench.err"; then
-        echo "qcow2.sh: $c ($g $rw depth $d queues $q $mode) warm-up failed:" >&2
+        echo "qcow2.sh: $c ($g $rw depth $d queues $q $mode):" \
+            "warm-up failed:" >&2
         sed 's/^/    /' "$tmp/bench.err" >&2
         return 1
     fi
     local w0 w1 t0 t1
     w0=$(psi_some); t0=$(date +%s%N)
-    if ! j=$("${bench_pin[@]}" "$BENCH" --socket "${SOCK[$c]}" --rw "$rw" --bs "$bs" \
+    if ! j=$("${bench_pin[@]}" "$BENCH" --socket "${SOCK[$c]}" \
+            --rw "$rw" --bs "$bs" \
             --iodepth "$d" --queues "$q" --queue-size $QSIZE \
             --backend-pid "${PID[$c]}" --runtime "$runtime" --json \
             "${p[@]}" "$@" 2> "$tmp/bench.err"); then
@@ -256,7 +259,10 @@ run() {
         return 1
     fi
     w1=$(psi_some); t1=$(date +%s%N)
-    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"rw\": \"$rw\", \"bs\": \"$bs\", \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\", \"daemon_cpus\": \"$placed\", \"cpu_wait\": $(awk -v w=$((w1 - w0)) -v t=$(((t1 - t0) / 1000)) 'BEGIN { printf "%.3f", (t > 0 ? w / t : 0) }'), \"rss_kb\": $(rss_kb "$c"), \"r\": $j}" >> "$raw"
+    local cw
+    cw=$(awk -v w=$((w1 - w0)) -v t=$(((t1 - t0) / 1000)) \
+        'BEGIN { printf "%.3f", (t > 0 ? w / t : 0) }')
+    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"rw\": \"$rw\", \"bs\": \"$bs\", \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\", \"daemon_cpus\": \"$placed\", \"cpu_wait\": $cw, \"rss_kb\": $(rss_kb "$c"), \"r\": $j}" >> "$raw"
 }
 
 # file_bdev PATH DIRECT [NODE]: the file node of a case (f0, or NODE).
@@ -311,8 +317,10 @@ steady() {
         die "vhost-blkd qcow2 did not start"
     start qsd-io_uring qsd "$(file_bdev "$where/vb-qcow2b-qsd.qcow2" "$direct")" \
         "driver=qcow2,node-name=top,file=f0" || die "QSD did not start"
+    local aio=threads
+    [ "$direct" = on ] && aio=native
     start qsd-native qsd \
-        "driver=file,node-name=f0,filename=$where/vb-qcow2b-qsd2.qcow2,cache.direct=$direct,aio=$([ "$direct" = on ] && echo native || echo threads)" \
+        "driver=file,node-name=f0,filename=$where/vb-qcow2b-qsd2.qcow2,cache.direct=$direct,aio=$aio" \
         "driver=qcow2,node-name=top,file=f0" || die "QSD did not start"
     start blkd-raw2 blkd "$(file_bdev "$rawimg" "$direct" top),locking=off" ||
         die "the second vhost-blkd raw did not start"
