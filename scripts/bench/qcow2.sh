@@ -6,8 +6,27 @@
 #           a fully allocated image (64 KiB clusters) and a raw copy of it:
 #           vhost-blkd raw, vhost-blkd qcow2, qemu-storage-daemon qcow2
 #           (aio=io_uring and aio=native: the better of the two per
-#           repetition is QSD's figure); on DIR with O_DIRECT, and on
-#           /dev/shm without (where the format's own CPU shows)
+#           repetition is QSD's figure) and an A/A control, a second
+#           vhost-blkd raw on the same raw image (blkd-raw2: raw2/raw
+#           is what the machine's noise alone does to a ratio); on DIR
+#           with O_DIRECT, and on /dev/shm without (where the format's
+#           own CPU shows).  All five daemons run at once, one client
+#           at a time (with --warmup, each measured run follows an
+#           unmeasured one of the same daemon and cell); the order of
+#           the five alternates per repetition (raw, qcow2, QSD
+#           io_uring, QSD native, raw2, then the reverse), so no
+#           daemon always runs first or last.  1-queue cells pin the
+#           daemon (all its threads) to CPU 1 and the client to CPU 0,
+#           every daemon alike (with 2 CPUs the scheduler otherwise now
+#           and then puts a spinning client and a polling iothread on
+#           one CPU, and the run collapses); 2-queue cells pin nothing
+#           (2 client threads and the daemon's threads share both CPUs,
+#           for every daemon the same way).  CPU per I/O is the
+#           daemon's whole process (every thread, idle ones included:
+#           its main loop, QSD's thread pool) over the measured run,
+#           from /proc/PID/stat (10 ms ticks); each daemon serves one
+#           export and one client at a time, so no other export's
+#           work is in it; polling in its iothread counts as CPU.
 #   alloc   allocating writes on an empty image (4k random, 64k
 #           sequential), vhost-blkd qcow2 against QSD qcow2; `qemu-img
 #           check` after each run
@@ -25,6 +44,9 @@
 #            [-d DIR] [-m SIZE_MIB] [-n CALLGRIND_IOS] [-b BUILDDIR]
 #            [--modes "halt irq"] [--only "steady alloc sparse ir"]
 #            [--ir-depths "1 32"] [-B OTHER_BUILDDIR] [--no-shm] [--quick]
+#            [--depths "1 32"] [--queues "1 2"] [--rws "randread randwrite"]
+#            [--groups "direct shm"] [--warmup SECONDS] [--no-pin]
+#            [--fixed-order]
 #   -o  output directory (default /var/tmp/vhost-blk-qcow2-bench)
 #   -t  seconds per run (default 2)       -r  repetitions (default 3)
 #   -d  directory of the O_DIRECT images (default /var/tmp)
@@ -35,6 +57,13 @@
 #   --ir-depths  the ir section's depths (default "1 32": a row each)
 #   -B  ir: also measure this build (labelled "base"), each of its cases
 #       right before the same case of -b's (an A/B in one run)
+#   --depths, --queues, --rws, --groups  steady: only these cells
+#            (default: all; a quick check of a few cells)
+#   --warmup  steady: seconds of the unmeasured run before each measured
+#            one (default 0: none)
+#   --no-pin, --fixed-order  steady: no CPU pinning / the same order in
+#            every repetition (the method before; to measure what the
+#            pinning and the order do to the A/A spread)
 #   --quick  1 rep of 1 s, 64 MiB images, depth 32 only (a smoke test)
 # Outputs OUTDIR/raw.jsonl (every run) and OUTDIR/results.md (printed).
 set -u
@@ -54,8 +83,14 @@ ir_depths="1 32"
 base_build=
 use_shm=1
 halt_ns=200000
+queues_l="1 2"
+rws="randread randwrite"
+groups="direct shm"
+warmup=0
+pin=1
+alt_order=1
 
-usage() { sed -n '3,32p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,68p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "qcow2.sh: $*" >&2; exit 1; }
 log() { echo "# $*" >&2; }
 
@@ -73,6 +108,13 @@ while [ $# -gt 0 ]; do
     --modes) modes=$2; shift ;;
     --only) only=$2; shift ;;
     --no-shm) use_shm=0 ;;
+    --depths) depths=$2; shift ;;
+    --queues) queues_l=$2; shift ;;
+    --rws) rws=$2; shift ;;
+    --groups) groups=$2; shift ;;
+    --warmup) warmup=$2; shift ;;
+    --no-pin) pin=0 ;;
+    --fixed-order) alt_order=0 ;;
     --quick) reps=1; runtime=1; size_mib=64; depths=32; ir_depths=32
              cg_ios=2000 ;;
     -h|--help) usage; exit 0 ;;
@@ -154,15 +196,61 @@ stop() {
     rm -f "${SOCK[$name]}"
 }
 
+# psi_some: microseconds some task has waited for a CPU since boot
+# (/proc/pressure/cpu; 0 without PSI).  Over a run, against its length,
+# it says how much the run shared its CPUs, the other engineers' and
+# jobs' load included (raw.jsonl's cpu_wait).
+psi_some() {
+    local t
+    t=$(sed -n 's/^some .*total=\([0-9]*\).*/\1/p' \
+        /proc/pressure/cpu 2>/dev/null)
+    echo "${t:-0}"
+}
+
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/${PID[$1]}/status" 2>/dev/null || echo 0; }
 
+# place CASE QUEUES: with cell_pin set (steady), a 1-queue cell puts
+# every thread of CASE's daemon on CPU 1 and the client on CPU 0; a
+# 2-queue cell gives both CPUs to both.  Sets bench_pin and placed (the
+# daemon's CPUs, for raw.jsonl).
+cell_pin=0
+cell_warm=0
+bench_pin=()
+placed=any
+place() {
+    local c=$1 q=$2 cpus=0,1
+    bench_pin=(); placed=any
+    [ "$cell_pin" = 1 ] || return 0
+    [ "$q" = 1 ] && cpus=1
+    taskset -a -p -c "$cpus" "${PID[$c]}" > /dev/null ||
+        { echo "qcow2.sh: cannot pin $c to CPU $cpus" >&2; return 1; }
+    placed=$cpus
+    [ "$q" = 1 ] && bench_pin=(taskset -c 0)
+    return 0
+}
+
 # run GROUP CASE REP RW BS DEPTH QUEUES MODE [BENCH ARGS]: one run, one
-# line of raw.jsonl.
+# line of raw.jsonl (after an unmeasured warm-up run of cell_warm
+# seconds, when set).
 run() {
     local g=$1 c=$2 r=$3 rw=$4 bs=$5 d=$6 q=$7 mode=$8 j p=()
     shift 8
     [ "$mode" = halt ] && p=(--halt-poll-ns "$halt_ns")
-    if ! j=$("$BENCH" --socket "${SOCK[$c]}" --rw "$rw" --bs "$bs" \
+    place "$c" "$q" || return 1
+    if [ "$cell_warm" != 0 ] &&
+        ! "${bench_pin[@]}" "$BENCH" --socket "${SOCK[$c]}" --rw "$rw" \
+            --bs "$bs" --iodepth "$d" --queues "$q" --queue-size $QSIZE \
+            --runtime "$cell_warm" "${p[@]}" "$@" \
+            > /dev/null 2> "$tmp/bench.err"; then
+        echo "qcow2.sh: $c ($g $rw depth $d queues $q $mode):" \
+            "warm-up failed:" >&2
+        sed 's/^/    /' "$tmp/bench.err" >&2
+        return 1
+    fi
+    local w0 w1 t0 t1
+    w0=$(psi_some); t0=$(date +%s%N)
+    if ! j=$("${bench_pin[@]}" "$BENCH" --socket "${SOCK[$c]}" \
+            --rw "$rw" --bs "$bs" \
             --iodepth "$d" --queues "$q" --queue-size $QSIZE \
             --backend-pid "${PID[$c]}" --runtime "$runtime" --json \
             "${p[@]}" "$@" 2> "$tmp/bench.err"); then
@@ -170,7 +258,11 @@ run() {
         sed 's/^/    /' "$tmp/bench.err" >&2
         return 1
     fi
-    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"rw\": \"$rw\", \"bs\": \"$bs\", \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\", \"rss_kb\": $(rss_kb "$c"), \"r\": $j}" >> "$raw"
+    w1=$(psi_some); t1=$(date +%s%N)
+    local cw
+    cw=$(awk -v w=$((w1 - w0)) -v t=$(((t1 - t0) / 1000)) \
+        'BEGIN { printf "%.3f", (t > 0 ? w / t : 0) }')
+    echo "{\"kind\": \"run\", \"group\": \"$g\", \"case\": \"$c\", \"rep\": $r, \"rw\": \"$rw\", \"bs\": \"$bs\", \"depth\": $d, \"queues\": $q, \"mode\": \"$mode\", \"daemon_cpus\": \"$placed\", \"cpu_wait\": $cw, \"rss_kb\": $(rss_kb "$c"), \"r\": $j}" >> "$raw"
 }
 
 # file_bdev PATH DIRECT [NODE]: the file node of a case (f0, or NODE).
@@ -193,34 +285,59 @@ make_images() {
     if [ ! -f "$q" ]; then
         qemu-img convert -f raw -O qcow2 -o cluster_size=65536 \
             "$rawimg" "$q" || die "qemu-img convert to $q failed"
-        rm -f "$1/vb-qcow2b-qsd.qcow2"
+        rm -f "$1/vb-qcow2b-qsd.qcow2" "$1/vb-qcow2b-qsd2.qcow2"
     fi
     # QSD gets its own copy: both daemons hold the image open at once,
     # and each takes the image lock a writer takes (QEMU's byte locks).
-    if [ ! -f "$1/vb-qcow2b-qsd.qcow2" ]; then
-        cp --sparse=never "$q" "$1/vb-qcow2b-qsd.qcow2" ||
-            die "cannot copy $q for QSD"
-    fi
+    local c
+    for c in qsd qsd2; do
+        if [ ! -f "$1/vb-qcow2b-$c.qcow2" ]; then
+            cp --sparse=never "$q" "$1/vb-qcow2b-$c.qcow2" ||
+                die "cannot copy $q for QSD"
+        fi
+    done
 }
 
-# steady GROUP WHERE DIRECT: the three cases on WHERE's images.
+# steady GROUP WHERE DIRECT: the five cases on WHERE's images, all
+# started once and measured in one interleave: per repetition, per cell,
+# each case in turn (the order reversed every other repetition).  The
+# two raw daemons share one image (locking=off on both, the same
+# options; they never run at once); QSD's two engines each have their
+# own copy of the qcow2 (QSD takes QEMU's image locks).
 steady() {
     local g=$1 where=$2 direct=$3 r rw d q mode c
     local rawimg=$where/vb-qcow2b.raw q2=$where/vb-qcow2b.qcow2
+    local -a cases=(blkd-raw blkd-qcow2 qsd-io_uring qsd-native blkd-raw2)
+    local -a order
     make_images "$where"
-    start blkd-raw blkd "$(file_bdev "$rawimg" "$direct" top)" ||
+    start blkd-raw blkd "$(file_bdev "$rawimg" "$direct" top),locking=off" ||
         die "vhost-blkd raw did not start"
     start blkd-qcow2 blkd "$(file_bdev "$q2" "$direct")" \
         "driver=qcow2,node-name=top,file=f0" ||
         die "vhost-blkd qcow2 did not start"
     start qsd-io_uring qsd "$(file_bdev "$where/vb-qcow2b-qsd.qcow2" "$direct")" \
         "driver=qcow2,node-name=top,file=f0" || die "QSD did not start"
+    local aio=threads
+    [ "$direct" = on ] && aio=native
+    start qsd-native qsd \
+        "driver=file,node-name=f0,filename=$where/vb-qcow2b-qsd2.qcow2,cache.direct=$direct,aio=$aio" \
+        "driver=qcow2,node-name=top,file=f0" || die "QSD did not start"
+    start blkd-raw2 blkd "$(file_bdev "$rawimg" "$direct" top),locking=off" ||
+        die "the second vhost-blkd raw did not start"
+    if [ "$pin" = 1 ] && [ "$(nproc)" -ge 2 ]; then
+        cell_pin=1
+    fi
+    cell_warm=$warmup
     for r in $(seq 1 "$reps"); do
-        for rw in randread randwrite; do
+        order=("${cases[@]}")
+        if [ "$alt_order" = 1 ] && [ $((r % 2)) = 0 ]; then
+            order=(blkd-raw2 qsd-native qsd-io_uring blkd-qcow2 blkd-raw)
+        fi
+        for rw in $rws; do
             for d in $depths; do
-                for q in 1 2; do
+                for q in $queues_l; do
                     for mode in $modes; do
-                        for c in blkd-raw blkd-qcow2 qsd-io_uring; do
+                        for c in "${order[@]}"; do
                             run "$g" "$c" "$r" "$rw" 4k "$d" "$q" "$mode"
                         done
                     done
@@ -229,23 +346,8 @@ steady() {
         done
         log "$g: repetition $r of $reps done"
     done
-    stop blkd-raw; stop blkd-qcow2; stop qsd-io_uring
-    # QSD's other engine, its own pass (its best per rep is its figure).
-    start qsd-native qsd \
-        "driver=file,node-name=f0,filename=$where/vb-qcow2b-qsd.qcow2,cache.direct=$direct,aio=$([ "$direct" = on ] && echo native || echo threads)" \
-        "driver=qcow2,node-name=top,file=f0" || die "QSD did not start"
-    for r in $(seq 1 "$reps"); do
-        for rw in randread randwrite; do
-            for d in $depths; do
-                for q in 1 2; do
-                    for mode in $modes; do
-                        run "$g" qsd-native "$r" "$rw" 4k "$d" "$q" "$mode"
-                    done
-                done
-            done
-        done
-    done
-    stop qsd-native
+    cell_pin=0 cell_warm=0
+    for c in "${cases[@]}"; do stop "$c"; done
 }
 
 # alloc: allocating writes into a new empty image, each run on its own.
@@ -393,8 +495,10 @@ ir() {
 log "output in $out; $runtime s per run, $reps repetitions; modes: $modes; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "{\"kind\": \"meta\", \"started\": \"$(date -u +%FT%TZ)\", \"runtime\": $runtime, \"reps\": $reps, \"size_mib\": $size_mib, \"dir\": \"$dir\", \"host_cpus\": $(nproc), \"kernel\": \"$(uname -r)\", \"qsd\": \"$($QSD --version | head -n1)\"}" >> "$raw"
 if want_section steady; then
-    steady "direct:$dir" "$dir" on
-    if [ "$use_shm" = 1 ]; then
+    case " $groups " in *" direct "*)
+        steady "direct:$dir" "$dir" on ;;
+    esac
+    if [ "$use_shm" = 1 ] && [[ " $groups " = *" shm "* ]]; then
         shmdir=$(mktemp -d /dev/shm/vb-qcow2b.XXXXXX) || die "no /dev/shm"
         steady "shm" "$shmdir" off
         rm -rf "$shmdir"; shmdir=
