@@ -354,6 +354,15 @@ struct BlockBackend {
      * node).  The list itself is next to @size. */
     unsigned int dirty_inflight;
     struct BdrvDirtyBitmap *dead_bitmaps;
+    /*
+     * Requests submitted to this node while it has a dirty bitmap (a
+     * mirror watching it): how busy its users are, for the mirror's
+     * pacing (block/mirror.c).  A relaxed load and store, no
+     * read-modify-write: two threads submitting at once may lose a count,
+     * which a "were there any?" reading tolerates.  A line of its own,
+     * away from the fields every submitter reads.
+     */
+    uint64_t user_requests __attribute__((aligned(64)));
 };
 
 /* Submit @acb to @bs's driver (acb->blk must be @bs): what blk_submit()
