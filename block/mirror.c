@@ -112,20 +112,23 @@
 /*
  * Guest first: while the source's users are busy (they submitted a
  * request in the last MIRROR_BUSY_HOLD_NS), the copy keeps at most
- * MIRROR_BUSY_OPS large operations' worth of bytes in flight, of which
- * one operation reads the source; when they are idle, buf-size again.
- * Their requests share the source's device (and, with a target on the
- * same machine, the target's writes) with ours: 16 MiB of our copy in
- * flight put a 4 KiB read of theirs behind it, and a randread client
- * ran at 0.7x of what it did beside qemu-storage-daemon's slower copy.
- * The cap still copies ~ 2 MiB per round trip (hundreds of MiB/s on a
- * local disk), far above the 20 MiB/s a guest dirties writing 4 KiB at
- * 5000 IOPS, and small operations (single dirty granules once the bulk
- * pass is over) fit in it by the dozen, so the job still converges.
- * The hold keeps a client that pauses between bursts (a think time)
- * from getting the full copy in each of its pauses.
+ * MIRROR_BUSY_OPS large operations' worth of bytes in flight (one
+ * 1 MiB range read, then written, then the next); when they are idle,
+ * buf-size again.  Their requests share the source's device (and, with
+ * a target on the same machine, the target's writes) with ours: 16 MiB
+ * of our copy in flight put a 4 KiB read of theirs behind it, and a
+ * randread client ran at 0.7x of what it did beside
+ * qemu-storage-daemon's slower copy.  An A/B (1 GiB over NBD on
+ * loopback, randread client at depth 32): the client's IOPS during the
+ * copy 2.0x of the old code's with one operation, 1.3x with two.  One
+ * still copies 1 MiB per round trip (~300 MiB/s on the local disk
+ * here), far above the 20 MiB/s a guest dirties writing 4 KiB at 5000
+ * IOPS, and small operations (single dirty granules once the bulk pass
+ * is over) fit in it by the dozen, so the job still converges.  The
+ * hold keeps a client that pauses between bursts (a think time) from
+ * getting the full copy in each of its pauses.
  */
-#define MIRROR_BUSY_OPS             2u
+#define MIRROR_BUSY_OPS             1u
 #define MIRROR_BUSY_HOLD_NS         100000000ull
 
 typedef struct MirrorJob MirrorJob;
@@ -214,7 +217,9 @@ static void mirror_users_update(MirrorJob *s, uint64_t now)
 {
     uint64_t users;
 
-    if (!s->pace) {
+    if (!s->pace || s->quiesced) {
+        /* Held users (a completion's last pass) wait for the copy: it
+         * goes flat out. */
         s->users_busy = false;
         return;
     }
