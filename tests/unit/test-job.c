@@ -622,9 +622,10 @@ static void read_done(void *opaque, int ret)
 }
 
 /*
- * Guest first: while the source's users are busy the copy reads one
- * operation of the source at a time (2 MiB in flight in all), and takes
- * its full share again once they have been idle for 100 ms.  As in
+ * Guest first: while the source's users are busy the copy keeps one
+ * operation in flight (1 MiB), and takes its full share again once they
+ * have been idle for 100 ms (the cap's floor does not apply: the job had
+ * nothing in flight before).  As in
  * /mirror/read-bound every request to the source is held back 500 ms and
  * counted as it is submitted.  A user's read goes in first, then 8 MiB
  * become dirty: the job's next pass reads 1 MiB (two reads were issued
