@@ -797,14 +797,23 @@ static inline void blk_submit(BlockBackend *blk, BlockAIOCB *acb, int type,
         goto fail;
     }
     /* Dirty tracking: @type is a constant here (blk_submit() is inlined
-     * in each blk_aio_*()), so reads pay nothing and writes one load. */
-    if (type == BLK_REQ_WRITE || type == BLK_REQ_WRITE_ZEROES ||
-        type == BLK_REQ_DISCARD) {
+     * in each blk_aio_*()), so every request pays one load of a line it
+     * reads anyway (@size), and more only while a bitmap exists. */
+    {
         BdrvDirtyBitmap *bm = __atomic_load_n(&blk->dirty_bitmaps,
                                               __ATOMIC_ACQUIRE);
 
         if (unlikely(bm)) {
-            bdrv_dirty_mark_submit(blk, bm, acb);
+            /* A mirror paces itself by this (block/mirror.c): a plain
+             * count, see BlockBackend.user_requests. */
+            __atomic_store_n(&blk->user_requests,
+                             __atomic_load_n(&blk->user_requests,
+                                             __ATOMIC_RELAXED) + 1,
+                             __ATOMIC_RELAXED);
+            if (type == BLK_REQ_WRITE || type == BLK_REQ_WRITE_ZEROES ||
+                type == BLK_REQ_DISCARD) {
+                bdrv_dirty_mark_submit(blk, bm, acb);
+            }
         }
     }
     fn(blk, ctx, acb);

@@ -109,6 +109,38 @@
  */
 #define MIRROR_SMALL_OP_BYTES       (64u << 10)
 #define MIRROR_SMALL_OPS            64u
+/*
+ * Guest first: while the source's users are busy (they submitted a
+ * request in the last MIRROR_BUSY_HOLD_NS), the copy keeps at most
+ * MIRROR_BUSY_OPS large operations' worth of bytes in flight (one
+ * 1 MiB range read, then written, then the next); when they are idle,
+ * buf-size again.  Their requests share the source's device (and, with
+ * a target on the same machine, the target's writes) with ours: 16 MiB
+ * of our copy in flight put a 4 KiB read of theirs behind it, and a
+ * randread client ran at 0.7x of what it did beside
+ * qemu-storage-daemon's slower copy.  An A/B (1 GiB over NBD on
+ * loopback, randread client at depth 32): the client's IOPS during the
+ * copy 2.0x of the old code's with one operation, 1.3x with two.  One
+ * still copies 1 MiB per round trip (~300 MiB/s on the local disk
+ * here), far above the 20 MiB/s a guest dirties writing 4 KiB at 5000
+ * IOPS, and small operations (single dirty granules once the bulk pass
+ * is over) fit in it by the dozen, so the job still converges.  The
+ * hold keeps a client that pauses between bursts (a think time) from
+ * getting the full copy in each of its pauses.
+ */
+#define MIRROR_BUSY_OPS             1u
+#define MIRROR_BUSY_HOLD_NS         100000000ull
+/*
+ * The cap's floor: whatever the round trip, a capped copy starts at
+ * least this many bytes per second of the time it has something in
+ * flight (over windows of MIRROR_SLICE_NS), or it goes past the cap
+ * until it has.  Over NBD with TLS one 1 MiB operation at a time took
+ * 20-45 s to copy 1 GiB beside a guest writing 4 KiB at 5000 IOPS (20
+ * MiB/s of dirtying): 4 GiB would not be ready within a minute.
+ * 128 MiB/s copies 4 GiB in ~ 32 s; a local copy under the cap runs
+ * faster than that and never meets it.
+ */
+#define MIRROR_BUSY_FLOOR           (128ull << 20)
 
 typedef struct MirrorJob MirrorJob;
 
@@ -168,6 +200,18 @@ struct MirrorJob {
     uint64_t slice_start;
     uint64_t slice_bytes;
     QEMUBH *kick_bh;
+    /* Guest first (MIRROR_BUSY_OPS): the source's request count minus
+     * our own reads when last looked at, and when it last grew. */
+    bool pace;                  /* the rule is on (the default) */
+    uint64_t own_requests;      /* our reads submitted to the source */
+    uint64_t users_seen;
+    uint64_t users_active_ns;
+    bool users_busy;
+    /* The floor (MIRROR_BUSY_FLOOR): bytes started in the window, and
+     * the time of it with operations in flight. */
+    uint64_t floor_bytes;
+    uint64_t floor_ns;
+    uint64_t floor_last;        /* when the window was last advanced */
     /* copy-mode=write-blocking: the users' writes go to the target too
      * (block/dirty-bitmap.c); published while @active. */
     BdrvActiveMirror *am;
@@ -177,6 +221,61 @@ struct MirrorJob {
 #define MIRROR_ACTIVE_SLOTS 128     /* users' writes copied at a time */
 
 static void mirror_iterate(MirrorJob *s);
+
+/*
+ * Are the source's users busy?  BlockBackend.user_requests counts every
+ * request submitted to the node while it has a bitmap, ours too (we
+ * subtract those); it may lose a count to a race, so only its growth
+ * means anything: any growth since the last look makes them busy for
+ * MIRROR_BUSY_HOLD_NS.  One relaxed load per call, never on their path.
+ */
+static void mirror_users_update(MirrorJob *s, uint64_t now)
+{
+    uint64_t users;
+
+    if (!s->pace || s->quiesced) {
+        /* Held users (a completion's last pass) wait for the copy: it
+         * goes flat out. */
+        s->users_busy = false;
+        return;
+    }
+    /* The floor's window advances only with operations in flight: an
+     * idle poll of the bitmap is no time the copy could have used. */
+    if (s->in_flight) {
+        s->floor_ns += now - s->floor_last;
+    }
+    s->floor_last = now;
+    if (s->floor_ns >= MIRROR_SLICE_NS) {
+        s->floor_ns = 0;
+        s->floor_bytes = 0;
+    }
+    users = __atomic_load_n(&s->src->user_requests, __ATOMIC_RELAXED) -
+            s->own_requests;
+    if ((int64_t)(users - s->users_seen) > 0) {
+        s->users_active_ns = now;
+        s->users_busy = true;
+    } else if (s->users_busy &&
+               now - s->users_active_ns >= MIRROR_BUSY_HOLD_NS) {
+        s->users_busy = false;
+    }
+    s->users_seen = users;
+}
+
+/* Behind the floor: the cap does not hold (see MIRROR_BUSY_FLOOR). */
+static bool mirror_below_floor(MirrorJob *s)
+{
+    return s->floor_bytes < MIRROR_BUSY_FLOOR * s->floor_ns / 1000000000ull;
+}
+
+static bool mirror_room(MirrorJob *s, uint64_t bytes)
+{
+    bool capped = s->users_busy && !mirror_below_floor(s);
+
+    return s->read_bytes + bytes <=
+           (capped ? s->op_max : s->max_read_bytes) &&
+           (!capped ||
+            s->bytes_in_flight + bytes <= MIRROR_BUSY_OPS * s->op_max);
+}
 
 /*
  * A small operation to take?  Not in the bulk pass: everything is dirty
@@ -368,6 +467,7 @@ static void mirror_read_cb(void *opaque, int ret)
 /* Read the source's range of @op, then write it to the target. */
 static void mirror_op_read(MirrorJob *s, MirrorOp *op)
 {
+    s->own_requests++;
     op->iov.iov_base = op->buf;
     op->iov.iov_len = op->bytes;
     blk_aio_preadv(s->src, &op->acb, op->offset, &op->iov, 1,
@@ -432,9 +532,8 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     uint64_t max_bits = s->op_max / gran;
     uint64_t small_bits = s->small_max / gran;
     /* A large one only while the read bound allows a whole one. */
-    bool large = s->free_ops &&
-                 s->read_bytes + s->op_max <= s->max_read_bytes;
-    bool small = mirror_small_free(s);
+    bool large = s->free_ops && mirror_room(s, s->op_max);
+    bool small = mirror_small_free(s) && mirror_room(s, s->small_max);
     MirrorOp *op;
     uint64_t n;
 
@@ -480,6 +579,7 @@ static bool mirror_start_op(MirrorJob *s, int64_t bit)
     s->bytes_in_flight += op->bytes;
     s->read_bytes += op->bytes;
     s->slice_bytes += op->bytes;
+    s->floor_bytes += op->bytes;
     if (s->bulk) {
         blk_aio_block_status(s->src, &op->acb, op->offset, op->bytes,
                              &op->status, mirror_status_cb, op);
@@ -663,13 +763,13 @@ static void mirror_iterate(MirrorJob *s)
         return;
     }
     mirror_progress(s, false);
+    mirror_users_update(s, mirror_now());
     /* An operation reads up to op_max bytes (a small one small_max):
-     * start one only if even that stays within max_read_bytes (never
-     * less than op_max); mirror_start_op() picks which. */
-    while (((s->free_ops &&
-             s->read_bytes + s->op_max <= s->max_read_bytes) ||
-            (mirror_small_free(s) &&
-             s->read_bytes + s->small_max <= s->max_read_bytes)) &&
+     * start one only if even that stays within the read limit (never
+     * less than op_max) and, while the users are busy, the guest-first
+     * cap; mirror_start_op() picks which. */
+    while (((s->free_ops && mirror_room(s, s->op_max)) ||
+            (mirror_small_free(s) && mirror_room(s, s->small_max))) &&
            !mirror_throttled(s)) {
         int64_t bit = bdrv_dirty_bitmap_next(s->bm, s->cursor);
 
@@ -956,6 +1056,11 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
         s->bulk = true;
     }
     s->unmap = o->unmap;
+    s->pace = !o->flat_out;
+    /* Counted only from now on (the node has a bitmap): earlier
+     * requests are not this job's business. */
+    s->users_seen = __atomic_load_n(&o->source->user_requests,
+                                    __ATOMIC_RELAXED);
     s->op_max = MAX(gran, MIN(MIRROR_MAX_OP, buf_size) / gran * gran);
     s->n_ops = MAX(buf_size / s->op_max, 1);
     /* Small operations out of a buf-size that leaves at least half of

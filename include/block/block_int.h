@@ -354,6 +354,17 @@ struct BlockBackend {
      * node).  The list itself is next to @size. */
     unsigned int dirty_inflight;
     struct BdrvDirtyBitmap *dead_bitmaps;
+    /*
+     * Requests submitted to this node while it has a dirty bitmap (a
+     * mirror watching it): how busy its users are, for the mirror's
+     * pacing (block/mirror.c).  A relaxed load and store, no
+     * read-modify-write: two threads submitting at once may lose a count,
+     * which a "were there any?" reading tolerates.  Padded off the
+     * fields every submitter reads (not aligned(64): the node comes from
+     * g_new0(), whose 16-byte alignment such a type would not have).
+     */
+    char user_requests_pad[64];
+    uint64_t user_requests;
 };
 
 /* Submit @acb to @bs's driver (acb->blk must be @bs): what blk_submit()

@@ -615,6 +615,82 @@ static void test_mirror_read_bound(void)
     rmdir(dir);
 }
 
+static void read_done(void *opaque, int ret)
+{
+    g_assert_cmpint(ret, ==, 0);
+    *(bool *)opaque = true;
+}
+
+/*
+ * Guest first: while the source's users are busy the copy keeps one
+ * operation in flight (1 MiB), and takes its full share again once they
+ * have been idle for 100 ms (the cap's floor does not apply: the job had
+ * nothing in flight before).  As in
+ * /mirror/read-bound every request to the source is held back 500 ms and
+ * counted as it is submitted.  A user's read goes in first, then 8 MiB
+ * become dirty: the job's next pass reads 1 MiB (two reads were issued
+ * before, beside the user's).  That read comes back 500 ms later, the
+ * users idle since: the job reads two at once again.
+ */
+static void test_mirror_guest_first(void)
+{
+    enum { SIZE = 8 << 20 };
+    g_autofree char *dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
+    g_autofree char *spath = g_strdup_printf("%s/src", dir);
+    g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
+    g_autoptr(GError) err = NULL;
+    BlockBackend *src, *tgt;
+    MirrorOptions mo = {
+        .job_id = "mp", .sync = MIRROR_SYNC_NONE, .granularity = 65536,
+        .auto_finalize = true, .auto_dismiss = false,
+    };
+    void *buf = NULL;
+    struct iovec iov;
+    BlockAIOCB acb;
+    bool done = false;
+    Job *job;
+
+    g_assert_nonnull(dir);
+    g_assert_cmpint(posix_memalign(&buf, 4096, 4096), ==, 0);
+    iov.iov_base = buf;
+    iov.iov_len = 4096;
+    src = file_node_sized(spath, SIZE, 500);
+    tgt = file_node_sized(tpath, SIZE, 0);
+    mo.source = src;
+    mo.target = tgt;
+    job = mirror_start(&mo, &err);
+    g_assert_no_error(err);
+    run_until(job, JOB_STATUS_READY);
+    g_assert_cmpuint(blk_inject_get_hits(src), ==, 0);
+    /* A user of the source: its read is in flight for 500 ms. */
+    blk_aio_preadv(src, &acb, SIZE - 4096, &iov, 1, read_done, &done);
+    g_assert_cmpuint(blk_inject_get_hits(src), ==, 1);
+    bdrv_dirty_bitmap_set(src->dirty_bitmaps, 0, SIZE);
+    while (blk_inject_get_hits(src) == 1) {
+        aio_poll(ctx, true);
+    }
+    /* Busy users: one 1 MiB read of ours beside theirs. */
+    g_assert_cmpuint(blk_inject_get_hits(src), ==, 2);
+    /* Its completion, users idle for 500 ms: the full share again. */
+    while (blk_inject_get_hits(src) == 2) {
+        aio_poll(ctx, true);
+    }
+    g_assert_cmpuint(blk_inject_get_hits(src), ==, 4);
+    while (!done) {
+        aio_poll(ctx, true);
+    }
+    g_assert_true(job_user_cancel(job, true, NULL));
+    run_until(job, JOB_STATUS_CONCLUDED);
+    g_assert_true(job_dismiss(job, NULL));
+    drain();
+    blk_close(src);
+    blk_close(tgt);
+    unlink(spath);
+    unlink(tpath);
+    rmdir(dir);
+    free(buf);
+}
+
 /*
  * The granularity a mirror takes when the user gives none: 4 KiB, the
  * target's cluster size if it has one, larger only to keep the bitmap
@@ -807,6 +883,7 @@ int main(int argc, char **argv)
     g_test_add_func("/mirror/target-error", test_mirror_target_error);
     g_test_add_func("/mirror/inflight-order", test_mirror_inflight_order);
     g_test_add_func("/mirror/read-bound", test_mirror_read_bound);
+    g_test_add_func("/mirror/guest-first", test_mirror_guest_first);
     g_test_add_func("/dirty-bitmap/take-run", test_dirty_bitmap_take_run);
     g_test_add_func("/mirror/default-granularity",
                     test_mirror_default_granularity);
