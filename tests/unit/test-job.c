@@ -488,6 +488,61 @@ static BlockBackend *file_node_sized(const char *path, uint64_t size,
     return blk;
 }
 
+/*
+ * A mirror from one new 8 MiB file node to another, in a directory of
+ * their own, requests to each held back by the delays given (0: none),
+ * started and READY; mirror_pair_close() dismisses the job once it has
+ * concluded and removes both.
+ */
+typedef struct MirrorPair {
+    char *dir, *spath, *tpath;
+    BlockBackend *src, *tgt;
+    Job *job;
+} MirrorPair;
+
+enum { MIRROR_PAIR_SIZE = 8 << 20 };
+
+static void mirror_pair_open(MirrorPair *p, MirrorOptions *mo,
+                             uint32_t src_delay_ms, uint32_t tgt_delay_ms)
+{
+    g_autoptr(GError) err = NULL;
+
+    p->dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
+    g_assert_nonnull(p->dir);
+    p->spath = g_strdup_printf("%s/src", p->dir);
+    p->tpath = g_strdup_printf("%s/tgt", p->dir);
+    p->src = file_node_sized(p->spath, MIRROR_PAIR_SIZE, src_delay_ms);
+    p->tgt = file_node_sized(p->tpath, MIRROR_PAIR_SIZE, tgt_delay_ms);
+    mo->source = p->src;
+    mo->target = p->tgt;
+    mo->auto_finalize = true;
+    mo->auto_dismiss = false;
+    p->job = mirror_start(mo, &err);
+    g_assert_no_error(err);
+}
+
+/* Cancel (@force: at once; else the soft cancel that copies the rest),
+ * and wait for the job to conclude. */
+static void mirror_pair_cancel(MirrorPair *p, bool force)
+{
+    g_assert_true(job_user_cancel(p->job, force, NULL));
+    run_until(p->job, JOB_STATUS_CONCLUDED);
+}
+
+static void mirror_pair_close(MirrorPair *p)
+{
+    g_assert_true(job_dismiss(p->job, NULL));
+    drain();
+    blk_close(p->src);
+    blk_close(p->tgt);
+    unlink(p->spath);
+    unlink(p->tpath);
+    rmdir(p->dir);
+    g_free(p->spath);
+    g_free(p->tpath);
+    g_free(p->dir);
+}
+
 static void write_done(void *opaque, int ret)
 {
     g_assert_cmpint(ret, ==, 0);
@@ -576,43 +631,23 @@ static void test_mirror_inflight_order(void)
  */
 static void test_mirror_read_bound(void)
 {
-    enum { SIZE = 8 << 20 };
-    g_autofree char *dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
-    g_autofree char *spath = g_strdup_printf("%s/src", dir);
-    g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
-    g_autoptr(GError) err = NULL;
-    BlockBackend *src, *tgt;
     MirrorOptions mo = {
         .job_id = "mr", .sync = MIRROR_SYNC_NONE, .granularity = 65536,
-        .auto_finalize = true, .auto_dismiss = false,
     };
-    Job *job;
+    MirrorPair p;
 
-    g_assert_nonnull(dir);
-    src = file_node_sized(spath, SIZE, 500);
-    tgt = file_node_sized(tpath, SIZE, 0);
-    mo.source = src;
-    mo.target = tgt;
-    job = mirror_start(&mo, &err);
-    g_assert_no_error(err);
-    run_until(job, JOB_STATUS_READY);
-    g_assert_cmpuint(blk_inject_get_hits(src), ==, 0);
+    mirror_pair_open(&p, &mo, 500, 0);
+    run_until(p.job, JOB_STATUS_READY);
+    g_assert_cmpuint(blk_inject_get_hits(p.src), ==, 0);
     /* What a guest's writes all over the disk would leave; the job
      * looks at its bitmap every 10 ms once ready. */
-    bdrv_dirty_bitmap_set(src->dirty_bitmaps, 0, SIZE);
-    while (blk_inject_get_hits(src) == 0) {
+    bdrv_dirty_bitmap_set(p.src->dirty_bitmaps, 0, MIRROR_PAIR_SIZE);
+    while (blk_inject_get_hits(p.src) == 0) {
         aio_poll(ctx, true);
     }
-    g_assert_cmpuint(blk_inject_get_hits(src), ==, 2);
-    g_assert_true(job_user_cancel(job, true, NULL));
-    run_until(job, JOB_STATUS_CONCLUDED);
-    g_assert_true(job_dismiss(job, NULL));
-    drain();
-    blk_close(src);
-    blk_close(tgt);
-    unlink(spath);
-    unlink(tpath);
-    rmdir(dir);
+    g_assert_cmpuint(blk_inject_get_hits(p.src), ==, 2);
+    mirror_pair_cancel(&p, true);
+    mirror_pair_close(&p);
 }
 
 static void read_done(void *opaque, int ret)
@@ -634,60 +669,41 @@ static void read_done(void *opaque, int ret)
  */
 static void test_mirror_guest_first(void)
 {
-    enum { SIZE = 8 << 20 };
-    g_autofree char *dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
-    g_autofree char *spath = g_strdup_printf("%s/src", dir);
-    g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
-    g_autoptr(GError) err = NULL;
-    BlockBackend *src, *tgt;
     MirrorOptions mo = {
         .job_id = "mp", .sync = MIRROR_SYNC_NONE, .granularity = 65536,
-        .auto_finalize = true, .auto_dismiss = false,
     };
+    MirrorPair p;
     void *buf = NULL;
     struct iovec iov;
     BlockAIOCB acb;
     bool done = false;
-    Job *job;
 
-    g_assert_nonnull(dir);
     g_assert_cmpint(posix_memalign(&buf, 4096, 4096), ==, 0);
     iov.iov_base = buf;
     iov.iov_len = 4096;
-    src = file_node_sized(spath, SIZE, 500);
-    tgt = file_node_sized(tpath, SIZE, 0);
-    mo.source = src;
-    mo.target = tgt;
-    job = mirror_start(&mo, &err);
-    g_assert_no_error(err);
-    run_until(job, JOB_STATUS_READY);
-    g_assert_cmpuint(blk_inject_get_hits(src), ==, 0);
+    mirror_pair_open(&p, &mo, 500, 0);
+    run_until(p.job, JOB_STATUS_READY);
+    g_assert_cmpuint(blk_inject_get_hits(p.src), ==, 0);
     /* A user of the source: its read is in flight for 500 ms. */
-    blk_aio_preadv(src, &acb, SIZE - 4096, &iov, 1, read_done, &done);
-    g_assert_cmpuint(blk_inject_get_hits(src), ==, 1);
-    bdrv_dirty_bitmap_set(src->dirty_bitmaps, 0, SIZE);
-    while (blk_inject_get_hits(src) == 1) {
+    blk_aio_preadv(p.src, &acb, MIRROR_PAIR_SIZE - 4096, &iov, 1,
+                   read_done, &done);
+    g_assert_cmpuint(blk_inject_get_hits(p.src), ==, 1);
+    bdrv_dirty_bitmap_set(p.src->dirty_bitmaps, 0, MIRROR_PAIR_SIZE);
+    while (blk_inject_get_hits(p.src) == 1) {
         aio_poll(ctx, true);
     }
     /* Busy users: one 1 MiB read of ours beside theirs. */
-    g_assert_cmpuint(blk_inject_get_hits(src), ==, 2);
+    g_assert_cmpuint(blk_inject_get_hits(p.src), ==, 2);
     /* Its completion, users idle for 500 ms: the full share again. */
-    while (blk_inject_get_hits(src) == 2) {
+    while (blk_inject_get_hits(p.src) == 2) {
         aio_poll(ctx, true);
     }
-    g_assert_cmpuint(blk_inject_get_hits(src), ==, 4);
+    g_assert_cmpuint(blk_inject_get_hits(p.src), ==, 4);
     while (!done) {
         aio_poll(ctx, true);
     }
-    g_assert_true(job_user_cancel(job, true, NULL));
-    run_until(job, JOB_STATUS_CONCLUDED);
-    g_assert_true(job_dismiss(job, NULL));
-    drain();
-    blk_close(src);
-    blk_close(tgt);
-    unlink(spath);
-    unlink(tpath);
-    rmdir(dir);
+    mirror_pair_cancel(&p, true);
+    mirror_pair_close(&p);
     free(buf);
 }
 
@@ -768,47 +784,25 @@ static void test_mirror_default_granularity(void)
  */
 static void test_mirror_coalesce(void)
 {
-    enum { SIZE = 8 << 20 };
-    g_autofree char *dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
-    g_autofree char *spath = g_strdup_printf("%s/src", dir);
-    g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
-    g_autoptr(GError) err = NULL;
-    BlockBackend *src, *tgt;
-    MirrorOptions mo = {
-        .job_id = "mc", .sync = MIRROR_SYNC_NONE,
-        .auto_finalize = true, .auto_dismiss = false,
-    };
+    MirrorOptions mo = { .job_id = "mc", .sync = MIRROR_SYNC_NONE };
+    MirrorPair p;
     BdrvDirtyBitmap *bm;
-    Job *job;
 
-    g_assert_nonnull(dir);
-    src = file_node_sized(spath, SIZE, 0);
-    tgt = file_node_sized(tpath, SIZE, 1);
-    mo.source = src;
-    mo.target = tgt;
-    job = mirror_start(&mo, &err);
-    g_assert_no_error(err);
-    bm = src->dirty_bitmaps;
+    mirror_pair_open(&p, &mo, 0, 1);
+    bm = p.src->dirty_bitmaps;
     g_assert_cmpuint(bdrv_dirty_bitmap_granularity(bm), ==, 4096);
-    run_until(job, JOB_STATUS_READY);
-    g_assert_cmpuint(blk_inject_get_hits(tgt), ==, 1);      /* the flush */
+    run_until(p.job, JOB_STATUS_READY);
+    g_assert_cmpuint(blk_inject_get_hits(p.tgt), ==, 1);    /* the flush */
     /* What a guest's writes would leave; a soft cancel copies it all
      * and ends. */
     bdrv_dirty_bitmap_set(bm, 0, (1 << 20) + (64 << 10));
     bdrv_dirty_bitmap_set(bm, (3 << 20) + 4096, 8192);
-    g_assert_true(job_user_cancel(job, false, NULL));
-    run_until(job, JOB_STATUS_CONCLUDED);
-    g_assert_null(job->err);
-    g_assert_cmpuint(blk_inject_get_hits(tgt), ==, 1 + 3 + 1);
-    g_assert_cmpuint(job->progress_current, ==,
+    mirror_pair_cancel(&p, false);
+    g_assert_null(p.job->err);
+    g_assert_cmpuint(blk_inject_get_hits(p.tgt), ==, 1 + 3 + 1);
+    g_assert_cmpuint(p.job->progress_current, ==,
                      (1 << 20) + (64 << 10) + 8192);
-    g_assert_true(job_dismiss(job, NULL));
-    drain();
-    blk_close(src);
-    blk_close(tgt);
-    unlink(spath);
-    unlink(tpath);
-    rmdir(dir);
+    mirror_pair_close(&p);
 }
 
 /*
@@ -822,45 +816,23 @@ static void test_mirror_coalesce(void)
  */
 static void test_mirror_small_ops(void)
 {
-    enum { SIZE = 8 << 20 };
-    g_autofree char *dir = g_dir_make_tmp("test-job-XXXXXX", NULL);
-    g_autofree char *spath = g_strdup_printf("%s/src", dir);
-    g_autofree char *tpath = g_strdup_printf("%s/tgt", dir);
-    g_autoptr(GError) err = NULL;
-    BlockBackend *src, *tgt;
-    MirrorOptions mo = {
-        .job_id = "mm", .sync = MIRROR_SYNC_NONE,
-        .auto_finalize = true, .auto_dismiss = false,
-    };
-    Job *job;
+    MirrorOptions mo = { .job_id = "mm", .sync = MIRROR_SYNC_NONE };
+    MirrorPair p;
 
-    g_assert_nonnull(dir);
-    src = file_node_sized(spath, SIZE, 500);
-    tgt = file_node_sized(tpath, SIZE, 0);
-    mo.source = src;
-    mo.target = tgt;
-    job = mirror_start(&mo, &err);
-    g_assert_no_error(err);
-    g_assert_cmpuint(bdrv_dirty_bitmap_granularity(src->dirty_bitmaps), ==,
-                     4096);
-    run_until(job, JOB_STATUS_READY);
-    g_assert_cmpuint(blk_inject_get_hits(src), ==, 0);
+    mirror_pair_open(&p, &mo, 500, 0);
+    g_assert_cmpuint(bdrv_dirty_bitmap_granularity(p.src->dirty_bitmaps),
+                     ==, 4096);
+    run_until(p.job, JOB_STATUS_READY);
+    g_assert_cmpuint(blk_inject_get_hits(p.src), ==, 0);
     for (unsigned int i = 0; i < 100; i++) {
-        bdrv_dirty_bitmap_set(src->dirty_bitmaps, i * 3 * 4096, 4096);
+        bdrv_dirty_bitmap_set(p.src->dirty_bitmaps, i * 3 * 4096, 4096);
     }
-    while (blk_inject_get_hits(src) == 0) {
+    while (blk_inject_get_hits(p.src) == 0) {
         aio_poll(ctx, true);
     }
-    g_assert_cmpuint(blk_inject_get_hits(src), ==, 64 + 12);
-    g_assert_true(job_user_cancel(job, true, NULL));
-    run_until(job, JOB_STATUS_CONCLUDED);
-    g_assert_true(job_dismiss(job, NULL));
-    drain();
-    blk_close(src);
-    blk_close(tgt);
-    unlink(spath);
-    unlink(tpath);
-    rmdir(dir);
+    g_assert_cmpuint(blk_inject_get_hits(p.src), ==, 64 + 12);
+    mirror_pair_cancel(&p, true);
+    mirror_pair_close(&p);
 }
 
 int main(int argc, char **argv)
