@@ -795,6 +795,12 @@ def test_fast_zero_qcow2(tmp):
     if not have("qemu-img"):
         skip(name, "no qemu-img")
         return
+    if "TSAN_OPTIONS" in os.environ:
+        # scripts/check-tsan.sh: the qcow2 driver's GMutex-protected state
+        # shows as races there (GLib's mutexes are not instrumented), so
+        # qcow2 is checked by the other steps; this case runs in them.
+        skip(name, "a qcow2 node under ThreadSanitizer")
+        return
     img = os.path.join(tmp, "fz.qcow2")
     rc, out = run("qemu-img", "create", "-q", "-f", "qcow2", "-o",
                   "cluster_size=65536", img, "4M")
