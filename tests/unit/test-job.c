@@ -435,40 +435,12 @@ static void test_mirror_target_error(void)
 }
 
 /*
- * A file node on a new 1 MiB file @path; @delay_ms: its first write to
- * [0, 64 KiB) is held back that long.
+ * A file node over a new file of @size bytes at @path; @delay_ms (0:
+ * none) holds back every request to it, or with @first_only only the
+ * first request to [0, 64 KiB).
  */
-static BlockBackend *file_node(const char *path, uint32_t delay_ms)
-{
-    g_autoptr(GError) err = NULL;
-    BlockOptions o;
-    BlockFileOptions fo;
-    BlockBackend *blk;
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-
-    g_assert_cmpint(fd, >=, 0);
-    g_assert_cmpint(ftruncate(fd, 1 << 20), ==, 0);
-    close(fd);
-    blk_options_init(&o);
-    blk_file_options(&o, &fo, path);
-    /* tmpfs has no O_DIRECT. */
-    o.cache_direct = false;
-    if (delay_ms) {
-        o.inject.delay_ms = delay_ms;
-        o.inject.has_range = true;
-        o.inject.sector_start = 0;
-        o.inject.sector_end = 65536 / 512 - 1;
-        o.inject.count = 1;
-    }
-    blk = blk_open(&o, &err);
-    g_assert_no_error(err);
-    return blk;
-}
-
-/* A file node over a new file of @size bytes at @path, every request
- * to it held back @delay_ms (0: none). */
 static BlockBackend *file_node_sized(const char *path, uint64_t size,
-                                     uint32_t delay_ms)
+                                     uint32_t delay_ms, bool first_only)
 {
     g_autoptr(GError) err = NULL;
     BlockOptions o;
@@ -483,6 +455,12 @@ static BlockBackend *file_node_sized(const char *path, uint64_t size,
     blk_file_options(&o, &fo, path);
     o.cache_direct = false;     /* tmpfs has no O_DIRECT */
     o.inject.delay_ms = delay_ms;
+    if (delay_ms && first_only) {
+        o.inject.has_range = true;
+        o.inject.sector_start = 0;
+        o.inject.sector_end = 65536 / 512 - 1;
+        o.inject.count = 1;
+    }
     blk = blk_open(&o, &err);
     g_assert_no_error(err);
     return blk;
@@ -511,8 +489,10 @@ static void mirror_pair_open(MirrorPair *p, MirrorOptions *mo,
     g_assert_nonnull(p->dir);
     p->spath = g_strdup_printf("%s/src", p->dir);
     p->tpath = g_strdup_printf("%s/tgt", p->dir);
-    p->src = file_node_sized(p->spath, MIRROR_PAIR_SIZE, src_delay_ms);
-    p->tgt = file_node_sized(p->tpath, MIRROR_PAIR_SIZE, tgt_delay_ms);
+    p->src = file_node_sized(p->spath, MIRROR_PAIR_SIZE, src_delay_ms,
+                             false);
+    p->tgt = file_node_sized(p->tpath, MIRROR_PAIR_SIZE, tgt_delay_ms,
+                             false);
     mo->source = p->src;
     mo->target = p->tgt;
     mo->auto_finalize = true;
@@ -588,8 +568,8 @@ static void test_mirror_inflight_order(void)
 
     g_assert_nonnull(dir);
     g_assert_cmpint(posix_memalign(&buf, 4096, 65536), ==, 0);
-    src = file_node(spath, 0);
-    tgt = file_node(tpath, 2000);
+    src = file_node_sized(spath, 1 << 20, 0, false);
+    tgt = file_node_sized(tpath, 1 << 20, 2000, true);
     mo.source = src;
     mo.target = tgt;
     job = mirror_start(&mo, &err);
