@@ -202,7 +202,6 @@ struct MirrorJob {
     QEMUBH *kick_bh;
     /* Guest first (MIRROR_BUSY_OPS): the source's request count minus
      * our own reads when last looked at, and when it last grew. */
-    bool pace;                  /* the rule is on (the default) */
     uint64_t own_requests;      /* our reads submitted to the source */
     uint64_t users_seen;
     uint64_t users_active_ns;
@@ -233,7 +232,7 @@ static void mirror_users_update(MirrorJob *s, uint64_t now)
 {
     uint64_t users;
 
-    if (!s->pace || s->quiesced) {
+    if (s->quiesced) {
         /* Held users (a completion's last pass) wait for the copy: it
          * goes flat out. */
         s->users_busy = false;
@@ -269,12 +268,12 @@ static bool mirror_below_floor(MirrorJob *s)
 
 static bool mirror_room(MirrorJob *s, uint64_t bytes)
 {
-    bool capped = s->users_busy && !mirror_below_floor(s);
-
-    return s->read_bytes + bytes <=
-           (capped ? s->op_max : s->max_read_bytes) &&
-           (!capped ||
-            s->bytes_in_flight + bytes <= MIRROR_BUSY_OPS * s->op_max);
+    if (s->users_busy && !mirror_below_floor(s)) {
+        /* The cap counts every byte in flight, those being read too
+         * (read_bytes <= bytes_in_flight). */
+        return s->bytes_in_flight + bytes <= MIRROR_BUSY_OPS * s->op_max;
+    }
+    return s->read_bytes + bytes <= s->max_read_bytes;
 }
 
 /*
@@ -1056,7 +1055,6 @@ Job *mirror_start(const MirrorOptions *o, GError **errp)
         s->bulk = true;
     }
     s->unmap = o->unmap;
-    s->pace = !o->flat_out;
     /* Counted only from now on (the node has a bitmap): earlier
      * requests are not this job's business. */
     s->users_seen = __atomic_load_n(&o->source->user_requests,

@@ -210,10 +210,6 @@ typedef struct MirrorOptions {
     bool unmap;                 /* zero ranges may become holes */
     bool write_blocking;        /* copy-mode=write-blocking: the users'
                                  * writes complete once on the target too */
-    /* No guest-first pacing (block/mirror.c, MIRROR_BUSY_OPS): the
-     * copy keeps buf-size in flight even while the source's users are
-     * busy.  Off by default; QMP has no key for it. */
-    bool flat_out;
     /* block-commit of the active node (job type "commit"): the target is
      * a backing node of the source's chain, which its overlays go on
      * reading (shared consistent read). */
